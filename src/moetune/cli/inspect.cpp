@@ -1,0 +1,131 @@
+#include "moetune/cli/inspect.h"
+
+#include <fmt/format.h>
+
+#include "moetune/io/checkpoint.h"
+#include "moetune/model/memory_plan.h"
+#include "moetune/model/parameter_layout.h"
+
+namespace moetune::cli {
+
+using nlohmann::json;
+
+namespace {
+
+std::string layer_kind(const io::ModelConfig& c, int64_t layer) {
+  std::string attention = c.layer_types.empty() ? "full_attention" : c.layer_types[size_t(layer)];
+  if (c.is_moe_layer(layer))
+    return fmt::format("{} + moe (experts {}, top-{}, moe_intermediate {})", attention, c.num_experts,
+                       c.num_experts_per_tok, c.moe_intermediate_size);
+  return fmt::format("{} + dense mlp (intermediate {})", attention, c.intermediate_size);
+}
+
+std::string human_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f} M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.2f} K", n / 1e3);
+  return fmt::format("{}", n);
+}
+
+std::string human_bytes(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
+  return fmt::format("{:.2f} KB", bytes / 1e3);
+}
+
+}  // namespace
+
+json inspect_model(const std::filesystem::path& folder) {
+  const model::ParameterLayout layout = model::parameter_layout(io::load_config(folder / "config.json"));
+  const io::ModelConfig& c = layout.config;
+  const io::SafetensorsFolder files = io::SafetensorsFolder::open(folder);
+  io::match_checkpoint(layout, files);
+
+  json report;
+  report["model"] = folder.string();
+  report["architecture"] = c.architecture;
+  report["model_type"] = c.model_type;
+  report["checkpoint_dtype"] = c.dtype ? std::string(dtype_torch_name(*c.dtype)) : "unspecified";
+  report["weight_files"] = files.shard_count();
+  report["config"] = {{"vocab_size", c.vocab_size},
+                      {"hidden_size", c.hidden_size},
+                      {"num_hidden_layers", c.num_hidden_layers},
+                      {"num_attention_heads", c.num_attention_heads},
+                      {"num_key_value_heads", c.num_key_value_heads},
+                      {"head_dim", c.head_dim},
+                      {"intermediate_size", c.intermediate_size},
+                      {"num_experts", c.num_experts},
+                      {"num_experts_per_tok", c.num_experts_per_tok},
+                      {"moe_intermediate_size", c.moe_intermediate_size},
+                      {"norm_topk_prob", c.norm_topk_prob},
+                      {"tie_word_embeddings", c.tie_word_embeddings},
+                      {"rope_type", c.rope.type},
+                      {"rope_theta", c.rope.theta}};
+  json layers = json::array();
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) layers.push_back(layer_kind(c, layer));
+  report["layers"] = layers;
+
+  json parameters = json::array();
+  for (const auto& spec : layout.parameters)
+    parameters.push_back({{"name", spec.name}, {"shape", spec.shape}, {"hf_tensors", spec.pieces.size()}});
+  report["parameters"] = parameters;
+
+  const int64_t total = layout.total_parameters();
+  report["total_parameters"] = total;
+  report["active_parameters"] = layout.active_parameters();
+  report["active_matmul_parameters"] = layout.active_matmul_parameters();
+  json memory = json::array();
+  for (const auto& plan : model::precision_plans())
+    memory.push_back({{"precision", plan.name},
+                      {"description", plan.description},
+                      {"bytes_per_parameter", plan.bytes_per_parameter()},
+                      {"weights_bytes", plan.weight_bytes * total},
+                      {"gradients_bytes", plan.gradient_bytes * total},
+                      {"master_weights_bytes", plan.master_bytes * total},
+                      {"optimizer_state_bytes", plan.optimizer_bytes * total},
+                      {"total_bytes", plan.bytes_per_parameter() * total}});
+  report["memory"] = memory;
+  report["memory_note"] = "static memory for the whole run; activations depend on the recipe and are added by the training step's plan";
+  return report;
+}
+
+std::string format_inspection(const json& r) {
+  std::string out;
+  auto line = [&out](const std::string& text) { out += text + "\n"; };
+  const json& c = r["config"];
+  line(fmt::format("{}  ({}, {} weights in {} file(s))", r["model"].get<std::string>(),
+                   r["architecture"].get<std::string>(), r["checkpoint_dtype"].get<std::string>(),
+                   r["weight_files"].get<int64_t>()));
+  line(fmt::format("  hidden {}, {} layers, {} q / {} kv heads of {}, vocab {}, rope {} (theta {}){}",
+                   c["hidden_size"].get<int64_t>(), c["num_hidden_layers"].get<int64_t>(),
+                   c["num_attention_heads"].get<int64_t>(), c["num_key_value_heads"].get<int64_t>(),
+                   c["head_dim"].get<int64_t>(), c["vocab_size"].get<int64_t>(), c["rope_type"].get<std::string>(),
+                   c["rope_theta"].get<double>(), c["tie_word_embeddings"].get<bool>() ? ", tied embeddings" : ""));
+  line("layers:");
+  // Runs of identical layers print as one line.
+  const json& layers = r["layers"];
+  for (size_t begin = 0; begin < layers.size();) {
+    size_t end = begin + 1;
+    while (end < layers.size() && layers[end] == layers[begin]) ++end;
+    std::string range = end - begin == 1 ? fmt::format("{}", begin) : fmt::format("{}-{}", begin, end - 1);
+    line(fmt::format("  {:>7}  {}", range, layers[begin].get<std::string>()));
+    begin = end;
+  }
+  line("parameters (engine layout; layer 0 and the model-level ones):");
+  for (const json& p : r["parameters"]) {
+    std::string name = p["name"].get<std::string>();
+    if (name.starts_with("layers.") && !name.starts_with("layers.0.")) continue;
+    line(fmt::format("  {:<28} {}", name, shape_str(p["shape"].get<Shape>())));
+  }
+  const auto total = r["total_parameters"].get<int64_t>(), active = r["active_parameters"].get<int64_t>();
+  line(fmt::format("total parameters  {:>16}  ({})", total, human_count(double(total))));
+  line(fmt::format("active per token  {:>16}  ({})", active, human_count(double(active))));
+  line("full fine-tune memory (static; activations come on top, per recipe):");
+  for (const json& m : r["memory"])
+    line(fmt::format("  {:<26} {:>10}  ({} B/param: {})", m["precision"].get<std::string>(),
+                     human_bytes(m["total_bytes"].get<double>()), m["bytes_per_parameter"].get<int64_t>(),
+                     m["description"].get<std::string>()));
+  return out;
+}
+
+}  // namespace moetune::cli

@@ -1,0 +1,87 @@
+#include "moetune/core/device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "moetune/core/error.h"
+
+#if MOETUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace moetune {
+
+std::string Device::str() const { return is_cpu() ? "cpu" : fmt::format("cuda:{}", index); }
+
+#if MOETUNE_HAVE_CUDA
+namespace {
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail("CUDA {} failed: {}", what, cudaGetErrorString(status));
+}
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error so later calls report their own
+    return 0;
+  }
+  return count;
+}
+
+std::string cuda_unavailable_reason() {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("no usable GPU: {}", cudaGetErrorString(status));
+  }
+  return count == 0 ? "no GPU is visible to this process" : "";
+}
+#else
+int cuda_device_count() { return 0; }
+std::string cuda_unavailable_reason() { return "moetune was built without CUDA (nvcc was not found)"; }
+#endif
+
+void* device_allocate(size_t nbytes, Device device) {
+  if (device.is_cpu()) {
+    // 64-byte alignment keeps every dtype and SIMD load aligned; round the size up as aligned_alloc needs.
+    void* data = std::aligned_alloc(64, (nbytes + 63) / 64 * 64 + 64 * (nbytes == 0));
+    if (!data) throw std::bad_alloc();
+    return data;
+  }
+#if MOETUNE_HAVE_CUDA
+  void* data = nullptr;
+  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+  check_cuda(cudaMalloc(&data, nbytes ? nbytes : 1), "cudaMalloc");
+  return data;
+#else
+  fail("cannot allocate on {}: {}", device.str(), cuda_unavailable_reason());
+#endif
+}
+
+void device_free(void* data, Device device) {
+  if (device.is_cpu()) {
+    std::free(data);
+    return;
+  }
+#if MOETUNE_HAVE_CUDA
+  cudaFree(data);
+#endif
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+#if MOETUNE_HAVE_CUDA
+  check_cuda(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), "cudaMemcpy");
+#else
+  fail("cannot copy between {} and {}: {}", src_device.str(), dst_device.str(), cuda_unavailable_reason());
+#endif
+}
+
+}  // namespace moetune

@@ -1,0 +1,47 @@
+#include "moetune/io/atomic_file.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "moetune/core/error.h"
+
+namespace moetune::io {
+
+void write_bytes(std::FILE* file, const void* data, size_t nbytes, const std::filesystem::path& path) {
+  if (nbytes && std::fwrite(data, 1, nbytes, file) != nbytes)
+    fail("{}: write failed: {}", path.string(), std::strerror(errno));
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::function<void(std::FILE*)>& write) {
+  std::filesystem::path temporary = path;
+  temporary += fmt::format(".tmp.{}", ::getpid());
+  std::FILE* file = std::fopen(temporary.c_str(), "wb");
+  if (!file) fail("{}: cannot create: {}", temporary.string(), std::strerror(errno));
+  try {
+    write(file);
+    if (std::fflush(file) != 0 || ::fsync(fileno(file)) != 0)
+      fail("{}: flush failed: {}", temporary.string(), std::strerror(errno));
+  } catch (...) {
+    std::fclose(file);
+    std::filesystem::remove(temporary);
+    throw;
+  }
+  if (std::fclose(file) != 0) {
+    std::filesystem::remove(temporary);
+    fail("{}: close failed: {}", temporary.string(), std::strerror(errno));
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::filesystem::remove(temporary);
+    fail("{}: cannot rename into place: {}", path.string(), error.message());
+  }
+}
+
+void write_text_atomically(const std::filesystem::path& path, std::string_view text) {
+  write_file_atomically(path, [&](std::FILE* file) { write_bytes(file, text.data(), text.size(), path); });
+}
+
+}  // namespace moetune::io

@@ -1,0 +1,143 @@
+#include "moetune/io/checkpoint.h"
+
+#include <set>
+
+#include "moetune/io/atomic_file.h"
+#include "moetune/ops/cast.h"
+
+namespace moetune::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Files beside the weights that belong to the model and travel with it.
+constexpr const char* kCompanionFiles[] = {
+    "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "chat_template.jinja",    "vocab.json",     "merges.txt",            "added_tokens.json",
+};
+
+// Buffers that older checkpoints carry and transformers ignores on load.
+bool is_ignored_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
+
+std::string where(const SafetensorsFolder& folder, const std::string& name) {
+  return folder.file_of(name).path().string();
+}
+
+void check_shape(const SafetensorsFolder& folder, const std::string& name, const Shape& expected) {
+  const Shape& actual = folder.entry(name).shape;
+  if (actual != expected)
+    fail("{}: tensor '{}' has shape {} but config.json implies {}", where(folder, name), name, shape_str(actual),
+         shape_str(expected));
+}
+
+}  // namespace
+
+const Tensor& ModelWeights::parameter(const std::string& name) const {
+  for (size_t i = 0; i < parameters.size(); ++i)
+    if (layout.parameters[i].name == name) return parameters[i];
+  fail("no parameter '{}' in this {} model", name, layout.config.architecture);
+}
+
+std::vector<bool> match_checkpoint(const model::ParameterLayout& layout, const SafetensorsFolder& files) {
+  const ModelConfig& config = layout.config;
+  std::vector<bool> stored_fused;
+  std::set<std::string> claimed;
+  std::vector<std::string> missing;
+  for (const auto& spec : layout.parameters) {
+    bool fused = !spec.fused_hf_name.empty() && files.contains(spec.fused_hf_name);
+    stored_fused.push_back(fused);
+    if (fused) {
+      check_shape(files, spec.fused_hf_name, spec.shape);
+      claimed.insert(spec.fused_hf_name);
+      continue;
+    }
+    for (const auto& piece : spec.pieces) {
+      if (!files.contains(piece.name)) {
+        missing.push_back(piece.name);
+        continue;
+      }
+      check_shape(files, piece.name, piece.shape);
+      claimed.insert(piece.name);
+    }
+  }
+  if (!missing.empty())
+    fail("{}: {} tensor(s) that {} needs (per config.json) are missing, first '{}'", files.folder().string(),
+         missing.size(), config.architecture, missing.front());
+
+  for (const auto& name : files.names()) {
+    if (claimed.count(name) || is_ignored_buffer(name)) continue;
+    // A tied model's head is its embedding; a copy of it on disk is harmless only if it is that copy.
+    if (name == "lm_head.weight" && config.tie_word_embeddings && files.contains("model.embed_tokens.weight") &&
+        files.tensor(name).same_bytes(files.tensor("model.embed_tokens.weight")))
+      continue;
+    fail("{}: unexpected tensor '{}' (not part of {} as config.json describes it)", where(files, name), name,
+         config.architecture);
+  }
+  return stored_fused;
+}
+
+ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options) {
+  ModelWeights weights;
+  weights.source = folder;
+  weights.layout = model::parameter_layout(load_config(folder / "config.json"));
+  SafetensorsFolder files = SafetensorsFolder::open(folder);
+  weights.stored_fused = match_checkpoint(weights.layout, files);
+
+  for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
+    const auto& spec = weights.layout.parameters[i];
+    const std::string first = weights.stored_fused[i] ? spec.fused_hf_name : spec.pieces[0].name;
+    const DType disk_dtype = files.entry(first).dtype;
+    weights.disk_dtypes.push_back(disk_dtype);
+    Tensor parameter = Tensor::empty(spec.shape, options.dtype.value_or(disk_dtype));
+    if (weights.stored_fused[i]) {
+      ops::cast_into(files.tensor(spec.fused_hf_name), parameter);
+    } else {
+      int64_t offset = 0;
+      for (const auto& piece : spec.pieces) {
+        Tensor source = files.tensor(piece.name);
+        if (source.dtype() != disk_dtype)
+          fail("{}: tensor '{}' is {} but '{}', fused with it, is {}", where(files, piece.name), piece.name,
+               dtype_name(source.dtype()), first, dtype_name(disk_dtype));
+        ops::cast_into(source, parameter.flat_slice(offset, piece.shape));
+        offset += shape_numel(piece.shape);
+      }
+    }
+    weights.parameters.push_back(options.device.is_cpu() ? parameter : parameter.to(options.device));
+  }
+  return weights;
+}
+
+NamedTensors to_hf_tensors(const ModelWeights& weights) {
+  NamedTensors tensors;
+  for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
+    const auto& spec = weights.layout.parameters[i];
+    const Tensor& held = weights.parameters[i];
+    Tensor parameter = held.device().is_cpu() ? held : held.to(Device::cpu());
+    const DType disk_dtype = weights.disk_dtypes[i];
+    auto as_disk = [&](const Tensor& view) { return view.dtype() == disk_dtype ? view : ops::cast(view, disk_dtype); };
+    if (weights.stored_fused[i]) {
+      tensors.emplace_back(spec.fused_hf_name, as_disk(parameter));
+      continue;
+    }
+    int64_t offset = 0;
+    for (const auto& piece : spec.pieces) {
+      tensors.emplace_back(piece.name, as_disk(parameter.flat_slice(offset, piece.shape)));
+      offset += shape_numel(piece.shape);
+    }
+  }
+  return tensors;
+}
+
+void save_checkpoint(const ModelWeights& weights, const fs::path& folder, const SaveOptions& options) {
+  fs::create_directories(folder);
+  save_safetensors_folder(folder, to_hf_tensors(weights), options);
+  write_text_atomically(folder / "config.json", weights.config().json.dump(2) + "\n");
+  std::error_code same_error;
+  if (weights.source.empty() || fs::equivalent(weights.source, folder, same_error)) return;
+  for (const char* name : kCompanionFiles)
+    if (fs::exists(weights.source / name))
+      fs::copy_file(weights.source / name, folder / name, fs::copy_options::overwrite_existing);
+}
+
+}  // namespace moetune::io

@@ -1,0 +1,46 @@
+// Hugging Face model folders in and out of the engine's parameter set, through the family's parameter
+// layout (model/parameter_layout.h). Loading checks the folder against config.json: every tensor the
+// architecture needs is there with the shape the config implies, and nothing else is. Saving writes the HF
+// names, the per-expert layout and each tensor's dtype as it was on disk, so load -> save is bit-exact.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moetune/io/safetensors_folder.h"
+#include "moetune/model/parameter_layout.h"
+
+namespace moetune::io {
+
+struct LoadOptions {
+  std::optional<DType> dtype;  // the engine's dtype for every parameter; nullopt keeps the checkpoint's
+  Device device = Device::cpu();
+};
+
+struct ModelWeights {
+  model::ParameterLayout layout;
+  std::vector<Tensor> parameters;            // parallel to layout.parameters
+  std::vector<DType> disk_dtypes;            // parallel too: the dtype to write back
+  std::vector<bool> stored_fused;            // parallel too: written as one v5 fused tensor, not per piece
+  std::filesystem::path source;              // the folder it was loaded from, if any
+
+  const ModelConfig& config() const { return layout.config; }
+  const Tensor& parameter(const std::string& name) const;
+};
+
+// Checks a folder's tensors (names, shapes; no bytes read) against what the layout needs; errors name the
+// file and tensor at fault. Returns, per parameter, whether the folder holds it as one v5 fused tensor.
+std::vector<bool> match_checkpoint(const model::ParameterLayout& layout, const SafetensorsFolder& files);
+
+ModelWeights load_checkpoint(const std::filesystem::path& folder, const LoadOptions& options = {});
+
+// Writes config.json (as it was read), the weights (sharded at options.max_shard_bytes) and, when the weights
+// came from another folder, that folder's tokenizer and generation files.
+void save_checkpoint(const ModelWeights& weights, const std::filesystem::path& folder, const SaveOptions& options = {});
+
+// The HF tensors of `weights` as they would be saved: names, per-expert layout, disk dtypes.
+NamedTensors to_hf_tensors(const ModelWeights& weights);
+
+}  // namespace moetune::io

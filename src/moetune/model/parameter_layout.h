@@ -1,0 +1,51 @@
+// The engine's parameters for a model and how each maps to Hugging Face tensors (the state-dict adapter).
+//
+// Inside, the engine fuses what runs as one GEMM: q/k/v into `attn.qkv` [(nq+2nkv)·hd, H], gate and up into
+// `mlp.gate_up` [2I, H], and each MoE layer's experts stacked into `experts.gate_up` [E, 2I, H] and
+// `experts.down` [E, H, I] (DESIGN.md §2). Every fused tensor is, in flat row-major memory, the
+// concatenation of its HF tensors in order (q, k, v; gate, up; expert 0's gate, up, expert 1's, ...), so one
+// rule maps both ways: piece i occupies the next numel(piece i) elements. Nothing is transposed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moetune/core/tensor.h"
+#include "moetune/io/hf_config.h"
+
+namespace moetune::model {
+
+struct HfTensor {
+  std::string name;  // "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;
+};
+
+enum class ParameterRole { Embedding, Norm, Matmul, Bias, Router, Experts, LmHead };
+
+struct ParameterSpec {
+  std::string name;  // engine name, "layers.0.attn.qkv"
+  Shape shape;
+  ParameterRole role;
+  std::vector<HfTensor> pieces;  // concatenated in flat order to form the parameter
+  // transformers v5 keeps MoE experts fused in memory as mlp.experts.gate_up_proj / down_proj with exactly
+  // this layout; a checkpoint holding that one tensor instead of the per-expert pieces loads too.
+  std::string fused_hf_name;
+  // Of the parameter's elements, how many one token uses (experts: top-k of E), for active counts.
+  int64_t active_numel = 0;
+};
+
+struct ParameterLayout {
+  io::ModelConfig config;
+  std::vector<ParameterSpec> parameters;  // in the order HF lists its tensors
+
+  int64_t total_parameters() const;
+  int64_t active_parameters() const;
+  // Parameters that take part in a matmul per token (lm_head included, embedding lookup excluded): the
+  // N in the usual 6·N training FLOPs per token.
+  int64_t active_matmul_parameters() const;
+};
+
+// The layout of a decoder-only family (Llama, Qwen3, Qwen3-MoE): one builder, options from the config.
+ParameterLayout parameter_layout(const io::ModelConfig& config);
+
+}  // namespace moetune::model

@@ -1,0 +1,98 @@
+// Loading a Hugging Face folder into the engine's fused layout and saving it back is bit-exact, tensor by
+// tensor, for every fixture and every way of holding the weights.
+#include <gtest/gtest.h>
+
+#include "moetune/io/checkpoint.h"
+#include "moetune/ops/cast.h"
+#include "test_util.h"
+
+namespace moetune::io {
+namespace {
+
+using testing::ScratchDir;
+
+const char* kFixtures[] = {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny"};
+
+void expect_same_tensors(const std::filesystem::path& expected_dir, const std::filesystem::path& actual_dir) {
+  SafetensorsFolder expected = SafetensorsFolder::open(expected_dir), actual = SafetensorsFolder::open(actual_dir);
+  ASSERT_EQ(expected.names(), actual.names());
+  for (const auto& name : expected.names()) {
+    Tensor a = expected.tensor(name), b = actual.tensor(name);
+    EXPECT_TRUE(a.same_bytes(b)) << name << ": " << a.str() << " vs " << b.str();
+  }
+}
+
+TEST(Checkpoint, RoundTripIsBitExactInTheCheckpointDtype) {
+  for (const char* name : kFixtures) {
+    ScratchDir out;
+    ModelWeights weights = load_checkpoint(testing::fixture(name));
+    save_checkpoint(weights, out.path());
+    expect_same_tensors(testing::fixture(name), out.path());
+    EXPECT_TRUE(std::filesystem::exists(out / "generation_config.json")) << name;
+  }
+}
+
+TEST(Checkpoint, RoundTripThroughF32EngineWeightsIsBitExact) {
+  for (const char* name : kFixtures) {
+    ScratchDir out;
+    ModelWeights weights = load_checkpoint(testing::fixture(name), LoadOptions{DType::F32});
+    for (const Tensor& p : weights.parameters) EXPECT_EQ(p.dtype(), DType::F32);
+    save_checkpoint(weights, out.path(), SaveOptions{20000});  // and re-sharded differently
+    expect_same_tensors(testing::fixture(name), out.path());
+  }
+}
+
+TEST(Checkpoint, ExpertsAreStackedAndFused) {
+  ModelWeights weights = load_checkpoint(testing::fixture("qwen3_moe_tiny"), LoadOptions{DType::F32});
+  const ModelConfig& c = weights.config();
+  const Tensor& gate_up = weights.parameter("layers.0.moe.experts_gate_up");
+  const Tensor& down = weights.parameter("layers.0.moe.experts_down");
+  EXPECT_EQ(gate_up.shape(), Shape({c.num_experts, 2 * c.moe_intermediate_size, c.hidden_size}));
+  EXPECT_EQ(down.shape(), Shape({c.num_experts, c.hidden_size, c.moe_intermediate_size}));
+  SafetensorsFolder files = SafetensorsFolder::open(testing::fixture("qwen3_moe_tiny"));
+  // Expert 2's up rows are the second half of its [2I, H] block.
+  Tensor up = ops::cast(files.tensor("model.layers.0.mlp.experts.2.up_proj.weight"), DType::F32);
+  EXPECT_TRUE(gate_up[2].narrow(c.moe_intermediate_size, c.moe_intermediate_size).clone().same_bytes(up));
+  Tensor expert_down = ops::cast(files.tensor("model.layers.0.mlp.experts.3.down_proj.weight"), DType::F32);
+  EXPECT_TRUE(down[3].clone().same_bytes(expert_down));
+  // Layer 1 is in mlp_only_layers: a dense MLP, gate and up fused.
+  EXPECT_EQ(weights.parameter("layers.1.mlp.gate_up").shape(), Shape({2 * c.intermediate_size, c.hidden_size}));
+  // q, k, v fused in that order.
+  const Tensor& qkv = weights.parameter("layers.0.attn.qkv");
+  Tensor k = ops::cast(files.tensor("model.layers.0.self_attn.k_proj.weight"), DType::F32);
+  EXPECT_TRUE(qkv.narrow(c.num_attention_heads * c.head_dim, k.size(0)).clone().same_bytes(k));
+}
+
+TEST(Checkpoint, V5FusedExpertTensorsLoadAndSaveBack) {
+  // A folder holding mlp.experts.gate_up_proj / down_proj as transformers v5 keeps them in memory.
+  ScratchDir fused, out;
+  ModelWeights weights = load_checkpoint(testing::fixture("qwen3_moe_tiny"));
+  for (size_t i = 0; i < weights.parameters.size(); ++i) weights.stored_fused[i] = !weights.layout.parameters[i].fused_hf_name.empty();
+  save_checkpoint(weights, fused.path());
+  EXPECT_TRUE(SafetensorsFolder::open(fused.path()).contains("model.layers.0.mlp.experts.gate_up_proj"));
+  ModelWeights reloaded = load_checkpoint(fused.path());
+  for (size_t i = 0; i < weights.parameters.size(); ++i)
+    EXPECT_TRUE(reloaded.parameters[i].same_bytes(weights.parameters[i])) << weights.layout.parameters[i].name;
+  // Saved per expert again, it matches the original folder.
+  std::fill(reloaded.stored_fused.begin(), reloaded.stored_fused.end(), false);
+  save_checkpoint(reloaded, out.path());
+  expect_same_tensors(testing::fixture("qwen3_moe_tiny"), out.path());
+}
+
+TEST(Checkpoint, TiedModelsHaveNoLmHead) {
+  ModelWeights weights = load_checkpoint(testing::fixture("qwen3_tiny"));
+  EXPECT_TRUE(weights.config().tie_word_embeddings);
+  EXPECT_THROW(weights.parameter("lm_head"), Error);
+}
+
+TEST(Checkpoint, GpuLoadRoundTrips) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_unavailable_reason();
+  ScratchDir out;
+  ModelWeights weights = load_checkpoint(testing::fixture("qwen3_moe_tied_bf16"), LoadOptions{DType::F32, Device::cuda()});
+  EXPECT_TRUE(weights.parameters[0].device().is_cuda());
+  save_checkpoint(weights, out.path());
+  expect_same_tensors(testing::fixture("qwen3_moe_tied_bf16"), out.path());
+}
+
+}  // namespace
+}  // namespace moetune::io

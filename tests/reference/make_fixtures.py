@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Builds the tiny Hugging Face models the C++ tests check moetune against.
+
+Each fixture is a folder saved by transformers' save_pretrained (random weights, fixed seed) plus
+`reference.safetensors` (input_ids and the logits transformers computes for them, in fp32) and
+`expected.json` (parameter count as transformers counts it, and the versions that made the fixture).
+
+Run:  python3 tests/reference/make_fixtures.py tests/fixtures
+Needs torch and transformers v5 (the fixtures in the repo were made with the versions in expected.json).
+"""
+import json
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
+
+VOCAB = 96
+
+FIXTURES = {
+    # MoE with one dense layer among MoE layers, renormalised top-k, untied, fp32, sharded into several files.
+    "qwen3_moe_tiny": dict(
+        config=Qwen3MoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4,
+            num_experts_per_tok=2, moe_intermediate_size=16, mlp_only_layers=[1], norm_topk_prob=True,
+            rope_theta=1e6, max_position_embeddings=64, tie_word_embeddings=False,
+            output_router_logits=True, router_aux_loss_coef=0.01),
+        dtype=torch.float32, max_shard_size="40KB"),
+    # MoE with decoder_sparse_step 2, no renormalisation, tied embeddings, bf16.
+    "qwen3_moe_tied_bf16": dict(
+        config=Qwen3MoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8,
+            num_experts_per_tok=2, moe_intermediate_size=8, decoder_sparse_step=2, norm_topk_prob=False,
+            max_position_embeddings=64, tie_word_embeddings=True),
+        dtype=torch.bfloat16, max_shard_size=None),
+    # Dense Qwen3 (q/k norm), tied embeddings, bf16.
+    "qwen3_tiny": dict(
+        config=Qwen3Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+            tie_word_embeddings=True),
+        dtype=torch.bfloat16, max_shard_size=None),
+    # Llama with llama3 RoPE scaling and attention / MLP biases, fp32.
+    "llama_tiny": dict(
+        config=LlamaConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=128,
+            attention_bias=True, mlp_bias=True, bos_token_id=1, eos_token_id=2,
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+            tie_word_embeddings=False),
+        dtype=torch.float32, max_shard_size=None),
+}
+
+
+def make(out_root: Path, name: str, spec: dict) -> None:
+    torch.manual_seed(1234)
+    config = spec["config"]
+    config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
+    model = AutoModelForCausalLM.from_config(config, dtype=spec["dtype"])
+    # Random weights far from init so that dtype and layout mistakes show; norms too (they init to ones).
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p, dtype=torch.float32).to(p.dtype) * 0.5)
+    folder = out_root / name
+    kwargs = {"max_shard_size": spec["max_shard_size"]} if spec["max_shard_size"] else {}
+    model.save_pretrained(folder, **kwargs)
+
+    input_ids = torch.tensor([[3, 17, 42, 5, 88, 9, 61, 27]], dtype=torch.int64)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=input_ids).logits.float()
+    save_file({"input_ids": input_ids, "logits": logits.contiguous()}, folder / "reference.safetensors",
+              metadata={"format": "pt"})
+    expected = {
+        "num_parameters": model.num_parameters(),
+        "architecture": config.architectures[0],
+        "dtype": str(spec["dtype"]).replace("torch.", ""),
+        "made_with": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
+    print(f"{name}: {expected['num_parameters']} parameters, {len(list(folder.glob('*.safetensors')))} files")
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures")
+    for fixture_name, fixture_spec in FIXTURES.items():
+        make(root, fixture_name, fixture_spec)

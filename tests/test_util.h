@@ -1,0 +1,29 @@
+// Helpers shared by the tests: scratch folders, fixture paths, hand-made safetensors bytes.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace moetune::testing {
+
+// A fresh folder under the system temp dir, removed when the object goes.
+class ScratchDir {
+ public:
+  ScratchDir();
+  ~ScratchDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::filesystem::path fixture(const std::string& name);
+std::string read_file(const std::filesystem::path& path);
+void write_file(const std::filesystem::path& path, const std::string& bytes);
+// A safetensors file's bytes from a header text and a data section, the length prefix computed here.
+std::string safetensors_bytes(const std::string& header, const std::string& data);
+// Copies a fixture folder, for tests that break it.
+void copy_folder(const std::filesystem::path& from, const std::filesystem::path& to);
+
+}  // namespace moetune::testing
