@@ -3,7 +3,9 @@
 #include <cstdio>
 
 #include "moetune/cli/inspect.h"
+#include "moetune/cli/sizes.h"
 #include "moetune/core/error.h"
+#include "moetune/io/checkpoint.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"moetune: fine-tune Hugging Face transformer checkpoints, Mixture-of-Experts first"};
@@ -17,11 +19,24 @@ int main(int argc, char** argv) {
   inspect->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (config.json + *.safetensors)")->required();
   inspect->add_flag("--json", as_json, "Print the report as JSON");
 
+  std::string output_dir, max_shard_size = "5GB";
+  CLI::App* convert = app.add_subcommand(
+      "convert", "Load an HF model folder through moetune and save it again (re-shard; checks the round trip)");
+  convert->add_option("MODEL_DIR", model_dir, "Hugging Face model folder to read")->required();
+  convert->add_option("OUTPUT_DIR", output_dir, "Folder to write (created; its old weight files are replaced)")->required();
+  convert->add_option("--max-shard-size", max_shard_size, "Largest shard, as transformers spells it: 5GB, 500MB, 2GiB")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*inspect) {
       nlohmann::json report = moetune::cli::inspect_model(model_dir);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_inspection(report).c_str(), stdout);
+    } else if (*convert) {
+      const size_t shard_bytes = moetune::cli::parse_size(max_shard_size, "--max-shard-size");
+      moetune::io::ModelWeights weights = moetune::io::load_checkpoint(model_dir);
+      moetune::io::save_checkpoint(weights, output_dir, {shard_bytes});
+      std::printf("%s -> %s: %zu parameters saved\n", model_dir.c_str(), output_dir.c_str(), weights.parameters.size());
     }
   } catch (const moetune::Error& e) {
     std::fprintf(stderr, "moetune: error: %s\n", e.what());
