@@ -2,7 +2,7 @@
 # Installs the Debian packages moetune builds with. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev)
+packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libopenblas-dev)
 
 missing=()
 for package in "${packages[@]}"; do

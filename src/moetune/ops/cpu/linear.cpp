@@ -1,0 +1,23 @@
+#include <cblas.h>
+
+#include "moetune/ops/linear.h"
+
+namespace moetune::ops {
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  MOETUNE_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "linear: x {} with weight {}",
+                x.str(), weight.str());
+  const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
+  Tensor y = Tensor::empty({rows, out}, DType::F32);
+  float* yd = y.data<float>();
+  if (bias.defined()) {
+    MOETUNE_CHECK(bias.numel() == out, "linear: bias {} for {} outputs", bias.str(), out);
+    for (int64_t r = 0; r < rows; ++r) std::copy(bias.data<float>(), bias.data<float>() + out, yd + r * out);
+  }
+  if (rows == 0 || out == 0) return y;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(out), int(in), 1.0f, x.data<float>(), int(in),
+              weight.data<float>(), int(in), bias.defined() ? 1.0f : 0.0f, yd, int(out));
+  return y;
+}
+
+}  // namespace moetune::ops
