@@ -33,10 +33,16 @@ void check_shape(const SafetensorsFolder& folder, const std::string& name, const
 
 }  // namespace
 
-const Tensor& ModelWeights::parameter(const std::string& name) const {
+const Tensor* ModelWeights::find(const std::string& name) const {
   for (size_t i = 0; i < parameters.size(); ++i)
-    if (layout.parameters[i].name == name) return parameters[i];
-  fail("no parameter '{}' in this {} model", name, layout.config.architecture);
+    if (layout.parameters[i].name == name) return &parameters[i];
+  return nullptr;
+}
+
+const Tensor& ModelWeights::parameter(const std::string& name) const {
+  const Tensor* found = find(name);
+  if (!found) fail("no parameter '{}' in this {} model", name, layout.config.architecture);
+  return *found;
 }
 
 std::vector<bool> match_checkpoint(const model::ParameterLayout& layout, const SafetensorsFolder& files) {

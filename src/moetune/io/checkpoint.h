@@ -27,7 +27,8 @@ struct ModelWeights {
   std::filesystem::path source;              // the folder it was loaded from, if any
 
   const ModelConfig& config() const { return layout.config; }
-  const Tensor& parameter(const std::string& name) const;
+  const Tensor& parameter(const std::string& name) const;  // fails naming the parameter when absent
+  const Tensor* find(const std::string& name) const;       // null when absent (optional biases, lm_head)
 };
 
 // Checks a folder's tensors (names, shapes; no bytes read) against what the layout needs; errors name the

@@ -33,9 +33,8 @@ CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
 }
 
 Tensor CausalLM::optional(const std::string& name) const {
-  for (size_t i = 0; i < weights_.parameters.size(); ++i)
-    if (weights_.layout.parameters[i].name == name) return weights_.parameters[i];
-  return {};
+  const Tensor* found = weights_.find(name);
+  return found ? *found : Tensor();
 }
 
 Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& position_ids) const {
