@@ -1,5 +1,6 @@
 #include "moetune/core/device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -46,8 +47,9 @@ std::string cuda_unavailable_reason() { return "moetune was built without CUDA (
 
 void* device_allocate(size_t nbytes, Device device) {
   if (device.is_cpu()) {
-    // 64-byte alignment keeps every dtype and SIMD load aligned; round the size up as aligned_alloc needs.
-    void* data = std::aligned_alloc(64, (nbytes + 63) / 64 * 64 + 64 * (nbytes == 0));
+    // 64-byte alignment keeps every dtype and SIMD load aligned; aligned_alloc wants a multiple of it, and
+    // an empty tensor still gets a real (unique, freeable) pointer.
+    void* data = std::aligned_alloc(64, std::max<size_t>(64, (nbytes + 63) / 64 * 64));
     if (!data) throw std::bad_alloc();
     return data;
   }

@@ -48,7 +48,7 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 
 std::optional<DType> dtype_from_torch_name(std::string_view name) {
   if (name.starts_with("torch.")) name.remove_prefix(6);
-  if (name == "float" ) return DType::F32;
+  if (name == "float") return DType::F32;
   if (name == "half") return DType::F16;
   for (const auto& entry : kDTypes)
     if (entry.torch_name == name) return entry.dtype;

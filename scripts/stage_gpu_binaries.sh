@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Here (the dev machine): copies the release binaries, stripped, and the shared libraries the GPU machine's
+# image lacks into .devcarry/ (git-ignored), for the device tool to carry: run(..., carry=[".devcarry"]).
+# Building there is not possible: its image has nvcc and cmake but not the Debian -dev packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh release
+grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .git/info/exclude
+rm -rf .devcarry && mkdir -p .devcarry
+cp build/src/moetune/moetune build/tests/moetune_tests .devcarry/
+strip --strip-debug .devcarry/moetune .devcarry/moetune_tests
+for library in $(ldd build/tests/moetune_tests | awk '/libfmt|libopenblas|libgfortran|libquadmath/ {print $3}'); do
+  cp -L "$library" .devcarry/
+done
+du -sh .devcarry
