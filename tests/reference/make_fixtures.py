@@ -54,6 +54,22 @@ FIXTURES = {
                           "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
             tie_word_embeddings=False),
         dtype=torch.float32, max_shard_size=None),
+    # Like qwen3_moe_tiny but every layer MoE, no renormalisation, tied embeddings, fp32 (parity tests).
+    "qwen3_moe_tied_f32": dict(
+        config=Qwen3MoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4,
+            num_experts_per_tok=2, moe_intermediate_size=16, decoder_sparse_step=1, mlp_only_layers=[],
+            norm_topk_prob=False, rope_theta=1e6, max_position_embeddings=64, tie_word_embeddings=True,
+            output_router_logits=True, router_aux_loss_coef=0.02),
+        dtype=torch.float32, max_shard_size=None),
+    # Like qwen3_tiny but fp32 and untied (parity tests).
+    "qwen3_f32": dict(
+        config=Qwen3Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+            tie_word_embeddings=False),
+        dtype=torch.float32, max_shard_size=None),
 }
 
 

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "moetune/cli/eval.h"
 #include "moetune/cli/inspect.h"
 #include "moetune/cli/sizes.h"
 #include "moetune/core/error.h"
@@ -27,6 +28,13 @@ int main(int argc, char** argv) {
   convert->add_option("--max-shard-size", max_shard_size, "Largest shard, as transformers spells it: 5GB, 500MB, 2GiB")
       ->capture_default_str();
 
+  std::string data_file;
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Mean token cross-entropy and perplexity of an HF model folder on token-id JSONL");
+  eval->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (config.json + *.safetensors)")->required();
+  eval->add_option("--data", data_file, "JSONL file, one {\"input_ids\": [ids...]} object per line")->required();
+  eval->add_flag("--json", as_json, "Print the report as JSON");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*inspect) {
@@ -37,6 +45,9 @@ int main(int argc, char** argv) {
       moetune::io::ModelWeights weights = moetune::io::load_checkpoint(model_dir);
       moetune::io::save_checkpoint(weights, output_dir, {shard_bytes});
       std::printf("%s -> %s: %zu parameters saved\n", model_dir.c_str(), output_dir.c_str(), weights.parameters.size());
+    } else if (*eval) {
+      nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file);
+      std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_evaluation(report).c_str(), stdout);
     }
   } catch (const moetune::Error& e) {
     std::fprintf(stderr, "moetune: error: %s\n", e.what());

@@ -1,94 +1,134 @@
 #include "moetune/model/causal_lm.h"
 
-#include <cmath>
-
-#include "moetune/ops/attention.h"
+#include "moetune/ops/embedding.h"
 #include "moetune/ops/linear.h"
-#include "moetune/ops/moe.h"
+#include "moetune/ops/loss.h"
 #include "moetune/ops/norm.h"
-#include "moetune/ops/rope.h"
 
 namespace moetune::model {
-namespace {
-
-// Columns [first, first + count) of a [T, C] tensor, as a new [T, count] tensor.
-Tensor columns(const Tensor& x, int64_t first, int64_t count) {
-  const int64_t rows = x.size(0), width = x.size(1);
-  Tensor out = Tensor::empty({rows, count}, DType::F32);
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy_n(x.data<float>() + r * width + first, count, out.data<float>() + r * count);
-  return out;
-}
-
-void add_into(Tensor& sum, const Tensor& term) {
-  float* s = sum.data<float>();
-  const float* t = term.data<float>();
-  for (int64_t i = 0; i < sum.numel(); ++i) s[i] += t[i];
-}
-
-}  // namespace
 
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
   return CausalLM(io::load_checkpoint(folder, io::LoadOptions{DType::F32}));
 }
 
-Tensor CausalLM::optional(const std::string& name) const {
-  const Tensor* found = weights_.find(name);
-  return found ? *found : Tensor();
+CausalLM::CausalLM(io::ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+  const io::ModelConfig& c = config();
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const std::string prefix = fmt::format("layers.{}.", layer);
+    Layer& l = layers_.emplace_back(Layer{AttentionBlock(*store_, prefix, c), std::nullopt, std::nullopt});
+    if (c.is_moe_layer(layer))
+      l.moe.emplace(*store_, prefix, c);
+    else
+      l.dense.emplace(*store_, prefix, c);
+  }
 }
 
-Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& position_ids) const {
+Tensor CausalLM::run_layers(const Tensor& input_ids, const SequenceLayout& layout) {
+  Tensor h = ops::embedding(input_ids.view({-1}), store_->get("embed_tokens").value);
+  for (Layer& layer : layers_) {
+    h = layer.attention.forward(h, layout);
+    h = layer.moe ? layer.moe->forward(h) : layer.dense->forward(h);
+  }
+  return h;
+}
+
+CausalLMOutput CausalLM::forward(const Batch& batch) {
   const io::ModelConfig& c = config();
-  MOETUNE_CHECK(input_ids.dim() == 2 && input_ids.dtype() == DType::I64, "forward: input_ids must be I64 [B, S], got {}",
-                input_ids.str());
-  const int64_t batch = input_ids.size(0), seq = input_ids.size(1), tokens = batch * seq, hidden = c.hidden_size;
-  const int64_t hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
+  MOETUNE_CHECK(batch.input_ids.dim() == 2 && batch.input_ids.dtype() == DType::I64,
+                "forward: input_ids must be I64 [B, S], got {}", batch.input_ids.str());
+  const int64_t rows = batch.input_ids.size(0), seq = batch.input_ids.size(1);
+  stash_ = {};
+  stash_.input_ids = batch.input_ids;
+  stash_.layout = sequence_layout(c, batch.input_ids, batch.position_ids, batch.attention_mask);
+  stash_.final_hidden = run_layers(batch.input_ids, stash_.layout);
+  const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
+  stash_.logits = ops::linear(ops::rms_norm(stash_.final_hidden, store_->get("final_norm").value, c.rms_norm_eps), head.value);
 
-  std::vector<int64_t> positions(static_cast<size_t>(tokens)), document_start(static_cast<size_t>(tokens));
-  for (int64_t t = 0; t < tokens; ++t) {
-    positions[size_t(t)] = position_ids.defined() ? position_ids.data<int64_t>()[t] : t % seq;
-    const bool starts = t % seq == 0 || positions[size_t(t)] != positions[size_t(t - 1)] + 1;
-    document_start[size_t(t)] = starts ? t : document_start[size_t(t - 1)];
+  CausalLMOutput output;
+  output.logits = stash_.logits.view({rows, seq, c.vocab_size});
+  if (!batch.labels.defined()) return output;
+  MOETUNE_CHECK(batch.labels.shape() == batch.input_ids.shape(), "forward: labels {} for input_ids {}", batch.labels.str(),
+                batch.input_ids.str());
+  stash_.targets = ops::shift_labels(batch.labels);
+  const ops::CrossEntropy ce = ops::cross_entropy(stash_.logits, stash_.targets);
+  output.num_tokens = ce.count;
+  const double divisor = batch.num_items_in_batch.value_or(double(ce.count));
+  stash_.lm_scale = divisor > 0 ? 1.0 / divisor : 0.0;
+  output.lm_loss = ce.loss_sum * stash_.lm_scale;
+  output.loss = output.lm_loss;
+  if (c.is_moe() && batch.output_router_logits.value_or(c.output_router_logits)) {
+    std::vector<ops::Routing> routings;
+    for (const Layer& layer : layers_)
+      if (layer.moe) routings.push_back(layer.moe->routing());
+    output.aux_loss = ops::load_balancing_loss(routings, stash_.layout.token_valid);
+    stash_.aux_scale = c.router_aux_loss_coef;
+    output.loss += stash_.aux_scale * output.aux_loss;
   }
+  stash_.ready = true;
+  return output;
+}
 
-  const Tensor& embedding = parameter("embed_tokens");
-  Tensor h = Tensor::empty({tokens, hidden}, DType::F32);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t id = input_ids.data<int64_t>()[t];
-    MOETUNE_CHECK(id >= 0 && id < c.vocab_size, "forward: token id {} at position {} is outside the vocabulary of {}",
-                  id, t, c.vocab_size);
-    std::copy_n(embedding.data<float>() + id * hidden, hidden, h.data<float>() + t * hidden);
+Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& position_ids) {
+  Batch batch;
+  batch.input_ids = input_ids;
+  batch.position_ids = position_ids;
+  Tensor logits = forward(batch).logits;
+  for (Layer& layer : layers_) {
+    layer.attention.clear_stash();
+    if (layer.moe) layer.moe->clear_stash();
+    if (layer.dense) layer.dense->clear_stash();
   }
+  stash_ = {};
+  return logits;
+}
 
-  const std::vector<float> inverse_frequencies = ops::rope_inverse_frequencies(c.rope, hd);
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const std::string p = fmt::format("layers.{}.", layer);
-    Tensor x = ops::rms_norm(h, parameter(p + "input_norm"), c.rms_norm_eps);
-    Tensor qkv = ops::linear(x, parameter(p + "attn.qkv"), optional(p + "attn.qkv_bias"));
-    Tensor q = columns(qkv, 0, nq * hd).view({tokens, nq, hd});
-    Tensor k = columns(qkv, nq * hd, nkv * hd).view({tokens, nkv, hd});
-    Tensor v = columns(qkv, (nq + nkv) * hd, nkv * hd).view({tokens, nkv, hd});
-    if (c.qk_norm) {
-      q = ops::rms_norm(q, parameter(p + "attn.q_norm"), c.rms_norm_eps);
-      k = ops::rms_norm(k, parameter(p + "attn.k_norm"), c.rms_norm_eps);
-    }
-    ops::apply_rope(q, inverse_frequencies, positions);
-    ops::apply_rope(k, inverse_frequencies, positions);
-    Tensor attended = ops::causal_attention(q, k, v, document_start, 1.0 / std::sqrt(double(hd)));
-    add_into(h, ops::linear(attended.view({tokens, nq * hd}), parameter(p + "attn.o"), optional(p + "attn.o_bias")));
+void CausalLM::backward() {
+  MOETUNE_CHECK(stash_.ready, "backward() needs a forward() with labels first (and only one backward per forward)");
+  const io::ModelConfig& c = config();
+  const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
+  const Param final_norm = store_->get("final_norm");
+  const Tensor dlogits = ops::cross_entropy_backward(stash_.logits, stash_.targets, stash_.lm_scale);
+  const Tensor normed = ops::rms_norm(stash_.final_hidden, final_norm.value, c.rms_norm_eps);
+  Tensor dh = ops::linear_backward(dlogits, normed, head.value, head.grad);
+  dh = ops::rms_norm_backward(dh, stash_.final_hidden, final_norm.value, c.rms_norm_eps, final_norm.grad);
 
-    x = ops::rms_norm(h, parameter(p + "post_attn_norm"), c.rms_norm_eps);
-    if (c.is_moe_layer(layer)) {
-      ops::Routing routing = ops::route_softmax_topk(x, parameter(p + "moe.router"), c.num_experts_per_tok, c.norm_topk_prob);
-      add_into(h, ops::moe_experts(x, routing, parameter(p + "moe.experts_gate_up"), parameter(p + "moe.experts_down")));
+  // The aux loss reads every MoE layer's router logits at once; its gradient is handed to each layer.
+  std::vector<ops::Routing> routings;
+  std::vector<Tensor> drouter_logits;
+  if (stash_.aux_scale != 0) {
+    for (const Layer& layer : layers_)
+      if (layer.moe) {
+        routings.push_back(layer.moe->routing());
+        drouter_logits.push_back(Tensor::zeros(layer.moe->routing().logits.shape(), DType::F32));
+      }
+    ops::load_balancing_loss_backward(routings, stash_.layout.token_valid, stash_.aux_scale, drouter_logits);
+  }
+  size_t moe_index = routings.size();
+  for (auto layer = layers_.rbegin(); layer != layers_.rend(); ++layer) {
+    if (layer->moe) {
+      const Tensor extra = drouter_logits.empty() ? Tensor() : drouter_logits[--moe_index];
+      dh = layer->moe->backward(dh, extra);
+      layer->moe->clear_stash();
     } else {
-      Tensor inner = ops::swiglu(ops::linear(x, parameter(p + "mlp.gate_up"), optional(p + "mlp.gate_up_bias")));
-      add_into(h, ops::linear(inner, parameter(p + "mlp.down"), optional(p + "mlp.down_bias")));
+      dh = layer->dense->backward(dh);
+      layer->dense->clear_stash();
     }
+    dh = layer->attention.backward(dh, stash_.layout);
+    layer->attention.clear_stash();
   }
-  Tensor final_hidden = ops::rms_norm(h, parameter("final_norm"), c.rms_norm_eps);
-  const Tensor& head = c.tie_word_embeddings ? embedding : parameter("lm_head");
-  return ops::linear(final_hidden, head).view({batch, seq, c.vocab_size});
+  ops::embedding_backward(dh, stash_.input_ids.view({-1}), store_->get("embed_tokens").grad);
+  stash_ = {};
+}
+
+void CausalLM::save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options) const {
+  io::save_checkpoint(store_->weights(), folder, options);
+}
+
+size_t CausalLM::stash_bytes() const {
+  size_t total = stash_.final_hidden.defined() ? stash_.final_hidden.nbytes() + stash_.logits.nbytes() : 0;
+  for (const Layer& layer : layers_)
+    total += layer.attention.stash_bytes() + (layer.moe ? layer.moe->stash_bytes() : layer.dense->stash_bytes());
+  return total;
 }
 
 }  // namespace moetune::model

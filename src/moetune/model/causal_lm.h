@@ -1,30 +1,81 @@
-// A decoder-only causal LM (Llama, Qwen3, Qwen3-MoE) on the CPU in fp32: the reference every GPU kernel
-// is compared with. Forward only for now; each block's backward and its stash come next (issue 3).
+// A decoder-only causal LM (Llama, Qwen3, Qwen3-MoE) on the CPU in fp32: the reference every GPU kernel is
+// compared with. The API reads like transformers': from_pretrained, forward (logits, loss, aux loss),
+// backward (gradients accumulate, as loss.backward() does), save_pretrained. There is no autograd: each block
+// has an explicit backward and keeps its own stash, whose size stash_bytes() reports.
 #pragma once
 
+#include <cmath>
 #include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
 
-#include "moetune/io/checkpoint.h"
+#include "moetune/model/attention_block.h"
+#include "moetune/model/mlp_block.h"
+#include "moetune/model/moe_block.h"
+#include "moetune/model/parameter_store.h"
+#include "moetune/model/sequence_layout.h"
 
 namespace moetune::model {
+
+struct Batch {
+  Tensor input_ids;                            // [B, S] I64
+  Tensor labels;                               // [B, S] I64, -100 where not scored; undefined: no loss
+  Tensor attention_mask;                       // [B, S] I64, 0 for padding; undefined: none
+  Tensor position_ids;                         // [B, S] I64, restarting per packed document; undefined: 0..S-1
+  std::optional<double> num_items_in_batch;    // CE = sum / this (gradient accumulation) instead of the mean
+  std::optional<bool> output_router_logits;    // add the MoE aux loss; default: config.json's setting
+};
+
+struct CausalLMOutput {
+  Tensor logits;             // [B, S, V] fp32
+  double loss = NAN;         // lm_loss + router_aux_loss_coef · aux_loss; NaN without labels
+  double lm_loss = NAN;      // the cross-entropy part
+  double aux_loss = NAN;     // the load-balancing loss; NaN when not computed
+  int64_t num_tokens = 0;    // tokens the cross-entropy counted
+};
 
 class CausalLM {
  public:
   static CausalLM from_pretrained(const std::filesystem::path& folder);
 
-  // input_ids [B, S] (i64). position_ids [B, S] or undefined (then 0..S-1 per row); where a position does
-  // not follow its predecessor by one a new document starts, and attention does not cross it (packing).
-  // Returns logits [B, S, vocab] in fp32.
-  Tensor forward(const Tensor& input_ids, const Tensor& position_ids = {}) const;
+  // Keeps the stash for backward() when labels are given.
+  CausalLMOutput forward(const Batch& batch);
+  // Logits only, for evaluation: input_ids [B, S], position_ids as in Batch.
+  Tensor forward(const Tensor& input_ids, const Tensor& position_ids = {});
+  // Adds d(loss)/d(parameter) of the last forward into the gradients, then drops the stash.
+  void backward();
+  void zero_grad() { store_->zero_grad(); }
+  void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const;
 
-  const io::ModelWeights& weights() const { return weights_; }
-  const io::ModelConfig& config() const { return weights_.config(); }
+  ParameterStore& parameters() { return *store_; }
+  const io::ModelWeights& weights() const { return store_->weights(); }
+  const io::ModelConfig& config() const { return store_->weights().config(); }
+  size_t stash_bytes() const;  // bytes the last forward keeps for the backward pass
 
  private:
-  explicit CausalLM(io::ModelWeights weights) : weights_(std::move(weights)) {}
-  const Tensor& parameter(const std::string& name) const { return weights_.parameter(name); }
-  Tensor optional(const std::string& name) const;
-  io::ModelWeights weights_;
+  struct Layer {
+    AttentionBlock attention;
+    std::optional<DenseMlpBlock> dense;
+    std::optional<MoeBlock> moe;
+  };
+  struct Stash {
+    Tensor input_ids;
+    SequenceLayout layout;
+    Tensor final_hidden;            // before the final norm
+    Tensor logits;                  // [T, V]
+    std::vector<int64_t> targets;   // shifted labels
+    double lm_scale = 0;            // d(loss)/d(loss_sum)
+    double aux_scale = 0;           // router_aux_loss_coef, or 0 without the aux loss
+    bool ready = false;
+  };
+
+  explicit CausalLM(io::ModelWeights weights);
+  Tensor run_layers(const Tensor& input_ids, const SequenceLayout& layout);
+
+  std::unique_ptr<ParameterStore> store_;  // on the heap: the blocks keep references into it
+  std::vector<Layer> layers_;
+  Stash stash_;
 };
 
 }  // namespace moetune::model

@@ -7,4 +7,8 @@ namespace moetune::ops {
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
 
+// Given dy: accumulates dweight += Σ_rows dy ⊙ x̂ and returns dx. The statistics are recomputed from x, so
+// a block keeps only its input for the backward pass.
+Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, double eps, const Tensor& dweight);
+
 }  // namespace moetune::ops

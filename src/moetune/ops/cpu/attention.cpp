@@ -3,41 +3,97 @@
 #include "moetune/ops/attention.h"
 
 namespace moetune::ops {
+namespace {
 
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& document_start,
-                        double scale) {
+struct Shapes {
+  int64_t tokens, heads, kv_heads, d, group;
+};
+
+Shapes check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask) {
   const int64_t tokens = q.size(0), heads = q.size(1), d = q.size(2), kv_heads = k.size(1);
-  MOETUNE_CHECK(heads % kv_heads == 0 && k.shape() == v.shape() && k.size(0) == tokens && k.size(2) == d,
-                "causal_attention: q {}, k {}, v {}", q.str(), k.str(), v.str());
-  const int64_t group = heads / kv_heads;
-  Tensor out = Tensor::zeros({tokens, heads, d}, DType::F32);
-  const float *qd = q.data<float>(), *kd = k.data<float>(), *vd = v.data<float>();
-  float* od = out.data<float>();
-  std::vector<float> scores(static_cast<size_t>(tokens));
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t first = document_start[size_t(t)];
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t kv = h / group;
-      const float* qv = qd + (t * heads + h) * d;
-      float max_score = -INFINITY;
-      for (int64_t j = first; j <= t; ++j) {
-        const float* kv_row = kd + (j * kv_heads + kv) * d;
-        float dot = 0.0f;
-        for (int64_t i = 0; i < d; ++i) dot += qv[i] * kv_row[i];
-        scores[size_t(j)] = dot * float(scale);
-        max_score = std::max(max_score, scores[size_t(j)]);
-      }
-      float total = 0.0f;
-      for (int64_t j = first; j <= t; ++j) total += (scores[size_t(j)] = std::exp(scores[size_t(j)] - max_score));
-      float* o = od + (t * heads + h) * d;
-      for (int64_t j = first; j <= t; ++j) {
-        const float p = scores[size_t(j)] / total;
-        const float* vv = vd + (j * kv_heads + kv) * d;
-        for (int64_t i = 0; i < d; ++i) o[i] += p * vv[i];
+  MOETUNE_CHECK(heads % kv_heads == 0 && k.shape() == v.shape() && k.size(0) == tokens && k.size(2) == d &&
+                    int64_t(mask.document_start.size()) == tokens &&
+                    (mask.key_valid.empty() || int64_t(mask.key_valid.size()) == tokens),
+                "causal_attention: q {}, k {}, v {}, mask of {} tokens", q.str(), k.str(), v.str(),
+                mask.document_start.size());
+  return {tokens, heads, kv_heads, d, heads / kv_heads};
+}
+
+// Softmax probabilities of query (t, h) over keys [document_start[t], t] into `p` (indexed by key); returns
+// false when no key is visible.
+bool probabilities(const float* q_row, const float* k, const Shapes& s, int64_t t, int64_t kv, const AttentionMask& mask,
+                   double scale, std::vector<float>& p) {
+  float max_score = -INFINITY;
+  for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j) {
+    if (!mask.key_valid.empty() && !mask.key_valid[size_t(j)]) continue;
+    const float* k_row = k + (j * s.kv_heads + kv) * s.d;
+    float dot = 0.0f;
+    for (int64_t i = 0; i < s.d; ++i) dot += q_row[i] * k_row[i];
+    p[size_t(j)] = dot * float(scale);
+    max_score = std::max(max_score, p[size_t(j)]);
+  }
+  if (max_score == -INFINITY) return false;
+  float total = 0.0f;
+  for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j)
+    if (mask.key_valid.empty() || mask.key_valid[size_t(j)]) total += (p[size_t(j)] = std::exp(p[size_t(j)] - max_score));
+  for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j)
+    p[size_t(j)] = (mask.key_valid.empty() || mask.key_valid[size_t(j)]) ? p[size_t(j)] / total : 0.0f;
+  return true;
+}
+
+}  // namespace
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double scale) {
+  const Shapes s = check(q, k, v, mask);
+  Tensor out = Tensor::zeros({s.tokens, s.heads, s.d}, DType::F32);
+  std::vector<float> p(static_cast<size_t>(s.tokens));
+  for (int64_t t = 0; t < s.tokens; ++t)
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t kv = h / s.group;
+      if (!probabilities(q.data<float>() + (t * s.heads + h) * s.d, k.data<float>(), s, t, kv, mask, scale, p)) continue;
+      float* o = out.data<float>() + (t * s.heads + h) * s.d;
+      for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j) {
+        const float* v_row = v.data<float>() + (j * s.kv_heads + kv) * s.d;
+        for (int64_t i = 0; i < s.d; ++i) o[i] += p[size_t(j)] * v_row[i];
       }
     }
-  }
   return out;
+}
+
+AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& out, const AttentionMask& mask, double scale) {
+  const Shapes s = check(q, k, v, mask);
+  AttentionGrads g{Tensor::zeros(q.shape(), DType::F32), Tensor::zeros(k.shape(), DType::F32),
+                   Tensor::zeros(v.shape(), DType::F32)};
+  std::vector<float> p(static_cast<size_t>(s.tokens));
+  for (int64_t t = 0; t < s.tokens; ++t)
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t kv = h / s.group, row = (t * s.heads + h) * s.d;
+      const float* q_row = q.data<float>() + row;
+      if (!probabilities(q_row, k.data<float>(), s, t, kv, mask, scale, p)) continue;
+      const float* do_row = dout.data<float>() + row;
+      // softmax backward: ds_j = p_j (dp_j - Σ p dp) with Σ p dp = ⟨dO, O⟩.
+      float dot_out = 0.0f;
+      for (int64_t i = 0; i < s.d; ++i) dot_out += do_row[i] * out.data<float>()[row + i];
+      float* dq_row = g.dq.data<float>() + row;
+      for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j) {
+        if (p[size_t(j)] == 0.0f) continue;
+        const int64_t key_row = (j * s.kv_heads + kv) * s.d;
+        const float* v_row = v.data<float>() + key_row;
+        const float* k_row = k.data<float>() + key_row;
+        float dp = 0.0f;
+        for (int64_t i = 0; i < s.d; ++i) dp += do_row[i] * v_row[i];
+        const float ds = p[size_t(j)] * (dp - dot_out) * float(scale);
+        float* dk_row = g.dk.data<float>() + key_row;
+        float* dv_row = g.dv.data<float>() + key_row;
+        for (int64_t i = 0; i < s.d; ++i) {
+          dq_row[i] += ds * k_row[i];
+          dk_row[i] += ds * q_row[i];
+          dv_row[i] += p[size_t(j)] * do_row[i];
+        }
+      }
+    }
+  return g;
 }
 
 }  // namespace moetune::ops

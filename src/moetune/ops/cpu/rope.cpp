@@ -38,7 +38,7 @@ std::vector<float> rope_inverse_frequencies(const io::RopeConfig& rope, int64_t 
   fail("rope_type '{}' is not supported yet (supported: default, linear, llama3)", rope.type);
 }
 
-void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int64_t>& positions) {
+void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int64_t>& positions, bool inverse) {
   const int64_t tokens = x.size(0), heads = x.size(1), head_dim = x.size(2), half = head_dim / 2;
   MOETUNE_CHECK(int64_t(positions.size()) == tokens && int64_t(inv.size()) == half, "apply_rope: x {} with {} positions",
                 x.str(), positions.size());
@@ -46,7 +46,7 @@ void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int6
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = float(positions[size_t(t)]) * inv[size_t(i)];
-      const float c = std::cos(angle), s = std::sin(angle);
+      const float c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
       for (int64_t h = 0; h < heads; ++h) {
         float* v = data + (t * heads + h) * head_dim;
         const float a = v[i], b = v[i + half];

@@ -1,0 +1,31 @@
+// The attention half of a decoder layer: h + o(attention(rope(qk_norm(qkv(rms_norm(h)))))).
+// Explicit forward and backward; the stash holds what the backward pass needs and nothing else.
+#pragma once
+
+#include "moetune/model/parameter_store.h"
+#include "moetune/model/sequence_layout.h"
+
+namespace moetune::model {
+
+class AttentionBlock {
+ public:
+  AttentionBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+
+  Tensor forward(const Tensor& h, const SequenceLayout& layout);  // returns the residual stream after the block
+  Tensor backward(const Tensor& dout, const SequenceLayout& layout);  // d(h), residual included
+  size_t stash_bytes() const;
+  void clear_stash() { stash_ = {}; }
+
+ private:
+  struct Stash {
+    Tensor input;          // h, the norm's input
+    Tensor q_raw, k_raw;   // q, k before their RMSNorm (Qwen3) — the norm's input
+    Tensor q, k, v;        // as attention saw them (normed, rotated)
+    Tensor attended;       // attention output [T, nq, d]
+  };
+  const io::ModelConfig& config_;
+  Param input_norm_, qkv_, qkv_bias_, q_norm_, k_norm_, o_, o_bias_;
+  Stash stash_;
+};
+
+}  // namespace moetune::model

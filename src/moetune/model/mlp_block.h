@@ -1,0 +1,24 @@
+// The dense feed-forward half of a decoder layer: h + down(swiglu(gate_up(rms_norm(h)))).
+#pragma once
+
+#include "moetune/model/parameter_store.h"
+
+namespace moetune::model {
+
+class DenseMlpBlock {
+ public:
+  DenseMlpBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+
+  Tensor forward(const Tensor& h);
+  Tensor backward(const Tensor& dout);  // d(h), residual included
+  size_t stash_bytes() const;
+  void clear_stash() { input_ = gate_up_out_ = Tensor(); }
+
+ private:
+  const io::ModelConfig& config_;
+  Param norm_, gate_up_, gate_up_bias_, down_, down_bias_;
+  Tensor input_;        // h, the norm's input
+  Tensor gate_up_out_;  // the pre-activation [T, 2I]
+};
+
+}  // namespace moetune::model

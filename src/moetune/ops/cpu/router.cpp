@@ -1,0 +1,135 @@
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "moetune/ops/router.h"
+
+namespace moetune::ops {
+namespace {
+
+void softmax_row(const float* logits, int64_t width, float* probs) {
+  const float max_logit = *std::max_element(logits, logits + width);
+  float total = 0.0f;
+  for (int64_t e = 0; e < width; ++e) total += (probs[e] = std::exp(logits[e] - max_logit));
+  for (int64_t e = 0; e < width; ++e) probs[e] /= total;
+}
+
+Tensor softmax(const Tensor& logits) {
+  Tensor probs = Tensor::empty(logits.shape(), DType::F32);
+  const int64_t width = logits.size(1);
+  for (int64_t t = 0; t < logits.size(0); ++t)
+    softmax_row(logits.data<float>() + t * width, width, probs.data<float>() + t * width);
+  return probs;
+}
+
+bool counted(const std::vector<uint8_t>& token_valid, int64_t t) { return token_valid.empty() || token_valid[size_t(t)]; }
+
+}  // namespace
+
+Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool normalize) {
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  MOETUNE_CHECK(top_k >= 1 && top_k <= experts, "router: top-{} of {} experts", top_k, experts);
+  Routing routing{logits, {}, {}, top_k, normalize};
+  const Tensor probs = softmax(logits);
+  std::vector<int32_t> order(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* p = probs.data<float>() + t * experts;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; });
+    float chosen = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) chosen += p[order[size_t(j)]];
+    for (int64_t j = 0; j < top_k; ++j) {
+      routing.expert.push_back(order[size_t(j)]);
+      routing.weight.push_back(normalize ? p[order[size_t(j)]] / chosen : p[order[size_t(j)]]);
+    }
+  }
+  return routing;
+}
+
+Tensor route_softmax_topk_backward(const Routing& routing, const std::vector<float>& dweight) {
+  const int64_t tokens = routing.logits.size(0), experts = routing.logits.size(1), k = routing.top_k;
+  const Tensor probs = softmax(routing.logits);
+  Tensor dlogits = Tensor::zeros(routing.logits.shape(), DType::F32);
+  std::vector<float> dprobs(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* p = probs.data<float>() + t * experts;
+    const float* w = routing.weight.data() + t * k;
+    const float* dw = dweight.data() + t * k;
+    std::fill(dprobs.begin(), dprobs.end(), 0.0f);
+    if (routing.normalized) {
+      // w_j = p_j / S with S = Σ_i p_i over the chosen: dp_j = (dw_j - Σ_i dw_i w_i) / S.
+      float chosen = 0.0f, weighted = 0.0f;
+      for (int64_t j = 0; j < k; ++j) chosen += p[routing.expert[size_t(t * k + j)]];
+      for (int64_t j = 0; j < k; ++j) weighted += dw[j] * w[j];
+      for (int64_t j = 0; j < k; ++j) dprobs[size_t(routing.expert[size_t(t * k + j)])] = (dw[j] - weighted) / chosen;
+    } else {
+      for (int64_t j = 0; j < k; ++j) dprobs[size_t(routing.expert[size_t(t * k + j)])] = dw[j];
+    }
+    // softmax backward: dl = p ⊙ (dp - ⟨p, dp⟩).
+    float dot = 0.0f;
+    for (int64_t e = 0; e < experts; ++e) dot += p[e] * dprobs[size_t(e)];
+    float* dl = dlogits.data<float>() + t * experts;
+    for (int64_t e = 0; e < experts; ++e) dl[e] = p[e] * (dprobs[size_t(e)] - dot);
+  }
+  return dlogits;
+}
+
+namespace {
+
+// The per-expert sums the loss is built from: selection counts C_e, probability sums P_e, counted rows N.
+struct BalanceSums {
+  std::vector<double> selections, probabilities;
+  double rows = 0;
+};
+
+BalanceSums balance_sums(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid) {
+  const int64_t experts = layers.front().logits.size(1);
+  BalanceSums sums{std::vector<double>(size_t(experts)), std::vector<double>(size_t(experts)), 0};
+  for (const Routing& layer : layers) {
+    const Tensor probs = softmax(layer.logits);
+    for (int64_t t = 0; t < layer.logits.size(0); ++t) {
+      if (!counted(token_valid, t)) continue;
+      sums.rows += 1;
+      for (int64_t j = 0; j < layer.top_k; ++j) sums.selections[size_t(layer.expert[size_t(t * layer.top_k + j)])] += 1;
+      for (int64_t e = 0; e < experts; ++e) sums.probabilities[size_t(e)] += probs.data<float>()[t * experts + e];
+    }
+  }
+  return sums;
+}
+
+}  // namespace
+
+double load_balancing_loss(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid) {
+  if (layers.empty()) return 0.0;
+  const BalanceSums sums = balance_sums(layers, token_valid);
+  if (sums.rows == 0) return 0.0;
+  double loss = 0;
+  for (size_t e = 0; e < sums.selections.size(); ++e) loss += sums.selections[e] * sums.probabilities[e];
+  return loss * double(sums.selections.size()) / (sums.rows * sums.rows);
+}
+
+void load_balancing_loss_backward(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid,
+                                  double scale, std::vector<Tensor>& dlogits) {
+  if (layers.empty()) return;
+  const BalanceSums sums = balance_sums(layers, token_valid);
+  if (sums.rows == 0) return;
+  const int64_t experts = int64_t(sums.selections.size());
+  // d loss / d p[n, e] = E · C_e / N² for every counted row; then through each row's softmax.
+  std::vector<float> dprobs(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e)
+    dprobs[size_t(e)] = float(scale * double(experts) * sums.selections[size_t(e)] / (sums.rows * sums.rows));
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const Tensor probs = softmax(layers[l].logits);
+    for (int64_t t = 0; t < probs.size(0); ++t) {
+      if (!counted(token_valid, t)) continue;
+      const float* p = probs.data<float>() + t * experts;
+      float dot = 0.0f;
+      for (int64_t e = 0; e < experts; ++e) dot += p[e] * dprobs[size_t(e)];
+      float* dl = dlogits[l].data<float>() + t * experts;
+      for (int64_t e = 0; e < experts; ++e) dl[e] += p[e] * (dprobs[size_t(e)] - dot);
+    }
+  }
+}
+
+}  // namespace moetune::ops

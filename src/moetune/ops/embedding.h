@@ -1,0 +1,12 @@
+// Token embedding lookup and its gradient (a scatter-add into the rows that were read).
+#pragma once
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops {
+
+// ids [N] (i64) -> [N, H]; an id outside the table is an Error naming it and its position.
+Tensor embedding(const Tensor& ids, const Tensor& table);
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable);
+
+}  // namespace moetune::ops

@@ -1,0 +1,26 @@
+// The experts' SwiGLU MLPs over tokens already in expert-major order: for each expert e, its rows X_e of the
+// permuted buffer go through down_e(silu(gate_e X_e) ⊙ up_e X_e). The CPU loop over experts stands for the
+// grouped GEMM of the GPU path; an expert with no rows is skipped.
+#pragma once
+
+#include <vector>
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops {
+
+struct ExpertActivations {
+  Tensor gate_up;  // [T*k, 2I] pre-activation, the stash for the backward pass
+  Tensor out;      // [T*k, H]
+};
+
+// permuted [T*k, H]; offsets [E+1]; gate_up_weight [E, 2I, H]; down_weight [E, H, I].
+ExpertActivations expert_mlp(const Tensor& permuted, const std::vector<int64_t>& offsets, const Tensor& gate_up_weight,
+                             const Tensor& down_weight);
+
+// Accumulates the weight gradients into dgate_up_weight / ddown_weight; returns d(permuted).
+Tensor expert_mlp_backward(const Tensor& dout, const Tensor& permuted, const ExpertActivations& activations,
+                           const std::vector<int64_t>& offsets, const Tensor& gate_up_weight, const Tensor& down_weight,
+                           const Tensor& dgate_up_weight, const Tensor& ddown_weight);
+
+}  // namespace moetune::ops

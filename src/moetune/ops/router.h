@@ -1,0 +1,34 @@
+// The Qwen3-MoE router and its load-balancing loss, as transformers computes them: softmax over the experts in
+// fp32, top-k, optional renormalisation (norm_topk_prob), and Switch-style aux loss over all layers' logits.
+#pragma once
+
+#include <vector>
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops {
+
+struct Routing {
+  Tensor logits;                // [T, E], x · W_routerᵀ
+  std::vector<int32_t> expert;  // [T * k], token t's choices, most probable first
+  std::vector<float> weight;    // [T * k], the combine weights
+  int64_t top_k = 0;
+  bool normalized = false;
+};
+
+// Top-k of the softmax; ties go to the lower expert index.
+Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool normalize);
+
+// Given d(weight) [T * k]: returns d(logits) [T, E] through the renormalisation and the softmax.
+Tensor route_softmax_topk_backward(const Routing& routing, const std::vector<float>& dweight);
+
+// load_balancing_loss_func: with N the counted rows over all layers, C_e how often expert e is in a top-k and
+// P_e the sum of its probabilities, loss = E · Σ_e (C_e / N) · (P_e / N). `token_valid` (per token, empty for
+// all) excludes padding from both sums.
+double load_balancing_loss(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid);
+
+// Adds scale · d(loss)/d(logits) into each layer's `dlogits` [T, E]. The top-k counts are constants.
+void load_balancing_loss_backward(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid,
+                                  double scale, std::vector<Tensor>& dlogits);
+
+}  // namespace moetune::ops

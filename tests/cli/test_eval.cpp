@@ -1,0 +1,149 @@
+// `moetune eval` run as a user runs it: the loss is the token-weighted mean cross-entropy of the file, each
+// line scored alone, and every kind of bad data file is a clean error that names the file and the line.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "moetune/model/causal_lm.h"
+#include "moetune/ops/loss.h"
+#include "test_util.h"
+
+namespace moetune {
+namespace {
+
+struct RunResult {
+  int status;
+  std::string output;
+};
+
+RunResult run(const std::string& arguments) {
+  std::string command = std::string(MOETUNE_BINARY) + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
+}
+
+RunResult run_eval(const std::filesystem::path& data, const std::string& flags = "") {
+  return run("eval " + testing::fixture("llama_tiny").string() + " --data " + data.string() + " " + flags);
+}
+
+// Sequences of different lengths, so a mean of per-line means would differ from the token-weighted mean.
+const std::vector<std::vector<int64_t>> kSequences = {
+    {3, 17, 42, 5, 88, 9, 61, 0, 95, 12, 30}, {7, 7}, {50, 1, 2, 64, 33}};
+
+TEST(Eval, LossIsTheTokenWeightedMeanOfEachLineScoredAlone) {
+  testing::ScratchDir dir;
+  std::string jsonl;
+  for (const auto& ids : kSequences) jsonl += nlohmann::json{{"input_ids", ids}, {"source", "test"}}.dump() + "\n";
+  testing::write_file(dir / "data.jsonl", jsonl);
+  RunResult result = run_eval(dir / "data.jsonl", "--json");
+  ASSERT_EQ(result.status, 0) << result.output;
+  const auto report = nlohmann::json::parse(result.output);
+
+  model::CausalLM model = model::CausalLM::from_pretrained(testing::fixture("llama_tiny"));
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  for (const auto& ids : kSequences) {
+    const int64_t length = int64_t(ids.size());
+    const Tensor input_ids = Tensor::from_vector(ids, {1, length});
+    const ops::CrossEntropy scored =
+        ops::cross_entropy(model.forward(input_ids).view({length, -1}), ops::shift_labels(input_ids));
+    loss_sum += scored.loss_sum;
+    tokens += scored.count;
+  }
+  EXPECT_EQ(tokens, 10 + 1 + 4);
+  EXPECT_EQ(report["tokens"].get<int64_t>(), tokens);
+  EXPECT_EQ(report["sequences"].get<int64_t>(), 3);
+  const double expected_loss = loss_sum / double(tokens);
+  EXPECT_NEAR(report["loss"].get<double>(), expected_loss, 1e-9 * expected_loss);
+  EXPECT_NEAR(report["perplexity"].get<double>(), std::exp(expected_loss), 1e-9 * std::exp(expected_loss));
+  std::printf("llama_tiny: loss %.9f over %lld tokens\n", expected_loss, static_cast<long long>(tokens));
+}
+
+TEST(Eval, TextReportNamesTheFileAndThePerplexity) {
+  testing::ScratchDir dir;
+  testing::write_file(dir / "data.jsonl", "{\"input_ids\": [1, 2, 3]}\n");
+  RunResult result = run_eval(dir / "data.jsonl");
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find((dir / "data.jsonl").string()), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("1 sequences, 2 tokens predicted"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("perplexity"), std::string::npos) << result.output;
+}
+
+// Evaluates `jsonl` and expects exit status 1 with "moetune: error: FILE: line N: " and `detail`.
+void expect_line_error(const std::string& jsonl, int line, const std::string& detail) {
+  testing::ScratchDir dir;
+  testing::write_file(dir / "data.jsonl", jsonl);
+  RunResult result = run_eval(dir / "data.jsonl");
+  EXPECT_EQ(result.status, 1) << result.output;
+  const std::string where = (dir / "data.jsonl").string() + ": line " + std::to_string(line) + ": ";
+  EXPECT_NE(result.output.find("moetune: error: " + where), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find(detail), std::string::npos) << result.output;
+}
+
+// A good line and a blank one come first, so the line number must count both.
+const std::string kGoodLines = "{\"input_ids\": [1, 2, 3]}\n\n";
+
+TEST(Eval, MissingDataFileIsAnError) {
+  testing::ScratchDir dir;
+  RunResult result = run_eval(dir / "absent.jsonl");
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_NE(result.output.find("moetune: error: " + (dir / "absent.jsonl").string() + ": cannot open"),
+            std::string::npos)
+      << result.output;
+}
+
+TEST(Eval, UnreadableDataFileIsAnError) {
+  testing::ScratchDir dir;  // a folder opens as a file on Linux, and its first read fails
+  RunResult result = run_eval(dir.path());
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_NE(result.output.find("moetune: error: " + dir.path().string() + ": line 1: read error"), std::string::npos)
+      << result.output;
+}
+
+TEST(Eval, EmptyDataFileIsAnError) {
+  for (const char* text : {"", "\n  \n\t\n"}) {
+    testing::ScratchDir dir;
+    testing::write_file(dir / "data.jsonl", text);
+    RunResult result = run_eval(dir / "data.jsonl");
+    EXPECT_EQ(result.status, 1) << result.output;
+    EXPECT_NE(result.output.find("moetune: error: " + (dir / "data.jsonl").string() + ": no sequences"),
+              std::string::npos)
+        << result.output;
+  }
+}
+
+TEST(Eval, LineThatIsNotJsonIsAnError) { expect_line_error(kGoodLines + "{\"input_ids\": [1, 2\n", 3, "not JSON"); }
+
+TEST(Eval, LineThatIsNotAnObjectIsAnError) { expect_line_error(kGoodLines + "[1, 2, 3]\n", 3, "expected an object"); }
+
+TEST(Eval, LineWithoutInputIdsIsAnError) {
+  expect_line_error(kGoodLines + "{\"ids\": [1, 2]}\n", 3, "no \"input_ids\" key");
+}
+
+TEST(Eval, InputIdsThatAreNotIntegersAreAnError) {
+  expect_line_error(kGoodLines + "{\"input_ids\": \"1 2\"}\n", 3, "must be an array of integers");
+  expect_line_error(kGoodLines + "{\"input_ids\": [1, 2.5]}\n", 3, "\"input_ids\"[1] is 2.5, not an integer");
+}
+
+TEST(Eval, TokenIdOutsideTheVocabularyIsAnError) {
+  // llama_tiny's vocabulary is 96 tokens.
+  expect_line_error(kGoodLines + "{\"input_ids\": [1, 2, 96]}\n", 3,
+                    "token id 96 at index 2 is outside the vocabulary [0, 96)");
+  expect_line_error(kGoodLines + "{\"input_ids\": [-5, 2]}\n", 3,
+                    "token id -5 at index 0 is outside the vocabulary [0, 96)");
+}
+
+TEST(Eval, LineWithFewerThanTwoTokensIsAnError) {
+  expect_line_error(kGoodLines + "{\"input_ids\": [4]}\n", 3, "1 token(s), nothing to predict");
+  expect_line_error(kGoodLines + "{\"input_ids\": []}\n", 3, "0 token(s), nothing to predict");
+}
+
+}  // namespace
+}  // namespace moetune
