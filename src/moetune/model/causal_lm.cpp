@@ -1,5 +1,6 @@
 #include "moetune/model/causal_lm.h"
 
+#include "moetune/model/block_util.h"
 #include "moetune/ops/embedding.h"
 #include "moetune/ops/linear.h"
 #include "moetune/ops/loss.h"
@@ -124,10 +125,23 @@ void CausalLM::save_pretrained(const std::filesystem::path& folder, const io::Sa
   io::save_checkpoint(store_->weights(), folder, options);
 }
 
+std::vector<std::pair<std::string, size_t>> CausalLM::stash_report() const {
+  std::vector<std::pair<std::string, size_t>> report;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = layers_[i];
+    report.emplace_back(fmt::format("layers.{}.attention", i), layer.attention.stash_bytes());
+    if (layer.moe)
+      report.emplace_back(fmt::format("layers.{}.moe", i), layer.moe->stash_bytes());
+    else
+      report.emplace_back(fmt::format("layers.{}.mlp", i), layer.dense->stash_bytes());
+  }
+  report.emplace_back("head", held_bytes({&stash_.final_hidden, &stash_.logits}));
+  return report;
+}
+
 size_t CausalLM::stash_bytes() const {
-  size_t total = stash_.final_hidden.defined() ? stash_.final_hidden.nbytes() + stash_.logits.nbytes() : 0;
-  for (const Layer& layer : layers_)
-    total += layer.attention.stash_bytes() + (layer.moe ? layer.moe->stash_bytes() : layer.dense->stash_bytes());
+  size_t total = 0;
+  for (const auto& [block, bytes] : stash_report()) total += bytes;
   return total;
 }
 

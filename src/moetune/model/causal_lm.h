@@ -51,7 +51,10 @@ class CausalLM {
   ParameterStore& parameters() { return *store_; }
   const io::ModelWeights& weights() const { return store_->weights(); }
   const io::ModelConfig& config() const { return store_->weights().config(); }
-  size_t stash_bytes() const;  // bytes the last forward keeps for the backward pass
+  // What the last forward keeps for the backward pass, block by block ("layers.0.attention", "layers.0.moe",
+  // "head": final hidden state and logits), and in total.
+  std::vector<std::pair<std::string, size_t>> stash_report() const;
+  size_t stash_bytes() const;
 
  private:
   struct Layer {

@@ -46,8 +46,10 @@ bool probabilities(const float* q_row, const float* k, const Shapes& s, int64_t 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double scale) {
   const Shapes s = check(q, k, v, mask);
   Tensor out = Tensor::zeros({s.tokens, s.heads, s.d}, DType::F32);
-  std::vector<float> p(static_cast<size_t>(s.tokens));
-  for (int64_t t = 0; t < s.tokens; ++t)
+  // Each query token writes only its own output rows.
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    std::vector<float> p(static_cast<size_t>(t + 1));
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t kv = h / s.group;
       if (!probabilities(q.data<float>() + (t * s.heads + h) * s.d, k.data<float>(), s, t, kv, mask, scale, p)) continue;
@@ -57,6 +59,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
         for (int64_t i = 0; i < s.d; ++i) o[i] += p[size_t(j)] * v_row[i];
       }
     }
+  }
   return out;
 }
 
@@ -65,34 +68,38 @@ AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, co
   const Shapes s = check(q, k, v, mask);
   AttentionGrads g{Tensor::zeros(q.shape(), DType::F32), Tensor::zeros(k.shape(), DType::F32),
                    Tensor::zeros(v.shape(), DType::F32)};
-  std::vector<float> p(static_cast<size_t>(s.tokens));
-  for (int64_t t = 0; t < s.tokens; ++t)
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t kv = h / s.group, row = (t * s.heads + h) * s.d;
-      const float* q_row = q.data<float>() + row;
-      if (!probabilities(q_row, k.data<float>(), s, t, kv, mask, scale, p)) continue;
-      const float* do_row = dout.data<float>() + row;
-      // softmax backward: ds_j = p_j (dp_j - Σ p dp) with Σ p dp = ⟨dO, O⟩.
-      float dot_out = 0.0f;
-      for (int64_t i = 0; i < s.d; ++i) dot_out += do_row[i] * out.data<float>()[row + i];
-      float* dq_row = g.dq.data<float>() + row;
-      for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j) {
-        if (p[size_t(j)] == 0.0f) continue;
-        const int64_t key_row = (j * s.kv_heads + kv) * s.d;
-        const float* v_row = v.data<float>() + key_row;
-        const float* k_row = k.data<float>() + key_row;
-        float dp = 0.0f;
-        for (int64_t i = 0; i < s.d; ++i) dp += do_row[i] * v_row[i];
-        const float ds = p[size_t(j)] * (dp - dot_out) * float(scale);
-        float* dk_row = g.dk.data<float>() + key_row;
-        float* dv_row = g.dv.data<float>() + key_row;
-        for (int64_t i = 0; i < s.d; ++i) {
-          dq_row[i] += ds * k_row[i];
-          dk_row[i] += ds * q_row[i];
-          dv_row[i] += p[size_t(j)] * do_row[i];
+  // One key/value head per thread: its query heads' dq rows and its own dk, dv rows are written by it alone.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t kv = 0; kv < s.kv_heads; ++kv) {
+    std::vector<float> p(static_cast<size_t>(s.tokens));
+    for (int64_t t = 0; t < s.tokens; ++t)
+      for (int64_t h = kv * s.group; h < (kv + 1) * s.group; ++h) {
+        const int64_t row = (t * s.heads + h) * s.d;
+        const float* q_row = q.data<float>() + row;
+        if (!probabilities(q_row, k.data<float>(), s, t, kv, mask, scale, p)) continue;
+        const float* do_row = dout.data<float>() + row;
+        // softmax backward: ds_j = p_j (dp_j - Σ p dp) with Σ p dp = ⟨dO, O⟩.
+        float dot_out = 0.0f;
+        for (int64_t i = 0; i < s.d; ++i) dot_out += do_row[i] * out.data<float>()[row + i];
+        float* dq_row = g.dq.data<float>() + row;
+        for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j) {
+          if (p[size_t(j)] == 0.0f) continue;
+          const int64_t key_row = (j * s.kv_heads + kv) * s.d;
+          const float* v_row = v.data<float>() + key_row;
+          const float* k_row = k.data<float>() + key_row;
+          float dp = 0.0f;
+          for (int64_t i = 0; i < s.d; ++i) dp += do_row[i] * v_row[i];
+          const float ds = p[size_t(j)] * (dp - dot_out) * float(scale);
+          float* dk_row = g.dk.data<float>() + key_row;
+          float* dv_row = g.dv.data<float>() + key_row;
+          for (int64_t i = 0; i < s.d; ++i) {
+            dq_row[i] += ds * k_row[i];
+            dk_row[i] += ds * q_row[i];
+            dv_row[i] += p[size_t(j)] * do_row[i];
+          }
         }
       }
-    }
+  }
   return g;
 }
 

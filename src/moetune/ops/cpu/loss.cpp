@@ -37,27 +37,31 @@ std::vector<int64_t> shift_labels(const Tensor& labels) {
 CrossEntropy cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets) {
   check_targets(logits, targets);
   const int64_t vocab = logits.size(1);
-  CrossEntropy result;
-  for (size_t t = 0; t < targets.size(); ++t) {
-    if (targets[t] == kIgnoreIndex) continue;
-    const float* row = logits.data<float>() + int64_t(t) * vocab;
-    result.loss_sum += log_sum_exp(row, vocab) - double(row[targets[t]]);
-    ++result.count;
+  double loss_sum = 0;
+  int64_t count = 0;
+#pragma omp parallel for reduction(+ : loss_sum, count)
+  for (int64_t t = 0; t < int64_t(targets.size()); ++t) {
+    if (targets[size_t(t)] == kIgnoreIndex) continue;
+    const float* row = logits.data<float>() + t * vocab;
+    loss_sum += log_sum_exp(row, vocab) - double(row[targets[size_t(t)]]);
+    ++count;
   }
-  return result;
+  return {loss_sum, count};
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const std::vector<int64_t>& targets, double scale) {
   check_targets(logits, targets);
   const int64_t vocab = logits.size(1);
   Tensor grad = Tensor::zeros(logits.shape(), DType::F32);
-  for (size_t t = 0; t < targets.size(); ++t) {
-    if (targets[t] == kIgnoreIndex) continue;
-    const float* row = logits.data<float>() + int64_t(t) * vocab;
-    float* out = grad.data<float>() + int64_t(t) * vocab;
+#pragma omp parallel for
+  for (int64_t t = 0; t < int64_t(targets.size()); ++t) {
+    const int64_t target = targets[size_t(t)];
+    if (target == kIgnoreIndex) continue;
+    const float* row = logits.data<float>() + t * vocab;
+    float* out = grad.data<float>() + t * vocab;
     const double lse = log_sum_exp(row, vocab);
     for (int64_t i = 0; i < vocab; ++i) out[i] = float(scale * std::exp(double(row[i]) - lse));
-    out[targets[t]] -= float(scale);
+    out[target] -= float(scale);
   }
   return grad;
 }
