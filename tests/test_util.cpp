@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -41,6 +43,16 @@ std::string safetensors_bytes(const std::string& header, const std::string& data
   uint64_t length = header.size();
   for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char((length >> (8 * i)) & 0xff);
   return bytes + header + data;
+}
+
+RunResult run_moetune(const std::string& arguments) {
+  const std::string command = std::string(MOETUNE_BINARY) + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
 }
 
 void copy_folder(const fs::path& from, const fs::path& to) {

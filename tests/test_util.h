@@ -23,6 +23,13 @@ std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 // A safetensors file's bytes from a header text and a data section, the length prefix computed here.
 std::string safetensors_bytes(const std::string& header, const std::string& data);
+struct RunResult {
+  int status;          // exit code
+  std::string output;  // stdout and stderr together
+};
+// Runs the moetune program with `arguments` as a user would, from a shell.
+RunResult run_moetune(const std::string& arguments);
+
 // Copies a fixture folder, for tests that break it.
 void copy_folder(const std::filesystem::path& from, const std::filesystem::path& to);
 

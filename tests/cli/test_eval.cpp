@@ -2,7 +2,6 @@
 // line scored alone, and every kind of bad data file is a clean error that names the file and the line.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -14,23 +13,8 @@
 namespace moetune {
 namespace {
 
-struct RunResult {
-  int status;
-  std::string output;
-};
-
-RunResult run(const std::string& arguments) {
-  std::string command = std::string(MOETUNE_BINARY) + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
-}
-
-RunResult run_eval(const std::filesystem::path& data, const std::string& flags = "") {
-  return run("eval " + testing::fixture("llama_tiny").string() + " --data " + data.string() + " " + flags);
+testing::RunResult run_eval(const std::filesystem::path& data, const std::string& flags = "") {
+  return testing::run_moetune("eval " + testing::fixture("llama_tiny").string() + " --data " + data.string() + " " + flags);
 }
 
 // Sequences of different lengths, so a mean of per-line means would differ from the token-weighted mean.
@@ -42,7 +26,7 @@ TEST(Eval, LossIsTheTokenWeightedMeanOfEachLineScoredAlone) {
   std::string jsonl;
   for (const auto& ids : kSequences) jsonl += nlohmann::json{{"input_ids", ids}, {"source", "test"}}.dump() + "\n";
   testing::write_file(dir / "data.jsonl", jsonl);
-  RunResult result = run_eval(dir / "data.jsonl", "--json");
+  testing::RunResult result = run_eval(dir / "data.jsonl", "--json");
   ASSERT_EQ(result.status, 0) << result.output;
   const auto report = nlohmann::json::parse(result.output);
 
@@ -69,7 +53,7 @@ TEST(Eval, LossIsTheTokenWeightedMeanOfEachLineScoredAlone) {
 TEST(Eval, TextReportNamesTheFileAndThePerplexity) {
   testing::ScratchDir dir;
   testing::write_file(dir / "data.jsonl", "{\"input_ids\": [1, 2, 3]}\n");
-  RunResult result = run_eval(dir / "data.jsonl");
+  testing::RunResult result = run_eval(dir / "data.jsonl");
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find((dir / "data.jsonl").string()), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("1 sequences, 2 tokens predicted"), std::string::npos) << result.output;
@@ -80,7 +64,7 @@ TEST(Eval, TextReportNamesTheFileAndThePerplexity) {
 void expect_line_error(const std::string& jsonl, int line, const std::string& detail) {
   testing::ScratchDir dir;
   testing::write_file(dir / "data.jsonl", jsonl);
-  RunResult result = run_eval(dir / "data.jsonl");
+  testing::RunResult result = run_eval(dir / "data.jsonl");
   EXPECT_EQ(result.status, 1) << result.output;
   const std::string where = (dir / "data.jsonl").string() + ": line " + std::to_string(line) + ": ";
   EXPECT_NE(result.output.find("moetune: error: " + where), std::string::npos) << result.output;
@@ -92,7 +76,7 @@ const std::string kGoodLines = "{\"input_ids\": [1, 2, 3]}\n\n";
 
 TEST(Eval, MissingDataFileIsAnError) {
   testing::ScratchDir dir;
-  RunResult result = run_eval(dir / "absent.jsonl");
+  testing::RunResult result = run_eval(dir / "absent.jsonl");
   EXPECT_EQ(result.status, 1) << result.output;
   EXPECT_NE(result.output.find("moetune: error: " + (dir / "absent.jsonl").string() + ": cannot open"),
             std::string::npos)
@@ -101,7 +85,7 @@ TEST(Eval, MissingDataFileIsAnError) {
 
 TEST(Eval, UnreadableDataFileIsAnError) {
   testing::ScratchDir dir;  // a folder opens as a file on Linux, and its first read fails
-  RunResult result = run_eval(dir.path());
+  testing::RunResult result = run_eval(dir.path());
   EXPECT_EQ(result.status, 1) << result.output;
   EXPECT_NE(result.output.find("moetune: error: " + dir.path().string() + ": line 1: read error"), std::string::npos)
       << result.output;
@@ -111,7 +95,7 @@ TEST(Eval, EmptyDataFileIsAnError) {
   for (const char* text : {"", "\n  \n\t\n"}) {
     testing::ScratchDir dir;
     testing::write_file(dir / "data.jsonl", text);
-    RunResult result = run_eval(dir / "data.jsonl");
+    testing::RunResult result = run_eval(dir / "data.jsonl");
     EXPECT_EQ(result.status, 1) << result.output;
     EXPECT_NE(result.output.find("moetune: error: " + (dir / "data.jsonl").string() + ": no sequences"),
               std::string::npos)

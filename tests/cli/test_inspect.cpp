@@ -2,7 +2,6 @@
 // (recorded in each fixture's expected.json), and a broken folder is a clean error, not a crash.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -11,24 +10,9 @@
 namespace moetune {
 namespace {
 
-struct RunResult {
-  int status;
-  std::string output;
-};
-
-RunResult run(const std::string& arguments) {
-  std::string command = std::string(MOETUNE_BINARY) + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer;
-  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
-}
-
 TEST(Inspect, ParameterCountsMatchTransformers) {
   for (const char* name : {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny"}) {
-    RunResult result = run("inspect --json " + testing::fixture(name).string());
+    testing::RunResult result = testing::run_moetune("inspect --json " + testing::fixture(name).string());
     ASSERT_EQ(result.status, 0) << result.output;
     auto report = nlohmann::json::parse(result.output);
     auto expected = nlohmann::json::parse(testing::read_file(testing::fixture(name) / "expected.json"));
@@ -39,13 +23,13 @@ TEST(Inspect, ParameterCountsMatchTransformers) {
 
 TEST(Inspect, ActiveParametersCountTopKExperts) {
   // qwen3_moe_tiny: 2 MoE layers of 4 experts, top-2, each expert 3 x 16 x 32 weights.
-  RunResult result = run("inspect --json " + testing::fixture("qwen3_moe_tiny").string());
+  testing::RunResult result = testing::run_moetune("inspect --json " + testing::fixture("qwen3_moe_tiny").string());
   auto report = nlohmann::json::parse(result.output);
   EXPECT_EQ(report["total_parameters"].get<int64_t>() - report["active_parameters"].get<int64_t>(), 2 * 2 * 3 * 16 * 32);
 }
 
 TEST(Inspect, TextReportNamesLayersAndMemory) {
-  RunResult result = run("inspect " + testing::fixture("qwen3_moe_tiny").string());
+  testing::RunResult result = testing::run_moetune("inspect " + testing::fixture("qwen3_moe_tiny").string());
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("Qwen3MoeForCausalLM"), std::string::npos);
   EXPECT_NE(result.output.find("moe (experts 4, top-2"), std::string::npos) << result.output;
@@ -56,7 +40,7 @@ TEST(Inspect, TextReportNamesLayersAndMemory) {
 
 TEST(Inspect, BrokenFolderIsACleanError) {
   testing::ScratchDir dir;
-  RunResult result = run("inspect " + dir.path().string());
+  testing::RunResult result = testing::run_moetune("inspect " + dir.path().string());
   EXPECT_EQ(result.status, 1);
   EXPECT_NE(result.output.find("moetune: error:"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("config.json"), std::string::npos) << result.output;
