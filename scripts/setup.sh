@@ -2,7 +2,8 @@
 # Installs the Debian packages moetune builds with. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libopenblas-dev)
+packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libopenblas-dev
+          libpcre2-dev libutf8proc-dev libyaml-cpp-dev)
 
 missing=()
 for package in "${packages[@]}"; do
