@@ -1,0 +1,198 @@
+#include "moetune/train/recipe.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "moetune/core/error.h"
+
+namespace moetune::train {
+namespace {
+
+using nlohmann::json;
+
+// Every key a recipe may set, with its default. Lists start empty; `null` means "may be a string or absent".
+constexpr const char* kDefaultRecipe = R"({
+  "model": "",
+  "data": {"train": [], "validation": [], "validation_fraction": 0.0, "format": "auto", "loss_on_prompt": false,
+           "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error"},
+  "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
+               "seed": 1234, "device": "auto"},
+  "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
+                "precision": "fp32"},
+  "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
+  "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2},
+  "logging": {"every": 1, "validation_every": 0, "tensorboard": true}
+})";
+
+// YAML -> JSON, with scalars typed as YAML 1.2 core schema reads them (true/false, ints, floats, else strings).
+json to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: return nullptr;
+    case YAML::NodeType::Sequence: {
+      json list = json::array();
+      for (const auto& item : node) list.push_back(to_json(item));
+      return list;
+    }
+    case YAML::NodeType::Map: {
+      json object = json::object();
+      for (const auto& item : node) object[item.first.as<std::string>()] = to_json(item.second);
+      return object;
+    }
+    case YAML::NodeType::Scalar: break;
+  }
+  const std::string text = node.Scalar();
+  if (node.Tag() == "!") return text;  // quoted: always a string
+  if (text == "true" || text == "True") return true;
+  if (text == "false" || text == "False") return false;
+  if (text == "null" || text == "~") return nullptr;
+  try {
+    size_t used = 0;
+    const long long integer = std::stoll(text, &used);
+    if (used == text.size()) return integer;
+    const double number = std::stod(text, &used);
+    if (used == text.size()) return number;
+  } catch (const std::exception&) {
+  }
+  return text;
+}
+
+json parse_yaml(const std::string& text, const std::string& source) {
+  try {
+    return to_json(YAML::Load(text));
+  } catch (const YAML::Exception& e) {
+    fail("{}: not YAML: {}", source, e.what());
+  }
+}
+
+std::string type_name(const json& value) {
+  if (value.is_boolean()) return "true/false";
+  if (value.is_number_integer()) return "an integer";
+  if (value.is_number()) return "a number";
+  if (value.is_string()) return "a string";
+  if (value.is_array()) return "a list";
+  if (value.is_object()) return "a mapping";
+  return "null";
+}
+
+// Copies `given` onto `target` (the defaults), refusing keys the defaults lack and values of another type.
+// An integer is accepted where a number is expected, and a single string where a list of strings is.
+void merge(json& target, const json& given, const std::string& path, const std::string& source) {
+  if (!given.is_object()) fail("{}: '{}' must be a mapping, got {}", source, path.empty() ? "<top>" : path, given.dump());
+  for (const auto& [key, value] : given.items()) {
+    const std::string key_path = path.empty() ? key : path + "." + key;
+    if (!target.contains(key)) {
+      std::string known;
+      for (const auto& [name, unused] : target.items()) known += (known.empty() ? "" : ", ") + name;
+      fail("{}: unknown key '{}' (known here: {})", source, key_path, known);
+    }
+    json& slot = target[key];
+    if (value.is_null()) continue;  // `key:` with nothing after it keeps the default
+    if (slot.is_object()) {
+      merge(slot, value, key_path, source);
+    } else if (slot.is_array()) {
+      json list = value.is_string() ? json::array({value}) : value;
+      if (!list.is_array()) fail("{}: '{}' must be a list, got {}", source, key_path, value.dump());
+      for (const json& item : list)
+        if (!item.is_string()) fail("{}: '{}' must list strings, got {}", source, key_path, item.dump());
+      slot = list;
+    } else if (slot.is_number_float() && value.is_number()) {
+      slot = value.get<double>();
+    } else if (slot.is_number_integer() && value.is_number_integer()) {
+      slot = value.get<int64_t>();
+    } else if (slot.type() == value.type() && !slot.is_number()) {
+      slot = value;
+    } else {
+      fail("{}: '{}' must be {}, got {}", source, key_path, type_name(slot), value.dump());
+    }
+  }
+}
+
+void apply_override(json& recipe, const std::string& assignment) {
+  const size_t equals = assignment.find('=');
+  if (equals == std::string::npos || equals == 0)
+    fail("--set '{}': expected key.path=value, for example --set optimizer.lr=2e-5", assignment);
+  const std::string path = assignment.substr(0, equals);
+  json value = parse_yaml(assignment.substr(equals + 1), "--set " + path);
+  // Build {"a": {"b": value}} and merge it, so overrides get the same checks as the file.
+  json nested = value;
+  for (size_t end = path.size(); end != std::string::npos;) {
+    const size_t dot = path.rfind('.', end - 1);
+    const std::string key = path.substr(dot == std::string::npos ? 0 : dot + 1, end - (dot == std::string::npos ? 0 : dot + 1));
+    nested = json{{key, nested}};
+    end = dot;
+  }
+  merge(recipe, nested, "", "--set " + assignment);
+}
+
+void require(bool condition, const std::string& source, const std::string& message) {
+  if (!condition) fail("{}: {}", source, message);
+}
+
+Recipe to_recipe(const json& j, const std::string& source) {
+  Recipe r;
+  r.json = j;
+  r.model = j["model"];
+  const json& d = j["data"];
+  r.data = {d["train"], d["validation"], d["validation_fraction"], d["format"], d["loss_on_prompt"], d["max_length"],
+            d["packing"], d["shuffle"], d["bad_lines"]};
+  const json& t = j["training"];
+  r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
+                t["device"]};
+  const json& o = j["optimizer"];
+  r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"]};
+  const json& s = j["schedule"];
+  r.schedule = {s["type"], s["warmup_steps"], s["min_lr_ratio"]};
+  const json& out = j["output"];
+  r.output = {out["dir"], out["save_every"], out["keep_last"]};
+  const json& l = j["logging"];
+  r.logging = {l["every"], l["validation_every"], l["tensorboard"]};
+
+  const auto one_of = [&](const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
+    std::string list;
+    for (const char* a : allowed) {
+      if (value == a) return;
+      list += (list.empty() ? "" : ", ") + std::string(a);
+    }
+    fail("{}: '{}' is '{}', not one of: {}", source, key, value, list);
+  };
+  one_of("data.format", r.data.format, {"auto", "text", "prompt_completion", "messages", "input_ids"});
+  one_of("data.bad_lines", r.data.bad_lines, {"error", "skip"});
+  one_of("training.device", r.training.device, {"auto", "cpu", "cuda"});
+  one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});
+  one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
+  require(r.data.max_length >= 2, source, "'data.max_length' must be at least 2");
+  require(r.data.validation_fraction >= 0 && r.data.validation_fraction < 1, source,
+          "'data.validation_fraction' must be in [0, 1)");
+  require(r.training.micro_batch_size >= 1, source, "'training.micro_batch_size' must be at least 1");
+  require(r.training.gradient_accumulation_steps >= 1, source, "'training.gradient_accumulation_steps' must be at least 1");
+  require(r.training.max_steps >= 0 && r.training.epochs > 0, source, "'training.max_steps' >= 0 and 'training.epochs' > 0");
+  require(r.optimizer.lr > 0, source, "'optimizer.lr' must be positive");
+  require(r.schedule.warmup_steps >= 0, source, "'schedule.warmup_steps' must not be negative");
+  require(r.output.keep_last >= 1, source, "'output.keep_last' must be at least 1");
+  require(r.logging.every >= 1, source, "'logging.every' must be at least 1");
+  return r;
+}
+
+}  // namespace
+
+Recipe parse_recipe(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
+  json recipe = json::parse(kDefaultRecipe);
+  const json given = parse_yaml(yaml_text, source);
+  if (!given.is_null()) merge(recipe, given, "", source);
+  for (const std::string& assignment : overrides) apply_override(recipe, assignment);
+  return to_recipe(recipe, source);
+}
+
+Recipe load_recipe(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return parse_recipe("", "defaults", overrides);
+  std::ifstream stream(path);
+  if (!stream) fail("{}: cannot open the recipe", path.string());
+  std::stringstream text;
+  text << stream.rdbuf();
+  return parse_recipe(text.str(), path.string(), overrides);
+}
+
+}  // namespace moetune::train

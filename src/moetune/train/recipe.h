@@ -1,0 +1,72 @@
+// A fine-tuning recipe: every key has a default (kDefaultRecipe in recipe.cpp, the one place they are written
+// down), a YAML file overrides some, `--set a.b=value` overrides any. An unknown key, or a value of the wrong
+// type, is an Error that names the key path and the file.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moetune::train {
+
+struct Recipe {
+  std::string model;  // HF model folder
+
+  struct Data {
+    std::vector<std::string> train;       // JSONL files
+    std::vector<std::string> validation;  // JSONL files; empty: split from train by validation_fraction
+    double validation_fraction = 0;
+    std::string format = "auto";          // auto, text, prompt_completion, messages, input_ids
+    bool loss_on_prompt = false;          // score prompts and non-assistant turns too
+    int64_t max_length = 512;             // tokens per row; longer examples are truncated
+    bool packing = true;                  // several examples per row, attention kept within each
+    bool shuffle = true;
+    std::string bad_lines = "error";      // error or skip
+  } data;
+
+  struct Training {
+    int64_t micro_batch_size = 4;         // rows per forward/backward
+    int64_t gradient_accumulation_steps = 1;
+    int64_t max_steps = 0;                // optimizer steps; 0: run `epochs` epochs
+    double epochs = 1;
+    int64_t seed = 1234;
+    std::string device = "auto";          // auto, cpu, cuda
+  } training;
+
+  struct Optimizer {
+    double lr = 1e-5;
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    double weight_decay = 0.0;
+    double max_grad_norm = 1.0;           // 0 disables clipping
+    std::string precision = "fp32";       // fp32 (CPU); GPU: fp32_master, bf16_stochastic_rounding, pure_bf16
+  } optimizer;
+
+  struct Schedule {
+    std::string type = "cosine";          // constant, linear, cosine
+    int64_t warmup_steps = 0;
+    double min_lr_ratio = 0.0;
+  } schedule;
+
+  struct Output {
+    std::string dir = "moetune-output";
+    int64_t save_every = 0;               // steps between checkpoints; 0: only at the end
+    int64_t keep_last = 2;
+  } output;
+
+  struct Logging {
+    int64_t every = 1;                    // steps between log lines and metrics records
+    int64_t validation_every = 0;         // steps between validation losses; 0: only at the end
+    bool tensorboard = true;
+  } logging;
+
+  nlohmann::json json;  // the resolved recipe, every key present: what the run saves beside its outputs
+};
+
+// `path` empty: the defaults alone. `overrides` are "a.b=value" strings, the value parsed as YAML.
+Recipe load_recipe(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
+// The same from YAML text (for the embedded default recipe and tests); `source` names it in errors.
+Recipe parse_recipe(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides = {});
+
+}  // namespace moetune::train
