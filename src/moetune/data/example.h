@@ -1,0 +1,37 @@
+// Training examples from JSONL lines: token ids with a mask of the tokens the loss scores. The four line
+// shapes the recipe's data.format names: {"text"}, {"prompt", "completion"}, {"messages"}, {"input_ids"}.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace moetune::data {
+
+struct Example {
+  std::vector<int64_t> ids;
+  std::vector<uint8_t> scored;  // per token: 1 when it is a label the loss counts
+};
+
+enum class Format { Auto, Text, PromptCompletion, Messages, InputIds };
+Format format_from_name(const std::string& name);
+// The format a line's keys announce; an Error when they announce none.
+Format detect_format(const nlohmann::json& line);
+
+// What turning text into examples needs from the tokenizer and the chat template.
+struct TextCodec {
+  std::function<std::vector<int64_t>(std::string_view)> encode;
+  std::optional<int64_t> eos_id;  // appended to text and completions so the model learns to stop
+  // Renders messages with the model's chat template (add_generation_prompt as the second argument).
+  std::function<std::string(const nlohmann::json&, bool)> render_chat;
+  int64_t vocab_size = 0;
+};
+
+// Errors say what is wrong with the line; the caller adds the file and line number.
+Example make_example(const nlohmann::json& line, Format format, const TextCodec& codec, bool loss_on_prompt);
+
+}  // namespace moetune::data
