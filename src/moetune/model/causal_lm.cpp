@@ -139,6 +139,14 @@ std::vector<std::pair<std::string, size_t>> CausalLM::stash_report() const {
   return report;
 }
 
+std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const {
+  std::vector<std::pair<int64_t, ops::RouterStats>> stats;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].moe && layers_[i].moe->routing().logits.defined())
+      stats.emplace_back(int64_t(i), ops::router_stats(layers_[i].moe->routing(), stash_.layout.token_valid));
+  return stats;
+}
+
 size_t CausalLM::stash_bytes() const {
   size_t total = 0;
   for (const auto& [block, bytes] : stash_report()) total += bytes;

@@ -55,6 +55,8 @@ class CausalLM {
   // "head": final hidden state and logits), and in total.
   std::vector<std::pair<std::string, size_t>> stash_report() const;
   size_t stash_bytes() const;
+  // Per MoE layer (index, stats) for the last forward, while its stash is held (before backward()).
+  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const;
 
  private:
   struct Layer {

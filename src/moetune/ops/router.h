@@ -31,4 +31,14 @@ double load_balancing_loss(const std::vector<Routing>& layers, const std::vector
 void load_balancing_loss_backward(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid,
                                   double scale, std::vector<Tensor>& dlogits);
 
+// How evenly a layer spreads its tokens, for the training log: per-expert load (choices) relative to the mean,
+// and the mean entropy of the routing distribution in nats (log E when uniform). Routing is dropless, so no
+// token is ever dropped; the count is reported to make that visible.
+struct RouterStats {
+  double load_max_over_mean = 0, load_min_over_mean = 0;
+  double entropy = 0;
+  int64_t dropped = 0;
+};
+RouterStats router_stats(const Routing& routing, const std::vector<uint8_t>& token_valid);
+
 }  // namespace moetune::ops

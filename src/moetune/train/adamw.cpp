@@ -16,6 +16,17 @@ AdamW::AdamW(std::vector<Tensor> parameters, std::vector<Tensor> gradients, Adam
   }
 }
 
+void AdamW::restore(const std::vector<Tensor>& first_moments, const std::vector<Tensor>& second_moments,
+                    int64_t steps_taken) {
+  MOETUNE_CHECK(first_moments.size() == m_.size() && second_moments.size() == v_.size(),
+                "AdamW state holds {} moments for {} parameters", first_moments.size(), m_.size());
+  for (size_t i = 0; i < m_.size(); ++i) {
+    m_[i].copy_from(first_moments[i]);
+    v_[i].copy_from(second_moments[i]);
+  }
+  steps_ = steps_taken;
+}
+
 void AdamW::step(double lr) {
   ++steps_;
   const float beta1 = float(options_.beta1), beta2 = float(options_.beta2);

@@ -27,6 +27,8 @@ class AdamW {
   // The moments, parallel to the parameters (for checkpoints and tests).
   const std::vector<Tensor>& first_moments() const { return m_; }
   const std::vector<Tensor>& second_moments() const { return v_; }
+  // Restores a saved state (moments copied in, parallel to the parameters) to resume exactly.
+  void restore(const std::vector<Tensor>& first_moments, const std::vector<Tensor>& second_moments, int64_t steps_taken);
 
  private:
   std::vector<Tensor> parameters_, gradients_, m_, v_;

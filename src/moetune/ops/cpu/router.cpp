@@ -132,4 +132,27 @@ void load_balancing_loss_backward(const std::vector<Routing>& layers, const std:
   }
 }
 
+RouterStats router_stats(const Routing& routing, const std::vector<uint8_t>& token_valid) {
+  const int64_t tokens = routing.logits.size(0), experts = routing.logits.size(1);
+  const Tensor probs = softmax(routing.logits);
+  std::vector<double> load(static_cast<size_t>(experts), 0.0);
+  double entropy = 0, counted_tokens = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (!counted(token_valid, t)) continue;
+    counted_tokens += 1;
+    for (int64_t j = 0; j < routing.top_k; ++j) load[size_t(routing.expert[size_t(t * routing.top_k + j)])] += 1;
+    for (int64_t e = 0; e < experts; ++e) {
+      const double p = probs.data<float>()[t * experts + e];
+      if (p > 0) entropy -= p * std::log(p);
+    }
+  }
+  RouterStats stats;
+  if (counted_tokens == 0) return stats;
+  const double mean = counted_tokens * double(routing.top_k) / double(experts);
+  stats.load_max_over_mean = *std::max_element(load.begin(), load.end()) / mean;
+  stats.load_min_over_mean = *std::min_element(load.begin(), load.end()) / mean;
+  stats.entropy = entropy / counted_tokens;
+  return stats;
+}
+
 }  // namespace moetune::ops

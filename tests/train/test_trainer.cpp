@@ -1,0 +1,108 @@
+// The fine-tuning loop end to end on the CPU: logs, checkpoints, an exact resume, clean interruption.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+
+#include "moetune/train/trainer.h"
+#include "test_util.h"
+
+namespace moetune::train {
+namespace {
+
+using nlohmann::json;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string lines;
+    for (int i = 0; i < 40; ++i) {
+      json ids = json::array();
+      for (int t = 0; t < 5 + i % 7; ++t) ids.push_back((i * 13 + t * 7) % 90 + 2);
+      lines += json{{"input_ids", ids}}.dump() + "\n";
+    }
+    testing::write_file(dir_ / "train.jsonl", lines);
+  }
+  Recipe recipe(const std::string& output, std::vector<std::string> extra = {}) {
+    std::vector<std::string> overrides = {"model=" + testing::fixture("qwen3_moe_tiny").string(),
+                                          "data.train=" + (dir_ / "train.jsonl").string(),
+                                          "output.dir=" + (dir_ / output).string(),
+                                          "data.max_length=16", "training.micro_batch_size=2",
+                                          "training.gradient_accumulation_steps=2", "training.max_steps=6",
+                                          "optimizer.lr=1e-2", "schedule.warmup_steps=2", "data.validation_fraction=0.2"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return parse_recipe("", "test", overrides);
+  }
+  std::vector<json> metrics(const std::string& output) {
+    std::vector<json> records;
+    std::ifstream stream(dir_ / output / "metrics.jsonl");
+    for (std::string line; std::getline(stream, line);) records.push_back(json::parse(line));
+    return records;
+  }
+  testing::ScratchDir dir_;
+};
+
+TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
+  Trainer trainer(recipe("run", {"output.save_every=2", "output.keep_last=2"}), {}, false);
+  TrainResult result = trainer.run();
+  EXPECT_EQ(result.steps, 6);
+  EXPECT_FALSE(std::isnan(result.validation_loss));
+  const auto records = metrics("run");
+  ASSERT_GE(records.size(), 6u);
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_second", "aux_loss", "moe"})
+    EXPECT_TRUE(records[0].contains(key)) << key;
+  EXPECT_EQ(records[0]["moe"].size(), 2u);  // two MoE layers, each with its load spread and router entropy
+  EXPECT_EQ(records[0]["moe"][0]["dropped"], 0);
+  // Checkpoints at steps 4 and 6 kept (keep_last 2), step 2 removed; each a loadable HF folder.
+  auto checkpoints = list_checkpoints(dir_ / "run");
+  ASSERT_EQ(checkpoints.size(), 2u);
+  EXPECT_EQ(checkpoints.back().filename(), "checkpoint-000006");
+  EXPECT_EQ(result.final_model, checkpoints.back());
+  EXPECT_NO_THROW(model::CausalLM::from_pretrained(checkpoints.back()));
+  EXPECT_FALSE(std::filesystem::is_empty(dir_ / "run" / "tensorboard"));
+  // Nothing half-written is left behind.
+  for (const auto& item : std::filesystem::directory_iterator(dir_ / "run"))
+    EXPECT_FALSE(item.path().filename().string().ends_with(".tmp")) << item.path();
+}
+
+TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
+  Trainer whole(recipe("whole"), {}, false);
+  whole.run();
+  {
+    Trainer first_half(recipe("split"), {}, false);
+    first_half.stop_after(3);
+    EXPECT_TRUE(first_half.run().interrupted);
+  }
+  Trainer second_half(recipe("split"), {}, /*resume=*/true);
+  EXPECT_EQ(second_half.run().steps, 6);
+  auto expected = metrics("whole"), actual = metrics("split");
+  std::vector<double> expected_losses, actual_losses;
+  for (const json& r : expected)
+    if (r.contains("grad_norm")) expected_losses.push_back(r["loss"]);
+  for (const json& r : actual)
+    if (r.contains("grad_norm")) actual_losses.push_back(r["loss"]);
+  EXPECT_EQ(actual_losses, expected_losses);
+  ASSERT_EQ(actual_losses.size(), 6u);
+}
+
+TEST_F(TrainerTest, RefusesToOverwriteARunWithoutResume) {
+  Trainer(recipe("run"), {}, false).run();
+  EXPECT_THROW(Trainer(recipe("run"), {}, false), Error);
+  EXPECT_THROW(Trainer(recipe("empty"), {}, true), Error);  // nothing to resume
+}
+
+TEST_F(TrainerTest, SigintFinishesTheStepAndCheckpoints) {
+  Trainer::install_stop_handlers();
+  Trainer trainer(recipe("interrupted"), {}, false);
+  std::raise(SIGINT);
+  TrainResult result = trainer.run();
+  Trainer::stop_requested = false;
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  EXPECT_TRUE(result.interrupted);
+  EXPECT_EQ(result.steps, 1);
+  EXPECT_EQ(list_checkpoints(dir_ / "interrupted").size(), 1u);
+}
+
+}  // namespace
+}  // namespace moetune::train
