@@ -7,7 +7,7 @@
 namespace moetune::data {
 namespace {
 
-using nlohmann::json;
+using json = Json;
 
 // One token per byte, with a fake chat template, so expectations can be written by hand.
 TextCodec byte_codec() {

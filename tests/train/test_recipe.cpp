@@ -73,3 +73,14 @@ TEST(Recipe, MissingFileIsNamed) {
 
 }  // namespace
 }  // namespace moetune::train
+
+namespace moetune::train {
+namespace {
+
+TEST(Recipe, ExamplesParse) {
+  for (const char* name : {"tiny-default.yaml", "qwen3-30b-a3b.yaml"})
+    EXPECT_NO_THROW(load_recipe(std::filesystem::path(MOETUNE_FIXTURES_DIR) / ".." / ".." / "examples" / name)) << name;
+}
+
+}  // namespace
+}  // namespace moetune::train

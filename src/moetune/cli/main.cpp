@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "moetune/cli/eval.h"
+#include "moetune/cli/finetune.h"
+#include "moetune/cli/generate.h"
 #include "moetune/cli/inspect.h"
 #include "moetune/cli/sizes.h"
 #include "moetune/core/error.h"
@@ -35,6 +37,25 @@ int main(int argc, char** argv) {
   eval->add_option("--data", data_file, "JSONL file, one {\"input_ids\": [ids...]} object per line")->required();
   eval->add_flag("--json", as_json, "Print the report as JSON");
 
+  moetune::cli::FinetuneArgs finetune_args;
+  std::string recipe_path;
+  CLI::App* finetune = app.add_subcommand(
+      "finetune", "Fine-tune a model from a recipe; with no recipe, the embedded default (a tiny MoE learns a task)");
+  finetune->add_option("-c,--config", recipe_path, "Recipe (YAML); every key has a default");
+  finetune->add_option("--set", finetune_args.overrides, "Override a recipe key: --set optimizer.lr=2e-5 (repeatable)");
+  finetune->add_flag("--resume", finetune_args.resume, "Continue from the newest checkpoint in the output folder");
+
+  moetune::cli::GenerateArgs generate_args;
+  std::string generate_model;
+  CLI::App* generate = app.add_subcommand("generate", "Continue a prompt with an HF model folder");
+  generate->add_option("MODEL_DIR", generate_model, "Hugging Face model folder")->required();
+  generate->add_option("--prompt", generate_args.prompt, "The text to continue")->required();
+  generate->add_flag("--chat", generate_args.chat, "Send the prompt as a user message through the chat template");
+  generate->add_option("--max-new-tokens", generate_args.options.max_new_tokens, "How many tokens at most")->capture_default_str();
+  generate->add_option("--temperature", generate_args.options.temperature, "0 for greedy; else sample")->capture_default_str();
+  generate->add_option("--top-p", generate_args.options.top_p, "Nucleus sampling mass (with --temperature > 0)")->capture_default_str();
+  generate->add_option("--seed", generate_args.options.seed, "Sampling seed")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*inspect) {
@@ -48,6 +69,12 @@ int main(int argc, char** argv) {
     } else if (*eval) {
       nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_evaluation(report).c_str(), stdout);
+    } else if (*finetune) {
+      finetune_args.recipe = recipe_path;
+      return moetune::cli::run_finetune(finetune_args);
+    } else if (*generate) {
+      generate_args.model = generate_model;
+      std::printf("%s\n", moetune::cli::run_generate(generate_args).c_str());
     }
   } catch (const moetune::Error& e) {
     std::fprintf(stderr, "moetune: error: %s\n", e.what());

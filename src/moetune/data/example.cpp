@@ -5,7 +5,7 @@
 namespace moetune::data {
 namespace {
 
-using nlohmann::json;
+using json = Json;
 
 void append(Example& example, const std::vector<int64_t>& ids, bool scored) {
   example.ids.insert(example.ids.end(), ids.begin(), ids.end());

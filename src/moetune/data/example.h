@@ -12,6 +12,9 @@
 
 namespace moetune::data {
 
+// Lines keep their key order (as Python's json does): a chat template's `tojson` prints dicts in that order.
+using Json = nlohmann::ordered_json;
+
 struct Example {
   std::vector<int64_t> ids;
   std::vector<uint8_t> scored;  // per token: 1 when it is a label the loss counts
@@ -20,18 +23,18 @@ struct Example {
 enum class Format { Auto, Text, PromptCompletion, Messages, InputIds };
 Format format_from_name(const std::string& name);
 // The format a line's keys announce; an Error when they announce none.
-Format detect_format(const nlohmann::json& line);
+Format detect_format(const Json& line);
 
 // What turning text into examples needs from the tokenizer and the chat template.
 struct TextCodec {
   std::function<std::vector<int64_t>(std::string_view)> encode;
   std::optional<int64_t> eos_id;  // appended to text and completions so the model learns to stop
   // Renders messages with the model's chat template (add_generation_prompt as the second argument).
-  std::function<std::string(const nlohmann::json&, bool)> render_chat;
+  std::function<std::string(const Json&, bool)> render_chat;
   int64_t vocab_size = 0;
 };
 
 // Errors say what is wrong with the line; the caller adds the file and line number.
-Example make_example(const nlohmann::json& line, Format format, const TextCodec& codec, bool loss_on_prompt);
+Example make_example(const Json& line, Format format, const TextCodec& codec, bool loss_on_prompt);
 
 }  // namespace moetune::data

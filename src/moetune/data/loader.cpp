@@ -102,10 +102,10 @@ std::optional<Example> DataLoader::read(size_t line_index) {
   std::string text;
   std::getline(stream, text);
   try {
-    nlohmann::json line;
+    Json line;
     try {
-      line = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception&) {
+      line = Json::parse(text);
+    } catch (const Json::exception&) {
       fail("not JSON");
     }
     return make_example(line, options_.format, codec_, options_.loss_on_prompt);

@@ -1,0 +1,117 @@
+#include "moetune/cli/finetune.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+
+#include "moetune/core/error.h"
+#include "moetune/data/text_codec.h"
+#include "moetune/model/generate.h"
+#include "moetune/train/trainer.h"
+
+namespace moetune::cli {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// The bundled task (scripts/make_default_assets.py): a 161K-parameter Qwen3-MoE learns to answer
+// "Which is larger, 47 or 52?" in chat form. Sized to finish in about a minute on 2 CPU cores.
+constexpr const char* kDefaultRecipe = R"(
+data:
+  format: messages
+  max_length: 64
+  packing: true
+training:
+  micro_batch_size: 8
+  max_steps: 300
+  seed: 1234
+optimizer:
+  lr: 3.0e-3
+  weight_decay: 0.0
+  max_grad_norm: 1.0
+schedule:
+  type: cosine
+  warmup_steps: 20
+  min_lr_ratio: 0.1
+output:
+  save_every: 100
+  keep_last: 1
+logging:
+  every: 10
+)";
+
+fs::path assets_folder() {
+  // The source tree's assets; MOETUNE_ASSETS_DIR overrides (for an installed binary).
+  if (const char* dir = std::getenv("MOETUNE_ASSETS_DIR")) return dir;
+  return MOETUNE_SOURCE_ASSETS_DIR;
+}
+
+std::string timestamp() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return text;
+}
+
+}  // namespace
+
+double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, int64_t limit) {
+  model::CausalLM model = model::CausalLM::from_pretrained(model_folder);
+  const data::ModelText text = data::load_model_text(model_folder);
+  if (!text.tokenizer || !text.codec.render_chat) fail("{}: needs a tokenizer and a chat template", model_folder.string());
+  std::ifstream stream(test_jsonl);
+  if (!stream) fail("{}: cannot open", test_jsonl.string());
+  int64_t asked = 0, right = 0;
+  for (std::string line; asked < limit && std::getline(stream, line);) {
+    if (line.empty()) continue;
+    data::Json messages = data::Json::parse(line)["messages"];
+    const std::string reference = messages.back()["content"];
+    messages.erase(messages.size() - 1);
+    const std::vector<int64_t> prompt = text.codec.encode(text.codec.render_chat(messages, true));
+    std::vector<int64_t> reply = model::generate(model, prompt, {.max_new_tokens = 8, .stop_ids = text.stop_ids});
+    if (!reply.empty() && std::find(text.stop_ids.begin(), text.stop_ids.end(), reply.back()) != text.stop_ids.end())
+      reply.pop_back();
+    const std::string answer = text.tokenizer->decode(std::vector<int32_t>(reply.begin(), reply.end()));
+    right += answer == reference;
+    ++asked;
+  }
+  return asked ? double(right) / double(asked) : 0.0;
+}
+
+int run_finetune(const FinetuneArgs& args) {
+  train::Trainer::install_stop_handlers();
+  if (!args.recipe.empty()) {
+    train::Recipe recipe = train::load_recipe(args.recipe, args.overrides);
+    train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
+    const train::TrainResult result = trainer.run();
+    std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",
+                static_cast<long long>(result.steps), result.final_model.string().c_str());
+    return 0;
+  }
+
+  const fs::path assets = assets_folder() / "default";
+  std::vector<std::string> overrides = {"model=" + (assets / "model").string(), "data.train=" + (assets / "train.jsonl").string(),
+                                        "output.dir=" + (fs::path("moetune-default-run") / timestamp()).string()};
+  overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+  train::Recipe recipe = train::parse_recipe(kDefaultRecipe, "the embedded default recipe", overrides);
+  const fs::path test = assets / "test.jsonl";
+  std::printf("moetune finetune (embedded default): %s learns \"Which is larger, 47 or 52?\" from %s\n",
+              recipe.model.c_str(), recipe.data.train.front().c_str());
+  std::fflush(stdout);
+  const double before = chat_accuracy(recipe.model, test, 200);
+  std::printf("held-out accuracy before: %.1f%% (200 questions it never trains on)\n", 100 * before);
+  std::fflush(stdout);  // before the trainer's progress lines on stderr
+  const auto start = std::chrono::steady_clock::now();
+  train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
+  const train::TrainResult result = trainer.run();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double after = chat_accuracy(result.final_model, test, 200);
+  std::printf("held-out accuracy after %lld steps (%.0f s): %.1f%%  (before: %.1f%%)\nsaved HF folder: %s\n",
+              static_cast<long long>(result.steps), seconds, 100 * after, 100 * before, result.final_model.string().c_str());
+  return 0;
+}
+
+}  // namespace moetune::cli

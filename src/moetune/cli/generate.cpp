@@ -1,0 +1,23 @@
+#include "moetune/cli/generate.h"
+
+#include "moetune/core/error.h"
+#include "moetune/data/text_codec.h"
+
+namespace moetune::cli {
+
+std::string run_generate(const GenerateArgs& args) {
+  const data::ModelText text = data::load_model_text(args.model);
+  if (!text.tokenizer) fail("{}: no tokenizer.json, so there is no text to generate", args.model.string());
+  std::string prompt = args.prompt;
+  if (args.chat) {
+    if (!text.codec.render_chat) fail("{}: --chat, but the model has no chat template", args.model.string());
+    prompt = text.codec.render_chat(data::Json::array({{{"role", "user"}, {"content", args.prompt}}}), true);
+  }
+  model::CausalLM model = model::CausalLM::from_pretrained(args.model);
+  model::GenerateOptions options = args.options;
+  options.stop_ids = text.stop_ids;
+  const std::vector<int64_t> ids = model::generate(model, text.codec.encode(prompt), options);
+  return text.tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end()), /*skip_special_tokens=*/true);
+}
+
+}  // namespace moetune::cli

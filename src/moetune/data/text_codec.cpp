@@ -1,0 +1,68 @@
+#include "moetune/data/text_codec.h"
+
+#include <fstream>
+
+#include "moetune/core/error.h"
+#include "moetune/io/hf_config.h"
+#include "moetune/text/chat_template.h"
+
+namespace moetune::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// tokenizer_config.json writes special tokens as strings or as {"content": ...} objects.
+std::optional<std::string> special_token(const fs::path& folder, const char* key) {
+  std::ifstream stream(folder / "tokenizer_config.json");
+  if (!stream) return std::nullopt;
+  const nlohmann::json config = nlohmann::json::parse(stream, nullptr, false);
+  if (!config.is_object() || !config.contains(key)) return std::nullopt;
+  const nlohmann::json& value = config[key];
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() && value.contains("content") && value["content"].is_string()) return value["content"].get<std::string>();
+  return std::nullopt;
+}
+
+bool has_chat_template(const fs::path& folder) {
+  if (fs::exists(folder / "chat_template.jinja")) return true;
+  std::ifstream stream(folder / "tokenizer_config.json");
+  if (!stream) return false;
+  const nlohmann::json config = nlohmann::json::parse(stream, nullptr, false);
+  return config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null();
+}
+
+}  // namespace
+
+ModelText load_model_text(const fs::path& folder) {
+  ModelText text;
+  const io::ModelConfig config = io::load_config(folder / "config.json");
+  text.codec.vocab_size = config.vocab_size;
+  for (int64_t id : config.eos_token_ids) text.stop_ids.push_back(id);
+  if (!fs::exists(folder / "tokenizer.json")) {
+    const std::string name = folder.string();
+    text.codec.encode = [name](std::string_view) -> std::vector<int64_t> {
+      fail("{} has no tokenizer.json: only {{\"input_ids\": [...]}} data can be used with it", name);
+    };
+    return text;
+  }
+  text.tokenizer = std::make_shared<text::Tokenizer>(text::Tokenizer::from_folder(folder));
+  if (text.stop_ids.empty())
+    if (auto eos = special_token(folder, "eos_token"))
+      if (auto id = text.tokenizer->token_to_id(*eos)) text.stop_ids.push_back(*id);
+  if (!text.stop_ids.empty()) text.codec.eos_id = text.stop_ids.front();
+  if (has_chat_template(folder)) {
+    auto chat = std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_folder(folder));
+    text.codec.render_chat = [chat](const Json& messages, bool add_generation_prompt) {
+      return chat->apply(messages, add_generation_prompt);
+    };
+  }
+  std::shared_ptr<text::Tokenizer> tokenizer = text.tokenizer;
+  text.codec.encode = [tokenizer](std::string_view s) {
+    const std::vector<int32_t> ids = tokenizer->encode(s);
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  };
+  return text;
+}
+
+}  // namespace moetune::data

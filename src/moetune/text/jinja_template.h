@@ -1,0 +1,39 @@
+// A parsed Jinja2 template and its renderer: the subset of Jinja that Hugging Face chat templates use, rendered as
+// transformers renders them (see jinja_lexer.h for the whitespace rules, jinja_builtins.h for filters and tests).
+//
+// Statements: if/elif/else, for (loop.index/index0/revindex/revindex0/first/last/length/previtem/nextitem/cycle,
+// `for k, v in ...` unpacking, `for x in xs if cond`, else), set (names, unpacking, namespace attributes, block
+// set), macro with defaults and keyword arguments, call blocks with caller(), with, break/continue, and
+// transformers' {% generation %}. Scoping is Jinja's: a for body is a new scope each iteration, a macro its own,
+// an if none. Undefined behaves as Jinja's default Undefined: it prints as nothing, is false, iterates as empty,
+// and looking something up on it or calling it is an Error.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "moetune/text/jinja_value.h"
+
+namespace moetune::text::jinja {
+
+struct Node;
+
+class Template {
+ public:
+  // Parses `source`; `source_name` starts every error message ("chat_template.jinja:12:5: ...").
+  Template(std::string_view source, std::string source_name);
+
+  // Renders with `variables` in scope (they shadow the global functions range, namespace and dict).
+  std::string render(const std::vector<std::pair<std::string, Value>>& variables) const;
+
+  const std::string& source_name() const { return source_name_; }
+
+ private:
+  std::string source_name_;
+  std::shared_ptr<const std::vector<std::unique_ptr<Node>>> body_;
+};
+
+}  // namespace moetune::text::jinja

@@ -1,0 +1,310 @@
+// Reading tokenizer.json into a Tokenizer. Every error names the file and the JSON key ("model.merges[12]").
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "moetune/core/error.h"
+#include "moetune/text/byte_level.h"
+#include "moetune/text/normalizer.h"
+#include "moetune/text/tokenizer.h"
+
+namespace moetune::text {
+
+using nlohmann::json;
+
+namespace {
+
+// Ids index arrays of this size; a larger one is a broken file, not a vocabulary.
+constexpr int64_t kMaxId = int64_t(1) << 26;
+
+std::string index_key(const std::string& key, size_t index) { return fmt::format("{}[{}]", key, index); }
+std::string member_key(const std::string& key, const char* name) { return key.empty() ? name : key + "." + name; }
+
+}  // namespace
+
+class TokenizerLoader {
+ public:
+  explicit TokenizerLoader(std::string source) : source_(std::move(source)) {}
+
+  Tokenizer load(const json& root) {
+    if (!root.is_object()) error("", fmt::format("expected a JSON object, got {}", root.type_name()));
+    Tokenizer tokenizer;
+    tokenizer.nfc_ = read_normalizer(root, "normalizer");
+    read_pre_tokenizer(tokenizer.pre_tokenizer_, member(root, "", "pre_tokenizer"), "pre_tokenizer");
+    tokenizer.model_ = read_model(member(root, "", "model"), "model");
+    read_decoder(member(root, "", "decoder"), "decoder");
+    read_added_tokens(tokenizer, root);
+    build_id_tables(tokenizer);
+    return tokenizer;
+  }
+
+ private:
+  [[noreturn]] void error(const std::string& key, const std::string& message) const {
+    if (key.empty()) fail("{}: {}", source_, message);
+    fail("{}: {}: {}", source_, key, message);
+  }
+
+  const json& member(const json& object, const std::string& key, const char* name) const {
+    const std::string path = member_key(key, name);
+    if (!object.is_object()) error(key, fmt::format("expected an object, got {}", object.dump()));
+    auto found = object.find(name);
+    if (found == object.end()) error(path, "missing");
+    return *found;
+  }
+  // The member, or null when it is absent.
+  const json& optional_member(const json& object, const char* name) const {
+    static const json null;
+    auto found = object.find(name);
+    return found == object.end() ? null : *found;
+  }
+  std::string string(const json& value, const std::string& key) const {
+    if (!value.is_string()) error(key, fmt::format("expected a string, got {}", value.dump()));
+    return value.get<std::string>();
+  }
+  bool boolean(const json& object, const std::string& key, const char* name, bool fallback) const {
+    const json& value = optional_member(object, name);
+    if (value.is_null()) return fallback;
+    if (!value.is_boolean()) error(member_key(key, name), fmt::format("expected true or false, got {}", value.dump()));
+    return value.get<bool>();
+  }
+  int32_t id(const json& value, const std::string& key) const {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= kMaxId)
+      error(key, fmt::format("expected a token id (an integer from 0 to {}), got {}", kMaxId - 1, value.dump()));
+    return int32_t(value.get<int64_t>());
+  }
+  std::string type_of(const json& object, const std::string& key) const {
+    return string(member(object, key, "type"), member_key(key, "type"));
+  }
+  [[noreturn]] void unsupported(const std::string& key, const json& value, const char* supported) const {
+    error(key, fmt::format("{} is not supported (supported: {})", value.dump(), supported));
+  }
+
+  // True for NFC, false for none.
+  bool read_normalizer(const json& root, const char* key) const {
+    const json& normalizer = optional_member(root, key);
+    if (normalizer.is_null()) return false;
+    const std::string type = type_of(normalizer, key);
+    if (type == "NFC") return true;
+    if (type != "Sequence") unsupported(member_key(key, "type"), type, "null, NFC, or a Sequence of NFC");
+    const std::string list_key = member_key(key, "normalizers");
+    const json& list = member(normalizer, key, "normalizers");
+    if (!list.is_array()) error(list_key, fmt::format("expected a list, got {}", list.dump()));
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string item_key = index_key(list_key, i);
+      const std::string item_type = type_of(list[i], item_key);
+      if (item_type != "NFC") unsupported(member_key(item_key, "type"), item_type, "NFC inside a Sequence");
+    }
+    return !list.empty();
+  }
+
+  void read_pre_tokenizer(PreTokenizer& pre_tokenizer, const json& value, const std::string& key) const {
+    constexpr const char* kSupported = "ByteLevel, or a Sequence of Split stages ending in ByteLevel";
+    if (value.is_null()) unsupported(key, value, kSupported);
+    const std::string type = type_of(value, key);
+    if (type == "ByteLevel") return read_byte_level(pre_tokenizer, value, key);
+    if (type != "Sequence") unsupported(member_key(key, "type"), type, kSupported);
+    const std::string list_key = member_key(key, "pretokenizers");
+    const json& list = member(value, key, "pretokenizers");
+    if (!list.is_array() || list.empty())
+      error(list_key, fmt::format("expected a non-empty list, got {}", list.dump()));
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string item_key = index_key(list_key, i);
+      const std::string item_type = type_of(list[i], item_key);
+      const bool last = i + 1 == list.size();
+      if (item_type == "Split" && !last) {
+        read_split(pre_tokenizer, list[i], item_key);
+      } else if (item_type == "ByteLevel" && last) {
+        read_byte_level(pre_tokenizer, list[i], item_key);
+      } else {
+        unsupported(member_key(item_key, "type"), item_type,
+                    last ? "ByteLevel as the last stage" : "Split before the final ByteLevel");
+      }
+    }
+  }
+
+  void read_split(PreTokenizer& pre_tokenizer, const json& split, const std::string& key) const {
+    const std::string behavior_key = member_key(key, "behavior");
+    const std::string behavior = string(member(split, key, "behavior"), behavior_key);
+    if (behavior != "Isolated") unsupported(behavior_key, behavior, "Isolated");
+    if (boolean(split, key, "invert", false)) unsupported(member_key(key, "invert"), true, "false");
+    const std::string pattern_key = member_key(key, "pattern");
+    const json& pattern = member(split, key, "pattern");
+    const bool literal = pattern.is_object() && pattern.contains("String");
+    if (!pattern.is_object() || pattern.size() != 1 || !(literal || pattern.contains("Regex")))
+      error(pattern_key, fmt::format("expected {{\"Regex\": ...}} or {{\"String\": ...}}, got {}", pattern.dump()));
+    const std::string text = string(pattern.begin().value(), member_key(pattern_key, literal ? "String" : "Regex"));
+    with_context(fmt::format("{}: {}", source_, pattern_key), [&] { pre_tokenizer.add_split(text, literal); });
+  }
+
+  void read_byte_level(PreTokenizer& pre_tokenizer, const json& byte_level, const std::string& key) const {
+    // HF's defaults for a missing key: add_prefix_space true, use_regex true.
+    pre_tokenizer.add_byte_level(boolean(byte_level, key, "add_prefix_space", true),
+                                 boolean(byte_level, key, "use_regex", true));
+  }
+
+  BpeModel read_model(const json& model, const std::string& key) const {
+    if (!model.is_object()) error(key, fmt::format("expected an object, got {}", model.dump()));
+    // Files from old tokenizers versions may leave out the type; HF then recognises BPE by its merges.
+    const json& type = optional_member(model, "type");
+    if (!(type.is_null() && model.contains("merges")) && string(type, member_key(key, "type")) != "BPE")
+      unsupported(member_key(key, "type"), type, "BPE");
+    if (boolean(model, key, "byte_fallback", false)) unsupported(member_key(key, "byte_fallback"), true, "false");
+    const json& dropout = optional_member(model, "dropout");
+    if (!dropout.is_null() && !(dropout.is_number() && dropout.get<double>() == 0.0))
+      unsupported(member_key(key, "dropout"), dropout, "null (deterministic encoding)");
+    for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      const json& value = optional_member(model, affix);
+      if (!value.is_null() && value != "") unsupported(member_key(key, affix), value, "null");
+    }
+
+    const std::string vocab_key = member_key(key, "vocab");
+    const json& vocab_json = member(model, key, "vocab");
+    if (!vocab_json.is_object())
+      error(vocab_key, fmt::format("expected an object {{token: id}}, got {}", vocab_json.type_name()));
+    StringToId vocab;
+    vocab.reserve(vocab_json.size());
+    for (const auto& [token, value] : vocab_json.items())
+      vocab.emplace(token, id(value, member_key(vocab_key, token.c_str())));
+
+    BpeModel::Options options;
+    options.ignore_merges = boolean(model, key, "ignore_merges", false);
+    options.fuse_unk = boolean(model, key, "fuse_unk", false);
+    const json& unk = optional_member(model, "unk_token");
+    if (!unk.is_null()) {
+      const std::string unk_key = member_key(key, "unk_token");
+      auto found = vocab.find(string(unk, unk_key));
+      if (found == vocab.end()) error(unk_key, fmt::format("{} is not in the vocabulary", unk.dump()));
+      options.unk_id = found->second;
+    }
+    auto merges = read_merges(member(model, key, "merges"), member_key(key, "merges"));
+    try {
+      return BpeModel(std::move(vocab), merges, options);
+    } catch (const Error& e) {
+      fail("{}: {}.{}", source_, key, e.what());  // BpeModel names the merge: "merges[12]: ..."
+    }
+  }
+
+  // Both spellings: [["Ġ", "t"], ...] (tokenizers >= 0.20) and ["Ġ t", ...] (older files, GPT-2's).
+  std::vector<std::pair<std::string, std::string>> read_merges(const json& list, const std::string& key) const {
+    if (!list.is_array()) error(key, fmt::format("expected a list, got {}", list.type_name()));
+    std::vector<std::pair<std::string, std::string>> merges;
+    merges.reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      const json& merge = list[i];
+      if (merge.is_string()) {
+        const std::string& text = merge.get_ref<const std::string&>();
+        const size_t space = text.find(' ');
+        if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos)
+          error(index_key(key, i), fmt::format("expected two tokens separated by one space, got {}", merge.dump()));
+        merges.emplace_back(text.substr(0, space), text.substr(space + 1));
+      } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+        merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
+      } else {
+        error(index_key(key, i), fmt::format("expected [\"a\", \"b\"] or \"a b\", got {}", merge.dump()));
+      }
+    }
+    return merges;
+  }
+
+  void read_decoder(const json& decoder, const std::string& key) const {
+    if (decoder.is_null()) unsupported(key, decoder, "ByteLevel");
+    const std::string type = type_of(decoder, key);
+    if (type != "ByteLevel") unsupported(member_key(key, "type"), type, "ByteLevel");
+  }
+
+  // Ids as HF gives them on loading (the file's "id" is only checked there, with a warning): the vocabulary's id
+  // when the content is a vocabulary token, else the next one from the vocabulary's size on, in file order.
+  void read_added_tokens(Tokenizer& tokenizer, const json& root) const {
+    const json& list = optional_member(root, "added_tokens");
+    if (list.is_null()) return;
+    if (!list.is_array()) error("added_tokens", fmt::format("expected a list, got {}", list.type_name()));
+    const StringToId& vocab = tokenizer.model_.vocab();
+    auto next_id = int32_t(vocab.size());
+    std::vector<AddedToken>& tokens = tokenizer.added_tokens_;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string key = index_key("added_tokens", i);
+      AddedToken token;
+      token.content = string(member(list[i], key, "content"), member_key(key, "content"));
+      id(member(list[i], key, "id"), member_key(key, "id"));  // checked, as HF checks it
+      token.special = boolean(list[i], key, "special", false);
+      token.single_word = boolean(list[i], key, "single_word", false);
+      token.lstrip = boolean(list[i], key, "lstrip", false);
+      token.rstrip = boolean(list[i], key, "rstrip", false);
+      token.normalized = boolean(list[i], key, "normalized", !token.special);
+      if (token.content.empty()) continue;
+      auto same = std::find_if(tokens.begin(), tokens.end(),
+                               [&](const AddedToken& other) { return other.content == token.content; });
+      if (same != tokens.end()) {  // a repeat updates the first one, as in HF
+        token.id = same->id;
+        *same = token;
+        continue;
+      }
+      auto in_vocab = vocab.find(token.content);
+      token.id = in_vocab != vocab.end() ? in_vocab->second : next_id++;
+      if (token.id >= kMaxId) error(key, "too many added tokens");
+      tokens.push_back(token);
+    }
+    for (const AddedToken& token : tokens) {
+      if (!token.normalized) {
+        tokenizer.raw_matcher_.add(token.content, token);
+      } else {
+        std::string storage;
+        const std::string_view pattern = tokenizer.nfc_ ? nfc(token.content, storage) : token.content;
+        tokenizer.normalized_matcher_.add(std::string(pattern), token);
+      }
+    }
+  }
+
+  void build_id_tables(Tokenizer& tokenizer) const {
+    int32_t max_id = -1;
+    for (const auto& [token, token_id] : tokenizer.model_.vocab()) max_id = std::max(max_id, token_id);
+    for (const AddedToken& token : tokenizer.added_tokens_) max_id = std::max(max_id, token.id);
+    const auto size = size_t(max_id + 1);
+    tokenizer.tokens_.assign(size, std::string());
+    tokenizer.kinds_.assign(size, Tokenizer::Kind::None);
+    for (const auto& [token, token_id] : tokenizer.model_.vocab()) {
+      if (tokenizer.kinds_[size_t(token_id)] != Tokenizer::Kind::None)
+        error("model.vocab", fmt::format("id {} is given to both '{}' and '{}'", token_id,
+                                         tokenizer.tokens_[size_t(token_id)], token));
+      tokenizer.tokens_[size_t(token_id)] = token;
+      tokenizer.kinds_[size_t(token_id)] = Tokenizer::Kind::Model;
+    }
+    for (const AddedToken& token : tokenizer.added_tokens_) {
+      // HF decodes a normalized added token as its normalized content.
+      std::string storage;
+      const bool normalize = token.normalized && tokenizer.nfc_;
+      tokenizer.tokens_[size_t(token.id)] = normalize ? std::string(nfc(token.content, storage)) : token.content;
+      tokenizer.kinds_[size_t(token.id)] = token.special ? Tokenizer::Kind::Special : Tokenizer::Kind::Added;
+    }
+    tokenizer.decoded_.assign(size, std::string());
+    for (size_t i = 0; i < size; ++i) append_byte_level_decoded(tokenizer.tokens_[i], tokenizer.decoded_[i]);
+  }
+
+  std::string source_;
+};
+
+Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    fail("{}: not valid JSON (byte {}): {}", source, e.byte, e.what());
+  }
+  return TokenizerLoader(source).load(root);
+}
+
+Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
+  std::ifstream stream(tokenizer_json, std::ios::binary);
+  if (!stream) fail("{}: cannot open: {}", tokenizer_json.string(), std::strerror(errno));
+  std::stringstream buffer;
+  buffer << stream.rdbuf();
+  if (stream.bad()) fail("{}: read error: {}", tokenizer_json.string(), std::strerror(errno));
+  return from_json_text(buffer.str(), tokenizer_json.string());
+}
+
+Tokenizer Tokenizer::from_folder(const std::filesystem::path& folder) { return from_file(folder / "tokenizer.json"); }
+
+}  // namespace moetune::text
