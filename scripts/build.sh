@@ -10,5 +10,7 @@ case "$flavour" in
   asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DMOETUNE_SANITIZE=ON) ;;
   *) echo "build.sh: unknown flavour '$flavour' (release or asan)" >&2; exit 2 ;;
 esac
+# The GPU build needs the pinned header-only libraries (CUTLASS, cudnn-frontend).
+if [ "$flavour" = release ] && command -v nvcc >/dev/null; then scripts/fetch_gpu_headers.sh; fi
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
 cmake --build "$dir"

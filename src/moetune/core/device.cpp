@@ -9,6 +9,8 @@
 
 #if MOETUNE_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "moetune/core/cuda_runtime.h"
 #endif
 
 namespace moetune {
@@ -16,12 +18,6 @@ namespace moetune {
 std::string Device::str() const { return is_cpu() ? "cpu" : fmt::format("cuda:{}", index); }
 
 #if MOETUNE_HAVE_CUDA
-namespace {
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail("CUDA {} failed: {}", what, cudaGetErrorString(status));
-}
-}  // namespace
-
 int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -54,10 +50,8 @@ void* device_allocate(size_t nbytes, Device device) {
     return data;
   }
 #if MOETUNE_HAVE_CUDA
-  void* data = nullptr;
-  check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
-  check_cuda(cudaMalloc(&data, nbytes ? nbytes : 1), "cudaMalloc");
-  return data;
+  MOETUNE_CHECK(device.index == 0, "cannot allocate on {}: one GPU per process for now", device.str());
+  return gpu::allocate(nbytes);
 #else
   fail("cannot allocate on {}: {}", device.str(), cuda_unavailable_reason());
 #endif
@@ -69,7 +63,7 @@ void device_free(void* data, Device device) {
     return;
   }
 #if MOETUNE_HAVE_CUDA
-  cudaFree(data);
+  gpu::release(data);
 #endif
 }
 
@@ -80,9 +74,24 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     return;
   }
 #if MOETUNE_HAVE_CUDA
-  check_cuda(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), "cudaMemcpy");
+  // On the engine's stream, so the copy sees every kernel queued before it; the host then waits for it.
+  gpu::check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, gpu::stream()), "cudaMemcpyAsync");
+  gpu::synchronize("copy");
 #else
   fail("cannot copy between {} and {}: {}", src_device.str(), dst_device.str(), cuda_unavailable_reason());
+#endif
+}
+
+void zero_bytes(void* data, Device device, size_t nbytes) {
+  if (nbytes == 0) return;
+  if (device.is_cpu()) {
+    std::memset(data, 0, nbytes);
+    return;
+  }
+#if MOETUNE_HAVE_CUDA
+  gpu::check(cudaMemsetAsync(data, 0, nbytes, gpu::stream()), "cudaMemsetAsync");
+#else
+  fail("cannot clear memory on {}: {}", device.str(), cuda_unavailable_reason());
 #endif
 }
 

@@ -29,6 +29,8 @@ std::string cuda_unavailable_reason();
 void* device_allocate(size_t nbytes, Device device);
 void device_free(void* data, Device device);
 // Copies between any two places (host<->device, device<->device); blocks until done.
+// Sets bytes to zero; on a GPU it is queued on the engine's stream and does not wait.
+void zero_bytes(void* data, Device device, size_t nbytes);
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
 }  // namespace moetune

@@ -39,9 +39,9 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
-  Tensor tensor = empty(std::move(shape), dtype, Device::cpu());
-  std::memset(tensor.raw_data(), 0, tensor.nbytes());
-  return device.is_cpu() ? tensor : tensor.to(device);
+  Tensor tensor = empty(std::move(shape), dtype, device);
+  zero_bytes(tensor.raw_data(), device, tensor.nbytes());
+  return tensor;
 }
 
 int64_t Tensor::size(int64_t d) const {

@@ -1,3 +1,4 @@
+#include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/cast_kernels.h"
 
@@ -11,10 +12,8 @@ void cast_into(const Tensor& source, const Tensor& destination) {
   else if (from == DType::F16 && to == DType::F32) kind = CastKind::F16ToF32;
   else if (from == DType::F32 && to == DType::F16) kind = CastKind::F32ToF16;
   else fail("cast from {} to {} is not implemented on the GPU", dtype_name(from), dtype_name(to));
-  cudaError_t status = launch_cast(kind, source.raw_data(), destination.raw_data(), source.numel(), nullptr);
-  // Synchronous for now: the engine has no streams yet, and a caller may read the result from the host.
-  if (status == cudaSuccess) status = cudaDeviceSynchronize();
-  if (status != cudaSuccess) fail("cast of {} on the GPU failed: {}", source.str(), cudaGetErrorString(status));
+  gpu::check(launch_cast(kind, source.raw_data(), destination.raw_data(), source.numel(), gpu::stream()),
+              fmt::format("cast of {}", source.str()));
 }
 
 }  // namespace moetune::ops::cuda

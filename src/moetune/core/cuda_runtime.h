@@ -1,0 +1,33 @@
+// The engine's one CUDA stream and its memory accounting. Every kernel, library call, copy and allocation of
+// the GPU path runs in order on stream(), so no other synchronisation is needed between ops; the host waits
+// only where it reads results back. Device memory comes from CUDA's stream-ordered caching allocator
+// (cudaMallocAsync on the device's default pool, which keeps freed blocks for reuse), whose high-water mark
+// is the engine's reported peak. Only built with CUDA; host code includes it behind MOETUNE_HAVE_CUDA.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string_view>
+
+namespace moetune::gpu {
+
+cudaStream_t stream();
+// Fails with an Error naming `what` and CUDA's message.
+void check(cudaError_t status, std::string_view what);
+// Waits for all work on stream() and reports any error an asynchronous kernel raised.
+void synchronize(std::string_view what = "GPU work");
+
+void* allocate(size_t nbytes);
+void release(void* data);  // never throws (destructors call it)
+
+struct MemoryStats {
+  size_t in_use = 0;         // bytes held by live allocations (rounded as the pool rounds them)
+  size_t peak_in_use = 0;    // high-water mark of in_use since the last reset_peak()
+  size_t reserved = 0;       // bytes the pool holds from the driver, cached blocks included
+  size_t peak_reserved = 0;
+};
+MemoryStats memory_stats();
+void reset_peak();
+
+}  // namespace moetune::gpu
