@@ -8,8 +8,11 @@ scripts/build.sh release
 grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .git/info/exclude
 rm -rf .devcarry && mkdir -p .devcarry
 cp build/src/moetune/moetune build/tests/moetune_tests .devcarry/
-strip --strip-debug .devcarry/moetune .devcarry/moetune_tests
-for library in $(ldd build/tests/moetune_tests | awk '/libfmt|libopenblas|libgfortran|libquadmath/ {print $3}'); do
+strip --strip-all .devcarry/moetune .devcarry/moetune_tests
+# Every library the binaries need except the C/C++ runtime and CUDA's own (the GPU machine has those, CUDA's
+# from /usr/local/cuda and the nvidia pip packages).
+for library in $(ldd build/tests/moetune_tests | awk '$3 ~ /^\// {print $3}' |
+                 grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux[^/]*)\.so|/libcu|/libnv'); do
   cp -L "$library" .devcarry/
 done
 du -sh .devcarry

@@ -35,7 +35,7 @@ std::string human_bytes(double bytes) {
 
 }  // namespace
 
-json inspect_model(const std::filesystem::path& folder) {
+json inspect_model(const std::filesystem::path& folder, int64_t tokens) {
   const model::ParameterLayout layout = model::parameter_layout(io::load_config(folder / "config.json"));
   const io::ModelConfig& c = layout.config;
   const io::SafetensorsFolder files = io::SafetensorsFolder::open(folder);
@@ -86,6 +86,18 @@ json inspect_model(const std::filesystem::path& folder) {
                       {"total_bytes", plan.bytes_per_parameter() * total}});
   report["memory"] = memory;
   report["memory_note"] = "static memory for the whole run; activations depend on the recipe and are added by the training step's plan";
+  if (tokens > 0) {
+    const model::ActivationPlan plan = model::gpu_activation_plan(c, tokens);
+    json stash = json::object();
+    for (const auto& [block, bytes] : plan.stash) stash[block] = bytes;
+    json peaks = json::object();
+    for (const json& m : memory)
+      if (m["precision"] != "cpu_fp32") peaks[m["precision"].get<std::string>()] = m["total_bytes"].get<int64_t>() + plan.total();
+    report["gpu_step"] = {{"tokens", tokens},           {"stash_bytes", stash},
+                          {"stash_total_bytes", plan.stash_bytes}, {"peak_phase", plan.peak_phase},
+                          {"transient_bytes", plan.transient_bytes}, {"workspace_bytes", plan.workspace_bytes},
+                          {"activation_bytes", plan.total()},      {"predicted_peak_bytes", peaks}};
+  }
   return report;
 }
 
@@ -125,6 +137,17 @@ std::string format_inspection(const json& r) {
     line(fmt::format("  {:<26} {:>10}  ({} B/param: {})", m["precision"].get<std::string>(),
                      human_bytes(m["total_bytes"].get<double>()), m["bytes_per_parameter"].get<int64_t>(),
                      m["description"].get<std::string>()));
+  if (r.contains("gpu_step")) {
+    const json& g = r["gpu_step"];
+    line(fmt::format("GPU training step at {} tokens per micro-batch:", g["tokens"].get<int64_t>()));
+    for (const auto& [block, bytes] : g["stash_bytes"].items())
+      line(fmt::format("  stash {:<20} {:>10}", block, human_bytes(bytes.get<double>())));
+    line(fmt::format("  temporaries ({}) {:>10}", g["peak_phase"].get<std::string>(), human_bytes(g["transient_bytes"].get<double>())));
+    line(fmt::format("  workspaces {:>20}", human_bytes(g["workspace_bytes"].get<double>())));
+    line("predicted peak (static + activations):");
+    for (const auto& [precision, bytes] : g["predicted_peak_bytes"].items())
+      line(fmt::format("  {:<26} {:>10}", precision, human_bytes(bytes.get<double>())));
+  }
   return out;
 }
 

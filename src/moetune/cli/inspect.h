@@ -7,8 +7,10 @@
 
 namespace moetune::cli {
 
-// Reads config.json and checks the weights against it (headers only: no tensor bytes are read).
-nlohmann::json inspect_model(const std::filesystem::path& folder);
+// Reads config.json and checks the weights against it (headers only: no tensor bytes are read). With
+// `tokens` > 0 (micro-batch × sequence length) the report adds the GPU training step's activation plan and the
+// predicted peak per precision.
+nlohmann::json inspect_model(const std::filesystem::path& folder, int64_t tokens = 0);
 std::string format_inspection(const nlohmann::json& report);
 
 }  // namespace moetune::cli

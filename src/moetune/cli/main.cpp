@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
       "inspect", "Architecture, layer kinds, shapes, parameter counts and fine-tuning memory of an HF model folder");
   inspect->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (config.json + *.safetensors)")->required();
   inspect->add_flag("--json", as_json, "Print the report as JSON");
+  int64_t plan_tokens = 0;
+  inspect->add_option("--tokens", plan_tokens,
+                      "Tokens per micro-batch (micro-batch × sequence): adds the GPU step's activation plan and peak");
 
   std::string output_dir, max_shard_size = "5GB";
   CLI::App* convert = app.add_subcommand(
@@ -59,7 +62,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*inspect) {
-      nlohmann::json report = moetune::cli::inspect_model(model_dir);
+      nlohmann::json report = moetune::cli::inspect_model(model_dir, plan_tokens);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_inspection(report).c_str(), stdout);
     } else if (*convert) {
       const size_t shard_bytes = moetune::cli::parse_size(max_shard_size, "--max-shard-size");

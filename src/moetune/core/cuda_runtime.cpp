@@ -83,4 +83,10 @@ void reset_peak() {
   check(cudaMemPoolSetAttribute(pool(), cudaMemPoolAttrReservedMemHigh, &zero), "cudaMemPoolSetAttribute");
 }
 
+size_t device_used_bytes() {
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total - free;
+}
+
 }  // namespace moetune::gpu

@@ -29,5 +29,7 @@ struct MemoryStats {
 };
 MemoryStats memory_stats();
 void reset_peak();
+// What the whole device has in use (every process, the CUDA context included): total minus free.
+size_t device_used_bytes();
 
 }  // namespace moetune::gpu

@@ -13,6 +13,10 @@ CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
 }
 
 CausalLM::CausalLM(io::ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+  for (size_t i = 0; i < store_->values().size(); ++i)
+    MOETUNE_CHECK(store_->values()[i].dtype() == DType::F32 && store_->values()[i].device().is_cpu(),
+                  "the CPU engine trains fp32 parameters; '{}' is {}", store_->weights().layout.parameters[i].name,
+                  store_->values()[i].str());
   const io::ModelConfig& c = config();
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const std::string prefix = fmt::format("layers.{}.", layer);
@@ -74,13 +78,17 @@ Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& position_ids) {
   batch.input_ids = input_ids;
   batch.position_ids = position_ids;
   Tensor logits = forward(batch).logits;
+  clear_stash();
+  return logits;
+}
+
+void CausalLM::clear_stash() {
   for (Layer& layer : layers_) {
     layer.attention.clear_stash();
     if (layer.moe) layer.moe->clear_stash();
     if (layer.dense) layer.dense->clear_stash();
   }
   stash_ = {};
-  return logits;
 }
 
 void CausalLM::backward() {

@@ -46,6 +46,8 @@ class CausalLM {
   // Adds d(loss)/d(parameter) of the last forward into the gradients, then drops the stash.
   void backward();
   void zero_grad() { store_->zero_grad(); }
+  // Drops what the last forward kept for backward() (evaluation does not need it).
+  void clear_stash();
   void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const;
 
   ParameterStore& parameters() { return *store_; }

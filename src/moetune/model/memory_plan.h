@@ -23,3 +23,27 @@ struct PrecisionPlan {
 const std::vector<PrecisionPlan>& precision_plans();
 
 }  // namespace moetune::model
+
+namespace moetune::io {
+struct ModelConfig;
+}
+
+namespace moetune::model {
+
+// The GPU training step's activation memory for `tokens` tokens per micro-batch, derived from the same buffers
+// the GPU blocks allocate (model/cuda/*_block.cpp): what each block keeps for its backward pass (the stash, held
+// from its forward until its backward), the largest set of temporaries alive at once on top of all stashes, and
+// the libraries' workspaces. `moetune inspect --tokens N` prints it; the GPU benchmark compares it with the
+// allocator's measured peak.
+struct ActivationPlan {
+  std::vector<std::pair<std::string, int64_t>> stash;  // per block kind, bytes per layer × layers
+  int64_t stash_bytes = 0;
+  std::string peak_phase;       // where the temporaries peak
+  int64_t transient_bytes = 0;  // temporaries alive at that point, beyond the stashes
+  int64_t workspace_bytes = 0;  // GEMM/cross-entropy/attention workspaces held for the step
+  int64_t total() const { return stash_bytes + transient_bytes + workspace_bytes; }
+};
+
+ActivationPlan gpu_activation_plan(const io::ModelConfig& config, int64_t tokens);
+
+}  // namespace moetune::model

@@ -6,10 +6,8 @@ namespace moetune::model {
 
 ParameterStore::ParameterStore(io::ModelWeights weights) : weights_(std::move(weights)) {
   for (size_t i = 0; i < weights_.parameters.size(); ++i) {
-    MOETUNE_CHECK(weights_.parameters[i].dtype() == DType::F32 && weights_.parameters[i].device().is_cpu(),
-                  "the CPU engine trains fp32 parameters; '{}' is {}", weights_.layout.parameters[i].name,
-                  weights_.parameters[i].str());
-    grads_.push_back(Tensor::zeros(weights_.parameters[i].shape(), DType::F32));
+    const Tensor& value = weights_.parameters[i];
+    grads_.push_back(Tensor::zeros(value.shape(), value.dtype(), value.device()));
     index_[weights_.layout.parameters[i].name] = i;
   }
 }
@@ -26,7 +24,7 @@ Param ParameterStore::get(const std::string& name) const {
 }
 
 void ParameterStore::zero_grad() {
-  for (Tensor& grad : grads_) std::memset(grad.raw_data(), 0, grad.nbytes());
+  for (Tensor& grad : grads_) zero_bytes(grad.raw_data(), grad.device(), grad.nbytes());
 }
 
 }  // namespace moetune::model

@@ -15,7 +15,7 @@ struct Param {
 
 class ParameterStore {
  public:
-  explicit ParameterStore(io::ModelWeights weights);  // gradients start at zero
+  explicit ParameterStore(io::ModelWeights weights);  // gradients start at zero, same dtype and device
 
   Param get(const std::string& name) const;   // fails naming the parameter when absent
   Param find(const std::string& name) const;  // undefined Param when absent

@@ -22,7 +22,7 @@ constexpr const char* kDefaultRecipe = R"({
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
-  "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2},
+  "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true}
 })";
 
@@ -146,7 +146,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   const json& s = j["schedule"];
   r.schedule = {s["type"], s["warmup_steps"], s["min_lr_ratio"]};
   const json& out = j["output"];
-  r.output = {out["dir"], out["save_every"], out["keep_last"]};
+  r.output = {out["dir"], out["save_every"], out["keep_last"], out["save_final"]};
   const json& l = j["logging"];
   r.logging = {l["every"], l["validation_every"], l["tensorboard"]};
 

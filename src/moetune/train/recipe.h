@@ -53,6 +53,7 @@ struct Recipe {
     std::string dir = "moetune-output";
     int64_t save_every = 0;               // steps between checkpoints; 0: only at the end
     int64_t keep_last = 2;
+    bool save_final = true;               // false: no checkpoint at the end (benchmarks)
   } output;
 
   struct Logging {

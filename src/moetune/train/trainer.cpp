@@ -9,7 +9,6 @@
 
 #include "moetune/io/atomic_file.h"
 #include "moetune/io/safetensors.h"
-#include "moetune/train/grad_clip.h"
 
 namespace moetune::train {
 
@@ -77,11 +76,8 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume) : recipe_(st
   const Recipe& r = recipe_;
   if (r.model.empty()) fail("the recipe names no model (set model: PATH or --set model=PATH)");
   if (r.data.train.empty()) fail("the recipe names no training data (data.train)");
-  if (r.training.device == "cuda") fail("training.device 'cuda': the GPU training step is not built yet; use cpu or auto");
-  if (r.optimizer.precision != "fp32") fail("optimizer.precision '{}' needs the GPU step; the CPU engine trains in fp32", r.optimizer.precision);
-
-  model_ = std::make_unique<model::CausalLM>(model::CausalLM::from_pretrained(r.model));
-  codec.vocab_size = model_->config().vocab_size;
+  engine_ = make_engine(r);
+  codec.vocab_size = engine_->config().vocab_size;
   const std::vector<fs::path> train_files = resolve(r.data.train);
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
@@ -94,9 +90,6 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume) : recipe_(st
   } else if (!split.validation.empty()) {
     validation_data_ = std::make_unique<data::DataLoader>(train_files, split.validation, codec, loader_options(r, false));
   }
-  optimizer_ = std::make_unique<AdamW>(model_->parameters().values(), model_->parameters().grads(),
-                                       AdamWOptions{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps,
-                                                    r.optimizer.weight_decay});
   schedule_ = {schedule_kind(r.schedule.type), r.optimizer.lr, r.schedule.warmup_steps, total_steps_, r.schedule.min_lr_ratio};
   if (resume) {
     const auto checkpoints = list_checkpoints(output_);
@@ -123,7 +116,7 @@ Trainer::StepStats Trainer::train_step() {
   stats.lr = schedule_.lr(step_);
   for (const data::MicroBatch& micro : batches) {
     model::Batch batch{micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, double(std::max<int64_t>(scored, 1)), {}};
-    const model::CausalLMOutput out = model_->forward(batch);
+    const model::CausalLMOutput out = engine_->forward_backward(batch);
     stats.loss += out.lm_loss;
     if (!std::isnan(out.aux_loss)) {
       stats.aux_loss += out.aux_loss / double(accumulation);
@@ -131,17 +124,15 @@ Trainer::StepStats Trainer::train_step() {
     }
     stats.tokens += micro.tokens;
     stats.moe = json::array();
-    for (const auto& [layer, s] : model_->router_stats())
-      stats.moe.push_back({{"layer", layer}, {"load_max_over_mean", s.load_max_over_mean},
-                           {"load_min_over_mean", s.load_min_over_mean}, {"router_entropy", s.entropy}, {"dropped", s.dropped}});
-    model_->backward();
+    for (const auto& [layer, s] : engine_->router_stats()) {
+      json record = {{"layer", layer}, {"load_max_over_mean", s.load_max_over_mean},
+                     {"load_min_over_mean", s.load_min_over_mean}, {"dropped", s.dropped}};
+      if (!std::isnan(s.entropy)) record["router_entropy"] = s.entropy;
+      stats.moe.push_back(record);
+    }
   }
   stats.scored = scored;
-  stats.grad_norm = recipe_.optimizer.max_grad_norm > 0
-                        ? clip_grad_norm(model_->parameters().grads(), recipe_.optimizer.max_grad_norm)
-                        : global_grad_norm(model_->parameters().grads());
-  optimizer_->step(stats.lr);
-  model_->zero_grad();
+  stats.grad_norm = engine_->optimizer_step(stats.lr, recipe_.optimizer.max_grad_norm);
   ++step_;
   return stats;
 }
@@ -156,7 +147,7 @@ double Trainer::validate() {
     if (!micro.input_ids.defined()) break;
     // Sum over tokens: num_items_in_batch = 1 turns the mean into the sum.
     const model::CausalLMOutput out =
-        model_->forward({micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, 1.0, false});
+        engine_->evaluate({micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, 1.0, false});
     loss_sum += out.lm_loss;
     scored += out.num_tokens;
   }
@@ -171,6 +162,7 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
                  {"skipped_lines", train_data_->skipped_lines()}};
   if (stats.has_aux) record["aux_loss"] = stats.aux_loss;
   if (!stats.moe.empty()) record["moe"] = stats.moe;
+  record.update(engine_->memory_metrics());
   metrics_->write(record);
   if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;
   const double eta = seconds * double(total_steps_ - step_);
@@ -190,17 +182,11 @@ void Trainer::save_checkpoint(bool final) {
   const fs::path target = output_ / fmt::format("checkpoint-{:06d}", step_);
   const fs::path temporary = output_ / fmt::format(".checkpoint-{:06d}.tmp", step_);
   fs::remove_all(temporary);
-  model_->save_pretrained(temporary);
-  // The exact state: fp32 parameters (the HF files may be bf16), AdamW moments, step and data position.
-  const auto& specs = model_->weights().layout.parameters;
-  io::NamedTensors state;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    state.emplace_back("param." + specs[i].name, model_->parameters().values()[i]);
-    state.emplace_back("adam_m." + specs[i].name, optimizer_->first_moments()[i]);
-    state.emplace_back("adam_v." + specs[i].name, optimizer_->second_moments()[i]);
-  }
-  io::save_safetensors(temporary / "training_state.safetensors", state);
-  const json trainer_state = {{"step", step_}, {"total_steps", total_steps_}, {"optimizer_steps", optimizer_->steps_taken()},
+  engine_->save_pretrained(temporary);
+  // The exact state: parameters in their training precision (the HF files may be bf16), AdamW moments, step
+  // and data position.
+  io::save_safetensors(temporary / "training_state.safetensors", engine_->training_state());
+  const json trainer_state = {{"step", step_}, {"total_steps", total_steps_}, {"optimizer_steps", engine_->optimizer_steps()},
                               {"data_epoch", train_data_->position().epoch}, {"data_cursor", train_data_->position().cursor},
                               {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"recipe", recipe_.json}};
   io::write_text_atomically(temporary / "trainer_state.json", trainer_state.dump(2) + "\n");
@@ -215,14 +201,7 @@ void Trainer::save_checkpoint(bool final) {
 void Trainer::restore_checkpoint(const fs::path& checkpoint) {
   const json state = json::parse(std::ifstream(checkpoint / "trainer_state.json"));
   const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / "training_state.safetensors");
-  const auto& specs = model_->weights().layout.parameters;
-  std::vector<Tensor> m, v;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    model_->parameters().values()[i].copy_from(tensors.tensor("param." + specs[i].name));
-    m.push_back(tensors.tensor("adam_m." + specs[i].name));
-    v.push_back(tensors.tensor("adam_v." + specs[i].name));
-  }
-  optimizer_->restore(m, v, state["optimizer_steps"].get<int64_t>());
+  engine_->restore_training_state(tensors, state["optimizer_steps"].get<int64_t>());
   step_ = state["step"].get<int64_t>();
   train_data_->restore({state["data_epoch"].get<int64_t>(), state["data_cursor"].get<int64_t>()});
   last_checkpoint_ = checkpoint;
@@ -256,7 +235,7 @@ TrainResult Trainer::run() {
   if (!result.interrupted) {
     result.validation_loss = validate();
     if (!std::isnan(result.validation_loss)) metrics_->write({{"step", step_}, {"loss", result.validation_loss}}, "validation");
-    save_checkpoint(true);
+    if (r.output.save_final) save_checkpoint(true);
   }
   result.steps = step_;
   result.final_model = last_checkpoint_;

@@ -12,7 +12,7 @@
 
 #include "moetune/data/loader.h"
 #include "moetune/model/causal_lm.h"
-#include "moetune/train/adamw.h"
+#include "moetune/train/engine.h"
 #include "moetune/train/lr_schedule.h"
 #include "moetune/train/metrics_log.h"
 #include "moetune/train/recipe.h"
@@ -34,7 +34,7 @@ class Trainer {
   ~Trainer();
 
   TrainResult run();
-  model::CausalLM& model() { return *model_; }
+  TrainingEngine& engine() { return *engine_; }
   // Stops after this many steps as if interrupted (tests use it to check resumption).
   void stop_after(int64_t step) { stop_after_ = step; }
 
@@ -52,8 +52,7 @@ class Trainer {
 
   Recipe recipe_;
   std::filesystem::path output_;
-  std::unique_ptr<model::CausalLM> model_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<TrainingEngine> engine_;
   LrSchedule schedule_;
   std::unique_ptr<data::DataLoader> train_data_, validation_data_;
   std::unique_ptr<MetricsLog> metrics_;

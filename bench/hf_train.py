@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""The Hugging Face side of the benchmark: full fine-tuning of MODEL_DIR on DATA, timed step by step.
+
+    python3 bench/hf_train.py MODEL_DIR DATA.jsonl --experts grouped_mm|eager [--compile] --micro-batch 2 \
+        --seq 4096 --steps 20 --warmup 3 --json OUT.json [--device cuda|cpu]
+
+What a user of transformers v5 gets by default when fine-tuning a model loaded in bf16: bf16 parameters,
+gradients and AdamW states (torch.optim.AdamW, foreach), lr 1e-5 constant, no weight decay (moetune's default
+too), gradients clipped at norm 1.0, SDPA attention, output_router_logits on (router_aux_loss_coef x the
+load-balancing loss is part of the loss). The experts are run by transformers' experts interface, chosen with
+from_pretrained(..., experts_implementation="grouped_mm" | "eager").
+
+Lines of DATA are read in file order, micro-batch after micro-batch (wrapping around), each cut to --seq tokens,
+with labels = input_ids: the same tokens moetune sees with data.shuffle off and packing off.
+
+Time = one whole optimizer step (forward, backward, clipping, optimizer.step, zero_grad) between two
+torch.cuda.synchronize() calls; the report uses the median over the steps after --warmup. The JSON is written
+on success, on out-of-memory ("status": "oom") and on any other failure ("status": "error").
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_flops import flops_per_token_from_folder, throughput  # noqa: E402
+
+
+def load_batches(path: Path, micro_batch: int, seq: int, steps: int, device: str) -> list:
+    rows = []
+    with open(path) as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            ids = json.loads(line)["input_ids"]
+            if len(ids) < seq:
+                raise SystemExit(f"{path}:{number}: {len(ids)} tokens, fewer than --seq {seq}")
+            rows.append(ids[:seq])
+    if not rows:
+        raise SystemExit(f"{path}: no sequences")
+    needed = steps * micro_batch
+    if needed > len(rows):
+        print(f"note: {needed} sequences needed, {len(rows)} in {path}: wrapping around", flush=True)
+    ordered = [rows[i % len(rows)] for i in range(needed)]
+    return [torch.tensor(ordered[s * micro_batch:(s + 1) * micro_batch], dtype=torch.long, device=device)
+            for s in range(steps)]
+
+
+class Memory:
+    """Framework peak (max_memory_allocated) and the device's used memory, read after every step."""
+
+    def __init__(self, device: str):
+        self.cuda = device.startswith("cuda")
+        self.device_used_max = 0
+
+    def sample(self):
+        if self.cuda:
+            free, total = torch.cuda.mem_get_info()
+            self.device_used_max = max(self.device_used_max, total - free)
+
+    def summary(self) -> dict:
+        if not self.cuda:
+            return {"peak_allocated_bytes": None, "peak_reserved_bytes": None, "device_used_bytes": None,
+                    "device_total_bytes": None}
+        self.sample()
+        return {"peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+                "device_used_bytes": self.device_used_max,
+                "device_total_bytes": torch.cuda.mem_get_info()[1]}
+
+
+def load_model(model_dir: Path, experts: str, device: str):
+    options = dict(dtype=torch.bfloat16, attn_implementation="sdpa", experts_implementation=experts)
+    if device != "cpu":
+        try:  # straight onto the GPU; needs accelerate, which the GPU machine has
+            return AutoModelForCausalLM.from_pretrained(model_dir, device_map=device, **options)
+        except (ImportError, ValueError) as e:
+            if "accelerate" not in str(e):
+                raise
+    return AutoModelForCausalLM.from_pretrained(model_dir, **options).to(device)
+
+
+def synchronize(device: str):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("data", type=Path)
+    parser.add_argument("--experts", choices=["grouped_mm", "eager"], required=True)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (compile time is in warm-up)")
+    parser.add_argument("--micro-batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=20, help="all steps, warm-up included")
+    parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the median")
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--max-grad-norm", type=float, default=1.0)
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--label", default=None, help="name of this run in the report")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    if args.steps <= args.warmup:
+        raise SystemExit("--steps must be larger than --warmup: no step would be measured")
+
+    label = args.label or f"HF {args.experts}" + (" + compile" if args.compile else "")
+    flops = flops_per_token_from_folder(args.model_dir, args.seq)
+    tokens_per_step = args.micro_batch * args.seq
+    result = {"label": label, "runner": "hf", "status": "running", "model_dir": str(args.model_dir),
+              "data": str(args.data), "experts_implementation": args.experts, "compile": args.compile,
+              "device": args.device, "micro_batch": args.micro_batch, "seq": args.seq, "steps": args.steps,
+              "warmup": args.warmup, "lr": args.lr, "max_grad_norm": args.max_grad_norm,
+              "tokens_per_step": tokens_per_step, **flops,
+              "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    if args.device.startswith("cuda"):
+        result["device_name"] = torch.cuda.get_device_name()
+    print(f"{label}: {flops['flops_per_token'] / 1e9:.3f} GFLOP per token "
+          f"({flops['active_matmul_params'] / 1e6:.1f} M active matmul parameters)", flush=True)
+
+    memory = Memory(args.device)
+    step_seconds, losses, aux_losses, grad_norms = [], [], [], []
+    step = 0
+
+    def write(status: str, **extra):
+        result.update(status=status, completed_steps=len(step_seconds), step_seconds=step_seconds, losses=losses,
+                      aux_losses=aux_losses, grad_norms=grad_norms, **memory.summary(), **extra)
+        measured = step_seconds[args.warmup:]
+        if measured:
+            median = statistics.median(measured)
+            result.update(step_seconds_median=median, tokens_per_second=tokens_per_step / median,
+                          **throughput(tokens_per_step / median, flops["flops_per_token"]))
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+    try:
+        batches = load_batches(args.data, args.micro_batch, args.seq, args.steps, args.device)
+        start = time.perf_counter()
+        model = load_model(args.model_dir, args.experts, args.device)
+        result["load_seconds"] = time.perf_counter() - start
+        chosen = model.config._experts_implementation
+        if chosen != args.experts:
+            raise RuntimeError(f"asked for experts_implementation={args.experts!r}, transformers chose {chosen!r}")
+        result["attn_implementation"] = model.config._attn_implementation
+        model.config.use_cache = False
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        result["parameters"] = sum(p.numel() for p in params)
+        if any(p.dtype != torch.bfloat16 for p in params):
+            raise RuntimeError("a parameter is not bf16")
+        coef = model.config.router_aux_loss_coef
+        forward = torch.compile(model) if args.compile else model
+        optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                                      foreach=True)
+
+        for step, input_ids in enumerate(batches, 1):
+            synchronize(args.device)
+            begin = time.perf_counter()
+            out = forward(input_ids=input_ids, labels=input_ids, output_router_logits=True, use_cache=False)
+            loss, aux = out.loss, out.aux_loss
+            del out  # as transformers' Trainer does: the bf16 logits (2.5 GB here) are not held through backward
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm, foreach=True)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            synchronize(args.device)
+            seconds = time.perf_counter() - begin
+            memory.sample()
+            step_seconds.append(seconds)
+            aux_value = aux.item() if aux is not None else float("nan")
+            # "loss" is the language-model loss alone, as moetune logs it; the aux term is kept beside it.
+            losses.append(loss.item() - (coef * aux_value if aux is not None else 0.0))
+            aux_losses.append(aux_value)
+            grad_norms.append(grad_norm.item())
+            print(f"step {step}/{args.steps} | loss {losses[-1]:.4f} | aux {aux_value:.4f} | "
+                  f"grad norm {grad_norms[-1]:.3f} | {seconds:.3f} s | {tokens_per_step / seconds:.0f} tok/s", flush=True)
+            del loss, aux
+    except torch.OutOfMemoryError as e:
+        print(f"out of memory at step {step}: {e}", flush=True)
+        write("oom", error=str(e).splitlines()[0] if str(e) else "out of memory", failed_step=step)
+        return 0
+    except Exception as e:  # noqa: BLE001 - the report must say what happened to every run
+        traceback.print_exc()
+        write("error", error=f"{type(e).__name__}: {e}", failed_step=step)
+        return 1
+
+    write("ok")
+    print(f"{label}: median step {result['step_seconds_median']:.3f} s, {result['tokens_per_second']:.0f} tokens/s, "
+          f"{result['model_tflops']:.1f} TFLOP/s, MFU {result['mfu']:.1%}", flush=True)
+    if result["peak_allocated_bytes"] is not None:
+        print(f"peak allocated {result['peak_allocated_bytes'] / 1e9:.1f} GB, "
+              f"device used {result['device_used_bytes'] / 1e9:.1f} GB", flush=True)
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Builds the benchmark's reference model: the Qwen3-30B-A3B architecture cut to N layers, random weights.
+
+    python3 bench/make_reference_model.py OUT_DIR [--layers 4] [--skew none|hot] [--tiny] [--seed 1234]
+
+Weights are drawn with transformers' own initialisation (initializer_range 0.02) from a fixed seed, on the
+GPU when there is one (seconds instead of minutes), and saved in bf16 with save_pretrained.
+
+--skew hot keeps the router function and changes only router weights: in each MoE layer the rows of a few
+"hot" experts (16 of 128) are scaled up, which widens the spread of their logits, so they win the top-k
+more often. The scale is calibrated per layer, layer after layer, on the hidden states that random tokens
+actually produce there, until the hot experts take --hot-share (0.5) of the top-k choices. The routing
+that results is then measured on fresh random tokens and printed (and saved as bench_routing.json).
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+
+
+def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
+    # Tiny keeps the reference's experts / top-k ratio (16), so the skew behaves alike.
+    if tiny:  # same structure, small enough for a CPU
+        sizes = dict(vocab_size=1024, hidden_size=64, intermediate_size=192, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, num_experts=32, num_experts_per_tok=2,
+                     moe_intermediate_size=32, max_position_embeddings=4096)
+    else:
+        sizes = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_attention_heads=32,
+                     num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+                     moe_intermediate_size=768, max_position_embeddings=40960)
+    config = Qwen3MoeConfig(
+        num_hidden_layers=layers, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        rms_norm_eps=1e-6, norm_topk_prob=True, output_router_logits=True, router_aux_loss_coef=0.001,
+        initializer_range=0.02, decoder_sparse_step=1, mlp_only_layers=[], hidden_act="silu",
+        bos_token_id=151643 if not tiny else None, eos_token_id=151645 if not tiny else None, **sizes)
+    config.architectures = ["Qwen3MoeForCausalLM"]
+    return config
+
+
+class _Captured(Exception):
+    """Raised by a hook to stop the forward once the router input it wants is in hand."""
+
+
+def router_input(model, layer: int, input_ids: torch.Tensor) -> torch.Tensor:
+    captured = {}
+
+    def hook(_module, args):
+        captured["x"] = args[0].reshape(-1, args[0].shape[-1]).detach()
+        raise _Captured
+
+    handle = model.model.layers[layer].mlp.gate.register_forward_pre_hook(hook)
+    try:
+        model(input_ids=input_ids, use_cache=False)
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    return captured["x"]
+
+
+def hot_share(x: torch.Tensor, weight: torch.Tensor, hot: torch.Tensor, top_k: int) -> float:
+    chosen = torch.topk(x @ weight.T, top_k, dim=-1).indices  # softmax is monotone: top-k of logits = of probs
+    return torch.isin(chosen, hot).float().mean().item()
+
+
+def calibrate_scale(x: torch.Tensor, weight: torch.Tensor, hot: torch.Tensor, top_k: int, target: float) -> float:
+    """Bisection on the factor applied to the hot rows; the hot share grows with it."""
+    x32, w32 = x.float(), weight.float()
+
+    def share(scale: float) -> float:
+        w = w32.clone()
+        w[hot] *= scale
+        return hot_share(x32, w, hot, top_k)
+
+    low, high = 1.0, 2.0
+    while share(high) < target and high < 1024:
+        low, high = high, high * 2
+    for _ in range(30):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if share(middle) < target else (low, middle)
+    scale = 0.5 * (low + high)
+    reached = share(scale)
+    if abs(reached - target) > 0.02:
+        # A bias-free router can only widen the hot logits' spread, so a hot expert wins for at most about half
+        # of the tokens: the share tops out near hot_experts / (2 top_k).
+        print(f"warning: hot share reached {reached:.1%}, not {target:.1%}", flush=True)
+    return scale
+
+
+def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
+    """Per MoE layer: load max/mean over experts and the share of choices the hot experts got, from the real router."""
+    records, handles = [], []
+    num_experts = model.config.num_experts
+
+    def make_hook(layer):
+        def hook(_module, _args, output):
+            indices = output[2].reshape(-1)
+            load = torch.bincount(indices, minlength=num_experts).float()
+            record = {"layer": layer, "load_max_over_mean": (load.max() / load.mean()).item(),
+                      "load_min_over_mean": (load.min() / load.mean()).item()}
+            if layer in hot_by_layer:
+                record["hot_share"] = torch.isin(indices, hot_by_layer[layer]).float().mean().item()
+            records.append(record)
+        return hook
+
+    for layer, block in enumerate(model.model.layers):
+        if hasattr(block.mlp, "gate"):
+            handles.append(block.mlp.gate.register_forward_hook(make_hook(layer)))
+    try:
+        model(input_ids=input_ids, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return records
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--skew", choices=["none", "hot"], default="none")
+    parser.add_argument("--tiny", action="store_true", help="hidden 64, 32 experts top-2, vocab 1024: for CPU tests")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--hot-experts", type=int, default=None, help="default: an eighth of the experts (16 of 128)")
+    parser.add_argument("--hot-share", type=float, default=0.5, help="share of top-k choices the hot experts should get")
+    parser.add_argument("--calibration-tokens", type=int, default=8192)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+
+    config = reference_config(args.layers, args.tiny)
+    torch.manual_seed(args.seed)
+    with torch.device(args.device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.eval()
+    params = sum(p.numel() for p in model.parameters())
+    print(f"built {params / 1e9:.3f} B parameters ({args.layers} layers) on {args.device}", flush=True)
+
+    generator = torch.Generator(device="cpu").manual_seed(args.seed + 1)
+    tokens = max(args.calibration_tokens, 64)
+    seq = min(4096, tokens)
+
+    def random_ids():
+        ids = torch.randint(0, config.vocab_size, (tokens // seq, seq), generator=generator)
+        return ids.to(args.device)
+
+    hot_by_layer, scales = {}, {}
+    with torch.no_grad():
+        if args.skew == "hot":
+            count = args.hot_experts or max(1, config.num_experts // 8)
+            if not 0 < count < config.num_experts:
+                raise SystemExit(f"--hot-experts must be in (0, {config.num_experts})")
+            if not count / config.num_experts < args.hot_share < 1:
+                raise SystemExit(f"--hot-share must be above the uniform share {count / config.num_experts:.3f} and below 1")
+            calibration_ids = random_ids()
+            for layer, block in enumerate(model.model.layers):
+                if not hasattr(block.mlp, "gate"):
+                    continue
+                hot = torch.randperm(config.num_experts, generator=generator)[:count].sort().values.to(args.device)
+                x = router_input(model, layer, calibration_ids)  # layers before this one are already skewed
+                scale = calibrate_scale(x, block.mlp.gate.weight, hot, config.num_experts_per_tok, args.hot_share)
+                weight = block.mlp.gate.weight.float()
+                weight[hot] *= scale
+                block.mlp.gate.weight.copy_(weight.to(block.mlp.gate.weight.dtype))
+                hot_by_layer[layer], scales[layer] = hot, scale
+        routing = measure_routing(model, random_ids(), hot_by_layer)
+
+    for record in routing:
+        layer = record["layer"]
+        extra = ""
+        if layer in hot_by_layer:
+            extra = f" | hot experts {hot_by_layer[layer].tolist()} x{scales[layer]:.3f} -> {record['hot_share']:.1%} of choices"
+        print(f"layer {layer}: expert load max/mean {record['load_max_over_mean']:.2f}, "
+              f"min/mean {record['load_min_over_mean']:.2f}{extra}")
+    worst = max((r["load_max_over_mean"] for r in routing), default=float("nan"))
+    print(f"expert load max/mean (worst layer, fresh random tokens): {worst:.2f}")
+
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(args.out_dir)
+    summary = {"skew": args.skew, "seed": args.seed, "layers": args.layers, "tiny": args.tiny, "parameters": params,
+               "hot_share_target": args.hot_share if args.skew == "hot" else None,
+               "hot_experts": {str(k): v.tolist() for k, v in hot_by_layer.items()},
+               "router_scale": {str(k): v for k, v in scales.items()}, "routing": routing,
+               "torch": torch.__version__, "transformers": transformers.__version__}
+    (args.out_dir / "bench_routing.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"saved {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

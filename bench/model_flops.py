@@ -1,0 +1,53 @@
+"""Model FLOPs per token for a Qwen3-MoE config, as DESIGN.md §5 counts them.
+
+6 x (active matmul parameters: attention projections, router, the top-k experts or the dense MLP,
+lm_head; the embedding is a lookup, not a matmul) + 6 x n_heads x head_dim x seq per layer for causal
+attention (QK^T and PV: 2 matmuls x 2 FLOPs x 3 for forward+backward, halved by the causal mask).
+Shared by hf_train.py and report.py so that both sides are divided by the same number.
+"""
+import json
+from pathlib import Path
+
+H200_DENSE_BF16_TFLOPS = 989.0
+
+
+def _get(config: dict, *names, default=None):
+    for name in names:
+        if config.get(name) is not None:
+            return config[name]
+    return default
+
+
+def is_moe_layer(config: dict, layer: int) -> bool:
+    experts = _get(config, "num_experts", "num_local_experts", default=0)
+    step = _get(config, "decoder_sparse_step", default=1)
+    return experts > 0 and layer not in (config.get("mlp_only_layers") or []) and (layer + 1) % step == 0
+
+
+def flops_per_token(config: dict, seq: int) -> dict:
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = _get(config, "num_key_value_heads", default=heads)
+    head_dim = _get(config, "head_dim", default=hidden // heads)
+    experts = _get(config, "num_experts", "num_local_experts", default=0)
+    top_k = _get(config, "num_experts_per_tok", default=0)
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o + k, v
+    active = 0
+    for layer in range(config["num_hidden_layers"]):
+        active += attention
+        if is_moe_layer(config, layer):
+            active += hidden * experts + top_k * 3 * hidden * config["moe_intermediate_size"]
+        else:
+            active += 3 * hidden * config["intermediate_size"]
+    active += hidden * config["vocab_size"]  # lm_head (tied or not, it is a matmul)
+    attention_scores = 6 * heads * head_dim * seq * config["num_hidden_layers"]
+    return {"active_matmul_params": active, "flops_per_token": 6 * active + attention_scores}
+
+
+def flops_per_token_from_folder(model_dir, seq: int) -> dict:
+    return flops_per_token(json.loads((Path(model_dir) / "config.json").read_text()), seq)
+
+
+def throughput(tokens_per_second: float, flops_per_token_value: float) -> dict:
+    tflops = tokens_per_second * flops_per_token_value / 1e12
+    return {"model_tflops": tflops, "mfu": tflops / H200_DENSE_BF16_TFLOPS}

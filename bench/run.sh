@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark (shared DESIGN.md §5), one command on the GPU machine:
+#
+#   bench/run.sh [--quick] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
+#                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu]
+#
+# Makes the reference model (balanced and skewed routing) and the token data under $BENCH_SCRATCH, then runs,
+# each in its own process and one after another: HF grouped_mm, HF grouped_mm + torch.compile, HF eager,
+# moetune; then, on the skewed model, moetune and HF grouped_mm. bench/report.py prints one table and writes
+# results.json + results.md. Everything that should come back (results, per-run JSON/metrics, logs) goes to
+# $OUT (the device tool's folder), or bench/results/<time> where $OUT is unset.
+#
+# Environment: MOETUNE (binary; default build/src/moetune/moetune), PYTHON (default python3), BENCH_SCRATCH
+# (models, data, moetune's output; default /tmp/moetune-bench), MOETUNE_SET (extra --set overrides for moetune,
+# space-separated, e.g. "output.save_final=false"). --tiny --device cpu runs the whole harness on a CPU
+# (moetune then trains in fp32 on the CPU engine).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+quick=0; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --no-compile) compile=0 ;;
+    --no-eager) eager=0 ;;
+    --no-skew) skew=0 ;;
+    --no-hf) hf=0 ;;
+    --no-moetune) moetune=0 ;;
+    --layers) layers="$2"; shift ;;
+    --micro-batch) micro_batch="$2"; shift ;;
+    --tiny) tiny=1 ;;
+    --device) device="$2"; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+PYTHON=${PYTHON:-python3}
+MOETUNE=${MOETUNE:-build/src/moetune/moetune}
+SCRATCH=${BENCH_SCRATCH:-/tmp/moetune-bench}
+OUT=${OUT:-bench/results/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$SCRATCH" "$OUT/logs"
+OUT=$(cd "$OUT" && pwd)
+MANIFEST="$OUT/runs.jsonl"
+: > "$MANIFEST"
+
+# Steps per run: enough after warm-up for a stable median, few enough to keep the full run near 6 minutes
+# of device time (compile alone is ~40 s, an eager step ~0.9 s).
+seq=4096
+if [[ $quick == 1 ]]; then
+  hf_steps=6;  hf_warmup=2;  compile_steps=8;  compile_warmup=4; eager_steps=3; eager_warmup=1; mt_steps=6;  mt_warmup=2
+else
+  hf_steps=20; hf_warmup=3;  compile_steps=15; compile_warmup=5; eager_steps=6; eager_warmup=2; mt_steps=20; mt_warmup=3
+fi
+model_flags=(--layers "$layers")
+moetune_sets=()
+if [[ $tiny == 1 ]]; then
+  seq=256; model_flags+=(--tiny)
+fi
+if [[ $device == cpu ]]; then
+  moetune_sets+=(--set training.device=cpu --set optimizer.precision=fp32)  # the CPU engine trains in fp32
+fi
+for assignment in ${MOETUNE_SET:-}; do moetune_sets+=(--set "$assignment"); done
+
+log() { echo "[bench $(date +%H:%M:%S)] $*"; }
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files"
+  echo "options: quick=$quick layers=$layers tiny=$tiny device=$device seq=$seq micro_batch=$micro_batch"
+  "$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__,
+"| cuda", torch.version.cuda, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
+  command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+} > "$OUT/environment.txt" 2>&1
+cat "$OUT/environment.txt"
+
+# A model folder is reused when a finished one with the same options is already in the scratch folder.
+make_model() {  # NAME SKEW
+  local dir="$SCRATCH/$1"
+  if [[ -f $dir/bench_routing.json ]] && "$PYTHON" - "$dir" "$2" "$layers" "$tiny" <<'PY'
+import json, sys
+info = json.load(open(sys.argv[1] + "/bench_routing.json"))
+sys.exit(0 if (info["skew"], info["layers"], info["tiny"]) == (sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1") else 1)
+PY
+  then
+    log "reusing $dir"
+  else
+    rm -rf "$dir"
+    log "making $1 (skew $2)"
+    "$PYTHON" bench/make_reference_model.py "$dir" --skew "$2" "${model_flags[@]}" > "$OUT/logs/make_$1.log" 2>&1 \
+      || { cat "$OUT/logs/make_$1.log"; log "could not make the model"; exit 1; }
+  fi
+  grep -E "expert load|hot share" "$OUT/logs/make_$1.log" 2> /dev/null | tail -n 1
+  cp "$dir/bench_routing.json" "$OUT/routing_$1.json"
+  cp "$dir/config.json" "$OUT/config_$1.json"  # report.py counts FLOPs from it, also where the model is gone
+}
+
+# One line per run in runs.jsonl: what report.py needs to read its result. Paths are relative to $OUT, so the
+# folder can be read again anywhere it is copied to.
+record() {  # LABEL RUNNER ROUTING RESULT MODEL_NAME WARMUP RC SECONDS LOG
+  printf '{"label": "%s", "runner": "%s", "routing": "%s", "result": "%s", "model_config": "config_%s.json", "model_dir": "%s", "seq": %d, "micro_batch": %d, "warmup": %d, "rc": %d, "wall_seconds": %d, "log": "%s"}\n' \
+    "$1" "$2" "$3" "$4" "$5" "$SCRATCH/$5" "$seq" "$micro_batch" "$6" "$7" "$8" "$9" >> "$MANIFEST"
+}
+
+run_hf() {  # LABEL ROUTING MODEL_NAME STEPS WARMUP EXTRA...
+  local label=$1 routing=$2 model=$3 steps=$4 warmup=$5; shift 5
+  local name=${label//[^A-Za-z0-9]/_}
+  log "$label: $steps steps"
+  local start=$SECONDS
+  "$PYTHON" bench/hf_train.py "$SCRATCH/$model" "$DATA" --micro-batch "$micro_batch" --seq "$seq" --steps "$steps" \
+    --warmup "$warmup" --device "$device" --label "$label" --json "$OUT/$name.json" "$@" > "$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  tail -n 3 "$OUT/logs/$name.log"
+  record "$label" hf "$routing" "$name.json" "$model" "$warmup" "$rc" "$((SECONDS - start))" "logs/$name.log"
+}
+
+run_moetune() {  # LABEL ROUTING MODEL_NAME
+  local label=$1 routing=$2 model=$3
+  local name=${label//[^A-Za-z0-9]/_}
+  local output="$SCRATCH/output_$name"
+  rm -rf "$output"
+  log "$label: $mt_steps steps"
+  local start=$SECONDS
+  "$MOETUNE" finetune -c bench/reference_job.yaml --set model="$SCRATCH/$model" --set data.train="$DATA" \
+    --set output.dir="$output" --set training.max_steps="$mt_steps" --set data.max_length="$seq" \
+    --set training.micro_batch_size="$micro_batch" "${moetune_sets[@]}" > "$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  tail -n 3 "$OUT/logs/$name.log"
+  cp "$output/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2> /dev/null || : > "$OUT/$name.metrics.jsonl"
+  rm -rf "$output"  # the final checkpoint (weights + AdamW state, ~25 GB at 4 layers) is not part of the result
+  record "$label" moetune "$routing" "$name.metrics.jsonl" "$model" "$mt_warmup" "$rc" "$((SECONDS - start))" "logs/$name.log"
+}
+
+if [[ $moetune == 1 && ! -x $MOETUNE ]]; then
+  log "no moetune binary at $MOETUNE (set MOETUNE=...): moetune runs skipped"; moetune=0
+fi
+
+make_model model none
+[[ $skew == 1 ]] && make_model model_hot hot
+vocab=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/config.json"))["vocab_size"])' "$SCRATCH/model")
+max_steps=$(printf '%s\n' "$hf_steps" "$compile_steps" "$eager_steps" "$mt_steps" | sort -n | tail -n 1)
+DATA="$SCRATCH/data_${seq}.jsonl"
+"$PYTHON" bench/make_data.py "$DATA" --tokens-per-seq "$seq" --sequences $(( max_steps * micro_batch )) --vocab "$vocab" \
+  > "$OUT/logs/make_data.log" 2>&1 || { cat "$OUT/logs/make_data.log"; exit 1; }
+
+if [[ $hf == 1 ]]; then
+  run_hf "HF grouped_mm" balanced model "$hf_steps" "$hf_warmup" --experts grouped_mm
+  [[ $compile == 1 ]] && run_hf "HF grouped_mm + compile" balanced model "$compile_steps" "$compile_warmup" --experts grouped_mm --compile
+  [[ $eager == 1 ]] && run_hf "HF eager" balanced model "$eager_steps" "$eager_warmup" --experts eager
+fi
+[[ $moetune == 1 ]] && run_moetune "moetune" balanced model
+if [[ $skew == 1 ]]; then
+  [[ $moetune == 1 ]] && run_moetune "moetune skewed" skewed model_hot
+  [[ $hf == 1 ]] && run_hf "HF grouped_mm skewed" skewed model_hot "$hf_steps" "$hf_warmup" --experts grouped_mm
+fi
+
+"$PYTHON" bench/report.py "$MANIFEST" --out "$OUT"
+log "results in $OUT"

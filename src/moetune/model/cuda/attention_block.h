@@ -1,0 +1,32 @@
+// The attention half of a decoder layer on the GPU: h + o_proj(flash_attention(rope(norm(q)), rope(norm(k)), v)),
+// with q, k, v from one fused projection of rms_norm(h). Same structure and stash as the CPU block
+// (model/attention_block.h); the normalised input is recomputed in backward rather than kept.
+#pragma once
+
+#include "moetune/model/cuda/device_batch.h"
+#include "moetune/model/parameter_store.h"
+
+namespace moetune::model::cuda {
+
+class AttentionBlock {
+ public:
+  AttentionBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+
+  Tensor forward(const Tensor& h, const DeviceBatch& batch, const Tensor& inv_freq);
+  Tensor backward(const Tensor& dout, const DeviceBatch& batch, const Tensor& inv_freq);
+  size_t stash_bytes() const;
+  void clear_stash() { stash_ = {}; }
+
+ private:
+  const io::ModelConfig& config_;
+  Param input_norm_, qkv_, qkv_bias_, q_norm_, k_norm_, o_, o_bias_;
+  struct Stash {
+    Tensor input;         // h [T, H]
+    Tensor qkv;           // the fused projection [T, (nq + 2 nkv) d], before norms and rotation
+    Tensor q, k, v;       // attention's inputs
+    Tensor attended;      // [T, nq, d]
+    Tensor softmax_stats; // flash attention's log-sum-exp
+  } stash_;
+};
+
+}  // namespace moetune::model::cuda

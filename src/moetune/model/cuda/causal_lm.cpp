@@ -1,0 +1,182 @@
+#include "moetune/model/cuda/causal_lm.h"
+
+#include "moetune/core/cuda_runtime.h"
+#include "moetune/ops/cast.h"
+#include "moetune/ops/cuda/aux_loss.h"
+#include "moetune/ops/cuda/elementwise.h"
+#include "moetune/ops/cuda/embedding.h"
+#include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/cuda/linear_cross_entropy.h"
+#include "moetune/ops/cuda/norm.h"
+#include "moetune/ops/rope.h"
+
+namespace moetune::model::cuda {
+namespace {
+Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
+
+float read_scalar(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu());
+  return host.data<float>()[0];
+}
+}  // namespace
+
+CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
+  return CausalLM(io::load_checkpoint(folder, io::LoadOptions{DType::BF16, Device::cuda()}));
+}
+
+CausalLM::CausalLM(io::ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+  const io::ModelConfig& c = config();
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const std::string prefix = fmt::format("layers.{}.", layer);
+    Layer l;
+    l.attention = std::make_unique<AttentionBlock>(*store_, prefix, c);
+    if (c.is_moe_layer(layer))
+      l.moe = std::make_unique<MoeBlock>(*store_, prefix, c);
+    else
+      l.dense = std::make_unique<DenseMlpBlock>(*store_, prefix, c);
+    layers_.push_back(std::move(l));
+  }
+  inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(c.rope, c.head_dim), {c.head_dim / 2}).to(Device::cuda());
+  embed_ = store_->get("embed_tokens");
+  head_ = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
+  final_norm_ = store_->get("final_norm");
+}
+
+bool CausalLM::wants_aux(const Batch& batch) const {
+  return config().is_moe() && batch.output_router_logits.value_or(config().output_router_logits);
+}
+
+int64_t CausalLM::moe_layers() const {
+  int64_t n = 0;
+  for (const Layer& layer : layers_) n += layer.moe != nullptr;
+  return n;
+}
+
+CausalLM::Forward CausalLM::run_layers(const DeviceBatch& batch, bool with_aux) {
+  const io::ModelConfig& c = config();
+  Forward f;
+  if (with_aux) {
+    f.aux = {Tensor::zeros({c.num_experts}, DType::F32, Device::cuda()), Tensor::zeros({c.num_experts}, DType::F32, Device::cuda())};
+    f.aux_rows = double(batch.valid_tokens * moe_layers());
+  }
+  Tensor h = device_like({batch.tokens, c.hidden_size});
+  ops::cuda::embedding_forward(batch.ids, embed_.value, h);
+  for (Layer& layer : layers_) {
+    h = layer.attention->forward(h, batch, inv_freq_);
+    h = layer.moe ? layer.moe->forward(h, batch.token_valid, f.aux) : layer.dense->forward(h);
+  }
+  f.final_hidden = h;
+  f.normed = device_like(h.shape());
+  ops::cuda::rms_norm_forward(h, final_norm_.value, c.rms_norm_eps, f.normed);
+  return f;
+}
+
+CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
+  const io::ModelConfig& c = config();
+  MOETUNE_CHECK(batch.labels.defined(), "forward_backward needs labels");
+  const DeviceBatch device_batch = upload_batch(c, batch);
+  const bool with_aux = wants_aux(batch);
+  Forward f = run_layers(device_batch, with_aux);
+
+  const double divisor = batch.num_items_in_batch.value_or(double(device_batch.scored));
+  const double lm_scale = divisor > 0 ? 1.0 / divisor : 0.0;
+  Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
+  Tensor dnormed = device_like(f.normed.shape());
+  ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, lm_scale, loss_sum, dnormed, head_.grad);
+  f.normed = Tensor();
+  Tensor aux_loss;
+  if (with_aux) {
+    aux_loss = Tensor::zeros({1}, DType::F32, Device::cuda());
+    ops::cuda::aux_loss_value(f.aux.counts, f.aux.prob_sums, f.aux_rows, aux_loss);
+  }
+  const double aux_scale = with_aux ? c.router_aux_loss_coef : 0.0;
+
+  Tensor dh = device_like(f.final_hidden.shape());
+  ops::cuda::rms_norm_backward(dnormed, f.final_hidden, final_norm_.value, c.rms_norm_eps, dh, final_norm_.grad);
+  dnormed = f.final_hidden = Tensor();
+  for (auto layer = layers_.rbegin(); layer != layers_.rend(); ++layer) {
+    dh = layer->moe ? layer->moe->backward(dh, device_batch.token_valid, f.aux, f.aux_rows, aux_scale)
+                    : layer->dense->backward(dh);
+    dh = layer->attention->backward(dh, device_batch, inv_freq_);
+  }
+  ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);
+
+  CausalLMOutput out;
+  out.num_tokens = device_batch.scored;
+  out.lm_loss = double(read_scalar(loss_sum)) * lm_scale;  // waits for the whole step
+  out.loss = out.lm_loss;
+  if (with_aux) {
+    out.aux_loss = read_scalar(aux_loss);
+    out.loss += aux_scale * out.aux_loss;
+  }
+  return out;
+}
+
+CausalLMOutput CausalLM::loss(const Batch& batch) {
+  const io::ModelConfig& c = config();
+  MOETUNE_CHECK(batch.labels.defined(), "loss needs labels");
+  const DeviceBatch device_batch = upload_batch(c, batch);
+  const bool with_aux = wants_aux(batch);
+  Forward f = run_layers(device_batch, with_aux);
+  for (Layer& layer : layers_) {
+    layer.attention->clear_stash();
+    if (layer.moe) layer.moe->clear_stash();
+    if (layer.dense) layer.dense->clear_stash();
+  }
+  Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
+  ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, 1.0, loss_sum);
+  CausalLMOutput out;
+  out.num_tokens = device_batch.scored;
+  const double divisor = batch.num_items_in_batch.value_or(double(device_batch.scored));
+  out.lm_loss = divisor > 0 ? double(read_scalar(loss_sum)) / divisor : 0.0;
+  out.loss = out.lm_loss;
+  if (with_aux) {
+    Tensor aux_loss = Tensor::zeros({1}, DType::F32, Device::cuda());
+    ops::cuda::aux_loss_value(f.aux.counts, f.aux.prob_sums, f.aux_rows, aux_loss);
+    out.aux_loss = read_scalar(aux_loss);
+    out.loss += c.router_aux_loss_coef * out.aux_loss;
+  }
+  return out;
+}
+
+Tensor CausalLM::logits(const Batch& batch) {
+  const io::ModelConfig& c = config();
+  const DeviceBatch device_batch = upload_batch(c, batch);
+  Forward f = run_layers(device_batch, false);
+  for (Layer& layer : layers_) {
+    layer.attention->clear_stash();
+    if (layer.moe) layer.moe->clear_stash();
+    if (layer.dense) layer.dense->clear_stash();
+  }
+  Tensor logits = device_like({device_batch.tokens, c.vocab_size});
+  ops::cuda::linear_forward(f.normed, head_.value, {}, logits);
+  return ops::cast(logits.to(Device::cpu()), DType::F32).view({device_batch.rows, device_batch.seq, c.vocab_size});
+}
+
+void CausalLM::save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options) const {
+  io::save_checkpoint(store_->weights(), folder, options);
+}
+
+std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const {
+  std::vector<std::pair<int64_t, ops::RouterStats>> stats;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i].moe || !layers_[i].moe->layer_counts().defined()) continue;
+    const Tensor counts = layers_[i].moe->layer_counts().to(Device::cpu());
+    const float* n = counts.data<float>();
+    double total = 0, most = 0, least = INFINITY;
+    for (int64_t e = 0; e < counts.numel(); ++e) {
+      total += n[e];
+      most = std::max(most, double(n[e]));
+      least = std::min(least, double(n[e]));
+    }
+    const double mean = total / double(counts.numel());
+    ops::RouterStats s;
+    s.load_max_over_mean = mean > 0 ? most / mean : 0;
+    s.load_min_over_mean = mean > 0 ? least / mean : 0;
+    s.entropy = NAN;  // needs the probabilities; not computed on the GPU path
+    stats.emplace_back(int64_t(i), s);
+  }
+  return stats;
+}
+
+}  // namespace moetune::model::cuda

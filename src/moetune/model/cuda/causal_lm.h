@@ -1,0 +1,65 @@
+// The causal LM on one GPU: bf16 parameters, gradients and activations, fp32 where DESIGN.md says (norm
+// statistics, softmax, router probabilities, loss). Same blocks, same order and same stash discipline as the CPU
+// reference (model/causal_lm.h), which is what the GPU tests compare it with. The LM head and the loss are one
+// fused, chunked op, so a training forward pass also computes the head's gradients; `forward_backward` is the
+// training entry point, `logits` and `loss` the evaluation ones.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "moetune/model/causal_lm.h"
+#include "moetune/model/cuda/attention_block.h"
+#include "moetune/model/cuda/device_batch.h"
+#include "moetune/model/cuda/mlp_block.h"
+#include "moetune/model/cuda/moe_block.h"
+
+namespace moetune::model::cuda {
+
+class CausalLM {
+ public:
+  static CausalLM from_pretrained(const std::filesystem::path& folder);
+
+  // One micro-batch: forward, loss, backward (gradients accumulate into the parameters' .grad). Waits for the
+  // GPU once, at the end, to read the loss.
+  CausalLMOutput forward_backward(const Batch& batch);
+  // Loss without gradients (labels required): lm_loss, aux_loss, num_tokens.
+  CausalLMOutput loss(const Batch& batch);
+  // Full logits [B, S, V] as f32 on the host, for evaluation and tests.
+  Tensor logits(const Batch& batch);
+
+  void zero_grad() { store_->zero_grad(); }
+  void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const;
+  ParameterStore& parameters() { return *store_; }
+  const io::ModelWeights& weights() const { return store_->weights(); }
+  const io::ModelConfig& config() const { return store_->weights().config(); }
+  // Per MoE layer: load statistics of the last forward pass (reads the counts back: call between steps).
+  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const;
+
+ private:
+  struct Layer {
+    std::unique_ptr<AttentionBlock> attention;
+    std::unique_ptr<DenseMlpBlock> dense;
+    std::unique_ptr<MoeBlock> moe;
+  };
+  struct Forward {
+    Tensor final_hidden;   // before the final norm
+    Tensor normed;         // after it
+    AuxLossSums aux;
+    double aux_rows = 0;
+  };
+
+  explicit CausalLM(io::ModelWeights weights);
+  Forward run_layers(const DeviceBatch& batch, bool with_aux);
+  bool wants_aux(const Batch& batch) const;
+  int64_t moe_layers() const;
+
+  std::unique_ptr<ParameterStore> store_;
+  std::vector<Layer> layers_;
+  Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device
+  Param head_, final_norm_, embed_;
+};
+
+}  // namespace moetune::model::cuda

@@ -1,0 +1,44 @@
+#include "moetune/ops/cuda/activation.h"
+
+#include "moetune/core/cuda_runtime.h"
+#include "moetune/ops/cuda/activation_kernels.h"
+#include "moetune/ops/cuda/gpu_tensor_checks.h"
+
+namespace moetune::ops::cuda {
+namespace {
+
+// Rows and inner width of gate_up [R, 2I].
+std::pair<int64_t, int64_t> checked_gate_up(std::string_view op, const Tensor& gate_up) {
+  check_gpu_tensor(op, "gate_up", gate_up, {DType::BF16});
+  MOETUNE_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0, "{}: gate_up {} must be [R, 2I]", op,
+                gate_up.str());
+  return {gate_up.size(0), gate_up.size(1) / 2};
+}
+
+}  // namespace
+
+void swiglu_forward(const Tensor& gate_up, const Tensor& out) {
+  constexpr std::string_view op = "swiglu_forward";
+  const auto [rows, inner] = checked_gate_up(op, gate_up);
+  check_gpu_tensor(op, "out", out, {DType::BF16});
+  check_shape(op, "out", out, {rows, inner});
+  MOETUNE_CHECK(!overlaps(out, gate_up), "{}: out {} overlaps gate_up", op, out.str());
+  gpu::check(launch_swiglu_forward(gate_up.raw_data(), out.raw_data(), rows, inner, gpu::stream()),
+             "swiglu_forward kernel");
+}
+
+void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
+  constexpr std::string_view op = "swiglu_backward";
+  const auto [rows, inner] = checked_gate_up(op, gate_up);
+  check_gpu_tensor(op, "dout", dout, {DType::BF16});
+  check_shape(op, "dout", dout, {rows, inner});
+  check_gpu_tensor(op, "dgate_up", dgate_up, {DType::BF16});
+  check_shape(op, "dgate_up", dgate_up, gate_up.shape());
+  MOETUNE_CHECK(!overlaps(dgate_up, gate_up) && !overlaps(dgate_up, dout), "{}: dgate_up {} overlaps an input", op,
+                dgate_up.str());
+  gpu::check(launch_swiglu_backward(dout.raw_data(), gate_up.raw_data(), dgate_up.raw_data(), rows, inner,
+                                    gpu::stream()),
+             "swiglu_backward kernel");
+}
+
+}  // namespace moetune::ops::cuda

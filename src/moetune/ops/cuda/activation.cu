@@ -1,0 +1,94 @@
+// SwiGLU forward and backward on a fused [gate | up] row, fp32 math on BF16 storage. Grid-stride over kVec-wide
+// column chunks of every row: kVec = 8 (16-byte accesses) when the inner width and the pointers allow it, else 1.
+#include <algorithm>
+#include <initializer_list>
+
+#include "moetune/ops/cuda/activation_kernels.h"
+#include "moetune/ops/cuda/pointwise_common.cuh"
+
+namespace moetune::ops::cuda {
+namespace {
+
+using namespace pointwise;
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride beyond this: bounds the grid, not the work
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <int kVec>
+__global__ void swiglu_forward_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out, int64_t rows,
+                                      int64_t inner) {
+  const int64_t chunks_per_row = inner / kVec, chunks = rows * chunks_per_row;
+  for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
+       chunk += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = chunk / chunks_per_row, column = (chunk - row * chunks_per_row) * kVec;
+    const bf16* gate = gate_up + row * 2 * inner + column;
+    float g[kVec], u[kVec], o[kVec];
+    load<kVec>(gate, g);
+    load<kVec>(gate + inner, u);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) o[k] = g[k] * sigmoid(g[k]) * u[k];
+    store<kVec>(out + row * inner + column, o);
+  }
+}
+
+template <int kVec>
+__global__ void swiglu_backward_kernel(const bf16* __restrict__ dout, const bf16* __restrict__ gate_up,
+                                       bf16* __restrict__ dgate_up, int64_t rows, int64_t inner) {
+  const int64_t chunks_per_row = inner / kVec, chunks = rows * chunks_per_row;
+  for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
+       chunk += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = chunk / chunks_per_row, column = (chunk - row * chunks_per_row) * kVec;
+    const int64_t gate_offset = row * 2 * inner + column;
+    float g[kVec], u[kVec], d[kVec], dg[kVec], du[kVec];
+    load<kVec>(gate_up + gate_offset, g);
+    load<kVec>(gate_up + gate_offset + inner, u);
+    load<kVec>(dout + row * inner + column, d);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float s = sigmoid(g[k]);
+      du[k] = d[k] * g[k] * s;
+      dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));  // d silu = s (1 + g (1 - s))
+    }
+    store<kVec>(dgate_up + gate_offset, dg);
+    store<kVec>(dgate_up + gate_offset + inner, du);
+  }
+}
+
+bool vectorizable(int64_t inner, std::initializer_list<const void*> pointers) {
+  if (inner % 8 != 0) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+unsigned blocks_for(int64_t chunks) { return unsigned(std::min((chunks + kThreads - 1) / kThreads, kMaxBlocks)); }
+
+}  // namespace
+
+cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, cudaStream_t stream) {
+  if (rows == 0 || inner == 0) return cudaSuccess;
+  const auto* in = static_cast<const bf16*>(gate_up);
+  auto* o = static_cast<bf16*>(out);
+  if (vectorizable(inner, {gate_up, out}))
+    swiglu_forward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(in, o, rows, inner);
+  else
+    swiglu_forward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(in, o, rows, inner);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
+                                   cudaStream_t stream) {
+  if (rows == 0 || inner == 0) return cudaSuccess;
+  const auto* d = static_cast<const bf16*>(dout);
+  const auto* in = static_cast<const bf16*>(gate_up);
+  auto* dg = static_cast<bf16*>(dgate_up);
+  if (vectorizable(inner, {dout, gate_up, dgate_up}))
+    swiglu_backward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(d, in, dg, rows, inner);
+  else
+    swiglu_backward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(d, in, dg, rows, inner);
+  return cudaGetLastError();
+}
+
+}  // namespace moetune::ops::cuda

@@ -1,0 +1,13 @@
+// SwiGLU on the GPU (ops/activation.h semantics) on a fused [gate | up] input, BF16 storage, fp32 math.
+#pragma once
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops::cuda {
+
+// gate_up BF16 [R, 2I] (gate in the first I columns) -> out BF16 [R, I] = silu(gate) ⊙ up.
+void swiglu_forward(const Tensor& gate_up, const Tensor& out);
+// dout BF16 [R, I] and the forward input gate_up -> dgate_up BF16 [R, 2I] (must not overlap the inputs).
+void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up);
+
+}  // namespace moetune::ops::cuda

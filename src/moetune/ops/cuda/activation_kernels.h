@@ -1,0 +1,18 @@
+// Launchers of the SwiGLU kernels on a fused [gate | up] BF16 input: raw pointers in, a CUDA status out. Free of
+// the engine's host headers so that .cu files compile without fmt; ops/cuda/activation.cpp wraps them for Tensors.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moetune::ops::cuda {
+
+// out[r, i] = silu(gate_up[r, i]) · gate_up[r, inner + i] for rows × inner outputs.
+cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, cudaStream_t stream);
+
+// dgate_up [rows, 2·inner] from dout [rows, inner] and the forward input gate_up.
+cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
+                                   cudaStream_t stream);
+
+}  // namespace moetune::ops::cuda

@@ -1,0 +1,41 @@
+// The optimizer step on the GPU: fused multi-tensor AdamW with torch.optim.AdamW's semantics (decoupled weight
+// decay, bias correction), for the three ways the engine can keep optimizer state. train::AdamW is the fp32
+// reference it is tested against.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops::cuda {
+
+enum class OptimizerPrecision {
+  Fp32Master,      // bf16 param for compute + f32 master copy; f32 moments; update in fp32, param = rne(master)
+  Bf16Stochastic,  // bf16 param and bf16 moments; math in fp32; param and moments written with stochastic rounding
+  PureBf16,        // bf16 param and moments; math in fp32, round to nearest even (what HF does in bf16)
+};
+
+// "fp32_master" (or "fp32") | "bf16_stochastic_rounding" | "pure_bf16"; anything else fails naming it.
+OptimizerPrecision parse_optimizer_precision(const std::string& name);
+
+// One parameter's state, all CUDA tensors of one shape. param and grad are BF16; exp_avg and exp_avg_sq are F32
+// for Fp32Master and BF16 otherwise; master (F32) is defined for Fp32Master only.
+struct AdamWSlot {
+  Tensor param, grad, exp_avg, exp_avg_sq, master;
+};
+
+struct AdamWHyper {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;  // 1-based, after increment
+};
+
+// Updates every slot in place with a few multi-tensor launches on gpu::stream(); the host does not wait.
+// grad_scale: a CUDA F32 [1] tensor that multiplies every gradient first (the clip coefficient, so clipping
+// needs no host round trip), or undefined for 1. seed keys the stochastic rounding: the random bits are a hash
+// of (seed, step, slot position in `slots`, element index), so a run is reproducible.
+void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, OptimizerPrecision precision,
+                const Tensor& grad_scale, uint64_t seed);
+
+}  // namespace moetune::ops::cuda

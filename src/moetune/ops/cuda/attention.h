@@ -1,0 +1,54 @@
+// Causal grouped-query flash attention on the GPU, forward and backward, through cuDNN's fused SDPA graphs
+// (cudnn-frontend). Semantics are those of ops/attention.h's causal_attention / causal_attention_backward:
+// documents are laid end to end along the token dimension, each query attends to the keys of its own document
+// up to itself, and query head h reads key/value head h / (heads / kv_heads). The CPU mask's key_valid has no
+// counterpart here: padding is its own document (it sees only itself, and no real token sees it).
+//
+// Inputs are BF16 with fp32 accumulation; the softmax statistics are F32. cuDNN reads the packed tokens through
+// its ragged (THD) layout: documents become batch entries of at most max_document_length tokens, with element
+// offsets and lengths computed on the device from cu_seqlens. Graphs are built once per shape (heads, kv_heads,
+// head_dim, max_document_length, document count rounded up to a power of two, and for the backward pass the
+// token count rounded up to 128) and cached for the life of the process, so a training run builds a few.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops::cuda {
+
+// Documents laid end to end along the token dimension (packed sequences, or the rows of a batch): document i
+// holds tokens [cu_seqlens[i], cu_seqlens[i+1]). Causal within each document, nothing across documents.
+struct PackedDocuments {
+  Tensor cu_seqlens;                // device I32 [num_documents + 1], cu_seqlens[0] = 0, last = tokens
+  int64_t num_documents = 0;
+  int64_t max_document_length = 0;  // a bound (e.g. the padded row length): lets graphs be reused
+  int64_t tokens = 0;               // T, checked against the tensors on every call
+};
+
+// Built once per batch on the host from per-token document starts (the CPU mask's document_start vector:
+// token t's document begins at document_start[t]). Fails when a document is longer than max_document_length
+// or document_start does not describe consecutive documents.
+PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64_t max_document_length);
+
+// q [T, heads, d], k and v [T, kv_heads, d], out [T, heads, d], all BF16 on the GPU; heads % kv_heads == 0,
+// d % 8 == 0 and d <= 256. Writes out and returns the softmax statistics that the backward pass needs: the
+// natural-log logsumexp of the scaled scores, F32 [T, heads].
+Tensor flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
+                               double scale, const Tensor& out);
+
+// dout and out [T, heads, d] BF16 (out as the forward pass wrote it), stats from the forward pass. Overwrites
+// dq [T, heads, d], dk and dv [T, kv_heads, d] (BF16).
+void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv);
+
+// Bytes of scratch GPU memory one forward or backward call allocates (and frees when its work is done) for this
+// shape: the larger of the two cuDNN workspaces plus the ragged offsets. Builds the graphs if they are not
+// cached yet, so it needs a GPU. The returned statistics ([T, heads] F32) are not included.
+size_t flash_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                       int64_t num_documents, int64_t max_document_length);
+
+}  // namespace moetune::ops::cuda

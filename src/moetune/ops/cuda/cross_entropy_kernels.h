@@ -1,0 +1,22 @@
+// Launchers of the cross-entropy kernels behind ops/cuda/linear_cross_entropy.cpp: raw pointers in, a CUDA
+// status out. Free of the engine's host headers so that the .cu compiles without fmt.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moetune::ops::cuda {
+
+// For each of `rows` rows of bf16 logits [rows, vocab] (row stride vocab) with int32 targets:
+//   row_losses[r] = logsumexp(logits[r]) − logits[r, target]  (fp32 softmax statistics), 0 when the target is
+//   -100, NaN when it lies outside [0, vocab) (so a bad label poisons the loss instead of passing unnoticed).
+// With write_grad the row is overwritten in place by grad_scale · (softmax − onehot(target)) in bf16, and by
+// zeros for rows whose target is -100 or out of range.
+cudaError_t launch_cross_entropy_rows(void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                      float grad_scale, bool write_grad, float* row_losses, cudaStream_t stream);
+
+// *total += Σ values[0, n), summed in double in a fixed order (deterministic), by one block.
+cudaError_t launch_sum_into(const float* values, int64_t n, float* total, cudaStream_t stream);
+
+}  // namespace moetune::ops::cuda

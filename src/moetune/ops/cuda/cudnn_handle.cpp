@@ -1,0 +1,34 @@
+#include "moetune/ops/cuda/cudnn_handle.h"
+
+#include "moetune/core/cuda_runtime.h"
+#include "moetune/core/error.h"
+
+namespace moetune::ops::cuda {
+namespace {
+
+// Ragged (THD) attention with ragged softmax statistics and int64 ragged offsets needs 9.6.
+constexpr size_t kMinimumCudnnVersion = 90600;
+
+}  // namespace
+
+void check_cudnn(cudnnStatus_t status, std::string_view what) {
+  if (status != CUDNN_STATUS_SUCCESS) fail("cuDNN {} failed: {}", what, cudnnGetErrorString(status));
+}
+
+cudnnHandle_t cudnn_handle() {
+  // Never destroyed: the handle lives as long as the process, and destroying it after the CUDA runtime has
+  // been torn down at exit would fail.
+  static cudnnHandle_t handle = [] {
+    const size_t version = cudnnGetVersion();
+    MOETUNE_CHECK(version >= kMinimumCudnnVersion,
+                  "cuDNN {}.{}.{} is loaded; moetune needs cuDNN 9.6 or newer (pip install nvidia-cudnn-cu13)",
+                  version / 10000, version / 100 % 100, version % 100);
+    cudnnHandle_t h = nullptr;
+    check_cudnn(cudnnCreate(&h), "cudnnCreate");
+    check_cudnn(cudnnSetStream(h, gpu::stream()), "cudnnSetStream");
+    return h;
+  }();
+  return handle;
+}
+
+}  // namespace moetune::ops::cuda

@@ -1,0 +1,247 @@
+// Row-major GEMM over column-major cuBLASLt: a row-major [R, C] matrix is, byte for byte, its transpose stored
+// column-major, so D = op(A)·op(B) is computed as Dᵀ = op(B)ᵀ·op(A)ᵀ with cuBLASLt's "A" being our b and its
+// "B" our a, each keeping its own transpose flag.
+#include "moetune/ops/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <compare>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "moetune/core/cuda_runtime.h"
+#include "moetune/ops/cuda/bias_broadcast_kernels.h"
+#include "moetune/ops/cuda/bias_grad_kernels.h"
+
+namespace moetune::ops::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+void check_cublas(cublasStatus_t status, std::string_view what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLASLt {} failed: {} ({})", what, cublasLtGetStatusString(status), cublasLtGetStatusName(status));
+}
+
+// A tensor read as a row-major matrix: rows = dim 0, columns = every other dimension folded.
+struct Matrix {
+  int64_t rows = 0, cols = 0;
+};
+
+Matrix matrix_of(const Tensor& t, std::string_view role, std::string_view op) {
+  MOETUNE_CHECK(t.defined(), "{}: {} is undefined", op, role);
+  MOETUNE_CHECK(t.dim() >= 2, "{}: {} {} must have at least 2 dimensions", op, role, t.str());
+  MOETUNE_CHECK(t.device().is_cuda(), "{}: {} {} must be on the GPU", op, role, t.str());
+  int64_t cols = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) cols *= t.size(d);
+  return {t.size(0), cols};
+}
+
+cudaDataType_t cuda_type(DType dtype) { return dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// The largest power of two (up to cuBLASLt's default 256) dividing the address: algorithms are chosen for the
+// alignment actually present, since views (a narrowed parameter, a chunk of rows) start at arbitrary offsets.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  for (uint32_t a = 256; a > 1; a /= 2)
+    if (address % a == 0) return a;
+  return 1;
+}
+
+// Everything the chosen algorithm depends on. Shapes are in cuBLASLt's column-major terms. beta is not part of
+// it: the heuristic never sees beta, so an algorithm it returns serves every beta (C is D, read when beta ≠ 0).
+struct PlanKey {
+  int64_t m = 0, n = 0, k = 0;  // cuBLASLt's: D is [m, n] column-major (our N, M)
+  bool transpose_first = false, transpose_second = false;
+  cudaDataType_t d_type = CUDA_R_16BF;
+  uint32_t align_first = 0, align_second = 0, align_d = 0;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+// Descriptors and the heuristic's algorithm for one PlanKey; created once, reused for the life of the process.
+class Plan {
+ public:
+  Plan(cublasLtHandle_t handle, const PlanKey& key) {
+    check_cublas(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const cublasOperation_t op_first = key.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = key.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_cublas(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)),
+                 "set TRANSA");
+    check_cublas(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)),
+                 "set TRANSB");
+    // Stored (pre-op) shapes: first is [m, k] or, transposed, [k, m]; second is [k, n] or [n, k].
+    const int64_t first_rows = key.transpose_first ? key.k : key.m, first_cols = key.transpose_first ? key.m : key.k;
+    const int64_t second_rows = key.transpose_second ? key.n : key.k, second_cols = key.transpose_second ? key.k : key.n;
+    check_cublas(cublasLtMatrixLayoutCreate(&first_, CUDA_R_16BF, uint64_t(first_rows), uint64_t(first_cols), first_rows),
+                 "cublasLtMatrixLayoutCreate");
+    check_cublas(cublasLtMatrixLayoutCreate(&second_, CUDA_R_16BF, uint64_t(second_rows), uint64_t(second_cols),
+                                            second_rows),
+                 "cublasLtMatrixLayoutCreate");
+    check_cublas(cublasLtMatrixLayoutCreate(&d_, key.d_type, uint64_t(key.m), uint64_t(key.n), key.m),
+                 "cublasLtMatrixLayoutCreate");
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    check_cublas(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
+        preference_owner(preference, &cublasLtMatmulPreferenceDestroy);
+    const uint64_t workspace = kWorkspaceBytes;
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                      sizeof(workspace)),
+                 "set MAX_WORKSPACE_BYTES");
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_first},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_second},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}};
+    for (const auto& [attribute, bytes] : alignments)
+      check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)),
+                   "set MIN_ALIGNMENT");
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int returned = 0;
+    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, desc_, first_, second_, d_, d_, preference, 1, &result, &returned),
+                 "cublasLtMatmulAlgoGetHeuristic");
+    MOETUNE_CHECK(returned > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+                  "cuBLASLt has no algorithm for D[{}, {}] = op(A)·op(B), K = {}, transposes ({}, {}), output {}, "
+                  "alignments ({}, {}, {})",
+                  key.n, key.m, key.k, key.transpose_second, key.transpose_first,
+                  key.d_type == CUDA_R_16BF ? "BF16" : "F32", key.align_second, key.align_first, key.align_d);
+    MOETUNE_CHECK(result.workspaceSize <= kWorkspaceBytes, "cuBLASLt algorithm wants {} bytes of workspace",
+                  result.workspaceSize);
+    algo_ = result.algo;
+  }
+  ~Plan() {
+    // Host-side objects only; failures at process exit are of no consequence.
+    if (d_) cublasLtMatrixLayoutDestroy(d_);
+    if (second_) cublasLtMatrixLayoutDestroy(second_);
+    if (first_) cublasLtMatrixLayoutDestroy(first_);
+    if (desc_) cublasLtMatmulDescDestroy(desc_);
+  }
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  void run(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha, float beta,
+           void* workspace) const {
+    check_cublas(cublasLtMatmul(handle, desc_, &alpha, first, first_, second, second_, &beta, d, d_, d, d_, &algo_,
+                                workspace, kWorkspaceBytes, gpu::stream()),
+                 "cublasLtMatmul");
+  }
+
+ private:
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t first_ = nullptr, second_ = nullptr, d_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+// The process's one cuBLASLt handle, workspace and plan cache. Never destroyed: the CUDA runtime may already be
+// gone when static destructors run, and the memory goes with the process anyway.
+class GemmLibrary {
+ public:
+  static GemmLibrary& instance() {
+    static GemmLibrary* library = new GemmLibrary();
+    return *library;
+  }
+
+  void run(const PlanKey& key, const void* first, const void* second, void* d, float alpha, float beta) {
+    std::lock_guard lock(mutex_);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<Plan>(handle_, key)).first;
+    it->second->run(handle_, first, second, d, alpha, beta, workspace_);
+  }
+
+ private:
+  GemmLibrary() {
+    check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+    // Stream-ordered on gpu::stream(), like every other use of it, so it is ready for the first GEMM.
+    workspace_ = gpu::allocate(kWorkspaceBytes);
+  }
+  std::mutex mutex_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+};
+
+bool is_bf16_or_f32(DType dtype) { return dtype == DType::BF16 || dtype == DType::F32; }
+
+}  // namespace
+
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d, float alpha,
+            float beta) {
+  constexpr std::string_view op = "matmul";
+  const Matrix am = matrix_of(a, "a", op), bm = matrix_of(b, "b", op), dm = matrix_of(d, "d", op);
+  MOETUNE_CHECK(a.dtype() == DType::BF16 && b.dtype() == DType::BF16, "matmul: a {} and b {} must be BF16", a.str(),
+                b.str());
+  MOETUNE_CHECK(is_bf16_or_f32(d.dtype()), "matmul: d {} must be BF16 or F32", d.str());
+  const int64_t m = transpose_a ? am.cols : am.rows, k = transpose_a ? am.rows : am.cols;
+  const int64_t k_b = transpose_b ? bm.cols : bm.rows, n = transpose_b ? bm.rows : bm.cols;
+  MOETUNE_CHECK(k == k_b && dm.rows == m && dm.cols == n,
+                "matmul: a {}{} times b {}{} into d {}: shapes do not agree", a.str(), transpose_a ? "ᵀ" : "", b.str(),
+                transpose_b ? "ᵀ" : "", d.str());
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // An empty sum: D = beta·D. cuBLASLt is not asked to handle K = 0.
+    MOETUNE_CHECK(beta == 0.0f || beta == 1.0f, "matmul: K = 0 with beta = {} (only 0 or 1)", beta);
+    if (beta == 0.0f) gpu::check(cudaMemsetAsync(d.raw_data(), 0, d.nbytes(), gpu::stream()), "matmul: zero d");
+    return;
+  }
+  PlanKey key{.m = n,
+              .n = m,
+              .k = k,
+              .transpose_first = transpose_b,
+              .transpose_second = transpose_a,
+              .d_type = cuda_type(d.dtype()),
+              .align_first = alignment_of(b.raw_data()),
+              .align_second = alignment_of(a.raw_data()),
+              .align_d = alignment_of(d.raw_data())};
+  try {
+    GemmLibrary::instance().run(key, b.raw_data(), a.raw_data(), d.raw_data(), alpha, beta);
+  } catch (const Error& e) {  // the context is formatted only on failure: this is the hot path
+    fail("matmul of a {} and b {} into d {}: {}", a.str(), b.str(), d.str(), e.what());
+  }
+}
+
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
+  constexpr std::string_view op = "linear_forward";
+  const Matrix xm = matrix_of(x, "x", op), wm = matrix_of(weight, "weight", op), ym = matrix_of(y, "y", op);
+  MOETUNE_CHECK(xm.cols == wm.cols && ym.rows == xm.rows && ym.cols == wm.rows,
+                "linear_forward: x {} with weight {} into y {}: shapes do not agree", x.str(), weight.str(), y.str());
+  if (!bias.defined()) {
+    matmul(x, false, weight, true, y);
+    return;
+  }
+  MOETUNE_CHECK(bias.device().is_cuda() && is_bf16_or_f32(bias.dtype()) && bias.numel() == wm.rows,
+                "linear_forward: bias {} for {} outputs must be BF16 or F32 on the GPU", bias.str(), wm.rows);
+  MOETUNE_CHECK(is_bf16_or_f32(y.dtype()), "linear_forward: y {} must be BF16 or F32", y.str());
+  gpu::check(launch_bias_broadcast(bias.raw_data(), bias.dtype() == DType::BF16, y.raw_data(), y.dtype() == DType::BF16,
+                                   ym.rows, ym.cols, gpu::stream()),
+             fmt::format("bias broadcast of {} into {}", bias.str(), y.str()));
+  matmul(x, false, weight, true, y, 1.0f, 1.0f);
+}
+
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx, const Tensor& dweight,
+                     const Tensor& dbias, bool accumulate_dx) {
+  constexpr std::string_view op = "linear_backward";
+  const Matrix dym = matrix_of(dy, "dy", op), xm = matrix_of(x, "x", op), wm = matrix_of(weight, "weight", op);
+  MOETUNE_CHECK(dym.rows == xm.rows && dym.cols == wm.rows && xm.cols == wm.cols,
+                "linear_backward: dy {}, x {} and weight {} do not agree", dy.str(), x.str(), weight.str());
+  MOETUNE_CHECK(dy.dtype() == DType::BF16, "linear_backward: dy {} must be BF16", dy.str());
+  if (dx.defined()) matmul(dy, false, weight, false, dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+  if (dweight.defined()) {
+    const Matrix dwm = matrix_of(dweight, "dweight", op);
+    MOETUNE_CHECK(dwm.rows == wm.rows && dwm.cols == wm.cols, "linear_backward: dweight {} for weight {}",
+                  dweight.str(), weight.str());
+    matmul(dy, true, x, false, dweight, 1.0f, 1.0f);
+  }
+  if (dbias.defined()) {
+    MOETUNE_CHECK(dbias.device().is_cuda() && is_bf16_or_f32(dbias.dtype()) && dbias.numel() == wm.rows,
+                  "linear_backward: dbias {} for {} outputs must be BF16 or F32 on the GPU", dbias.str(), wm.rows);
+    gpu::check(launch_bias_grad(dy.raw_data(), dym.rows, dym.cols, dbias.raw_data(), dbias.dtype() == DType::BF16,
+                                gpu::stream()),
+               fmt::format("bias gradient of {} into {}", dy.str(), dbias.str()));
+  }
+}
+
+size_t gemm_workspace_bytes() { return kWorkspaceBytes; }
+
+}  // namespace moetune::ops::cuda

@@ -1,0 +1,35 @@
+// Dense GEMMs on the GPU through cuBLASLt: bf16 operands, fp32 accumulation, bf16 or f32 output, all queued
+// on gpu::stream(). Matrices are row-major; a tensor of more than two dimensions is read as a matrix whose
+// rows are dim 0 and whose columns are all the other dimensions folded ([T, heads, head_dim] is [T, heads·head_dim]).
+// The first call for a given problem (shapes, transposes, dtypes, pointer alignment) asks cuBLASLt's
+// heuristic for an algorithm; later calls reuse it, so a training step makes no heuristic queries after the first.
+// The library keeps one handle and a 32 MiB workspace for the life of the process.
+#pragma once
+
+#include <cstddef>
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops::cuda {
+
+// Row-major D = alpha · op(A) · op(B) + beta · D, fp32 accumulation.
+// a: [M, K] ([K, M] when transpose_a); b: [K, N] ([N, K] when transpose_b); d: [M, N]. a, b: BF16; d: BF16 or F32.
+// M or N = 0 does nothing; K = 0 leaves beta · D (beta must then be 0 or 1).
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d,
+            float alpha = 1.0f, float beta = 0.0f);
+
+// nn.Linear on the GPU (semantics of ops/linear.h): y = x·Wᵀ (+ bias), written into y.
+// x [T, in] BF16, weight [out, in] BF16, bias [out] BF16 or F32 or undefined, y [T, out] BF16 or F32.
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
+
+// dx = dy·W written into dx (skipped when dx is undefined; added to dx when accumulate_dx);
+// dweight += dyᵀ·x (always accumulates, like .grad); dbias += Σ_rows dy when dbias is defined.
+// dy [T, out] BF16, x [T, in] BF16, weight [out, in] BF16; dx [T, in] BF16 or F32; dweight [out, in] and
+// dbias [out] BF16 or F32. Undefined dweight skips the weight gradient (a frozen weight).
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
+                     const Tensor& dweight, const Tensor& dbias = {}, bool accumulate_dx = false);
+
+// Bytes of GPU memory the GEMM library holds for the life of the process once used (its workspace).
+size_t gemm_workspace_bytes();
+
+}  // namespace moetune::ops::cuda

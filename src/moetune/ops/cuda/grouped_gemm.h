@@ -1,0 +1,23 @@
+// The experts' grouped GEMMs on the GPU (CUTLASS SM90 grouped kernels), over rows already in expert-major
+// order: group e owns rows [offsets[e], offsets[e+1]) (offsets: device I32 [E+1], offsets[0] = 0,
+// non-decreasing, offsets[E] <= R; a group may be empty). The counts are read on the device only: nothing here
+// synchronises the host. All matrices are bf16, row-major and contiguous; accumulation is fp32. K and N must
+// be multiples of 8 (TMA moves 16-byte rows).
+#pragma once
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops::cuda {
+
+// M-grouped: out[rows_e] = x[rows_e] · op(W_e), op(W_e) = W_eᵀ when transpose_w.
+//   transpose_w = true : weights [E, N, K] (forward: gate_up [E, 2I, H], down [E, H, I])
+//   transpose_w = false: weights [E, K, N] (input gradient: dY [R, 2I] · gate_up_e [2I, H])
+// x [R, K], out [R, N]. Rows past offsets[E] are not written.
+void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out);
+
+// K-grouped weight gradient: dW_e = dy[rows_e]ᵀ · x[rows_e] for every e, dy [R, N], x [R, K], dw [E, N, K];
+// accumulate: dW_e += ... instead of =. An empty group gives dW_e = 0 (or leaves it when accumulating).
+void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
+                                bool accumulate);
+
+}  // namespace moetune::ops::cuda

@@ -1,0 +1,18 @@
+// RMSNorm on the GPU (ops/norm.h semantics): BF16 rows, fp32 statistics, deterministic weight gradient.
+#pragma once
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops::cuda {
+
+// y = x / sqrt(mean(x²) + eps) ⊙ weight over the last dim: x, y BF16 [..., W] (same shape), weight BF16 [W].
+// y may be x itself.
+void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y);
+
+// dx = residual + d(norm)/dx, with residual undefined (no add) or any BF16 tensor of x's shape, dx itself
+// included; dx may also be dy itself. dweight (BF16 or F32 [W]) += Σ_rows dy ⊙ x̂, summed in fp32 and added
+// once per element. The statistics are recomputed from x.
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, double eps, const Tensor& dx,
+                       const Tensor& dweight, const Tensor& residual = {});
+
+}  // namespace moetune::ops::cuda

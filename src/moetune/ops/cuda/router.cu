@@ -1,0 +1,159 @@
+// Softmax top-k routing, one warp per token: the token's softmax lives in the warp's registers (router_softmax.cuh),
+// the k picks are k warp-wide arg-max reductions, and the backward recomputes the softmax rather than storing it.
+#include <climits>
+
+#include "moetune/ops/cuda/router_kernels.h"
+#include "moetune/ops/cuda/router_softmax.cuh"
+
+namespace moetune::ops::cuda {
+namespace {
+
+using namespace routing;
+
+constexpr int kWarpsPerBlock = 8;
+
+// The better of two (probability, expert) candidates: higher probability, then the lower expert index, as the
+// CPU reference's partial_sort orders them.
+__device__ __forceinline__ void keep_better(float& prob, int& expert, float other_prob, int other_expert) {
+  if (other_prob > prob || (other_prob == prob && other_expert < expert)) {
+    prob = other_prob;
+    expert = other_expert;
+  }
+}
+
+template <int kSlots>
+__global__ void router_topk_forward_kernel(const float* __restrict__ logits, int64_t tokens, int experts, int top_k,
+                                           bool normalize, int32_t* __restrict__ expert_ids,
+                                           float* __restrict__ weights) {
+  const int64_t token = global_warp();
+  if (token >= tokens) return;  // uniform across the warp
+  const int lane = lane_id();
+  float prob[kSlots];
+  softmax_row<kSlots>(logits + token * experts, experts, lane, prob);
+  // Padding slots and already chosen experts sit at -inf, below any real probability (even an underflowed 0).
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i)
+    if (lane + i * kWarpSize >= experts) prob[i] = -INFINITY;
+
+  int my_expert = 0;  // lane j keeps pick j
+  float my_prob = 0.0f, chosen_total = 0.0f;
+  for (int j = 0; j < top_k; ++j) {
+    // Slots ascend in expert index, so a strict '>' keeps the lower index among a lane's equal values.
+    float best = -INFINITY;
+    int best_expert = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i)
+      if (prob[i] > best) {
+        best = prob[i];
+        best_expert = lane + i * kWarpSize;
+      }
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+      keep_better(best, best_expert, __shfl_xor_sync(kFullWarp, best, offset),
+                  __shfl_xor_sync(kFullWarp, best_expert, offset));
+    chosen_total += best;  // in pick order, as the CPU sums them
+    if (lane == j) {
+      my_expert = best_expert;
+      my_prob = best;
+    }
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i)
+      if (lane + i * kWarpSize == best_expert) prob[i] = -INFINITY;
+  }
+  if (lane < top_k) {
+    expert_ids[token * top_k + lane] = my_expert;
+    weights[token * top_k + lane] = normalize ? my_prob / chosen_total : my_prob;
+  }
+}
+
+template <int kSlots>
+__global__ void router_topk_backward_kernel(const float* __restrict__ logits, const int32_t* __restrict__ expert_ids,
+                                            const float* __restrict__ weights, const float* __restrict__ dweights,
+                                            int64_t tokens, int experts, int top_k, bool normalize,
+                                            float* __restrict__ dlogits) {
+  const int64_t token = global_warp();
+  if (token >= tokens) return;
+  const int lane = lane_id();
+  float prob[kSlots];
+  softmax_row<kSlots>(logits + token * experts, experts, lane, prob);
+
+  // Lane j < k holds choice j. An out-of-range expert id matches no slot, so it reads and writes nothing.
+  const bool holds_choice = lane < top_k;
+  const int expert = holds_choice ? expert_ids[token * top_k + lane] : -1;
+  const float weight = holds_choice ? weights[token * top_k + lane] : 0.0f;
+  const float dweight = holds_choice ? dweights[token * top_k + lane] : 0.0f;
+  float chosen_prob = 0.0f;  // p[expert], fetched from the lane that owns it
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const float owned = __shfl_sync(kFullWarp, prob[i], expert & (kWarpSize - 1));
+    if (expert >= 0 && expert / kWarpSize == i && expert < experts) chosen_prob = owned;
+  }
+
+  float dprob = dweight;  // d loss / d p[expert]
+  if (normalize) {
+    // w_j = p_j / S with S = Σ p over the chosen: dp_j = (dw_j − Σ_i dw_i w_i) / S.
+    const float chosen_total = warp_sum(chosen_prob);
+    const float weighted = warp_sum(dweight * weight);
+    dprob = holds_choice ? (dweight - weighted) / chosen_total : 0.0f;
+  }
+  // Softmax backward: dl = p ⊙ (dp − ⟨p, dp⟩), with dp zero off the chosen experts.
+  const float dot = warp_sum(chosen_prob * dprob);
+  float dprob_slot[kSlots];
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) dprob_slot[i] = 0.0f;
+  for (int j = 0; j < top_k; ++j) {
+    const int chosen = __shfl_sync(kFullWarp, expert, j);
+    const float chosen_dprob = __shfl_sync(kFullWarp, dprob, j);
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i)
+      if (lane + i * kWarpSize == chosen) dprob_slot[i] = chosen_dprob;
+  }
+  float* row = dlogits + token * experts;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const int e = lane + i * kWarpSize;
+    if (e < experts) row[e] = prob[i] * (dprob_slot[i] - dot);
+  }
+}
+
+bool valid_shape(int64_t tokens, int experts, int top_k) {
+  return tokens >= 0 && top_k >= 1 && top_k <= kRouterMaxTopK && top_k <= experts &&
+         routing::softmax_slots(experts) > 0 && (tokens + kWarpsPerBlock - 1) / kWarpsPerBlock <= INT_MAX;
+}
+
+unsigned blocks_for(int64_t tokens) { return unsigned((tokens + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
+}  // namespace
+
+cudaError_t launch_router_topk_forward(const float* logits, int64_t tokens, int experts, int top_k, bool normalize,
+                                       int32_t* expert_ids, float* weights, cudaStream_t stream) {
+  if (!valid_shape(tokens, experts, top_k)) return cudaErrorInvalidValue;
+  if (tokens == 0) return cudaSuccess;
+  const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
+  switch (routing::softmax_slots(experts)) {
+    case 1: router_topk_forward_kernel<1><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    case 2: router_topk_forward_kernel<2><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    case 4: router_topk_forward_kernel<4><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    case 8: router_topk_forward_kernel<8><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_router_topk_backward(const float* logits, const int32_t* expert_ids, const float* weights,
+                                        const float* dweights, int64_t tokens, int experts, int top_k,
+                                        bool normalize, float* dlogits, cudaStream_t stream) {
+  if (!valid_shape(tokens, experts, top_k)) return cudaErrorInvalidValue;
+  if (tokens == 0) return cudaSuccess;
+  const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
+  switch (routing::softmax_slots(experts)) {
+    case 1: router_topk_backward_kernel<1><<<grid, block, 0, stream>>>(logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    case 2: router_topk_backward_kernel<2><<<grid, block, 0, stream>>>(logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    case 4: router_topk_backward_kernel<4><<<grid, block, 0, stream>>>(logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    case 8: router_topk_backward_kernel<8><<<grid, block, 0, stream>>>(logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace moetune::ops::cuda

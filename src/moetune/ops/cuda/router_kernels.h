@@ -1,0 +1,26 @@
+// Launchers of the softmax top-k router kernels: raw device pointers in, a CUDA status out. Free of the engine's
+// host headers so that router.cu compiles without fmt; ops/cuda/router.cpp checks the Tensors and calls them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moetune::ops::cuda {
+
+// The limits of the one-warp-per-token kernels (the launchers answer cudaErrorInvalidValue past them).
+inline constexpr int kRouterMaxExperts = 256;
+inline constexpr int kRouterMaxTopK = 16;
+
+// logits [tokens, experts] f32 -> expert_ids [tokens, top_k] i32 (most probable first, ties to the lower index)
+// and weights [tokens, top_k] f32 (renormalised over the k when `normalize`).
+cudaError_t launch_router_topk_forward(const float* logits, int64_t tokens, int experts, int top_k, bool normalize,
+                                       int32_t* expert_ids, float* weights, cudaStream_t stream);
+
+// dlogits [tokens, experts] f32 from dweights [tokens, top_k] f32, through the renormalisation and the softmax
+// (recomputed from logits). Overwrites dlogits.
+cudaError_t launch_router_topk_backward(const float* logits, const int32_t* expert_ids, const float* weights,
+                                        const float* dweights, int64_t tokens, int experts, int top_k,
+                                        bool normalize, float* dlogits, cudaStream_t stream);
+
+}  // namespace moetune::ops::cuda

@@ -1,0 +1,68 @@
+// The router's softmax for one token, held in one warp's registers: lane l owns experts l, l + 32, l + 64, ...
+// (kSlots of them, kSlots = ceil(E / 32) rounded up to a power of two, E ≤ 256). Shared by the top-k kernels and
+// the aux-loss kernels so that both see the same probabilities, computed the way the CPU reference does:
+// exp(logit − max), then divided by the sum (a true division, not a reciprocal, to stay close to it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moetune::ops::cuda::routing {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr int kMaxExperts = 256;
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, offset));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullWarp, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ int lane_id() { return int(threadIdx.x) % kWarpSize; }
+
+// The token a warp works on: warps are numbered across the grid.
+__device__ __forceinline__ int64_t global_warp() {
+  return int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+}
+
+// Slots past the last expert hold probability 0, so sums over the slots need no bounds test.
+template <int kSlots>
+__device__ __forceinline__ void softmax_row(const float* __restrict__ logits, int experts, int lane,
+                                            float (&prob)[kSlots]) {
+  float row_max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const int e = lane + i * kWarpSize;
+    prob[i] = e < experts ? logits[e] : -INFINITY;
+    row_max = fmaxf(row_max, prob[i]);
+  }
+  row_max = warp_max(row_max);
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    prob[i] = lane + i * kWarpSize < experts ? expf(prob[i] - row_max) : 0.0f;
+    total += prob[i];
+  }
+  total = warp_sum(total);
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) prob[i] = prob[i] / total;
+}
+
+// Register slots per lane for E experts: 1, 2, 4 or 8 (0 when E is out of range), so that only four
+// instantiations of each kernel exist.
+inline int softmax_slots(int experts) {
+  if (experts < 1 || experts > kMaxExperts) return 0;
+  int slots = 1;
+  while (slots * kWarpSize < experts) slots *= 2;
+  return slots;
+}
+
+}  // namespace moetune::ops::cuda::routing

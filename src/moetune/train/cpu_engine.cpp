@@ -1,0 +1,88 @@
+// The CPU engine (fp32 reference) and the choice between engines.
+#include "moetune/train/adamw.h"
+#include "moetune/train/engine.h"
+#include "moetune/train/grad_clip.h"
+
+namespace moetune::train {
+namespace {
+
+class CpuEngine final : public TrainingEngine {
+ public:
+  explicit CpuEngine(const Recipe& r)
+      : model_(model::CausalLM::from_pretrained(r.model)),
+        optimizer_(model_.parameters().values(), model_.parameters().grads(),
+                   AdamWOptions{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay}) {
+    if (r.optimizer.precision != "fp32")
+      fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
+  }
+  const io::ModelConfig& config() const override { return model_.config(); }
+  Device device() const override { return Device::cpu(); }
+
+  model::CausalLMOutput forward_backward(const model::Batch& batch) override {
+    model::CausalLMOutput out = model_.forward(batch);
+    router_stats_ = model_.router_stats();  // read while the stash holds the routing
+    model_.backward();
+    return out;
+  }
+  model::CausalLMOutput evaluate(const model::Batch& batch) override {
+    model::CausalLMOutput out = model_.forward(batch);
+    model_.clear_stash();
+    return out;
+  }
+  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return router_stats_; }
+
+  double optimizer_step(double lr, double max_grad_norm) override {
+    const double norm = max_grad_norm > 0 ? clip_grad_norm(model_.parameters().grads(), max_grad_norm)
+                                          : global_grad_norm(model_.parameters().grads());
+    optimizer_.step(lr);
+    model_.zero_grad();
+    return norm;
+  }
+  int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
+  void save_pretrained(const std::filesystem::path& folder) const override { model_.save_pretrained(folder); }
+
+  io::NamedTensors training_state() const override {
+    const auto& specs = model_.weights().layout.parameters;
+    io::NamedTensors state;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      state.emplace_back("param." + specs[i].name, model_.weights().parameters[i]);
+      state.emplace_back("adam_m." + specs[i].name, optimizer_.first_moments()[i]);
+      state.emplace_back("adam_v." + specs[i].name, optimizer_.second_moments()[i]);
+    }
+    return state;
+  }
+  void restore_training_state(const io::SafetensorsFile& file, int64_t optimizer_steps) override {
+    const auto& specs = model_.weights().layout.parameters;
+    std::vector<Tensor> m, v;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      model_.parameters().values()[i].copy_from(file.tensor("param." + specs[i].name));
+      m.push_back(file.tensor("adam_m." + specs[i].name));
+      v.push_back(file.tensor("adam_v." + specs[i].name));
+    }
+    optimizer_.restore(m, v, optimizer_steps);
+  }
+
+ private:
+  model::CausalLM model_;
+  AdamW optimizer_;
+  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe) { return std::make_unique<CpuEngine>(recipe); }
+
+std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe) {
+  const std::string& device = recipe.training.device;
+  if (device == "cuda") return make_gpu_engine(recipe);
+  if (device == "auto" && cuda_device_count() > 0) return make_gpu_engine(recipe);
+  return make_cpu_engine(recipe);
+}
+
+#if !MOETUNE_HAVE_CUDA
+std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe&) {
+  fail("training.device 'cuda': {}", cuda_unavailable_reason());
+}
+#endif
+
+}  // namespace moetune::train

@@ -1,0 +1,48 @@
+// What the trainer drives: a model, its gradients and its optimizer on one device. The CPU engine is the fp32
+// reference (model::CausalLM + train::AdamW); the GPU engine runs the bf16 step with the fused kernels
+// (model::cuda::CausalLM + ops::cuda::adamw_step). The trainer's loop, data, logging and checkpoints are the
+// same for both.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moetune/io/safetensors.h"
+#include "moetune/model/causal_lm.h"
+#include "moetune/train/recipe.h"
+
+namespace moetune::train {
+
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+  virtual const io::ModelConfig& config() const = 0;
+  virtual Device device() const = 0;
+  // Forward and backward of one micro-batch; gradients accumulate until optimizer_step().
+  virtual model::CausalLMOutput forward_backward(const model::Batch& batch) = 0;
+  // The loss without gradients (labels required).
+  virtual model::CausalLMOutput evaluate(const model::Batch& batch) = 0;
+  // Router telemetry of the last forward_backward, per MoE layer.
+  virtual std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const = 0;
+  // Clips to max_grad_norm (when > 0), takes one AdamW step at `lr` and zeroes the gradients. Returns the
+  // gradient norm before clipping.
+  virtual double optimizer_step(double lr, double max_grad_norm) = 0;
+  virtual int64_t optimizer_steps() const = 0;
+  virtual void save_pretrained(const std::filesystem::path& folder) const = 0;
+  // The exact training state as host tensors ("param.NAME", "adam_m.NAME", "adam_v.NAME", and "master.NAME"
+  // for fp32 master weights), and its restore.
+  virtual io::NamedTensors training_state() const = 0;
+  virtual void restore_training_state(const io::SafetensorsFile& file, int64_t optimizer_steps) = 0;
+  // Extra fields for the step's metrics record (GPU memory), as JSON.
+  virtual nlohmann::json memory_metrics() const { return nlohmann::json::object(); }
+};
+
+// The engine the recipe asks for: training.device cpu | cuda | auto (cuda when a GPU is visible).
+std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe);
+std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe);
+// Fails with the reason when there is no GPU or moetune was built without CUDA.
+std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe);
+
+}  // namespace moetune::train
