@@ -38,6 +38,9 @@ def read_hf(run: dict, path: Path) -> dict:
             "measured_steps": max(0, len(result.get("step_seconds", [])) - result.get("warmup", 0))}
 
 
+MOETUNE_PRECISION = "pure_bf16"  # bench/reference_job.yaml's optimizer.precision
+
+
 def read_moetune(run: dict, path: Path) -> dict:
     records = []
     if path.exists():
@@ -63,6 +66,10 @@ def read_moetune(run: dict, path: Path) -> dict:
     worst = [max(layer["load_max_over_mean"] for layer in r["moe"]) for r in records if r.get("moe")]
     if worst:
         out["expert_load_max_over_mean"] = max(worst)
+    plan = path.with_name(path.name.replace(".metrics.jsonl", ".plan.json"))
+    if plan.exists():  # `moetune inspect --tokens`: the predicted peak of the recipe's precision
+        predicted = json.loads(plan.read_text()).get("gpu_step", {}).get("predicted_peak_bytes", {})
+        out["planned_peak_bytes"] = predicted.get(MOETUNE_PRECISION)
     if measured:
         median = statistics.median(r["step_seconds"] for r in measured)
         out.update(step_seconds_median=median, tokens_per_second=out["tokens_per_step"] / median)
@@ -115,14 +122,15 @@ def main() -> int:
     header = (f"Reference job: {first['model_dir']}, seq {first['seq']}, micro-batch {first['micro_batch']}, "
               f"{first['flops_per_token'] / 1e9:.3f} GFLOP/token, MFU vs 989 TFLOP/s (H200 dense bf16). "
               f"Speed: median step after warm-up; peak: framework allocator; device: used device memory.")
-    columns = ["run", "routing", "tokens/s", "step s", "TFLOP/s", "MFU", "peak GB", "device GB",
+    columns = ["run", "routing", "tokens/s", "step s", "TFLOP/s", "MFU", "peak GB", "planned GB", "device GB",
                f"x {BASELINE}", "loss@1", "loss@last", "steps", "status"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
         losses = r.get("losses") or []
         cells = [r["label"], r["routing"], number(r.get("tokens_per_second"), ",.0f"),
                  number(r.get("step_seconds_median"), ".3f"), number(r.get("model_tflops"), ".0f"),
-                 number(r.get("mfu"), ".1%"), gb(r.get("peak_bytes")), gb(r.get("device_bytes")),
+                 number(r.get("mfu"), ".1%"), gb(r.get("peak_bytes")), gb(r.get("planned_peak_bytes")),
+                 gb(r.get("device_bytes")),
                  number(r.get("speedup_vs_hf_grouped_mm"), ".2f"), number(losses[0] if losses else None, ".4f"),
                  number(losses[-1] if losses else None, ".4f"), str(r.get("measured_steps", "-")), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")

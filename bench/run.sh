@@ -128,6 +128,9 @@ run_moetune() {  # LABEL ROUTING MODEL_NAME
   local rc=$?
   tail -n 3 "$OUT/logs/$name.log"
   cp "$output/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2> /dev/null || : > "$OUT/$name.metrics.jsonl"
+  # The memory plan moetune prints before a run, for the report to set beside the measured peak.
+  "$MOETUNE" inspect "$SCRATCH/$model" --tokens "$((seq * micro_batch))" --json > "$OUT/$name.plan.json" 2>> "$OUT/logs/$name.log" ||
+    rm -f "$OUT/$name.plan.json"
   rm -rf "$output"  # the final checkpoint (weights + AdamW state, ~25 GB at 4 layers) is not part of the result
   record "$label" moetune "$routing" "$name.metrics.jsonl" "$model" "$mt_warmup" "$rc" "$((SECONDS - start))" "logs/$name.log"
 }

@@ -14,7 +14,9 @@ namespace moetune {
 namespace {
 
 testing::RunResult run_eval(const std::filesystem::path& data, const std::string& flags = "") {
-  return testing::run_moetune("eval " + testing::fixture("llama_tiny").string() + " --data " + data.string() + " " + flags);
+  // The CPU engine, compared below with the CPU reference; tests/gpu/test_eval_gpu.cpp covers --device cuda.
+  return testing::run_moetune("eval " + testing::fixture("llama_tiny").string() + " --data " + data.string() +
+                              " --device cpu " + flags);
 }
 
 // Sequences of different lengths, so a mean of per-line means would differ from the token-weighted mean.

@@ -29,7 +29,9 @@ class TrainerTest : public ::testing::Test {
                                           "output.dir=" + (dir_ / output).string(),
                                           "data.max_length=16", "training.micro_batch_size=2",
                                           "training.gradient_accumulation_steps=2", "training.max_steps=6",
-                                          "optimizer.lr=1e-2", "schedule.warmup_steps=2", "data.validation_fraction=0.2"};
+                                          "optimizer.lr=1e-2", "schedule.warmup_steps=2", "data.validation_fraction=0.2",
+                                          // The CPU engine's exact resume; the GPU engine is tested in tests/gpu.
+                                          "training.device=cpu"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return parse_recipe("", "test", overrides);
   }

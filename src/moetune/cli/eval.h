@@ -11,7 +11,9 @@ namespace moetune::cli {
 // Scores each line of `data` alone (batch of one, positions from 0): every token after the first is predicted
 // from those before it. The loss is the mean over all predicted tokens of the file, so a long line weighs more
 // than a short one, as it does in training.
-nlohmann::json evaluate_model(const std::filesystem::path& folder, const std::filesystem::path& data);
+// `device`: cpu (the fp32 engine), cuda (the bf16 GPU engine) or auto (cuda when a GPU is visible).
+nlohmann::json evaluate_model(const std::filesystem::path& folder, const std::filesystem::path& data,
+                              const std::string& device = "auto");
 std::string format_evaluation(const nlohmann::json& report);
 
 }  // namespace moetune::cli

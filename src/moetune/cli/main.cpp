@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   eval->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (config.json + *.safetensors)")->required();
   eval->add_option("--data", data_file, "JSONL file, one {\"input_ids\": [ids...]} object per line")->required();
   eval->add_flag("--json", as_json, "Print the report as JSON");
+  std::string eval_device = "auto";
+  eval->add_option("--device", eval_device, "auto (the GPU when one is visible), cpu or cuda")->capture_default_str();
 
   moetune::cli::FinetuneArgs finetune_args;
   std::string recipe_path;
@@ -70,7 +72,7 @@ int main(int argc, char** argv) {
       moetune::io::save_checkpoint(weights, output_dir, {shard_bytes});
       std::printf("%s -> %s: %zu parameters saved\n", model_dir.c_str(), output_dir.c_str(), weights.parameters.size());
     } else if (*eval) {
-      nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file);
+      nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file, eval_device);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_evaluation(report).c_str(), stdout);
     } else if (*finetune) {
       finetune_args.recipe = recipe_path;

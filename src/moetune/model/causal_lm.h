@@ -38,6 +38,8 @@ struct CausalLMOutput {
 class CausalLM {
  public:
   static CausalLM from_pretrained(const std::filesystem::path& folder);
+  // From weights already loaded (fp32, on the CPU): tests build the reference on bf16-rounded weights this way.
+  static CausalLM from_weights(io::ModelWeights weights) { return CausalLM(std::move(weights)); }
 
   // Keeps the stash for backward() when labels are given.
   CausalLMOutput forward(const Batch& batch);

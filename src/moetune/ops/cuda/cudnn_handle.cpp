@@ -16,19 +16,22 @@ void check_cudnn(cudnnStatus_t status, std::string_view what) {
 }
 
 cudnnHandle_t cudnn_handle() {
-  // Never destroyed: the handle lives as long as the process, and destroying it after the CUDA runtime has
-  // been torn down at exit would fail.
-  static cudnnHandle_t handle = [] {
-    const size_t version = cudnnGetVersion();
-    MOETUNE_CHECK(version >= kMinimumCudnnVersion,
-                  "cuDNN {}.{}.{} is loaded; moetune needs cuDNN 9.6 or newer (pip install nvidia-cudnn-cu13)",
-                  version / 10000, version / 100 % 100, version % 100);
+  // A function-local static built after the CUDA runtime initialised, so its destructor runs before the
+  // runtime's exit handler and can destroy the handle (which keeps compute-sanitizer's leak check clean).
+  struct Handle {
     cudnnHandle_t h = nullptr;
-    check_cudnn(cudnnCreate(&h), "cudnnCreate");
-    check_cudnn(cudnnSetStream(h, gpu::stream()), "cudnnSetStream");
-    return h;
-  }();
-  return handle;
+    Handle() {
+      const size_t version = cudnnGetVersion();
+      MOETUNE_CHECK(version >= kMinimumCudnnVersion,
+                    "cuDNN {}.{}.{} is loaded; moetune needs cuDNN 9.6 or newer (pip install nvidia-cudnn-cu13)",
+                    version / 10000, version / 100 % 100, version % 100);
+      check_cudnn(cudnnCreate(&h), "cudnnCreate");
+      check_cudnn(cudnnSetStream(h, gpu::stream()), "cudnnSetStream");
+    }
+    ~Handle() { cudnnDestroy(h); }
+  };
+  static Handle handle;
+  return handle.h;
 }
 
 }  // namespace moetune::ops::cuda

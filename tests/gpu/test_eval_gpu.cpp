@@ -1,0 +1,44 @@
+// `moetune eval --device cuda` against `--device cpu` on every fp32 fixture: the same sequences, the same
+// token count, and the loss within bf16 tolerance.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_test_util.h"
+#include "test_util.h"
+
+namespace moetune {
+namespace {
+
+class EvalGpu : public testing::GpuTest {};
+
+TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
+  testing::ScratchDir dir;
+  std::string jsonl;
+  std::mt19937 rng(seed());
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  for (int line = 0; line < 4; ++line) {
+    std::vector<int64_t> ids(size_t(5 + 7 * line));
+    for (int64_t& id : ids) id = int64_t(rng() % 64);  // below every fixture's vocabulary
+    jsonl += nlohmann::json{{"input_ids", ids}}.dump() + "\n";
+  }
+  testing::write_file(dir / "data.jsonl", jsonl);
+  for (const std::string fixture : {"qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny"}) {
+    nlohmann::json reports[2];
+    for (int gpu = 0; gpu < 2; ++gpu) {
+      const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +
+                                                             (dir / "data.jsonl").string() + " --json --device " +
+                                                             (gpu ? "cuda" : "cpu"));
+      ASSERT_EQ(result.status, 0) << result.output;
+      reports[gpu] = nlohmann::json::parse(result.output);
+    }
+    EXPECT_EQ(reports[1]["device"], "cuda");
+    EXPECT_EQ(reports[1]["tokens"], reports[0]["tokens"]) << fixture;
+    const double cpu = reports[0]["loss"].get<double>(), gpu = reports[1]["loss"].get<double>();
+    std::printf("%s: eval loss cpu %.6f gpu %.6f\n", fixture.c_str(), cpu, gpu);
+    EXPECT_LE(std::fabs(gpu - cpu) / cpu, 1e-2) << fixture;
+  }
+}
+
+}  // namespace
+}  // namespace moetune
