@@ -38,6 +38,28 @@ TEST(Inspect, TextReportNamesLayersAndMemory) {
   EXPECT_NE(result.output.find("layers.0.moe.experts_gate_up"), std::string::npos);
 }
 
+// The GPU step's plan: stashes grow with the tokens (linearly, but for a few per-expert counters), and the predicted peak is static + activations for
+// each GPU precision. (Its agreement with the measured peak is checked on the GPU by bench/run.sh.)
+TEST(Inspect, TokensAddTheGpuActivationPlan) {
+  nlohmann::json plans[2];
+  for (int i = 0; i < 2; ++i) {
+    testing::RunResult result = testing::run_moetune("inspect --json --tokens " + std::to_string(64 << i) + " " +
+                                                     testing::fixture("qwen3_moe_tiny").string());
+    ASSERT_EQ(result.status, 0) << result.output;
+    plans[i] = nlohmann::json::parse(result.output);
+  }
+  const nlohmann::json& small = plans[0]["gpu_step"];
+  const nlohmann::json& large = plans[1]["gpu_step"];
+  EXPECT_GT(large["stash_total_bytes"].get<int64_t>(), small["stash_total_bytes"].get<int64_t>());
+  EXPECT_LE(large["stash_total_bytes"].get<int64_t>(), 2 * small["stash_total_bytes"].get<int64_t>());
+  EXPECT_TRUE(small["stash_bytes"].contains("moe") && small["stash_bytes"].contains("attention")) << small.dump();
+  for (const auto& m : plans[0]["memory"]) {
+    if (m["precision"] == "cpu_fp32") continue;
+    EXPECT_EQ(small["predicted_peak_bytes"][m["precision"].get<std::string>()].get<int64_t>(),
+              m["total_bytes"].get<int64_t>() + small["activation_bytes"].get<int64_t>());
+  }
+}
+
 TEST(Inspect, BrokenFolderIsACleanError) {
   testing::ScratchDir dir;
   testing::RunResult result = testing::run_moetune("inspect " + dir.path().string());

@@ -12,6 +12,7 @@
 #include "moetune/train/adamw.h"
 #include "moetune/train/grad_clip.h"
 #include "moetune/train/lr_schedule.h"
+#include "parity_batch.h"
 #include "test_util.h"
 
 namespace moetune::model {
@@ -46,17 +47,8 @@ class Parity : public ::testing::TestWithParam<std::string> {
   }
   Tensor ref(const std::string& name) const { return reference_->tensor(name); }
   double scalar(const std::string& name) const { return ref(name).data<float>()[0]; }
-  bool has(const std::string& name) const { return reference_->contains(name); }
 
-  Batch batch(const std::string& name) const {
-    Batch b;
-    b.input_ids = ref(name + ".input_ids");
-    b.labels = ref(name + ".labels");
-    if (has(name + ".attention_mask")) b.attention_mask = ref(name + ".attention_mask");
-    if (has(name + ".position_ids")) b.position_ids = ref(name + ".position_ids");
-    b.output_router_logits = true;
-    return b;
-  }
+  Batch batch(const std::string& name) const { return testing::parity_batch(*reference_, name); }
 
   // Each engine tensor against the reference's per-HF-tensor dump `prefix` + HF name: whole for fused experts
   // (transformers keeps them fused in memory too), piece by piece otherwise.

@@ -27,50 +27,43 @@ void set_columns(const Tensor& x, int64_t first, const Tensor& part) {
 }  // namespace
 
 AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config)
-    : config_(config),
-      input_norm_(store.get(prefix + "input_norm")),
-      qkv_(store.get(prefix + "attn.qkv")),
-      qkv_bias_(store.find(prefix + "attn.qkv_bias")),
-      q_norm_(store.find(prefix + "attn.q_norm")),
-      k_norm_(store.find(prefix + "attn.k_norm")),
-      o_(store.get(prefix + "attn.o")),
-      o_bias_(store.find(prefix + "attn.o_bias")) {}
+    : config_(config), p_(AttentionParams::lookup(store, prefix)) {}
 
 Tensor AttentionBlock::forward(const Tensor& h, const SequenceLayout& layout) {
   const int64_t tokens = h.size(0), d = config_.head_dim, nq = config_.num_attention_heads, nkv = config_.num_key_value_heads;
   stash_.input = h;
-  Tensor qkv = ops::linear(ops::rms_norm(h, input_norm_.value, config_.rms_norm_eps), qkv_.value, qkv_bias_.value);
+  Tensor qkv = ops::linear(ops::rms_norm(h, p_.input_norm.value, config_.rms_norm_eps), p_.qkv.value, p_.qkv_bias.value);
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
   stash_.k_raw = columns(qkv, nq * d, nkv * d).view({tokens, nkv, d});
   stash_.v = columns(qkv, (nq + nkv) * d, nkv * d).view({tokens, nkv, d});
-  stash_.q = q_norm_.defined() ? ops::rms_norm(stash_.q_raw, q_norm_.value, config_.rms_norm_eps) : stash_.q_raw.clone();
-  stash_.k = k_norm_.defined() ? ops::rms_norm(stash_.k_raw, k_norm_.value, config_.rms_norm_eps) : stash_.k_raw.clone();
-  if (!q_norm_.defined()) stash_.q_raw = stash_.k_raw = Tensor();  // only the norms read them back
+  stash_.q = p_.q_norm.defined() ? ops::rms_norm(stash_.q_raw, p_.q_norm.value, config_.rms_norm_eps) : stash_.q_raw.clone();
+  stash_.k = p_.k_norm.defined() ? ops::rms_norm(stash_.k_raw, p_.k_norm.value, config_.rms_norm_eps) : stash_.k_raw.clone();
+  if (!p_.q_norm.defined()) stash_.q_raw = stash_.k_raw = Tensor();  // only the norms read them back
   ops::apply_rope(stash_.q, layout.inverse_frequencies, layout.positions);
   ops::apply_rope(stash_.k, layout.inverse_frequencies, layout.positions);
   stash_.attended = ops::causal_attention(stash_.q, stash_.k, stash_.v, layout.mask, 1.0 / std::sqrt(double(d)));
-  return add(h, ops::linear(stash_.attended.view({tokens, nq * d}), o_.value, o_bias_.value));
+  return add(h, ops::linear(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value));
 }
 
 Tensor AttentionBlock::backward(const Tensor& dout, const SequenceLayout& layout) {
   const int64_t tokens = dout.size(0), d = config_.head_dim, nq = config_.num_attention_heads, nkv = config_.num_key_value_heads;
   const double scale = 1.0 / std::sqrt(double(d));
-  Tensor dattended = ops::linear_backward(dout, stash_.attended.view({tokens, nq * d}), o_.value, o_.grad, o_bias_.grad);
+  Tensor dattended = ops::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o.grad, p_.o_bias.grad);
   ops::AttentionGrads g = ops::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v,
                                                          stash_.attended, layout.mask, scale);
   ops::apply_rope(g.dq, layout.inverse_frequencies, layout.positions, /*inverse=*/true);
   ops::apply_rope(g.dk, layout.inverse_frequencies, layout.positions, /*inverse=*/true);
-  if (q_norm_.defined()) {
-    g.dq = ops::rms_norm_backward(g.dq, stash_.q_raw, q_norm_.value, config_.rms_norm_eps, q_norm_.grad);
-    g.dk = ops::rms_norm_backward(g.dk, stash_.k_raw, k_norm_.value, config_.rms_norm_eps, k_norm_.grad);
+  if (p_.q_norm.defined()) {
+    g.dq = ops::rms_norm_backward(g.dq, stash_.q_raw, p_.q_norm.value, config_.rms_norm_eps, p_.q_norm.grad);
+    g.dk = ops::rms_norm_backward(g.dk, stash_.k_raw, p_.k_norm.value, config_.rms_norm_eps, p_.k_norm.grad);
   }
   Tensor dqkv = Tensor::empty({tokens, (nq + 2 * nkv) * d}, DType::F32);
   set_columns(dqkv, 0, g.dq);
   set_columns(dqkv, nq * d, g.dk);
   set_columns(dqkv, (nq + nkv) * d, g.dv);
-  const Tensor normed = ops::rms_norm(stash_.input, input_norm_.value, config_.rms_norm_eps);  // recomputed, not kept
-  Tensor dnormed = ops::linear_backward(dqkv, normed, qkv_.value, qkv_.grad, qkv_bias_.grad);
-  return add(dout, ops::rms_norm_backward(dnormed, stash_.input, input_norm_.value, config_.rms_norm_eps, input_norm_.grad));
+  const Tensor normed = ops::rms_norm(stash_.input, p_.input_norm.value, config_.rms_norm_eps);  // recomputed, not kept
+  Tensor dnormed = ops::linear_backward(dqkv, normed, p_.qkv.value, p_.qkv.grad, p_.qkv_bias.grad);
+  return add(dout, ops::rms_norm_backward(dnormed, stash_.input, p_.input_norm.value, config_.rms_norm_eps, p_.input_norm.grad));
 }
 
 size_t AttentionBlock::stash_bytes() const {

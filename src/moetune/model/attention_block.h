@@ -2,7 +2,7 @@
 // Explicit forward and backward; the stash holds what the backward pass needs and nothing else.
 #pragma once
 
-#include "moetune/model/parameter_store.h"
+#include "moetune/model/block_params.h"
 #include "moetune/model/sequence_layout.h"
 
 namespace moetune::model {
@@ -24,7 +24,7 @@ class AttentionBlock {
     Tensor attended;       // attention output [T, nq, d]
   };
   const io::ModelConfig& config_;
-  Param input_norm_, qkv_, qkv_bias_, q_norm_, k_norm_, o_, o_bias_;
+  AttentionParams p_;
   Stash stash_;
 };
 

@@ -1,7 +1,7 @@
 // The dense feed-forward half of a decoder layer: h + down(swiglu(gate_up(rms_norm(h)))).
 #pragma once
 
-#include "moetune/model/parameter_store.h"
+#include "moetune/model/block_params.h"
 
 namespace moetune::model {
 
@@ -16,7 +16,7 @@ class DenseMlpBlock {
 
  private:
   const io::ModelConfig& config_;
-  Param norm_, gate_up_, gate_up_bias_, down_, down_bias_;
+  MlpParams p_;
   Tensor input_;        // h, the norm's input
   Tensor gate_up_out_;  // the pre-activation [T, 2I]
 };

@@ -2,7 +2,7 @@
 // experts, run them in expert-major order, combine with the routing weights, add to h.
 #pragma once
 
-#include "moetune/model/parameter_store.h"
+#include "moetune/model/block_params.h"
 #include "moetune/ops/experts.h"
 #include "moetune/ops/permute.h"
 #include "moetune/ops/router.h"
@@ -23,7 +23,7 @@ class MoeBlock {
 
  private:
   const io::ModelConfig& config_;
-  Param norm_, router_, gate_up_, down_;
+  MoeParams p_;
   Tensor input_;                        // h, the norm's input
   ops::Routing routing_;                // logits, choices, weights
   ops::ExpertPermutation permutation_;

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "moetune/model/cuda/device_batch.h"
-#include "moetune/model/parameter_store.h"
+#include "moetune/model/block_params.h"
 
 namespace moetune::model::cuda {
 
@@ -19,7 +19,7 @@ class AttentionBlock {
 
  private:
   const io::ModelConfig& config_;
-  Param input_norm_, qkv_, qkv_bias_, q_norm_, k_norm_, o_, o_bias_;
+  AttentionParams p_;
   struct Stash {
     Tensor input;         // h [T, H]
     Tensor qkv;           // the fused projection [T, (nq + 2 nkv) d], before norms and rotation

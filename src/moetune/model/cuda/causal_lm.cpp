@@ -71,6 +71,14 @@ CausalLM::Forward CausalLM::run_layers(const DeviceBatch& batch, bool with_aux) 
   return f;
 }
 
+void CausalLM::clear_stashes() {
+  for (Layer& layer : layers_) {
+    layer.attention->clear_stash();
+    if (layer.moe) layer.moe->clear_stash();
+    if (layer.dense) layer.dense->clear_stash();
+  }
+}
+
 CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   const io::ModelConfig& c = config();
   MOETUNE_CHECK(batch.labels.defined(), "forward_backward needs labels");
@@ -118,11 +126,7 @@ CausalLMOutput CausalLM::loss(const Batch& batch) {
   const DeviceBatch device_batch = upload_batch(c, batch);
   const bool with_aux = wants_aux(batch);
   Forward f = run_layers(device_batch, with_aux);
-  for (Layer& layer : layers_) {
-    layer.attention->clear_stash();
-    if (layer.moe) layer.moe->clear_stash();
-    if (layer.dense) layer.dense->clear_stash();
-  }
+  clear_stashes();
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
   ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, 1.0, loss_sum);
   CausalLMOutput out;
@@ -143,11 +147,7 @@ Tensor CausalLM::logits(const Batch& batch) {
   const io::ModelConfig& c = config();
   const DeviceBatch device_batch = upload_batch(c, batch);
   Forward f = run_layers(device_batch, false);
-  for (Layer& layer : layers_) {
-    layer.attention->clear_stash();
-    if (layer.moe) layer.moe->clear_stash();
-    if (layer.dense) layer.dense->clear_stash();
-  }
+  clear_stashes();
   Tensor logits = device_like({device_batch.tokens, c.vocab_size});
   ops::cuda::linear_forward(f.normed, head_.value, {}, logits);
   return ops::cast(logits.to(Device::cpu()), DType::F32).view({device_batch.rows, device_batch.seq, c.vocab_size});

@@ -53,6 +53,7 @@ class CausalLM {
 
   explicit CausalLM(io::ModelWeights weights);
   Forward run_layers(const DeviceBatch& batch, bool with_aux);
+  void clear_stashes();  // evaluation keeps nothing for a backward pass
   bool wants_aux(const Batch& batch) const;
   int64_t moe_layers() const;
 

@@ -2,7 +2,7 @@
 // h + down(swiglu(gate_up(rms_norm(h)))). Keeps h and the gate/up pre-activation; the rest is recomputed.
 #pragma once
 
-#include "moetune/model/parameter_store.h"
+#include "moetune/model/block_params.h"
 
 namespace moetune::model::cuda {
 
@@ -17,7 +17,7 @@ class DenseMlpBlock {
 
  private:
   const io::ModelConfig& config_;
-  Param norm_, gate_up_, gate_up_bias_, down_, down_bias_;
+  MlpParams p_;
   Tensor input_, gate_up_out_;
 };
 

@@ -16,20 +16,16 @@ Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empt
 }  // namespace
 
 MoeBlock::MoeBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config)
-    : config_(config),
-      norm_(store.get(prefix + "post_attn_norm")),
-      router_(store.get(prefix + "moe.router")),
-      gate_up_(store.get(prefix + "moe.experts_gate_up")),
-      down_(store.get(prefix + "moe.experts_down")) {}
+    : config_(config), p_(MoeParams::lookup(store, prefix)) {}
 
 Tensor MoeBlock::forward(const Tensor& h, const Tensor& token_valid, const AuxLossSums& aux) {
   const int64_t tokens = h.size(0), experts = config_.num_experts, k = config_.num_experts_per_tok;
-  const int64_t inner = gate_up_.value.size(1) / 2, hidden = h.size(1);
+  const int64_t inner = p_.gate_up.value.size(1) / 2, hidden = h.size(1);
   input_ = h;
   Tensor normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, norm_.value, config_.rms_norm_eps, normed);
+  ops::cuda::rms_norm_forward(h, p_.norm.value, config_.rms_norm_eps, normed);
   logits_ = device_like({tokens, experts}, DType::F32);
-  ops::cuda::matmul(normed, false, router_.value, true, logits_);
+  ops::cuda::matmul(normed, false, p_.router.value, true, logits_);
   expert_ids_ = device_like({tokens, k}, DType::I32);
   weights_ = device_like({tokens, k}, DType::F32);
   ops::cuda::router_topk_forward(logits_, k, config_.norm_topk_prob, expert_ids_, weights_);
@@ -45,11 +41,11 @@ Tensor MoeBlock::forward(const Tensor& h, const Tensor& token_valid, const AuxLo
   ops::cuda::permute_tokens(normed, plan_, permuted_);
   normed = Tensor();
   gate_up_out_ = device_like({tokens * k, 2 * inner});
-  ops::cuda::grouped_matmul(permuted_, gate_up_.value, /*transpose_w=*/true, plan_.offsets, gate_up_out_);
+  ops::cuda::grouped_matmul(permuted_, p_.gate_up.value, /*transpose_w=*/true, plan_.offsets, gate_up_out_);
   Tensor activated = device_like({tokens * k, inner});
   ops::cuda::swiglu_forward(gate_up_out_, activated);
   expert_out_ = device_like({tokens * k, hidden});
-  ops::cuda::grouped_matmul(activated, down_.value, /*transpose_w=*/true, plan_.offsets, expert_out_);
+  ops::cuda::grouped_matmul(activated, p_.down.value, /*transpose_w=*/true, plan_.offsets, expert_out_);
   Tensor out = device_like(h.shape());
   ops::cuda::combine_experts(expert_out_, plan_, weights_, out, h);
   return out;
@@ -58,7 +54,7 @@ Tensor MoeBlock::forward(const Tensor& h, const Tensor& token_valid, const AuxLo
 Tensor MoeBlock::backward(const Tensor& dout, const Tensor& token_valid, const AuxLossSums& aux, double aux_rows,
                           double aux_scale) {
   const int64_t tokens = dout.size(0), experts = config_.num_experts, k = config_.num_experts_per_tok;
-  const int64_t inner = gate_up_.value.size(1) / 2, hidden = dout.size(1);
+  const int64_t inner = p_.gate_up.value.size(1) / 2, hidden = dout.size(1);
   Tensor dexpert_out = device_like({tokens * k, hidden});
   Tensor dweights = device_like({tokens, k}, DType::F32);
   ops::cuda::combine_experts_backward(dout, expert_out_, plan_, weights_, dexpert_out, dweights);
@@ -66,17 +62,17 @@ Tensor MoeBlock::backward(const Tensor& dout, const Tensor& token_valid, const A
   // Down projection: the activation is recomputed from the kept pre-activation.
   Tensor activated = device_like({tokens * k, inner});
   ops::cuda::swiglu_forward(gate_up_out_, activated);
-  ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, plan_.offsets, down_.grad, /*accumulate=*/true);
+  ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, plan_.offsets, p_.down.grad, /*accumulate=*/true);
   activated = Tensor();
   Tensor dactivated = device_like({tokens * k, inner});
-  ops::cuda::grouped_matmul(dexpert_out, down_.value, /*transpose_w=*/false, plan_.offsets, dactivated);
+  ops::cuda::grouped_matmul(dexpert_out, p_.down.value, /*transpose_w=*/false, plan_.offsets, dactivated);
   dexpert_out = Tensor();
   Tensor dgate_up = device_like({tokens * k, 2 * inner});
   ops::cuda::swiglu_backward(dactivated, gate_up_out_, dgate_up);
   dactivated = gate_up_out_ = Tensor();
-  ops::cuda::grouped_matmul_weight_grad(dgate_up, permuted_, plan_.offsets, gate_up_.grad, /*accumulate=*/true);
+  ops::cuda::grouped_matmul_weight_grad(dgate_up, permuted_, plan_.offsets, p_.gate_up.grad, /*accumulate=*/true);
   Tensor dpermuted = device_like({tokens * k, hidden});
-  ops::cuda::grouped_matmul(dgate_up, gate_up_.value, /*transpose_w=*/false, plan_.offsets, dpermuted);
+  ops::cuda::grouped_matmul(dgate_up, p_.gate_up.value, /*transpose_w=*/false, plan_.offsets, dpermuted);
   dgate_up = permuted_ = Tensor();
   Tensor dnormed = device_like({tokens, hidden});
   ops::cuda::permute_tokens_backward(dpermuted, plan_, dnormed);
@@ -89,10 +85,10 @@ Tensor MoeBlock::backward(const Tensor& dout, const Tensor& token_valid, const A
   Tensor dlogits_bf16 = device_like({tokens, experts});
   ops::cast_into(dlogits, dlogits_bf16);
   Tensor normed = device_like(input_.shape());
-  ops::cuda::rms_norm_forward(input_, norm_.value, config_.rms_norm_eps, normed);
-  ops::cuda::linear_backward(dlogits_bf16, normed, router_.value, dnormed, router_.grad, {}, /*accumulate_dx=*/true);
+  ops::cuda::rms_norm_forward(input_, p_.norm.value, config_.rms_norm_eps, normed);
+  ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, {}, /*accumulate_dx=*/true);
   Tensor dh = device_like(input_.shape());
-  ops::cuda::rms_norm_backward(dnormed, input_, norm_.value, config_.rms_norm_eps, dh, norm_.grad, dout);
+  ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, config_.rms_norm_eps, dh, p_.norm.grad, dout);
   clear_stash();
   return dh;
 }

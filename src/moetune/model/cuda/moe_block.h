@@ -3,7 +3,7 @@
 // the weighted combine added to h. Nothing is read back to the host: expert counts stay on the device.
 #pragma once
 
-#include "moetune/model/parameter_store.h"
+#include "moetune/model/block_params.h"
 #include "moetune/ops/cuda/permute.h"
 
 namespace moetune::model::cuda {
@@ -29,7 +29,7 @@ class MoeBlock {
 
  private:
   const io::ModelConfig& config_;
-  Param norm_, router_, gate_up_, down_;
+  MoeParams p_;
   Tensor input_;             // h
   Tensor logits_;            // F32 [T, E]
   Tensor expert_ids_;        // I32 [T, k]
