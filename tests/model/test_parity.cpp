@@ -25,6 +25,10 @@ constexpr double kTolerance = 1e-5;
 // here. AdamW divides each element by its own RMS, which turns that noise into lr-sized steps: both sides
 // then move those elements by different amounts. Measured: 1.3e-5 and 2.5e-5 on llama_tiny's two layers.
 constexpr double kNearSymmetricTolerance = 1e-4;
+// After AdamW every tensor gets 3e-5: the per-element normalisation amplifies fp32 summation-order noise, and
+// OpenBLAS blocks its GEMMs differently with the thread count. Measured: at most 1e-5 on 2 cores, 1.67e-5 on
+// llama_tiny's layers.1 o_proj on the GPU machine's 16 cores.
+constexpr double kAfterAdamwTolerance = 3e-5;
 
 double relative_error(const float* actual, const float* expected, int64_t n) {
   double diff = 0, norm = 0;
@@ -58,7 +62,8 @@ class Parity : public ::testing::TestWithParam<std::string> {
     for (size_t i = 0; i < specs.size(); ++i) {
       if (!specs[i].fused_hf_name.empty()) {
         Tensor expected = ref(prefix + specs[i].fused_hf_name);
-        EXPECT_LE(relative_error(tensors[i].data<float>(), expected.data<float>(), expected.numel()), kTolerance)
+        EXPECT_LE(relative_error(tensors[i].data<float>(), expected.data<float>(), expected.numel()),
+                  after_adamw ? kAfterAdamwTolerance : kTolerance)
             << prefix << specs[i].fused_hf_name;
         continue;
       }
@@ -67,7 +72,9 @@ class Parity : public ::testing::TestWithParam<std::string> {
         Tensor expected = ref(prefix + piece.name);
         ASSERT_EQ(expected.shape(), piece.shape) << piece.name;
         const double tolerance =
-            after_adamw && piece.name.ends_with("k_proj.bias") ? kNearSymmetricTolerance : kTolerance;
+            !after_adamw ? kTolerance
+            : piece.name.ends_with("k_proj.bias") ? kNearSymmetricTolerance
+                                                  : kAfterAdamwTolerance;
         EXPECT_LE(relative_error(tensors[i].data<float>() + offset, expected.data<float>(), expected.numel()), tolerance)
             << prefix << piece.name;
         offset += expected.numel();

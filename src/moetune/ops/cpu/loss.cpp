@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "moetune/ops/loss.h"
 
@@ -37,13 +38,20 @@ std::vector<int64_t> shift_labels(const Tensor& labels) {
 CrossEntropy cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets) {
   check_targets(logits, targets);
   const int64_t vocab = logits.size(1);
-  double loss_sum = 0;
-  int64_t count = 0;
-#pragma omp parallel for reduction(+ : loss_sum, count)
+  // Per-row terms in parallel, then one sum in row order: an OpenMP reduction adds the threads' partial sums in
+  // the order they finish, so with more than two threads the loss would change in its last bits from run to run.
+  std::vector<double> row_loss(targets.size(), 0.0);
+#pragma omp parallel for
   for (int64_t t = 0; t < int64_t(targets.size()); ++t) {
     if (targets[size_t(t)] == kIgnoreIndex) continue;
     const float* row = logits.data<float>() + t * vocab;
-    loss_sum += log_sum_exp(row, vocab) - double(row[targets[size_t(t)]]);
+    row_loss[size_t(t)] = log_sum_exp(row, vocab) - double(row[targets[size_t(t)]]);
+  }
+  double loss_sum = 0;
+  int64_t count = 0;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    if (targets[t] == kIgnoreIndex) continue;
+    loss_sum += row_loss[t];
     ++count;
   }
   return {loss_sum, count};
