@@ -3,13 +3,13 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/aux_loss_kernels.h"
 #include "moetune/ops/cuda/router_kernels.h"
-#include "moetune/ops/cuda/routing_checks.h"
+#include "moetune/ops/cuda/gpu_tensor_checks.h"
 
 namespace moetune::ops::cuda {
 namespace {
 
 void expect_logits(const Tensor& logits, std::string_view op) {
-  expect_gpu_tensor(logits, op, "logits");
+  check_gpu_tensor(op, "logits", logits);
   MOETUNE_CHECK(logits.dtype() == DType::F32 && logits.dim() == 2, "{}: logits must be F32 [T, E], got {}", op,
                 logits.str());
   MOETUNE_CHECK(logits.size(1) >= 1 && logits.size(1) <= kRouterMaxExperts,
@@ -18,7 +18,7 @@ void expect_logits(const Tensor& logits, std::string_view op) {
 }
 
 void expect_token_valid(const Tensor& token_valid, int64_t tokens, std::string_view op) {
-  if (token_valid.defined()) expect_gpu_tensor(token_valid, op, "token_valid", DType::U8, {tokens});
+  if (token_valid.defined()) check_gpu_tensor(op, "token_valid", token_valid, DType::U8, {tokens});
 }
 
 }  // namespace
@@ -28,16 +28,16 @@ void aux_loss_accumulate(const Tensor& logits, const Tensor& expert_ids, const T
   constexpr std::string_view op = "aux_loss_accumulate";
   expect_logits(logits, op);
   const int64_t tokens = logits.size(0), experts = logits.size(1);
-  expect_gpu_tensor(expert_ids, op, "expert_ids");
+  check_gpu_tensor(op, "expert_ids", expert_ids);
   MOETUNE_CHECK(expert_ids.dim() == 2 && expert_ids.size(0) == tokens, "{}: expert_ids must be I32 [{}, k], got {}",
                 op, tokens, expert_ids.str());
   const int64_t top_k = expert_ids.size(1);
   MOETUNE_CHECK(top_k >= 1 && top_k <= experts && top_k <= kRouterMaxTopK, "{}: top-{} of {} experts", op, top_k,
                 experts);
-  expect_gpu_tensor(expert_ids, op, "expert_ids", DType::I32, {tokens, top_k});
+  check_gpu_tensor(op, "expert_ids", expert_ids, DType::I32, {tokens, top_k});
   expect_token_valid(token_valid, tokens, op);
-  expect_gpu_tensor(counts, op, "counts", DType::F32, {experts});
-  expect_gpu_tensor(prob_sums, op, "prob_sums", DType::F32, {experts});
+  check_gpu_tensor(op, "counts", counts, DType::F32, {experts});
+  check_gpu_tensor(op, "prob_sums", prob_sums, DType::F32, {experts});
   gpu::check(launch_aux_loss_accumulate(device_data<float>(logits), device_data<int32_t>(expert_ids),
                                         device_data<uint8_t>(token_valid), tokens, int(experts), int(top_k),
                                         device_data<float>(counts), device_data<float>(prob_sums), gpu::stream()),
@@ -46,12 +46,12 @@ void aux_loss_accumulate(const Tensor& logits, const Tensor& expert_ids, const T
 
 void aux_loss_value(const Tensor& counts, const Tensor& prob_sums, double rows, const Tensor& loss) {
   constexpr std::string_view op = "aux_loss_value";
-  expect_gpu_tensor(counts, op, "counts");
+  check_gpu_tensor(op, "counts", counts);
   MOETUNE_CHECK(counts.dtype() == DType::F32 && counts.dim() == 1 && counts.size(0) >= 1,
                 "{}: counts must be F32 [E], got {}", op, counts.str());
   const int64_t experts = counts.size(0);
-  expect_gpu_tensor(prob_sums, op, "prob_sums", DType::F32, {experts});
-  expect_gpu_tensor(loss, op, "loss", DType::F32, {1});
+  check_gpu_tensor(op, "prob_sums", prob_sums, DType::F32, {experts});
+  check_gpu_tensor(op, "loss", loss, DType::F32, {1});
   MOETUNE_CHECK(rows >= 0, "{}: {} counted rows", op, rows);
   gpu::check(launch_aux_loss_value(device_data<float>(counts), device_data<float>(prob_sums), int(experts), rows,
                                    device_data<float>(loss), gpu::stream()),
@@ -64,8 +64,8 @@ void aux_loss_backward(const Tensor& logits, const Tensor& token_valid, const Te
   expect_logits(logits, op);
   const int64_t tokens = logits.size(0), experts = logits.size(1);
   expect_token_valid(token_valid, tokens, op);
-  expect_gpu_tensor(counts, op, "counts", DType::F32, {experts});
-  expect_gpu_tensor(dlogits, op, "dlogits", DType::F32, {tokens, experts});
+  check_gpu_tensor(op, "counts", counts, DType::F32, {experts});
+  check_gpu_tensor(op, "dlogits", dlogits, DType::F32, {tokens, experts});
   MOETUNE_CHECK(rows >= 0, "{}: {} counted rows", op, rows);
   gpu::check(launch_aux_loss_backward(device_data<float>(logits), device_data<uint8_t>(token_valid),
                                       device_data<float>(counts), tokens, int(experts), rows, scale,

@@ -31,21 +31,4 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
              "add kernel");
 }
 
-void add_bias(const Tensor& x, const Tensor& bias, const Tensor& y) {
-  constexpr std::string_view op = "add_bias";
-  check_gpu_tensor(op, "x", x, {DType::BF16, DType::F32});
-  check_gpu_tensor(op, "bias", bias, {x.dtype()});
-  check_gpu_tensor(op, "y", y, {x.dtype()});
-  MOETUNE_CHECK(bias.dim() == 1 && x.dim() >= 1 && x.size(-1) == bias.size(0), "{}: x {} does not end in bias {}'s width",
-                op, x.str(), bias.str());
-  check_shape(op, "y", y, x.shape());
-  check_alias(op, "y", y, "x", x);
-  MOETUNE_CHECK(!overlaps(y, bias), "{}: y {} overlaps the bias", op, y.str());
-  const int64_t width = bias.size(0);
-  const int64_t rows = width == 0 ? 0 : x.numel() / width;
-  gpu::check(launch_add_bias(x.raw_data(), bias.raw_data(), y.raw_data(), rows, width, x.dtype() == DType::BF16,
-                             gpu::stream()),
-             "add_bias kernel");
-}
-
 }  // namespace moetune::ops::cuda

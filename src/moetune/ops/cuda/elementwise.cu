@@ -31,21 +31,6 @@ __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
   if (tail < n) out[tail] = from_float<T>(to_float(a[tail]) + to_float(b[tail]));
 }
 
-template <typename T, int kVec>
-__global__ void add_bias_kernel(const T* x, const T* __restrict__ bias, T* y, int64_t rows, int64_t width) {
-  const int64_t chunks_per_row = width / kVec, chunks = rows * chunks_per_row;
-  for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
-       chunk += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = chunk / chunks_per_row, column = (chunk - row * chunks_per_row) * kVec;
-    float v[kVec], b[kVec];
-    load<kVec>(x + row * width + column, v);
-    load<kVec>(bias + column, b);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] += b[k];
-    store<kVec>(y + row * width + column, v);
-  }
-}
-
 bool aligned16(std::initializer_list<const void*> pointers) {
   for (const void* p : pointers)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
@@ -71,30 +56,11 @@ cudaError_t add(const void* a, const void* b, void* out, int64_t n, cudaStream_t
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t add_bias(const void* x, const void* bias, void* y, int64_t rows, int64_t width, cudaStream_t stream) {
-  constexpr int kVec = 16 / sizeof(T);
-  const auto* xp = static_cast<const T*>(x);
-  const auto* bp = static_cast<const T*>(bias);
-  auto* yp = static_cast<T*>(y);
-  if (width % kVec == 0 && aligned16({x, bias, y}))
-    add_bias_kernel<T, kVec><<<blocks_for(rows * width / kVec), kThreads, 0, stream>>>(xp, bp, yp, rows, width);
-  else
-    add_bias_kernel<T, 1><<<blocks_for(rows * width), kThreads, 0, stream>>>(xp, bp, yp, rows, width);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 cudaError_t launch_add(const void* a, const void* b, void* out, int64_t n, bool is_bf16, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   return is_bf16 ? add<bf16>(a, b, out, n, stream) : add<float>(a, b, out, n, stream);
-}
-
-cudaError_t launch_add_bias(const void* x, const void* bias, void* y, int64_t rows, int64_t width, bool is_bf16,
-                            cudaStream_t stream) {
-  if (rows == 0 || width == 0) return cudaSuccess;
-  return is_bf16 ? add_bias<bf16>(x, bias, y, rows, width, stream) : add_bias<float>(x, bias, y, rows, width, stream);
 }
 
 }  // namespace moetune::ops::cuda

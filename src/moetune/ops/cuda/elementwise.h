@@ -8,7 +8,4 @@ namespace moetune::ops::cuda {
 // out = a + b; a, b and out share one shape and one dtype (BF16 or F32). out may be a or b itself.
 void add(const Tensor& a, const Tensor& b, const Tensor& out);
 
-// y = x + bias broadcast over rows: x, y [..., W] (same shape), bias [W], one dtype (BF16 or F32). y may be x.
-void add_bias(const Tensor& x, const Tensor& bias, const Tensor& y);
-
 }  // namespace moetune::ops::cuda

@@ -11,8 +11,4 @@ namespace moetune::ops::cuda {
 // out = a + b over n elements, all BF16 (is_bf16) or all F32; out may be a or b.
 cudaError_t launch_add(const void* a, const void* b, void* out, int64_t n, bool is_bf16, cudaStream_t stream);
 
-// y[r, c] = x[r, c] + bias[c] over rows × width elements, all BF16 (is_bf16) or all F32; y may be x.
-cudaError_t launch_add_bias(const void* x, const void* bias, void* y, int64_t rows, int64_t width, bool is_bf16,
-                            cudaStream_t stream);
-
 }  // namespace moetune::ops::cuda

@@ -10,11 +10,16 @@
 
 namespace moetune::ops::cuda {
 
-// `tensor` is defined, on a GPU and of one of `dtypes`.
-inline void check_gpu_tensor(std::string_view op, std::string_view name, const Tensor& tensor,
-                             std::initializer_list<DType> dtypes) {
+// `tensor` is defined and on a GPU.
+inline void check_gpu_tensor(std::string_view op, std::string_view name, const Tensor& tensor) {
   MOETUNE_CHECK(tensor.defined(), "{}: {} is undefined", op, name);
   MOETUNE_CHECK(tensor.device().is_cuda(), "{}: {} {} must be on the GPU", op, name, tensor.str());
+}
+
+// ... and of one of `dtypes`.
+inline void check_gpu_tensor(std::string_view op, std::string_view name, const Tensor& tensor,
+                             std::initializer_list<DType> dtypes) {
+  check_gpu_tensor(op, name, tensor);
   bool dtype_ok = false;
   for (DType dtype : dtypes) dtype_ok = dtype_ok || tensor.dtype() == dtype;
   MOETUNE_CHECK(dtype_ok, "{}: {} {} has an unsupported dtype", op, name, tensor.str());
@@ -23,6 +28,20 @@ inline void check_gpu_tensor(std::string_view op, std::string_view name, const T
 inline void check_shape(std::string_view op, std::string_view name, const Tensor& tensor, const Shape& expected) {
   MOETUNE_CHECK(tensor.shape() == expected, "{}: {} is {}, expected shape {}", op, name, tensor.str(),
                 shape_str(expected));
+}
+
+// ... of exactly `dtype` and `shape`.
+inline void check_gpu_tensor(std::string_view op, std::string_view name, const Tensor& tensor, DType dtype,
+                             const Shape& shape) {
+  check_gpu_tensor(op, name, tensor, {dtype});
+  check_shape(op, name, tensor, shape);
+}
+
+// A GPU tensor's elements for a kernel launcher (Tensor::data<T>() is for host access only); null when the
+// tensor is undefined, which is how the launchers take optional inputs.
+template <typename T>
+T* device_data(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
 }
 
 // The kernels index with int64 but launch grids of at most 2^31 - 1 blocks and count some things in int.

@@ -4,7 +4,7 @@
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/permute_kernels.h"
-#include "moetune/ops/cuda/routing_checks.h"
+#include "moetune/ops/cuda/gpu_tensor_checks.h"
 
 namespace moetune::ops::cuda {
 namespace {
@@ -30,10 +30,10 @@ void expect_plan(const DevicePermutation& plan, std::string_view op) {
   MOETUNE_CHECK(plan.num_experts >= 1 && plan.top_k >= 1, "{}: the permutation plan is empty ({} experts, top-{})",
                 op, plan.num_experts, plan.top_k);
   const int64_t choices = plan.row_of.defined() ? plan.row_of.numel() : -1;
-  expect_gpu_tensor(plan.row_of, op, "plan.row_of", DType::I32, {choices});
+  check_gpu_tensor(op, "plan.row_of", plan.row_of, DType::I32, {choices});
   MOETUNE_CHECK(choices % plan.top_k == 0, "{}: plan.row_of {} is not T·{} rows", op, plan.row_of.str(), plan.top_k);
-  expect_gpu_tensor(plan.source, op, "plan.source", DType::I32, {choices});
-  expect_gpu_tensor(plan.offsets, op, "plan.offsets", DType::I32, {plan.num_experts + 1});
+  check_gpu_tensor(op, "plan.source", plan.source, DType::I32, {choices});
+  check_gpu_tensor(op, "plan.offsets", plan.offsets, DType::I32, {plan.num_experts + 1});
 }
 
 // The activations' element type, as the gather kernels take it.
@@ -46,12 +46,12 @@ RowType row_type(const Tensor& t, std::string_view op, std::string_view name) {
 // A [rows, H] activation tensor on the GPU whose dtype is `dtype`.
 void expect_rows(const Tensor& t, std::string_view op, std::string_view name, DType dtype, int64_t rows,
                  int64_t hidden) {
-  expect_gpu_tensor(t, op, name, dtype, {rows, hidden});
+  check_gpu_tensor(op, name, t, dtype, {rows, hidden});
 }
 
 // The hidden size, from a tensor that must be [rows, H].
 int64_t hidden_of(const Tensor& t, std::string_view op, std::string_view name, int64_t rows) {
-  expect_gpu_tensor(t, op, name);
+  check_gpu_tensor(op, name, t);
   MOETUNE_CHECK(t.dim() == 2 && t.size(0) == rows, "{}: {} must be [{}, H], got {}", op, name, rows, t.str());
   return t.size(1);
 }
@@ -60,7 +60,7 @@ int64_t hidden_of(const Tensor& t, std::string_view op, std::string_view name, i
 
 DevicePermutation plan_permutation(const Tensor& expert_ids, int64_t num_experts) {
   constexpr std::string_view op = "plan_permutation";
-  expect_gpu_tensor(expert_ids, op, "expert_ids");
+  check_gpu_tensor(op, "expert_ids", expert_ids);
   MOETUNE_CHECK(expert_ids.dtype() == DType::I32 && expert_ids.dim() == 2 && expert_ids.size(1) >= 1,
                 "{}: expert_ids must be I32 [T, k], got {}", op, expert_ids.str());
   MOETUNE_CHECK(num_experts >= 1 && num_experts < INT_MAX, "{}: {} experts", op, num_experts);
@@ -115,7 +115,7 @@ void combine_experts(const Tensor& expert_out, const DevicePermutation& plan, co
   const int64_t tokens = plan.tokens();
   const int64_t hidden = hidden_of(expert_out, op, "expert_out", plan.row_of.numel());
   const RowType type = row_type(expert_out, op, "expert_out");
-  expect_gpu_tensor(weights, op, "weights", DType::F32, {tokens, plan.top_k});
+  check_gpu_tensor(op, "weights", weights, DType::F32, {tokens, plan.top_k});
   expect_rows(out, op, "out", expert_out.dtype(), tokens, hidden);
   if (residual.defined()) expect_rows(residual, op, "residual", expert_out.dtype(), tokens, hidden);
   gpu::check(launch_gather_sum_rows(type, expert_out.raw_data(), device_data<int32_t>(plan.row_of),
@@ -133,8 +133,8 @@ void combine_experts_backward(const Tensor& dout, const Tensor& expert_out, cons
   const RowType type = row_type(dout, op, "dout");
   expect_rows(expert_out, op, "expert_out", dout.dtype(), choices, hidden);
   expect_rows(dexpert_out, op, "dexpert_out", dout.dtype(), choices, hidden);
-  expect_gpu_tensor(weights, op, "weights", DType::F32, {tokens, plan.top_k});
-  expect_gpu_tensor(dweights, op, "dweights", DType::F32, {tokens, plan.top_k});
+  check_gpu_tensor(op, "weights", weights, DType::F32, {tokens, plan.top_k});
+  check_gpu_tensor(op, "dweights", dweights, DType::F32, {tokens, plan.top_k});
   MOETUNE_CHECK(choices == 0 || (dexpert_out.raw_data() != expert_out.raw_data() &&
                                  dexpert_out.raw_data() != dout.raw_data()),
                 "{}: dexpert_out {} must not share memory with the inputs", op, dexpert_out.str());

@@ -2,14 +2,14 @@
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/router_kernels.h"
-#include "moetune/ops/cuda/routing_checks.h"
+#include "moetune/ops/cuda/gpu_tensor_checks.h"
 
 namespace moetune::ops::cuda {
 namespace {
 
 // The [T, E] shape of the logits, within the kernels' limits for top-k.
 void expect_router_logits(const Tensor& logits, int64_t top_k, std::string_view op) {
-  expect_gpu_tensor(logits, op, "logits");
+  check_gpu_tensor(op, "logits", logits);
   MOETUNE_CHECK(logits.dtype() == DType::F32 && logits.dim() == 2, "{}: logits must be F32 [T, E], got {}", op,
                 logits.str());
   const int64_t experts = logits.size(1);
@@ -27,8 +27,8 @@ void router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize, co
   constexpr std::string_view op = "router_topk_forward";
   expect_router_logits(logits, top_k, op);
   const int64_t tokens = logits.size(0), experts = logits.size(1);
-  expect_gpu_tensor(expert_ids, op, "expert_ids", DType::I32, {tokens, top_k});
-  expect_gpu_tensor(weights, op, "weights", DType::F32, {tokens, top_k});
+  check_gpu_tensor(op, "expert_ids", expert_ids, DType::I32, {tokens, top_k});
+  check_gpu_tensor(op, "weights", weights, DType::F32, {tokens, top_k});
   gpu::check(launch_router_topk_forward(device_data<float>(logits), tokens, int(experts), int(top_k), normalize,
                                         device_data<int32_t>(expert_ids), device_data<float>(weights), gpu::stream()),
              fmt::format("{} of {}", op, logits.str()));
@@ -37,15 +37,15 @@ void router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize, co
 void router_topk_backward(const Tensor& logits, const Tensor& expert_ids, const Tensor& weights,
                           const Tensor& dweights, bool normalize, const Tensor& dlogits) {
   constexpr std::string_view op = "router_topk_backward";
-  expect_gpu_tensor(expert_ids, op, "expert_ids");
+  check_gpu_tensor(op, "expert_ids", expert_ids);
   MOETUNE_CHECK(expert_ids.dim() == 2, "{}: expert_ids must be I32 [T, k], got {}", op, expert_ids.str());
   const int64_t top_k = expert_ids.size(1);
   expect_router_logits(logits, top_k, op);
   const int64_t tokens = logits.size(0), experts = logits.size(1);
-  expect_gpu_tensor(expert_ids, op, "expert_ids", DType::I32, {tokens, top_k});
-  expect_gpu_tensor(weights, op, "weights", DType::F32, {tokens, top_k});
-  expect_gpu_tensor(dweights, op, "dweights", DType::F32, {tokens, top_k});
-  expect_gpu_tensor(dlogits, op, "dlogits", DType::F32, {tokens, experts});
+  check_gpu_tensor(op, "expert_ids", expert_ids, DType::I32, {tokens, top_k});
+  check_gpu_tensor(op, "weights", weights, DType::F32, {tokens, top_k});
+  check_gpu_tensor(op, "dweights", dweights, DType::F32, {tokens, top_k});
+  check_gpu_tensor(op, "dlogits", dlogits, DType::F32, {tokens, experts});
   gpu::check(launch_router_topk_backward(device_data<float>(logits), device_data<int32_t>(expert_ids), device_data<float>(weights),
                                          device_data<float>(dweights), tokens, int(experts), int(top_k), normalize,
                                          device_data<float>(dlogits), gpu::stream()),
