@@ -23,7 +23,7 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
     jsonl += nlohmann::json{{"input_ids", ids}}.dump() + "\n";
   }
   testing::write_file(dir / "data.jsonl", jsonl);
-  for (const std::string fixture : {"qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny"}) {
+  for (const std::string fixture : {"qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"}) {
     nlohmann::json reports[2];
     for (int gpu = 0; gpu < 2; ++gpu) {
       const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +

@@ -38,7 +38,7 @@ constexpr double kNearSymmetricGradientTolerance = 2e-1;
 
 // The CPU reference model on the fixture's weights rounded to bf16 and widened back to fp32.
 CausalLM cpu_on_bf16_weights(const std::filesystem::path& folder) {
-  io::ModelWeights weights = io::load_checkpoint(folder, io::LoadOptions{DType::BF16});
+  model::ModelWeights weights = model::load_checkpoint(folder, model::LoadOptions{DType::BF16});
   for (Tensor& p : weights.parameters) p = ops::cast(p, DType::F32);
   return CausalLM::from_weights(std::move(weights));
 }
@@ -80,7 +80,7 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
     EXPECT_LE(logits_error, tolerance.logits) << label << " logits";
     EXPECT_LE(relative(out.loss, ref_loss), tolerance.loss) << label << " loss";
     EXPECT_LE(relative(out.lm_loss, ref_lm_loss), tolerance.loss) << label << " lm_loss";
-    if (model.config().is_moe()) {
+    if (model.spec().is_moe()) {
       EXPECT_LE(relative(out.aux_loss, ref_aux_loss), tolerance.loss) << label << " aux_loss";
     }
     const auto& specs = model.weights().layout.parameters;
@@ -116,7 +116,7 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
 
     compare(name + " transformers", kAgainstHf, logits, out, ref(name + ".logits"), ref(name + ".loss").data<float>()[0],
             ref(name + ".lm_loss").data<float>()[0],
-            model.config().is_moe() ? ref(name + ".aux_loss").data<float>()[0] : NAN,
+            model.spec().is_moe() ? ref(name + ".aux_loss").data<float>()[0] : NAN,
             [&](const std::string& hf) { return ref(name + ".grad." + hf); }, model, b);
 
     CausalLM cpu = cpu_on_bf16_weights(folder_);
@@ -150,7 +150,8 @@ TEST_P(ModelParityGpu, PaddedBatchWithAttentionMask) { check_case("padded"); }
 TEST_P(ModelParityGpu, PackedRowWithRestartingPositions) { check_case("packed"); }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
-                         ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny"));
+                         ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny",
+                                           "qwen2_moe_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

@@ -181,7 +181,7 @@ class QkvRopeGpu : public PointwiseGpuTest {
     const Tensor qkv = random_gpu({c.tokens, heads * d});
     const Tensor q_norm = c.with_norms ? random_weight(d) : Tensor();
     const Tensor k_norm = c.with_norms ? random_weight(d) : Tensor();
-    const std::vector<float> inv = ops::rope_inverse_frequencies(io::RopeConfig{.theta = 1e6}, d);
+    const std::vector<float> inv = ops::rope_inverse_frequencies(ops::RopeSpec{.theta = 1e6}, d);
     std::vector<int64_t> positions(static_cast<size_t>(c.tokens));
     std::vector<int32_t> positions_i32(static_cast<size_t>(c.tokens));
     std::uniform_int_distribution<int32_t> position_of(0, 16383);
@@ -284,7 +284,7 @@ TEST_F(QkvRopeGpu, BackwardIsDeterministic) {
   SCOPED_TRACE(seed());
   const int64_t tokens = 2000, nq = 4, nkv = 2, d = 64, heads = nq + 2 * nkv;
   const Tensor qkv = random_gpu({tokens, heads * d}), q_norm = random_weight(d), k_norm = random_weight(d);
-  const std::vector<float> inv = ops::rope_inverse_frequencies(io::RopeConfig{}, d);
+  const std::vector<float> inv = ops::rope_inverse_frequencies(ops::RopeSpec{}, d);
   const Tensor inv_gpu = Tensor::from_vector(inv, {d / 2}).to(Device::cuda());
   std::vector<int32_t> positions(static_cast<size_t>(tokens));
   for (size_t t = 0; t < positions.size(); ++t) positions[t] = int32_t(t % 1000);

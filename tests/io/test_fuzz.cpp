@@ -6,7 +6,8 @@
 #include <cstdlib>
 #include <random>
 
-#include "moetune/io/checkpoint.h"
+#include "moetune/model/checkpoint.h"
+#include "moetune/model/model_description.h"
 #include "test_util.h"
 
 namespace moetune::io {
@@ -72,7 +73,7 @@ TEST(Fuzz, SafetensorsParserNeverCrashes) {
 
 TEST(Fuzz, ConfigParserNeverCrashes) {
   std::vector<std::string> seeds;
-  for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny"})
+  for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"})
     seeds.push_back(testing::read_file(testing::fixture(name) / "config.json"));
   std::mt19937 rng(seed() + 1);
   int parsed = 0;
@@ -81,8 +82,7 @@ TEST(Fuzz, ConfigParserNeverCrashes) {
     try {
       nlohmann::json json = nlohmann::json::parse(input, nullptr, /*allow_exceptions=*/false);
       if (json.is_discarded()) continue;
-      ModelConfig config = parse_config(json, "fuzz.json");
-      model::ParameterLayout layout = model::parameter_layout(config);
+      model::ParameterLayout layout = model::parameter_layout(model::describe_model(json, "fuzz.json"));
       (void)layout.total_parameters();
       ++parsed;
     } catch (const Error&) {

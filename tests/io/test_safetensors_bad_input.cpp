@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moetune/io/checkpoint.h"
+#include "moetune/model/checkpoint.h"
 #include "test_util.h"
 
 namespace moetune::io {
@@ -151,7 +151,7 @@ TEST_F(BadFolder, TensorMissingFromTheArchitecture) {
   auto value = index();
   value["weight_map"].erase(name);
   set_index(value);
-  expect_error([&] { load_checkpoint(dir_.path()); }, {dir_.path().string(), "missing", name});
+  expect_error([&] { model::load_checkpoint(dir_.path()); }, {dir_.path().string(), "missing", name});
 }
 
 TEST_F(BadFolder, UnexpectedExtraTensor) {
@@ -161,7 +161,7 @@ TEST_F(BadFolder, UnexpectedExtraTensor) {
   auto value = index();
   value["weight_map"]["model.layers.0.mlp.shared_expert.weight"] = value["weight_map"]["lm_head.weight"];
   set_index(value);
-  expect_error([&] { load_checkpoint(dir_.path()); }, {".safetensors", "unexpected tensor 'model.layers.0.mlp.shared_expert.weight'"});
+  expect_error([&] { model::load_checkpoint(dir_.path()); }, {".safetensors", "unexpected tensor 'model.layers.0.mlp.shared_expert.weight'"});
 }
 
 TEST_F(BadFolder, TensorNotInIndex) {
@@ -175,12 +175,12 @@ TEST_F(BadFolder, ShapeDisagreesWithConfig) {
     for (auto& [n, t] : tensors)
       if (n == name) t = Tensor::zeros({8, 32}, t.dtype());
   });
-  expect_error([&] { load_checkpoint(dir_.path()); }, {".safetensors", name, "[8, 32]", "config.json implies [16, 32]"});
+  expect_error([&] { model::load_checkpoint(dir_.path()); }, {".safetensors", name, "[8, 32]", "config.json implies [16, 32]"});
 }
 
 TEST_F(BadFolder, MissingConfig) {
   std::filesystem::remove(dir_ / "config.json");
-  expect_error([&] { load_checkpoint(dir_.path()); }, {"config.json", "cannot open"});
+  expect_error([&] { model::load_checkpoint(dir_.path()); }, {"config.json", "cannot open"});
 }
 
 }  // namespace

@@ -35,6 +35,8 @@ void expect_logits_match(const char* fixture, double tolerance) {
 // fp32 fixtures: HF ran in fp32, so the CPU engine must agree to fp32 rounding.
 TEST(Forward, Qwen3MoeMatchesTransformers) { expect_logits_match("qwen3_moe_tiny", 1e-5); }
 TEST(Forward, LlamaWithLlama3RopeAndBiasesMatchesTransformers) { expect_logits_match("llama_tiny", 1e-5); }
+TEST(Forward, MixtralMatchesTransformers) { expect_logits_match("mixtral_tiny", 1e-5); }
+TEST(Forward, Qwen2MoeWithSharedExpertMatchesTransformers) { expect_logits_match("qwen2_moe_tiny", 1e-5); }
 
 // bf16 fixtures: HF ran in bf16 and the engine in fp32 from the same weights, so they agree to bf16's
 // precision only; this still catches structural mistakes (tying, sparse step, q/k norm) at once.
@@ -48,7 +50,7 @@ TEST(Forward, PackedDocumentsDoNotSeeEachOther) {
   packed_ids.insert(packed_ids.end(), second.begin(), second.end());
   Tensor packed = model.forward(Tensor::from_vector(packed_ids, {1, 7}), Tensor::from_vector(positions, {1, 7}));
   Tensor alone = model.forward(Tensor::from_vector(second, {1, 3}));
-  const int64_t vocab = model.config().vocab_size;
+  const int64_t vocab = model.spec().vocab_size;
   Tensor packed_second = packed.view({7, vocab}).narrow(4, 3);
   EXPECT_LE(relative_error(packed_second.clone(), alone.view({3, vocab})), 1e-6);
 }

@@ -15,8 +15,8 @@ TEST(Generate, GreedyFollowsTheArgmaxAndStops) {
   std::vector<int64_t> sequence = prompt;
   for (int64_t token : greedy) {
     const Tensor logits = model.forward(Tensor::from_vector(sequence, {1, int64_t(sequence.size())}));
-    const float* last = logits.data<float>() + (int64_t(sequence.size()) - 1) * model.config().vocab_size;
-    EXPECT_EQ(token, std::max_element(last, last + model.config().vocab_size) - last);
+    const float* last = logits.data<float>() + (int64_t(sequence.size()) - 1) * model.spec().vocab_size;
+    EXPECT_EQ(token, std::max_element(last, last + model.spec().vocab_size) - last);
     sequence.push_back(token);
   }
   const std::vector<int64_t> stopped = generate(model, prompt, {.max_new_tokens = 5, .stop_ids = {greedy[1]}});

@@ -88,7 +88,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
     CausalLMOutput out = model.forward(b);
     // Logits where a real token sits (padding positions are not defined alike).
     Tensor expected = ref(name + ".logits");
-    const int64_t vocab = model.config().vocab_size;
+    const int64_t vocab = model.spec().vocab_size;
     for (int64_t t = 0; t < b.input_ids.numel(); ++t) {
       if (b.attention_mask.defined() && !b.attention_mask.data<int64_t>()[t]) continue;
       EXPECT_LE(relative_error(out.logits.data<float>() + t * vocab, expected.data<float>() + t * vocab, vocab), kTolerance)
@@ -96,7 +96,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
     }
     EXPECT_LE(relative_error(out.loss, scalar(name + ".loss")), kTolerance) << name;
     EXPECT_LE(relative_error(out.lm_loss, scalar(name + ".lm_loss")), kTolerance) << name;
-    if (model.config().is_moe())
+    if (model.spec().is_moe())
       EXPECT_LE(relative_error(out.aux_loss, scalar(name + ".aux_loss")), kTolerance) << name;
     else
       EXPECT_TRUE(std::isnan(out.aux_loss));
@@ -146,7 +146,8 @@ TEST_P(Parity, AdamWStepsWithClippingAndWarmup) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Parity,
-                         ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny"));
+                         ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny",
+                                           "qwen2_moe_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

@@ -75,7 +75,7 @@ TEST(GradCheck, RmsNorm) {
 }
 
 TEST(GradCheck, Rope) {
-  io::RopeConfig config;
+  ops::RopeSpec config;
   config.theta = 100.0;
   const std::vector<float> inv = rope_inverse_frequencies(config, 8);
   const std::vector<int64_t> positions = {0, 1, 2, 0, 1};

@@ -7,14 +7,14 @@
 namespace moetune::ops {
 namespace {
 
-void expect_frequencies(const io::RopeConfig& rope, const std::vector<float>& expected) {
+void expect_frequencies(const ops::RopeSpec& rope, const std::vector<float>& expected) {
   const std::vector<float> actual = rope_inverse_frequencies(rope, 16);
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-6 * expected[i]) << i;
 }
 
 TEST(Rope, Llama3MatchesTransformersIncludingTheMiddleBand) {
-  io::RopeConfig rope{.type = "llama3", .theta = 10000.0, .factor = 8.0, .low_freq_factor = 1.0,
+  ops::RopeSpec rope{.type = "llama3", .theta = 10000.0, .factor = 8.0, .low_freq_factor = 1.0,
                       .high_freq_factor = 4.0, .original_max_position_embeddings = 64};
   expect_frequencies(rope, {1.0f, 0.24438458681106567f, 0.013042256236076355f, 0.0039528473280370235f,
                             0.0012499999720603228f, 0.00039528473280370235f, 0.0001250000059371814f,
@@ -22,14 +22,14 @@ TEST(Rope, Llama3MatchesTransformersIncludingTheMiddleBand) {
 }
 
 TEST(Rope, LinearMatchesTransformers) {
-  io::RopeConfig rope{.type = "linear", .theta = 10000.0, .factor = 4.0};
+  ops::RopeSpec rope{.type = "linear", .theta = 10000.0, .factor = 4.0};
   expect_frequencies(rope, {0.25f, 0.07905694097280502f, 0.02500000037252903f, 0.007905694656074047f,
                             0.0024999999441206455f, 0.0007905694656074047f, 0.0002500000118743628f,
                             7.905694656074047e-05f});
 }
 
 TEST(Rope, UnsupportedTypeIsAnError) {
-  io::RopeConfig rope{.type = "yarn"};
+  ops::RopeSpec rope{.type = "yarn"};
   EXPECT_THROW(rope_inverse_frequencies(rope, 16), Error);
 }
 

@@ -5,7 +5,7 @@ Each fixture is a folder saved by transformers' save_pretrained (random weights,
 `reference.safetensors` (input_ids and the logits transformers computes for them, in fp32) and
 `expected.json` (parameter count as transformers counts it, and the versions that made the fixture).
 
-Run:  python3 tests/reference/make_fixtures.py tests/fixtures
+Run:  python3 tests/reference/make_fixtures.py tests/fixtures [fixture names...]   (default: all)
 Needs torch and transformers v5 (the fixtures in the repo were made with the versions in expected.json).
 """
 import json
@@ -16,6 +16,7 @@ import torch
 import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
+from transformers import MixtralConfig, Qwen2MoeConfig
 
 VOCAB = 96
 
@@ -70,6 +71,24 @@ FIXTURES = {
             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
             tie_word_embeddings=False),
         dtype=torch.float32, max_shard_size=None),
+    # Mixtral: every layer MoE (always renormalised top-k), no sliding window, untied, fp32, sharded.
+    "mixtral_tiny": dict(
+        config=MixtralConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
+            num_experts_per_tok=2, sliding_window=None, rope_theta=1e6, max_position_embeddings=64,
+            tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.01),
+        dtype=torch.float32, max_shard_size="40KB"),
+    # Qwen2-MoE: q/k/v biases, sigmoid-gated shared expert, one dense layer among MoE layers, no
+    # renormalisation, untied, fp32.
+    "qwen2_moe_tiny": dict(
+        config=Qwen2MoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=16, shared_expert_intermediate_size=24, mlp_only_layers=[1],
+            decoder_sparse_step=1, norm_topk_prob=False, max_position_embeddings=64,
+            tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.01),
+        dtype=torch.float32, max_shard_size=None),
 }
 
 
@@ -104,5 +123,8 @@ def make(out_root: Path, name: str, spec: dict) -> None:
 
 if __name__ == "__main__":
     root = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures")
-    for fixture_name, fixture_spec in FIXTURES.items():
-        make(root, fixture_name, fixture_spec)
+    names = sys.argv[2:] or list(FIXTURES)
+    unknown = [n for n in names if n not in FIXTURES]
+    assert not unknown, f"unknown fixtures {unknown}; known: {list(FIXTURES)}"
+    for fixture_name in names:
+        make(root, fixture_name, FIXTURES[fixture_name])

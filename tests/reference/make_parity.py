@@ -2,8 +2,8 @@
 """Writes the training-parity fixtures the C++ tests compare moetune against (1e-5 relative error).
 
 For each fp32 fixture folder made by make_fixtures.py (qwen3_moe_tiny, qwen3_moe_tied_f32, qwen3_f32,
-llama_tiny) this loads the saved checkpoint with transformers (fp32, eager attention, eval mode so there
-is no dropout, gradients on) and writes into that folder:
+llama_tiny, mixtral_tiny, qwen2_moe_tiny) this loads the saved checkpoint with transformers (fp32, eager
+attention, eval mode so there is no dropout, gradients on) and writes into that folder:
 
   parity.safetensors   fp32 float tensors, int64 integer tensors, scalars as 0-dim tensors:
     plain.*   input_ids [2,8] (seeded, values in [0,V)), labels (= input_ids), logits [2,8,V],
@@ -32,7 +32,7 @@ Every forward passes use_cache=False (training setup; without it transformers 5.
 then ignores the packing in position_ids). MoE forwards pass output_router_logits=True. lm_loss is recomputed with the model's own loss_function on
 the returned logits and checked against out.loss - coef * out.aux_loss.
 
-Run:  /work/refenv/bin/python tests/reference/make_parity.py tests/fixtures
+Run:  /work/refenv/bin/python tests/reference/make_parity.py tests/fixtures [fixture names...]   (default: all)
 Needs torch and transformers v5 (versions recorded in parity.json). Deterministic: fixed seeds, one thread.
 """
 import json
@@ -44,7 +44,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, get_linear_schedule_with_warmup
 
-FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny"]
+FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"]
 SEED = 20240531
 PAD_ID = 0
 ADAMW = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}
@@ -235,5 +235,8 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     out_root = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures")
-    for fixture in FIXTURES:
+    names = sys.argv[2:] or FIXTURES
+    unknown = [n for n in names if n not in FIXTURES]
+    assert not unknown, f"unknown fixtures {unknown}; known: {FIXTURES}"
+    for fixture in names:
         make(out_root, fixture)

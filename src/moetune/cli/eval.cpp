@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "moetune/data/token_jsonl.h"
-#include "moetune/io/hf_config.h"
+#include "moetune/model/model_description.h"
 #include "moetune/model/causal_lm.h"
 #include "moetune/ops/loss.h"
 #if MOETUNE_HAVE_CUDA
@@ -51,7 +51,7 @@ json evaluate_model(const std::filesystem::path& folder, const std::filesystem::
   if (device != "auto" && device != "cpu" && device != "cuda")
     fail("eval --device '{}': expected auto, cpu or cuda", device);
   // The data file is opened before the weights load, so a mistyped path fails at once even for a large model.
-  data::TokenJsonlReader reader(data, io::load_config(folder / "config.json").vocab_size);
+  data::TokenJsonlReader reader(data, model::load_model_spec(folder / "config.json").vocab_size);
   const bool gpu = device == "cuda" || (device == "auto" && cuda_device_count() > 0);
   const SequenceScorer score = gpu ? gpu_scorer(folder) : cpu_scorer(folder);
 

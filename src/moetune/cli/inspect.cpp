@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
-#include "moetune/io/checkpoint.h"
+#include "moetune/model/checkpoint.h"
 #include "moetune/model/memory_plan.h"
-#include "moetune/model/parameter_layout.h"
+#include "moetune/model/model_description.h"
 
 namespace moetune::cli {
 
@@ -12,12 +12,22 @@ using nlohmann::json;
 
 namespace {
 
-std::string layer_kind(const io::ModelConfig& c, int64_t layer) {
-  std::string attention = c.layer_types.empty() ? "full_attention" : c.layer_types[size_t(layer)];
-  if (c.is_moe_layer(layer))
-    return fmt::format("{} + moe (experts {}, top-{}, moe_intermediate {})", attention, c.num_experts,
-                       c.num_experts_per_tok, c.moe_intermediate_size);
-  return fmt::format("{} + dense mlp (intermediate {})", attention, c.intermediate_size);
+std::string sublayer_kind(const model::SublayerSpec& sublayer) {
+  if (const model::AttentionSpec* a = sublayer.attention())
+    return a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention";
+  if (const model::MlpSpec* m = sublayer.mlp()) return fmt::format("dense mlp (intermediate {})", m->intermediate);
+  const model::MoeSpec& m = *sublayer.moe();
+  std::string text = fmt::format("moe (experts {}, top-{}, moe_intermediate {}", m.router.num_experts, m.router.top_k,
+                                 m.experts.intermediate);
+  if (m.shared_expert)
+    text += fmt::format(", shared expert {}{}", m.shared_expert->mlp.intermediate, m.shared_expert->sigmoid_gate ? " gated" : "");
+  return text + ")";
+}
+
+std::string layer_kind(const model::LayerSpec& layer) {
+  std::string text;
+  for (const model::SublayerSpec& sublayer : layer.sublayers) text += (text.empty() ? "" : " + ") + sublayer_kind(sublayer);
+  return text;
 }
 
 std::string human_count(double n) {
@@ -36,33 +46,42 @@ std::string human_bytes(double bytes) {
 }  // namespace
 
 json inspect_model(const std::filesystem::path& folder, int64_t tokens) {
-  const model::ParameterLayout layout = model::parameter_layout(io::load_config(folder / "config.json"));
-  const io::ModelConfig& c = layout.config;
+  const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
+  const model::ModelSpec& c = layout.spec;
+  const model::AttentionSpec& attention = c.first_attention();
+  const model::MoeSpec* moe = nullptr;
+  int64_t intermediate = 0;
+  for (const model::LayerSpec& layer : c.layers)
+    for (const model::SublayerSpec& sublayer : layer.sublayers) {
+      if (!moe) moe = sublayer.moe();
+      if (sublayer.mlp() && !intermediate) intermediate = sublayer.mlp()->intermediate;
+    }
   const io::SafetensorsFolder files = io::SafetensorsFolder::open(folder);
-  io::match_checkpoint(layout, files);
+  model::match_checkpoint(layout, files);
 
   json report;
   report["model"] = folder.string();
   report["architecture"] = c.architecture;
-  report["model_type"] = c.model_type;
+  report["model_type"] = c.family;
   report["checkpoint_dtype"] = c.dtype ? std::string(dtype_torch_name(*c.dtype)) : "unspecified";
   report["weight_files"] = files.shard_count();
   report["config"] = {{"vocab_size", c.vocab_size},
                       {"hidden_size", c.hidden_size},
-                      {"num_hidden_layers", c.num_hidden_layers},
-                      {"num_attention_heads", c.num_attention_heads},
-                      {"num_key_value_heads", c.num_key_value_heads},
-                      {"head_dim", c.head_dim},
-                      {"intermediate_size", c.intermediate_size},
-                      {"num_experts", c.num_experts},
-                      {"num_experts_per_tok", c.num_experts_per_tok},
-                      {"moe_intermediate_size", c.moe_intermediate_size},
-                      {"norm_topk_prob", c.norm_topk_prob},
+                      {"num_hidden_layers", c.num_layers()},
+                      {"num_attention_heads", attention.num_heads},
+                      {"num_key_value_heads", attention.num_kv_heads},
+                      {"head_dim", attention.qk_head_dim},
+                      {"intermediate_size", intermediate},
+                      {"num_experts", moe ? moe->router.num_experts : 0},
+                      {"num_experts_per_tok", moe ? moe->router.top_k : 0},
+                      {"moe_intermediate_size", moe ? moe->experts.intermediate : 0},
+                      {"norm_topk_prob", moe && moe->router.renormalize},
+                      {"shared_expert_intermediate_size", moe && moe->shared_expert ? moe->shared_expert->mlp.intermediate : 0},
                       {"tie_word_embeddings", c.tie_word_embeddings},
-                      {"rope_type", c.rope.type},
-                      {"rope_theta", c.rope.theta}};
+                      {"rope_type", attention.rope.type},
+                      {"rope_theta", attention.rope.theta}};
   json layers = json::array();
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) layers.push_back(layer_kind(c, layer));
+  for (const model::LayerSpec& layer : c.layers) layers.push_back(layer_kind(layer));
   report["layers"] = layers;
 
   json parameters = json::array();

@@ -8,7 +8,7 @@
 #include "moetune/cli/inspect.h"
 #include "moetune/cli/sizes.h"
 #include "moetune/core/error.h"
-#include "moetune/io/checkpoint.h"
+#include "moetune/model/checkpoint.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"moetune: fine-tune Hugging Face transformer checkpoints, Mixture-of-Experts first"};
@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_inspection(report).c_str(), stdout);
     } else if (*convert) {
       const size_t shard_bytes = moetune::cli::parse_size(max_shard_size, "--max-shard-size");
-      moetune::io::ModelWeights weights = moetune::io::load_checkpoint(model_dir);
-      moetune::io::save_checkpoint(weights, output_dir, {shard_bytes});
+      moetune::model::ModelWeights weights = moetune::model::load_checkpoint(model_dir);
+      moetune::model::save_checkpoint(weights, output_dir, {shard_bytes});
       std::printf("%s -> %s: %zu parameters saved\n", model_dir.c_str(), output_dir.c_str(), weights.parameters.size());
     } else if (*eval) {
       nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file, eval_device);

@@ -3,7 +3,7 @@
 #include <fstream>
 
 #include "moetune/core/error.h"
-#include "moetune/io/hf_config.h"
+#include "moetune/model/model_description.h"
 #include "moetune/text/chat_template.h"
 
 namespace moetune::data {
@@ -36,7 +36,7 @@ bool has_chat_template(const fs::path& folder) {
 
 ModelText load_model_text(const fs::path& folder) {
   ModelText text;
-  const io::ModelConfig config = io::load_config(folder / "config.json");
+  const model::ModelSpec config = model::load_model_spec(folder / "config.json");
   text.codec.vocab_size = config.vocab_size;
   for (int64_t id : config.eos_token_ids) text.stop_ids.push_back(id);
   if (!fs::exists(folder / "tokenizer.json")) {

@@ -1,7 +1,5 @@
 #include "moetune/model/attention_block.h"
 
-#include <cmath>
-
 #include "moetune/model/block_util.h"
 #include "moetune/ops/linear.h"
 #include "moetune/ops/norm.h"
@@ -26,44 +24,51 @@ void set_columns(const Tensor& x, int64_t first, const Tensor& part) {
 
 }  // namespace
 
-AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config)
-    : config_(config), p_(AttentionParams::lookup(store, prefix)) {}
+AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
+                               double norm_eps)
+    : spec_(*sublayer.attention()),
+      eps_(norm_eps),
+      inverse_frequencies_(ops::rope_inverse_frequencies(spec_.rope, spec_.qk_head_dim)),
+      p_(AttentionParams::lookup(store, layer, sublayer.norm)) {
+  MOETUNE_CHECK(!spec_.sliding_window && !spec_.sinks && spec_.qk_head_dim == spec_.v_head_dim,
+                "{}: sliding windows, sinks and differing q/k and v head dims are not implemented", layer);
+}
 
 Tensor AttentionBlock::forward(const Tensor& h, const SequenceLayout& layout) {
-  const int64_t tokens = h.size(0), d = config_.head_dim, nq = config_.num_attention_heads, nkv = config_.num_key_value_heads;
+  const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   stash_.input = h;
-  Tensor qkv = ops::linear(ops::rms_norm(h, p_.input_norm.value, config_.rms_norm_eps), p_.qkv.value, p_.qkv_bias.value);
+  Tensor qkv = ops::linear(ops::rms_norm(h, p_.norm.value, eps_), p_.qkv.value, p_.qkv_bias.value);
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
   stash_.k_raw = columns(qkv, nq * d, nkv * d).view({tokens, nkv, d});
   stash_.v = columns(qkv, (nq + nkv) * d, nkv * d).view({tokens, nkv, d});
-  stash_.q = p_.q_norm.defined() ? ops::rms_norm(stash_.q_raw, p_.q_norm.value, config_.rms_norm_eps) : stash_.q_raw.clone();
-  stash_.k = p_.k_norm.defined() ? ops::rms_norm(stash_.k_raw, p_.k_norm.value, config_.rms_norm_eps) : stash_.k_raw.clone();
+  stash_.q = p_.q_norm.defined() ? ops::rms_norm(stash_.q_raw, p_.q_norm.value, eps_) : stash_.q_raw.clone();
+  stash_.k = p_.k_norm.defined() ? ops::rms_norm(stash_.k_raw, p_.k_norm.value, eps_) : stash_.k_raw.clone();
   if (!p_.q_norm.defined()) stash_.q_raw = stash_.k_raw = Tensor();  // only the norms read them back
-  ops::apply_rope(stash_.q, layout.inverse_frequencies, layout.positions);
-  ops::apply_rope(stash_.k, layout.inverse_frequencies, layout.positions);
-  stash_.attended = ops::causal_attention(stash_.q, stash_.k, stash_.v, layout.mask, 1.0 / std::sqrt(double(d)));
+  ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions);
+  ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions);
+  stash_.attended = ops::causal_attention(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale());
   return add(h, ops::linear(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value));
 }
 
 Tensor AttentionBlock::backward(const Tensor& dout, const SequenceLayout& layout) {
-  const int64_t tokens = dout.size(0), d = config_.head_dim, nq = config_.num_attention_heads, nkv = config_.num_key_value_heads;
-  const double scale = 1.0 / std::sqrt(double(d));
+  const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
+  const double scale = spec_.softmax_scale();
   Tensor dattended = ops::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o.grad, p_.o_bias.grad);
   ops::AttentionGrads g = ops::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v,
                                                          stash_.attended, layout.mask, scale);
-  ops::apply_rope(g.dq, layout.inverse_frequencies, layout.positions, /*inverse=*/true);
-  ops::apply_rope(g.dk, layout.inverse_frequencies, layout.positions, /*inverse=*/true);
+  ops::apply_rope(g.dq, inverse_frequencies_, layout.positions, /*inverse=*/true);
+  ops::apply_rope(g.dk, inverse_frequencies_, layout.positions, /*inverse=*/true);
   if (p_.q_norm.defined()) {
-    g.dq = ops::rms_norm_backward(g.dq, stash_.q_raw, p_.q_norm.value, config_.rms_norm_eps, p_.q_norm.grad);
-    g.dk = ops::rms_norm_backward(g.dk, stash_.k_raw, p_.k_norm.value, config_.rms_norm_eps, p_.k_norm.grad);
+    g.dq = ops::rms_norm_backward(g.dq, stash_.q_raw, p_.q_norm.value, eps_, p_.q_norm.grad);
+    g.dk = ops::rms_norm_backward(g.dk, stash_.k_raw, p_.k_norm.value, eps_, p_.k_norm.grad);
   }
   Tensor dqkv = Tensor::empty({tokens, (nq + 2 * nkv) * d}, DType::F32);
   set_columns(dqkv, 0, g.dq);
   set_columns(dqkv, nq * d, g.dk);
   set_columns(dqkv, (nq + nkv) * d, g.dv);
-  const Tensor normed = ops::rms_norm(stash_.input, p_.input_norm.value, config_.rms_norm_eps);  // recomputed, not kept
+  const Tensor normed = ops::rms_norm(stash_.input, p_.norm.value, eps_);  // recomputed, not kept
   Tensor dnormed = ops::linear_backward(dqkv, normed, p_.qkv.value, p_.qkv.grad, p_.qkv_bias.grad);
-  return add(dout, ops::rms_norm_backward(dnormed, stash_.input, p_.input_norm.value, config_.rms_norm_eps, p_.input_norm.grad));
+  return add(dout, ops::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps_, p_.norm.grad));
 }
 
 size_t AttentionBlock::stash_bytes() const {

@@ -3,13 +3,14 @@
 #pragma once
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/model_spec.h"
 #include "moetune/model/sequence_layout.h"
 
 namespace moetune::model {
 
 class AttentionBlock {
  public:
-  AttentionBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+  AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
   Tensor forward(const Tensor& h, const SequenceLayout& layout);  // returns the residual stream after the block
   Tensor backward(const Tensor& dout, const SequenceLayout& layout);  // d(h), residual included
@@ -23,7 +24,9 @@ class AttentionBlock {
     Tensor q, k, v;        // as attention saw them (normed, rotated)
     Tensor attended;       // attention output [T, nq, d]
   };
-  const io::ModelConfig& config_;
+  const AttentionSpec& spec_;
+  double eps_;
+  std::vector<float> inverse_frequencies_;  // RoPE
   AttentionParams p_;
   Stash stash_;
 };

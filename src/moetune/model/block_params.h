@@ -1,5 +1,6 @@
 // The parameters each kind of block reads, looked up once by engine name. The CPU reference blocks and the GPU
-// blocks (model/cuda/) hold the same ones; optional ones (biases, Qwen3's q/k norms) are undefined Params.
+// blocks (model/cuda/) hold the same ones; optional ones (biases, Qwen3's q/k norms, a shared expert) are
+// undefined Params. `layer` is the layer's prefix ("layers.3."), `norm` the sublayer's norm name.
 #pragma once
 
 #include <string>
@@ -9,27 +10,44 @@
 namespace moetune::model {
 
 struct AttentionParams {
-  Param input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias;
-  static AttentionParams lookup(const ParameterStore& store, const std::string& prefix) {
-    return {store.get(prefix + "input_norm"), store.get(prefix + "attn.qkv"),    store.find(prefix + "attn.qkv_bias"),
-            store.find(prefix + "attn.q_norm"), store.find(prefix + "attn.k_norm"), store.get(prefix + "attn.o"),
-            store.find(prefix + "attn.o_bias")};
+  Param norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias;
+  static AttentionParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm) {
+    return {store.get(layer + norm),          store.get(layer + "attn.qkv"),    store.find(layer + "attn.qkv_bias"),
+            store.find(layer + "attn.q_norm"), store.find(layer + "attn.k_norm"), store.get(layer + "attn.o"),
+            store.find(layer + "attn.o_bias")};
   }
 };
 
+// A SwiGLU MLP's weights: the dense MLP ("layers.3.mlp.") and a shared expert ("layers.3.moe.shared_").
+struct SwigluParams {
+  Param gate_up, gate_up_bias, down, down_bias;
+  static SwigluParams lookup(const ParameterStore& store, const std::string& prefix) {
+    return {store.get(prefix + "gate_up"), store.find(prefix + "gate_up_bias"), store.get(prefix + "down"),
+            store.find(prefix + "down_bias")};
+  }
+  bool defined() const { return gate_up.defined(); }
+};
+
 struct MlpParams {
-  Param norm, gate_up, gate_up_bias, down, down_bias;
-  static MlpParams lookup(const ParameterStore& store, const std::string& prefix) {
-    return {store.get(prefix + "post_attn_norm"), store.get(prefix + "mlp.gate_up"), store.find(prefix + "mlp.gate_up_bias"),
-            store.get(prefix + "mlp.down"), store.find(prefix + "mlp.down_bias")};
+  Param norm;
+  SwigluParams mlp;
+  static MlpParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm) {
+    return {store.get(layer + norm), SwigluParams::lookup(store, layer + "mlp.")};
   }
 };
 
 struct MoeParams {
   Param norm, router, gate_up, down;
-  static MoeParams lookup(const ParameterStore& store, const std::string& prefix) {
-    return {store.get(prefix + "post_attn_norm"), store.get(prefix + "moe.router"),
-            store.get(prefix + "moe.experts_gate_up"), store.get(prefix + "moe.experts_down")};
+  SwigluParams shared;  // undefined without a shared expert
+  Param shared_gate;    // [1, H]; undefined without its sigmoid gate
+  static MoeParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm,
+                          bool shared_expert) {
+    return {store.get(layer + norm),
+            store.get(layer + "moe.router"),
+            store.get(layer + "moe.experts_gate_up"),
+            store.get(layer + "moe.experts_down"),
+            shared_expert ? SwigluParams::lookup(store, layer + "moe.shared_") : SwigluParams{},
+            store.find(layer + "moe.shared_gate")};
   }
 };
 

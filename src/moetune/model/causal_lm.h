@@ -1,4 +1,4 @@
-// A decoder-only causal LM (Llama, Qwen3, Qwen3-MoE) on the CPU in fp32: the reference every GPU kernel is
+// A decoder-only causal LM (every family of model/families/) on the CPU in fp32: the reference every GPU kernel is
 // compared with. The API reads like transformers': from_pretrained, forward (logits, loss, aux loss),
 // backward (gradients accumulate, as loss.backward() does), save_pretrained. There is no autograd: each block
 // has an explicit backward and keeps its own stash, whose size stash_bytes() reports.
@@ -39,7 +39,7 @@ class CausalLM {
  public:
   static CausalLM from_pretrained(const std::filesystem::path& folder);
   // From weights already loaded (fp32, on the CPU): tests build the reference on bf16-rounded weights this way.
-  static CausalLM from_weights(io::ModelWeights weights) { return CausalLM(std::move(weights)); }
+  static CausalLM from_weights(ModelWeights weights) { return CausalLM(std::move(weights)); }
 
   // Keeps the stash for backward() when labels are given.
   CausalLMOutput forward(const Batch& batch);
@@ -53,8 +53,8 @@ class CausalLM {
   void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const;
 
   ParameterStore& parameters() { return *store_; }
-  const io::ModelWeights& weights() const { return store_->weights(); }
-  const io::ModelConfig& config() const { return store_->weights().config(); }
+  const ModelWeights& weights() const { return store_->weights(); }
+  const ModelSpec& spec() const { return store_->weights().spec(); }
   // What the last forward keeps for the backward pass, block by block ("layers.0.attention", "layers.0.moe",
   // "head": final hidden state and logits), and in total.
   std::vector<std::pair<std::string, size_t>> stash_report() const;
@@ -63,10 +63,13 @@ class CausalLM {
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const;
 
  private:
-  struct Layer {
-    AttentionBlock attention;
-    std::optional<DenseMlpBlock> dense;
-    std::optional<MoeBlock> moe;
+  // One residual sublayer of the walk over the description, exactly one block set.
+  struct Sublayer {
+    int64_t layer = 0;
+    std::string name;  // "layers.0.attention", "layers.0.moe", ...: the stash report's key
+    std::unique_ptr<AttentionBlock> attention;
+    std::unique_ptr<DenseMlpBlock> mlp;
+    std::unique_ptr<MoeBlock> moe;
   };
   struct Stash {
     Tensor input_ids;
@@ -79,11 +82,12 @@ class CausalLM {
     bool ready = false;
   };
 
-  explicit CausalLM(io::ModelWeights weights);
+  explicit CausalLM(ModelWeights weights);
+  std::vector<ops::Routing> routings() const;  // of every MoE sublayer, in order
   Tensor run_layers(const Tensor& input_ids, const SequenceLayout& layout);
 
   std::unique_ptr<ParameterStore> store_;  // on the heap: the blocks keep references into it
-  std::vector<Layer> layers_;
+  std::vector<Sublayer> sublayers_;
   Stash stash_;
 };
 

@@ -34,7 +34,7 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
   MOETUNE_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: top_p must be in (0, 1], got {}", options.top_p);
   std::mt19937_64 rng(options.seed);
   std::vector<int64_t> sequence = prompt, produced;
-  const int64_t vocab = model.config().vocab_size;
+  const int64_t vocab = model.spec().vocab_size;
   for (int64_t n = 0; n < options.max_new_tokens; ++n) {
     const Tensor logits = model.forward(Tensor::from_vector(sequence, {1, int64_t(sequence.size())}));
     const int64_t next = sample(logits.data<float>() + (int64_t(sequence.size()) - 1) * vocab, vocab, options, rng);

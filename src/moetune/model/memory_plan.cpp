@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "moetune/io/hf_config.h"
 
 namespace moetune::model {
 
@@ -30,29 +29,48 @@ constexpr int64_t kGemmWorkspaceBytes = 32ll << 20;
 
 }  // namespace
 
-ActivationPlan gpu_activation_plan(const io::ModelConfig& c, int64_t tokens) {
-  const int64_t T = tokens, H = c.hidden_size, d = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
-  const int64_t qkv_width = (nq + 2 * nkv) * d;
-  int64_t moe_layers = 0;
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) moe_layers += c.is_moe_layer(layer);
-  const int64_t dense_layers = c.num_hidden_layers - moe_layers;
+const char* block_kind(const SublayerSpec& sublayer) {
+  return sublayer.attention() ? "attention" : sublayer.mlp() ? "mlp" : "moe";
+}
 
-  // AttentionBlock: input, qkv, q, k, v, attended, the softmax statistics.
-  const int64_t attention = T * (H + qkv_width + nq * d + 2 * nkv * d + nq * d) * kBf16 + T * nq * kF32;
-  ActivationPlan plan;
-  plan.stash.emplace_back("attention", attention * c.num_hidden_layers);
-  int64_t moe = 0, expert_rows = 0, expert_inner = 0;
-  if (moe_layers > 0) {
-    const int64_t k = c.num_experts_per_tok, E = c.num_experts;
-    expert_rows = T * k;
-    expert_inner = c.moe_intermediate_size;
-    // MoeBlock: input, router logits (f32), choices and weights, the permutation, the experts' input,
-    // pre-activation and output; the per-layer counts kept for telemetry.
-    moe = T * H * kBf16 + T * E * kF32 + T * k * (kI32 + kF32) + (E + 1) * kI32 + 2 * T * k * kI32 +
-          expert_rows * (H + 2 * expert_inner + H) * kBf16 + 2 * E * kF32;
-    plan.stash.emplace_back("moe", moe * moe_layers);
+int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens) {
+  const int64_t T = tokens, H = hidden;
+  if (const AttentionSpec* a = sublayer.attention()) {
+    // input, qkv, q, k, v, attended, the softmax statistics.
+    const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
+    const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
+    return T * (H + (q + k + v) + q + k + v + attended) * kBf16 + T * a->num_heads * kF32;
   }
-  if (dense_layers > 0) plan.stash.emplace_back("mlp", T * (H + 2 * c.intermediate_size) * kBf16 * dense_layers);
+  if (const MlpSpec* m = sublayer.mlp()) return T * (H + 2 * m->intermediate) * kBf16;  // input, pre-activation
+  const MoeSpec& m = *sublayer.moe();
+  const int64_t k = m.router.top_k, E = m.router.num_experts, rows = T * k, I = m.experts.intermediate;
+  // input, router logits (f32), choices and weights, the dispatcher's plan, the experts' input, pre-activation
+  // and output.
+  int64_t bytes = T * H * kBf16 + T * E * kF32 + T * k * (kI32 + kF32) + (E + 1) * kI32 + 2 * rows * kI32 +
+                  rows * (H + 2 * I + H) * kBf16;
+  if (m.shared_expert) {
+    bytes += T * 2 * m.shared_expert->mlp.intermediate * kBf16;                   // its pre-activation
+    if (m.shared_expert->sigmoid_gate) bytes += T * H * kBf16 + T * kF32;         // its output, the gate logits
+  }
+  return bytes;
+}
+
+ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens) {
+  const int64_t T = tokens, H = spec.hidden_size;
+  ActivationPlan plan;
+  int64_t widest_mlp = 0, widest_rows = 0;
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers) {
+      const std::string kind = block_kind(sublayer);
+      auto entry = std::find_if(plan.stash.begin(), plan.stash.end(), [&](const auto& e) { return e.first == kind; });
+      if (entry == plan.stash.end()) entry = plan.stash.insert(plan.stash.end(), {kind, 0});
+      entry->second += gpu_stash_bytes(sublayer, H, T);
+      if (const MlpSpec* m = sublayer.mlp()) widest_mlp = std::max(widest_mlp, m->intermediate);
+      if (const MoeSpec* m = sublayer.moe()) {
+        widest_rows = std::max(widest_rows, T * m->router.top_k);
+        entry->second += 2 * m->router.num_experts * kF32;  // the per-layer counts kept for telemetry
+      }
+    }
   plan.stash.emplace_back("head", T * H * kBf16);  // the final hidden state, until the final norm's backward
   for (const auto& [name, bytes] : plan.stash) plan.stash_bytes += bytes;
 
@@ -60,17 +78,17 @@ ActivationPlan gpu_activation_plan(const io::ModelConfig& c, int64_t tokens) {
   // pass (normalised hidden state, its gradient, one chunk of logits), and the first step of the last MoE
   // layer's backward (the layer's incoming gradient and the experts' output gradient beside their kept
   // output, plus the routing weights' gradient).
-  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(T, kCrossEntropyChunkBytes / (c.vocab_size * kBf16)));
-  const int64_t head = 2 * T * H * kBf16 + chunk_rows * c.vocab_size * kBf16;
-  const int64_t moe_backward = moe_layers > 0 ? T * H * kBf16 + expert_rows * H * kBf16 + expert_rows * kF32 : 0;
-  const int64_t dense_backward = T * H * kBf16 + T * (c.intermediate_size * 3) * kBf16;
+  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(T, kCrossEntropyChunkBytes / (spec.vocab_size * kBf16)));
+  const int64_t head = 2 * T * H * kBf16 + chunk_rows * spec.vocab_size * kBf16;
+  const int64_t moe_backward = widest_rows > 0 ? T * H * kBf16 + widest_rows * H * kBf16 + widest_rows * kF32 : 0;
+  const int64_t dense_backward = widest_mlp > 0 ? T * H * kBf16 + T * (widest_mlp * 3) * kBf16 : 0;
   plan.peak_phase = "lm head + loss";
   plan.transient_bytes = head;
   if (moe_backward > plan.transient_bytes) {
     plan.peak_phase = "moe backward";
     plan.transient_bytes = moe_backward;
   }
-  if (dense_layers > 0 && dense_backward > plan.transient_bytes) {
+  if (dense_backward > plan.transient_bytes) {
     plan.peak_phase = "mlp backward";
     plan.transient_bytes = dense_backward;
   }

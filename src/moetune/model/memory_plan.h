@@ -24,16 +24,14 @@ const std::vector<PrecisionPlan>& precision_plans();
 
 }  // namespace moetune::model
 
-namespace moetune::io {
-struct ModelConfig;
-}
+#include "moetune/model/model_spec.h"
 
 namespace moetune::model {
 
-// The GPU training step's activation memory for `tokens` tokens per micro-batch, derived from the same buffers
-// the GPU blocks allocate (model/cuda/*_block.cpp): what each block keeps for its backward pass (the stash, held
-// from its forward until its backward), the largest set of temporaries alive at once on top of all stashes, and
-// the libraries' workspaces. `moetune inspect --tokens N` prints it; the GPU benchmark compares it with the
+// The GPU training step's activation memory for `tokens` tokens per micro-batch, summed over the model's
+// sublayers from what each GPU block declares it keeps for its backward pass (gpu_stash_bytes below, which the
+// GPU tests check against the blocks' own stash_bytes()), the largest set of temporaries alive at once on top of
+// all stashes, and the libraries' workspaces. `moetune inspect --tokens N` prints it; the GPU benchmark compares it with the
 // allocator's measured peak.
 struct ActivationPlan {
   std::vector<std::pair<std::string, int64_t>> stash;  // per block kind, bytes per layer × layers
@@ -44,6 +42,11 @@ struct ActivationPlan {
   int64_t total() const { return stash_bytes + transient_bytes + workspace_bytes; }
 };
 
-ActivationPlan gpu_activation_plan(const io::ModelConfig& config, int64_t tokens);
+ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens);
+
+// What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens.
+int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens);
+// The stash report's name of a sublayer's block kind: "attention", "mlp" or "moe".
+const char* block_kind(const SublayerSpec& sublayer);
 
 }  // namespace moetune::model

@@ -1,13 +1,14 @@
-// The dense feed-forward half of a decoder layer: h + down(swiglu(gate_up(rms_norm(h)))).
+// A dense feed-forward sublayer: h + swiglu_mlp(rms_norm(h)).
 #pragma once
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/model_spec.h"
 
 namespace moetune::model {
 
 class DenseMlpBlock {
  public:
-  DenseMlpBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+  DenseMlpBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
   Tensor forward(const Tensor& h);
   Tensor backward(const Tensor& dout);  // d(h), residual included
@@ -15,7 +16,7 @@ class DenseMlpBlock {
   void clear_stash() { input_ = gate_up_out_ = Tensor(); }
 
  private:
-  const io::ModelConfig& config_;
+  double eps_;
   MlpParams p_;
   Tensor input_;        // h, the norm's input
   Tensor gate_up_out_;  // the pre-activation [T, 2I]

@@ -1,48 +1,76 @@
 #include "moetune/model/moe_block.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/swiglu_mlp.h"
+#include "moetune/ops/gate.h"
 #include "moetune/ops/linear.h"
 #include "moetune/ops/norm.h"
 
 namespace moetune::model {
 
-MoeBlock::MoeBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config)
-    : config_(config), p_(MoeParams::lookup(store, prefix)) {}
+MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps,
+                   std::unique_ptr<TokenDispatcher> dispatcher)
+    : spec_(*sublayer.moe()),
+      eps_(norm_eps),
+      p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
+      dispatcher_(std::move(dispatcher)) {
+  const RouterSpec& r = spec_.router;
+  MOETUNE_CHECK(r.score == RouterScore::Softmax && !r.topk_before_softmax && r.num_groups == 1 && !r.correction_bias &&
+                    !r.bias && r.scaling_factor == 1.0,
+                "{}: this router is not implemented on the CPU", layer);
+}
 
 Tensor MoeBlock::forward(const Tensor& h) {
   input_ = h;
-  const Tensor normed = ops::rms_norm(h, p_.norm.value, config_.rms_norm_eps);
-  routing_ = ops::route_softmax_topk(ops::linear(normed, p_.router.value), config_.num_experts_per_tok, config_.norm_topk_prob);
-  permutation_ = ops::plan_permutation(routing_, config_.num_experts);
-  permuted_ = ops::permute_tokens(normed, permutation_);
-  activations_ = ops::expert_mlp(permuted_, permutation_.offsets, p_.gate_up.value, p_.down.value);
-  return add(h, ops::combine_experts(activations_.out, permutation_, routing_));
+  const Tensor normed = ops::rms_norm(h, p_.norm.value, eps_);
+  routing_ = ops::route_softmax_topk(ops::linear(normed, p_.router.value), spec_.router.top_k, spec_.router.renormalize);
+  dispatched_ = dispatcher_->dispatch(normed, routing_);
+  activations_ = ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value);
+  Tensor out = add(h, dispatcher_->combine(activations_.out, routing_));
+  if (!p_.shared.defined()) return out;
+  SwigluOutput shared = swiglu_mlp(normed, p_.shared);
+  shared_gate_up_ = shared.gate_up;
+  shared_out_ = shared.out;
+  if (!p_.shared_gate.defined()) return add(out, shared_out_);
+  shared_gate_logits_ = ops::linear(normed, p_.shared_gate.value);
+  return ops::sigmoid_gated_add(out, shared_out_, shared_gate_logits_);
 }
 
 Tensor MoeBlock::backward(const Tensor& dout, const Tensor& drouter_logits) {
   const int64_t tokens = dout.size(0);
-  ops::CombineGrads combine = ops::combine_experts_backward(dout, activations_.out, permutation_, routing_);
-  Tensor dpermuted = ops::expert_mlp_backward(combine.dexpert_out, permuted_, activations_, permutation_.offsets,
-                                              p_.gate_up.value, p_.down.value, p_.gate_up.grad, p_.down.grad);
-  Tensor dnormed = ops::permute_tokens_backward(dpermuted, permutation_, tokens);
+  const Tensor normed = ops::rms_norm(input_, p_.norm.value, eps_);  // recomputed, not kept
+  ops::CombineGrads combine = dispatcher_->combine_backward(dout, activations_.out, routing_);
+  Tensor ddispatched = ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up.value,
+                                                p_.down.value, p_.gate_up.grad, p_.down.grad);
+  Tensor dnormed = dispatcher_->dispatch_backward(ddispatched, tokens);
   Tensor dlogits = ops::route_softmax_topk_backward(routing_, combine.dweight);
   if (drouter_logits.defined()) dlogits = add(dlogits, drouter_logits);
-  const Tensor normed = ops::rms_norm(input_, p_.norm.value, config_.rms_norm_eps);
   dnormed = add(dnormed, ops::linear_backward(dlogits, normed, p_.router.value, p_.router.grad));
-  return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, config_.rms_norm_eps, p_.norm.grad));
+  if (p_.shared.defined()) {
+    Tensor dshared = dout;
+    if (p_.shared_gate.defined()) {
+      ops::SigmoidGateGrads gate = ops::sigmoid_gated_add_backward(dout, shared_out_, shared_gate_logits_);
+      dshared = gate.dy;
+      dnormed = add(dnormed, ops::linear_backward(gate.dlogits, normed, p_.shared_gate.value, p_.shared_gate.grad));
+    }
+    dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared));
+  }
+  return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, p_.norm.grad));
 }
 
 size_t MoeBlock::stash_bytes() const {
-  return held_bytes({&input_, &routing_.logits, &permuted_, &activations_.gate_up, &activations_.out}) +
-         routing_.expert.size() * sizeof(int32_t) + routing_.weight.size() * sizeof(float) +
-         (permutation_.source.size() + permutation_.row_of.size() + permutation_.offsets.size()) * sizeof(int64_t);
+  return held_bytes({&input_, &routing_.logits, &dispatched_.rows, &activations_.gate_up, &activations_.out, &shared_gate_up_,
+                     &shared_out_, &shared_gate_logits_}) +
+         routing_.expert.size() * sizeof(int32_t) + routing_.weight.size() * sizeof(float) + dispatched_.offsets.size() * sizeof(int64_t) +
+         dispatcher_->stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
-  input_ = permuted_ = Tensor();
+  dispatched_ = {};
+  input_ = shared_gate_up_ = shared_out_ = shared_gate_logits_ = Tensor();
   routing_ = {};
-  permutation_ = {};
   activations_ = {};
+  dispatcher_->clear();
 }
 
 }  // namespace moetune::model

@@ -1,17 +1,21 @@
-// The mixture-of-experts feed-forward half of a Qwen3-MoE layer: route each token of rms_norm(h) to its top-k
-// experts, run them in expert-major order, combine with the routing weights, add to h.
+// A mixture-of-experts feed-forward sublayer: h + experts(rms_norm(h)) as router -> token dispatcher -> grouped
+// SwiGLU experts -> combine, plus an optional shared expert (scaled by a per-token sigmoid gate when the spec
+// says so). The dispatcher decides where the experts run; the block does not know.
 #pragma once
 
+#include <memory>
+
 #include "moetune/model/block_params.h"
+#include "moetune/model/model_spec.h"
+#include "moetune/model/token_dispatcher.h"
 #include "moetune/ops/experts.h"
-#include "moetune/ops/permute.h"
-#include "moetune/ops/router.h"
 
 namespace moetune::model {
 
 class MoeBlock {
  public:
-  MoeBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+  MoeBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps,
+           std::unique_ptr<TokenDispatcher> dispatcher);
 
   Tensor forward(const Tensor& h);
   // d(h), residual included. `drouter_logits` [T, E] is the aux loss's gradient for this layer's router
@@ -22,13 +26,16 @@ class MoeBlock {
   void clear_stash();
 
  private:
-  const io::ModelConfig& config_;
+  const MoeSpec& spec_;
+  double eps_;
   MoeParams p_;
+  std::unique_ptr<TokenDispatcher> dispatcher_;
   Tensor input_;                        // h, the norm's input
   ops::Routing routing_;                // logits, choices, weights
-  ops::ExpertPermutation permutation_;
-  Tensor permuted_;                     // [T*k, H] the experts' input
-  ops::ExpertActivations activations_;  // pre-activation and output per permuted row
+  DispatchedTokens dispatched_;         // the experts' input rows and their offsets
+  ops::ExpertActivations activations_;  // pre-activation and output per dispatched row
+  Tensor shared_gate_up_, shared_out_;  // the shared expert's pre-activation and output
+  Tensor shared_gate_logits_;           // [T, 1]
 };
 
 }  // namespace moetune::model

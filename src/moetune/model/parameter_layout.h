@@ -1,4 +1,5 @@
-// The engine's parameters for a model and how each maps to Hugging Face tensors (the state-dict adapter).
+// The engine's parameters for a model and how each maps to Hugging Face tensors (the state-dict adapter, which
+// each family writes with the builders of model/families/decoder_parameters.h).
 //
 // Inside, the engine fuses what runs as one GEMM: q/k/v into `attn.qkv` [(nq+2nkv)·hd, H], gate and up into
 // `mlp.gate_up` [2I, H], and each MoE layer's experts stacked into `experts.gate_up` [E, 2I, H] and
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "moetune/core/tensor.h"
-#include "moetune/io/hf_config.h"
+#include "moetune/model/model_spec.h"
 
 namespace moetune::model {
 
@@ -35,7 +36,7 @@ struct ParameterSpec {
 };
 
 struct ParameterLayout {
-  io::ModelConfig config;
+  ModelSpec spec;
   std::vector<ParameterSpec> parameters;  // in the order HF lists its tensors
 
   int64_t total_parameters() const;
@@ -45,7 +46,6 @@ struct ParameterLayout {
   int64_t active_matmul_parameters() const;
 };
 
-// The layout of a decoder-only family (Llama, Qwen3, Qwen3-MoE): one builder, options from the config.
-ParameterLayout parameter_layout(const io::ModelConfig& config);
+// The family's builders (model/families/) fill it; model_description.h's parameter_layout() is the entry point.
 
 }  // namespace moetune::model

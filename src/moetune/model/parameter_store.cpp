@@ -4,7 +4,7 @@
 
 namespace moetune::model {
 
-ParameterStore::ParameterStore(io::ModelWeights weights) : weights_(std::move(weights)) {
+ParameterStore::ParameterStore(model::ModelWeights weights) : weights_(std::move(weights)) {
   for (size_t i = 0; i < weights_.parameters.size(); ++i) {
     const Tensor& value = weights_.parameters[i];
     grads_.push_back(Tensor::zeros(value.shape(), value.dtype(), value.device()));
@@ -19,7 +19,7 @@ Param ParameterStore::find(const std::string& name) const {
 
 Param ParameterStore::get(const std::string& name) const {
   Param param = find(name);
-  if (!param.defined()) fail("no parameter '{}' in this {} model", name, weights_.config().architecture);
+  if (!param.defined()) fail("no parameter '{}' in this {} model", name, weights_.spec().architecture);
   return param;
 }
 

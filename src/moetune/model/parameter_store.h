@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "moetune/io/checkpoint.h"
+#include "moetune/model/checkpoint.h"
 
 namespace moetune::model {
 
@@ -15,19 +15,19 @@ struct Param {
 
 class ParameterStore {
  public:
-  explicit ParameterStore(io::ModelWeights weights);  // gradients start at zero, same dtype and device
+  explicit ParameterStore(model::ModelWeights weights);  // gradients start at zero, same dtype and device
 
   Param get(const std::string& name) const;   // fails naming the parameter when absent
   Param find(const std::string& name) const;  // undefined Param when absent
   void zero_grad();
 
-  const io::ModelWeights& weights() const { return weights_; }
+  const model::ModelWeights& weights() const { return weights_; }
   std::vector<Tensor>& values() { return weights_.parameters; }
   std::vector<Tensor>& grads() { return grads_; }
   const std::vector<Tensor>& grads() const { return grads_; }
 
  private:
-  io::ModelWeights weights_;
+  model::ModelWeights weights_;
   std::vector<Tensor> grads_;
   std::map<std::string, size_t> index_;
 };

@@ -1,10 +1,8 @@
 #include "moetune/model/sequence_layout.h"
 
-#include "moetune/ops/rope.h"
-
 namespace moetune::model {
 
-SequenceLayout sequence_layout(const io::ModelConfig& config, const Tensor& input_ids, const Tensor& position_ids,
+SequenceLayout sequence_layout(const Tensor& input_ids, const Tensor& position_ids,
                                const Tensor& attention_mask) {
   const int64_t seq = input_ids.size(1), tokens = input_ids.numel();
   for (const Tensor* t : {&position_ids, &attention_mask})
@@ -23,7 +21,6 @@ SequenceLayout sequence_layout(const io::ModelConfig& config, const Tensor& inpu
     for (int64_t t = 0; t < tokens; ++t) layout.token_valid.push_back(attention_mask.data<int64_t>()[t] != 0);
     layout.mask.key_valid = layout.token_valid;
   }
-  layout.inverse_frequencies = ops::rope_inverse_frequencies(config.rope, config.head_dim);
   return layout;
 }
 

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "moetune/core/tensor.h"
-#include "moetune/io/hf_config.h"
 #include "moetune/ops/attention.h"
 
 namespace moetune::model {
@@ -14,12 +13,11 @@ struct SequenceLayout {
   std::vector<int64_t> positions;           // per token, restarting at each document
   ops::AttentionMask mask;
   std::vector<uint8_t> token_valid;         // per token, 0 for padding; empty when there is none
-  std::vector<float> inverse_frequencies;   // RoPE
 };
 
 // input_ids [B, S]; position_ids [B, S] or undefined (0..S-1 per row); attention_mask [B, S] or undefined.
 // A new document starts at each row and wherever a position does not follow its predecessor by one.
-SequenceLayout sequence_layout(const io::ModelConfig& config, const Tensor& input_ids, const Tensor& position_ids,
+SequenceLayout sequence_layout(const Tensor& input_ids, const Tensor& position_ids,
                                const Tensor& attention_mask);
 
 }  // namespace moetune::model

@@ -15,7 +15,7 @@ class CpuEngine final : public TrainingEngine {
     if (r.optimizer.precision != "fp32")
       fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
   }
-  const io::ModelConfig& config() const override { return model_.config(); }
+  const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cpu(); }
 
   model::CausalLMOutput forward_backward(const model::Batch& batch) override {

@@ -18,7 +18,7 @@ namespace moetune::train {
 class TrainingEngine {
  public:
   virtual ~TrainingEngine() = default;
-  virtual const io::ModelConfig& config() const = 0;
+  virtual const model::ModelSpec& spec() const = 0;
   virtual Device device() const = 0;
   // Forward and backward of one micro-batch; gradients accumulate until optimizer_step().
   virtual model::CausalLMOutput forward_backward(const model::Batch& batch) = 0;

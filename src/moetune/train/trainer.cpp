@@ -77,7 +77,7 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume) : recipe_(st
   if (r.model.empty()) fail("the recipe names no model (set model: PATH or --set model=PATH)");
   if (r.data.train.empty()) fail("the recipe names no training data (data.train)");
   engine_ = make_engine(r);
-  codec.vocab_size = engine_->config().vocab_size;
+  codec.vocab_size = engine_->spec().vocab_size;
   const std::vector<fs::path> train_files = resolve(r.data.train);
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));

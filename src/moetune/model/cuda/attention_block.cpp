@@ -1,63 +1,68 @@
 #include "moetune/model/cuda/attention_block.h"
 
-#include <cmath>
-
 #include "moetune/model/block_util.h"
 #include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
 #include "moetune/ops/cuda/qkv_rope.h"
+#include "moetune/ops/rope.h"
 
 namespace moetune::model::cuda {
 namespace {
 Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
 }  // namespace
 
-AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config)
-    : config_(config), p_(AttentionParams::lookup(store, prefix)) {}
+AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
+                               double norm_eps)
+    : spec_(*sublayer.attention()), eps_(norm_eps), p_(AttentionParams::lookup(store, layer, sublayer.norm)) {
+  MOETUNE_CHECK(!spec_.sliding_window && !spec_.sinks && spec_.qk_head_dim == spec_.v_head_dim,
+                "{}: sliding windows, sinks and differing q/k and v head dims are not implemented on the GPU", layer);
+  const int64_t d = spec_.qk_head_dim;
+  inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d), {d / 2}).to(Device::cuda());
+}
 
-Tensor AttentionBlock::forward(const Tensor& h, const DeviceBatch& batch, const Tensor& inv_freq) {
-  const int64_t tokens = h.size(0), d = config_.head_dim, nq = config_.num_attention_heads, nkv = config_.num_key_value_heads;
-  const double eps = config_.rms_norm_eps;
+Tensor AttentionBlock::forward(const Tensor& h, const DeviceBatch& batch) {
+  const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
+  const double eps = eps_;
   stash_.input = h;
   Tensor normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, p_.input_norm.value, eps, normed);
+  ops::cuda::rms_norm_forward(h, p_.norm.value, eps, normed);
   stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
   normed = Tensor();
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
   stash_.v = device_like({tokens, nkv, d});
-  ops::cuda::qkv_norm_rope_forward(stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq, batch.positions, stash_.q,
+  ops::cuda::qkv_norm_rope_forward(stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions, stash_.q,
                                    stash_.k, stash_.v);
   stash_.attended = device_like({tokens, nq, d});
   stash_.softmax_stats = ops::cuda::flash_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
-                                                            1.0 / std::sqrt(double(d)), stash_.attended);
+                                                            spec_.softmax_scale(), stash_.attended);
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
   ops::cuda::add(out, h, out);
   return out;
 }
 
-Tensor AttentionBlock::backward(const Tensor& dout, const DeviceBatch& batch, const Tensor& inv_freq) {
-  const int64_t tokens = dout.size(0), d = config_.head_dim, nq = config_.num_attention_heads, nkv = config_.num_key_value_heads;
-  const double eps = config_.rms_norm_eps;
+Tensor AttentionBlock::backward(const Tensor& dout, const DeviceBatch& batch) {
+  const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
+  const double eps = eps_;
   Tensor dattended = device_like({tokens, nq * d});
   ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad, p_.o_bias.grad);
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
   ops::cuda::flash_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v, stash_.attended,
-                                      stash_.softmax_stats, batch.documents, 1.0 / std::sqrt(double(d)), dq, dk, dv);
+                                      stash_.softmax_stats, batch.documents, spec_.softmax_scale(), dq, dk, dv);
   dattended = Tensor();
   Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});
-  ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq, batch.positions,
+  ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions,
                                     dqkv, p_.q_norm.grad, p_.k_norm.grad);
   dq = dk = dv = Tensor();
   Tensor normed = device_like(stash_.input.shape());  // recomputed, not kept
-  ops::cuda::rms_norm_forward(stash_.input, p_.input_norm.value, eps, normed);
+  ops::cuda::rms_norm_forward(stash_.input, p_.norm.value, eps, normed);
   Tensor dnormed = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dqkv, normed, p_.qkv.value, dnormed, p_.qkv.grad, p_.qkv_bias.grad);
   Tensor dh = device_like(stash_.input.shape());
-  ops::cuda::rms_norm_backward(dnormed, stash_.input, p_.input_norm.value, eps, dh, p_.input_norm.grad, dout);
+  ops::cuda::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps, dh, p_.norm.grad, dout);
   clear_stash();
   return dh;
 }

@@ -5,20 +5,23 @@
 
 #include "moetune/model/cuda/device_batch.h"
 #include "moetune/model/block_params.h"
+#include "moetune/model/model_spec.h"
 
 namespace moetune::model::cuda {
 
 class AttentionBlock {
  public:
-  AttentionBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+  AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
-  Tensor forward(const Tensor& h, const DeviceBatch& batch, const Tensor& inv_freq);
-  Tensor backward(const Tensor& dout, const DeviceBatch& batch, const Tensor& inv_freq);
+  Tensor forward(const Tensor& h, const DeviceBatch& batch);
+  Tensor backward(const Tensor& dout, const DeviceBatch& batch);
   size_t stash_bytes() const;
   void clear_stash() { stash_ = {}; }
 
  private:
-  const io::ModelConfig& config_;
+  const AttentionSpec& spec_;
+  double eps_;
+  Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device
   AttentionParams p_;
   struct Stash {
     Tensor input;         // h [T, H]

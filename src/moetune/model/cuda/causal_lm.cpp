@@ -8,7 +8,6 @@
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/linear_cross_entropy.h"
 #include "moetune/ops/cuda/norm.h"
-#include "moetune/ops/rope.h"
 
 namespace moetune::model::cuda {
 namespace {
@@ -21,68 +20,64 @@ float read_scalar(const Tensor& t) {
 }  // namespace
 
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
-  return CausalLM(io::load_checkpoint(folder, io::LoadOptions{DType::BF16, Device::cuda()}));
+  return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}));
 }
 
-CausalLM::CausalLM(io::ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
-  const io::ModelConfig& c = config();
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+  const ModelSpec& s = spec();
+  for (int64_t layer = 0; layer < s.num_layers(); ++layer) {
     const std::string prefix = fmt::format("layers.{}.", layer);
-    Layer l;
-    l.attention = std::make_unique<AttentionBlock>(*store_, prefix, c);
-    if (c.is_moe_layer(layer))
-      l.moe = std::make_unique<MoeBlock>(*store_, prefix, c);
-    else
-      l.dense = std::make_unique<DenseMlpBlock>(*store_, prefix, c);
-    layers_.push_back(std::move(l));
+    for (const SublayerSpec& sublayer : s.layers[size_t(layer)].sublayers) {
+      Sublayer& b = sublayers_.emplace_back();
+      b.layer = layer;
+      if (sublayer.attention())
+        b.attention = std::make_unique<AttentionBlock>(*store_, prefix, sublayer, s.norm_eps);
+      else if (sublayer.mlp())
+        b.mlp = std::make_unique<DenseMlpBlock>(*store_, prefix, sublayer, s.norm_eps);
+      else
+        b.moe = std::make_unique<MoeBlock>(*store_, prefix, sublayer, s.norm_eps,
+                                           std::make_unique<LocalDispatcher>(sublayer.moe()->router.num_experts));
+    }
   }
-  inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(c.rope, c.head_dim), {c.head_dim / 2}).to(Device::cuda());
   embed_ = store_->get("embed_tokens");
-  head_ = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
+  head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");
 }
 
 bool CausalLM::wants_aux(const Batch& batch) const {
-  return config().is_moe() && batch.output_router_logits.value_or(config().output_router_logits);
-}
-
-int64_t CausalLM::moe_layers() const {
-  int64_t n = 0;
-  for (const Layer& layer : layers_) n += layer.moe != nullptr;
-  return n;
+  return spec().aux_loss == AuxLoss::LoadBalancing && batch.output_router_logits.value_or(spec().aux_loss_by_default);
 }
 
 CausalLM::Forward CausalLM::run_layers(const DeviceBatch& batch, bool with_aux) {
-  const io::ModelConfig& c = config();
+  const ModelSpec& c = spec();
   Forward f;
   if (with_aux) {
-    f.aux = {Tensor::zeros({c.num_experts}, DType::F32, Device::cuda()), Tensor::zeros({c.num_experts}, DType::F32, Device::cuda())};
-    f.aux_rows = double(batch.valid_tokens * moe_layers());
+    const int64_t experts = c.num_experts();
+    f.aux = {Tensor::zeros({experts}, DType::F32, Device::cuda()), Tensor::zeros({experts}, DType::F32, Device::cuda())};
+    f.aux_rows = double(batch.valid_tokens * c.moe_layer_count());
   }
   Tensor h = device_like({batch.tokens, c.hidden_size});
   ops::cuda::embedding_forward(batch.ids, embed_.value, h);
-  for (Layer& layer : layers_) {
-    h = layer.attention->forward(h, batch, inv_freq_);
-    h = layer.moe ? layer.moe->forward(h, batch.token_valid, f.aux) : layer.dense->forward(h);
-  }
+  for (Sublayer& b : sublayers_)
+    h = b.attention ? b.attention->forward(h, batch) : b.mlp ? b.mlp->forward(h) : b.moe->forward(h, batch.token_valid, f.aux);
   f.final_hidden = h;
   f.normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, final_norm_.value, c.rms_norm_eps, f.normed);
+  ops::cuda::rms_norm_forward(h, final_norm_.value, c.norm_eps, f.normed);
   return f;
 }
 
 void CausalLM::clear_stashes() {
-  for (Layer& layer : layers_) {
-    layer.attention->clear_stash();
-    if (layer.moe) layer.moe->clear_stash();
-    if (layer.dense) layer.dense->clear_stash();
+  for (Sublayer& b : sublayers_) {
+    if (b.attention) b.attention->clear_stash();
+    if (b.mlp) b.mlp->clear_stash();
+    if (b.moe) b.moe->clear_stash();
   }
 }
 
 CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
-  const io::ModelConfig& c = config();
+  const ModelSpec& c = spec();
   MOETUNE_CHECK(batch.labels.defined(), "forward_backward needs labels");
-  const DeviceBatch device_batch = upload_batch(c, batch);
+  const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
   const bool with_aux = wants_aux(batch);
   Forward f = run_layers(device_batch, with_aux);
 
@@ -97,16 +92,15 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
     aux_loss = Tensor::zeros({1}, DType::F32, Device::cuda());
     ops::cuda::aux_loss_value(f.aux.counts, f.aux.prob_sums, f.aux_rows, aux_loss);
   }
-  const double aux_scale = with_aux ? c.router_aux_loss_coef : 0.0;
+  const double aux_scale = with_aux ? c.aux_loss_coef : 0.0;
 
   Tensor dh = device_like(f.final_hidden.shape());
-  ops::cuda::rms_norm_backward(dnormed, f.final_hidden, final_norm_.value, c.rms_norm_eps, dh, final_norm_.grad);
+  ops::cuda::rms_norm_backward(dnormed, f.final_hidden, final_norm_.value, c.norm_eps, dh, final_norm_.grad);
   dnormed = f.final_hidden = Tensor();
-  for (auto layer = layers_.rbegin(); layer != layers_.rend(); ++layer) {
-    dh = layer->moe ? layer->moe->backward(dh, device_batch.token_valid, f.aux, f.aux_rows, aux_scale)
-                    : layer->dense->backward(dh);
-    dh = layer->attention->backward(dh, device_batch, inv_freq_);
-  }
+  for (auto b = sublayers_.rbegin(); b != sublayers_.rend(); ++b)
+    dh = b->attention ? b->attention->backward(dh, device_batch)
+         : b->mlp     ? b->mlp->backward(dh)
+                      : b->moe->backward(dh, device_batch.token_valid, f.aux, f.aux_rows, aux_scale);
   ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);
 
   CausalLMOutput out;
@@ -121,9 +115,9 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
 }
 
 CausalLMOutput CausalLM::loss(const Batch& batch) {
-  const io::ModelConfig& c = config();
+  const ModelSpec& c = spec();
   MOETUNE_CHECK(batch.labels.defined(), "loss needs labels");
-  const DeviceBatch device_batch = upload_batch(c, batch);
+  const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
   const bool with_aux = wants_aux(batch);
   Forward f = run_layers(device_batch, with_aux);
   clear_stashes();
@@ -138,14 +132,14 @@ CausalLMOutput CausalLM::loss(const Batch& batch) {
     Tensor aux_loss = Tensor::zeros({1}, DType::F32, Device::cuda());
     ops::cuda::aux_loss_value(f.aux.counts, f.aux.prob_sums, f.aux_rows, aux_loss);
     out.aux_loss = read_scalar(aux_loss);
-    out.loss += c.router_aux_loss_coef * out.aux_loss;
+    out.loss += c.aux_loss_coef * out.aux_loss;
   }
   return out;
 }
 
 Tensor CausalLM::logits(const Batch& batch) {
-  const io::ModelConfig& c = config();
-  const DeviceBatch device_batch = upload_batch(c, batch);
+  const ModelSpec& c = spec();
+  const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
   Forward f = run_layers(device_batch, false);
   clear_stashes();
   Tensor logits = device_like({device_batch.tokens, c.vocab_size});
@@ -154,14 +148,14 @@ Tensor CausalLM::logits(const Batch& batch) {
 }
 
 void CausalLM::save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options) const {
-  io::save_checkpoint(store_->weights(), folder, options);
+  save_checkpoint(store_->weights(), folder, options);
 }
 
 std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const {
   std::vector<std::pair<int64_t, ops::RouterStats>> stats;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (!layers_[i].moe || !layers_[i].moe->layer_counts().defined()) continue;
-    const Tensor counts = layers_[i].moe->layer_counts().to(Device::cpu());
+  for (const Sublayer& b : sublayers_) {
+    if (!b.moe || !b.moe->layer_counts().defined()) continue;
+    const Tensor counts = b.moe->layer_counts().to(Device::cpu());
     const float* n = counts.data<float>();
     double total = 0, most = 0, least = INFINITY;
     for (int64_t e = 0; e < counts.numel(); ++e) {
@@ -174,7 +168,7 @@ std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const
     s.load_max_over_mean = mean > 0 ? most / mean : 0;
     s.load_min_over_mean = mean > 0 ? least / mean : 0;
     s.entropy = NAN;  // needs the probabilities; not computed on the GPU path
-    stats.emplace_back(int64_t(i), s);
+    stats.emplace_back(b.layer, s);
   }
   return stats;
 }

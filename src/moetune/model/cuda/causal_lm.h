@@ -33,15 +33,17 @@ class CausalLM {
   void zero_grad() { store_->zero_grad(); }
   void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const;
   ParameterStore& parameters() { return *store_; }
-  const io::ModelWeights& weights() const { return store_->weights(); }
-  const io::ModelConfig& config() const { return store_->weights().config(); }
+  const ModelWeights& weights() const { return store_->weights(); }
+  const ModelSpec& spec() const { return store_->weights().spec(); }
   // Per MoE layer: load statistics of the last forward pass (reads the counts back: call between steps).
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const;
 
  private:
-  struct Layer {
+  // One residual sublayer of the walk over the description, exactly one block set.
+  struct Sublayer {
+    int64_t layer = 0;
     std::unique_ptr<AttentionBlock> attention;
-    std::unique_ptr<DenseMlpBlock> dense;
+    std::unique_ptr<DenseMlpBlock> mlp;
     std::unique_ptr<MoeBlock> moe;
   };
   struct Forward {
@@ -51,15 +53,13 @@ class CausalLM {
     double aux_rows = 0;
   };
 
-  explicit CausalLM(io::ModelWeights weights);
+  explicit CausalLM(ModelWeights weights);
   Forward run_layers(const DeviceBatch& batch, bool with_aux);
   void clear_stashes();  // evaluation keeps nothing for a backward pass
   bool wants_aux(const Batch& batch) const;
-  int64_t moe_layers() const;
 
   std::unique_ptr<ParameterStore> store_;
-  std::vector<Layer> layers_;
-  Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device
+  std::vector<Sublayer> sublayers_;
   Param head_, final_norm_, embed_;
 };
 

@@ -38,18 +38,18 @@ std::vector<int64_t> attention_documents(const SequenceLayout& layout) {
 
 }  // namespace
 
-DeviceBatch upload_batch(const io::ModelConfig& config, const Batch& batch) {
+DeviceBatch upload_batch(int64_t vocab_size, const Batch& batch) {
   MOETUNE_CHECK(batch.input_ids.dim() == 2 && batch.input_ids.dtype() == DType::I64 && batch.input_ids.device().is_cpu(),
                 "forward: input_ids must be I64 [B, S] on the host, got {}", batch.input_ids.str());
   DeviceBatch out;
   out.rows = batch.input_ids.size(0);
   out.seq = batch.input_ids.size(1);
   out.tokens = batch.input_ids.numel();
-  out.layout = sequence_layout(config, batch.input_ids, batch.position_ids, batch.attention_mask);
+  out.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
   const int64_t* ids = batch.input_ids.data<int64_t>();
   for (int64_t t = 0; t < out.tokens; ++t)
-    if (ids[t] < 0 || ids[t] >= config.vocab_size)
-      fail("input_ids: token id {} at position {} is outside the vocabulary of {}", ids[t], t, config.vocab_size);
+    if (ids[t] < 0 || ids[t] >= vocab_size)
+      fail("input_ids: token id {} at position {} is outside the vocabulary of {}", ids[t], t, vocab_size);
   out.ids = upload_i32(std::vector<int64_t>(ids, ids + out.tokens));
   out.positions = upload_i32(out.layout.positions);
   if (!out.layout.token_valid.empty()) {
@@ -64,8 +64,8 @@ DeviceBatch upload_batch(const io::ModelConfig& config, const Batch& batch) {
     const std::vector<int64_t> targets = ops::shift_labels(batch.labels);
     for (int64_t target : targets) {
       if (target == ops::kIgnoreIndex) continue;
-      if (target < 0 || target >= config.vocab_size)
-        fail("labels: {} is outside the vocabulary of {} (and is not -100)", target, config.vocab_size);
+      if (target < 0 || target >= vocab_size)
+        fail("labels: {} is outside the vocabulary of {} (and is not -100)", target, vocab_size);
       ++out.scored;
     }
     out.targets = upload_i32(targets);

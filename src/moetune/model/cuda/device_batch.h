@@ -26,6 +26,6 @@ struct DeviceBatch {
 // becomes a document of its own, which no real token can see. A real token after padding in the same row
 // starts a new document too; that is exactly left padding. Padding between two parts of one document, which
 // the CPU reference can express, is refused.
-DeviceBatch upload_batch(const io::ModelConfig& config, const Batch& batch);
+DeviceBatch upload_batch(int64_t vocab_size, const Batch& batch);
 
 }  // namespace moetune::model::cuda

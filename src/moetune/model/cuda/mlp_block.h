@@ -1,14 +1,15 @@
-// The dense SwiGLU feed-forward half of a layer on the GPU (Llama, Qwen3, and Qwen3-MoE's dense layers):
-// h + down(swiglu(gate_up(rms_norm(h)))). Keeps h and the gate/up pre-activation; the rest is recomputed.
+// A dense SwiGLU feed-forward sublayer on the GPU: h + swiglu_mlp(rms_norm(h)). Keeps h and the gate/up
+// pre-activation; the rest is recomputed.
 #pragma once
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/model_spec.h"
 
 namespace moetune::model::cuda {
 
 class DenseMlpBlock {
  public:
-  DenseMlpBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+  DenseMlpBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
   Tensor forward(const Tensor& h);
   Tensor backward(const Tensor& dout);
@@ -16,7 +17,7 @@ class DenseMlpBlock {
   void clear_stash() { input_ = gate_up_out_ = Tensor(); }
 
  private:
-  const io::ModelConfig& config_;
+  double eps_;
   MlpParams p_;
   Tensor input_, gate_up_out_;
 };

@@ -1,10 +1,14 @@
-// The mixture-of-experts half of a Qwen3-MoE layer on the GPU: route rms_norm(h) (fp32 router logits, softmax
-// top-k in one kernel), permute to expert-major rows on the device, two grouped GEMMs with SwiGLU between, and
-// the weighted combine added to h. Nothing is read back to the host: expert counts stay on the device.
+// A mixture-of-experts sublayer on the GPU: router -> token dispatcher -> grouped experts -> combine, added to h.
+// The router gives fp32 logits and the softmax top-k in one kernel; the dispatcher (model/cuda/token_dispatcher.h)
+// puts the rows in expert-major order for two grouped GEMMs with SwiGLU between; an optional shared expert (with
+// its sigmoid gate) is added on top. Nothing is read back to the host: expert counts stay on the device.
 #pragma once
 
 #include "moetune/model/block_params.h"
-#include "moetune/ops/cuda/permute.h"
+#include <memory>
+
+#include "moetune/model/cuda/token_dispatcher.h"
+#include "moetune/model/model_spec.h"
 
 namespace moetune::model::cuda {
 
@@ -15,7 +19,8 @@ struct AuxLossSums {
 
 class MoeBlock {
  public:
-  MoeBlock(const ParameterStore& store, const std::string& prefix, const io::ModelConfig& config);
+  MoeBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps,
+           std::unique_ptr<TokenDispatcher> dispatcher);
 
   // Adds this layer's counts into `aux` when aux.counts is defined. Per-layer counts are kept for telemetry.
   Tensor forward(const Tensor& h, const Tensor& token_valid, const AuxLossSums& aux);
@@ -28,16 +33,20 @@ class MoeBlock {
   void clear_stash();
 
  private:
-  const io::ModelConfig& config_;
+  const MoeSpec& spec_;
+  double eps_;
   MoeParams p_;
+  std::unique_ptr<TokenDispatcher> dispatcher_;
   Tensor input_;             // h
   Tensor logits_;            // F32 [T, E]
   Tensor expert_ids_;        // I32 [T, k]
   Tensor weights_;           // F32 [T, k]
-  ops::cuda::DevicePermutation plan_;
-  Tensor permuted_;          // [T k, H]
+  DispatchedTokens dispatched_;  // the experts' input rows [R, H] and offsets
   Tensor gate_up_out_;       // [T k, 2 I]
   Tensor expert_out_;        // [T k, H]
+  Tensor shared_gate_up_;    // the shared expert's pre-activation [T, 2 Is]
+  Tensor shared_out_;        // its output [T, H], read by the gate's backward
+  Tensor shared_gate_logits_;  // F32 [T, 1]
   Tensor layer_counts_, layer_prob_sums_;
 };
 

@@ -5,7 +5,7 @@
 
 namespace moetune::ops {
 
-std::vector<float> rope_inverse_frequencies(const io::RopeConfig& rope, int64_t head_dim) {
+std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim) {
   const int64_t rotary_dim = int64_t(double(head_dim) * rope.partial_rotary_factor);
   MOETUNE_CHECK(rotary_dim == head_dim, "RoPE with partial_rotary_factor {} is not supported", rope.partial_rotary_factor);
   std::vector<float> inv(size_t(head_dim / 2));

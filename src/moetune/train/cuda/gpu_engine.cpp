@@ -34,7 +34,7 @@ class GpuEngine final : public TrainingEngine {
     coefficient_ = Tensor::empty({1}, DType::F32, Device::cuda());
   }
 
-  const io::ModelConfig& config() const override { return model_.config(); }
+  const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cuda(); }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override { return model_.forward_backward(batch); }
   model::CausalLMOutput evaluate(const model::Batch& batch) override { return model_.loss(batch); }

@@ -11,8 +11,9 @@
 
 #include "moetune/io/safetensors_folder.h"
 #include "moetune/model/parameter_layout.h"
+#include "moetune/io/safetensors.h"
 
-namespace moetune::io {
+namespace moetune::model {
 
 struct LoadOptions {
   std::optional<DType> dtype;  // the engine's dtype for every parameter; nullopt keeps the checkpoint's
@@ -20,28 +21,28 @@ struct LoadOptions {
 };
 
 struct ModelWeights {
-  model::ParameterLayout layout;
+  ParameterLayout layout;
   std::vector<Tensor> parameters;            // parallel to layout.parameters
   std::vector<DType> disk_dtypes;            // parallel too: the dtype to write back
   std::vector<bool> stored_fused;            // parallel too: written as one v5 fused tensor, not per piece
   std::filesystem::path source;              // the folder it was loaded from, if any
 
-  const ModelConfig& config() const { return layout.config; }
+  const ModelSpec& spec() const { return layout.spec; }
   const Tensor& parameter(const std::string& name) const;  // fails naming the parameter when absent
   const Tensor* find(const std::string& name) const;       // null when absent (optional biases, lm_head)
 };
 
 // Checks a folder's tensors (names, shapes; no bytes read) against what the layout needs; errors name the
 // file and tensor at fault. Returns, per parameter, whether the folder holds it as one v5 fused tensor.
-std::vector<bool> match_checkpoint(const model::ParameterLayout& layout, const SafetensorsFolder& files);
+std::vector<bool> match_checkpoint(const ParameterLayout& layout, const io::SafetensorsFolder& files);
 
 ModelWeights load_checkpoint(const std::filesystem::path& folder, const LoadOptions& options = {});
 
 // Writes config.json (as it was read), the weights (sharded at options.max_shard_bytes) and, when the weights
 // came from another folder, that folder's tokenizer and generation files.
-void save_checkpoint(const ModelWeights& weights, const std::filesystem::path& folder, const SaveOptions& options = {});
+void save_checkpoint(const ModelWeights& weights, const std::filesystem::path& folder, const io::SaveOptions& options = {});
 
 // The HF tensors of `weights` as they would be saved: names, per-expert layout, disk dtypes.
-NamedTensors to_hf_tensors(const ModelWeights& weights);
+io::NamedTensors to_hf_tensors(const ModelWeights& weights);
 
-}  // namespace moetune::io
+}  // namespace moetune::model

@@ -1,11 +1,15 @@
-#include "moetune/io/checkpoint.h"
+#include "moetune/model/checkpoint.h"
 
 #include <set>
 
 #include "moetune/io/atomic_file.h"
+#include "moetune/model/model_description.h"
 #include "moetune/ops/cast.h"
 
-namespace moetune::io {
+namespace moetune::model {
+
+using io::SafetensorsFolder;
+using io::NamedTensors;
 
 namespace fs = std::filesystem;
 
@@ -41,12 +45,12 @@ const Tensor* ModelWeights::find(const std::string& name) const {
 
 const Tensor& ModelWeights::parameter(const std::string& name) const {
   const Tensor* found = find(name);
-  if (!found) fail("no parameter '{}' in this {} model", name, layout.config.architecture);
+  if (!found) fail("no parameter '{}' in this {} model", name, layout.spec.architecture);
   return *found;
 }
 
-std::vector<bool> match_checkpoint(const model::ParameterLayout& layout, const SafetensorsFolder& files) {
-  const ModelConfig& config = layout.config;
+std::vector<bool> match_checkpoint(const ParameterLayout& layout, const SafetensorsFolder& files) {
+  const ModelSpec& config = layout.spec;
   std::vector<bool> stored_fused;
   std::set<std::string> claimed;
   std::vector<std::string> missing;
@@ -86,7 +90,7 @@ std::vector<bool> match_checkpoint(const model::ParameterLayout& layout, const S
 ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options) {
   ModelWeights weights;
   weights.source = folder;
-  weights.layout = model::parameter_layout(load_config(folder / "config.json"));
+  weights.layout = parameter_layout(load_model_spec(folder / "config.json"));
   SafetensorsFolder files = SafetensorsFolder::open(folder);
   weights.stored_fused = match_checkpoint(weights.layout, files);
 
@@ -135,10 +139,10 @@ NamedTensors to_hf_tensors(const ModelWeights& weights) {
   return tensors;
 }
 
-void save_checkpoint(const ModelWeights& weights, const fs::path& folder, const SaveOptions& options) {
+void save_checkpoint(const ModelWeights& weights, const fs::path& folder, const io::SaveOptions& options) {
   fs::create_directories(folder);
-  save_safetensors_folder(folder, to_hf_tensors(weights), options);
-  write_text_atomically(folder / "config.json", weights.config().json.dump(2) + "\n");
+  io::save_safetensors_folder(folder, to_hf_tensors(weights), options);
+  io::write_text_atomically(folder / "config.json", weights.spec().json.dump(2) + "\n");
   std::error_code same_error;
   if (weights.source.empty() || fs::equivalent(weights.source, folder, same_error)) return;
   for (const char* name : kCompanionFiles)
@@ -146,4 +150,4 @@ void save_checkpoint(const ModelWeights& weights, const fs::path& folder, const 
       fs::copy_file(weights.source / name, folder / name, fs::copy_options::overwrite_existing);
 }
 
-}  // namespace moetune::io
+}  // namespace moetune::model

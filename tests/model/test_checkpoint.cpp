@@ -2,16 +2,19 @@
 // tensor, for every fixture and every way of holding the weights.
 #include <gtest/gtest.h>
 
-#include "moetune/io/checkpoint.h"
+#include "moetune/model/checkpoint.h"
 #include "moetune/ops/cast.h"
 #include "test_util.h"
 
-namespace moetune::io {
+namespace moetune::model {
+
+using io::SafetensorsFolder;
+using io::SaveOptions;
 namespace {
 
 using testing::ScratchDir;
 
-const char* kFixtures[] = {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny"};
+const char* kFixtures[] = {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"};
 
 void expect_same_tensors(const std::filesystem::path& expected_dir, const std::filesystem::path& actual_dir) {
   SafetensorsFolder expected = SafetensorsFolder::open(expected_dir), actual = SafetensorsFolder::open(actual_dir);
@@ -44,23 +47,26 @@ TEST(Checkpoint, RoundTripThroughF32EngineWeightsIsBitExact) {
 
 TEST(Checkpoint, ExpertsAreStackedAndFused) {
   ModelWeights weights = load_checkpoint(testing::fixture("qwen3_moe_tiny"), LoadOptions{DType::F32});
-  const ModelConfig& c = weights.config();
+  const ModelSpec& spec = weights.spec();
+  const MoeSpec& moe = *spec.layers[0].moe();
+  const AttentionSpec& attention = spec.first_attention();
+  const int64_t experts = moe.router.num_experts, inner = moe.experts.intermediate, hidden = spec.hidden_size;
   const Tensor& gate_up = weights.parameter("layers.0.moe.experts_gate_up");
   const Tensor& down = weights.parameter("layers.0.moe.experts_down");
-  EXPECT_EQ(gate_up.shape(), Shape({c.num_experts, 2 * c.moe_intermediate_size, c.hidden_size}));
-  EXPECT_EQ(down.shape(), Shape({c.num_experts, c.hidden_size, c.moe_intermediate_size}));
+  EXPECT_EQ(gate_up.shape(), Shape({experts, 2 * inner, hidden}));
+  EXPECT_EQ(down.shape(), Shape({experts, hidden, inner}));
   SafetensorsFolder files = SafetensorsFolder::open(testing::fixture("qwen3_moe_tiny"));
   // Expert 2's up rows are the second half of its [2I, H] block.
   Tensor up = ops::cast(files.tensor("model.layers.0.mlp.experts.2.up_proj.weight"), DType::F32);
-  EXPECT_TRUE(gate_up[2].narrow(c.moe_intermediate_size, c.moe_intermediate_size).clone().same_bytes(up));
+  EXPECT_TRUE(gate_up[2].narrow(inner, inner).clone().same_bytes(up));
   Tensor expert_down = ops::cast(files.tensor("model.layers.0.mlp.experts.3.down_proj.weight"), DType::F32);
   EXPECT_TRUE(down[3].clone().same_bytes(expert_down));
   // Layer 1 is in mlp_only_layers: a dense MLP, gate and up fused.
-  EXPECT_EQ(weights.parameter("layers.1.mlp.gate_up").shape(), Shape({2 * c.intermediate_size, c.hidden_size}));
+  EXPECT_EQ(weights.parameter("layers.1.mlp.gate_up").shape(), Shape({2 * spec.layers[1].sublayers[1].mlp()->intermediate, hidden}));
   // q, k, v fused in that order.
   const Tensor& qkv = weights.parameter("layers.0.attn.qkv");
   Tensor k = ops::cast(files.tensor("model.layers.0.self_attn.k_proj.weight"), DType::F32);
-  EXPECT_TRUE(qkv.narrow(c.num_attention_heads * c.head_dim, k.size(0)).clone().same_bytes(k));
+  EXPECT_TRUE(qkv.narrow(attention.num_heads * attention.qk_head_dim, k.size(0)).clone().same_bytes(k));
 }
 
 TEST(Checkpoint, V5FusedExpertTensorsLoadAndSaveBack) {
@@ -81,7 +87,7 @@ TEST(Checkpoint, V5FusedExpertTensorsLoadAndSaveBack) {
 
 TEST(Checkpoint, TiedModelsHaveNoLmHead) {
   ModelWeights weights = load_checkpoint(testing::fixture("qwen3_tiny"));
-  EXPECT_TRUE(weights.config().tie_word_embeddings);
+  EXPECT_TRUE(weights.spec().tie_word_embeddings);
   EXPECT_THROW(weights.parameter("lm_head"), Error);
 }
 
@@ -95,4 +101,4 @@ TEST(Checkpoint, GpuLoadRoundTrips) {
 }
 
 }  // namespace
-}  // namespace moetune::io
+}  // namespace moetune::model

@@ -1,0 +1,98 @@
+#include "moetune/io/config_reader.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "moetune/core/error.h"
+
+namespace moetune::io {
+
+using nlohmann::json;
+
+namespace {
+// Values in error messages are cut short: a config.json may hold anything.
+std::string shown(const json& value) {
+  std::string text = value.dump();
+  return text.size() > 80 ? text.substr(0, 80) + "..." : text;
+}
+}  // namespace
+
+const json* ConfigReader::find(const char* key) const {
+  auto found = object_.find(key);
+  return found == object_.end() || found->is_null() ? nullptr : &*found;
+}
+
+int64_t ConfigReader::as_integer(const json& value, const char* key) {
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number_float() && std::nearbyint(value.get<double>()) == value.get<double>() &&
+      std::fabs(value.get<double>()) < 9.0e15)
+    return int64_t(value.get<double>());
+  fail("'{}' must be an integer, got {}", key, shown(value));
+}
+
+int64_t ConfigReader::integer(const char* key, int64_t fallback) const {
+  const json* value = find(key);
+  return value ? as_integer(*value, key) : fallback;
+}
+
+std::optional<int64_t> ConfigReader::optional_integer(const char* key) const {
+  const json* value = find(key);
+  return value ? std::optional<int64_t>(as_integer(*value, key)) : std::nullopt;
+}
+
+double ConfigReader::number(const char* key, double fallback) const {
+  const json* value = find(key);
+  if (!value) return fallback;
+  if (!value->is_number()) fail("'{}' must be a number, got {}", key, shown(*value));
+  return value->get<double>();
+}
+
+bool ConfigReader::boolean(const char* key, bool fallback) const {
+  const json* value = find(key);
+  if (!value) return fallback;
+  if (!value->is_boolean()) fail("'{}' must be true or false, got {}", key, shown(*value));
+  return value->get<bool>();
+}
+
+std::string ConfigReader::string(const char* key, const std::string& fallback) const {
+  const json* value = find(key);
+  if (!value) return fallback;
+  if (!value->is_string()) fail("'{}' must be a string, got {}", key, shown(*value));
+  return value->get<std::string>();
+}
+
+std::vector<int64_t> ConfigReader::integers(const char* key) const {
+  const json* value = find(key);
+  std::vector<int64_t> result;
+  if (!value) return result;
+  if (!value->is_array()) return {as_integer(*value, key)};
+  for (const json& item : *value) result.push_back(as_integer(item, key));
+  return result;
+}
+
+std::vector<std::string> ConfigReader::strings(const char* key) const {
+  const json* value = find(key);
+  std::vector<std::string> result;
+  if (!value) return result;
+  if (!value->is_array()) fail("'{}' must be a list of strings, got {}", key, shown(*value));
+  for (const json& item : *value) {
+    if (!item.is_string()) fail("'{}' entries must be strings, got {}", key, shown(item));
+    result.push_back(item.get<std::string>());
+  }
+  return result;
+}
+
+json read_json_object(const std::filesystem::path& path) {
+  std::ifstream stream(path);
+  if (!stream) fail("{}: cannot open", path.string());
+  json value;
+  try {
+    value = json::parse(stream);
+  } catch (const json::exception& e) {
+    fail("{}: not JSON ({})", path.string(), e.what());
+  }
+  if (!value.is_object()) fail("{}: not a JSON object", path.string());
+  return value;
+}
+
+}  // namespace moetune::io

@@ -1,0 +1,38 @@
+// Typed reads of a JSON object's keys (config.json and its nested dicts). A missing key or null gives the
+// caller's default, as transformers does; a value of the wrong type is an error naming the key. The reader
+// only reads JSON: what the values mean is the model family's business (model/families/).
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moetune::io {
+
+class ConfigReader {
+ public:
+  explicit ConfigReader(const nlohmann::json& object) : object_(object) {}
+
+  const nlohmann::json* find(const char* key) const;  // null when absent or null
+  bool has(const char* key) const { return find(key) != nullptr; }
+  int64_t integer(const char* key, int64_t fallback) const;
+  std::optional<int64_t> optional_integer(const char* key) const;
+  double number(const char* key, double fallback) const;
+  bool boolean(const char* key, bool fallback) const;
+  std::string string(const char* key, const std::string& fallback) const;
+  std::vector<int64_t> integers(const char* key) const;     // an integer or a list of them
+  std::vector<std::string> strings(const char* key) const;  // a list of strings
+
+  // 2048.0 is written by some tools; a float is accepted only when it is a whole number.
+  static int64_t as_integer(const nlohmann::json& value, const char* key);
+
+ private:
+  const nlohmann::json& object_;
+};
+
+// A JSON file that must hold an object (config.json); errors name the file.
+nlohmann::json read_json_object(const std::filesystem::path& path);
+
+}  // namespace moetune::io

@@ -1,0 +1,15 @@
+// A SwiGLU MLP over already-normalised rows on the GPU, down(swiglu(gate_up(x))), and its backward: the dense
+// MLP block and a MoE layer's shared expert both run it. The CPU twin is model/swiglu_mlp.h.
+#pragma once
+
+#include "moetune/model/block_params.h"
+
+namespace moetune::model::cuda {
+
+// Writes out [T, H]; returns the pre-activation [T, 2I], what the backward pass needs besides x.
+Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out);
+// Accumulates the weight gradients; writes d(x) into dx, or adds it there when accumulate_dx.
+void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
+                         const Tensor& dx, bool accumulate_dx);
+
+}  // namespace moetune::model::cuda

@@ -1,0 +1,167 @@
+#include "moetune/model/families/decoder_config.h"
+
+#include <algorithm>
+
+#include "moetune/core/error.h"
+
+namespace moetune::model {
+namespace {
+
+using nlohmann::json;
+
+// Sizes beyond these are typos or hostile files, not models: refusing them early avoids allocating for minutes.
+constexpr int64_t kMaxLayers = 1 << 12, kMaxExperts = 1 << 16, kMaxWidth = 1 << 20, kMaxVocab = int64_t(1) << 26;
+
+void require_in_range(int64_t value, const char* key, int64_t most) {
+  if (value <= 0) fail("'{}' must be positive, got {}", key, value);
+  if (value > most) fail("'{}' is {}, more than moetune accepts ({})", key, value, most);
+}
+
+// v5 writes rope_parameters = {rope_type, rope_theta, ...}; v4 writes rope_theta beside an optional
+// rope_scaling = {type or rope_type, factor, ...}. Values inside the dict win over top-level ones.
+ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embeddings, double default_theta) {
+  const char* key = top.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const json* parameters = top.find(key);
+  json dict = parameters ? *parameters : json::object();
+  if (!dict.is_object()) fail("'{}' must be an object", key);
+  // Per-layer-type RoPE ({"full_attention": {...}, "sliding_attention": {...}}): one set must serve all.
+  if (dict.contains("full_attention") && dict["full_attention"].is_object()) {
+    json first = dict["full_attention"];
+    for (auto& [layer_type, value] : dict.items())
+      if (value != first) refuse(key, layer_type, "RoPE that differs between layer types");
+    dict = first;
+  }
+  io::ConfigReader reader(dict);
+  ops::RopeSpec rope;
+  rope.type = reader.string("rope_type", reader.string("type", "default"));
+  rope.theta = reader.number("rope_theta", top.number("rope_theta", default_theta));
+  rope.factor = reader.number("factor", 1.0);
+  rope.low_freq_factor = reader.number("low_freq_factor", 1.0);
+  rope.high_freq_factor = reader.number("high_freq_factor", 4.0);
+  rope.original_max_position_embeddings = reader.integer(
+      "original_max_position_embeddings", top.integer("original_max_position_embeddings", max_position_embeddings));
+  rope.partial_rotary_factor = reader.number("partial_rotary_factor", top.number("partial_rotary_factor", 1.0));
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3")
+    refuse(key, "rope_type " + rope.type, "a RoPE schedule other than default, linear and llama3");
+  if (rope.partial_rotary_factor != 1.0)
+    refuse("partial_rotary_factor", fmt::format("{}", rope.partial_rotary_factor), "partial RoPE");
+  if (!(rope.theta > 0)) fail("'rope_theta' must be positive, got {}", rope.theta);
+  if (rope.type != "default" && !(rope.factor > 0)) fail("RoPE 'factor' must be positive, got {}", rope.factor);
+  return rope;
+}
+
+}  // namespace
+
+void refuse(const char* key, const std::string& value, const std::string& feature) {
+  fail("'{}' is {}: {} is not implemented in moetune yet (training without it would not match transformers)", key,
+       value.substr(0, 100), feature);
+}
+
+DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaults& d) {
+  DecoderConfig out;
+  ModelSpec& spec = out.spec;
+  spec.vocab_size = r.integer("vocab_size", d.vocab_size);
+  spec.hidden_size = r.integer("hidden_size", d.hidden_size);
+  out.intermediate_size = r.integer("intermediate_size", d.intermediate_size);
+  const int64_t layers = r.integer("num_hidden_layers", d.num_hidden_layers);
+  require_in_range(spec.vocab_size, "vocab_size", kMaxVocab);
+  require_in_range(spec.hidden_size, "hidden_size", kMaxWidth);
+  require_in_range(layers, "num_hidden_layers", kMaxLayers);
+  spec.layers.resize(size_t(layers));
+  spec.max_position_embeddings = r.integer("max_position_embeddings", d.max_position_embeddings);
+  spec.norm_eps = r.number("rms_norm_eps", d.rms_norm_eps);
+  if (!(spec.norm_eps > 0)) fail("'rms_norm_eps' must be positive, got {}", spec.norm_eps);
+  spec.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+
+  AttentionSpec& a = out.attention;
+  a.num_heads = r.integer("num_attention_heads", d.num_attention_heads);
+  require_in_range(a.num_heads, "num_attention_heads", kMaxWidth);
+  a.num_kv_heads = r.integer("num_key_value_heads", d.num_key_value_heads.value_or(a.num_heads));
+  require_in_range(a.num_kv_heads, "num_key_value_heads", kMaxWidth);
+  if (a.num_heads % a.num_kv_heads != 0)
+    fail("'num_attention_heads' ({}) must be a multiple of 'num_key_value_heads' ({})", a.num_heads, a.num_kv_heads);
+  a.qk_head_dim = a.v_head_dim = r.integer("head_dim", d.head_dim.value_or(spec.hidden_size / a.num_heads));
+  require_in_range(a.qk_head_dim, "head_dim", kMaxWidth);
+  if (a.qk_head_dim % 2 != 0) fail("'head_dim' must be even for RoPE, got {}", a.qk_head_dim);
+  a.rope = read_rope(r, spec.max_position_embeddings, d.rope_theta);
+
+  const std::string act = r.string("hidden_act", "silu");
+  if (act != "silu" && act != "swish") refuse("hidden_act", act, "an MLP activation other than silu");
+  if (double p = r.number("attention_dropout", 0.0); p != 0.0)
+    refuse("attention_dropout", fmt::format("{}", p), "attention dropout");
+  if (r.integer("pretraining_tp", 1) != 1)
+    refuse("pretraining_tp", fmt::format("{}", r.integer("pretraining_tp", 1)), "tensor-parallel slicing");
+
+  const std::string dtype_text = r.string("dtype", r.string("torch_dtype", ""));
+  if (!dtype_text.empty()) {
+    spec.dtype = dtype_from_torch_name(dtype_text);
+    if (!spec.dtype) fail("'dtype' is '{}', not a torch dtype moetune knows", dtype_text.substr(0, 100));
+  }
+  spec.bos_token_id = r.optional_integer("bos_token_id");
+  spec.pad_token_id = r.optional_integer("pad_token_id");
+  spec.eos_token_ids = r.integers("eos_token_id");
+  return out;
+}
+
+LayerSpec attention_then(const AttentionSpec& attention, std::variant<AttentionSpec, MlpSpec, MoeSpec> ffn) {
+  return LayerSpec{{SublayerSpec{"input_norm", attention}, SublayerSpec{"post_attn_norm", std::move(ffn)}}};
+}
+
+std::vector<bool> qwen_sparse_layers(const io::ConfigReader& r, int64_t num_layers) {
+  const int64_t step = r.integer("decoder_sparse_step", 1);
+  if (step <= 0) fail("'decoder_sparse_step' must be positive, got {}", step);
+  const std::vector<int64_t> dense = r.integers("mlp_only_layers");
+  for (int64_t layer : dense)
+    if (layer < 0 || layer >= num_layers)
+      fail("'mlp_only_layers' names layer {}, but there are {} layers", layer, num_layers);
+  std::vector<bool> sparse(static_cast<size_t>(num_layers));
+  for (int64_t layer = 0; layer < num_layers; ++layer)
+    sparse[size_t(layer)] = std::find(dense.begin(), dense.end(), layer) == dense.end() && (layer + 1) % step == 0;
+  return sparse;
+}
+
+void refuse_qwen_sliding_window(const io::ConfigReader& r, int64_t num_layers, int64_t default_max_window_layers,
+                                SlidingRule derived_sliding) {
+  const std::vector<std::string> types = r.strings("layer_types");
+  if (!types.empty()) {
+    if (int64_t(types.size()) != num_layers)
+      fail("'layer_types' must list one type per layer ({}), got {}", num_layers, types.size());
+    for (const std::string& type : types) {
+      if (type == "sliding_attention") refuse("layer_types", type, "sliding-window attention");
+      if (type != "full_attention") fail("'layer_types' holds '{}', not a layer type moetune knows", type.substr(0, 100));
+    }
+    return;
+  }
+  if (!r.boolean("use_sliding_window", false)) return;  // then sliding_window is ignored (Qwen2-MoE saves it as 0)
+  const int64_t window = r.integer("sliding_window", 4096);
+  if (window <= 0) fail("'sliding_window' must be positive when 'use_sliding_window' is true, got {}", window);
+  const int64_t max_window_layers = r.integer("max_window_layers", default_max_window_layers);
+  for (int64_t layer = 0; layer < num_layers; ++layer)
+    if (derived_sliding(layer, max_window_layers))
+      refuse("use_sliding_window", fmt::format("true (layer {} slides)", layer), "sliding-window attention");
+}
+
+void read_load_balancing_loss(const io::ConfigReader& r, ModelSpec& spec) {
+  spec.aux_loss = AuxLoss::LoadBalancing;
+  spec.aux_loss_coef = r.number("router_aux_loss_coef", 0.001);
+  spec.aux_loss_by_default = r.boolean("output_router_logits", false);
+  if (double noise = r.number("router_jitter_noise", 0.0); noise != 0.0)
+    refuse("router_jitter_noise", fmt::format("{}", noise), "router jitter noise");
+}
+
+void validate_decoder(const ModelSpec& spec) {
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers) {
+      if (const MlpSpec* mlp = sublayer.mlp()) require_in_range(mlp->intermediate, "intermediate_size", kMaxWidth);
+      if (const MoeSpec* moe = sublayer.moe()) {
+        require_in_range(moe->router.num_experts, "num_experts", kMaxExperts);
+        require_in_range(moe->router.top_k, "num_experts_per_tok", kMaxExperts);
+        require_in_range(moe->experts.intermediate, "moe_intermediate_size", kMaxWidth);
+        if (moe->router.top_k > moe->router.num_experts)
+          fail("'num_experts_per_tok' ({}) exceeds the number of experts ({})", moe->router.top_k, moe->router.num_experts);
+        if (moe->shared_expert) require_in_range(moe->shared_expert->mlp.intermediate, "shared_expert_intermediate_size", kMaxWidth);
+      }
+    }
+}
+
+}  // namespace moetune::model

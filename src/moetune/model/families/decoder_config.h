@@ -1,0 +1,54 @@
+// What the decoder families share in config.json: sizes, norms, RoPE, token ids, the attention spec, and the
+// checks that refuse what the engine does not run. Each family passes its own defaults (transformers' config
+// class defaults differ per family) and builds its layer pattern from the result.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "moetune/io/config_reader.h"
+#include "moetune/model/model_spec.h"
+
+namespace moetune::model {
+
+struct DecoderDefaults {
+  int64_t vocab_size = 32000, hidden_size = 4096, intermediate_size = 11008, num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  std::optional<int64_t> num_key_value_heads;  // nullopt: num_attention_heads
+  std::optional<int64_t> head_dim;             // nullopt: hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+};
+
+struct DecoderConfig {
+  ModelSpec spec;            // everything but the layers
+  AttentionSpec attention;   // every layer's attention (without biases or q/k norm: the family sets those)
+  int64_t intermediate_size = 0;
+};
+
+DecoderConfig read_decoder_config(const io::ConfigReader& config, const DecoderDefaults& defaults);
+
+// One layer of the usual shape: h + attention(input_norm(h)), then h + ffn(post_attn_norm(h)).
+LayerSpec attention_then(const AttentionSpec& attention, std::variant<AttentionSpec, MlpSpec, MoeSpec> ffn);
+
+// The Qwen MoE rule: a layer is sparse unless listed in mlp_only_layers, then every decoder_sparse_step-th.
+std::vector<bool> qwen_sparse_layers(const io::ConfigReader& config, int64_t num_layers);
+
+// The Qwen families' attention pattern: layer_types when config.json lists them, else derived as the family's
+// config class does from use_sliding_window and max_window_layers (`derived_sliding` says which layers slide).
+// Sliding layers are refused until sliding attention exists.
+using SlidingRule = bool (*)(int64_t layer, int64_t max_window_layers);
+void refuse_qwen_sliding_window(const io::ConfigReader& config, int64_t num_layers, int64_t default_max_window_layers,
+                                SlidingRule derived_sliding);
+
+// The MoE load-balancing loss as the Qwen/Mixtral families configure it.
+void read_load_balancing_loss(const io::ConfigReader& config, ModelSpec& spec);
+
+// Checks what every family shares once the layers exist: sizes positive and sane, k ≤ experts.
+void validate_decoder(const ModelSpec& spec);
+
+// A config value the engine does not implement: an error naming the key and the value.
+[[noreturn]] void refuse(const char* key, const std::string& value, const std::string& feature);
+
+}  // namespace moetune::model

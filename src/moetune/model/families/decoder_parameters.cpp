@@ -1,0 +1,103 @@
+#include "moetune/model/families/decoder_parameters.h"
+
+#include <fmt/format.h>
+
+namespace moetune::model {
+namespace {
+
+ParameterSpec whole(std::string name, ParameterRole role, HfTensor piece) {
+  return {std::move(name), piece.shape, role, {piece}, "", shape_numel(piece.shape)};
+}
+
+// Pieces with equal trailing dimensions, concatenated along dim 0.
+ParameterSpec concatenated(std::string name, ParameterRole role, std::vector<HfTensor> pieces) {
+  Shape shape = pieces[0].shape;
+  shape[0] = 0;
+  for (const auto& piece : pieces) shape[0] += piece.shape[0];
+  return {std::move(name), shape, role, std::move(pieces), "", shape_numel(shape)};
+}
+
+struct Builder {
+  const ModelSpec& spec;
+  std::vector<ParameterSpec> out;
+
+  void attention(const AttentionSpec& a, const std::string& hf, const std::string& engine) {
+    const int64_t q_rows = a.num_heads * a.qk_head_dim, k_rows = a.num_kv_heads * a.qk_head_dim;
+    const int64_t v_rows = a.num_kv_heads * a.v_head_dim, H = spec.hidden_size;
+    const std::string attn = hf + "self_attn.";
+    out.push_back(concatenated(engine + "attn.qkv", ParameterRole::Matmul,
+                               {{attn + "q_proj.weight", {q_rows, H}},
+                                {attn + "k_proj.weight", {k_rows, H}},
+                                {attn + "v_proj.weight", {v_rows, H}}}));
+    if (a.qkv_bias)
+      out.push_back(concatenated(engine + "attn.qkv_bias", ParameterRole::Bias,
+                                 {{attn + "q_proj.bias", {q_rows}}, {attn + "k_proj.bias", {k_rows}}, {attn + "v_proj.bias", {v_rows}}}));
+    if (a.qk_norm) {
+      out.push_back(whole(engine + "attn.q_norm", ParameterRole::Norm, {attn + "q_norm.weight", {a.qk_head_dim}}));
+      out.push_back(whole(engine + "attn.k_norm", ParameterRole::Norm, {attn + "k_norm.weight", {a.qk_head_dim}}));
+    }
+    out.push_back(whole(engine + "attn.o", ParameterRole::Matmul, {attn + "o_proj.weight", {H, a.num_heads * a.v_head_dim}}));
+    if (a.o_bias) out.push_back(whole(engine + "attn.o_bias", ParameterRole::Bias, {attn + "o_proj.bias", {H}}));
+  }
+
+  // A SwiGLU MLP: gate and up fused into one [2I, H] parameter.
+  void mlp(const MlpSpec& m, const std::string& hf, const std::string& engine) {
+    const int64_t I = m.intermediate, H = spec.hidden_size;
+    out.push_back(concatenated(engine + "gate_up", ParameterRole::Matmul,
+                               {{hf + "gate_proj.weight", {I, H}}, {hf + "up_proj.weight", {I, H}}}));
+    if (m.bias)
+      out.push_back(concatenated(engine + "gate_up_bias", ParameterRole::Bias, {{hf + "gate_proj.bias", {I}}, {hf + "up_proj.bias", {I}}}));
+    out.push_back(whole(engine + "down", ParameterRole::Matmul, {hf + "down_proj.weight", {H, I}}));
+    if (m.bias) out.push_back(whole(engine + "down_bias", ParameterRole::Bias, {hf + "down_proj.bias", {H}}));
+  }
+
+  void moe(const MoeSpec& m, const MoeTensorNames& names, const std::string& layer_hf, const std::string& engine) {
+    const int64_t E = m.router.num_experts, I = m.experts.intermediate, H = spec.hidden_size, k = m.router.top_k;
+    const std::string hf = layer_hf + names.block + ".", fused = layer_hf + names.fused_block + ".";
+    ParameterSpec router = whole(engine + "moe.router", ParameterRole::Router, {hf + names.router + ".weight", {E, H}});
+    if (names.fused_block != names.block) router.fused_hf_name = fused + "gate.weight";
+    out.push_back(std::move(router));
+    ParameterSpec gate_up{engine + "moe.experts_gate_up", {E, 2 * I, H}, ParameterRole::Experts, {},
+                          fused + "experts.gate_up_proj", k * 2 * I * H};
+    ParameterSpec down{engine + "moe.experts_down", {E, H, I}, ParameterRole::Experts, {}, fused + "experts.down_proj", k * H * I};
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string expert = fmt::format("{}experts.{}.", hf, e);
+      gate_up.pieces.push_back({expert + names.gate + ".weight", {I, H}});
+      gate_up.pieces.push_back({expert + names.up + ".weight", {I, H}});
+      down.pieces.push_back({expert + names.down + ".weight", {H, I}});
+    }
+    out.push_back(std::move(gate_up));
+    out.push_back(std::move(down));
+    if (m.shared_expert) {
+      mlp(m.shared_expert->mlp, hf + names.shared_expert + ".", engine + "moe.shared_");
+      if (m.shared_expert->sigmoid_gate)
+        out.push_back(whole(engine + "moe.shared_gate", ParameterRole::Matmul, {hf + names.shared_expert_gate + ".weight", {1, H}}));
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names) {
+  Builder b{spec, {}};
+  const int64_t H = spec.hidden_size;
+  b.out.push_back(whole("embed_tokens", ParameterRole::Embedding, {"model.embed_tokens.weight", {spec.vocab_size, H}}));
+  const char* hf_norm_names[] = {"input_layernorm", "post_attention_layernorm"};
+  for (int64_t layer = 0; layer < spec.num_layers(); ++layer) {
+    const std::string hf = fmt::format("model.layers.{}.", layer), engine = fmt::format("layers.{}.", layer);
+    const auto& sublayers = spec.layers[size_t(layer)].sublayers;
+    for (size_t i = 0; i < sublayers.size(); ++i) {
+      const SublayerSpec& sublayer = sublayers[i];
+      b.out.push_back(whole(engine + sublayer.norm, ParameterRole::Norm, {hf + hf_norm_names[i] + ".weight", {H}}));
+      if (const AttentionSpec* a = sublayer.attention()) b.attention(*a, hf, engine);
+      if (const MlpSpec* m = sublayer.mlp()) b.mlp(*m, hf + "mlp.", engine + "mlp.");
+      if (const MoeSpec* m = sublayer.moe()) b.moe(*m, moe_names, hf, engine);
+    }
+  }
+  b.out.push_back(whole("final_norm", ParameterRole::Norm, {"model.norm.weight", {H}}));
+  if (!spec.tie_word_embeddings)
+    b.out.push_back(whole("lm_head", ParameterRole::LmHead, {"lm_head.weight", {spec.vocab_size, H}}));
+  return b.out;
+}
+
+}  // namespace moetune::model

@@ -1,0 +1,28 @@
+// The parameter builders the decoder families share: embedding, per-layer sublayers, final norm and LM head,
+// each engine parameter listing the HF tensors it is made of. A family passes the HF names that differ.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moetune/model/model_spec.h"
+#include "moetune/model/parameter_layout.h"
+
+namespace moetune::model {
+
+// Where a family keeps its MoE tensors under model.layers.N.
+struct MoeTensorNames {
+  std::string block = "mlp";                                    // the MoE module
+  std::string router = "gate";                                  // <block>.<router>.weight
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";  // <block>.experts.E.<gate>.weight
+  // transformers v5's fused experts (<fused_block>.experts.gate_up_proj / down_proj) and router, which a
+  // checkpoint may hold instead of the per-expert tensors.
+  std::string fused_block = "mlp";
+  std::string shared_expert = "shared_expert", shared_expert_gate = "shared_expert_gate";
+};
+
+// Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn,
+// post_attention_layernorm, mlp}, model.norm, lm_head (unless tied).
+std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names = {});
+
+}  // namespace moetune::model

@@ -1,0 +1,43 @@
+// MixtralForCausalLM: GQA attention without biases or q/k norm; every layer MoE with a softmax top-k router that
+// always renormalises the chosen weights, SwiGLU experts (w1 = gate, w3 = up, w2 = down in the original
+// checkpoints); the load-balancing loss when output_router_logits. sliding_window is refused until sliding
+// attention exists. Defaults: transformers v5's MixtralConfig.
+#include "moetune/model/families/decoder_config.h"
+#include "moetune/model/families/decoder_parameters.h"
+#include "moetune/model/families/family.h"
+
+namespace moetune::model {
+namespace {
+
+ModelSpec describe(const io::ConfigReader& r) {
+  DecoderConfig c = read_decoder_config(r, {.vocab_size = 32000, .hidden_size = 4096, .intermediate_size = 14336,
+                                            .num_hidden_layers = 32, .num_key_value_heads = 8,
+                                            .max_position_embeddings = 4096 * 32, .rms_norm_eps = 1e-5,
+                                            .rope_theta = 1e6});
+  if (r.has("sliding_window"))
+    refuse("sliding_window", std::to_string(r.integer("sliding_window", 0)), "sliding-window attention");
+  MoeSpec moe;
+  moe.router.num_experts = r.integer("num_local_experts", 8);
+  moe.router.top_k = r.integer("num_experts_per_tok", 2);
+  moe.router.renormalize = true;
+  moe.experts.intermediate = c.intermediate_size;  // Mixtral's experts are intermediate_size wide
+  for (LayerSpec& layer : c.spec.layers) layer = attention_then(c.attention, moe);
+  read_load_balancing_loss(r, c.spec);
+  validate_decoder(c.spec);
+  return c.spec;
+}
+
+std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
+  MoeTensorNames names;
+  names.block = "block_sparse_moe";
+  names.gate = "w1";
+  names.up = "w3";
+  names.down = "w2";
+  return decoder_parameters(spec, names);
+}
+
+}  // namespace
+
+extern const Family kMixtralFamily{"MixtralForCausalLM", "mixtral", describe, parameters};
+
+}  // namespace moetune::model

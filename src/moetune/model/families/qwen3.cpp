@@ -1,0 +1,31 @@
+// Qwen3ForCausalLM: Llama's shape plus RMSNorm over head_dim on q and k before RoPE; head_dim 128 by default
+// (not hidden / heads). Defaults: transformers v5's Qwen3Config.
+#include "moetune/model/families/decoder_config.h"
+#include "moetune/model/families/decoder_parameters.h"
+#include "moetune/model/families/family.h"
+
+namespace moetune::model {
+namespace {
+
+// Qwen3Config: layers from max_window_layers on slide.
+bool from_max_window_layers(int64_t layer, int64_t max_window_layers) { return layer >= max_window_layers; }
+
+ModelSpec describe(const io::ConfigReader& r) {
+  DecoderConfig c = read_decoder_config(r, {.vocab_size = 151936, .hidden_size = 4096, .intermediate_size = 22016,
+                                            .num_hidden_layers = 32, .num_key_value_heads = 32, .head_dim = 128,
+                                            .max_position_embeddings = 32768});
+  refuse_qwen_sliding_window(r, c.spec.num_layers(), /*default_max_window_layers=*/28, from_max_window_layers);
+  c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
+  c.attention.qk_norm = true;
+  for (LayerSpec& layer : c.spec.layers) layer = attention_then(c.attention, MlpSpec{c.intermediate_size});
+  validate_decoder(c.spec);
+  return c.spec;
+}
+
+std::vector<ParameterSpec> parameters(const ModelSpec& spec) { return decoder_parameters(spec); }
+
+}  // namespace
+
+extern const Family kQwen3Family{"Qwen3ForCausalLM", "qwen3", describe, parameters};
+
+}  // namespace moetune::model

@@ -1,0 +1,13 @@
+#include "moetune/model/families/family.h"
+
+namespace moetune::model {
+
+extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily;
+
+const std::vector<const Family*>& families() {
+  static const std::vector<const Family*> all = {&kLlamaFamily, &kQwen3Family, &kQwen3MoeFamily, &kMixtralFamily,
+                                                 &kQwen2MoeFamily};
+  return all;
+}
+
+}  // namespace moetune::model

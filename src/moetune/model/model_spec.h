@@ -1,0 +1,112 @@
+// The architecture as data: one typed, family-neutral description of a decoder-only model, built once from
+// config.json by the model's family (model/families/). Every block reads only its own part (AttentionSpec,
+// MlpSpec, MoeSpec); the CPU and GPU models, `inspect`, the parameter layout and the memory plan all walk the
+// same list of layers.
+//
+// A field describes what the architecture *is*. Where a field holds a value the engine does not run yet
+// (sliding windows, sinks, sigmoid routers, ...), the family refuses the config naming the key, so nothing is
+// silently trained differently from transformers.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "moetune/core/dtype.h"
+#include "moetune/ops/rope.h"
+
+namespace moetune::model {
+
+struct AttentionSpec {
+  int64_t num_heads = 0, num_kv_heads = 0;
+  int64_t qk_head_dim = 0, v_head_dim = 0;  // equal for every family so far; MLA will differ
+  bool qkv_bias = false, o_bias = false;
+  bool qk_norm = false;                     // RMSNorm over head_dim on q and k before RoPE (Qwen3)
+  std::optional<int64_t> sliding_window;    // refused by the families until the kernels exist
+  bool sinks = false;                       // likewise (GPT-OSS)
+  ops::RopeSpec rope;
+  double softmax_scale() const;             // 1 / sqrt(qk_head_dim)
+};
+
+enum class Activation { SwiGLU };
+
+struct MlpSpec {
+  int64_t intermediate = 0;
+  bool bias = false;
+  Activation activation = Activation::SwiGLU;
+};
+
+enum class RouterScore { Softmax, Sigmoid };
+
+struct RouterSpec {
+  int64_t num_experts = 0, top_k = 0;
+  RouterScore score = RouterScore::Softmax;
+  bool topk_before_softmax = false;  // GPT-OSS: top-k over the logits, softmax over the k chosen
+  int64_t num_groups = 1, topk_groups = 1;
+  bool correction_bias = false;      // DeepSeek-V3's e_score_correction_bias
+  bool renormalize = false;          // norm_topk_prob
+  bool bias = false;
+  double scaling_factor = 1.0;
+};
+
+struct SharedExpertSpec {
+  MlpSpec mlp;
+  bool sigmoid_gate = false;  // Qwen2-MoE: output += sigmoid(x · gate) · shared(x)
+};
+
+struct MoeSpec {
+  RouterSpec router;
+  MlpSpec experts;  // each expert's width, activation and biases
+  std::optional<SharedExpertSpec> shared_expert;
+};
+
+// A residual sublayer: h + mixer(rms_norm(h)). `name` is the engine's prefix for its parameters ("attn", "mlp",
+// "moe"); `norm` the engine name of its RMSNorm weight.
+struct SublayerSpec {
+  std::string norm;
+  std::variant<AttentionSpec, MlpSpec, MoeSpec> mixer;
+
+  const AttentionSpec* attention() const { return std::get_if<AttentionSpec>(&mixer); }
+  const MlpSpec* mlp() const { return std::get_if<MlpSpec>(&mixer); }
+  const MoeSpec* moe() const { return std::get_if<MoeSpec>(&mixer); }
+};
+
+struct LayerSpec {
+  std::vector<SublayerSpec> sublayers;
+  const MoeSpec* moe() const;  // the layer's MoE mixer, if it has one
+};
+
+// The load-balancing loss is computed over all MoE layers at once (transformers concatenates their router
+// logits), so it is a property of the model, not of a layer.
+enum class AuxLoss { None, LoadBalancing };
+
+struct ModelSpec {
+  std::string family;        // "qwen3_moe", the family's model_type
+  std::string architecture;  // "Qwen3MoeForCausalLM"
+  int64_t vocab_size = 0, hidden_size = 0, max_position_embeddings = 0;
+  double norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  std::vector<LayerSpec> layers;
+
+  AuxLoss aux_loss = AuxLoss::None;
+  double aux_loss_coef = 0;
+  bool aux_loss_by_default = false;  // config.json's output_router_logits
+
+  std::optional<DType> dtype;  // the checkpoint's dtype as config.json states it
+  std::optional<int64_t> bos_token_id, pad_token_id;
+  std::vector<int64_t> eos_token_ids;
+  nlohmann::json json;  // config.json as read, written back unchanged on save
+
+  int64_t num_layers() const { return int64_t(layers.size()); }
+  bool is_moe() const { return moe_layer_count() > 0; }
+  int64_t moe_layer_count() const;
+  // The experts of every MoE layer share one count (the aux loss adds their statistics); 0 without MoE.
+  int64_t num_experts() const;
+  // The attention of the first layer: what batch-level helpers (RoPE frequencies for `generate`) need.
+  const AttentionSpec& first_attention() const;
+};
+
+}  // namespace moetune::model

@@ -1,0 +1,16 @@
+// A per-token sigmoid gate on a branch added to a base, on the GPU (the CPU reference is ops/gate.h):
+// out[t] = base[t] + sigmoid(logit[t]) · y[t]. Qwen2-MoE scales its shared expert this way.
+#pragma once
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops::cuda {
+
+// base, y, out BF16 [T, H]; logits F32 [T, 1]. out may be base itself.
+void sigmoid_gated_add(const Tensor& base, const Tensor& y, const Tensor& logits, const Tensor& out);
+
+// dy = sigmoid(logit) · dout (BF16 [T, H]); dlogits F32 [T, 1] = sigmoid'(logit) · ⟨dout, y⟩ (f32 sums).
+void sigmoid_gated_add_backward(const Tensor& dout, const Tensor& y, const Tensor& logits, const Tensor& dy,
+                                const Tensor& dlogits);
+
+}  // namespace moetune::ops::cuda

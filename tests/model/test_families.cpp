@@ -1,0 +1,204 @@
+// config.json -> the model description, through each family: transformers' defaults and spellings (v4 and v5),
+// the layer pattern, errors that name the key, and refusals of what the engine does not run.
+#include <gtest/gtest.h>
+
+#include "moetune/core/error.h"
+#include "moetune/model/model_description.h"
+#include "test_util.h"
+
+namespace moetune::model {
+namespace {
+
+using nlohmann::json;
+
+ModelSpec parse(const std::string& text) { return describe_model(json::parse(text), "config.json"); }
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const AttentionSpec& attention(const ModelSpec& spec, size_t layer = 0) { return *spec.layers[layer].sublayers[0].attention(); }
+
+// Qwen3-30B-A3B's config.json as transformers v4 wrote it.
+const char* kQwen3MoeV4 = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+  "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+  "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "intermediate_size": 6144,
+  "decoder_sparse_step": 1, "norm_topk_prob": true, "router_aux_loss_coef": 0.001, "rope_theta": 1000000.0,
+  "rope_scaling": null, "rms_norm_eps": 1e-06, "max_position_embeddings": 40960, "vocab_size": 151936,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "mlp_only_layers": [], "use_sliding_window": false,
+  "sliding_window": null, "max_window_layers": 48, "bos_token_id": 151643, "eos_token_id": 151645})";
+
+TEST(Families, Qwen3MoeV4Spelling) {
+  ModelSpec c = parse(kQwen3MoeV4);
+  EXPECT_EQ(c.family, "qwen3_moe");
+  EXPECT_EQ(c.num_experts(), 128);
+  EXPECT_EQ(attention(c).rope.theta, 1e6);
+  EXPECT_EQ(attention(c).rope.type, "default");
+  EXPECT_EQ(c.dtype, DType::BF16);
+  EXPECT_TRUE(c.layers[0].moe()->router.renormalize);
+  EXPECT_TRUE(attention(c).qk_norm);
+  EXPECT_FALSE(attention(c).sliding_window.has_value());
+  EXPECT_EQ(c.moe_layer_count(), 48);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{151645});
+  EXPECT_EQ(c.aux_loss, AuxLoss::LoadBalancing);
+  EXPECT_FALSE(c.aux_loss_by_default);
+}
+
+TEST(Families, Qwen3MoeV5Spelling) {
+  ModelSpec c = parse(R"({"architectures":["Qwen3MoeForCausalLM"],"hidden_size":64,"num_hidden_layers":4,
+    "num_attention_heads":4,"num_local_experts":16,"rope_parameters":{"rope_type":"default","rope_theta":5000.0},
+    "dtype":"float32","mlp_only_layers":[2],"decoder_sparse_step":1})");
+  EXPECT_EQ(c.num_experts(), 16);
+  EXPECT_EQ(attention(c).rope.theta, 5000.0);
+  EXPECT_EQ(c.dtype, DType::F32);
+  EXPECT_EQ(attention(c).qk_head_dim, 16);  // Qwen3-MoE's default: hidden / heads
+  EXPECT_EQ(attention(c).num_kv_heads, 4);  // Qwen3MoeConfig's default
+  EXPECT_NE(c.layers[1].moe(), nullptr);
+  EXPECT_EQ(c.layers[2].moe(), nullptr);
+}
+
+TEST(Families, DecoderSparseStep) {
+  ModelSpec c = parse(R"({"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":4,"num_attention_heads":4,
+    "num_experts":4,"num_experts_per_tok":2,"decoder_sparse_step":2})");
+  EXPECT_EQ(c.layers[0].moe(), nullptr);
+  EXPECT_NE(c.layers[1].moe(), nullptr);
+  EXPECT_EQ(c.layers[2].moe(), nullptr);
+  EXPECT_NE(c.layers[3].moe(), nullptr);
+}
+
+TEST(Families, Qwen3Defaults) {
+  // use_sliding_window with max_window_layers (28 by default) beyond the layers: Qwen3Config slides no layer.
+  ModelSpec c = parse(R"({"architectures":["Qwen3ForCausalLM"],"hidden_size":64,"num_hidden_layers":2,
+    "num_attention_heads":4,"num_key_value_heads":2,"tie_word_embeddings":true,"use_sliding_window":true})");
+  EXPECT_EQ(attention(c).qk_head_dim, 128);  // Qwen3Config's default is 128, not hidden / heads
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(attention(c).sliding_window.has_value());
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_FALSE(c.is_moe());
+}
+
+TEST(Families, LlamaV4RopeScalingAndDefaults) {
+  ModelSpec c = parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"num_hidden_layers":2,
+    "num_attention_heads":8,"num_key_value_heads":null,"rope_theta":500000.0,
+    "rope_scaling":{"type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+                    "original_max_position_embeddings":8192},"mlp_bias":true})");
+  const AttentionSpec& a = attention(c);
+  EXPECT_EQ(a.num_kv_heads, 8);
+  EXPECT_EQ(a.qk_head_dim, 8);
+  EXPECT_EQ(a.rope.type, "llama3");
+  EXPECT_EQ(a.rope.theta, 500000.0);
+  EXPECT_EQ(a.rope.factor, 8.0);
+  EXPECT_EQ(a.rope.original_max_position_embeddings, 8192);
+  EXPECT_TRUE(c.layers[0].sublayers[1].mlp()->bias);
+  EXPECT_FALSE(a.qk_norm);
+  EXPECT_EQ(c.vocab_size, 32000);
+}
+
+TEST(Families, MixtralDefaultsAndLayout) {
+  ModelSpec c = parse(R"({"architectures":["MixtralForCausalLM"],"hidden_size":64,"num_hidden_layers":2,
+    "num_attention_heads":8,"intermediate_size":32,"sliding_window":null})");
+  const MoeSpec& moe = *c.layers[1].moe();
+  EXPECT_EQ(moe.router.num_experts, 8);
+  EXPECT_EQ(moe.router.top_k, 2);
+  EXPECT_TRUE(moe.router.renormalize);  // Mixtral always renormalises
+  EXPECT_EQ(moe.experts.intermediate, 32);
+  EXPECT_EQ(attention(c).num_kv_heads, 8);
+  EXPECT_EQ(attention(c).rope.theta, 1e6);
+  EXPECT_EQ(c.norm_eps, 1e-5);
+  EXPECT_FALSE(attention(c).qk_norm || attention(c).qkv_bias || attention(c).o_bias);
+  const ParameterLayout layout = parameter_layout(c);
+  bool found = false;
+  for (const ParameterSpec& p : layout.parameters)
+    if (p.name == "layers.1.moe.experts_gate_up") {
+      found = true;
+      EXPECT_EQ(p.pieces[0].name, "model.layers.1.block_sparse_moe.experts.0.w1.weight");
+      EXPECT_EQ(p.pieces[1].name, "model.layers.1.block_sparse_moe.experts.0.w3.weight");
+      EXPECT_EQ(p.fused_hf_name, "model.layers.1.mlp.experts.gate_up_proj");
+    }
+  EXPECT_TRUE(found);
+}
+
+TEST(Families, Qwen2MoeDefaultsAndSharedExpert) {
+  ModelSpec c = parse(R"({"architectures":["Qwen2MoeForCausalLM"],"hidden_size":64,"num_hidden_layers":2,
+    "num_attention_heads":4,"use_sliding_window":false,"sliding_window":0})");
+  const MoeSpec& moe = *c.layers[0].moe();
+  EXPECT_EQ(moe.router.num_experts, 60);
+  EXPECT_EQ(moe.router.top_k, 4);
+  EXPECT_FALSE(moe.router.renormalize);
+  EXPECT_EQ(moe.experts.intermediate, 1408);
+  ASSERT_TRUE(moe.shared_expert.has_value());
+  EXPECT_EQ(moe.shared_expert->mlp.intermediate, 5632);
+  EXPECT_TRUE(moe.shared_expert->sigmoid_gate);
+  EXPECT_TRUE(attention(c).qkv_bias);
+  EXPECT_FALSE(attention(c).o_bias);
+  EXPECT_EQ(attention(c).num_kv_heads, 4);
+}
+
+TEST(Families, IntegersWrittenAsWholeFloats) {
+  EXPECT_EQ(parse(R"({"model_type":"llama","hidden_size":64.0,"num_attention_heads":4})").hidden_size, 64);
+}
+
+TEST(Families, UnknownArchitectureListsTheSupportedOnes) {
+  std::string error = error_of(R"({"architectures":["GptOssForCausalLM"]})");
+  EXPECT_NE(error.find("config.json"), std::string::npos);
+  EXPECT_NE(error.find("'GptOssForCausalLM'"), std::string::npos);
+  for (const auto& name : supported_architectures()) EXPECT_NE(error.find(name), std::string::npos) << error;
+}
+
+TEST(Families, BadValuesNameTheKey) {
+  EXPECT_NE(error_of(R"({"model_type":"llama","hidden_size":"big"})").find("'hidden_size' must be an integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","hidden_size":64.5})").find("'hidden_size'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","tie_word_embeddings":"yes"})").find("'tie_word_embeddings'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_key_value_heads":3})")
+                .find("'num_key_value_heads'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_experts":4,"num_experts_per_tok":8})").find("'num_experts_per_tok'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_hidden_layers":2,"mlp_only_layers":[5]})").find("'mlp_only_layers'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","hidden_act":"gelu"})").find("'hidden_act'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","dtype":"float7"})").find("'dtype'"), std::string::npos);
+  EXPECT_NE(error_of(R"([1,2])").find("not a JSON object"), std::string::npos);
+  // Hostile values fail before anything is allocated or divided.
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","decoder_sparse_step":0})").find("'decoder_sparse_step'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_hidden_layers":1000000000})").find("'num_hidden_layers'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_local_experts":1000000000})").find("'num_experts'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3","num_hidden_layers":2,"layer_types":["full_attention","dense"]})")
+                .find("'layer_types'"), std::string::npos);
+}
+
+// What the engine does not implement is refused, naming the key: never trained as something else.
+TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"model_type":"mixtral","sliding_window":4096})", "'sliding_window'"},
+      {R"({"model_type":"qwen3_moe","use_sliding_window":true})", "'use_sliding_window'"},
+      {R"({"model_type":"qwen3","num_hidden_layers":4,"use_sliding_window":true,"max_window_layers":2})", "'use_sliding_window'"},
+      {R"({"model_type":"qwen2_moe","use_sliding_window":true,"sliding_window":64})", "'use_sliding_window'"},
+      {R"({"model_type":"qwen3","num_hidden_layers":2,"layer_types":["full_attention","sliding_attention"]})", "'layer_types'"},
+      {R"({"model_type":"llama","rope_scaling":{"rope_type":"yarn","factor":4.0}})", "'rope_scaling'"},
+      {R"({"model_type":"llama","rope_parameters":{"rope_type":"dynamic","factor":2.0}})", "'rope_parameters'"},
+      {R"({"model_type":"llama","partial_rotary_factor":0.5})", "'partial_rotary_factor'"},
+      {R"({"model_type":"llama","attention_dropout":0.1})", "'attention_dropout'"},
+      {R"({"model_type":"llama","pretraining_tp":2})", "'pretraining_tp'"},
+      {R"({"model_type":"mixtral","router_jitter_noise":0.1})", "'router_jitter_noise'"},
+  };
+  for (const auto& [config, key] : cases) {
+    const std::string error = error_of(config);
+    EXPECT_NE(error.find(key), std::string::npos) << config << " -> " << error;
+    EXPECT_NE(error.find("not implemented"), std::string::npos) << config << " -> " << error;
+  }
+}
+
+TEST(Families, EveryFixtureParses) {
+  for (const char* name : {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"})
+    EXPECT_NO_THROW(load_model_spec(testing::fixture(name) / "config.json")) << name;
+}
+
+}  // namespace
+}  // namespace moetune::model
