@@ -1,6 +1,7 @@
 #include "moetune/model/causal_lm.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/memory_plan.h"
 #include "moetune/ops/embedding.h"
 #include "moetune/ops/linear.h"
 #include "moetune/ops/loss.h"
@@ -23,17 +24,14 @@ CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStor
     for (const SublayerSpec& sublayer : s.layers[size_t(layer)].sublayers) {
       Sublayer& b = sublayers_.emplace_back();
       b.layer = layer;
-      if (sublayer.attention()) {
-        b.name = prefix + "attention";
+      b.name = prefix + block_kind(sublayer);
+      if (sublayer.attention())
         b.attention = std::make_unique<AttentionBlock>(*store_, prefix, sublayer, s.norm_eps);
-      } else if (sublayer.mlp()) {
-        b.name = prefix + "mlp";
+      else if (sublayer.mlp())
         b.mlp = std::make_unique<DenseMlpBlock>(*store_, prefix, sublayer, s.norm_eps);
-      } else {
-        b.name = prefix + "moe";
+      else
         b.moe = std::make_unique<MoeBlock>(*store_, prefix, sublayer, s.norm_eps,
                                            std::make_unique<LocalDispatcher>(sublayer.moe()->router.num_experts));
-      }
     }
   }
 }

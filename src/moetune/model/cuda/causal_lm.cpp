@@ -1,6 +1,7 @@
 #include "moetune/model/cuda/causal_lm.h"
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/model/memory_plan.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
@@ -30,6 +31,7 @@ CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStor
     for (const SublayerSpec& sublayer : s.layers[size_t(layer)].sublayers) {
       Sublayer& b = sublayers_.emplace_back();
       b.layer = layer;
+      b.name = prefix + block_kind(sublayer);
       if (sublayer.attention())
         b.attention = std::make_unique<AttentionBlock>(*store_, prefix, sublayer, s.norm_eps);
       else if (sublayer.mlp())
@@ -80,6 +82,9 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
   const bool with_aux = wants_aux(batch);
   Forward f = run_layers(device_batch, with_aux);
+  stash_report_.clear();
+  for (const Sublayer& b : sublayers_)
+    stash_report_.emplace_back(b.name, b.attention ? b.attention->stash_bytes() : b.mlp ? b.mlp->stash_bytes() : b.moe->stash_bytes());
 
   const double divisor = batch.num_items_in_batch.value_or(double(device_batch.scored));
   const double lm_scale = divisor > 0 ? 1.0 / divisor : 0.0;

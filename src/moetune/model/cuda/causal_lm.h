@@ -35,6 +35,10 @@ class CausalLM {
   ParameterStore& parameters() { return *store_; }
   const ModelWeights& weights() const { return store_->weights(); }
   const ModelSpec& spec() const { return store_->weights().spec(); }
+  // What each sublayer's block held for the backward pass at the end of the last forward_backward's forward pass
+  // ("layers.0.attention", "layers.0.moe", ...), in walk order: the memory plan's per-block figures are checked
+  // against it.
+  const std::vector<std::pair<std::string, size_t>>& stash_report() const { return stash_report_; }
   // Per MoE layer: load statistics of the last forward pass (reads the counts back: call between steps).
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const;
 
@@ -42,6 +46,7 @@ class CausalLM {
   // One residual sublayer of the walk over the description, exactly one block set.
   struct Sublayer {
     int64_t layer = 0;
+    std::string name;
     std::unique_ptr<AttentionBlock> attention;
     std::unique_ptr<DenseMlpBlock> mlp;
     std::unique_ptr<MoeBlock> moe;
@@ -60,6 +65,7 @@ class CausalLM {
 
   std::unique_ptr<ParameterStore> store_;
   std::vector<Sublayer> sublayers_;
+  std::vector<std::pair<std::string, size_t>> stash_report_;
   Param head_, final_norm_, embed_;
 };
 

@@ -1,0 +1,38 @@
+// The memory plan is summed from what each block declares it keeps (model::gpu_stash_bytes); here the GPU blocks'
+// own stashes, measured after a real forward pass, must equal those declarations for every family.
+#include <gtest/gtest.h>
+
+#include "gpu_test_util.h"
+#include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/memory_plan.h"
+#include "test_util.h"
+
+namespace moetune {
+namespace {
+
+class MemoryPlanGpu : public testing::GpuTest {};
+
+TEST_F(MemoryPlanGpu, BlockStashesAreWhatThePlanDeclares) {
+  for (const char* name : {"qwen3_moe_tiny", "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"}) {
+    SCOPED_TRACE(name);
+    auto model = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
+    const model::ModelSpec& spec = model.spec();
+    const int64_t rows = 2, seq = 24;
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < rows * seq; ++i) ids.push_back((i * 7 + 3) % spec.vocab_size);
+    const Tensor input_ids = Tensor::from_vector(ids, {rows, seq});
+    model.forward_backward({.input_ids = input_ids, .labels = input_ids});
+    const auto& report = model.stash_report();
+    size_t i = 0;
+    for (const model::LayerSpec& layer : spec.layers)
+      for (const model::SublayerSpec& sublayer : layer.sublayers) {
+        ASSERT_LT(i, report.size());
+        EXPECT_EQ(int64_t(report[i].second), model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq)) << report[i].first;
+        ++i;
+      }
+    EXPECT_EQ(i, report.size());
+  }
+}
+
+}  // namespace
+}  // namespace moetune
