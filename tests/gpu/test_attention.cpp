@@ -74,18 +74,18 @@ class AttentionGpu : public testing::GpuTest {
 
     const ops::AttentionMask mask{.document_start = starts};
     const Tensor qf = to_cpu_f32(q), kf = to_cpu_f32(k), vf = to_cpu_f32(v), doutf = to_cpu_f32(dout);
-    const Tensor expected_out = ops::causal_attention(qf, kf, vf, mask, scale);
+    const Tensor expected_out = ops::causal_attention_forward(qf, kf, vf, mask, scale);
     const ops::AttentionGrads expected = ops::causal_attention_backward(doutf, qf, kf, vf, expected_out, mask, scale);
 
     const ops::cuda::PackedDocuments docs =
         ops::cuda::pack_documents(starts, c.max_document_length ? c.max_document_length : longest);
     EXPECT_EQ(docs.num_documents, int64_t(c.lengths.size()));
     const Tensor out = poisoned({tokens, c.heads, d}, DType::BF16, gpu);
-    const Tensor stats = ops::cuda::flash_attention_forward(q, k, v, docs, scale, out);
+    const Tensor stats = ops::cuda::causal_attention_forward(q, k, v, docs, scale, out);
     const Tensor dq = poisoned(q.shape(), DType::BF16, gpu);
     const Tensor dk = poisoned(k.shape(), DType::BF16, gpu);
     const Tensor dv = poisoned(v.shape(), DType::BF16, gpu);
-    ops::cuda::flash_attention_backward(dout, q, k, v, out, stats, docs, scale, dq, dk, dv);
+    ops::cuda::causal_attention_backward(dout, q, k, v, out, stats, docs, scale, dq, dk, dv);
 
     ASSERT_EQ(stats.shape(), (Shape{tokens, c.heads}));
     EXPECT_LT(relative_error(out, expected_out), kBf16Tolerance);
@@ -131,11 +131,11 @@ TEST_F(AttentionGpu, NoTokens) {
   EXPECT_EQ(docs.num_documents, 0);
   const Tensor q = Tensor::empty({0, 8, 64}, DType::BF16, gpu), kv = Tensor::empty({0, 2, 64}, DType::BF16, gpu);
   const Tensor out = Tensor::empty({0, 8, 64}, DType::BF16, gpu);
-  const Tensor stats = ops::cuda::flash_attention_forward(q, kv, kv, docs, 0.125, out);
+  const Tensor stats = ops::cuda::causal_attention_forward(q, kv, kv, docs, 0.125, out);
   EXPECT_EQ(stats.shape(), (Shape{0, 8}));
   const Tensor dq = Tensor::empty(q.shape(), DType::BF16, gpu), dk = Tensor::empty(kv.shape(), DType::BF16, gpu),
                dv = Tensor::empty(kv.shape(), DType::BF16, gpu);
-  ops::cuda::flash_attention_backward(out, q, kv, kv, out, stats, docs, 0.125, dq, dk, dv);
+  ops::cuda::causal_attention_backward(out, q, kv, kv, out, stats, docs, 0.125, dq, dk, dv);
 }
 
 TEST_F(AttentionGpu, RejectsWhatCudnnCannotDo) {
@@ -143,16 +143,16 @@ TEST_F(AttentionGpu, RejectsWhatCudnnCannotDo) {
   const ops::cuda::PackedDocuments docs = ops::cuda::pack_documents(document_starts({16}), 16);
   // head_dim not a multiple of 8
   const Tensor q = Tensor::empty({16, 4, 36}, DType::BF16, gpu), k = Tensor::empty({16, 2, 36}, DType::BF16, gpu);
-  EXPECT_THROW(ops::cuda::flash_attention_forward(q, k, k, docs, 1.0, q), Error);
+  EXPECT_THROW(ops::cuda::causal_attention_forward(q, k, k, docs, 1.0, q), Error);
   // heads not a multiple of kv_heads
   const Tensor q3 = Tensor::empty({16, 3, 64}, DType::BF16, gpu), k2 = Tensor::empty({16, 2, 64}, DType::BF16, gpu);
-  EXPECT_THROW(ops::cuda::flash_attention_forward(q3, k2, k2, docs, 1.0, q3), Error);
+  EXPECT_THROW(ops::cuda::causal_attention_forward(q3, k2, k2, docs, 1.0, q3), Error);
   // documents that do not cover the tokens
   const Tensor q8 = Tensor::empty({8, 4, 64}, DType::BF16, gpu), k8 = Tensor::empty({8, 2, 64}, DType::BF16, gpu);
-  EXPECT_THROW(ops::cuda::flash_attention_forward(q8, k8, k8, docs, 1.0, q8), Error);
+  EXPECT_THROW(ops::cuda::causal_attention_forward(q8, k8, k8, docs, 1.0, q8), Error);
   // f32 inputs
   const Tensor q32 = Tensor::empty({16, 4, 64}, DType::F32, gpu), k32 = Tensor::empty({16, 2, 64}, DType::F32, gpu);
-  EXPECT_THROW(ops::cuda::flash_attention_forward(q32, k32, k32, docs, 1.0, q32), Error);
+  EXPECT_THROW(ops::cuda::causal_attention_forward(q32, k32, k32, docs, 1.0, q32), Error);
   // a document longer than the bound, and starts that do not describe consecutive documents
   EXPECT_THROW(ops::cuda::pack_documents(document_starts({10, 20}), 16), Error);
   EXPECT_THROW(ops::cuda::pack_documents({0, 0, 1, 0}, 16), Error);

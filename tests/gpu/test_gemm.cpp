@@ -155,7 +155,7 @@ TEST_F(LinearGpu, ForwardMatchesCpuWithAndWithoutBias) {
         const Tensor y = poisoned({rows, out}, y_type, Device::cuda());
         ops::cuda::linear_forward(x, weight, bias, y);
         const Tensor expected =
-            ops::linear(to_cpu_f32(x), to_cpu_f32(weight), with_bias ? to_cpu_f32(bias) : Tensor());
+            ops::linear_forward(to_cpu_f32(x), to_cpu_f32(weight), with_bias ? to_cpu_f32(bias) : Tensor());
         // An F32 bias is rounded to bf16 on its way through a BF16 y; an F32 y is exact up to summation order.
         EXPECT_LT(relative_error(y, expected), tolerance_for(y_type));
       }
@@ -217,7 +217,7 @@ TEST_F(LinearGpu, WeightViewIntoFusedParameter) {
   const Tensor x = random_normal({rows, in}, DType::BF16, Device::cuda(), rng());
   const Tensor y = poisoned({rows, out}, DType::F32, Device::cuda());
   ops::cuda::linear_forward(x, weight, Tensor(), y);
-  EXPECT_LT(relative_error(y, ops::linear(to_cpu_f32(x), to_cpu_f32(weight))), kF32OutputTolerance);
+  EXPECT_LT(relative_error(y, ops::linear_forward(to_cpu_f32(x), to_cpu_f32(weight))), kF32OutputTolerance);
 
   const Tensor fused_grad = Tensor::zeros({2 * out, in}, DType::F32, Device::cuda());
   const Tensor dy = random_normal({rows, out}, DType::BF16, Device::cuda(), rng());

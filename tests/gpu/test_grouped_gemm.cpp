@@ -61,7 +61,7 @@ Tensor reference_grouped_matmul(const Tensor& x, const Tensor& weights, bool tra
   for (int64_t e = 0; e < groups.count(); ++e) {
     if (groups.size(e) == 0) continue;
     const Tensor w_as_linear = transpose_w ? wh[e].clone() : transposed(wh[e]);  // linear wants [N, K]
-    out.narrow(groups.begin(e), groups.size(e)).copy_from(ops::linear(xh.narrow(groups.begin(e), groups.size(e)), w_as_linear));
+    out.narrow(groups.begin(e), groups.size(e)).copy_from(ops::linear_forward(xh.narrow(groups.begin(e), groups.size(e)), w_as_linear));
   }
   return out;
 }

@@ -63,7 +63,7 @@ struct Expected {
 // dweight_start: the dweight values before the call (gradients accumulate).
 Expected reference(const Inputs& in, double grad_scale, double loss_start, const Tensor& dweight_start) {
   const Tensor hidden = to_cpu_f32(in.hidden), weight = to_cpu_f32(in.weight);
-  const Tensor logits = round_to_bf16(ops::linear(hidden, weight));
+  const Tensor logits = round_to_bf16(ops::linear_forward(hidden, weight));
   Expected e;
   e.loss_sum = loss_start + ops::cross_entropy(logits, in.target_list).loss_sum;
   const Tensor dlogits = round_to_bf16(ops::cross_entropy_backward(logits, in.target_list, grad_scale));

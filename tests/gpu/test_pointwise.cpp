@@ -101,7 +101,7 @@ TEST_F(NormGpu, ForwardMatchesCpu) {
     const Tensor x = random_gpu(shape), weight = random_weight(width);
     const Tensor y = poisoned(shape, DType::BF16, Device::cuda());
     ops::cuda::rms_norm_forward(x, weight, kEps, y);
-    const Tensor expected = ops::rms_norm(to_cpu_f32(x), to_cpu_f32(weight), kEps);
+    const Tensor expected = ops::rms_norm_forward(to_cpu_f32(x), to_cpu_f32(weight), kEps);
     EXPECT_LT(relative_error(y, expected), kBf16Tolerance);
   }
 }
@@ -109,7 +109,7 @@ TEST_F(NormGpu, ForwardMatchesCpu) {
 TEST_F(NormGpu, ForwardInPlace) {
   SCOPED_TRACE(seed());
   const Tensor x = random_gpu({9, 2048}), weight = random_weight(2048);
-  const Tensor expected = ops::rms_norm(to_cpu_f32(x), to_cpu_f32(weight), kEps);
+  const Tensor expected = ops::rms_norm_forward(to_cpu_f32(x), to_cpu_f32(weight), kEps);
   ops::cuda::rms_norm_forward(x, weight, kEps, x);
   EXPECT_LT(relative_error(x, expected), kBf16Tolerance);
 }
@@ -199,8 +199,8 @@ class QkvRopeGpu : public PointwiseGpuTest {
     const Tensor x_q = heads_of(qkv32, heads, 0, c.q_heads, d);
     const Tensor x_k = heads_of(qkv32, heads, c.q_heads, c.kv_heads, d);
     const Tensor x_v = heads_of(qkv32, heads, c.q_heads + c.kv_heads, c.kv_heads, d);
-    Tensor expected_q = c.with_norms ? ops::rms_norm(x_q, to_cpu_f32(q_norm), kEps) : x_q.clone();
-    Tensor expected_k = c.with_norms ? ops::rms_norm(x_k, to_cpu_f32(k_norm), kEps) : x_k.clone();
+    Tensor expected_q = c.with_norms ? ops::rms_norm_forward(x_q, to_cpu_f32(q_norm), kEps) : x_q.clone();
+    Tensor expected_k = c.with_norms ? ops::rms_norm_forward(x_k, to_cpu_f32(k_norm), kEps) : x_k.clone();
     ops::apply_rope(expected_q, inv, positions);
     ops::apply_rope(expected_k, inv, positions);
     EXPECT_LT(relative_error(q, expected_q), kBf16Tolerance);
@@ -315,7 +315,7 @@ class SwigluGpu : public PointwiseGpuTest {
     const Tensor out = poisoned({rows, inner}, DType::BF16, Device::cuda());
     ops::cuda::swiglu_forward(gate_up, out);
     const Tensor gate_up32 = to_cpu_f32(gate_up);
-    EXPECT_LT(relative_error(out, ops::swiglu(gate_up32)), kBf16Tolerance);
+    EXPECT_LT(relative_error(out, ops::swiglu_forward(gate_up32)), kBf16Tolerance);
 
     const Tensor dout = random_gpu({rows, inner});
     const Tensor dgate_up = poisoned(gate_up.shape(), DType::BF16, Device::cuda());
@@ -368,7 +368,7 @@ TEST_F(EmbeddingGpu, ForwardMatchesCpu) {
     const Tensor table = random_gpu({vocab, hidden});
     const Tensor out = poisoned({int64_t(ids.size()), hidden}, DType::BF16, Device::cuda());
     ops::cuda::embedding_forward(upload_i32(ids), table, out);
-    const Tensor expected = ops::embedding(ids_i64(ids), to_cpu_f32(table));
+    const Tensor expected = ops::embedding_forward(ids_i64(ids), to_cpu_f32(table));
     EXPECT_LT(relative_error(out, expected), kBf16Tolerance);
     EXPECT_EQ(bytes_of(out), bytes_of(ops::cast(expected, DType::BF16)));  // a copy, exact
   }

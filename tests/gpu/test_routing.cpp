@@ -97,7 +97,7 @@ TEST_F(RouterGpu, ForwardMatchesCpu) {
   for (const RoutingCase& c : kCases) {
     SCOPED_TRACE(describe(c));
     const Tensor logits = distinct_logits(c, rng());
-    const ops::Routing expected = ops::route_softmax_topk(logits, c.top_k, c.normalize);
+    const ops::Routing expected = ops::router_topk_forward(logits, c.top_k, c.normalize);
     const Tensor expert_ids = poisoned({c.tokens, c.top_k}, DType::I32, kGpu);
     const Tensor weights = poisoned({c.tokens, c.top_k}, DType::F32, kGpu);
     ops::cuda::router_topk_forward(logits.to(kGpu), c.top_k, c.normalize, expert_ids, weights);
@@ -111,10 +111,10 @@ TEST_F(RouterGpu, BackwardMatchesCpu) {
   for (const RoutingCase& c : kCases) {
     SCOPED_TRACE(describe(c));
     const Tensor logits = distinct_logits(c, rng());
-    const ops::Routing routing = ops::route_softmax_topk(logits, c.top_k, c.normalize);
+    const ops::Routing routing = ops::router_topk_forward(logits, c.top_k, c.normalize);
     const Tensor dweights = random_normal({c.tokens, c.top_k}, DType::F32, Device::cpu(), rng());
     const std::vector<float> dweight(dweights.data<float>(), dweights.data<float>() + dweights.numel());
-    const Tensor expected = ops::route_softmax_topk_backward(routing, dweight);
+    const Tensor expected = ops::router_topk_backward(routing, dweight);
     const Tensor dlogits = poisoned({c.tokens, c.experts}, DType::F32, kGpu);
     ops::cuda::router_topk_backward(logits.to(kGpu), device_ids(routing),
                                     host_floats(routing.weight, {c.tokens, c.top_k}).to(kGpu), dweights.to(kGpu),
@@ -141,7 +141,7 @@ struct RoutedBatch {
 };
 
 RoutedBatch route(const RoutingCase& c, std::mt19937& rng) {
-  ops::Routing routing = ops::route_softmax_topk(distinct_logits(c, rng), c.top_k, c.normalize);
+  ops::Routing routing = ops::router_topk_forward(distinct_logits(c, rng), c.top_k, c.normalize);
   ops::ExpertPermutation cpu_plan = ops::plan_permutation(routing, c.experts);
   ops::cuda::DevicePermutation gpu_plan = ops::cuda::plan_permutation(device_ids(routing), c.experts);
   return {std::move(routing), std::move(cpu_plan), std::move(gpu_plan)};
@@ -262,7 +262,7 @@ struct AuxStep {
 AuxStep aux_step(const RoutingCase& c, bool padded, bool all_padding, std::mt19937& rng) {
   AuxStep step;
   for (int l = 0; l < kLayers; ++l)
-    step.layers.push_back(ops::route_softmax_topk(distinct_logits(c, rng), c.top_k, c.normalize));
+    step.layers.push_back(ops::router_topk_forward(distinct_logits(c, rng), c.top_k, c.normalize));
   if (padded || all_padding) {
     std::bernoulli_distribution keep(0.75);
     for (int64_t t = 0; t < c.tokens; ++t) step.token_valid.push_back(all_padding ? 0 : uint8_t(keep(rng)));
@@ -322,7 +322,7 @@ TEST_F(AuxLossGpu, LossMatchesCpu) {
       const Tensor host_counts = counts.to(Device::cpu());
       EXPECT_EQ(std::vector<float>(host_counts.data<float>(), host_counts.data<float>() + c.experts), expected_counts);
       EXPECT_LE(relative_error(prob_sums, host_floats(expected_probs, {c.experts})), kF32Tolerance);
-      const float expected_loss = float(ops::load_balancing_loss(step.layers, step.token_valid));
+      const float expected_loss = float(ops::aux_loss_value(step.layers, step.token_valid));
       EXPECT_LE(relative_error(loss, host_floats({expected_loss}, {1})), kF32Tolerance);
       if (step.rows == 0) {
         EXPECT_EQ(loss.to(Device::cpu()).data<float>()[0], 0.0f);
@@ -352,7 +352,7 @@ TEST_F(AuxLossGpu, BackwardMatchesCpu) {
                                         : random_normal({c.tokens, c.experts}, DType::F32, Device::cpu(), rng(), 1e-3f));
         std::vector<Tensor> dlogits;
         for (const Tensor& start : expected) dlogits.push_back(start.to(kGpu));
-        ops::load_balancing_loss_backward(step.layers, step.token_valid, scale, expected);
+        ops::aux_loss_backward(step.layers, step.token_valid, scale, expected);
         for (int l = 0; l < kLayers; ++l)
           ops::cuda::aux_loss_backward(step.layers[size_t(l)].logits.to(kGpu), token_valid, counts, step.rows, scale,
                                        dlogits[size_t(l)]);

@@ -59,7 +59,7 @@ TEST(GradCheck, Linear) {
   Tensor x = random({5, 4}), w = random({3, 4}), b = random({3}), dy = random({5, 3});
   Tensor dw = Tensor::zeros({3, 4}, DType::F32), db = Tensor::zeros({3}, DType::F32);
   Tensor dx = linear_backward(dy, x, w, dw, db);
-  auto loss = [&] { return weighted_sum(linear(x, w, b), dy); };
+  auto loss = [&] { return weighted_sum(linear_forward(x, w, b), dy); };
   expect_gradient("dx", x, loss, dx);
   expect_gradient("dweight", w, loss, dw);
   expect_gradient("dbias", b, loss, db);
@@ -69,7 +69,7 @@ TEST(GradCheck, RmsNorm) {
   Tensor x = random({4, 6}), w = random({6}), dy = random({4, 6});
   Tensor dw = Tensor::zeros({6}, DType::F32);
   Tensor dx = rms_norm_backward(dy, x, w, 1e-6, dw);
-  auto loss = [&] { return weighted_sum(rms_norm(x, w, 1e-6), dy); };
+  auto loss = [&] { return weighted_sum(rms_norm_forward(x, w, 1e-6), dy); };
   expect_gradient("dx", x, loss, dx);
   expect_gradient("dweight", w, loss, dw);
 }
@@ -95,9 +95,9 @@ TEST(GradCheck, CausalAttentionPackedAndPadded) {
   AttentionMask mask{{0, 0, 0, 0, 4, 4, 4}, {1, 1, 1, 1, 1, 1, 0}};
   Tensor q = random({7, 4, 8}), k = random({7, 2, 8}), v = random({7, 2, 8}), dy = random({7, 4, 8});
   const double scale = 1.0 / std::sqrt(8.0);
-  Tensor out = causal_attention(q, k, v, mask, scale);
+  Tensor out = causal_attention_forward(q, k, v, mask, scale);
   AttentionGrads g = causal_attention_backward(dy, q, k, v, out, mask, scale);
-  auto loss = [&] { return weighted_sum(causal_attention(q, k, v, mask, scale), dy); };
+  auto loss = [&] { return weighted_sum(causal_attention_forward(q, k, v, mask, scale), dy); };
   expect_gradient("dq", q, loss, g.dq);
   expect_gradient("dk", k, loss, g.dk);
   expect_gradient("dv", v, loss, g.dv);
@@ -106,7 +106,7 @@ TEST(GradCheck, CausalAttentionPackedAndPadded) {
 TEST(GradCheck, Swiglu) {
   Tensor x = random({3, 10}), dy = random({3, 5});
   Tensor dx = swiglu_backward(dy, x);
-  expect_gradient("dgate_up", x, [&] { return weighted_sum(swiglu(x), dy); }, dx);
+  expect_gradient("dgate_up", x, [&] { return weighted_sum(swiglu_forward(x), dy); }, dx);
 }
 
 TEST(GradCheck, Embedding) {
@@ -114,7 +114,7 @@ TEST(GradCheck, Embedding) {
   Tensor table = random({6, 3}), dy = random({4, 3});
   Tensor dtable = Tensor::zeros({6, 3}, DType::F32);
   embedding_backward(dy, ids, dtable);
-  expect_gradient("dtable", table, [&] { return weighted_sum(embedding(ids, table), dy); }, dtable);
+  expect_gradient("dtable", table, [&] { return weighted_sum(embedding_forward(ids, table), dy); }, dtable);
 }
 
 TEST(GradCheck, CrossEntropy) {
@@ -136,9 +136,9 @@ TEST(GradCheck, RouterWeights) {
   for (bool normalize : {false, true}) {
     Tensor logits = separated_logits(5, 6), dweights = random({5 * 2});
     const std::vector<float> dw(dweights.data<float>(), dweights.data<float>() + 10);
-    Tensor dlogits = route_softmax_topk_backward(route_softmax_topk(logits, 2, normalize), dw);
+    Tensor dlogits = router_topk_backward(router_topk_forward(logits, 2, normalize), dw);
     auto loss = [&] {
-      Routing r = route_softmax_topk(logits, 2, normalize);
+      Routing r = router_topk_forward(logits, 2, normalize);
       return weighted_sum(Tensor::from_vector(r.weight, {10}), dweights);
     };
     expect_gradient(normalize ? "dlogits (normalized)" : "dlogits", logits, loss, dlogits);
@@ -149,10 +149,10 @@ TEST(GradCheck, LoadBalancingLossWithPadding) {
   Tensor a = separated_logits(6, 4), b = separated_logits(6, 4);
   const std::vector<uint8_t> valid = {1, 1, 1, 1, 0, 1};
   auto loss = [&] {
-    return 3.0 * load_balancing_loss({route_softmax_topk(a, 2, true), route_softmax_topk(b, 2, true)}, valid);
+    return 3.0 * aux_loss_value({router_topk_forward(a, 2, true), router_topk_forward(b, 2, true)}, valid);
   };
   std::vector<Tensor> grads = {Tensor::zeros({6, 4}, DType::F32), Tensor::zeros({6, 4}, DType::F32)};
-  load_balancing_loss_backward({route_softmax_topk(a, 2, true), route_softmax_topk(b, 2, true)}, valid, 3.0, grads);
+  aux_loss_backward({router_topk_forward(a, 2, true), router_topk_forward(b, 2, true)}, valid, 3.0, grads);
   expect_gradient("dlogits layer 0", a, loss, grads[0]);
   expect_gradient("dlogits layer 1", b, loss, grads[1]);
 }

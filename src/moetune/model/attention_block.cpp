@@ -37,17 +37,17 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
 Tensor AttentionBlock::forward(const Tensor& h, const SequenceLayout& layout) {
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   stash_.input = h;
-  Tensor qkv = ops::linear(ops::rms_norm(h, p_.norm.value, eps_), p_.qkv.value, p_.qkv_bias.value);
+  Tensor qkv = ops::linear_forward(ops::rms_norm_forward(h, p_.norm.value, eps_), p_.qkv.value, p_.qkv_bias.value);
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
   stash_.k_raw = columns(qkv, nq * d, nkv * d).view({tokens, nkv, d});
   stash_.v = columns(qkv, (nq + nkv) * d, nkv * d).view({tokens, nkv, d});
-  stash_.q = p_.q_norm.defined() ? ops::rms_norm(stash_.q_raw, p_.q_norm.value, eps_) : stash_.q_raw.clone();
-  stash_.k = p_.k_norm.defined() ? ops::rms_norm(stash_.k_raw, p_.k_norm.value, eps_) : stash_.k_raw.clone();
+  stash_.q = p_.q_norm.defined() ? ops::rms_norm_forward(stash_.q_raw, p_.q_norm.value, eps_) : stash_.q_raw.clone();
+  stash_.k = p_.k_norm.defined() ? ops::rms_norm_forward(stash_.k_raw, p_.k_norm.value, eps_) : stash_.k_raw.clone();
   if (!p_.q_norm.defined()) stash_.q_raw = stash_.k_raw = Tensor();  // only the norms read them back
   ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions);
   ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions);
-  stash_.attended = ops::causal_attention(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale());
-  return add(h, ops::linear(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value));
+  stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale());
+  return add(h, ops::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value));
 }
 
 Tensor AttentionBlock::backward(const Tensor& dout, const SequenceLayout& layout) {
@@ -66,7 +66,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const SequenceLayout& layout
   set_columns(dqkv, 0, g.dq);
   set_columns(dqkv, nq * d, g.dk);
   set_columns(dqkv, (nq + nkv) * d, g.dv);
-  const Tensor normed = ops::rms_norm(stash_.input, p_.norm.value, eps_);  // recomputed, not kept
+  const Tensor normed = ops::rms_norm_forward(stash_.input, p_.norm.value, eps_);  // recomputed, not kept
   Tensor dnormed = ops::linear_backward(dqkv, normed, p_.qkv.value, p_.qkv.grad, p_.qkv_bias.grad);
   return add(dout, ops::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps_, p_.norm.grad));
 }

@@ -37,7 +37,7 @@ CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStor
 }
 
 Tensor CausalLM::run_layers(const Tensor& input_ids, const SequenceLayout& layout) {
-  Tensor h = ops::embedding(input_ids.view({-1}), store_->get("embed_tokens").value);
+  Tensor h = ops::embedding_forward(input_ids.view({-1}), store_->get("embed_tokens").value);
   for (Sublayer& b : sublayers_)
     h = b.attention ? b.attention->forward(h, layout) : b.mlp ? b.mlp->forward(h) : b.moe->forward(h);
   return h;
@@ -60,7 +60,7 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
   stash_.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
   stash_.final_hidden = run_layers(batch.input_ids, stash_.layout);
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
-  stash_.logits = ops::linear(ops::rms_norm(stash_.final_hidden, store_->get("final_norm").value, c.norm_eps), head.value);
+  stash_.logits = ops::linear_forward(ops::rms_norm_forward(stash_.final_hidden, store_->get("final_norm").value, c.norm_eps), head.value);
 
   CausalLMOutput output;
   output.logits = stash_.logits.view({rows, seq, c.vocab_size});
@@ -75,7 +75,7 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
   output.lm_loss = ce.loss_sum * stash_.lm_scale;
   output.loss = output.lm_loss;
   if (c.aux_loss == AuxLoss::LoadBalancing && batch.output_router_logits.value_or(c.aux_loss_by_default)) {
-    output.aux_loss = ops::load_balancing_loss(routings(), stash_.layout.token_valid);
+    output.aux_loss = ops::aux_loss_value(routings(), stash_.layout.token_valid);
     stash_.aux_scale = c.aux_loss_coef;
     output.loss += stash_.aux_scale * output.aux_loss;
   }
@@ -107,7 +107,7 @@ void CausalLM::backward() {
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
   const Param final_norm = store_->get("final_norm");
   const Tensor dlogits = ops::cross_entropy_backward(stash_.logits, stash_.targets, stash_.lm_scale);
-  const Tensor normed = ops::rms_norm(stash_.final_hidden, final_norm.value, c.norm_eps);
+  const Tensor normed = ops::rms_norm_forward(stash_.final_hidden, final_norm.value, c.norm_eps);
   Tensor dh = ops::linear_backward(dlogits, normed, head.value, head.grad);
   dh = ops::rms_norm_backward(dh, stash_.final_hidden, final_norm.value, c.norm_eps, final_norm.grad);
 
@@ -116,7 +116,7 @@ void CausalLM::backward() {
   if (stash_.aux_scale != 0) {
     const std::vector<ops::Routing> all = routings();
     for (const ops::Routing& routing : all) drouter_logits.push_back(Tensor::zeros(routing.logits.shape(), DType::F32));
-    ops::load_balancing_loss_backward(all, stash_.layout.token_valid, stash_.aux_scale, drouter_logits);
+    ops::aux_loss_backward(all, stash_.layout.token_valid, stash_.aux_scale, drouter_logits);
   }
   size_t moe_index = routings().size();
   for (auto b = sublayers_.rbegin(); b != sublayers_.rend(); ++b) {

@@ -12,13 +12,13 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
 
 Tensor DenseMlpBlock::forward(const Tensor& h) {
   input_ = h;
-  SwigluOutput mlp = swiglu_mlp(ops::rms_norm(h, p_.norm.value, eps_), p_.mlp);
+  SwigluOutput mlp = swiglu_mlp(ops::rms_norm_forward(h, p_.norm.value, eps_), p_.mlp);
   gate_up_out_ = mlp.gate_up;
   return add(h, mlp.out);
 }
 
 Tensor DenseMlpBlock::backward(const Tensor& dout) {
-  const Tensor normed = ops::rms_norm(input_, p_.norm.value, eps_);  // recomputed, not kept
+  const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
   Tensor dnormed = swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp);
   return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, p_.norm.grad));
 }

@@ -22,8 +22,8 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
 
 Tensor MoeBlock::forward(const Tensor& h) {
   input_ = h;
-  const Tensor normed = ops::rms_norm(h, p_.norm.value, eps_);
-  routing_ = ops::route_softmax_topk(ops::linear(normed, p_.router.value), spec_.router.top_k, spec_.router.renormalize);
+  const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
+  routing_ = ops::router_topk_forward(ops::linear_forward(normed, p_.router.value), spec_.router.top_k, spec_.router.renormalize);
   dispatched_ = dispatcher_->dispatch(normed, routing_);
   activations_ = ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value);
   Tensor out = add(h, dispatcher_->combine(activations_.out, routing_));
@@ -32,18 +32,18 @@ Tensor MoeBlock::forward(const Tensor& h) {
   shared_gate_up_ = shared.gate_up;
   shared_out_ = shared.out;
   if (!p_.shared_gate.defined()) return add(out, shared_out_);
-  shared_gate_logits_ = ops::linear(normed, p_.shared_gate.value);
+  shared_gate_logits_ = ops::linear_forward(normed, p_.shared_gate.value);
   return ops::sigmoid_gated_add(out, shared_out_, shared_gate_logits_);
 }
 
 Tensor MoeBlock::backward(const Tensor& dout, const Tensor& drouter_logits) {
   const int64_t tokens = dout.size(0);
-  const Tensor normed = ops::rms_norm(input_, p_.norm.value, eps_);  // recomputed, not kept
+  const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
   ops::CombineGrads combine = dispatcher_->combine_backward(dout, activations_.out, routing_);
   Tensor ddispatched = ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up.value,
                                                 p_.down.value, p_.gate_up.grad, p_.down.grad);
   Tensor dnormed = dispatcher_->dispatch_backward(ddispatched, tokens);
-  Tensor dlogits = ops::route_softmax_topk_backward(routing_, combine.dweight);
+  Tensor dlogits = ops::router_topk_backward(routing_, combine.dweight);
   if (drouter_logits.defined()) dlogits = add(dlogits, drouter_logits);
   dnormed = add(dnormed, ops::linear_backward(dlogits, normed, p_.router.value, p_.router.grad));
   if (p_.shared.defined()) {

@@ -7,13 +7,13 @@ namespace moetune::model {
 
 SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p) {
   SwigluOutput result;
-  result.gate_up = ops::linear(x, p.gate_up.value, p.gate_up_bias.value);
-  result.out = ops::linear(ops::swiglu(result.gate_up), p.down.value, p.down_bias.value);
+  result.gate_up = ops::linear_forward(x, p.gate_up.value, p.gate_up_bias.value);
+  result.out = ops::linear_forward(ops::swiglu_forward(result.gate_up), p.down.value, p.down_bias.value);
   return result;
 }
 
 Tensor swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p) {
-  Tensor dinner = ops::linear_backward(dout, ops::swiglu(gate_up), p.down.value, p.down.grad, p.down_bias.grad);
+  Tensor dinner = ops::linear_backward(dout, ops::swiglu_forward(gate_up), p.down.value, p.down.grad, p.down_bias.grad);
   return ops::linear_backward(ops::swiglu_backward(dinner, gate_up), x, p.gate_up.value, p.gate_up.grad, p.gate_up_bias.grad);
 }
 

@@ -14,7 +14,7 @@ struct AttentionMask {
 };
 
 // q [T, nq, d], k and v [T, nkv, d]. Returns [T, nq, d]; a query with no visible key gets zeros.
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double scale);
+Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double scale);
 
 struct AttentionGrads {
   Tensor dq, dk, dv;

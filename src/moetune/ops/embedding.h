@@ -6,7 +6,7 @@
 namespace moetune::ops {
 
 // ids [N] (i64) -> [N, H]; an id outside the table is an Error naming it and its position.
-Tensor embedding(const Tensor& ids, const Tensor& table);
+Tensor embedding_forward(const Tensor& ids, const Tensor& table);
 void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable);
 
 }  // namespace moetune::ops

@@ -6,7 +6,7 @@
 namespace moetune::ops {
 
 // x [T, in] f32, weight [out, in] (a view into a fused parameter is fine), bias [out] or undefined.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
 // Given dy [T, out]: accumulates dW += dyᵀ·x into `dweight` (same shape as weight, a view into a fused
 // gradient is fine) and db += Σ_rows dy into `dbias` when defined; returns dx = dy·W [T, in].

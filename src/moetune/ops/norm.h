@@ -5,7 +5,7 @@
 
 namespace moetune::ops {
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
+Tensor rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
 
 // Given dy: accumulates dweight += Σ_rows dy ⊙ x̂ and returns dx. The statistics are recomputed from x, so
 // a block keeps only its input for the backward pass.

@@ -17,18 +17,18 @@ struct Routing {
 };
 
 // Top-k of the softmax; ties go to the lower expert index.
-Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool normalize);
+Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize);
 
 // Given d(weight) [T * k]: returns d(logits) [T, E] through the renormalisation and the softmax.
-Tensor route_softmax_topk_backward(const Routing& routing, const std::vector<float>& dweight);
+Tensor router_topk_backward(const Routing& routing, const std::vector<float>& dweight);
 
 // load_balancing_loss_func: with N the counted rows over all layers, C_e how often expert e is in a top-k and
 // P_e the sum of its probabilities, loss = E · Σ_e (C_e / N) · (P_e / N). `token_valid` (per token, empty for
 // all) excludes padding from both sums.
-double load_balancing_loss(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid);
+double aux_loss_value(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid);
 
 // Adds scale · d(loss)/d(logits) into each layer's `dlogits` [T, E]. The top-k counts are constants.
-void load_balancing_loss_backward(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid,
+void aux_loss_backward(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid,
                                   double scale, std::vector<Tensor>& dlogits);
 
 // How evenly a layer spreads its tokens, for the training log: per-expert load (choices) relative to the mean,

@@ -36,7 +36,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const DeviceBatch& batch) {
   ops::cuda::qkv_norm_rope_forward(stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions, stash_.q,
                                    stash_.k, stash_.v);
   stash_.attended = device_like({tokens, nq, d});
-  stash_.softmax_stats = ops::cuda::flash_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
+  stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
                                                             spec_.softmax_scale(), stash_.attended);
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
@@ -50,7 +50,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const DeviceBatch& batch) {
   Tensor dattended = device_like({tokens, nq * d});
   ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad, p_.o_bias.grad);
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
-  ops::cuda::flash_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v, stash_.attended,
+  ops::cuda::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v, stash_.attended,
                                       stash_.softmax_stats, batch.documents, spec_.softmax_scale(), dq, dk, dv);
   dattended = Tensor();
   Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});

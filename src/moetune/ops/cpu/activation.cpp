@@ -7,7 +7,7 @@ namespace {
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 }  // namespace
 
-Tensor swiglu(const Tensor& gate_up) {
+Tensor swiglu_forward(const Tensor& gate_up) {
   const int64_t rows = gate_up.size(0), inner = gate_up.size(1) / 2;
   Tensor out = Tensor::empty({rows, inner}, DType::F32);
   for (int64_t r = 0; r < rows; ++r) {

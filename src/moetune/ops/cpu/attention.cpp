@@ -43,7 +43,7 @@ bool probabilities(const float* q_row, const float* k, const Shapes& s, int64_t 
 
 }  // namespace
 
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double scale) {
+Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double scale) {
   const Shapes s = check(q, k, v, mask);
   Tensor out = Tensor::zeros({s.tokens, s.heads, s.d}, DType::F32);
   // Each query token writes only its own output rows.

@@ -4,7 +4,7 @@
 
 namespace moetune::ops {
 
-Tensor embedding(const Tensor& ids, const Tensor& table) {
+Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   const int64_t count = ids.numel(), vocab = table.size(0), hidden = table.size(1);
   Tensor out = Tensor::empty({count, hidden}, DType::F32);
   for (int64_t t = 0; t < count; ++t) {

@@ -20,9 +20,9 @@ ExpertActivations expert_mlp(const Tensor& permuted, const std::vector<int64_t>&
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[size_t(e)], count = offsets[size_t(e + 1)] - first;
     if (count == 0) continue;
-    Tensor pre = linear(permuted.narrow(first, count), gate_up_weight[e]);
+    Tensor pre = linear_forward(permuted.narrow(first, count), gate_up_weight[e]);
     copy_rows(pre, a.gate_up, first);
-    copy_rows(linear(swiglu(pre), down_weight[e]), a.out, first);
+    copy_rows(linear_forward(swiglu_forward(pre), down_weight[e]), a.out, first);
   }
   return a;
 }
@@ -35,7 +35,7 @@ Tensor expert_mlp_backward(const Tensor& dout, const Tensor& permuted, const Exp
     const int64_t first = offsets[size_t(e)], count = offsets[size_t(e + 1)] - first;
     if (count == 0) continue;
     const Tensor pre = activations.gate_up.narrow(first, count);
-    Tensor dinner = linear_backward(dout.narrow(first, count), swiglu(pre), down_weight[e], ddown_weight[e]);
+    Tensor dinner = linear_backward(dout.narrow(first, count), swiglu_forward(pre), down_weight[e], ddown_weight[e]);
     Tensor dx = linear_backward(swiglu_backward(dinner, pre), permuted.narrow(first, count), gate_up_weight[e],
                                 dgate_up_weight[e]);
     copy_rows(dx, dpermuted, first);

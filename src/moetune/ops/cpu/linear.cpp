@@ -4,7 +4,7 @@
 
 namespace moetune::ops {
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   MOETUNE_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "linear: x {} with weight {}",
                 x.str(), weight.str());
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);

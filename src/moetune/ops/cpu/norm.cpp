@@ -20,7 +20,7 @@ int64_t checked_width(const Tensor& x, const Tensor& weight) {
 
 }  // namespace
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+Tensor rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   const int64_t width = checked_width(x, weight);
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float* w = weight.data<float>();

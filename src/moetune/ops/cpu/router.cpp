@@ -26,7 +26,7 @@ bool counted(const std::vector<uint8_t>& token_valid, int64_t t) { return token_
 
 }  // namespace
 
-Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool normalize) {
+Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize) {
   const int64_t tokens = logits.size(0), experts = logits.size(1);
   MOETUNE_CHECK(top_k >= 1 && top_k <= experts, "router: top-{} of {} experts", top_k, experts);
   Routing routing{logits, {}, {}, top_k, normalize};
@@ -47,7 +47,7 @@ Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool normalize) 
   return routing;
 }
 
-Tensor route_softmax_topk_backward(const Routing& routing, const std::vector<float>& dweight) {
+Tensor router_topk_backward(const Routing& routing, const std::vector<float>& dweight) {
   const int64_t tokens = routing.logits.size(0), experts = routing.logits.size(1), k = routing.top_k;
   const Tensor probs = softmax(routing.logits);
   Tensor dlogits = Tensor::zeros(routing.logits.shape(), DType::F32);
@@ -100,7 +100,7 @@ BalanceSums balance_sums(const std::vector<Routing>& layers, const std::vector<u
 
 }  // namespace
 
-double load_balancing_loss(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid) {
+double aux_loss_value(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid) {
   if (layers.empty()) return 0.0;
   const BalanceSums sums = balance_sums(layers, token_valid);
   if (sums.rows == 0) return 0.0;
@@ -109,7 +109,7 @@ double load_balancing_loss(const std::vector<Routing>& layers, const std::vector
   return loss * double(sums.selections.size()) / (sums.rows * sums.rows);
 }
 
-void load_balancing_loss_backward(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid,
+void aux_loss_backward(const std::vector<Routing>& layers, const std::vector<uint8_t>& token_valid,
                                   double scale, std::vector<Tensor>& dlogits) {
   if (layers.empty()) return;
   const BalanceSums sums = balance_sums(layers, token_valid);

@@ -340,7 +340,7 @@ PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64
   return docs;
 }
 
-Tensor flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
+Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
                                double scale, const Tensor& out) {
   const Shapes s = check_inputs(q, k, v, docs);
   check_tensor(out, "out", q.shape(), DType::BF16);
@@ -354,7 +354,7 @@ Tensor flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
   return stats;
 }
 
-void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv) {
   const Shapes s = check_inputs(q, k, v, docs);
@@ -372,7 +372,7 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
            {kStats, stats.raw_data()}, {kDQ, dq.raw_data()}, {kDK, dk.raw_data()}, {kDV, dv.raw_data()}});
 }
 
-size_t flash_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
+size_t causal_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                        int64_t num_documents, int64_t max_document_length) {
   if (tokens == 0) return 0;
   size_t bytes = 0;

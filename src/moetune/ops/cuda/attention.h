@@ -36,19 +36,19 @@ PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64
 // q [T, heads, d], k and v [T, kv_heads, d], out [T, heads, d], all BF16 on the GPU; heads % kv_heads == 0,
 // d % 8 == 0 and d <= 256. Writes out and returns the softmax statistics that the backward pass needs: the
 // natural-log logsumexp of the scaled scores, F32 [T, heads].
-Tensor flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
+Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
                                double scale, const Tensor& out);
 
 // dout and out [T, heads, d] BF16 (out as the forward pass wrote it), stats from the forward pass. Overwrites
 // dq [T, heads, d], dk and dv [T, kv_heads, d] (BF16).
-void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv);
 
 // Bytes of scratch GPU memory one forward or backward call allocates (and frees when its work is done) for this
 // shape: the larger of the two cuDNN workspaces plus the ragged offsets. Builds the graphs if they are not
 // cached yet, so it needs a GPU. The returned statistics ([T, heads] F32) are not included.
-size_t flash_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
+size_t causal_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                        int64_t num_documents, int64_t max_document_length);
 
 }  // namespace moetune::ops::cuda
