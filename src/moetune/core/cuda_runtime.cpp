@@ -31,7 +31,11 @@ size_t pool_attribute(cudaMemPoolAttr attribute) {
 
 }  // namespace
 
-cudaStream_t stream() {
+namespace {
+thread_local cudaStream_t current_stream = nullptr;  // null: the engine's stream
+}  // namespace
+
+cudaStream_t engine_stream() {
   // A blocking stream of its own rather than the legacy default stream: library calls that take a stream
   // (cuBLASLt, cuDNN) are then ordered with the kernels by construction.
   static cudaStream_t handle = [] {
@@ -41,6 +45,11 @@ cudaStream_t stream() {
   }();
   return handle;
 }
+
+cudaStream_t stream() { return current_stream ? current_stream : engine_stream(); }
+
+StreamScope::StreamScope(cudaStream_t scoped) : previous_(current_stream) { current_stream = scoped; }
+StreamScope::~StreamScope() { current_stream = previous_; }
 
 void check(cudaError_t status, std::string_view what) {
   if (status != cudaSuccess) fail("CUDA {} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));

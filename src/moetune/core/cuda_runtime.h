@@ -1,6 +1,7 @@
-// The engine's one CUDA stream and its memory accounting. Every kernel, library call, copy and allocation of
-// the GPU path runs in order on stream(), so no other synchronisation is needed between ops; the host waits
-// only where it reads results back. Device memory comes from CUDA's stream-ordered caching allocator
+// The engine's CUDA streams and its memory accounting. Every kernel, library call, copy and allocation of the
+// GPU path runs in order on the *current* stream, stream(): the engine's own stream unless a StreamScope names
+// another (communication will run on a stream of its own this way, ordered with compute by events). Within
+// one stream no other synchronisation is needed between ops; the host waits only where it reads results back. Device memory comes from CUDA's stream-ordered caching allocator
 // (cudaMallocAsync on the device's default pool, which keeps freed blocks for reuse), whose high-water mark
 // is the engine's reported peak. Only built with CUDA; host code includes it behind MOETUNE_HAVE_CUDA.
 #pragma once
@@ -12,7 +13,23 @@
 
 namespace moetune::gpu {
 
+// The current stream of this thread: the innermost StreamScope's, else engine_stream().
 cudaStream_t stream();
+// The engine's own stream (a blocking stream, not the legacy default stream).
+cudaStream_t engine_stream();
+
+// Makes `stream` the current stream of this thread until the scope ends (scopes nest). Memory allocated inside
+// is ordered on that stream: hand it to another stream only after an event or a synchronisation.
+class StreamScope {
+ public:
+  explicit StreamScope(cudaStream_t stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  cudaStream_t previous_;
+};
 // Fails with an Error naming `what` and CUDA's message.
 void check(cudaError_t status, std::string_view what);
 // Waits for all work on stream() and reports any error an asynchronous kernel raised.

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "moetune/core/flat_buffers.h"
 #include "moetune/io/atomic_file.h"
 #include "moetune/model/model_description.h"
 #include "moetune/ops/cast.h"
@@ -91,31 +92,71 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   ModelWeights weights;
   weights.source = folder;
   weights.layout = parameter_layout(load_model_spec(folder / "config.json"));
+  freeze_parameters(weights.layout, options.frozen);
   SafetensorsFolder files = SafetensorsFolder::open(folder);
   weights.stored_fused = match_checkpoint(weights.layout, files);
 
+  std::vector<FlatRequest> requests;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
     const std::string first = weights.stored_fused[i] ? spec.fused_hf_name : spec.pieces[0].name;
-    const DType disk_dtype = files.entry(first).dtype;
-    weights.disk_dtypes.push_back(disk_dtype);
-    Tensor parameter = Tensor::empty(spec.shape, options.dtype.value_or(disk_dtype));
+    weights.disk_dtypes.push_back(files.entry(first).dtype);
+    requests.push_back({spec.shape, options.dtype.value_or(weights.disk_dtypes.back())});
+  }
+  weights.parameters = allocate_flat(requests, options.device, /*zeroed=*/false).views;
+  for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
+    const auto& spec = weights.layout.parameters[i];
+    // Assembled on the host (casting as it goes), then copied into its place in the device's flat buffer.
+    Tensor parameter = options.device.is_cpu() ? weights.parameters[i] : Tensor::empty(spec.shape, requests[i].dtype);
     if (weights.stored_fused[i]) {
       ops::cast_into(files.tensor(spec.fused_hf_name), parameter);
     } else {
       int64_t offset = 0;
       for (const auto& piece : spec.pieces) {
         Tensor source = files.tensor(piece.name);
-        if (source.dtype() != disk_dtype)
+        if (source.dtype() != weights.disk_dtypes[i])
           fail("{}: tensor '{}' is {} but '{}', fused with it, is {}", where(files, piece.name), piece.name,
-               dtype_name(source.dtype()), first, dtype_name(disk_dtype));
+               dtype_name(source.dtype()), spec.pieces[0].name, dtype_name(weights.disk_dtypes[i]));
         ops::cast_into(source, parameter.flat_slice(offset, piece.shape));
         offset += shape_numel(piece.shape);
       }
     }
-    weights.parameters.push_back(options.device.is_cpu() ? parameter : parameter.to(options.device));
+    if (!options.device.is_cpu()) weights.parameters[i].copy_from(parameter);
   }
   return weights;
+}
+
+void freeze_parameters(ParameterLayout& layout, const std::vector<std::string>& patterns) {
+  for (const std::string& pattern : patterns) {
+    bool matched = false;
+    for (ParameterSpec& p : layout.parameters)
+      if (name_matches(pattern, p.name)) {
+        p.trainable = false;
+        matched = true;
+      }
+    if (!matched) fail("no parameter matches the pattern '{}' to freeze (engine names, e.g. 'layers.*.moe.router')", pattern);
+  }
+}
+
+bool name_matches(const std::string& pattern, const std::string& name) {
+  // '*' matches any run of characters (dots included); everything else literally.
+  size_t p = 0, n = 0, star = std::string::npos, resume = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = n;
+    } else if (p < pattern.size() && pattern[p] == name[n]) {
+      ++p;
+      ++n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
 }
 
 NamedTensors to_hf_tensors(const ModelWeights& weights) {

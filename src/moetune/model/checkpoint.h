@@ -18,8 +18,11 @@ namespace moetune::model {
 struct LoadOptions {
   std::optional<DType> dtype;  // the engine's dtype for every parameter; nullopt keeps the checkpoint's
   Device device = Device::cpu();
+  // Engine-name patterns ('*' matches anything) of parameters to freeze: no gradient, no optimizer state.
+  std::vector<std::string> frozen;
 };
 
+// The parameters live in one flat buffer per dtype (core/flat_buffers.h); `parameters` are views into it.
 struct ModelWeights {
   ParameterLayout layout;
   std::vector<Tensor> parameters;            // parallel to layout.parameters
@@ -35,6 +38,11 @@ struct ModelWeights {
 // Checks a folder's tensors (names, shapes; no bytes read) against what the layout needs; errors name the
 // file and tensor at fault. Returns, per parameter, whether the folder holds it as one v5 fused tensor.
 std::vector<bool> match_checkpoint(const ParameterLayout& layout, const io::SafetensorsFolder& files);
+
+// Marks every parameter whose engine name matches one of `patterns` as not trainable; a pattern that matches
+// nothing is an error naming it.
+void freeze_parameters(ParameterLayout& layout, const std::vector<std::string>& patterns);
+bool name_matches(const std::string& pattern, const std::string& name);
 
 ModelWeights load_checkpoint(const std::filesystem::path& folder, const LoadOptions& options = {});
 

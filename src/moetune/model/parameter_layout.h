@@ -23,6 +23,9 @@ struct HfTensor {
 
 enum class ParameterRole { Embedding, Norm, Matmul, Bias, Router, Experts, LmHead };
 
+// Where a parameter lives under parallelism: a copy on every rank, or split over the expert-parallel ranks.
+enum class Placement { Replicated, ExpertSharded };
+
 struct ParameterSpec {
   std::string name;  // engine name, "layers.0.attn.qkv"
   Shape shape;
@@ -33,6 +36,8 @@ struct ParameterSpec {
   std::string fused_hf_name;
   // Of the parameter's elements, how many one token uses (experts: top-k of E), for active counts.
   int64_t active_numel = 0;
+  Placement placement = Placement::Replicated;
+  bool trainable = true;  // false: frozen, with no gradient and no optimizer state
 };
 
 struct ParameterLayout {

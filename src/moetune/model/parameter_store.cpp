@@ -1,20 +1,22 @@
 #include "moetune/model/parameter_store.h"
 
-#include <cstring>
 
 namespace moetune::model {
 
 ParameterStore::ParameterStore(model::ModelWeights weights) : weights_(std::move(weights)) {
+  std::vector<FlatRequest> requests;
   for (size_t i = 0; i < weights_.parameters.size(); ++i) {
     const Tensor& value = weights_.parameters[i];
-    grads_.push_back(Tensor::zeros(value.shape(), value.dtype(), value.device()));
+    requests.push_back({value.shape(), value.dtype(), weights_.layout.parameters[i].trainable});
     index_[weights_.layout.parameters[i].name] = i;
   }
+  const Device device = weights_.parameters.empty() ? Device::cpu() : weights_.parameters[0].device();
+  grad_storage_ = allocate_flat(requests, device, /*zeroed=*/true);
 }
 
 Param ParameterStore::find(const std::string& name) const {
   auto found = index_.find(name);
-  return found == index_.end() ? Param{} : Param{weights_.parameters[found->second], grads_[found->second]};
+  return found == index_.end() ? Param{} : Param{weights_.parameters[found->second], grad_storage_.views[found->second]};
 }
 
 Param ParameterStore::get(const std::string& name) const {
@@ -23,8 +25,6 @@ Param ParameterStore::get(const std::string& name) const {
   return param;
 }
 
-void ParameterStore::zero_grad() {
-  for (Tensor& grad : grads_) zero_bytes(grad.raw_data(), grad.device(), grad.nbytes());
-}
+void ParameterStore::zero_grad() { grad_storage_.zero(); }
 
 }  // namespace moetune::model

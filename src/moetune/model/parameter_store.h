@@ -1,15 +1,19 @@
-// The model's parameters with a gradient beside each, looked up by engine name ("layers.0.attn.qkv").
+// The model's parameters with a gradient beside each trainable one, looked up by engine name
+// ("layers.0.attn.qkv"). Gradients live in one flat buffer per dtype (a frozen parameter has none), zeroed in
+// one call.
 #pragma once
 
 #include <map>
 #include <string>
 
+#include "moetune/core/flat_buffers.h"
 #include "moetune/model/checkpoint.h"
 
 namespace moetune::model {
 
 struct Param {
-  Tensor value, grad;  // both undefined for an optional parameter the model does not have (a bias)
+  Tensor value, grad;  // both undefined for an optional parameter the model does not have (a bias); grad
+                       // undefined for a frozen one
   bool defined() const { return value.defined(); }
 };
 
@@ -23,12 +27,13 @@ class ParameterStore {
 
   const model::ModelWeights& weights() const { return weights_; }
   std::vector<Tensor>& values() { return weights_.parameters; }
-  std::vector<Tensor>& grads() { return grads_; }
-  const std::vector<Tensor>& grads() const { return grads_; }
+  // Parallel to values(); undefined for frozen parameters.
+  std::vector<Tensor>& grads() { return grad_storage_.views; }
+  const std::vector<Tensor>& grads() const { return grad_storage_.views; }
 
  private:
   model::ModelWeights weights_;
-  std::vector<Tensor> grads_;
+  FlatBuffers grad_storage_;
   std::map<std::string, size_t> index_;
 };
 

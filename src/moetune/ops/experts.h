@@ -18,7 +18,8 @@ struct ExpertActivations {
 ExpertActivations expert_mlp(const Tensor& permuted, const std::vector<int64_t>& offsets, const Tensor& gate_up_weight,
                              const Tensor& down_weight);
 
-// Accumulates the weight gradients into dgate_up_weight / ddown_weight; returns d(permuted).
+// Accumulates the weight gradients into dgate_up_weight / ddown_weight (each undefined when frozen); returns
+// d(permuted).
 Tensor expert_mlp_backward(const Tensor& dout, const Tensor& permuted, const ExpertActivations& activations,
                            const std::vector<int64_t>& offsets, const Tensor& gate_up_weight, const Tensor& down_weight,
                            const Tensor& dgate_up_weight, const Tensor& ddown_weight);

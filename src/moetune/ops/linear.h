@@ -9,7 +9,8 @@ namespace moetune::ops {
 Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
 // Given dy [T, out]: accumulates dW += dyᵀ·x into `dweight` (same shape as weight, a view into a fused
-// gradient is fine) and db += Σ_rows dy into `dbias` when defined; returns dx = dy·W [T, in].
+// gradient is fine; undefined for a frozen weight) and db += Σ_rows dy into `dbias` when defined; returns
+// dx = dy·W [T, in].
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dweight,
                        const Tensor& dbias = {});
 

@@ -2,18 +2,24 @@
 
 #include <cmath>
 
+#include "moetune/core/flat_buffers.h"
+
 namespace moetune::train {
 
 AdamW::AdamW(std::vector<Tensor> parameters, std::vector<Tensor> gradients, AdamWOptions options)
     : parameters_(std::move(parameters)), gradients_(std::move(gradients)), options_(options) {
   MOETUNE_CHECK(parameters_.size() == gradients_.size(), "AdamW: {} parameters but {} gradients", parameters_.size(),
                 gradients_.size());
+  // The moments live in two flat buffers; a parameter without a gradient (frozen) gets none.
+  std::vector<FlatRequest> requests;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    MOETUNE_CHECK(parameters_[i].dtype() == DType::F32 && gradients_[i].shape() == parameters_[i].shape(),
+    MOETUNE_CHECK(parameters_[i].dtype() == DType::F32 &&
+                      (!gradients_[i].defined() || gradients_[i].shape() == parameters_[i].shape()),
                   "AdamW: parameter {} with gradient {}", parameters_[i].str(), gradients_[i].str());
-    m_.push_back(Tensor::zeros(parameters_[i].shape(), DType::F32));
-    v_.push_back(Tensor::zeros(parameters_[i].shape(), DType::F32));
+    requests.push_back({parameters_[i].shape(), DType::F32, gradients_[i].defined()});
   }
+  m_ = allocate_flat(requests, Device::cpu(), /*zeroed=*/true).views;
+  v_ = allocate_flat(requests, Device::cpu(), /*zeroed=*/true).views;
 }
 
 void AdamW::restore(const std::vector<Tensor>& first_moments, const std::vector<Tensor>& second_moments,
@@ -21,6 +27,7 @@ void AdamW::restore(const std::vector<Tensor>& first_moments, const std::vector<
   MOETUNE_CHECK(first_moments.size() == m_.size() && second_moments.size() == v_.size(),
                 "AdamW state holds {} moments for {} parameters", first_moments.size(), m_.size());
   for (size_t i = 0; i < m_.size(); ++i) {
+    if (!m_[i].defined()) continue;
     m_[i].copy_from(first_moments[i]);
     v_[i].copy_from(second_moments[i]);
   }
@@ -36,6 +43,7 @@ void AdamW::step(double lr) {
   const float decay = float(1.0 - lr * options_.weight_decay);
   const float sqrt_correction2 = float(std::sqrt(bias_correction2));
   for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!gradients_[i].defined()) continue;  // frozen
     float* p = parameters_[i].data<float>();
     const float* g = gradients_[i].data<float>();
     float* m = m_[i].data<float>();

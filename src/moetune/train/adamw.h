@@ -16,7 +16,8 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  // `parameters` and `gradients` are parallel lists; the tensors are updated in place by step().
+  // `parameters` and `gradients` are parallel lists; the tensors are updated in place by step(). A parameter
+  // whose gradient is undefined is frozen: it gets no moments and step() leaves it alone.
   AdamW(std::vector<Tensor> parameters, std::vector<Tensor> gradients, AdamWOptions options);
 
   // One update at learning rate `lr` (the schedule's value for this step).
@@ -24,7 +25,7 @@ class AdamW {
   void step() { step(options_.lr); }
   int64_t steps_taken() const { return steps_; }
   const AdamWOptions& options() const { return options_; }
-  // The moments, parallel to the parameters (for checkpoints and tests).
+  // The moments, parallel to the parameters (for checkpoints and tests); undefined for frozen ones.
   const std::vector<Tensor>& first_moments() const { return m_; }
   const std::vector<Tensor>& second_moments() const { return v_; }
   // Restores a saved state (moments copied in, parallel to the parameters) to resume exactly.

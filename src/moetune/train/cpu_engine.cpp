@@ -46,6 +46,7 @@ class CpuEngine final : public TrainingEngine {
     io::NamedTensors state;
     for (size_t i = 0; i < specs.size(); ++i) {
       state.emplace_back("param." + specs[i].name, model_.weights().parameters[i]);
+      if (!specs[i].trainable) continue;  // frozen: no optimizer state
       state.emplace_back("adam_m." + specs[i].name, optimizer_.first_moments()[i]);
       state.emplace_back("adam_v." + specs[i].name, optimizer_.second_moments()[i]);
     }
@@ -56,8 +57,8 @@ class CpuEngine final : public TrainingEngine {
     std::vector<Tensor> m, v;
     for (size_t i = 0; i < specs.size(); ++i) {
       model_.parameters().values()[i].copy_from(file.tensor("param." + specs[i].name));
-      m.push_back(file.tensor("adam_m." + specs[i].name));
-      v.push_back(file.tensor("adam_v." + specs[i].name));
+      m.push_back(specs[i].trainable ? file.tensor("adam_m." + specs[i].name) : Tensor());
+      v.push_back(specs[i].trainable ? file.tensor("adam_v." + specs[i].name) : Tensor());
     }
     optimizer_.restore(m, v, optimizer_steps);
   }

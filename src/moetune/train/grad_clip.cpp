@@ -8,7 +8,8 @@ namespace moetune::train {
 double global_grad_norm(const std::vector<Tensor>& gradients) {
   double sum_of_squares = 0;
   for (const Tensor& g : gradients)
-    for (int64_t i = 0; i < g.numel(); ++i) sum_of_squares += double(g.data<float>()[i]) * g.data<float>()[i];
+    if (g.defined())  // a frozen parameter has none
+      for (int64_t i = 0; i < g.numel(); ++i) sum_of_squares += double(g.data<float>()[i]) * g.data<float>()[i];
   return std::sqrt(sum_of_squares);
 }
 
@@ -17,7 +18,8 @@ double clip_grad_norm(const std::vector<Tensor>& gradients, double max_norm) {
   const float scale = float(std::min(1.0, max_norm / (norm + 1e-6)));
   if (scale < 1.0f)
     for (const Tensor& g : gradients)
-      for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] *= scale;
+      if (g.defined())
+        for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] *= scale;
   return norm;
 }
 

@@ -66,6 +66,7 @@ struct Builder {
       gate_up.pieces.push_back({expert + names.up + ".weight", {I, H}});
       down.pieces.push_back({expert + names.down + ".weight", {H, I}});
     }
+    gate_up.placement = down.placement = Placement::ExpertSharded;
     out.push_back(std::move(gate_up));
     out.push_back(std::move(down));
     if (m.shared_expert) {

@@ -16,6 +16,7 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
 }
 
 void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
+  if (!dtable.defined()) return;  // a frozen table
   const int64_t hidden = dtable.size(1);
   for (int64_t t = 0; t < ids.numel(); ++t) {
     float* row = dtable.data<float>() + ids.data<int64_t>()[t] * hidden;

@@ -35,9 +35,11 @@ Tensor expert_mlp_backward(const Tensor& dout, const Tensor& permuted, const Exp
     const int64_t first = offsets[size_t(e)], count = offsets[size_t(e + 1)] - first;
     if (count == 0) continue;
     const Tensor pre = activations.gate_up.narrow(first, count);
-    Tensor dinner = linear_backward(dout.narrow(first, count), swiglu_forward(pre), down_weight[e], ddown_weight[e]);
+    // Undefined weight gradients: frozen experts.
+    Tensor dinner = linear_backward(dout.narrow(first, count), swiglu_forward(pre), down_weight[e],
+                                    ddown_weight.defined() ? ddown_weight[e] : Tensor());
     Tensor dx = linear_backward(swiglu_backward(dinner, pre), permuted.narrow(first, count), gate_up_weight[e],
-                                dgate_up_weight[e]);
+                                dgate_up_weight.defined() ? dgate_up_weight[e] : Tensor());
     copy_rows(dx, dpermuted, first);
   }
   return dpermuted;

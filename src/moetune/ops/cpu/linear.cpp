@@ -23,15 +23,17 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dweight,
                        const Tensor& dbias) {
   const int64_t rows = x.size(0), in = x.size(1), out = weight.size(0);
-  MOETUNE_CHECK(dy.dim() == 2 && dy.size(0) == rows && dy.size(1) == out && dweight.shape() == weight.shape(),
+  MOETUNE_CHECK(dy.dim() == 2 && dy.size(0) == rows && dy.size(1) == out &&
+                    (!dweight.defined() || dweight.shape() == weight.shape()),
                 "linear_backward: dy {}, x {}, weight {}, dweight {}", dy.str(), x.str(), weight.str(), dweight.str());
   Tensor dx = Tensor::zeros({rows, in}, DType::F32);
   if (rows == 0) return dx;
   if (out > 0) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(in), int(out), 1.0f, dy.data<float>(), int(out),
                 weight.data<float>(), int(in), 0.0f, dx.data<float>(), int(in));
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out), int(in), int(rows), 1.0f, dy.data<float>(), int(out),
-                x.data<float>(), int(in), 1.0f, dweight.data<float>(), int(in));
+    if (dweight.defined())  // undefined: a frozen weight
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out), int(in), int(rows), 1.0f, dy.data<float>(), int(out),
+                  x.data<float>(), int(in), 1.0f, dweight.data<float>(), int(in));
   }
   if (dbias.defined())
     for (int64_t r = 0; r < rows; ++r)

@@ -38,7 +38,7 @@ Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
   MOETUNE_CHECK(dy.numel() == x.numel(), "rms_norm_backward: dy {} for x {}", dy.str(), x.str());
   Tensor dx = Tensor::empty(x.shape(), DType::F32);
   const float* w = weight.data<float>();
-  float* dw = dweight.data<float>();
+  float* dw = dweight.defined() ? dweight.data<float>() : nullptr;  // null: a frozen weight
   for (int64_t row = 0; row < x.numel() / width; ++row) {
     const float* xr = x.data<float>() + row * width;
     const float* dyr = dy.data<float>() + row * width;
@@ -50,7 +50,7 @@ Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     const float correction = rstd * rstd * rstd * projection / float(width);
     for (int64_t i = 0; i < width; ++i) {
       dxr[i] = rstd * w[i] * dyr[i] - xr[i] * correction;
-      dw[i] += dyr[i] * xr[i] * rstd;
+      if (dw) dw[i] += dyr[i] * xr[i] * rstd;
     }
   }
   return dx;

@@ -26,11 +26,12 @@ cudnnHandle_t cudnn_handle() {
                     "cuDNN {}.{}.{} is loaded; moetune needs cuDNN 9.6 or newer (pip install nvidia-cudnn-cu13)",
                     version / 10000, version / 100 % 100, version % 100);
       check_cudnn(cudnnCreate(&h), "cudnnCreate");
-      check_cudnn(cudnnSetStream(h, gpu::stream()), "cudnnSetStream");
     }
     ~Handle() { cudnnDestroy(h); }
   };
   static Handle handle;
+  // Bound to the caller's current stream each time (a StreamScope may have changed it); the call is cheap.
+  check_cudnn(cudnnSetStream(handle.h, gpu::stream()), "cudnnSetStream");
   return handle.h;
 }
 

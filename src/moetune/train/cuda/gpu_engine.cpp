@@ -1,6 +1,7 @@
 // The GPU engine: the bf16 model on one GPU, gradient clipping and AdamW without a host round trip (the clip
 // coefficient stays on the device), in the precision the recipe names.
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/core/flat_buffers.h"
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/adamw.h"
@@ -18,16 +19,25 @@ class GpuEngine final : public TrainingEngine {
         options_(r.optimizer),
         seed_(uint64_t(r.training.seed)) {
     const DType moment_dtype = precision_ == ops::cuda::OptimizerPrecision::Fp32Master ? DType::F32 : DType::BF16;
+    const bool master = precision_ == ops::cuda::OptimizerPrecision::Fp32Master;
     auto& values = model_.parameters().values();
     auto& grads = model_.parameters().grads();
+    // AdamW's moments (and fp32 master weights) in flat buffers, one view per trainable parameter.
+    std::vector<FlatRequest> moments, masters;
     for (size_t i = 0; i < values.size(); ++i) {
-      ops::cuda::AdamWSlot slot{values[i], grads[i], Tensor::zeros(values[i].shape(), moment_dtype, Device::cuda()),
-                                Tensor::zeros(values[i].shape(), moment_dtype, Device::cuda()), {}};
-      if (precision_ == ops::cuda::OptimizerPrecision::Fp32Master) {
-        // The checkpoint's own values would be more exact than their bf16 copy; the bf16 model is what we hold.
-        slot.master = Tensor::empty(values[i].shape(), DType::F32, Device::cuda());
-        ops::cast_into(values[i], slot.master);
-      }
+      if (!grads[i].defined())
+        fail("parameter '{}' is frozen; the GPU engine trains every parameter so far (freezing runs on the CPU engine)",
+             model_.weights().layout.parameters[i].name);
+      moments.push_back({values[i].shape(), moment_dtype});
+      masters.push_back({values[i].shape(), DType::F32, master});
+    }
+    exp_avg_ = allocate_flat(moments, Device::cuda(), /*zeroed=*/true);
+    exp_avg_sq_ = allocate_flat(moments, Device::cuda(), /*zeroed=*/true);
+    master_ = allocate_flat(masters, Device::cuda(), /*zeroed=*/false);
+    for (size_t i = 0; i < values.size(); ++i) {
+      ops::cuda::AdamWSlot slot{values[i], grads[i], exp_avg_.views[i], exp_avg_sq_.views[i], master_.views[i]};
+      // The checkpoint's own values would be more exact than their bf16 copy; the bf16 model is what we hold.
+      if (master) ops::cast_into(values[i], slot.master);
       slots_.push_back(std::move(slot));
     }
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
@@ -99,6 +109,7 @@ class GpuEngine final : public TrainingEngine {
   ops::cuda::OptimizerPrecision precision_;
   Recipe::Optimizer options_;
   uint64_t seed_;
+  FlatBuffers exp_avg_, exp_avg_sq_, master_;
   std::vector<ops::cuda::AdamWSlot> slots_;
   Tensor norm_squared_, coefficient_;
   int64_t steps_ = 0;
