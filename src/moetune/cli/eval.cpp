@@ -3,57 +3,28 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <functional>
 
 #include "moetune/data/token_jsonl.h"
+#include "moetune/model/language_model.h"
 #include "moetune/model/model_description.h"
-#include "moetune/model/causal_lm.h"
 #include "moetune/ops/loss.h"
-#if MOETUNE_HAVE_CUDA
-#include "moetune/model/cuda/causal_lm.h"
-#endif
 
 namespace moetune::cli {
 
 using nlohmann::json;
-
-namespace {
-
-// Σ cross-entropy and the number of predicted tokens of one sequence [1, length].
-using SequenceScorer = std::function<ops::CrossEntropy(const Tensor& input_ids)>;
-
-SequenceScorer cpu_scorer(const std::filesystem::path& folder) {
-  auto model = std::make_shared<model::CausalLM>(model::CausalLM::from_pretrained(folder));
-  return [model](const Tensor& input_ids) {
-    const Tensor logits = model->forward(input_ids).view({input_ids.numel(), -1});
-    return ops::cross_entropy(logits, ops::shift_labels(input_ids));
-  };
-}
-
-SequenceScorer gpu_scorer(const std::filesystem::path& folder) {
-#if MOETUNE_HAVE_CUDA
-  if (cuda_device_count() == 0) fail("eval --device cuda: {}", cuda_unavailable_reason());
-  auto model = std::make_shared<model::cuda::CausalLM>(model::cuda::CausalLM::from_pretrained(folder));
-  return [model](const Tensor& input_ids) {
-    // num_items_in_batch = 1 turns the mean into the sum; the fused head + loss never holds the logits.
-    const model::CausalLMOutput out = model->loss({input_ids, input_ids, {}, {}, 1.0, false});
-    return ops::CrossEntropy{out.lm_loss, out.num_tokens};
-  };
-#else
-  (void)folder;
-  fail("eval --device cuda: {}", cuda_unavailable_reason());
-#endif
-}
-
-}  // namespace
 
 json evaluate_model(const std::filesystem::path& folder, const std::filesystem::path& data, const std::string& device) {
   if (device != "auto" && device != "cpu" && device != "cuda")
     fail("eval --device '{}': expected auto, cpu or cuda", device);
   // The data file is opened before the weights load, so a mistyped path fails at once even for a large model.
   data::TokenJsonlReader reader(data, model::load_model_spec(folder / "config.json").vocab_size);
-  const bool gpu = device == "cuda" || (device == "auto" && cuda_device_count() > 0);
-  const SequenceScorer score = gpu ? gpu_scorer(folder) : cpu_scorer(folder);
+  const std::unique_ptr<model::LanguageModel> model = model::load_language_model(folder, device);
+  // Σ cross-entropy and the number of predicted tokens of one sequence [1, length]: num_items_in_batch = 1 turns
+  // the mean into the sum (on the GPU the fused head + loss never holds the logits).
+  auto score = [&](const Tensor& input_ids) {
+    const model::CausalLMOutput out = model->loss({input_ids, input_ids, {}, {}, 1.0, false});
+    return ops::CrossEntropy{out.lm_loss, out.num_tokens};
+  };
 
   double loss_sum = 0;
   int64_t tokens = 0, sequences = 0;
@@ -67,7 +38,7 @@ json evaluate_model(const std::filesystem::path& folder, const std::filesystem::
   if (sequences == 0) fail("{}: no sequences to score (the file is empty or holds only blank lines)", data.string());
 
   const double loss = loss_sum / double(tokens);
-  return {{"model", folder.string()}, {"data", data.string()}, {"device", gpu ? "cuda" : "cpu"},
+  return {{"model", folder.string()}, {"data", data.string()}, {"device", model->device().is_cpu() ? "cpu" : "cuda"},
           {"sequences", sequences}, {"tokens", tokens}, {"loss", loss}, {"perplexity", std::exp(loss)}};
 }
 

@@ -1,7 +1,6 @@
 #include "moetune/model/causal_lm.h"
 
 #include "moetune/model/block_util.h"
-#include "moetune/model/memory_plan.h"
 #include "moetune/ops/embedding.h"
 #include "moetune/ops/linear.h"
 #include "moetune/ops/loss.h"
@@ -18,34 +17,19 @@ CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStor
     MOETUNE_CHECK(store_->values()[i].dtype() == DType::F32 && store_->values()[i].device().is_cpu(),
                   "the CPU engine trains fp32 parameters; '{}' is {}", store_->weights().layout.parameters[i].name,
                   store_->values()[i].str());
-  const ModelSpec& s = spec();
-  for (int64_t layer = 0; layer < s.num_layers(); ++layer) {
-    const std::string prefix = fmt::format("layers.{}.", layer);
-    for (const SublayerSpec& sublayer : s.layers[size_t(layer)].sublayers) {
-      Sublayer& b = sublayers_.emplace_back();
-      b.layer = layer;
-      b.name = prefix + block_kind(sublayer);
-      if (sublayer.attention())
-        b.attention = std::make_unique<AttentionBlock>(*store_, prefix, sublayer, s.norm_eps);
-      else if (sublayer.mlp())
-        b.mlp = std::make_unique<DenseMlpBlock>(*store_, prefix, sublayer, s.norm_eps);
-      else
-        b.moe = std::make_unique<MoeBlock>(*store_, prefix, sublayer, s.norm_eps,
-                                           std::make_unique<LocalDispatcher>(sublayer.moe()->router.num_experts));
-    }
-  }
+  sublayers_ = build_sublayers<CpuBlocks>(spec(), *store_);
 }
 
 Tensor CausalLM::run_layers(const Tensor& input_ids, const SequenceLayout& layout) {
   Tensor h = ops::embedding_forward(input_ids.view({-1}), store_->get("embed_tokens").value);
-  for (Sublayer& b : sublayers_)
+  for (auto& b : sublayers_)
     h = b.attention ? b.attention->forward(h, layout) : b.mlp ? b.mlp->forward(h) : b.moe->forward(h);
   return h;
 }
 
 std::vector<ops::Routing> CausalLM::routings() const {
   std::vector<ops::Routing> routings;
-  for (const Sublayer& b : sublayers_)
+  for (const auto& b : sublayers_)
     if (b.moe) routings.push_back(b.moe->routing());
   return routings;
 }
@@ -92,12 +76,32 @@ Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& position_ids) {
   return logits;
 }
 
+CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
+  MOETUNE_CHECK(batch.labels.defined(), "forward_backward needs labels");
+  CausalLMOutput out = forward(batch);
+  last_router_stats_ = router_stats();  // read while the stash holds the routing
+  backward();
+  return out;
+}
+
+CausalLMOutput CausalLM::loss(const Batch& batch) {
+  MOETUNE_CHECK(batch.labels.defined(), "loss needs labels");
+  CausalLMOutput out = forward(batch);
+  clear_stash();
+  out.logits = Tensor();
+  return out;
+}
+
+Tensor CausalLM::logits(const Batch& batch) {
+  Batch inputs = batch;
+  inputs.labels = Tensor();
+  Tensor logits = forward(inputs).logits;
+  clear_stash();
+  return logits;
+}
+
 void CausalLM::clear_stash() {
-  for (Sublayer& b : sublayers_) {
-    if (b.attention) b.attention->clear_stash();
-    if (b.mlp) b.mlp->clear_stash();
-    if (b.moe) b.moe->clear_stash();
-  }
+  for (auto& b : sublayers_) b.clear_stash();
   stash_ = {};
 }
 
@@ -142,8 +146,8 @@ void CausalLM::save_pretrained(const std::filesystem::path& folder, const io::Sa
 
 std::vector<std::pair<std::string, size_t>> CausalLM::stash_report() const {
   std::vector<std::pair<std::string, size_t>> report;
-  for (const Sublayer& b : sublayers_)
-    report.emplace_back(b.name, b.attention ? b.attention->stash_bytes() : b.mlp ? b.mlp->stash_bytes() : b.moe->stash_bytes());
+  for (const auto& b : sublayers_)
+    report.emplace_back(b.name, b.stash_bytes());
   report.emplace_back("head", held_bytes({&stash_.final_hidden, &stash_.logits}));
   return report;
 }
@@ -153,7 +157,7 @@ std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const
   for (size_t i = 0; i < sublayers_.size(); ++i)
     if (sublayers_[i].moe && sublayers_[i].moe->routing().logits.defined())
       stats.emplace_back(sublayers_[i].layer, ops::router_stats(sublayers_[i].moe->routing(), stash_.layout.token_valid));
-  return stats;
+  return stats.empty() ? last_router_stats_ : stats;  // after backward(): the last forward_backward's
 }
 
 size_t CausalLM::stash_bytes() const {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "moetune/model/attention_block.h"
+#include "moetune/model/decoder_walk.h"
+#include "moetune/model/language_model.h"
 #include "moetune/model/mlp_block.h"
 #include "moetune/model/moe_block.h"
 #include "moetune/model/parameter_store.h"
@@ -18,24 +20,15 @@
 
 namespace moetune::model {
 
-struct Batch {
-  Tensor input_ids;                            // [B, S] I64
-  Tensor labels;                               // [B, S] I64, -100 where not scored; undefined: no loss
-  Tensor attention_mask;                       // [B, S] I64, 0 for padding; undefined: none
-  Tensor position_ids;                         // [B, S] I64, restarting per packed document; undefined: 0..S-1
-  std::optional<double> num_items_in_batch;    // CE = sum / this (gradient accumulation) instead of the mean
-  std::optional<bool> output_router_logits;    // add the MoE aux loss; default: config.json's setting
+// The CPU's blocks for the decoder walk (decoder_walk.h).
+struct CpuBlocks {
+  using Attention = AttentionBlock;
+  using Mlp = DenseMlpBlock;
+  using Moe = MoeBlock;
+  using Dispatcher = LocalDispatcher;
 };
 
-struct CausalLMOutput {
-  Tensor logits;             // [B, S, V] fp32
-  double loss = NAN;         // lm_loss + router_aux_loss_coef · aux_loss; NaN without labels
-  double lm_loss = NAN;      // the cross-entropy part
-  double aux_loss = NAN;     // the load-balancing loss; NaN when not computed
-  int64_t num_tokens = 0;    // tokens the cross-entropy counted
-};
-
-class CausalLM {
+class CausalLM final : public LanguageModel {
  public:
   static CausalLM from_pretrained(const std::filesystem::path& folder);
   // From weights already loaded (fp32, on the CPU): tests build the reference on bf16-rounded weights this way.
@@ -47,30 +40,29 @@ class CausalLM {
   Tensor forward(const Tensor& input_ids, const Tensor& position_ids = {});
   // Adds d(loss)/d(parameter) of the last forward into the gradients, then drops the stash.
   void backward();
-  void zero_grad() { store_->zero_grad(); }
+
+  // The device-neutral API (language_model.h).
+  CausalLMOutput forward_backward(const Batch& batch) override;
+  CausalLMOutput loss(const Batch& batch) override;
+  Tensor logits(const Batch& batch) override;
+  Device device() const override { return Device::cpu(); }
+  void zero_grad() override { store_->zero_grad(); }
   // Drops what the last forward kept for backward() (evaluation does not need it).
   void clear_stash();
-  void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const;
+  void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const override;
 
-  ParameterStore& parameters() { return *store_; }
-  const ModelWeights& weights() const { return store_->weights(); }
-  const ModelSpec& spec() const { return store_->weights().spec(); }
+  ParameterStore& parameters() override { return *store_; }
+  const ModelWeights& weights() const override { return store_->weights(); }
+  const ModelSpec& spec() const override { return store_->weights().spec(); }
   // What the last forward keeps for the backward pass, block by block ("layers.0.attention", "layers.0.moe",
   // "head": final hidden state and logits), and in total.
-  std::vector<std::pair<std::string, size_t>> stash_report() const;
+  std::vector<std::pair<std::string, size_t>> stash_report() const override;
   size_t stash_bytes() const;
-  // Per MoE layer (index, stats) for the last forward, while its stash is held (before backward()).
-  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const;
+  // Per MoE layer (index, stats) for the last forward while its stash is held (before backward()), else for the
+  // last forward_backward.
+  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override;
 
  private:
-  // One residual sublayer of the walk over the description, exactly one block set.
-  struct Sublayer {
-    int64_t layer = 0;
-    std::string name;  // "layers.0.attention", "layers.0.moe", ...: the stash report's key
-    std::unique_ptr<AttentionBlock> attention;
-    std::unique_ptr<DenseMlpBlock> mlp;
-    std::unique_ptr<MoeBlock> moe;
-  };
   struct Stash {
     Tensor input_ids;
     SequenceLayout layout;
@@ -87,8 +79,9 @@ class CausalLM {
   Tensor run_layers(const Tensor& input_ids, const SequenceLayout& layout);
 
   std::unique_ptr<ParameterStore> store_;  // on the heap: the blocks keep references into it
-  std::vector<Sublayer> sublayers_;
+  std::vector<Sublayer<CpuBlocks>> sublayers_;
   Stash stash_;
+  std::vector<std::pair<int64_t, ops::RouterStats>> last_router_stats_;
 };
 
 }  // namespace moetune::model

@@ -1,7 +1,6 @@
 #include "moetune/model/cuda/causal_lm.h"
 
 #include "moetune/core/cuda_runtime.h"
-#include "moetune/model/memory_plan.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
@@ -26,21 +25,7 @@ CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
 
 CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
   const ModelSpec& s = spec();
-  for (int64_t layer = 0; layer < s.num_layers(); ++layer) {
-    const std::string prefix = fmt::format("layers.{}.", layer);
-    for (const SublayerSpec& sublayer : s.layers[size_t(layer)].sublayers) {
-      Sublayer& b = sublayers_.emplace_back();
-      b.layer = layer;
-      b.name = prefix + block_kind(sublayer);
-      if (sublayer.attention())
-        b.attention = std::make_unique<AttentionBlock>(*store_, prefix, sublayer, s.norm_eps);
-      else if (sublayer.mlp())
-        b.mlp = std::make_unique<DenseMlpBlock>(*store_, prefix, sublayer, s.norm_eps);
-      else
-        b.moe = std::make_unique<MoeBlock>(*store_, prefix, sublayer, s.norm_eps,
-                                           std::make_unique<LocalDispatcher>(sublayer.moe()->router.num_experts));
-    }
-  }
+  sublayers_ = build_sublayers<GpuBlocks>(s, *store_);
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");
@@ -60,7 +45,7 @@ CausalLM::Forward CausalLM::run_layers(const DeviceBatch& batch, bool with_aux) 
   }
   Tensor h = device_like({batch.tokens, c.hidden_size});
   ops::cuda::embedding_forward(batch.ids, embed_.value, h);
-  for (Sublayer& b : sublayers_)
+  for (auto& b : sublayers_)
     h = b.attention ? b.attention->forward(h, batch) : b.mlp ? b.mlp->forward(h) : b.moe->forward(h, batch.token_valid, f.aux);
   f.final_hidden = h;
   f.normed = device_like(h.shape());
@@ -69,11 +54,7 @@ CausalLM::Forward CausalLM::run_layers(const DeviceBatch& batch, bool with_aux) 
 }
 
 void CausalLM::clear_stashes() {
-  for (Sublayer& b : sublayers_) {
-    if (b.attention) b.attention->clear_stash();
-    if (b.mlp) b.mlp->clear_stash();
-    if (b.moe) b.moe->clear_stash();
-  }
+  for (auto& b : sublayers_) b.clear_stash();
 }
 
 CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
@@ -83,8 +64,8 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   const bool with_aux = wants_aux(batch);
   Forward f = run_layers(device_batch, with_aux);
   stash_report_.clear();
-  for (const Sublayer& b : sublayers_)
-    stash_report_.emplace_back(b.name, b.attention ? b.attention->stash_bytes() : b.mlp ? b.mlp->stash_bytes() : b.moe->stash_bytes());
+  for (const auto& b : sublayers_)
+    stash_report_.emplace_back(b.name, b.stash_bytes());
 
   const double divisor = batch.num_items_in_batch.value_or(double(device_batch.scored));
   const double lm_scale = divisor > 0 ? 1.0 / divisor : 0.0;
@@ -158,7 +139,7 @@ void CausalLM::save_pretrained(const std::filesystem::path& folder, const io::Sa
 
 std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const {
   std::vector<std::pair<int64_t, ops::RouterStats>> stats;
-  for (const Sublayer& b : sublayers_) {
+  for (const auto& b : sublayers_) {
     if (!b.moe || !b.moe->layer_counts().defined()) continue;
     const Tensor counts = b.moe->layer_counts().to(Device::cpu());
     const float* n = counts.data<float>();

@@ -12,45 +12,49 @@
 
 #include "moetune/model/causal_lm.h"
 #include "moetune/model/cuda/attention_block.h"
+#include "moetune/model/decoder_walk.h"
 #include "moetune/model/cuda/device_batch.h"
 #include "moetune/model/cuda/mlp_block.h"
 #include "moetune/model/cuda/moe_block.h"
 
 namespace moetune::model::cuda {
 
-class CausalLM {
+// The GPU's blocks for the decoder walk (model/decoder_walk.h).
+struct GpuBlocks {
+  using Attention = AttentionBlock;
+  using Mlp = DenseMlpBlock;
+  using Moe = MoeBlock;
+  using Dispatcher = LocalDispatcher;
+};
+
+class CausalLM final : public LanguageModel {
  public:
   static CausalLM from_pretrained(const std::filesystem::path& folder);
+  // From weights already on the GPU in bf16.
+  static CausalLM from_weights(ModelWeights weights) { return CausalLM(std::move(weights)); }
 
   // One micro-batch: forward, loss, backward (gradients accumulate into the parameters' .grad). Waits for the
   // GPU once, at the end, to read the loss.
-  CausalLMOutput forward_backward(const Batch& batch);
+  CausalLMOutput forward_backward(const Batch& batch) override;
   // Loss without gradients (labels required): lm_loss, aux_loss, num_tokens.
-  CausalLMOutput loss(const Batch& batch);
+  CausalLMOutput loss(const Batch& batch) override;
   // Full logits [B, S, V] as f32 on the host, for evaluation and tests.
-  Tensor logits(const Batch& batch);
+  Tensor logits(const Batch& batch) override;
 
-  void zero_grad() { store_->zero_grad(); }
-  void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const;
-  ParameterStore& parameters() { return *store_; }
-  const ModelWeights& weights() const { return store_->weights(); }
-  const ModelSpec& spec() const { return store_->weights().spec(); }
+  Device device() const override { return Device::cuda(); }
+  void zero_grad() override { store_->zero_grad(); }
+  void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const override;
+  ParameterStore& parameters() override { return *store_; }
+  const ModelWeights& weights() const override { return store_->weights(); }
+  const ModelSpec& spec() const override { return store_->weights().spec(); }
   // What each sublayer's block held for the backward pass at the end of the last forward_backward's forward pass
   // ("layers.0.attention", "layers.0.moe", ...), in walk order: the memory plan's per-block figures are checked
   // against it.
-  const std::vector<std::pair<std::string, size_t>>& stash_report() const { return stash_report_; }
+  std::vector<std::pair<std::string, size_t>> stash_report() const override { return stash_report_; }
   // Per MoE layer: load statistics of the last forward pass (reads the counts back: call between steps).
-  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const;
+  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override;
 
  private:
-  // One residual sublayer of the walk over the description, exactly one block set.
-  struct Sublayer {
-    int64_t layer = 0;
-    std::string name;
-    std::unique_ptr<AttentionBlock> attention;
-    std::unique_ptr<DenseMlpBlock> mlp;
-    std::unique_ptr<MoeBlock> moe;
-  };
   struct Forward {
     Tensor final_hidden;   // before the final norm
     Tensor normed;         // after it
@@ -64,7 +68,7 @@ class CausalLM {
   bool wants_aux(const Batch& batch) const;
 
   std::unique_ptr<ParameterStore> store_;
-  std::vector<Sublayer> sublayers_;
+  std::vector<Sublayer<GpuBlocks>> sublayers_;
   std::vector<std::pair<std::string, size_t>> stash_report_;
   Param head_, final_norm_, embed_;
 };

@@ -1,0 +1,57 @@
+// The one walk over the model description that both devices' models are built by: a residual sublayer per
+// SublayerSpec, in order, each made of the block its mixer kind maps to on that device. `Blocks` names the
+// device's block types (Attention, Mlp, Moe and the MoE's Dispatcher); the CPU and GPU CausalLMs differ only
+// there, so a new mixer kind is added to this walk once.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moetune/model/memory_plan.h"
+#include "moetune/model/model_spec.h"
+#include "moetune/model/parameter_store.h"
+
+namespace moetune::model {
+
+template <typename Blocks>
+struct Sublayer {
+  int64_t layer = 0;
+  std::string name;  // "layers.0.attention", "layers.0.moe", ...: the stash report's key
+  std::unique_ptr<typename Blocks::Attention> attention;
+  std::unique_ptr<typename Blocks::Mlp> mlp;
+  std::unique_ptr<typename Blocks::Moe> moe;
+
+  size_t stash_bytes() const { return attention ? attention->stash_bytes() : mlp ? mlp->stash_bytes() : moe->stash_bytes(); }
+  void clear_stash() {
+    if (attention) attention->clear_stash();
+    if (mlp) mlp->clear_stash();
+    if (moe) moe->clear_stash();
+  }
+};
+
+template <typename Blocks>
+std::vector<Sublayer<Blocks>> build_sublayers(const ModelSpec& spec, const ParameterStore& store) {
+  std::vector<Sublayer<Blocks>> sublayers;
+  for (int64_t layer = 0; layer < spec.num_layers(); ++layer) {
+    const std::string prefix = fmt::format("layers.{}.", layer);
+    for (const SublayerSpec& sublayer : spec.layers[size_t(layer)].sublayers) {
+      Sublayer<Blocks>& b = sublayers.emplace_back();
+      b.layer = layer;
+      b.name = prefix + block_kind(sublayer);
+      if (sublayer.attention())
+        b.attention = std::make_unique<typename Blocks::Attention>(store, prefix, sublayer, spec.norm_eps);
+      else if (sublayer.mlp())
+        b.mlp = std::make_unique<typename Blocks::Mlp>(store, prefix, sublayer, spec.norm_eps);
+      else
+        b.moe = std::make_unique<typename Blocks::Moe>(
+            store, prefix, sublayer, spec.norm_eps,
+            std::make_unique<typename Blocks::Dispatcher>(sublayer.moe()->router.num_experts));
+    }
+  }
+  return sublayers;
+}
+
+}  // namespace moetune::model
