@@ -50,6 +50,9 @@ struct RouterSpec {
   bool renormalize = false;          // norm_topk_prob
   bool bias = false;
   double scaling_factor = 1.0;
+
+  // Softmax over all experts, then top-k (optionally renormalised): the one router the blocks run so far.
+  bool is_softmax_then_topk() const;
 };
 
 struct SharedExpertSpec {

@@ -23,10 +23,7 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       eps_(norm_eps),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
       dispatcher_(std::move(dispatcher)) {
-  const RouterSpec& r = spec_.router;
-  MOETUNE_CHECK(r.score == RouterScore::Softmax && !r.topk_before_softmax && r.num_groups == 1 && !r.correction_bias &&
-                    !r.bias && r.scaling_factor == 1.0,
-                "{}: this router is not implemented on the GPU", layer);
+  MOETUNE_CHECK(spec_.router.is_softmax_then_topk(), "{}: this router is not implemented on the GPU", layer);
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const Tensor& token_valid, const AuxLossSums& aux) {

@@ -120,6 +120,14 @@ std::vector<bool> qwen_sparse_layers(const io::ConfigReader& r, int64_t num_laye
   return sparse;
 }
 
+void build_qwen_moe_layers(const io::ConfigReader& r, DecoderConfig& c, const MoeSpec& moe) {
+  const std::vector<bool> sparse = qwen_sparse_layers(r, c.spec.num_layers());
+  for (size_t i = 0; i < sparse.size(); ++i)
+    c.spec.layers[i] = sparse[i] ? attention_then(c.attention, moe) : attention_then(c.attention, MlpSpec{c.intermediate_size});
+  read_load_balancing_loss(r, c.spec);
+  validate_decoder(c.spec);
+}
+
 void refuse_qwen_sliding_window(const io::ConfigReader& r, int64_t num_layers, int64_t default_max_window_layers,
                                 SlidingRule derived_sliding) {
   const std::vector<std::string> types = r.strings("layer_types");

@@ -42,6 +42,10 @@ using SlidingRule = bool (*)(int64_t layer, int64_t max_window_layers);
 void refuse_qwen_sliding_window(const io::ConfigReader& config, int64_t num_layers, int64_t default_max_window_layers,
                                 SlidingRule derived_sliding);
 
+// The Qwen MoE families' layers: `moe` where qwen_sparse_layers says, a dense MLP of intermediate_size
+// elsewhere; then their load-balancing loss and the shared checks.
+void build_qwen_moe_layers(const io::ConfigReader& config, DecoderConfig& decoder, const MoeSpec& moe);
+
 // The MoE load-balancing loss as the Qwen/Mixtral families configure it.
 void read_load_balancing_loss(const io::ConfigReader& config, ModelSpec& spec);
 

@@ -101,4 +101,6 @@ std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTe
   return b.out;
 }
 
+std::vector<ParameterSpec> standard_decoder_parameters(const ModelSpec& spec) { return decoder_parameters(spec, {}); }
+
 }  // namespace moetune::model

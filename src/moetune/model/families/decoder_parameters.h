@@ -23,6 +23,8 @@ struct MoeTensorNames {
 
 // Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn,
 // post_attention_layernorm, mlp}, model.norm, lm_head (unless tied).
-std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names = {});
+std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names);
+// The same with the usual names (Llama, Qwen): a Family's `parameters` as it stands.
+std::vector<ParameterSpec> standard_decoder_parameters(const ModelSpec& spec);
 
 }  // namespace moetune::model

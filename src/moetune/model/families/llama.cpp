@@ -17,10 +17,8 @@ ModelSpec describe(const io::ConfigReader& r) {
   return c.spec;
 }
 
-std::vector<ParameterSpec> parameters(const ModelSpec& spec) { return decoder_parameters(spec); }
-
 }  // namespace
 
-extern const Family kLlamaFamily{"LlamaForCausalLM", "llama", describe, parameters};
+extern const Family kLlamaFamily{"LlamaForCausalLM", "llama", describe, standard_decoder_parameters};
 
 }  // namespace moetune::model

@@ -24,18 +24,12 @@ ModelSpec describe(const io::ConfigReader& r) {
   moe.router.renormalize = r.boolean("norm_topk_prob", false);
   moe.experts.intermediate = r.integer("moe_intermediate_size", 1408);
   moe.shared_expert = SharedExpertSpec{MlpSpec{r.integer("shared_expert_intermediate_size", 5632)}, /*sigmoid_gate=*/true};
-  const std::vector<bool> sparse = qwen_sparse_layers(r, c.spec.num_layers());
-  for (size_t i = 0; i < sparse.size(); ++i)
-    c.spec.layers[i] = sparse[i] ? attention_then(c.attention, moe) : attention_then(c.attention, MlpSpec{c.intermediate_size});
-  read_load_balancing_loss(r, c.spec);
-  validate_decoder(c.spec);
+  build_qwen_moe_layers(r, c, moe);
   return c.spec;
 }
 
-std::vector<ParameterSpec> parameters(const ModelSpec& spec) { return decoder_parameters(spec); }
-
 }  // namespace
 
-extern const Family kQwen2MoeFamily{"Qwen2MoeForCausalLM", "qwen2_moe", describe, parameters};
+extern const Family kQwen2MoeFamily{"Qwen2MoeForCausalLM", "qwen2_moe", describe, standard_decoder_parameters};
 
 }  // namespace moetune::model

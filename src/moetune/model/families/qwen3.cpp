@@ -22,10 +22,8 @@ ModelSpec describe(const io::ConfigReader& r) {
   return c.spec;
 }
 
-std::vector<ParameterSpec> parameters(const ModelSpec& spec) { return decoder_parameters(spec); }
-
 }  // namespace
 
-extern const Family kQwen3Family{"Qwen3ForCausalLM", "qwen3", describe, parameters};
+extern const Family kQwen3Family{"Qwen3ForCausalLM", "qwen3", describe, standard_decoder_parameters};
 
 }  // namespace moetune::model

@@ -24,18 +24,12 @@ ModelSpec describe(const io::ConfigReader& r) {
   moe.router.top_k = r.integer("num_experts_per_tok", 8);
   moe.router.renormalize = r.boolean("norm_topk_prob", false);
   moe.experts.intermediate = r.integer("moe_intermediate_size", 768);
-  const std::vector<bool> sparse = qwen_sparse_layers(r, c.spec.num_layers());
-  for (size_t i = 0; i < sparse.size(); ++i)
-    c.spec.layers[i] = sparse[i] ? attention_then(c.attention, moe) : attention_then(c.attention, MlpSpec{c.intermediate_size});
-  read_load_balancing_loss(r, c.spec);
-  validate_decoder(c.spec);
+  build_qwen_moe_layers(r, c, moe);
   return c.spec;
 }
 
-std::vector<ParameterSpec> parameters(const ModelSpec& spec) { return decoder_parameters(spec); }
-
 }  // namespace
 
-extern const Family kQwen3MoeFamily{"Qwen3MoeForCausalLM", "qwen3_moe", describe, parameters};
+extern const Family kQwen3MoeFamily{"Qwen3MoeForCausalLM", "qwen3_moe", describe, standard_decoder_parameters};
 
 }  // namespace moetune::model
