@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "moetune/train/trainer.h"
 #include "test_util.h"
@@ -93,17 +95,46 @@ TEST_F(TrainerTest, RefusesToOverwriteARunWithoutResume) {
   EXPECT_THROW(Trainer(recipe("empty"), {}, true), Error);  // nothing to resume
 }
 
+// Raises SIGINT once the run has logged its first step, so that the signal lands while it trains.
+void interrupt_after_first_step(const std::filesystem::path& metrics) {
+  while (!std::filesystem::exists(metrics) || std::filesystem::file_size(metrics) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::raise(SIGINT);
+}
+
+class StopHandlers {  // installs the trainer's handlers for one test, and puts the defaults back
+ public:
+  StopHandlers() { Trainer::install_stop_handlers(); }
+  ~StopHandlers() {
+    Trainer::stop_requested = false;
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
+};
+
 TEST_F(TrainerTest, SigintFinishesTheStepAndCheckpoints) {
-  Trainer::install_stop_handlers();
-  Trainer trainer(recipe("interrupted"), {}, false);
+  StopHandlers handlers;
+  Trainer trainer(recipe("interrupted", {"training.max_steps=100000"}), {}, false);
+  std::thread interrupter(interrupt_after_first_step, dir_ / "interrupted" / "metrics.jsonl");
+  TrainResult result = trainer.run();
+  interrupter.join();
+  EXPECT_TRUE(result.interrupted);
+  EXPECT_GE(result.steps, 1);
+  ASSERT_EQ(list_checkpoints(dir_ / "interrupted").size(), 1u);
+  EXPECT_EQ(list_checkpoints(dir_ / "interrupted")[0].filename(), fmt::format("checkpoint-{:06d}", result.steps));
+}
+
+// Item 11 of issue 16: a signal before the first step stops at once, without a checkpoint.
+TEST_F(TrainerTest, SigintBeforeTheFirstStepStopsWithoutWriting) {
+  StopHandlers handlers;
+  Trainer trainer(recipe("early"), {}, false);
   std::raise(SIGINT);
   TrainResult result = trainer.run();
-  Trainer::stop_requested = false;
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
   EXPECT_TRUE(result.interrupted);
-  EXPECT_EQ(result.steps, 1);
-  EXPECT_EQ(list_checkpoints(dir_ / "interrupted").size(), 1u);
+  EXPECT_EQ(result.steps, 0);
+  EXPECT_TRUE(list_checkpoints(dir_ / "early").empty());
+  EXPECT_THROW(Trainer(recipe("early2"), {}, false), StartupInterrupted);  // during start-up: before anything is written
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "early2" / "metrics.jsonl"));
 }
 
 }  // namespace
