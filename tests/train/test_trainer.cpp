@@ -8,43 +8,13 @@
 
 #include "moetune/train/trainer.h"
 #include "test_util.h"
+#include "train/trainer_fixture.h"
 
 namespace moetune::train {
 namespace {
 
 using nlohmann::json;
-
-class TrainerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string lines;
-    for (int i = 0; i < 40; ++i) {
-      json ids = json::array();
-      for (int t = 0; t < 5 + i % 7; ++t) ids.push_back((i * 13 + t * 7) % 90 + 2);
-      lines += json{{"input_ids", ids}}.dump() + "\n";
-    }
-    testing::write_file(dir_ / "train.jsonl", lines);
-  }
-  Recipe recipe(const std::string& output, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides = {"model=" + testing::fixture("qwen3_moe_tiny").string(),
-                                          "data.train=" + (dir_ / "train.jsonl").string(),
-                                          "output.dir=" + (dir_ / output).string(),
-                                          "data.max_length=16", "training.micro_batch_size=2",
-                                          "training.gradient_accumulation_steps=2", "training.max_steps=6",
-                                          "optimizer.lr=1e-2", "schedule.warmup_steps=2", "data.validation_fraction=0.2",
-                                          // The CPU engine's exact resume; the GPU engine is tested in tests/gpu.
-                                          "training.device=cpu"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    return parse_recipe("", "test", overrides);
-  }
-  std::vector<json> metrics(const std::string& output) {
-    std::vector<json> records;
-    std::ifstream stream(dir_ / output / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) records.push_back(json::parse(line));
-    return records;
-  }
-  testing::ScratchDir dir_;
-};
+using testing::TrainerTest;
 
 TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   Trainer trainer(recipe("run", {"output.save_every=2", "output.keep_last=2"}), {}, false);

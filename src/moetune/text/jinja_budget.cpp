@@ -9,8 +9,8 @@ namespace moetune::text::jinja {
 
 void RenderBudget::spend(int64_t units) {
   spent_ += units;
-  if (spent_ > kMaxRenderWork)
-    fail("the template does more than {} steps of work (a runaway loop or an ever-growing value?)", kMaxRenderWork);
+  if (spent_ > max_work_)
+    fail("the template does more than {} steps of work (a runaway loop or an ever-growing value?)", max_work_);
 }
 
 void RenderBudget::built(const Value& value) {

@@ -11,12 +11,13 @@
 namespace moetune::text::jinja {
 
 // Far above what chat templates need, and reached within seconds.
-inline constexpr int64_t kMaxRenderWork = 50'000'000;
+inline constexpr int64_t kMaxRenderWork = 20'000'000;
 inline constexpr int64_t kMaxRenderOutputBytes = int64_t(64) << 20;
 inline constexpr int kMaxValueDepth = 1000;  // as for JSON (io/json_file.h)
 
 class RenderBudget {
  public:
+  explicit RenderBudget(int64_t max_work = kMaxRenderWork) : max_work_(max_work) {}
   // One step: a statement, an expression.
   void step() { spend(1); }
   // A value just built: its characters (a 64th each) or, for a list or dict, every node under it, counted
@@ -27,6 +28,7 @@ class RenderBudget {
 
  private:
   void spend(int64_t units);
+  int64_t max_work_;
   int64_t spent_ = 0;
 };
 

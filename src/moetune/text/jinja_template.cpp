@@ -42,7 +42,7 @@ constexpr int kMaxCallDepth = 200;
 
 class Renderer {
  public:
-  explicit Renderer(const std::string& source_name) : source_name_(source_name) {}
+  Renderer(const std::string& source_name, int64_t max_work) : source_name_(source_name), budget_(max_work) {}
 
   Flow render(const Body& body, const ScopePtr& scope, std::string& out) {
     for (const NodePtr& node : body) {
@@ -421,7 +421,7 @@ Template::Template(std::string_view source, std::string source_name) : source_na
   body_ = std::make_shared<const Body>(parse(tokenize(normalized, source_name_), source_name_));
 }
 
-std::string Template::render(const std::vector<std::pair<std::string, Value>>& variables) const {
+std::string Template::render(const std::vector<std::pair<std::string, Value>>& variables, int64_t max_work) const {
   // Global functions, then the caller's variables, then the template's own top-level `set`s, each shadowing the last.
   const auto globals = std::make_shared<Scope>(nullptr);
   for (auto& [name, function] : global_functions()) globals->set(name, std::move(function));
@@ -429,7 +429,7 @@ std::string Template::render(const std::vector<std::pair<std::string, Value>>& v
   for (const auto& [name, value] : variables) context->set(name, value);
   const auto top = child_of(context);
   std::string out;
-  Renderer(source_name_).render(*body_, top, out);
+  Renderer(source_name_, max_work).render(*body_, top, out);
   return out;
 }
 

@@ -278,15 +278,18 @@ void Trainer::resume_from_newest_checkpoint() {
   const auto checkpoints = list_checkpoints(output_);
   if (checkpoints.empty()) fail("{}: --resume, but there is no checkpoint-* folder to resume from", output_.string());
   // A damaged newest checkpoint (a file deleted or edited by hand) falls back to the one before it.
+  std::string newest_reason;
   for (auto checkpoint = checkpoints.rbegin(); checkpoint != checkpoints.rend(); ++checkpoint) {
     try {
       restore_checkpoint(*checkpoint);
       return;
     } catch (const Error& e) {
       std::fprintf(stderr, "warning: cannot resume from %s: %s\n", checkpoint->string().c_str(), e.what());
+      if (newest_reason.empty()) newest_reason = e.what();
     }
   }
-  fail("{}: none of its {} checkpoints can be resumed from (each reason is above)", output_.string(), checkpoints.size());
+  fail("{}: none of its {} checkpoint(s) can be resumed from; the newest: {}", output_.string(), checkpoints.size(),
+       newest_reason);
 }
 
 void Trainer::restore_checkpoint(const fs::path& checkpoint) {
