@@ -40,6 +40,7 @@ TEST(HostileTemplates, DeepNestingIsAnErrorNotACrash) {
   expect_error("{{ 'A'" + repeat("|lower", 100000) + " }}", "nested deeper than");
   expect_error("{{ 1" + repeat(" + 1", 100000) + " }}", "nested deeper than");
   expect_error("{{ x" + repeat(".a", 100000) + " }}", "nested deeper than");
+  expect_error("{{ x.99999999999999999999 }}", "integer 99999999999999999999 is out of range");  // found by the fuzz test
 }
 
 TEST(HostileTemplates, ModestNestingStillRenders) {

@@ -48,6 +48,8 @@ Json parse_json_text(std::string_view text, const std::string& source) {
     return Json::parse(text);
   } catch (const typename Json::parse_error& e) {
     throw Error(fmt::format("{}not JSON (syntax error at byte {})", prefix(source), e.byte));
+  } catch (const typename Json::exception& e) {  // a number past double's range (1e309)
+    throw Error(fmt::format("{}not JSON ({})", prefix(source), e.what()));
   }
 }
 

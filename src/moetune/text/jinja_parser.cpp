@@ -536,13 +536,9 @@ class Parser {
         while (current().kind == TokenKind::kString) text += advance().value;  // "a" "b" is "ab", as in Python
         return make_expr(token.location, Literal{Value::string(std::move(text))});
       }
-      case TokenKind::kInteger: {
+      case TokenKind::kInteger:
         advance();
-        int64_t value = 0;
-        const auto result = std::from_chars(token.value.data(), token.value.data() + token.value.size(), value);
-        if (result.ec != std::errc()) error(token, fmt::format("integer {} is out of range", token.value));
-        return make_expr(token.location, Literal{Value::integer(value)});
-      }
+        return make_expr(token.location, Literal{Value::integer(integer_value(token))});
       case TokenKind::kFloat: {
         advance();
         double value = 0;
@@ -558,6 +554,13 @@ class Parser {
         break;
     }
     error(token, fmt::format("unexpected {}", describe(token)));
+  }
+
+  int64_t integer_value(const Token& token) const {
+    int64_t value = 0;
+    const auto result = std::from_chars(token.value.data(), token.value.data() + token.value.size(), value);
+    if (result.ec != std::errc()) error(token, fmt::format("integer {} is out of range", token.value));
+    return value;
   }
 
   ExprPtr parse_parenthesized() {
@@ -609,7 +612,7 @@ class Parser {
           node = make_expr(start, GetAttr{std::move(node), attribute.value});
         } else if (attribute.kind == TokenKind::kInteger) {  // x.0 is x[0]
           advance();
-          ExprPtr index = make_expr(attribute.location, Literal{Value::integer(std::stoll(attribute.value))});
+          ExprPtr index = make_expr(attribute.location, Literal{Value::integer(integer_value(attribute))});
           node = make_expr(start, GetItem{std::move(node), std::move(index)});
         } else {
           error(attribute, fmt::format("expected an attribute name after '.', found {}", describe(attribute)));

@@ -27,20 +27,23 @@ constexpr const char* kDefaultRecipe = R"({
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true}
 })";
 
-// A recipe holds a few dozen values; this many is no recipe.
+// A recipe holds a few dozen values three levels deep; this many, or this deep, is no recipe (and recursing
+// deeper could overflow the stack).
 constexpr int64_t kMaxYamlValues = 100000;
+constexpr int kMaxYamlDepth = 100;
 
 // YAML -> JSON, with scalars typed as YAML 1.2 core schema reads them (true/false, ints, floats, else strings).
 // yaml-cpp shares aliased nodes, so a few hundred bytes of nested aliases expand to billions of values here:
 // `budget` counts the values left to build and refuses the rest.
-json to_json(const YAML::Node& node, int64_t& budget, const std::string& source) {
+json to_json(const YAML::Node& node, int64_t& budget, const std::string& source, int depth = 1) {
   if (--budget < 0) fail("{}: more than {} values once its aliases are expanded (a YAML alias bomb?)", source, kMaxYamlValues);
+  if (depth > kMaxYamlDepth) fail("{}: nested deeper than {} levels", source, kMaxYamlDepth);
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Sequence: {
       json list = json::array();
-      for (const auto& item : node) list.push_back(to_json(item, budget, source));
+      for (const auto& item : node) list.push_back(to_json(item, budget, source, depth + 1));
       return list;
     }
     case YAML::NodeType::Map: {
@@ -49,7 +52,7 @@ json to_json(const YAML::Node& node, int64_t& budget, const std::string& source)
         const std::string key = item.first.as<std::string>();
         // YAML says keys are unique, yaml-cpp keeps the last: a repeated key is almost always a mistake.
         if (object.contains(key)) fail("{}: key '{}' appears twice in one mapping (line {})", source, key, item.first.Mark().line + 1);
-        object[key] = to_json(item.second, budget, source);
+        object[key] = to_json(item.second, budget, source, depth + 1);
       }
       return object;
     }
