@@ -50,6 +50,13 @@ TEST(HostileCli, ResumingTheEmbeddedDefaultWithoutAnEarlierRunIsNamed) {
   expect_refused("finetune --resume", "moetune-default-run: --resume, but there is no earlier run");
 }
 
+TEST(HostileCli, ResumingTheEmbeddedDefaultPicksTheNewestEarlierRun) {
+  testing::ScratchDir dir;
+  for (const char* run : {"20260101-000000", "20260102-000000"}) fs::create_directories(dir / "moetune-default-run" / run);
+  WorkingDirectory here(dir.path());
+  expect_refused("finetune --resume", "moetune-default-run/20260102-000000: --resume, but there is no checkpoint-* folder");
+}
+
 TEST(HostileCli, GenerateOptionsOutOfRangeAreNamed) {
   const std::string model = kDefaultModel.string();
   expect_refused("generate " + model + " --prompt hi --temperature nan", "--temperature nan");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <thread>
 
 #include "moetune/io/safetensors.h"
 #include "moetune/model/causal_lm.h"
@@ -131,7 +132,7 @@ TEST_F(HostileTraining, ABadLastLineStopsTheRunBeforeTheFirstStep) {
 TEST_F(HostileTraining, MicroBatchesLargerThanTheDataAreAnErrorNotAHang) {
   for (const char* setting : {"training.micro_batch_size=1000000000", "data.max_length=1000000000"}) {
     const std::string message = error_of([&] { Trainer(recipe("huge", {setting}), {}, false).run(); });
-    EXPECT_NE(message.find("would take more than all"), std::string::npos) << setting << ": " << message;
+    EXPECT_NE(message.find("train.jsonl: one micro-batch of"), std::string::npos) << setting << ": " << message;
     fs::remove_all(dir_ / "huge");
   }
 }
@@ -202,6 +203,23 @@ TEST_F(HostileTraining, AStateTensorOfTheWrongShapeIsNamed) {
   const std::string message = error_of([&] { Trainer(recipe("shape"), {}, true); });
   EXPECT_NE(message.find("'" + changed + "' is F32 ["), std::string::npos) << message;
   EXPECT_NE(message.find("training_state.safetensors"), std::string::npos) << message;
+}
+
+TEST_F(HostileTraining, SigintCutsValidationShort) {
+  std::string lines;  // a validation pass long enough for the signal to land in it
+  for (int i = 0; i < 3000; ++i) lines += "{\"input_ids\": [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]}\n";
+  testing::write_file(dir_ / "validation.jsonl", lines);
+  testing::StopHandlers handlers;
+  Trainer trainer(recipe("validating", {"training.max_steps=100000", "logging.validation_every=1",
+                                        "data.validation=" + (dir_ / "validation.jsonl").string()}),
+                  {}, false);
+  std::thread interrupter(testing::interrupt_after_first_step, dir_ / "validating" / "metrics.jsonl");
+  const TrainResult result = trainer.run();
+  interrupter.join();
+  EXPECT_TRUE(result.interrupted);
+  EXPECT_EQ(result.steps, 1);  // stopped in the validation after step 1, which wrote no loss
+  for (const json& record : metrics("validating")) EXPECT_TRUE(record.contains("grad_norm")) << record.dump();
+  EXPECT_EQ(list_checkpoints(dir_ / "validating").size(), 1u);
 }
 
 TEST_F(HostileTraining, OutputFolderThatIsAFileOrALinkedMetricsLogIsRefused) {

@@ -65,27 +65,10 @@ TEST_F(TrainerTest, RefusesToOverwriteARunWithoutResume) {
   EXPECT_THROW(Trainer(recipe("empty"), {}, true), Error);  // nothing to resume
 }
 
-// Raises SIGINT once the run has logged its first step, so that the signal lands while it trains.
-void interrupt_after_first_step(const std::filesystem::path& metrics) {
-  while (!std::filesystem::exists(metrics) || std::filesystem::file_size(metrics) == 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::raise(SIGINT);
-}
-
-class StopHandlers {  // installs the trainer's handlers for one test, and puts the defaults back
- public:
-  StopHandlers() { Trainer::install_stop_handlers(); }
-  ~StopHandlers() {
-    Trainer::stop_requested = false;
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
-  }
-};
-
 TEST_F(TrainerTest, SigintFinishesTheStepAndCheckpoints) {
-  StopHandlers handlers;
+  testing::StopHandlers handlers;
   Trainer trainer(recipe("interrupted", {"training.max_steps=100000"}), {}, false);
-  std::thread interrupter(interrupt_after_first_step, dir_ / "interrupted" / "metrics.jsonl");
+  std::thread interrupter(testing::interrupt_after_first_step, dir_ / "interrupted" / "metrics.jsonl");
   TrainResult result = trainer.run();
   interrupter.join();
   EXPECT_TRUE(result.interrupted);
@@ -96,7 +79,7 @@ TEST_F(TrainerTest, SigintFinishesTheStepAndCheckpoints) {
 
 // Item 11 of issue 16: a signal before the first step stops at once, without a checkpoint.
 TEST_F(TrainerTest, SigintBeforeTheFirstStepStopsWithoutWriting) {
-  StopHandlers handlers;
+  testing::StopHandlers handlers;
   Trainer trainer(recipe("early"), {}, false);
   std::raise(SIGINT);
   TrainResult result = trainer.run();

@@ -1,12 +1,16 @@
-// A small CPU training job on the tiny MoE fixture, for the trainer's tests: 40 token-id lines, 6 steps.
+// A small CPU training job on the tiny MoE fixture, for the trainer's tests: 40 token-id lines, 6 steps; and
+// the pieces of the SIGINT tests.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
-#include "moetune/train/recipe.h"
+#include "moetune/train/trainer.h"
 #include "test_util.h"
 
 namespace moetune::testing {
@@ -43,6 +47,23 @@ class TrainerTest : public ::testing::Test {
     return records;
   }
   ScratchDir dir_;
+};
+
+// Raises SIGINT once the run has logged its first step, so that the signal lands while it trains.
+inline void interrupt_after_first_step(const std::filesystem::path& metrics) {
+  while (!std::filesystem::exists(metrics) || std::filesystem::file_size(metrics) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::raise(SIGINT);
+}
+
+class StopHandlers {  // installs the trainer's handlers for one test, and puts the defaults back
+ public:
+  StopHandlers() { train::Trainer::install_stop_handlers(); }
+  ~StopHandlers() {
+    train::Trainer::stop_requested = false;
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
 };
 
 }  // namespace moetune::testing

@@ -86,12 +86,14 @@ SplitLines index_lines(const std::vector<std::filesystem::path>& files, double v
 DataLoader::DataLoader(std::vector<std::filesystem::path> files, std::vector<LineRef> lines, TextCodec codec,
                        LoaderOptions options)
     : files_(std::move(files)), lines_(std::move(lines)), codec_(std::move(codec)), options_(options) {
-  if (lines_.empty()) {
-    std::string names;
-    for (const auto& file : files_) names += (names.empty() ? "" : ", ") + file.string();
-    fail("{}: no examples: the data files hold no non-blank lines", names);
-  }
+  if (lines_.empty()) fail("{}: no examples: the data files hold no non-blank lines", file_names());
   for (const auto& file : files_) streams_.push_back(std::make_unique<std::ifstream>(file, std::ios::binary));
+}
+
+std::string DataLoader::file_names() const {
+  std::string names;
+  for (const auto& file : files_) names += (names.empty() ? "" : ", ") + file.string();
+  return names;
 }
 
 std::vector<size_t> DataLoader::order(int64_t epoch) const {
@@ -122,9 +124,9 @@ MicroBatch DataLoader::next(bool single_pass) {
   int64_t lines_read = 0;
   while (int64_t(rows.size()) < options_.micro_batch_size) {
     if (++lines_read > int64_t(lines_.size()) && !single_pass)
-      fail("one micro-batch of {} rows of up to {} tokens would take more than all {} lines of the data: lower "
+      fail("{}: one micro-batch of {} rows of up to {} tokens would take more than all {} lines of the data: lower "
            "training.micro_batch_size or data.max_length",
-           options_.micro_batch_size, options_.max_length, lines_.size());
+           file_names(), options_.micro_batch_size, options_.max_length, lines_.size());
     if (position_.cursor >= int64_t(lines_.size())) {
       if (single_pass) break;
       position_ = {position_.epoch + 1, 0};

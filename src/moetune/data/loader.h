@@ -70,6 +70,7 @@ class DataLoader {
 
  private:
   std::vector<size_t> order(int64_t epoch) const;
+  std::string file_names() const;  // for messages: "a.jsonl, b.jsonl"
   // The example of line `index` of the current order; nullopt when it is bad and bad lines are skipped.
   std::optional<Example> read(size_t line_index);
 

@@ -1,12 +1,12 @@
 #include "moetune/io/atomic_file.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "moetune/core/error.h"
+#include "moetune/io/regular_file.h"
 
 namespace moetune::io {
 
@@ -18,16 +18,10 @@ void write_bytes(std::FILE* file, const void* data, size_t nbytes, const std::fi
 void write_file_atomically(const std::filesystem::path& path, const std::function<void(std::FILE*)>& write) {
   std::filesystem::path temporary = path;
   temporary += fmt::format(".tmp.{}", ::getpid());
-  // A new file of our own: O_EXCL | O_NOFOLLOW never writes through a link planted at the temporary name (what
-  // an earlier crash of this pid left there is removed first; remove() takes a link itself, not its target).
+  // A new file of our own, never written through a link planted at the temporary name (what an earlier crash
+  // of this pid left there is removed first; remove() takes a link itself, not its target).
   std::filesystem::remove(temporary);
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  std::FILE* file = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
-  if (!file) {
-    const int reason = errno;
-    if (fd >= 0) ::close(fd);
-    fail("{}: cannot create: {}", temporary.string(), std::strerror(reason));
-  }
+  std::FILE* file = open_for_writing(temporary, WriteMode::kCreateNew);
   try {
     write(file);
     if (std::fflush(file) != 0 || ::fsync(fileno(file)) != 0)

@@ -1,5 +1,8 @@
 #include "moetune/io/regular_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -43,6 +46,19 @@ std::string read_regular_file(const fs::path& path, std::string_view role, uint6
   std::string bytes(size, '\0');
   if (!stream.read(bytes.data(), std::streamsize(size))) fail("{}: cannot read {}: {}", path.string(), role, std::strerror(errno));
   return bytes;
+}
+
+std::FILE* open_for_writing(const fs::path& path, WriteMode mode) {
+  const int how = mode == WriteMode::kTruncate ? O_TRUNC : mode == WriteMode::kAppend ? O_APPEND : O_EXCL;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | how, 0644);
+  std::FILE* file = fd >= 0 ? ::fdopen(fd, mode == WriteMode::kAppend ? "ab" : "wb") : nullptr;
+  if (!file) {
+    const int reason = errno;
+    if (fd >= 0) ::close(fd);
+    fail("{}: cannot open for writing{}: {}", path.string(), reason == ELOOP ? " (a symbolic link is refused)" : "",
+         std::strerror(reason));
+  }
+  return file;
 }
 
 }  // namespace moetune::io

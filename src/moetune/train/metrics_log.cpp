@@ -1,7 +1,5 @@
 #include "moetune/train/metrics_log.h"
 
-#include <fcntl.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -9,6 +7,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/io/atomic_file.h"
+#include "moetune/io/regular_file.h"
 
 namespace moetune::train {
 
@@ -52,13 +51,7 @@ MetricsLog::MetricsLog(const std::filesystem::path& folder, bool tensorboard, in
     : path_(folder / "metrics.jsonl") {
   std::filesystem::create_directories(folder);
   drop_records_after(path_, start_step);
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  file_ = fd >= 0 ? ::fdopen(fd, "a") : nullptr;
-  if (!file_) {
-    const int reason = errno;
-    if (fd >= 0) ::close(fd);
-    fail("{}: cannot open for writing (a symbolic link is refused): {}", path_.string(), std::strerror(reason));
-  }
+  file_ = io::open_for_writing(path_, io::WriteMode::kAppend);
   if (tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(folder / "tensorboard");
 }
 
