@@ -70,7 +70,11 @@ fs::path default_output(bool resume) {
     for (const auto& item : fs::directory_iterator(runs))
       if (item.is_directory()) earlier.push_back(item.path());
   if (earlier.empty()) fail("{}: --resume, but there is no earlier run of the embedded default here", runs.string());
-  return *std::max_element(earlier.begin(), earlier.end());  // timestamps sort as text
+  const fs::path newest = *std::max_element(earlier.begin(), earlier.end());  // timestamps sort as text
+  // Said now, not after the minute of the accuracy pass that comes first.
+  if (train::list_checkpoints(newest).empty())
+    fail("{}: --resume, but there is no checkpoint-* folder to resume from", newest.string());
+  return newest;
 }
 
 }  // namespace

@@ -144,6 +144,11 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
     : recipe_(std::move(recipe)), output_(output_folder(recipe_)), lock_(output_) {
   const Recipe& r = recipe_;
   engine_ = make_engine(r);
+  // The GPU engine clips and steps without reading the gradient norm on the host, so it cannot hold back a
+  // NaN update; it stops at the first non-finite step, before any checkpoint of it.
+  if (engine_->device().is_cuda() && r.training.max_nonfinite_steps > 0)
+    fail("training.max_nonfinite_steps {} needs the CPU engine (the GPU engine cannot skip an update); set it to 0",
+         r.training.max_nonfinite_steps);
   stop_if_requested();
   codec.vocab_size = engine_->config().vocab_size;
   const int64_t positions = engine_->config().max_position_embeddings;
