@@ -67,10 +67,10 @@ class DataLoader {
   double epochs_done() const;          // fractional
   int64_t skipped_lines() const { return skipped_; }
   int64_t size() const { return int64_t(lines_.size()); }
+  std::string file_names() const;  // for messages: "a.jsonl, b.jsonl"
 
  private:
   std::vector<size_t> order(int64_t epoch) const;
-  std::string file_names() const;  // for messages: "a.jsonl, b.jsonl"
   // The example of line `index` of the current order; nullopt when it is bad and bad lines are skipped.
   std::optional<Example> read(size_t line_index);
 

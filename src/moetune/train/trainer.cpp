@@ -38,12 +38,6 @@ void stop_if_requested() {
   if (Trainer::stop_requested.load()) throw StartupInterrupted();
 }
 
-std::string join(const std::vector<fs::path>& files) {
-  std::string names;
-  for (const auto& file : files) names += (names.empty() ? "" : ", ") + file.string();
-  return names;
-}
-
 struct DataSummary {
   int64_t micro_batches = 0;  // in one epoch
   int64_t scored_tokens = 0;
@@ -64,7 +58,7 @@ DataSummary read_every_line(const Recipe& r, const std::vector<fs::path>& files,
   if (summary.scored_tokens == 0)
     fail("{}: no token of the data is scored by the loss ({} of {} lines skipped as bad, the rest fully masked), so "
          "training would learn nothing",
-         join(files), reader.skipped_lines(), reader.size());
+         reader.file_names(), reader.skipped_lines(), reader.size());
   return summary;
 }
 
@@ -91,6 +85,11 @@ int64_t state_field(const json& state, const fs::path& path, const char* key, in
   const int64_t value = state[key].get<int64_t>();
   if (value < low || value > high) fail("{}: \"{}\" is {}, outside [{}, {}]", path.string(), key, value, low, high);
   return value;
+}
+
+fs::path output_folder(const Recipe& r) {
+  require_model_and_data(r);  // before the folder is made
+  return r.output.dir;
 }
 
 std::string format_duration(double seconds) {
@@ -130,15 +129,6 @@ struct Trainer::StepStats {
   bool has_aux = false;
   json moe = json::array();
 };
-
-namespace {
-
-fs::path output_folder(const Recipe& r) {
-  require_model_and_data(r);  // before the folder is made
-  return r.output.dir;
-}
-
-}  // namespace
 
 Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
     : recipe_(std::move(recipe)), output_(output_folder(recipe_)), lock_(output_) {
