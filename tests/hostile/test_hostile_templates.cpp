@@ -73,6 +73,11 @@ TEST(HostileTemplates, RunawayRendersStopOnTheirBudget) {
   expect_error("{% set ns = namespace(x=[]) %}{% for i in range(99999) %}{% set ns.x = [ns.x] %}{% endfor %}",
                "nested deeper than", kMaxRenderWork);
   expect_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "calls nested deeper than");
+  // Doubling in a loop is refused at 64 MiB or a million values, long before memory runs out.
+  expect_error("{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+               "a string of more than", kMaxRenderWork);
+  expect_error("{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = ns.x + ns.x %}{% endfor %}",
+               "a list or dict of more than", kMaxRenderWork);
   expect_error("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}", "bytes");
 }
 

@@ -122,6 +122,27 @@ TEST_F(HostileTraining, DataWithoutAScoredTokenIsAnError) {
   EXPECT_NE(message.find("prompts.jsonl: no token of the data is scored"), std::string::npos) << message;
 }
 
+TEST_F(HostileTraining, AStepWithoutAScoredTokenAndAnOverlongMaxLengthAreWarnedAbout) {
+  testing::write_file(dir_ / "mixed.jsonl", "{\"prompt\": \"abc\", \"completion\": \"\"}\n{\"prompt\": \"de\", \"completion\": \"fg\"}\n");
+  data::TextCodec codec;
+  codec.encode = [](std::string_view text) {
+    std::vector<int64_t> ids;
+    for (char c : text) ids.push_back(c % 90 + 2);
+    return ids;
+  };
+  ::testing::internal::CaptureStderr();
+  Trainer(recipe("mixed", {"data.train=" + (dir_ / "mixed.jsonl").string(), "data.validation_fraction=0",
+                           "data.shuffle=false", "data.packing=false", "data.max_length=100000",
+                           "training.micro_batch_size=1", "training.gradient_accumulation_steps=1", "training.max_steps=2"}),
+          codec, false)
+      .run();
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find("warning: data.max_length 100000 is above the model's max_position_embeddings"), std::string::npos)
+      << warnings;
+  EXPECT_NE(warnings.find("warning: step 1 has no token the loss scores"), std::string::npos) << warnings;
+  EXPECT_EQ(warnings.find("warning: step 2"), std::string::npos) << warnings;
+}
+
 TEST_F(HostileTraining, ABadLastLineStopsTheRunBeforeTheFirstStep) {
   std::ofstream(dir_ / "train.jsonl", std::ios::app) << "{\"input_ids\": [1, \"two\"]}\n";
   const std::string message = error_of([&] { Trainer(recipe("bad_last"), {}, false); });

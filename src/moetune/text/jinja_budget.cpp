@@ -14,14 +14,18 @@ void RenderBudget::spend(int64_t units) {
 }
 
 void RenderBudget::built(const Value& value) {
-  if (value.is_string()) return spend(1 + int64_t(value.as_string().size() / 64));
+  if (value.is_string()) {
+    const auto bytes = int64_t(value.as_string().size());
+    if (bytes > kMaxValueBytes) fail("a string of more than {} bytes", kMaxValueBytes);
+    return spend(1 + bytes / 64);
+  }
   if (!value.is_list() && !value.is_dict()) return;
   std::vector<std::pair<const Json*, int>> pending{{&value.data(), 1}};
   int64_t nodes = 0;
   while (!pending.empty()) {
     const auto [node, depth] = pending.back();
     pending.pop_back();
-    ++nodes;
+    if (++nodes > kMaxValueNodes) fail("a list or dict of more than {} values", kMaxValueNodes);
     if (depth > kMaxValueDepth) fail("a value nested deeper than {} levels", kMaxValueDepth);
     if (node->is_structured())
       for (const Json& child : *node) pending.emplace_back(&child, depth + 1);

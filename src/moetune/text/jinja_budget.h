@@ -14,6 +14,9 @@ namespace moetune::text::jinja {
 inline constexpr int64_t kMaxRenderWork = 20'000'000;
 inline constexpr int64_t kMaxRenderOutputBytes = int64_t(64) << 20;
 inline constexpr int kMaxValueDepth = 1000;  // as for JSON (io/json_file.h)
+// A value doubled in a loop would otherwise take gigabytes before the step budget ran out.
+inline constexpr int64_t kMaxValueBytes = kMaxRenderOutputBytes;
+inline constexpr int64_t kMaxValueNodes = int64_t(1) << 20;
 
 class RenderBudget {
  public:
@@ -21,7 +24,8 @@ class RenderBudget {
   // One step: a statement, an expression.
   void step() { spend(1); }
   // A value just built: its characters (a 64th each) or, for a list or dict, every node under it, counted
-  // without recursion; a value nested deeper than kMaxValueDepth is an Error.
+  // without recursion; a value deeper than kMaxValueDepth, longer than kMaxValueBytes or with more than
+  // kMaxValueNodes nodes is an Error.
   void built(const Value& value);
   // The output so far.
   void wrote(const std::string& out) const;
