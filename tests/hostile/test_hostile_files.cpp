@@ -8,6 +8,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/data/loader.h"
+#include "moetune/io/atomic_file.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/regular_file.h"
 #include "moetune/io/safetensors.h"
@@ -79,6 +80,19 @@ TEST(HostileFiles, FifosDevicesAndFoldersAreRefusedWithoutBlocking) {
   fs::create_symlink("/dev/zero", dir / "tokenizer.json");  // a link is followed, to what it is
   expect_error([&] { text::Tokenizer::from_file(dir / "tokenizer.json"); }, {"tokenizer.json", "device"});
   expect_error([&] { io::read_json_file(dir.path()); }, {"folder"});
+}
+
+TEST(HostileFiles, AtomicCopyReplacesAPlantedLinkInsteadOfWritingThroughIt) {
+  testing::ScratchDir dir;
+  testing::write_file(dir / "source.json", std::string(3 << 20, 'x'));  // more than one buffer
+  testing::write_file(dir / "victim.json", "keep me");
+  fs::create_symlink(dir / "victim.json", dir / "copy.json");
+  io::copy_file_atomically(dir / "source.json", dir / "copy.json");
+  EXPECT_EQ(testing::read_file(dir / "victim.json"), "keep me");
+  EXPECT_FALSE(fs::is_symlink(dir / "copy.json"));
+  EXPECT_EQ(testing::read_file(dir / "copy.json"), std::string(3 << 20, 'x'));
+  expect_error([&] { io::copy_file_atomically(dir / "absent.json", dir / "copy2.json"); }, {"absent.json", "does not exist"});
+  EXPECT_FALSE(fs::exists(dir / "copy2.json"));
 }
 
 TEST(HostileFiles, ManyAddedTokensLoadFast) {

@@ -4,6 +4,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <vector>
 
 #include "moetune/core/error.h"
 #include "moetune/io/regular_file.h"
@@ -45,6 +47,18 @@ void write_file_atomically(const std::filesystem::path& path, const std::functio
 
 void write_text_atomically(const std::filesystem::path& path, std::string_view text) {
   write_file_atomically(path, [&](std::FILE* file) { write_bytes(file, text.data(), text.size(), path); });
+}
+
+void copy_file_atomically(const std::filesystem::path& from, const std::filesystem::path& to) {
+  require_regular_file(from, "the file to copy");
+  std::ifstream source(from, std::ios::binary);
+  if (!source) fail("{}: cannot open: {}", from.string(), std::strerror(errno));
+  write_file_atomically(to, [&](std::FILE* file) {
+    std::vector<char> buffer(size_t(1) << 20);
+    while (source.read(buffer.data(), std::streamsize(buffer.size())) || source.gcount() > 0)
+      write_bytes(file, buffer.data(), size_t(source.gcount()), to);
+    if (source.bad()) fail("{}: read failed: {}", from.string(), std::strerror(errno));
+  });
 }
 
 }  // namespace moetune::io
