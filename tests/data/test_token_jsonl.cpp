@@ -56,8 +56,7 @@ TEST(TokenJsonl, EmptyFileYieldsNothing) { EXPECT_EQ(read_error(""), ""); }
 TEST(TokenJsonl, MissingFileOrFolderIsAnError) {
   testing::ScratchDir dir;
   EXPECT_THROW(TokenJsonlReader(dir / "absent.jsonl", kVocab), Error);
-  TokenJsonlReader folder(dir.path(), kVocab);  // opens on Linux; reading it fails
-  EXPECT_THROW(folder.next(), Error);
+  EXPECT_THROW(TokenJsonlReader(dir.path(), kVocab), Error);  // a folder opens on Linux: refused before that
 }
 
 TEST(TokenJsonl, BadLinesNameTheFileAndLine) {

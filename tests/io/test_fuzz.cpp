@@ -1,13 +1,12 @@
-// Seeded mutation fuzzing of the safetensors and config.json parsers: every mutated input either parses or
-// fails with moetune::Error, never crashes. Run under ASan+UBSan (the sanitizer build) it also proves no
-// out-of-bounds read. MOETUNE_FUZZ_ITERATIONS raises the count for a longer run; the seed is printed.
+// Seeded mutation fuzzing (fuzz_util.h) of the safetensors and config.json parsers.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <random>
 
+#include "moetune/io/json_file.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/model/model_description.h"
+#include "fuzz_util.h"
 #include "test_util.h"
 
 namespace moetune::io {
@@ -15,35 +14,9 @@ namespace {
 
 using testing::ScratchDir;
 
-int iterations() {
-  const char* text = std::getenv("MOETUNE_FUZZ_ITERATIONS");
-  return text ? std::atoi(text) : 1500;
-}
-
-uint32_t seed() {
-  const char* text = std::getenv("MOETUNE_FUZZ_SEED");
-  return text ? uint32_t(std::strtoul(text, nullptr, 10)) : 20261130u;
-}
-
-// Mutations a fuzzer finds useful on text-headed binary formats: flip, set interesting bytes, splice in
-// tokens, truncate, duplicate a run.
-std::string mutate(std::string input, std::mt19937& rng) {
-  static const std::string tokens[] = {"\"", "{", "}", "[", "]", ",", ":", "-1", "0", "1e309", "18446744073709551615",
-                                       "null", "\"F32\"", "\"X99\"", "\"shape\"", "\"data_offsets\"", "\\u0000", "true"};
-  const int count = 1 + int(rng() % 4);
-  for (int m = 0; m < count && !input.empty(); ++m) {
-    size_t at = rng() % input.size();
-    switch (rng() % 6) {
-      case 0: input[at] = char(input[at] ^ (1 << (rng() % 8))); break;
-      case 1: input[at] = char("\x00\xff\x7f\x80 0{\""[rng() % 8]); break;
-      case 2: input.insert(at, tokens[rng() % std::size(tokens)]); break;
-      case 3: input.resize(at); break;
-      case 4: input.erase(at, 1 + rng() % 8); break;
-      case 5: input.insert(at, input.substr(at, 1 + rng() % 16)); break;
-    }
-  }
-  return input;
-}
+int iterations() { return testing::fuzz_iterations(1500); }
+uint32_t seed() { return testing::fuzz_seed(); }
+using testing::mutate;
 
 TEST(Fuzz, SafetensorsParserNeverCrashes) {
   ScratchDir dir;
@@ -80,9 +53,8 @@ TEST(Fuzz, ConfigParserNeverCrashes) {
   for (int i = 0; i < iterations(); ++i) {
     std::string input = mutate(seeds[size_t(i) % seeds.size()], rng);
     try {
-      nlohmann::json json = nlohmann::json::parse(input, nullptr, /*allow_exceptions=*/false);
-      if (json.is_discarded()) continue;
-      model::ParameterLayout layout = model::parameter_layout(model::describe_model(json, "fuzz.json"));
+      // As config.json will be read: through the shared reader, which refuses nesting deeper than 1000.
+      model::ParameterLayout layout = model::parameter_layout(model::describe_model(parse_json_text(input, "fuzz.json"), "fuzz.json"));
       (void)layout.total_parameters();
       ++parsed;
     } catch (const Error&) {

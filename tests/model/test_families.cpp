@@ -195,6 +195,21 @@ TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
   }
 }
 
+TEST(Families, HostileFilesAreCleanErrors) {
+  testing::ScratchDir dir;
+  std::filesystem::create_directories(dir / "config.json");  // a folder where the file should be
+  try {
+    load_model_spec(dir / "config.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+  }
+  // A 1 MB model_type is named, not echoed whole.
+  const std::string error = error_of(R"({"model_type":")" + std::string(1 << 20, 'x') + R"("})");
+  EXPECT_NE(error.find("model_type"), std::string::npos);
+  EXPECT_LT(error.size(), 2000u);
+}
+
 TEST(Families, EveryFixtureParses) {
   for (const char* name : {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"})
     EXPECT_NO_THROW(load_model_spec(testing::fixture(name) / "config.json")) << name;

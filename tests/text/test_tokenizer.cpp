@@ -299,7 +299,7 @@ TEST(TokenizerErrors, UnsupportedComponentsNameTheKeyAndValue) {
 }
 
 TEST(TokenizerErrors, MalformedFilesNameTheKey) {
-  expect_names(load_error("{\"model\": "), {"not valid JSON"});
+  expect_names(load_error("{\"model\": "), {"not JSON"});
   expect_names(load_error("[1, 2]"), {"expected a JSON object"});
   expect_names(load_error("/model", kRemoved), {": model: missing"});
   expect_names(load_error("/model/vocab", kRemoved), {": model.vocab: missing"});

@@ -2,47 +2,19 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "moetune/train/trainer.h"
 #include "test_util.h"
+#include "train/trainer_fixture.h"
 
 namespace moetune::train {
 namespace {
 
 using nlohmann::json;
-
-class TrainerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string lines;
-    for (int i = 0; i < 40; ++i) {
-      json ids = json::array();
-      for (int t = 0; t < 5 + i % 7; ++t) ids.push_back((i * 13 + t * 7) % 90 + 2);
-      lines += json{{"input_ids", ids}}.dump() + "\n";
-    }
-    testing::write_file(dir_ / "train.jsonl", lines);
-  }
-  Recipe recipe(const std::string& output, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides = {"model=" + testing::fixture("qwen3_moe_tiny").string(),
-                                          "data.train=" + (dir_ / "train.jsonl").string(),
-                                          "output.dir=" + (dir_ / output).string(),
-                                          "data.max_length=16", "training.micro_batch_size=2",
-                                          "training.gradient_accumulation_steps=2", "training.max_steps=6",
-                                          "optimizer.lr=1e-2", "schedule.warmup_steps=2", "data.validation_fraction=0.2",
-                                          // The CPU engine's exact resume; the GPU engine is tested in tests/gpu.
-                                          "training.device=cpu"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    return parse_recipe("", "test", overrides);
-  }
-  std::vector<json> metrics(const std::string& output) {
-    std::vector<json> records;
-    std::ifstream stream(dir_ / output / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) records.push_back(json::parse(line));
-    return records;
-  }
-  testing::ScratchDir dir_;
-};
+using testing::TrainerTest;
 
 TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   Trainer trainer(recipe("run", {"output.save_every=2", "output.keep_last=2"}), {}, false);
@@ -94,16 +66,28 @@ TEST_F(TrainerTest, RefusesToOverwriteARunWithoutResume) {
 }
 
 TEST_F(TrainerTest, SigintFinishesTheStepAndCheckpoints) {
-  Trainer::install_stop_handlers();
-  Trainer trainer(recipe("interrupted"), {}, false);
+  testing::StopHandlers handlers;
+  Trainer trainer(recipe("interrupted", {"training.max_steps=100000"}), {}, false);
+  std::thread interrupter(testing::interrupt_after_first_step, dir_ / "interrupted" / "metrics.jsonl");
+  TrainResult result = trainer.run();
+  interrupter.join();
+  EXPECT_TRUE(result.interrupted);
+  EXPECT_GE(result.steps, 1);
+  ASSERT_EQ(list_checkpoints(dir_ / "interrupted").size(), 1u);
+  EXPECT_EQ(list_checkpoints(dir_ / "interrupted")[0].filename(), fmt::format("checkpoint-{:06d}", result.steps));
+}
+
+// Item 11 of issue 16: a signal before the first step stops at once, without a checkpoint.
+TEST_F(TrainerTest, SigintBeforeTheFirstStepStopsWithoutWriting) {
+  testing::StopHandlers handlers;
+  Trainer trainer(recipe("early"), {}, false);
   std::raise(SIGINT);
   TrainResult result = trainer.run();
-  Trainer::stop_requested = false;
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
   EXPECT_TRUE(result.interrupted);
-  EXPECT_EQ(result.steps, 1);
-  EXPECT_EQ(list_checkpoints(dir_ / "interrupted").size(), 1u);
+  EXPECT_EQ(result.steps, 0);
+  EXPECT_TRUE(list_checkpoints(dir_ / "early").empty());
+  EXPECT_THROW(Trainer(recipe("early2"), {}, false), StartupInterrupted);  // during start-up: before anything is written
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "early2" / "metrics.jsonl"));
 }
 
 }  // namespace

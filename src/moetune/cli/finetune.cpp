@@ -7,6 +7,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/data/text_codec.h"
+#include "moetune/io/json_file.h"
 #include "moetune/model/generate.h"
 #include "moetune/train/trainer.h"
 
@@ -16,6 +17,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// As a shell reports a process that SIGINT ended: 128 + 2.
+constexpr int kInterruptedStatus = 130;
 
 // The bundled task (scripts/make_default_assets.py): a 161K-parameter Qwen3-MoE learns to answer
 // "Which is larger, 47 or 52?" in chat form. Sized to finish in about a minute on 2 CPU cores.
@@ -56,6 +60,23 @@ std::string timestamp() {
   return text;
 }
 
+// The output folder of the embedded default: a new timestamped one, or with --resume the newest earlier one (a new
+// folder would hold nothing to resume).
+fs::path default_output(bool resume) {
+  const fs::path runs = "moetune-default-run";
+  if (!resume) return runs / timestamp();
+  std::vector<fs::path> earlier;
+  if (fs::is_directory(runs))
+    for (const auto& item : fs::directory_iterator(runs))
+      if (item.is_directory()) earlier.push_back(item.path());
+  if (earlier.empty()) fail("{}: --resume, but there is no earlier run of the embedded default here", runs.string());
+  const fs::path newest = *std::max_element(earlier.begin(), earlier.end());  // timestamps sort as text
+  // Said now, not after the minute of the accuracy pass that comes first.
+  if (train::list_checkpoints(newest).empty())
+    fail("{}: --resume, but there is no checkpoint-* folder to resume from", newest.string());
+  return newest;
+}
+
 }  // namespace
 
 double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, int64_t limit) {
@@ -65,9 +86,9 @@ double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, i
   std::ifstream stream(test_jsonl);
   if (!stream) fail("{}: cannot open", test_jsonl.string());
   int64_t asked = 0, right = 0;
-  for (std::string line; asked < limit && std::getline(stream, line);) {
+  for (std::string line; asked < limit && std::getline(stream, line) && !train::Trainer::stop_requested.load();) {
     if (line.empty()) continue;
-    data::Json messages = data::Json::parse(line)["messages"];
+    data::Json messages = io::parse_json_text<data::Json>(line, test_jsonl.string())["messages"];
     const std::string reference = messages.back()["content"];
     messages.erase(messages.size() - 1);
     const std::vector<int64_t> prompt = text.codec.encode(text.codec.render_chat(messages, true));
@@ -81,20 +102,22 @@ double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, i
   return asked ? double(right) / double(asked) : 0.0;
 }
 
-int run_finetune(const FinetuneArgs& args) {
-  train::Trainer::install_stop_handlers();
-  if (!args.recipe.empty()) {
-    train::Recipe recipe = train::load_recipe(args.recipe, args.overrides);
-    train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
-    const train::TrainResult result = trainer.run();
-    std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",
-                static_cast<long long>(result.steps), result.final_model.string().c_str());
-    return 0;
-  }
+namespace {
 
+int run_recipe(const FinetuneArgs& args) {
+  train::Recipe recipe = train::load_recipe(args.recipe, args.overrides);
+  train::require_model_and_data(recipe);  // else load_model_text("") would read ./config.json
+  train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
+  const train::TrainResult result = trainer.run();
+  std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",
+              static_cast<long long>(result.steps), result.final_model.string().c_str());
+  return 0;
+}
+
+int run_default(const FinetuneArgs& args) {
   const fs::path assets = assets_folder() / "default";
   std::vector<std::string> overrides = {"model=" + (assets / "model").string(), "data.train=" + (assets / "train.jsonl").string(),
-                                        "output.dir=" + (fs::path("moetune-default-run") / timestamp()).string()};
+                                        "output.dir=" + default_output(args.resume).string()};
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   train::Recipe recipe = train::parse_recipe(kDefaultRecipe, "the embedded default recipe", overrides);
   const fs::path test = assets / "test.jsonl";
@@ -108,10 +131,26 @@ int run_finetune(const FinetuneArgs& args) {
   train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
   const train::TrainResult result = trainer.run();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (result.final_model.empty()) {
+    std::printf("stopped before the first step; nothing was saved\n");
+    return kInterruptedStatus;
+  }
   const double after = chat_accuracy(result.final_model, test, 200);
   std::printf("held-out accuracy after %lld steps (%.0f s): %.1f%%  (before: %.1f%%)\nsaved HF folder: %s\n",
               static_cast<long long>(result.steps), seconds, 100 * after, 100 * before, result.final_model.string().c_str());
   return 0;
+}
+
+}  // namespace
+
+int run_finetune(const FinetuneArgs& args) {
+  train::Trainer::install_stop_handlers();
+  try {
+    return args.recipe.empty() ? run_default(args) : run_recipe(args);
+  } catch (const train::StartupInterrupted& e) {
+    std::fprintf(stderr, "moetune: %s\n", e.what());
+    return kInterruptedStatus;
+  }
 }
 
 }  // namespace moetune::cli

@@ -1,11 +1,26 @@
 #include "moetune/cli/generate.h"
 
+#include <cmath>
+
 #include "moetune/core/error.h"
 #include "moetune/data/text_codec.h"
 
 namespace moetune::cli {
 
+namespace {
+
+// NaN passes every comparison CLI11's range checks make, so the options are checked here.
+void check_options(const model::GenerateOptions& options) {
+  if (options.max_new_tokens < 0) fail("--max-new-tokens {} must not be negative", options.max_new_tokens);
+  if (!std::isfinite(options.temperature) || options.temperature < 0)
+    fail("--temperature {} must be a finite number, 0 or more (0: greedy)", options.temperature);
+  if (!(options.top_p > 0 && options.top_p <= 1)) fail("--top-p {} must be in (0, 1]", options.top_p);
+}
+
+}  // namespace
+
 std::string run_generate(const GenerateArgs& args) {
+  check_options(args.options);
   const data::ModelText text = data::load_model_text(args.model);
   if (!text.tokenizer) fail("{}: no tokenizer.json, so there is no text to generate", args.model.string());
   std::string prompt = args.prompt;

@@ -1,6 +1,8 @@
 // The `moetune` program.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <new>
 
 #include "moetune/cli/eval.h"
 #include "moetune/cli/finetune.h"
@@ -22,8 +24,10 @@ int main(int argc, char** argv) {
   inspect->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (config.json + *.safetensors)")->required();
   inspect->add_flag("--json", as_json, "Print the report as JSON");
   int64_t plan_tokens = 0;
+  // 2^40 tokens is far past any micro-batch, and keeps the plan's byte counts from overflowing.
   inspect->add_option("--tokens", plan_tokens,
-                      "Tokens per micro-batch (micro-batch × sequence): adds the GPU step's activation plan and peak");
+                      "Tokens per micro-batch (micro-batch × sequence): adds the GPU step's activation plan and peak")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
 
   std::string output_dir, max_shard_size = "5GB";
   CLI::App* convert = app.add_subcommand(
@@ -83,6 +87,12 @@ int main(int argc, char** argv) {
     }
   } catch (const moetune::Error& e) {
     std::fprintf(stderr, "moetune: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // its message names the paths
+    std::fprintf(stderr, "moetune: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "moetune: error: out of memory (the model, data or settings ask for more than there is)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moetune: internal error: %s\n", e.what());

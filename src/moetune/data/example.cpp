@@ -1,6 +1,7 @@
 #include "moetune/data/example.h"
 
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
 
 namespace moetune::data {
 namespace {
@@ -87,7 +88,7 @@ Example make_example(const json& line, Format format, const TextCodec& codec, bo
       auto ids = line.find("input_ids");
       if (ids == line.end() || !ids->is_array()) fail("\"input_ids\" must be a list of token ids");
       for (const json& id : *ids) {
-        if (!id.is_number_integer()) fail("\"input_ids\" must hold integers, got {}", id.dump());
+        if (!id.is_number_integer()) fail("\"input_ids\" must hold integers, got {}", io::abbreviated_dump(id));
         example.ids.push_back(id.get<int64_t>());
       }
       example.scored.assign(example.ids.size(), 1);

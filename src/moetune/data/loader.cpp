@@ -5,6 +5,8 @@
 #include <random>
 
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
+#include "moetune/io/regular_file.h"
 #include "moetune/ops/loss.h"
 
 namespace moetune::data {
@@ -62,6 +64,7 @@ MicroBatch to_batch(const std::vector<Row>& rows) {
 SplitLines index_lines(const std::vector<std::filesystem::path>& files, double validation_fraction, uint64_t seed) {
   SplitLines split;
   for (size_t f = 0; f < files.size(); ++f) {
+    io::require_regular_file(files[f], "the data file");
     std::ifstream stream(files[f], std::ios::binary);
     if (!stream) fail("{}: cannot open the data file", files[f].string());
     std::string line;
@@ -83,8 +86,14 @@ SplitLines index_lines(const std::vector<std::filesystem::path>& files, double v
 DataLoader::DataLoader(std::vector<std::filesystem::path> files, std::vector<LineRef> lines, TextCodec codec,
                        LoaderOptions options)
     : files_(std::move(files)), lines_(std::move(lines)), codec_(std::move(codec)), options_(options) {
-  if (lines_.empty()) fail("no examples: the data files hold no non-blank lines");
+  if (lines_.empty()) fail("{}: no examples: the data files hold no non-blank lines", file_names());
   for (const auto& file : files_) streams_.push_back(std::make_unique<std::ifstream>(file, std::ios::binary));
+}
+
+std::string DataLoader::file_names() const {
+  std::string names;
+  for (const auto& file : files_) names += (names.empty() ? "" : ", ") + file.string();
+  return names;
 }
 
 std::vector<size_t> DataLoader::order(int64_t epoch) const {
@@ -102,13 +111,7 @@ std::optional<Example> DataLoader::read(size_t line_index) {
   std::string text;
   std::getline(stream, text);
   try {
-    Json line;
-    try {
-      line = Json::parse(text);
-    } catch (const Json::exception&) {
-      fail("not JSON");
-    }
-    return make_example(line, options_.format, codec_, options_.loss_on_prompt);
+    return make_example(io::parse_json_text<Json>(text, ""), options_.format, codec_, options_.loss_on_prompt);
   } catch (const Error& e) {
     if (!options_.skip_bad_lines) fail("{}: line {}: {}", files_[ref.file].string(), ref.line_number, e.what());
     ++skipped_;
@@ -118,7 +121,12 @@ std::optional<Example> DataLoader::read(size_t line_index) {
 
 MicroBatch DataLoader::next(bool single_pass) {
   std::vector<Row> rows;
+  int64_t lines_read = 0;
   while (int64_t(rows.size()) < options_.micro_batch_size) {
+    if (++lines_read > int64_t(lines_.size()) && !single_pass)
+      fail("{}: one micro-batch of {} rows of up to {} tokens would take more than all {} lines of the data: lower "
+           "training.micro_batch_size or data.max_length",
+           file_names(), options_.micro_batch_size, options_.max_length, lines_.size());
     if (position_.cursor >= int64_t(lines_.size())) {
       if (single_pass) break;
       position_ = {position_.epoch + 1, 0};

@@ -54,14 +54,20 @@ class DataLoader {
   DataLoader(std::vector<std::filesystem::path> files, std::vector<LineRef> lines, TextCodec codec, LoaderOptions options);
 
   // The next micro-batch, continuing into the next epoch at the end of one. `single_pass` loaders (validation)
-  // return an empty batch (no rows) at the end of the first epoch instead.
+  // return an empty batch (no rows) at the end of the first epoch instead. A micro-batch that would take more
+  // lines than the data holds (micro_batch_size or max_length far above the data's size) is an Error: it would
+  // wrap epoch after epoch without end.
   MicroBatch next(bool single_pass = false);
 
   const DataPosition& position() const { return position_; }
-  void restore(const DataPosition& position) { position_ = position; }
+  void restore(const DataPosition& position, int64_t skipped_lines = 0) {
+    position_ = position;
+    skipped_ = skipped_lines;
+  }
   double epochs_done() const;          // fractional
   int64_t skipped_lines() const { return skipped_; }
   int64_t size() const { return int64_t(lines_.size()); }
+  std::string file_names() const;  // for messages: "a.jsonl, b.jsonl"
 
  private:
   std::vector<size_t> order(int64_t epoch) const;

@@ -1,8 +1,7 @@
 #include "moetune/data/text_codec.h"
 
-#include <fstream>
-
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
 #include "moetune/model/model_description.h"
 #include "moetune/text/chat_template.h"
 
@@ -12,11 +11,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// tokenizer_config.json, or null when the folder has none.
+nlohmann::json tokenizer_config(const fs::path& folder) {
+  const fs::path path = folder / "tokenizer_config.json";
+  return fs::exists(path) ? io::read_json_file(path) : nlohmann::json();
+}
+
 // tokenizer_config.json writes special tokens as strings or as {"content": ...} objects.
 std::optional<std::string> special_token(const fs::path& folder, const char* key) {
-  std::ifstream stream(folder / "tokenizer_config.json");
-  if (!stream) return std::nullopt;
-  const nlohmann::json config = nlohmann::json::parse(stream, nullptr, false);
+  const nlohmann::json config = tokenizer_config(folder);
   if (!config.is_object() || !config.contains(key)) return std::nullopt;
   const nlohmann::json& value = config[key];
   if (value.is_string()) return value.get<std::string>();
@@ -26,9 +29,7 @@ std::optional<std::string> special_token(const fs::path& folder, const char* key
 
 bool has_chat_template(const fs::path& folder) {
   if (fs::exists(folder / "chat_template.jinja")) return true;
-  std::ifstream stream(folder / "tokenizer_config.json");
-  if (!stream) return false;
-  const nlohmann::json config = nlohmann::json::parse(stream, nullptr, false);
+  const nlohmann::json config = tokenizer_config(folder);
   return config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null();
 }
 

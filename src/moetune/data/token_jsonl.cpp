@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
+#include "moetune/io/regular_file.h"
 
 namespace moetune::data {
 
@@ -19,7 +21,9 @@ bool is_blank(const std::string& line) { return line.find_first_not_of(" \t\r\n\
 }  // namespace
 
 TokenJsonlReader::TokenJsonlReader(std::filesystem::path path, int64_t vocab_size)
-    : path_(std::move(path)), vocab_size_(vocab_size), stream_(path_) {
+    : path_(std::move(path)), vocab_size_(vocab_size) {
+  io::require_regular_file(path_, "the data file");
+  stream_.open(path_);
   if (!stream_) fail("{}: cannot open the data file: {}", path_.string(), std::strerror(errno));
 }
 
@@ -38,12 +42,7 @@ std::optional<TokenSequence> TokenJsonlReader::next() {
 }
 
 std::vector<int64_t> TokenJsonlReader::parse_line(const std::string& line) const {
-  json object;
-  try {
-    object = json::parse(line);
-  } catch (const json::parse_error& e) {
-    fail("not JSON (syntax error at byte {})", e.byte);
-  }
+  const json object = io::parse_json_text(line, "");
   if (!object.is_object()) fail("expected an object {{\"input_ids\": [...]}}, got {}", object.type_name());
   const auto ids = object.find("input_ids");
   if (ids == object.end()) fail("no \"input_ids\" key");
@@ -53,7 +52,7 @@ std::vector<int64_t> TokenJsonlReader::parse_line(const std::string& line) const
   input_ids.reserve(ids->size());
   for (size_t index = 0; index < ids->size(); ++index) {
     const json& id = (*ids)[index];
-    if (!id.is_number_integer()) fail("\"input_ids\"[{}] is {}, not an integer", index, id.dump());
+    if (!id.is_number_integer()) fail("\"input_ids\"[{}] is {}, not an integer", index, io::abbreviated_dump(id));
     // An id past int64's range reads as negative here, so it is rejected too; the message quotes the text.
     const auto value = id.get<int64_t>();
     if (value < 0 || value >= vocab_size_)

@@ -1,9 +1,9 @@
 #include "moetune/io/config_reader.h"
 
 #include <cmath>
-#include <fstream>
 
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
 
 namespace moetune::io {
 
@@ -11,10 +11,7 @@ using nlohmann::json;
 
 namespace {
 // Values in error messages are cut short: a config.json may hold anything.
-std::string shown(const json& value) {
-  std::string text = value.dump();
-  return text.size() > 80 ? text.substr(0, 80) + "..." : text;
-}
+std::string shown(const json& value) { return abbreviated_dump(value); }
 }  // namespace
 
 const json* ConfigReader::find(const char* key) const {
@@ -80,19 +77,6 @@ std::vector<std::string> ConfigReader::strings(const char* key) const {
     result.push_back(item.get<std::string>());
   }
   return result;
-}
-
-json read_json_object(const std::filesystem::path& path) {
-  std::ifstream stream(path);
-  if (!stream) fail("{}: cannot open", path.string());
-  json value;
-  try {
-    value = json::parse(stream);
-  } catch (const json::exception& e) {
-    fail("{}: not JSON ({})", path.string(), e.what());
-  }
-  if (!value.is_object()) fail("{}: not a JSON object", path.string());
-  return value;
 }
 
 }  // namespace moetune::io

@@ -3,7 +3,6 @@
 // only reads JSON: what the values mean is the model family's business (model/families/).
 #pragma once
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -31,8 +30,5 @@ class ConfigReader {
  private:
   const nlohmann::json& object_;
 };
-
-// A JSON file that must hold an object (config.json); errors name the file.
-nlohmann::json read_json_object(const std::filesystem::path& path);
 
 }  // namespace moetune::io

@@ -13,7 +13,8 @@
 namespace moetune::io {
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; the S_ISREG check below refuses it.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("{}: cannot open: {}", path.string(), std::strerror(errno));
   struct stat info {};
   if (::fstat(fd, &info) != 0) {

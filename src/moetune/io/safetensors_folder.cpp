@@ -1,10 +1,12 @@
 #include "moetune/io/safetensors_folder.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "moetune/io/atomic_file.h"
+#include "moetune/io/json_file.h"
+#include "moetune/io/regular_file.h"
 
 namespace moetune::io {
 
@@ -28,13 +30,7 @@ SafetensorsFolder SafetensorsFolder::open(const fs::path& folder) {
 
   json index;
   with_context(index_path.string(), [&] {
-    std::ifstream stream(index_path);
-    if (!stream) fail("cannot open");
-    try {
-      index = json::parse(stream);
-    } catch (const json::exception& e) {
-      fail("not JSON ({})", e.what());
-    }
+    index = parse_json_text(read_regular_file(index_path, "the index", kMaxJsonFileBytes), "");
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
       fail("no \"weight_map\" object");
   });
@@ -125,10 +121,12 @@ void save_safetensors_folder(const fs::path& folder, const NamedTensors& tensors
     write_text_atomically(folder / kIndexFileName, index.dump(2) + "\n");
     written.insert(kIndexFileName);
   }
-  // Weight files of an earlier save that would now mislead a reader (a stale index or shards).
+  // Weight files of an earlier save that would now mislead a reader (a stale index or shards): only names this
+  // function writes, never a user's model_v1_backup.safetensors beside them.
+  static const std::regex kShardName(R"(model-\d{5}-of-\d{5}\.safetensors)");
   for (const auto& item : fs::directory_iterator(folder)) {
     std::string name = item.path().filename().string();
-    bool is_weights = name == kIndexFileName || (name.starts_with("model") && name.ends_with(".safetensors"));
+    bool is_weights = name == kIndexFileName || name == kSingleFileName || std::regex_match(name, kShardName);
     if (is_weights && !written.count(name)) fs::remove(item.path());
   }
 }

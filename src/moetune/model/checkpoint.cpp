@@ -101,6 +101,9 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     const auto& spec = weights.layout.parameters[i];
     const std::string first = weights.stored_fused[i] ? spec.fused_hf_name : spec.pieces[0].name;
     weights.disk_dtypes.push_back(files.entry(first).dtype);
+    if (!is_floating(weights.disk_dtypes.back()))
+      fail("{}: tensor '{}' is {}; model weights must be floating point", where(files, first), first,
+           dtype_name(weights.disk_dtypes.back()));
     requests.push_back({spec.shape, options.dtype.value_or(weights.disk_dtypes.back())});
   }
   weights.parameters = allocate_flat(requests, options.device, /*zeroed=*/false).views;
@@ -188,7 +191,7 @@ void save_checkpoint(const ModelWeights& weights, const fs::path& folder, const 
   if (weights.source.empty() || fs::equivalent(weights.source, folder, same_error)) return;
   for (const char* name : kCompanionFiles)
     if (fs::exists(weights.source / name))
-      fs::copy_file(weights.source / name, folder / name, fs::copy_options::overwrite_existing);
+      io::copy_file_atomically(weights.source / name, folder / name);
 }
 
 }  // namespace moetune::model

@@ -2,6 +2,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/io/config_reader.h"
+#include "moetune/io/json_file.h"
 #include "moetune/model/families/family.h"
 
 namespace moetune::model {
@@ -54,7 +55,7 @@ ModelSpec describe_model(const json& config, const std::string& source) {
 }
 
 ModelSpec load_model_spec(const std::filesystem::path& config_json) {
-  return describe_model(io::read_json_object(config_json), config_json.string());
+  return describe_model(io::read_json_file(config_json), config_json.string());
 }
 
 ParameterLayout parameter_layout(const ModelSpec& spec) { return {spec, family_of(spec).parameters(spec)}; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "moetune/text/utf8.h"
 
@@ -71,19 +72,22 @@ size_t whitespace_end(std::string_view text, size_t pos) {
 
 }  // namespace
 
-void AddedTokenMatcher::add(std::string pattern, const AddedToken& token) {
-  if (pattern.empty()) return;
-  for (const Entry& entry : entries_)
-    if (entry.pattern == pattern) return;
-  const auto first = uint8_t(pattern[0]);
-  if (!is_first_byte_[first]) first_bytes_ += pattern[0];
-  is_first_byte_[first] = true;
-  auto& list = by_first_byte_[first];
-  entries_.push_back({std::move(pattern), token.id, token.single_word, token.lstrip, token.rstrip});
-  list.push_back(uint32_t(entries_.size() - 1));
-  std::stable_sort(list.begin(), list.end(), [&](uint32_t a, uint32_t b) {
-    return entries_[a].pattern.size() > entries_[b].pattern.size();
-  });
+AddedTokenMatcher::AddedTokenMatcher(std::vector<std::pair<std::string, AddedToken>> patterns) {
+  std::unordered_set<std::string_view> seen;
+  entries_.reserve(patterns.size());
+  for (auto& [pattern, token] : patterns) {
+    if (pattern.empty() || seen.count(pattern)) continue;
+    const auto first = uint8_t(pattern[0]);
+    if (!is_first_byte_[first]) first_bytes_ += pattern[0];
+    is_first_byte_[first] = true;
+    entries_.push_back({std::move(pattern), token.id, token.single_word, token.lstrip, token.rstrip});
+    seen.insert(entries_.back().pattern);  // entries_ was reserved: the view stays valid
+    by_first_byte_[first].push_back(uint32_t(entries_.size() - 1));
+  }
+  for (auto& list : by_first_byte_)
+    std::stable_sort(list.begin(), list.end(), [&](uint32_t a, uint32_t b) {
+      return entries_[a].pattern.size() > entries_[b].pattern.size();
+    });
 }
 
 // The next position at or after `from` whose byte may start a match.

@@ -30,9 +30,10 @@ struct TextPiece {
 
 class AddedTokenMatcher {
  public:
-  // Looks for `pattern` (a token's content, or its normalized form) and yields `token`'s id. The first token given
-  // a pattern keeps it.
-  void add(std::string pattern, const AddedToken& token);
+  AddedTokenMatcher() = default;
+  // Looks for each pattern (a token's content, or its normalized form) and yields its token's id. The first token
+  // given a pattern keeps it. Built in one go: each list is sorted once (n log n for 200,000 added tokens).
+  explicit AddedTokenMatcher(std::vector<std::pair<std::string, AddedToken>> patterns);
   bool empty() const { return entries_.empty(); }
 
   // Appends the pieces of `text` to `pieces`.

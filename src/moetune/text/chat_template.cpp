@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
+#include "moetune/io/regular_file.h"
 #include "moetune/text/jinja_template.h"
 
 namespace moetune::text {
@@ -20,21 +20,12 @@ namespace {
 constexpr std::array<const char*, 7> kSpecialTokenNames = {"bos_token", "eos_token", "unk_token", "sep_token",
                                                            "pad_token", "cls_token", "mask_token"};
 
-std::string read_text(const fs::path& path) {
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) fail("{}: cannot be read", path.string());
-  std::ostringstream text;
-  text << stream.rdbuf();
-  return text.str();
-}
+// A template is a few KB; this is far past any real one.
+constexpr uint64_t kMaxTemplateBytes = uint64_t(16) << 20;
 
-OrderedJson read_json(const fs::path& path) {
-  try {
-    return OrderedJson::parse(read_text(path));
-  } catch (const OrderedJson::parse_error& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
+std::string read_text(const fs::path& path) { return io::read_regular_file(path, "the chat template", kMaxTemplateBytes); }
+
+OrderedJson read_json(const fs::path& path) { return io::read_json_file<OrderedJson>(path); }
 
 // A token is written as "<|im_end|>" or as an AddedToken object {"content": "<|im_end|>", ...}; null means none.
 std::optional<std::string> token_text(const OrderedJson& value) {

@@ -78,6 +78,7 @@ struct ConditionalExpr {  // then if condition else otherwise; no else: Undefine
 
 struct Expr {
   SourceLocation location;
+  int depth = 1;  // of the tree under this node: the renderer recurses once per level
   std::variant<Literal, ListLiteral, DictLiteral, Name, GetAttr, GetItem, SliceExpr, CallExpr, FilterExpr, TestExpr,
                UnaryExpr, BinaryExpr, CompareExpr, ConditionalExpr>
       node;

@@ -17,13 +17,49 @@ constexpr std::string_view kUnsupportedStatements[] = {"block", "extends",   "in
                                                        "from",  "filter",    "autoescape", "do",
                                                        "trans", "pluralize", "print",      "recursive"};
 
-template <typename T>
-ExprPtr make_expr(SourceLocation location, T node) {
-  auto expr = std::make_unique<Expr>();
-  expr->location = location;
-  expr->node = std::move(node);
-  return expr;
+// Parsing, rendering and destroying a template recurse once per level of nesting, so a downloaded template of
+// 3,000 parentheses or 100,000 `|lower` would overflow the stack; real chat templates nest a dozen levels.
+constexpr int kMaxNesting = 200;
+
+int depth_of(const ExprPtr& expr) { return expr ? expr->depth : 0; }
+int depth_of(const CallArguments& arguments) {
+  int depth = 0;
+  for (const ExprPtr& argument : arguments.positional) depth = std::max(depth, depth_of(argument));
+  for (const auto& [name, argument] : arguments.keyword) depth = std::max(depth, depth_of(argument));
+  return depth;
 }
+template <typename... Parts>
+int deepest(const Parts&... parts) {
+  return std::max({0, depth_of(parts)...});
+}
+
+// The depth of the deepest expression directly under `node`.
+int children_depth(const Literal&) { return 0; }
+int children_depth(const Name&) { return 0; }
+int children_depth(const ListLiteral& node) {
+  int depth = 0;
+  for (const ExprPtr& item : node.items) depth = std::max(depth, depth_of(item));
+  return depth;
+}
+int children_depth(const DictLiteral& node) {
+  int depth = 0;
+  for (const auto& [key, value] : node.items) depth = std::max(depth, deepest(key, value));
+  return depth;
+}
+int children_depth(const GetAttr& node) { return deepest(node.object); }
+int children_depth(const GetItem& node) { return deepest(node.object, node.index); }
+int children_depth(const SliceExpr& node) { return deepest(node.object, node.start, node.stop, node.step); }
+int children_depth(const CallExpr& node) { return deepest(node.callee, node.arguments); }
+int children_depth(const FilterExpr& node) { return deepest(node.operand, node.arguments); }
+int children_depth(const TestExpr& node) { return deepest(node.operand, node.arguments); }
+int children_depth(const UnaryExpr& node) { return deepest(node.operand); }
+int children_depth(const BinaryExpr& node) { return deepest(node.left, node.right); }
+int children_depth(const CompareExpr& node) {
+  int depth = depth_of(node.first);
+  for (const auto& [op, operand] : node.rest) depth = std::max(depth, depth_of(operand));
+  return depth;
+}
+int children_depth(const ConditionalExpr& node) { return deepest(node.condition, node.then, node.otherwise); }
 
 template <typename T>
 NodePtr make_node(SourceLocation location, T node) {
@@ -44,6 +80,32 @@ class Parser {
   }
 
  private:
+  template <typename T>
+  ExprPtr make_expr(SourceLocation location, T node) {
+    auto expr = std::make_unique<Expr>();
+    expr->location = location;
+    expr->depth = 1 + children_depth(node);
+    // Chains (a|f|f|f..., a.b.c..., 1+1+1...) deepen the tree without deepening the parser's recursion.
+    if (expr->depth > kMaxNesting) fail_at(source_name_, location, fmt::format("expression nested deeper than {} levels", kMaxNesting));
+    expr->node = std::move(node);
+    return expr;
+  }
+
+  // Counts the parser's own recursion (parentheses, brackets, `not`, signs, statements inside statements).
+  class NestingGuard {
+   public:
+    NestingGuard(Parser& parser) : parser_(parser) {
+      if (++parser_.nesting_ > kMaxNesting)
+        parser_.error(parser_.current(), fmt::format("nested deeper than {} levels", kMaxNesting));
+    }
+    ~NestingGuard() { --parser_.nesting_; }
+    NestingGuard(const NestingGuard&) = delete;
+    NestingGuard& operator=(const NestingGuard&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+
   // ---- token stream ----
 
   const Token& current() const { return tokens_[pos_]; }
@@ -117,6 +179,7 @@ class Parser {
   // end of the template that is an error naming the statement `opener` that was never closed.
   Body parse_body(std::initializer_list<std::string_view> end_names, std::string_view closing_hint,
                   const Token* opener = nullptr) {
+    const NestingGuard guard(*this);
     Body body;
     while (true) {
       const Token& token = current();
@@ -365,6 +428,7 @@ class Parser {
   }
 
   ExprPtr parse_expression() {
+    const NestingGuard guard(*this);
     const SourceLocation location = current().location;
     ExprPtr expr = parse_or();
     while (at_name("if")) {
@@ -400,6 +464,7 @@ class Parser {
 
   ExprPtr parse_not() {
     if (at_name("not")) {
+      const NestingGuard guard(*this);
       const SourceLocation location = advance().location;
       return make_expr(location, UnaryExpr{"not", parse_not()});
     }
@@ -443,6 +508,7 @@ class Parser {
   ExprPtr parse_unary(bool with_filters) {
     ExprPtr node;
     if (at_operator("-") || at_operator("+")) {
+      const NestingGuard guard(*this);
       const Token& sign = advance();
       node = make_expr(sign.location, UnaryExpr{sign.value, parse_unary(false)});
     } else {
@@ -470,13 +536,9 @@ class Parser {
         while (current().kind == TokenKind::kString) text += advance().value;  // "a" "b" is "ab", as in Python
         return make_expr(token.location, Literal{Value::string(std::move(text))});
       }
-      case TokenKind::kInteger: {
+      case TokenKind::kInteger:
         advance();
-        int64_t value = 0;
-        const auto result = std::from_chars(token.value.data(), token.value.data() + token.value.size(), value);
-        if (result.ec != std::errc()) error(token, fmt::format("integer {} is out of range", token.value));
-        return make_expr(token.location, Literal{Value::integer(value)});
-      }
+        return make_expr(token.location, Literal{Value::integer(integer_value(token))});
       case TokenKind::kFloat: {
         advance();
         double value = 0;
@@ -492,6 +554,13 @@ class Parser {
         break;
     }
     error(token, fmt::format("unexpected {}", describe(token)));
+  }
+
+  int64_t integer_value(const Token& token) const {
+    int64_t value = 0;
+    const auto result = std::from_chars(token.value.data(), token.value.data() + token.value.size(), value);
+    if (result.ec != std::errc()) error(token, fmt::format("integer {} is out of range", token.value));
+    return value;
   }
 
   ExprPtr parse_parenthesized() {
@@ -543,7 +612,7 @@ class Parser {
           node = make_expr(start, GetAttr{std::move(node), attribute.value});
         } else if (attribute.kind == TokenKind::kInteger) {  // x.0 is x[0]
           advance();
-          ExprPtr index = make_expr(attribute.location, Literal{Value::integer(std::stoll(attribute.value))});
+          ExprPtr index = make_expr(attribute.location, Literal{Value::integer(integer_value(attribute))});
           node = make_expr(start, GetItem{std::move(node), std::move(index)});
         } else {
           error(attribute, fmt::format("expected an attribute name after '.', found {}", describe(attribute)));
@@ -655,6 +724,7 @@ class Parser {
   const std::string& source_name_;
   size_t pos_ = 0;
   int loop_depth_ = 0;  // for loops around the current position (break / continue need one)
+  int nesting_ = 0;     // the parser's recursion, against kMaxNesting
 };
 
 }  // namespace

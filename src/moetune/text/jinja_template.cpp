@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "moetune/text/jinja_ast.h"
+#include "moetune/text/jinja_budget.h"
 #include "moetune/text/jinja_builtins.h"
 #include "moetune/text/jinja_lexer.h"
 #include "moetune/text/jinja_parser.h"
@@ -41,7 +42,7 @@ constexpr int kMaxCallDepth = 200;
 
 class Renderer {
  public:
-  explicit Renderer(const std::string& source_name) : source_name_(source_name) {}
+  Renderer(const std::string& source_name, int64_t max_work) : source_name_(source_name), budget_(max_work) {}
 
   Flow render(const Body& body, const ScopePtr& scope, std::string& out) {
     for (const NodePtr& node : body) {
@@ -56,6 +57,7 @@ class Renderer {
 
   Flow render_node(const Node& node, const ScopePtr& scope, std::string& out) {
     try {
+      budget_.step();
       return std::visit([&](const auto& statement) { return render_statement(statement, node, scope, out); },
                         node.node);
     } catch (const TemplateError&) {
@@ -67,11 +69,13 @@ class Renderer {
 
   Flow render_statement(const TextNode& text, const Node&, const ScopePtr&, std::string& out) {
     out += text.text;
+    budget_.wrote(out);
     return Flow::kNormal;
   }
 
   Flow render_statement(const OutputNode& output, const Node&, const ScopePtr& scope, std::string& out) {
     out += to_str(eval(*output.expression, scope));
+    budget_.wrote(out);
     return Flow::kNormal;
   }
 
@@ -95,6 +99,7 @@ class Renderer {
     if (items.empty()) return render(node.otherwise, child_of(scope), out);
     const auto length = int64_t(items.size());
     for (int64_t index = 0; index < length; ++index) {
+      budget_.step();  // an empty body costs nothing else, and range(99999) nested twice must still end
       const ScopePtr iteration = child_of(scope);  // a fresh scope per iteration: a set inside does not carry over
       assign(node.target, items[size_t(index)], *iteration, scope);
       iteration->set("loop", loop_object(items, index));
@@ -254,6 +259,7 @@ class Renderer {
 
   Value eval(const Expr& expr, const ScopePtr& scope) {
     try {
+      budget_.step();
       return std::visit([&](const auto& node) { return eval_node(node, scope); }, expr.node);
     } catch (const TemplateError&) {
       throw;
@@ -267,7 +273,7 @@ class Renderer {
   Value eval_node(const ListLiteral& node, const ScopePtr& scope) {
     std::vector<Value> items;
     for (const ExprPtr& item : node.items) items.push_back(eval(*item, scope));
-    return Value::list(items);
+    return built(Value::list(items));
   }
 
   Value eval_node(const DictLiteral& node, const ScopePtr& scope) {
@@ -277,7 +283,7 @@ class Renderer {
       if (!key.is_string()) fail("dict keys must be strings here, got {}", type_description(key));
       object[key.as_string()] = eval(*value_expr, scope).to_json();
     }
-    return Value::json(std::move(object));
+    return built(Value::json(std::move(object)));
   }
 
   Value eval_node(const Name& node, const ScopePtr& scope) {
@@ -360,8 +366,8 @@ class Renderer {
     }
     const Value left = eval(*node.left, scope);
     const Value right = eval(*node.right, scope);
-    if (node.op == "~") return Value::string(to_str(left) + to_str(right));
-    return arithmetic(node.op, left, right);
+    if (node.op == "~") return built(Value::string(to_str(left) + to_str(right)));
+    return built(arithmetic(node.op, left, right));
   }
 
   Value eval_node(const CompareExpr& node, const ScopePtr& scope) {
@@ -397,8 +403,15 @@ class Renderer {
     return Value::undefined("the inline if-expression had no else branch");
   }
 
+  // `value`, once charged to the budget.
+  Value built(Value value) {
+    budget_.built(value);
+    return value;
+  }
+
   const std::string& source_name_;
   int depth_ = 0;  // macro calls in progress
+  RenderBudget budget_;
 };
 
 }  // namespace
@@ -408,7 +421,7 @@ Template::Template(std::string_view source, std::string source_name) : source_na
   body_ = std::make_shared<const Body>(parse(tokenize(normalized, source_name_), source_name_));
 }
 
-std::string Template::render(const std::vector<std::pair<std::string, Value>>& variables) const {
+std::string Template::render(const std::vector<std::pair<std::string, Value>>& variables, int64_t max_work) const {
   // Global functions, then the caller's variables, then the template's own top-level `set`s, each shadowing the last.
   const auto globals = std::make_shared<Scope>(nullptr);
   for (auto& [name, function] : global_functions()) globals->set(name, std::move(function));
@@ -416,7 +429,7 @@ std::string Template::render(const std::vector<std::pair<std::string, Value>>& v
   for (const auto& [name, value] : variables) context->set(name, value);
   const auto top = child_of(context);
   std::string out;
-  Renderer(source_name_).render(*body_, top, out);
+  Renderer(source_name_, max_work).render(*body_, top, out);
   return out;
 }
 

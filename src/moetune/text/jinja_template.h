@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "moetune/text/jinja_budget.h"
 #include "moetune/text/jinja_value.h"
 
 namespace moetune::text::jinja {
@@ -26,8 +27,9 @@ class Template {
   // Parses `source`; `source_name` starts every error message ("chat_template.jinja:12:5: ...").
   Template(std::string_view source, std::string source_name);
 
-  // Renders with `variables` in scope (they shadow the global functions range, namespace and dict).
-  std::string render(const std::vector<std::pair<std::string, Value>>& variables) const;
+  // Renders with `variables` in scope (they shadow the global functions range, namespace and dict). A render that
+  // does more than `max_work` steps (jinja_budget.h) is an Error.
+  std::string render(const std::vector<std::pair<std::string, Value>>& variables, int64_t max_work = kMaxRenderWork) const;
 
   const std::string& source_name() const { return source_name_; }
 

@@ -399,9 +399,13 @@ Value integer_arithmetic(const std::string& op, int64_t x, int64_t y) {
   }
   // "**": a negative exponent gives a float, as in Python.
   if (y < 0) return Value::number(std::pow(double(x), double(y)));
+  // By squaring: 1 ** 10**18 takes 60 steps, not 10**18. Once base * base overflows with bits of y left, the
+  // result would overflow too (|x| >= 2 there: 0 and ±1 never overflow).
   result = 1;
-  for (int64_t i = 0; i < y; ++i)
-    if (__builtin_mul_overflow(result, x, &result)) fail_overflow();
+  for (int64_t base = x, exponent = y; exponent > 0; exponent >>= 1) {
+    if ((exponent & 1) && __builtin_mul_overflow(result, base, &result)) fail_overflow();
+    if (exponent > 1 && __builtin_mul_overflow(base, base, &base)) fail_overflow();
+  }
   return Value::integer(result);
 }
 
@@ -442,7 +446,14 @@ Value float_arithmetic(const std::string& op, double x, double y) {
   return Value::number(std::pow(x, y));
 }
 
+// The most characters or items a repetition may make: `'' * 10**18` is instant, `'ab' * 10**18` is refused.
+constexpr int64_t kMaxRepeatedSize = int64_t(1) << 24;
+
 Value repeat(const Value& sequence, int64_t times) {
+  const int64_t length = int64_t(sequence.is_string() ? sequence.as_string().size() : sequence.size());
+  if (length == 0 || times <= 0) return sequence.is_string() ? Value::string("") : Value::json(Json::array());
+  if (times > kMaxRepeatedSize / length)
+    fail("repeating {} items {} times makes more than {} (moetune's limit)", length, times, kMaxRepeatedSize);
   if (sequence.is_string()) {
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += sequence.as_string();

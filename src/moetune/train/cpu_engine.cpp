@@ -1,10 +1,23 @@
 // The CPU engine (fp32 reference) and the choice between engines.
+#include <cmath>
+
 #include "moetune/train/adamw.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/grad_clip.h"
 
 namespace moetune::train {
 namespace {
+
+// A tensor of a saved training state, which must have `like`'s shape and dtype: a checkpoint of another model
+// (or an edited one) is refused by name, not copied because its element count happens to match.
+Tensor state_tensor(const io::SafetensorsFile& file, const std::string& name, const Tensor& like) {
+  if (!file.contains(name)) fail("no tensor '{}' (a checkpoint of another model?)", name);
+  Tensor tensor = file.tensor(name);
+  if (tensor.shape() != like.shape() || tensor.dtype() != like.dtype())
+    fail("'{}' is {} {}, but the model's is {} {} (a checkpoint of another model?)", name, dtype_name(tensor.dtype()),
+         shape_str(tensor.shape()), dtype_name(like.dtype()), shape_str(like.shape()));
+  return tensor;
+}
 
 class CpuEngine final : public TrainingEngine {
  public:
@@ -32,9 +45,11 @@ class CpuEngine final : public TrainingEngine {
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return router_stats_; }
 
   double optimizer_step(double lr, double max_grad_norm) override {
-    const double norm = max_grad_norm > 0 ? clip_grad_norm(model_.parameters().grads(), max_grad_norm)
-                                          : global_grad_norm(model_.parameters().grads());
-    optimizer_.step(lr);
+    const double norm = global_grad_norm(model_.parameters().grads());
+    if (std::isfinite(norm)) {  // a NaN/Inf gradient would spoil every weight and moment it touches
+      if (max_grad_norm > 0) clip_grad_norm(model_.parameters().grads(), max_grad_norm);
+      optimizer_.step(lr);
+    }
     model_.zero_grad();
     return norm;
   }
@@ -56,9 +71,10 @@ class CpuEngine final : public TrainingEngine {
     const auto& specs = model_.weights().layout.parameters;
     std::vector<Tensor> m, v;
     for (size_t i = 0; i < specs.size(); ++i) {
-      model_.parameters().values()[i].copy_from(file.tensor("param." + specs[i].name));
-      m.push_back(specs[i].trainable ? file.tensor("adam_m." + specs[i].name) : Tensor());
-      v.push_back(specs[i].trainable ? file.tensor("adam_v." + specs[i].name) : Tensor());
+      Tensor& parameter = model_.parameters().values()[i];
+      parameter.copy_from(state_tensor(file, "param." + specs[i].name, parameter));
+      m.push_back(specs[i].trainable ? state_tensor(file, "adam_m." + specs[i].name, parameter) : Tensor());
+      v.push_back(specs[i].trainable ? state_tensor(file, "adam_v." + specs[i].name, parameter) : Tensor());
     }
     optimizer_.restore(m, v, optimizer_steps);
   }

@@ -27,7 +27,7 @@ class TrainingEngine {
   // Router telemetry of the last forward_backward, per MoE layer.
   virtual std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const = 0;
   // Clips to max_grad_norm (when > 0), takes one AdamW step at `lr` and zeroes the gradients. Returns the
-  // gradient norm before clipping.
+  // gradient norm before clipping. The CPU engine takes no step when that norm is NaN or infinite.
   virtual double optimizer_step(double lr, double max_grad_norm) = 0;
   virtual int64_t optimizer_steps() const = 0;
   virtual void save_pretrained(const std::filesystem::path& folder) const = 0;

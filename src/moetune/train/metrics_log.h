@@ -1,5 +1,6 @@
 // Where a run's numbers go: metrics.jsonl (one JSON object per record, flushed as written, so a crash loses
-// nothing already logged) and, when asked, TensorBoard event files beside it.
+// nothing already logged) and, when asked, TensorBoard event files beside it. A NaN or infinite number is
+// written as the string "NaN", "Infinity" or "-Infinity" (nlohmann would write null, which reads as "missing").
 #pragma once
 
 #include <cstdio>
@@ -13,8 +14,9 @@ namespace moetune::train {
 
 class MetricsLog {
  public:
-  // Appends to an existing metrics.jsonl (a resumed run continues its log).
-  MetricsLog(const std::filesystem::path& folder, bool tensorboard);
+  // Continues an existing metrics.jsonl from `start_step`: the records of later steps (written by a run that
+  // went on past the checkpoint it is resumed from) are dropped first. A symlink there is refused.
+  MetricsLog(const std::filesystem::path& folder, bool tensorboard, int64_t start_step);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

@@ -2,10 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
-#include <sstream>
+#include <cmath>
 
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
+#include "moetune/io/regular_file.h"
 
 namespace moetune::train {
 namespace {
@@ -18,7 +19,7 @@ constexpr const char* kDefaultRecipe = R"({
   "data": {"train": [], "validation": [], "validation_fraction": 0.0, "format": "auto", "loss_on_prompt": false,
            "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error"},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
-               "seed": 1234, "device": "auto"},
+               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
@@ -26,19 +27,33 @@ constexpr const char* kDefaultRecipe = R"({
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true}
 })";
 
+// A recipe holds a few dozen values three levels deep; this many, or this deep, is no recipe (and recursing
+// deeper could overflow the stack).
+constexpr int64_t kMaxYamlValues = 100000;
+constexpr int kMaxYamlDepth = 100;
+
 // YAML -> JSON, with scalars typed as YAML 1.2 core schema reads them (true/false, ints, floats, else strings).
-json to_json(const YAML::Node& node) {
+// yaml-cpp shares aliased nodes, so a few hundred bytes of nested aliases expand to billions of values here:
+// `budget` counts the values left to build and refuses the rest.
+json to_json(const YAML::Node& node, int64_t& budget, const std::string& source, int depth = 1) {
+  if (--budget < 0) fail("{}: more than {} values once its aliases are expanded (a YAML alias bomb?)", source, kMaxYamlValues);
+  if (depth > kMaxYamlDepth) fail("{}: nested deeper than {} levels", source, kMaxYamlDepth);
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Sequence: {
       json list = json::array();
-      for (const auto& item : node) list.push_back(to_json(item));
+      for (const auto& item : node) list.push_back(to_json(item, budget, source, depth + 1));
       return list;
     }
     case YAML::NodeType::Map: {
       json object = json::object();
-      for (const auto& item : node) object[item.first.as<std::string>()] = to_json(item.second);
+      for (const auto& item : node) {
+        const std::string key = item.first.as<std::string>();
+        // YAML says keys are unique, yaml-cpp keeps the last: a repeated key is almost always a mistake.
+        if (object.contains(key)) fail("{}: key '{}' appears twice in one mapping (line {})", source, key, item.first.Mark().line + 1);
+        object[key] = to_json(item.second, budget, source, depth + 1);
+      }
       return object;
     }
     case YAML::NodeType::Scalar: break;
@@ -61,7 +76,8 @@ json to_json(const YAML::Node& node) {
 
 json parse_yaml(const std::string& text, const std::string& source) {
   try {
-    return to_json(YAML::Load(text));
+    int64_t budget = kMaxYamlValues;
+    return to_json(YAML::Load(text), budget, source);
   } catch (const YAML::Exception& e) {
     fail("{}: not YAML: {}", source, e.what());
   }
@@ -80,7 +96,7 @@ std::string type_name(const json& value) {
 // Copies `given` onto `target` (the defaults), refusing keys the defaults lack and values of another type.
 // An integer is accepted where a number is expected, and a single string where a list of strings is.
 void merge(json& target, const json& given, const std::string& path, const std::string& source) {
-  if (!given.is_object()) fail("{}: '{}' must be a mapping, got {}", source, path.empty() ? "<top>" : path, given.dump());
+  if (!given.is_object()) fail("{}: '{}' must be a mapping, got {}", source, path.empty() ? "<top>" : path, io::abbreviated_dump(given));
   for (const auto& [key, value] : given.items()) {
     const std::string key_path = path.empty() ? key : path + "." + key;
     if (!target.contains(key)) {
@@ -94,9 +110,9 @@ void merge(json& target, const json& given, const std::string& path, const std::
       merge(slot, value, key_path, source);
     } else if (slot.is_array()) {
       json list = value.is_string() ? json::array({value}) : value;
-      if (!list.is_array()) fail("{}: '{}' must be a list, got {}", source, key_path, value.dump());
+      if (!list.is_array()) fail("{}: '{}' must be a list, got {}", source, key_path, io::abbreviated_dump(value));
       for (const json& item : list)
-        if (!item.is_string()) fail("{}: '{}' must list strings, got {}", source, key_path, item.dump());
+        if (!item.is_string()) fail("{}: '{}' must list strings, got {}", source, key_path, io::abbreviated_dump(item));
       slot = list;
     } else if (slot.is_number_float() && value.is_number()) {
       slot = value.get<double>();
@@ -105,7 +121,7 @@ void merge(json& target, const json& given, const std::string& path, const std::
     } else if (slot.type() == value.type() && !slot.is_number()) {
       slot = value;
     } else {
-      fail("{}: '{}' must be {}, got {}", source, key_path, type_name(slot), value.dump());
+      fail("{}: '{}' must be {}, got {}", source, key_path, type_name(slot), io::abbreviated_dump(value));
     }
   }
 }
@@ -115,15 +131,17 @@ void apply_override(json& recipe, const std::string& assignment) {
   if (equals == std::string::npos || equals == 0)
     fail("--set '{}': expected key.path=value, for example --set optimizer.lr=2e-5", assignment);
   const std::string path = assignment.substr(0, equals);
-  json value = parse_yaml(assignment.substr(equals + 1), "--set " + path);
-  // Build {"a": {"b": value}} and merge it, so overrides get the same checks as the file.
-  json nested = value;
-  for (size_t end = path.size(); end != std::string::npos;) {
-    const size_t dot = path.rfind('.', end - 1);
-    const std::string key = path.substr(dot == std::string::npos ? 0 : dot + 1, end - (dot == std::string::npos ? 0 : dot + 1));
-    nested = json{{key, nested}};
-    end = dot;
+  std::vector<std::string> keys;
+  for (size_t start = 0;;) {
+    const size_t dot = path.find('.', start);
+    keys.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (keys.back().empty()) fail("--set '{}': the key path '{}' has an empty part", assignment, path);
+    if (dot == std::string::npos) break;
+    start = dot + 1;
   }
+  // Build {"a": {"b": value}} and merge it, so overrides get the same checks as the file.
+  json nested = parse_yaml(assignment.substr(equals + 1), "--set " + path);
+  for (auto key = keys.rbegin(); key != keys.rend(); ++key) nested = json{{*key, nested}};
   merge(recipe, nested, "", "--set " + assignment);
 }
 
@@ -140,7 +158,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
             d["packing"], d["shuffle"], d["bad_lines"]};
   const json& t = j["training"];
   r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
-                t["device"]};
+                t["device"], t["max_nonfinite_steps"]};
   const json& o = j["optimizer"];
   r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"]};
   const json& s = j["schedule"];
@@ -168,11 +186,25 @@ Recipe to_recipe(const json& j, const std::string& source) {
           "'data.validation_fraction' must be in [0, 1)");
   require(r.training.micro_batch_size >= 1, source, "'training.micro_batch_size' must be at least 1");
   require(r.training.gradient_accumulation_steps >= 1, source, "'training.gradient_accumulation_steps' must be at least 1");
-  require(r.training.max_steps >= 0 && r.training.epochs > 0, source, "'training.max_steps' >= 0 and 'training.epochs' > 0");
-  require(r.optimizer.lr > 0, source, "'optimizer.lr' must be positive");
+  require(r.training.max_steps >= 0, source, "'training.max_steps' must not be negative");
+  // Far past any real run, and small enough that the step count cannot overflow.
+  require(r.training.epochs > 0 && r.training.epochs <= 1e6, source, "'training.epochs' must be in (0, 1000000]");
+  require(r.training.max_nonfinite_steps >= 0, source, "'training.max_nonfinite_steps' must not be negative");
+  require(r.optimizer.lr > 0 && std::isfinite(r.optimizer.lr), source, "'optimizer.lr' must be positive");
+  require(r.optimizer.beta1 >= 0 && r.optimizer.beta1 < 1, source, "'optimizer.beta1' must be in [0, 1)");
+  require(r.optimizer.beta2 >= 0 && r.optimizer.beta2 < 1, source, "'optimizer.beta2' must be in [0, 1)");
+  require(r.optimizer.eps > 0 && std::isfinite(r.optimizer.eps), source, "'optimizer.eps' must be positive");
+  require(r.optimizer.weight_decay >= 0 && std::isfinite(r.optimizer.weight_decay), source,
+          "'optimizer.weight_decay' must not be negative");
+  require(r.optimizer.max_grad_norm >= 0 && std::isfinite(r.optimizer.max_grad_norm), source,
+          "'optimizer.max_grad_norm' must not be negative (0 disables clipping)");
   require(r.schedule.warmup_steps >= 0, source, "'schedule.warmup_steps' must not be negative");
+  // Below 0 the rate turns negative: gradient ascent.
+  require(r.schedule.min_lr_ratio >= 0 && r.schedule.min_lr_ratio <= 1, source, "'schedule.min_lr_ratio' must be in [0, 1]");
+  require(r.output.save_every >= 0, source, "'output.save_every' must not be negative (0: only at the end)");
   require(r.output.keep_last >= 1, source, "'output.keep_last' must be at least 1");
   require(r.logging.every >= 1, source, "'logging.every' must be at least 1");
+  require(r.logging.validation_every >= 0, source, "'logging.validation_every' must not be negative (0: only at the end)");
   return r;
 }
 
@@ -188,11 +220,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source, con
 
 Recipe load_recipe(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return parse_recipe("", "defaults", overrides);
-  std::ifstream stream(path);
-  if (!stream) fail("{}: cannot open the recipe", path.string());
-  std::stringstream text;
-  text << stream.rdbuf();
-  return parse_recipe(text.str(), path.string(), overrides);
+  constexpr uint64_t kMaxRecipeBytes = uint64_t(1) << 20;  // a recipe is a page of YAML
+  return parse_recipe(io::read_regular_file(path, "the recipe", kMaxRecipeBytes), path.string(), overrides);
 }
 
 }  // namespace moetune::train

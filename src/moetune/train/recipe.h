@@ -33,6 +33,9 @@ struct Recipe {
     double epochs = 1;
     int64_t seed = 1234;
     std::string device = "auto";          // auto, cpu, cuda
+    // Steps in a row whose loss or gradient norm is NaN/Inf that are skipped (no update) before the run
+    // stops with an error; 0 stops at the first. Above 0 needs the CPU engine.
+    int64_t max_nonfinite_steps = 0;
   } training;
 
   struct Optimizer {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "moetune/core/error.h"
+#include "moetune/io/regular_file.h"
 
 namespace moetune::train {
 namespace {
@@ -78,8 +79,7 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& folder) {
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
   path_ = folder / fmt::format("events.out.tfevents.{}.{}.{}", int64_t(wall_time()), host, ::getpid());
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) fail("{}: cannot create: {}", path_.string(), std::strerror(errno));
+  file_ = io::open_for_writing(path_, io::WriteMode::kTruncate);
   std::string version;
   bytes_field(version, 3, "brain.Event:2");
   write_event(event(0, version));

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "moetune/io/atomic_file.h"
+#include "moetune/io/json_file.h"
 #include "moetune/io/safetensors.h"
 
 namespace moetune::train {
@@ -33,15 +34,62 @@ data::LoaderOptions loader_options(const Recipe& r, bool shuffle) {
           uint64_t(r.training.seed)};
 }
 
-// Without max_steps, one pass over the data counts the micro-batches of an epoch (tokenizing each line once).
-int64_t count_steps(const Recipe& r, const std::vector<fs::path>& files, const std::vector<data::LineRef>& lines,
-                    const data::TextCodec& codec) {
+void stop_if_requested() {
+  if (Trainer::stop_requested.load()) throw StartupInterrupted();
+}
+
+struct DataSummary {
+  int64_t micro_batches = 0;  // in one epoch
+  int64_t scored_tokens = 0;
+};
+
+// One pass over `lines` before training: a bad line stops the run now instead of at step 42 with the work since
+// the last checkpoint lost (or is counted, when bad lines are skipped), and a data set in which the loss scores
+// nothing (only the aux loss would move the weights) is refused.
+DataSummary read_every_line(const Recipe& r, const std::vector<fs::path>& files, const std::vector<data::LineRef>& lines,
+                            const data::TextCodec& codec) {
+  data::DataLoader reader(files, lines, codec, loader_options(r, false));
+  DataSummary summary;
+  for (data::MicroBatch batch; (batch = reader.next(true)).input_ids.defined();) {
+    ++summary.micro_batches;
+    summary.scored_tokens += batch.scored;
+    stop_if_requested();
+  }
+  if (summary.scored_tokens == 0)
+    fail("{}: no token of the data is scored by the loss ({} of {} lines skipped as bad, the rest fully masked), so "
+         "training would learn nothing",
+         reader.file_names(), reader.skipped_lines(), reader.size());
+  return summary;
+}
+
+// max_steps, or the steps of `epochs` passes over the data.
+int64_t count_steps(const Recipe& r, const DataSummary& data) {
   if (r.training.max_steps > 0) return r.training.max_steps;
-  data::DataLoader counter(files, lines, codec, loader_options(r, false));
-  int64_t micro_batches = 0;
-  while (counter.next(true).input_ids.defined()) ++micro_batches;
-  const double steps = double(micro_batches) * r.training.epochs / double(r.training.gradient_accumulation_steps);
+  const double steps = double(data.micro_batches) * r.training.epochs / double(r.training.gradient_accumulation_steps);
   return std::max<int64_t>(1, int64_t(std::ceil(steps)));
+}
+
+// The step number of a folder named checkpoint-<digits>, else nothing.
+std::optional<int64_t> checkpoint_step(const std::string& name) {
+  constexpr std::string_view kPrefix = "checkpoint-";
+  if (!name.starts_with(kPrefix)) return std::nullopt;
+  const std::string digits = name.substr(kPrefix.size());
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoll(digits);
+}
+
+// An integer of trainer_state.json in [low, high], else an Error naming the file and key.
+int64_t state_field(const json& state, const fs::path& path, const char* key, int64_t low, int64_t high) {
+  if (!state.is_object() || !state.contains(key) || !state[key].is_number_integer())
+    fail("{}: \"{}\" is missing or not an integer", path.string(), key);
+  const int64_t value = state[key].get<int64_t>();
+  if (value < low || value > high) fail("{}: \"{}\" is {}, outside [{}, {}]", path.string(), key, value, low, high);
+  return value;
+}
+
+fs::path output_folder(const Recipe& r) {
+  require_model_and_data(r);  // before the folder is made
+  return r.output.dir;
 }
 
 std::string format_duration(double seconds) {
@@ -51,12 +99,22 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
+void require_model_and_data(const Recipe& r) {
+  if (r.model.empty()) fail("the recipe names no model (set model: PATH or --set model=PATH)");
+  if (r.data.train.empty()) fail("the recipe names no training data (data.train)");
+}
+
 std::vector<fs::path> list_checkpoints(const fs::path& output) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  if (!fs::is_directory(output)) return {};
+  for (const auto& item : fs::directory_iterator(output)) {
+    const std::optional<int64_t> step = checkpoint_step(item.path().filename().string());
+    // By number: as strings, checkpoint-1000000 sorts before checkpoint-999999.
+    if (step && item.is_directory() && fs::is_regular_file(item.path() / "trainer_state.json")) found.emplace_back(*step, item.path());
+  }
+  std::sort(found.begin(), found.end());
   std::vector<fs::path> checkpoints;
-  if (!fs::is_directory(output)) return checkpoints;
-  for (const auto& item : fs::directory_iterator(output))
-    if (item.is_directory() && item.path().filename().string().starts_with("checkpoint-")) checkpoints.push_back(item.path());
-  std::sort(checkpoints.begin(), checkpoints.end());
+  for (auto& [step, path] : found) checkpoints.push_back(std::move(path));
   return checkpoints;
 }
 
@@ -72,33 +130,43 @@ struct Trainer::StepStats {
   json moe = json::array();
 };
 
-Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume) : recipe_(std::move(recipe)), output_(recipe_.output.dir) {
+Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
+    : recipe_(std::move(recipe)), output_(output_folder(recipe_)), lock_(output_) {
   const Recipe& r = recipe_;
-  if (r.model.empty()) fail("the recipe names no model (set model: PATH or --set model=PATH)");
-  if (r.data.train.empty()) fail("the recipe names no training data (data.train)");
   engine_ = make_engine(r);
+  // The GPU engine clips and steps without reading the gradient norm on the host, so it cannot hold back a
+  // NaN update; it stops at the first non-finite step, before any checkpoint of it.
+  if (engine_->device().is_cuda() && r.training.max_nonfinite_steps > 0)
+    fail("training.max_nonfinite_steps {} needs the CPU engine (the GPU engine cannot skip an update); set it to 0",
+         r.training.max_nonfinite_steps);
+  stop_if_requested();
   codec.vocab_size = engine_->spec().vocab_size;
+  const int64_t positions = engine_->spec().max_position_embeddings;
+  if (positions > 0 && r.data.max_length > positions)
+    std::fprintf(stderr, "warning: data.max_length %lld is above the model's max_position_embeddings %lld\n",
+                 static_cast<long long>(r.data.max_length), static_cast<long long>(positions));
   const std::vector<fs::path> train_files = resolve(r.data.train);
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
-  total_steps_ = count_steps(r, train_files, split.train, codec);
+  total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec));
   train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, loader_options(r, r.data.shuffle));
   if (!r.data.validation.empty()) {
     const std::vector<fs::path> files = resolve(r.data.validation);
-    validation_data_ = std::make_unique<data::DataLoader>(files, data::index_lines(files, 0.0, 0).train, codec,
-                                                          loader_options(r, false));
+    const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
+    read_every_line(r, files, lines, codec);
+    validation_data_ = std::make_unique<data::DataLoader>(files, lines, codec, loader_options(r, false));
   } else if (!split.validation.empty()) {
+    read_every_line(r, train_files, split.validation, codec);
     validation_data_ = std::make_unique<data::DataLoader>(train_files, split.validation, codec, loader_options(r, false));
   }
   schedule_ = {schedule_kind(r.schedule.type), r.optimizer.lr, r.schedule.warmup_steps, total_steps_, r.schedule.min_lr_ratio};
   if (resume) {
-    const auto checkpoints = list_checkpoints(output_);
-    if (checkpoints.empty()) fail("{}: --resume, but there is no checkpoint-* folder to resume from", output_.string());
-    restore_checkpoint(checkpoints.back());
+    resume_from_newest_checkpoint();
   } else if (!list_checkpoints(output_).empty()) {
     fail("{} already holds checkpoints: pass --resume to continue that run, or choose another output.dir", output_.string());
   }
-  metrics_ = std::make_unique<MetricsLog>(output_, r.logging.tensorboard);
+  stop_if_requested();
+  metrics_ = std::make_unique<MetricsLog>(output_, r.logging.tensorboard, step_);
   io::write_text_atomically(output_ / "recipe.json", r.json.dump(2) + "\n");
 }
 
@@ -112,6 +180,9 @@ Trainer::StepStats Trainer::train_step() {
     batches.push_back(train_data_->next());
     scored += batches.back().scored;
   }
+  if (scored == 0)
+    std::fprintf(stderr, "warning: step %lld has no token the loss scores: only the aux loss moves the weights\n",
+                 static_cast<long long>(step_ + 1));
   StepStats stats;
   stats.lr = schedule_.lr(step_);
   for (const data::MicroBatch& micro : batches) {
@@ -142,7 +213,7 @@ double Trainer::validate() {
   validation_data_->restore({});
   double loss_sum = 0;
   int64_t scored = 0;
-  while (true) {
+  while (!stop_requested.load()) {  // a signal cuts the pass short: the checkpoint matters more than the number
     const data::MicroBatch micro = validation_data_->next(/*single_pass=*/true);
     if (!micro.input_ids.defined()) break;
     // Sum over tokens: num_items_in_batch = 1 turns the mean into the sum.
@@ -151,7 +222,7 @@ double Trainer::validate() {
     loss_sum += out.lm_loss;
     scored += out.num_tokens;
   }
-  return scored > 0 ? loss_sum / double(scored) : NAN;
+  return scored > 0 && !stop_requested.load() ? loss_sum / double(scored) : NAN;
 }
 
 void Trainer::log_progress(const StepStats& stats, double seconds) {
@@ -198,19 +269,63 @@ void Trainer::save_checkpoint(bool final) {
   std::fprintf(stderr, "saved %s\n", target.string().c_str());
 }
 
+void Trainer::resume_from_newest_checkpoint() {
+  const auto checkpoints = list_checkpoints(output_);
+  if (checkpoints.empty()) fail("{}: --resume, but there is no checkpoint-* folder to resume from", output_.string());
+  // A damaged newest checkpoint (a file deleted or edited by hand) falls back to the one before it.
+  std::string newest_reason;
+  for (auto checkpoint = checkpoints.rbegin(); checkpoint != checkpoints.rend(); ++checkpoint) {
+    try {
+      restore_checkpoint(*checkpoint);
+      return;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "warning: cannot resume from %s: %s\n", checkpoint->string().c_str(), e.what());
+      if (newest_reason.empty()) newest_reason = e.what();
+    }
+  }
+  fail("{}: none of its {} checkpoint(s) can be resumed from; the newest: {}", output_.string(), checkpoints.size(),
+       newest_reason);
+}
+
 void Trainer::restore_checkpoint(const fs::path& checkpoint) {
-  const json state = json::parse(std::ifstream(checkpoint / "trainer_state.json"));
+  const fs::path state_path = checkpoint / "trainer_state.json";
+  const json state = io::read_json_file(state_path);
+  constexpr int64_t kMax = int64_t(1) << 62;
+  const int64_t step = state_field(state, state_path, "step", 0, kMax);
+  const int64_t optimizer_steps = state_field(state, state_path, "optimizer_steps", 0, step);
+  const data::DataPosition position{state_field(state, state_path, "data_epoch", 0, kMax),
+                                    state_field(state, state_path, "data_cursor", 0, train_data_->size())};
+  const int64_t skipped = state_field(state, state_path, "skipped_lines", 0, kMax);
   const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / "training_state.safetensors");
-  engine_->restore_training_state(tensors, state["optimizer_steps"].get<int64_t>());
-  step_ = state["step"].get<int64_t>();
-  train_data_->restore({state["data_epoch"].get<int64_t>(), state["data_cursor"].get<int64_t>()});
+  with_context(tensors.path().string(), [&] { engine_->restore_training_state(tensors, optimizer_steps); });
+  step_ = step;
+  train_data_->restore(position, skipped);
   last_checkpoint_ = checkpoint;
   std::fprintf(stderr, "resuming from %s at step %lld\n", checkpoint.string().c_str(), static_cast<long long>(step_));
+}
+
+void Trainer::check_finite(const StepStats& stats) {
+  if (std::isfinite(stats.loss) && std::isfinite(stats.grad_norm)) {
+    nonfinite_in_a_row_ = 0;
+    return;
+  }
+  ++nonfinite_in_a_row_;
+  const std::string what = fmt::format("step {}: the loss is {} and the gradient norm {}", step_, stats.loss, stats.grad_norm);
+  if (nonfinite_in_a_row_ > recipe_.training.max_nonfinite_steps)
+    fail("{} ({} such step(s) in a row, training.max_nonfinite_steps is {}); stopped without saving this state. Look for "
+         "NaN/Inf weights in the model, a learning rate too high, or raise training.max_nonfinite_steps to skip such steps",
+         what, nonfinite_in_a_row_, recipe_.training.max_nonfinite_steps);
+  std::fprintf(stderr, "warning: %s; the update was skipped (%lld in a row)\n", what.c_str(),
+               static_cast<long long>(nonfinite_in_a_row_));
 }
 
 TrainResult Trainer::run() {
   TrainResult result;
   const auto& r = recipe_;
+  if (stop_requested.load()) {  // stopped before the first step: there is nothing new to save
+    result = {step_, true, NAN, NAN, last_checkpoint_};
+    return result;
+  }
   std::fprintf(stderr, "training %s: %lld steps of %lld x %lld rows of up to %lld tokens, %lld lines\n", r.model.c_str(),
                static_cast<long long>(total_steps_), static_cast<long long>(r.training.gradient_accumulation_steps),
                static_cast<long long>(r.training.micro_batch_size), static_cast<long long>(r.data.max_length),
@@ -219,6 +334,7 @@ TrainResult Trainer::run() {
     const auto start = std::chrono::steady_clock::now();
     const StepStats stats = train_step();
     log_progress(stats, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    check_finite(stats);
     result.last_loss = stats.loss;
     if (r.logging.validation_every > 0 && step_ % r.logging.validation_every == 0 && step_ != total_steps_) {
       const double loss = validate();

@@ -2,7 +2,13 @@
 // the loss normalised by the step's scored tokens as transformers' Trainer does) -> clipping -> AdamW at the
 // scheduled rate. It logs every step (progress line, metrics.jsonl, TensorBoard, MoE router telemetry), validates,
 // and checkpoints: an HF folder plus the exact training state, written under a temporary name and then renamed,
-// the last `keep_last` kept. SIGINT/SIGTERM finish the current step, checkpoint and return.
+// the last `keep_last` kept. SIGINT/SIGTERM finish the current step (or cut validation short), checkpoint and
+// return; during start-up they stop it before anything is written (StartupInterrupted).
+//
+// Before the first step every data line is read once: a bad line or a data set with no scored token is an
+// error now, not at step 42. A run holds a lock on its output folder (output_lock.h). A step whose loss or
+// gradient norm is not finite takes no update; more than training.max_nonfinite_steps of them in a row stop
+// the run with an error and no checkpoint of the broken state.
 #pragma once
 
 #include <atomic>
@@ -15,6 +21,7 @@
 #include "moetune/train/engine.h"
 #include "moetune/train/lr_schedule.h"
 #include "moetune/train/metrics_log.h"
+#include "moetune/train/output_lock.h"
 #include "moetune/train/recipe.h"
 
 namespace moetune::train {
@@ -26,6 +33,15 @@ struct TrainResult {
   double validation_loss = NAN;
   std::filesystem::path final_model;  // the HF folder of the last checkpoint
 };
+
+// SIGINT/SIGTERM arrived before training started; nothing was written.
+class StartupInterrupted : public Error {
+ public:
+  StartupInterrupted() : Error("interrupted during start-up; no checkpoint was written") {}
+};
+
+// The recipe names a model and training data (else an Error saying which key to set).
+void require_model_and_data(const Recipe& recipe);
 
 class Trainer {
  public:
@@ -47,21 +63,26 @@ class Trainer {
   StepStats train_step();
   double validate();
   void save_checkpoint(bool final);
+  void resume_from_newest_checkpoint();
   void restore_checkpoint(const std::filesystem::path& checkpoint);
   void log_progress(const StepStats& stats, double seconds);
+  void check_finite(const StepStats& stats);
 
   Recipe recipe_;
   std::filesystem::path output_;
+  OutputLock lock_;  // first: nothing is read or written in the folder before it is ours
   std::unique_ptr<TrainingEngine> engine_;
   LrSchedule schedule_;
   std::unique_ptr<data::DataLoader> train_data_, validation_data_;
   std::unique_ptr<MetricsLog> metrics_;
   int64_t step_ = 0, total_steps_ = 0;
+  int64_t nonfinite_in_a_row_ = 0;
   std::optional<int64_t> stop_after_;
   std::filesystem::path last_checkpoint_;
 };
 
-// Finds checkpoint-NNNNNN folders in `output`, newest last.
+// The checkpoints in `output`, oldest first by step number: folders named checkpoint-<digits> holding a
+// trainer_state.json. Anything else (a user's checkpoint-best, a half-written .tmp) is not one.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& output);
 
 }  // namespace moetune::train

@@ -24,15 +24,17 @@ Shapes check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionM
 bool probabilities(const float* q_row, const float* k, const Shapes& s, int64_t t, int64_t kv, const AttentionMask& mask,
                    double scale, std::vector<float>& p) {
   float max_score = -INFINITY;
+  bool any_visible = false;  // not max_score == -inf: std::max drops NaN scores, and a NaN row must stay NaN
   for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j) {
     if (!mask.key_valid.empty() && !mask.key_valid[size_t(j)]) continue;
+    any_visible = true;
     const float* k_row = k + (j * s.kv_heads + kv) * s.d;
     float dot = 0.0f;
     for (int64_t i = 0; i < s.d; ++i) dot += q_row[i] * k_row[i];
     p[size_t(j)] = dot * float(scale);
     max_score = std::max(max_score, p[size_t(j)]);
   }
-  if (max_score == -INFINITY) return false;
+  if (!any_visible) return false;
   float total = 0.0f;
   for (int64_t j = mask.document_start[size_t(t)]; j <= t; ++j)
     if (mask.key_valid.empty() || mask.key_valid[size_t(j)]) total += (p[size_t(j)] = std::exp(p[size_t(j)] - max_score));
