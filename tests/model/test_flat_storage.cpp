@@ -55,7 +55,9 @@ TEST(FlatStorage, FrozenParametersHaveNoGradientNoStateAndStayPut) {
     frozen_count += is_frozen;
     EXPECT_EQ(partial.parameters().grads()[i].defined(), !is_frozen) << specs[i].name;
     // The other gradients are exactly those of the unfrozen model: freezing only skips work.
-    if (!is_frozen) EXPECT_TRUE(partial.parameters().grads()[i].same_bytes(full.parameters().grads()[i])) << specs[i].name;
+    if (!is_frozen) {
+      EXPECT_TRUE(partial.parameters().grads()[i].same_bytes(full.parameters().grads()[i])) << specs[i].name;
+    }
   }
   EXPECT_EQ(frozen_count, 1 + 1 + 2 + 2 + 1);  // qwen3_moe_tiny: layers 0 and 2 are MoE
 

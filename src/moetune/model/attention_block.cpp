@@ -34,7 +34,8 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
                 "{}: sliding windows, sinks and differing q/k and v head dims are not implemented", layer);
 }
 
-Tensor AttentionBlock::forward(const Tensor& h, const SequenceLayout& layout) {
+Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
+  const SequenceLayout& layout = context.layout;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   stash_.input = h;
   Tensor qkv = ops::linear_forward(ops::rms_norm_forward(h, p_.norm.value, eps_), p_.qkv.value, p_.qkv_bias.value);
@@ -50,7 +51,8 @@ Tensor AttentionBlock::forward(const Tensor& h, const SequenceLayout& layout) {
   return add(h, ops::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value));
 }
 
-Tensor AttentionBlock::backward(const Tensor& dout, const SequenceLayout& layout) {
+Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) {
+  const SequenceLayout& layout = context.layout;
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double scale = spec_.softmax_scale();
   Tensor dattended = ops::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o.grad, p_.o_bias.grad);

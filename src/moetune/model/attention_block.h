@@ -4,7 +4,7 @@
 
 #include "moetune/model/block_params.h"
 #include "moetune/model/model_spec.h"
-#include "moetune/model/sequence_layout.h"
+#include "moetune/model/step_context.h"
 
 namespace moetune::model {
 
@@ -12,8 +12,8 @@ class AttentionBlock {
  public:
   AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
-  Tensor forward(const Tensor& h, const SequenceLayout& layout);  // returns the residual stream after the block
-  Tensor backward(const Tensor& dout, const SequenceLayout& layout);  // d(h), residual included
+  Tensor forward(const Tensor& h, const StepContext& context);     // returns the residual stream after the block
+  Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
   size_t stash_bytes() const;
   void clear_stash() { stash_ = {}; }
 

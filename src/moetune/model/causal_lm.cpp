@@ -20,11 +20,8 @@ CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStor
   sublayers_ = build_sublayers<CpuBlocks>(spec(), *store_);
 }
 
-Tensor CausalLM::run_layers(const Tensor& input_ids, const SequenceLayout& layout) {
-  Tensor h = ops::embedding_forward(input_ids.view({-1}), store_->get("embed_tokens").value);
-  for (auto& b : sublayers_)
-    h = b.attention ? b.attention->forward(h, layout) : b.mlp ? b.mlp->forward(h) : b.moe->forward(h);
-  return h;
+Tensor CausalLM::run_layers(const Tensor& input_ids, StepContext& context) {
+  return walk_forward(sublayers_, ops::embedding_forward(input_ids.view({-1}), store_->get("embed_tokens").value), context);
 }
 
 std::vector<ops::Routing> CausalLM::routings() const {
@@ -41,8 +38,8 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
   const int64_t rows = batch.input_ids.size(0), seq = batch.input_ids.size(1);
   stash_ = {};
   stash_.input_ids = batch.input_ids;
-  stash_.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
-  stash_.final_hidden = run_layers(batch.input_ids, stash_.layout);
+  stash_.context.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
+  stash_.final_hidden = run_layers(batch.input_ids, stash_.context);
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
   stash_.logits = ops::linear_forward(ops::rms_norm_forward(stash_.final_hidden, store_->get("final_norm").value, c.norm_eps), head.value);
 
@@ -59,7 +56,7 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
   output.lm_loss = ce.loss_sum * stash_.lm_scale;
   output.loss = output.lm_loss;
   if (c.aux_loss == AuxLoss::LoadBalancing && batch.output_router_logits.value_or(c.aux_loss_by_default)) {
-    output.aux_loss = ops::aux_loss_value(routings(), stash_.layout.token_valid);
+    output.aux_loss = ops::aux_loss_value(routings(), stash_.context.layout.token_valid);
     stash_.aux_scale = c.aux_loss_coef;
     output.loss += stash_.aux_scale * output.aux_loss;
   }
@@ -116,26 +113,13 @@ void CausalLM::backward() {
   dh = ops::rms_norm_backward(dh, stash_.final_hidden, final_norm.value, c.norm_eps, final_norm.grad);
 
   // The aux loss reads every MoE layer's router logits at once; its gradient is handed to each layer.
-  std::vector<Tensor> drouter_logits;
   if (stash_.aux_scale != 0) {
     const std::vector<ops::Routing> all = routings();
-    for (const ops::Routing& routing : all) drouter_logits.push_back(Tensor::zeros(routing.logits.shape(), DType::F32));
-    ops::aux_loss_backward(all, stash_.layout.token_valid, stash_.aux_scale, drouter_logits);
+    for (const ops::Routing& routing : all)
+      stash_.context.drouter_logits.push_back(Tensor::zeros(routing.logits.shape(), DType::F32));
+    ops::aux_loss_backward(all, stash_.context.layout.token_valid, stash_.aux_scale, stash_.context.drouter_logits);
   }
-  size_t moe_index = routings().size();
-  for (auto b = sublayers_.rbegin(); b != sublayers_.rend(); ++b) {
-    if (b->attention) {
-      dh = b->attention->backward(dh, stash_.layout);
-      b->attention->clear_stash();
-    } else if (b->mlp) {
-      dh = b->mlp->backward(dh);
-      b->mlp->clear_stash();
-    } else {
-      --moe_index;
-      dh = b->moe->backward(dh, drouter_logits.empty() ? Tensor() : drouter_logits[moe_index]);
-      b->moe->clear_stash();
-    }
-  }
+  dh = walk_backward(sublayers_, dh, stash_.context);
   ops::embedding_backward(dh, stash_.input_ids.view({-1}), store_->get("embed_tokens").grad);
   stash_ = {};
 }
@@ -156,7 +140,7 @@ std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const
   std::vector<std::pair<int64_t, ops::RouterStats>> stats;
   for (size_t i = 0; i < sublayers_.size(); ++i)
     if (sublayers_[i].moe && sublayers_[i].moe->routing().logits.defined())
-      stats.emplace_back(sublayers_[i].layer, ops::router_stats(sublayers_[i].moe->routing(), stash_.layout.token_valid));
+      stats.emplace_back(sublayers_[i].layer, ops::router_stats(sublayers_[i].moe->routing(), stash_.context.layout.token_valid));
   return stats.empty() ? last_router_stats_ : stats;  // after backward(): the last forward_backward's
 }
 

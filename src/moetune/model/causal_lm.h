@@ -16,7 +16,7 @@
 #include "moetune/model/mlp_block.h"
 #include "moetune/model/moe_block.h"
 #include "moetune/model/parameter_store.h"
-#include "moetune/model/sequence_layout.h"
+#include "moetune/model/step_context.h"
 
 namespace moetune::model {
 
@@ -65,7 +65,7 @@ class CausalLM final : public LanguageModel {
  private:
   struct Stash {
     Tensor input_ids;
-    SequenceLayout layout;
+    StepContext context;
     Tensor final_hidden;            // before the final norm
     Tensor logits;                  // [T, V]
     std::vector<int64_t> targets;   // shifted labels
@@ -76,7 +76,7 @@ class CausalLM final : public LanguageModel {
 
   explicit CausalLM(ModelWeights weights);
   std::vector<ops::Routing> routings() const;  // of every MoE sublayer, in order
-  Tensor run_layers(const Tensor& input_ids, const SequenceLayout& layout);
+  Tensor run_layers(const Tensor& input_ids, StepContext& context);
 
   std::unique_ptr<ParameterStore> store_;  // on the heap: the blocks keep references into it
   std::vector<Sublayer<CpuBlocks>> sublayers_;

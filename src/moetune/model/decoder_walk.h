@@ -24,6 +24,15 @@ struct Sublayer {
   std::unique_ptr<typename Blocks::Mlp> mlp;
   std::unique_ptr<typename Blocks::Moe> moe;
 
+  // Every block takes the device's StepContext, so one walk serves both devices.
+  template <typename Context>
+  Tensor forward(const Tensor& h, Context& context) {
+    return attention ? attention->forward(h, context) : mlp ? mlp->forward(h, context) : moe->forward(h, context);
+  }
+  template <typename Context>
+  Tensor backward(const Tensor& dout, Context& context) {
+    return attention ? attention->backward(dout, context) : mlp ? mlp->backward(dout, context) : moe->backward(dout, context);
+  }
   size_t stash_bytes() const { return attention ? attention->stash_bytes() : mlp ? mlp->stash_bytes() : moe->stash_bytes(); }
   void clear_stash() {
     if (attention) attention->clear_stash();
@@ -52,6 +61,23 @@ std::vector<Sublayer<Blocks>> build_sublayers(const ModelSpec& spec, const Param
     }
   }
   return sublayers;
+}
+
+// The residual stream through every sublayer, and its gradient back through them in reverse; each block drops
+// its stash once its backward pass is done.
+template <typename Blocks, typename Context>
+Tensor walk_forward(std::vector<Sublayer<Blocks>>& sublayers, Tensor h, Context& context) {
+  for (auto& sublayer : sublayers) h = sublayer.forward(h, context);
+  return h;
+}
+
+template <typename Blocks, typename Context>
+Tensor walk_backward(std::vector<Sublayer<Blocks>>& sublayers, Tensor dh, Context& context) {
+  for (auto sublayer = sublayers.rbegin(); sublayer != sublayers.rend(); ++sublayer) {
+    dh = sublayer->backward(dh, context);
+    sublayer->clear_stash();
+  }
+  return dh;
 }
 
 }  // namespace moetune::model

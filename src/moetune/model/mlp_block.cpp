@@ -10,14 +10,14 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
                              double norm_eps)
     : eps_(norm_eps), p_(MlpParams::lookup(store, layer, sublayer.norm)) {}
 
-Tensor DenseMlpBlock::forward(const Tensor& h) {
+Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext&) {
   input_ = h;
   SwigluOutput mlp = swiglu_mlp(ops::rms_norm_forward(h, p_.norm.value, eps_), p_.mlp);
   gate_up_out_ = mlp.gate_up;
   return add(h, mlp.out);
 }
 
-Tensor DenseMlpBlock::backward(const Tensor& dout) {
+Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext&) {
   const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
   Tensor dnormed = swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp);
   return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, p_.norm.grad));

@@ -3,6 +3,7 @@
 
 #include "moetune/model/block_params.h"
 #include "moetune/model/model_spec.h"
+#include "moetune/model/step_context.h"
 
 namespace moetune::model {
 
@@ -10,8 +11,8 @@ class DenseMlpBlock {
  public:
   DenseMlpBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
-  Tensor forward(const Tensor& h);
-  Tensor backward(const Tensor& dout);  // d(h), residual included
+  Tensor forward(const Tensor& h, const StepContext& context);
+  Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
   size_t stash_bytes() const;
   void clear_stash() { input_ = gate_up_out_ = Tensor(); }
 

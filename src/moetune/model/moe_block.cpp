@@ -17,7 +17,7 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
   MOETUNE_CHECK(spec_.router.is_softmax_then_topk(), "{}: this router is not implemented on the CPU", layer);
 }
 
-Tensor MoeBlock::forward(const Tensor& h) {
+Tensor MoeBlock::forward(const Tensor& h, const StepContext&) {
   input_ = h;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
   routing_ = ops::router_topk_forward(ops::linear_forward(normed, p_.router.value), spec_.router.top_k, spec_.router.renormalize);
@@ -33,7 +33,8 @@ Tensor MoeBlock::forward(const Tensor& h) {
   return ops::sigmoid_gated_add(out, shared_out_, shared_gate_logits_);
 }
 
-Tensor MoeBlock::backward(const Tensor& dout, const Tensor& drouter_logits) {
+Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
+  const Tensor drouter_logits = context.take_drouter_logits();
   const int64_t tokens = dout.size(0);
   const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
   ops::CombineGrads combine = dispatcher_->combine_backward(dout, activations_.out, routing_);

@@ -7,6 +7,7 @@
 
 #include "moetune/model/block_params.h"
 #include "moetune/model/model_spec.h"
+#include "moetune/model/step_context.h"
 #include "moetune/model/token_dispatcher.h"
 #include "moetune/ops/experts.h"
 
@@ -17,10 +18,9 @@ class MoeBlock {
   MoeBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps,
            std::unique_ptr<TokenDispatcher> dispatcher);
 
-  Tensor forward(const Tensor& h);
-  // d(h), residual included. `drouter_logits` [T, E] is the aux loss's gradient for this layer's router
-  // logits (undefined when there is none).
-  Tensor backward(const Tensor& dout, const Tensor& drouter_logits);
+  Tensor forward(const Tensor& h, const StepContext& context);
+  // d(h), residual included; takes the aux loss's gradient for this layer's router logits from the context.
+  Tensor backward(const Tensor& dout, StepContext& context);
   const ops::Routing& routing() const { return routing_; }
   size_t stash_bytes() const;
   void clear_stash();

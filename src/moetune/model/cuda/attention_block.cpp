@@ -21,7 +21,8 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
   inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d), {d / 2}).to(Device::cuda());
 }
 
-Tensor AttentionBlock::forward(const Tensor& h, const DeviceBatch& batch) {
+Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
+  const DeviceBatch& batch = context.batch;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;
   stash_.input = h;
@@ -44,7 +45,8 @@ Tensor AttentionBlock::forward(const Tensor& h, const DeviceBatch& batch) {
   return out;
 }
 
-Tensor AttentionBlock::backward(const Tensor& dout, const DeviceBatch& batch) {
+Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) {
+  const DeviceBatch& batch = context.batch;
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;
   Tensor dattended = device_like({tokens, nq * d});

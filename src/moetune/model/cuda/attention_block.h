@@ -3,7 +3,7 @@
 // (model/attention_block.h); the normalised input is recomputed in backward rather than kept.
 #pragma once
 
-#include "moetune/model/cuda/device_batch.h"
+#include "moetune/model/cuda/step_context.h"
 #include "moetune/model/block_params.h"
 #include "moetune/model/model_spec.h"
 
@@ -13,8 +13,8 @@ class AttentionBlock {
  public:
   AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
-  Tensor forward(const Tensor& h, const DeviceBatch& batch);
-  Tensor backward(const Tensor& dout, const DeviceBatch& batch);
+  Tensor forward(const Tensor& h, const StepContext& context);
+  Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
   void clear_stash() { stash_ = {}; }
 

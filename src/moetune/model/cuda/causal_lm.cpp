@@ -35,19 +35,18 @@ bool CausalLM::wants_aux(const Batch& batch) const {
   return spec().aux_loss == AuxLoss::LoadBalancing && batch.output_router_logits.value_or(spec().aux_loss_by_default);
 }
 
-CausalLM::Forward CausalLM::run_layers(const DeviceBatch& batch, bool with_aux) {
+CausalLM::Forward CausalLM::run_layers(StepContext& context, bool with_aux) {
   const ModelSpec& c = spec();
-  Forward f;
+  const DeviceBatch& batch = context.batch;
   if (with_aux) {
     const int64_t experts = c.num_experts();
-    f.aux = {Tensor::zeros({experts}, DType::F32, Device::cuda()), Tensor::zeros({experts}, DType::F32, Device::cuda())};
-    f.aux_rows = double(batch.valid_tokens * c.moe_layer_count());
+    context.aux = {Tensor::zeros({experts}, DType::F32, Device::cuda()), Tensor::zeros({experts}, DType::F32, Device::cuda())};
+    context.aux_rows = double(batch.valid_tokens * c.moe_layer_count());
   }
   Tensor h = device_like({batch.tokens, c.hidden_size});
   ops::cuda::embedding_forward(batch.ids, embed_.value, h);
-  for (auto& b : sublayers_)
-    h = b.attention ? b.attention->forward(h, batch) : b.mlp ? b.mlp->forward(h) : b.moe->forward(h, batch.token_valid, f.aux);
-  f.final_hidden = h;
+  Forward f;
+  f.final_hidden = h = walk_forward(sublayers_, h, context);
   f.normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, final_norm_.value, c.norm_eps, f.normed);
   return f;
@@ -62,7 +61,8 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   MOETUNE_CHECK(batch.labels.defined(), "forward_backward needs labels");
   const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
   const bool with_aux = wants_aux(batch);
-  Forward f = run_layers(device_batch, with_aux);
+  StepContext context{device_batch};
+  Forward f = run_layers(context, with_aux);
   stash_report_.clear();
   for (const auto& b : sublayers_)
     stash_report_.emplace_back(b.name, b.stash_bytes());
@@ -76,17 +76,14 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   Tensor aux_loss;
   if (with_aux) {
     aux_loss = Tensor::zeros({1}, DType::F32, Device::cuda());
-    ops::cuda::aux_loss_value(f.aux.counts, f.aux.prob_sums, f.aux_rows, aux_loss);
+    ops::cuda::aux_loss_value(context.aux.counts, context.aux.prob_sums, context.aux_rows, aux_loss);
   }
-  const double aux_scale = with_aux ? c.aux_loss_coef : 0.0;
+  context.aux_scale = with_aux ? c.aux_loss_coef : 0.0;
 
   Tensor dh = device_like(f.final_hidden.shape());
   ops::cuda::rms_norm_backward(dnormed, f.final_hidden, final_norm_.value, c.norm_eps, dh, final_norm_.grad);
   dnormed = f.final_hidden = Tensor();
-  for (auto b = sublayers_.rbegin(); b != sublayers_.rend(); ++b)
-    dh = b->attention ? b->attention->backward(dh, device_batch)
-         : b->mlp     ? b->mlp->backward(dh)
-                      : b->moe->backward(dh, device_batch.token_valid, f.aux, f.aux_rows, aux_scale);
+  dh = walk_backward(sublayers_, dh, context);
   ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);
 
   CausalLMOutput out;
@@ -95,7 +92,7 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   out.loss = out.lm_loss;
   if (with_aux) {
     out.aux_loss = read_scalar(aux_loss);
-    out.loss += aux_scale * out.aux_loss;
+    out.loss += context.aux_scale * out.aux_loss;
   }
   return out;
 }
@@ -105,7 +102,8 @@ CausalLMOutput CausalLM::loss(const Batch& batch) {
   MOETUNE_CHECK(batch.labels.defined(), "loss needs labels");
   const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
   const bool with_aux = wants_aux(batch);
-  Forward f = run_layers(device_batch, with_aux);
+  StepContext context{device_batch};
+  Forward f = run_layers(context, with_aux);
   clear_stashes();
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
   ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, 1.0, loss_sum);
@@ -116,7 +114,7 @@ CausalLMOutput CausalLM::loss(const Batch& batch) {
   out.loss = out.lm_loss;
   if (with_aux) {
     Tensor aux_loss = Tensor::zeros({1}, DType::F32, Device::cuda());
-    ops::cuda::aux_loss_value(f.aux.counts, f.aux.prob_sums, f.aux_rows, aux_loss);
+    ops::cuda::aux_loss_value(context.aux.counts, context.aux.prob_sums, context.aux_rows, aux_loss);
     out.aux_loss = read_scalar(aux_loss);
     out.loss += c.aux_loss_coef * out.aux_loss;
   }
@@ -126,7 +124,8 @@ CausalLMOutput CausalLM::loss(const Batch& batch) {
 Tensor CausalLM::logits(const Batch& batch) {
   const ModelSpec& c = spec();
   const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
-  Forward f = run_layers(device_batch, false);
+  StepContext context{device_batch};
+  Forward f = run_layers(context, /*with_aux=*/false);
   clear_stashes();
   Tensor logits = device_like({device_batch.tokens, c.vocab_size});
   ops::cuda::linear_forward(f.normed, head_.value, {}, logits);

@@ -58,12 +58,11 @@ class CausalLM final : public LanguageModel {
   struct Forward {
     Tensor final_hidden;   // before the final norm
     Tensor normed;         // after it
-    AuxLossSums aux;
-    double aux_rows = 0;
   };
 
   explicit CausalLM(ModelWeights weights);
-  Forward run_layers(const DeviceBatch& batch, bool with_aux);
+  // Starts the context's aux-loss sums when `with_aux`.
+  Forward run_layers(StepContext& context, bool with_aux);
   void clear_stashes();  // evaluation keeps nothing for a backward pass
   bool wants_aux(const Batch& batch) const;
 

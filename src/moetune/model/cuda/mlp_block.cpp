@@ -14,7 +14,7 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
                              double norm_eps)
     : eps_(norm_eps), p_(MlpParams::lookup(store, layer, sublayer.norm)) {}
 
-Tensor DenseMlpBlock::forward(const Tensor& h) {
+Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext&) {
   input_ = h;
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
@@ -24,7 +24,7 @@ Tensor DenseMlpBlock::forward(const Tensor& h) {
   return out;
 }
 
-Tensor DenseMlpBlock::backward(const Tensor& dout) {
+Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext&) {
   Tensor normed = device_like(input_.shape());  // recomputed, not kept
   ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
   Tensor dnormed = device_like(input_.shape());

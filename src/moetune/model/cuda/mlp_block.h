@@ -3,6 +3,7 @@
 #pragma once
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/cuda/step_context.h"
 #include "moetune/model/model_spec.h"
 
 namespace moetune::model::cuda {
@@ -11,8 +12,8 @@ class DenseMlpBlock {
  public:
   DenseMlpBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
-  Tensor forward(const Tensor& h);
-  Tensor backward(const Tensor& dout);
+  Tensor forward(const Tensor& h, const StepContext& context);
+  Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
   void clear_stash() { input_ = gate_up_out_ = Tensor(); }
 

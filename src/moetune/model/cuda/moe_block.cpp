@@ -26,7 +26,9 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
   MOETUNE_CHECK(spec_.router.is_softmax_then_topk(), "{}: this router is not implemented on the GPU", layer);
 }
 
-Tensor MoeBlock::forward(const Tensor& h, const Tensor& token_valid, const AuxLossSums& aux) {
+Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
+  const Tensor& token_valid = context.batch.token_valid;
+  const AuxLossSums& aux = context.aux;
   const int64_t tokens = h.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
   const int64_t inner = p_.gate_up.value.size(1) / 2, hidden = h.size(1);
   input_ = h;
@@ -72,8 +74,9 @@ Tensor MoeBlock::forward(const Tensor& h, const Tensor& token_valid, const AuxLo
   return out;
 }
 
-Tensor MoeBlock::backward(const Tensor& dout, const Tensor& token_valid, const AuxLossSums& aux, double aux_rows,
-                          double aux_scale) {
+Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
+  const Tensor& token_valid = context.batch.token_valid;
+  const double aux_scale = context.aux_scale;
   const int64_t tokens = dout.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
   const int64_t inner = p_.gate_up.value.size(1) / 2, hidden = dout.size(1), rows = dispatched_.rows.size(0);
   Tensor dexpert_out = device_like({rows, hidden});
@@ -102,7 +105,8 @@ Tensor MoeBlock::backward(const Tensor& dout, const Tensor& token_valid, const A
   // precision HF's router runs in).
   Tensor dlogits = device_like({tokens, experts}, DType::F32);
   ops::cuda::router_topk_backward(logits_, expert_ids_, weights_, dweights, spec_.router.renormalize, dlogits);
-  if (aux_scale != 0) ops::cuda::aux_loss_backward(logits_, token_valid, aux.counts, aux_rows, aux_scale, dlogits);
+  if (aux_scale != 0)
+    ops::cuda::aux_loss_backward(logits_, token_valid, context.aux.counts, context.aux_rows, aux_scale, dlogits);
   Tensor dlogits_bf16 = device_like({tokens, experts});
   ops::cast_into(dlogits, dlogits_bf16);
   Tensor normed = device_like(input_.shape());

@@ -7,26 +7,23 @@
 #include "moetune/model/block_params.h"
 #include <memory>
 
+#include "moetune/model/cuda/step_context.h"
 #include "moetune/model/cuda/token_dispatcher.h"
 #include "moetune/model/model_spec.h"
 
 namespace moetune::model::cuda {
-
-// The load-balancing loss's running sums over the MoE layers of one forward pass (device F32 [E] each).
-struct AuxLossSums {
-  Tensor counts, prob_sums;
-};
 
 class MoeBlock {
  public:
   MoeBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps,
            std::unique_ptr<TokenDispatcher> dispatcher);
 
-  // Adds this layer's counts into `aux` when aux.counts is defined. Per-layer counts are kept for telemetry.
-  Tensor forward(const Tensor& h, const Tensor& token_valid, const AuxLossSums& aux);
-  // `aux_scale` ≠ 0 adds the aux loss's gradient (counts over all layers in `aux`, `aux_rows` rows) to the
+  // Adds this layer's counts into the context's aux-loss sums when they are defined. Per-layer counts are kept
+  // for telemetry.
+  Tensor forward(const Tensor& h, const StepContext& context);
+  // The context's aux_scale ≠ 0 adds the aux loss's gradient (counts over all layers, aux_rows rows) to the
   // router logits' gradient.
-  Tensor backward(const Tensor& dout, const Tensor& token_valid, const AuxLossSums& aux, double aux_rows, double aux_scale);
+  Tensor backward(const Tensor& dout, const StepContext& context);
   // This layer's top-k counts per expert from the last forward (F32 [E] on the device).
   const Tensor& layer_counts() const { return layer_counts_; }
   size_t stash_bytes() const;

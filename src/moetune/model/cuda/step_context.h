@@ -1,0 +1,22 @@
+// What a GPU block needs about the step besides its input (model/step_context.h is the CPU's): the uploaded
+// batch (positions, documents, padding) and the load-balancing loss's running sums over the MoE layers, which
+// every MoE layer adds to in the forward pass and reads back in its backward pass.
+#pragma once
+
+#include "moetune/model/cuda/device_batch.h"
+
+namespace moetune::model::cuda {
+
+// The load-balancing loss's running sums over the MoE layers of one forward pass (device F32 [E] each).
+struct AuxLossSums {
+  Tensor counts, prob_sums;
+};
+
+struct StepContext {
+  const DeviceBatch& batch;
+  AuxLossSums aux;         // undefined without the aux loss
+  double aux_rows = 0;     // rows counted over all MoE layers
+  double aux_scale = 0;    // d(loss)/d(aux loss), set before the backward walk; 0 without the aux loss
+};
+
+}  // namespace moetune::model::cuda
