@@ -178,6 +178,15 @@ TEST_F(BadFolder, ShapeDisagreesWithConfig) {
   expect_error([&] { model::load_checkpoint(dir_.path()); }, {".safetensors", name, "[8, 32]", "config.json implies [16, 32]"});
 }
 
+TEST_F(BadFolder, IntegerWeightIsNamed) {
+  const std::string name = "model.layers.0.self_attn.q_proj.weight";
+  edit_shard_of(name, [&](NamedTensors& tensors) {
+    for (auto& [n, t] : tensors)
+      if (n == name) t = Tensor::zeros(t.shape(), DType::I32);
+  });
+  expect_error([&] { model::load_checkpoint(dir_.path()); }, {".safetensors", name, "floating point"});
+}
+
 TEST_F(BadFolder, MissingConfig) {
   std::filesystem::remove(dir_ / "config.json");
   expect_error([&] { model::load_checkpoint(dir_.path()); }, {"config.json", "cannot open"});

@@ -171,6 +171,10 @@ TEST(Families, BadValuesNameTheKey) {
   EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_local_experts":1000000000})").find("'num_experts'"), std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"qwen3","num_hidden_layers":2,"layer_types":["full_attention","dense"]})")
                 .find("'layer_types'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3","use_sliding_window":true,"sliding_window":0})").find("'sliding_window'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","rope_scaling":{"rope_type":"linear","factor":0}})").find("'factor'"),
+            std::string::npos);
 }
 
 // What the engine does not implement is refused, naming the key: never trained as something else.
