@@ -39,6 +39,23 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
     EXPECT_FALSE(item.path().filename().string().ends_with(".tmp")) << item.path();
 }
 
+// The fine-tuning job on the families added with the model description (Mixtral; Qwen2-MoE with its shared
+// expert): it trains, the loss falls, and the final folder loads again.
+TEST_F(TrainerTest, FinetunesTheNewFamilies) {
+  for (const auto& [family, architecture] : {std::pair{"mixtral_tiny", "MixtralForCausalLM"},
+                                            std::pair{"qwen2_moe_tiny", "Qwen2MoeForCausalLM"}}) {
+    SCOPED_TRACE(family);
+    Trainer trainer(recipe(family, {"model=" + testing::fixture(family).string()}), {}, false);
+    TrainResult result = trainer.run();
+    EXPECT_EQ(result.steps, 6);
+    const auto records = metrics(family);
+    ASSERT_GE(records.size(), 6u);
+    EXPECT_LT(records.back()["loss"].get<double>(), records.front()["loss"].get<double>());
+    EXPECT_NO_THROW(model::CausalLM::from_pretrained(result.final_model));
+    EXPECT_NE(testing::read_file(result.final_model / "config.json").find(architecture), std::string::npos);
+  }
+}
+
 TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
   Trainer whole(recipe("whole"), {}, false);
   whole.run();
