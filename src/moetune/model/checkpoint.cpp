@@ -5,6 +5,7 @@
 #include "moetune/core/flat_buffers.h"
 #include "moetune/io/atomic_file.h"
 #include "moetune/model/model_description.h"
+#include "moetune/model/piece_transform.h"
 #include "moetune/ops/cast.h"
 
 namespace moetune::model {
@@ -120,7 +121,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
         if (source.dtype() != weights.disk_dtypes[i])
           fail("{}: tensor '{}' is {} but '{}', fused with it, is {}", where(files, piece.name), piece.name,
                dtype_name(source.dtype()), spec.pieces[0].name, dtype_name(weights.disk_dtypes[i]));
-        ops::cast_into(source, parameter.flat_slice(offset, piece.shape));
+        piece_to_engine(source, piece, parameter.flat_slice(offset, engine_shape(piece)));
         offset += shape_numel(piece.shape);
       }
     }
@@ -169,14 +170,13 @@ NamedTensors to_hf_tensors(const ModelWeights& weights) {
     const Tensor& held = weights.parameters[i];
     Tensor parameter = held.device().is_cpu() ? held : held.to(Device::cpu());
     const DType disk_dtype = weights.disk_dtypes[i];
-    auto as_disk = [&](const Tensor& view) { return view.dtype() == disk_dtype ? view : ops::cast(view, disk_dtype); };
     if (weights.stored_fused[i]) {
-      tensors.emplace_back(spec.fused_hf_name, as_disk(parameter));
+      tensors.emplace_back(spec.fused_hf_name, piece_to_hf(parameter, HfTensor{spec.fused_hf_name, spec.shape}, disk_dtype));
       continue;
     }
     int64_t offset = 0;
     for (const auto& piece : spec.pieces) {
-      tensors.emplace_back(piece.name, as_disk(parameter.flat_slice(offset, piece.shape)));
+      tensors.emplace_back(piece.name, piece_to_hf(parameter.flat_slice(offset, engine_shape(piece)), piece, disk_dtype));
       offset += shape_numel(piece.shape);
     }
   }

@@ -5,7 +5,8 @@
 // `mlp.gate_up` [2I, H], and each MoE layer's experts stacked into `experts.gate_up` [E, 2I, H] and
 // `experts.down` [E, H, I] (DESIGN.md §2). Every fused tensor is, in flat row-major memory, the
 // concatenation of its HF tensors in order (q, k, v; gate, up; expert 0's gate, up, expert 1's, ...), so one
-// rule maps both ways: piece i occupies the next numel(piece i) elements. Nothing is transposed.
+// rule maps both ways: piece i occupies the next numel(piece i) elements, transposed on the way in and out where the
+// family says the checkpoint stores it transposed.
 #pragma once
 
 #include <string>
@@ -18,7 +19,10 @@ namespace moetune::model {
 
 struct HfTensor {
   std::string name;  // "model.layers.0.self_attn.q_proj.weight"
-  Shape shape;
+  Shape shape;       // as stored on disk
+  // Stored as the transpose of the engine's piece (its last two dimensions swapped), as GPT-OSS keeps its
+  // experts: loading and saving transpose (model/piece_transform.h).
+  bool transposed = false;
 };
 
 enum class ParameterRole { Embedding, Norm, Matmul, Bias, Router, Experts, LmHead };

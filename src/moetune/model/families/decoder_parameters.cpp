@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "moetune/model/piece_transform.h"
+
 namespace moetune::model {
 namespace {
 
@@ -9,11 +11,11 @@ ParameterSpec whole(std::string name, ParameterRole role, HfTensor piece) {
   return {std::move(name), piece.shape, role, {piece}, "", shape_numel(piece.shape)};
 }
 
-// Pieces with equal trailing dimensions, concatenated along dim 0.
+// Pieces with equal trailing dimensions (as the engine holds them), concatenated along dim 0.
 ParameterSpec concatenated(std::string name, ParameterRole role, std::vector<HfTensor> pieces) {
-  Shape shape = pieces[0].shape;
+  Shape shape = engine_shape(pieces[0]);
   shape[0] = 0;
-  for (const auto& piece : pieces) shape[0] += piece.shape[0];
+  for (const auto& piece : pieces) shape[0] += engine_shape(piece)[0];
   return {std::move(name), shape, role, std::move(pieces), "", shape_numel(shape)};
 }
 
