@@ -1,6 +1,7 @@
 #include "moetune/data/example.h"
 
 #include "moetune/core/error.h"
+#include "moetune/data/chat_spans.h"
 #include "moetune/io/json_file.h"
 
 namespace moetune::data {
@@ -20,32 +21,39 @@ const std::string& string_field(const json& line, const char* key) {
   return found->get_ref<const std::string&>();
 }
 
-// Assistant turns are scored, the rest is context. Each assistant turn is found by rendering the conversation up
-// to it twice — with the generation prompt (its context) and with the turn (its text) — so the template decides
-// where every turn starts and ends; the pieces are tokenized one by one.
-Example chat_example(const json& messages, const TextCodec& codec, bool loss_on_prompt) {
-  if (!messages.is_array() || messages.empty()) fail("\"messages\" must be a non-empty list");
-  if (!codec.render_chat) fail("\"messages\" lines need the model's chat template, and the model folder has none");
+void require_chat_template(const TextCodec& codec, const char* key) {
+  if (!codec.render_chat) fail("\"{}\" lines need the model's chat template, and the model folder has none", key);
+}
+
+// A non-empty list of messages, each an object with a string "role".
+void require_messages(const json& messages, const char* key) {
+  if (!messages.is_array() || messages.empty()) fail("\"{}\" must be a non-empty list", key);
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (!messages[i].is_object() || !messages[i].contains("role") || !messages[i]["role"].is_string())
+      fail("{}[{}] has no \"role\"", key, i);
+}
+
+// `whole` tokenized piece by piece: the spans scored, the text around them context.
+Example tokenize_spans(const std::string& whole, const std::vector<TextSpan>& spans, const TextCodec& codec,
+                       bool loss_on_prompt) {
   Example example;
-  std::string rendered;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const json& message = messages[i];
-    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
-      fail("message {} has no \"role\"", i);
-    if (message["role"] != "assistant") continue;
-    const json before = json(std::vector<json>(messages.begin(), messages.begin() + long(i)));
-    const json through = json(std::vector<json>(messages.begin(), messages.begin() + long(i) + 1));
-    const std::string context = codec.render_chat(before, true), with_turn = codec.render_chat(through, false);
-    if (!context.starts_with(rendered) || !with_turn.starts_with(context))
-      fail("the chat template does not render message {} as an extension of the messages before it", i);
-    append(example, codec.encode(std::string_view(context).substr(rendered.size())), loss_on_prompt);
-    append(example, codec.encode(std::string_view(with_turn).substr(context.size())), true);
-    rendered = with_turn;
+  size_t done = 0;
+  for (const TextSpan& span : spans) {
+    append(example, codec.encode(std::string_view(whole).substr(done, span.begin - done)), loss_on_prompt);
+    append(example, codec.encode(std::string_view(whole).substr(span.begin, span.end - span.begin)), true);
+    done = span.end;
   }
-  const std::string whole = codec.render_chat(messages, false);
-  if (!whole.starts_with(rendered)) fail("the chat template renders the conversation inconsistently");
-  append(example, codec.encode(std::string_view(whole).substr(rendered.size())), loss_on_prompt);
+  append(example, codec.encode(std::string_view(whole).substr(done)), loss_on_prompt);
   return example;
+}
+
+// Assistant turns are scored, the rest is context; the turns are found in the one rendering of the whole
+// conversation (chat_spans.h says how).
+Example chat_example(const json& messages, const TextCodec& codec, bool loss_on_prompt, const char* key) {
+  require_messages(messages, key);
+  require_chat_template(codec, key);
+  const std::string whole = codec.render_chat(messages, false);
+  return tokenize_spans(whole, assistant_spans(messages, codec.render_chat, whole), codec, loss_on_prompt);
 }
 
 }  // namespace
@@ -83,7 +91,9 @@ Example make_example(const json& line, Format format, const TextCodec& codec, bo
       append(example, codec.encode(string_field(line, "completion")), true);
       if (codec.eos_id) append(example, {*codec.eos_id}, true);
       break;
-    case Format::Messages: example = chat_example(line.contains("messages") ? line["messages"] : json(), codec, loss_on_prompt); break;
+    case Format::Messages:
+      example = chat_example(line.contains("messages") ? line["messages"] : json(), codec, loss_on_prompt, "messages");
+      break;
     case Format::InputIds: {
       auto ids = line.find("input_ids");
       if (ids == line.end() || !ids->is_array()) fail("\"input_ids\" must be a list of token ids");

@@ -1,0 +1,40 @@
+// Where the assistant turns lie in one rendering of a whole conversation, for templates that do not render a
+// conversation as an extension of its shorter prefixes (Qwen3's drops earlier turns' <think> blocks, so the
+// turn rendered as the last one differs from the same turn rendered before a later user message).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moetune/data/example.h"
+
+namespace moetune::data {
+
+// [begin, end) in bytes of a rendering.
+struct TextSpan {
+  size_t begin = 0, end = 0;
+};
+
+// The rendering function of TextCodec::render_chat.
+using RenderChat = std::function<std::string(const Json&, bool)>;
+
+// The span of each assistant message of `messages` in `whole` (= render(messages, false)), in order: from the end
+// of the generation prompt the template writes before the turn to the end of the turn's closing text (such as
+// "<|im_end|>\n"). Each span is found by rendering variants of the conversation and comparing them with `whole`:
+//  - begin: how far render(messages before the turn, add_generation_prompt) agrees with `whole`;
+//  - where the turn's content ends: how far `whole` agrees with the rendering in which only this turn's content
+//    has a control character appended (the first byte that differs is where the content ends, whatever the
+//    template did to the content before it, e.g. dropping a <think> block);
+//  - end: the content's end plus the closing text the template writes after the turn when it is the last one,
+//    as far as `whole` has the same text there.
+// It is safe because every position is read from the one full rendering that is tokenized: no piece comes from
+// another rendering. A template that hides the appended character (so the turn cannot be found), or spans that
+// overlap, are an Error.
+std::vector<TextSpan> assistant_spans(const Json& messages, const RenderChat& render, const std::string& whole);
+
+// The length of the longest common prefix of a and b.
+size_t common_prefix_length(std::string_view a, std::string_view b);
+
+}  // namespace moetune::data

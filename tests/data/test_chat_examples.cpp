@@ -1,0 +1,69 @@
+// Multi-turn chat masks with a real template (Qwen3's, which drops earlier turns' <think> blocks). One token per byte, so the scored
+// text can be written by hand.
+#include <gtest/gtest.h>
+
+#include "moetune/core/error.h"
+#include "moetune/data/example.h"
+#include "moetune/text/chat_template.h"
+#include "test_util.h"
+
+namespace moetune::data {
+namespace {
+
+using json = Json;
+
+TextCodec byte_codec(std::shared_ptr<text::ChatTemplate> chat) {
+  TextCodec codec;
+  codec.encode = [](std::string_view text) { return std::vector<int64_t>(text.begin(), text.end()); };
+  codec.eos_id = 1;
+  codec.vocab_size = 256;
+  codec.render_chat = [chat](const json& messages, bool add_generation_prompt) { return chat->apply(messages, add_generation_prompt); };
+  return codec;
+}
+
+TextCodec qwen3_codec() {
+  const auto path = testing::fixture("chat_templates") / "qwen3" / "chat_template.jinja";
+  return byte_codec(std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_string(testing::read_file(path))));
+}
+
+// The scored bytes, each unscored run of bytes shown as one '.'.
+std::string scored_text(const Example& e) {
+  std::string out;
+  for (size_t i = 0; i < e.ids.size(); ++i) {
+    if (e.scored[i]) out += char(e.ids[i]);
+    else if (out.empty() || out.back() != '.') out += '.';
+  }
+  return out;
+}
+
+std::string all_text(const Example& e) { return std::string(e.ids.begin(), e.ids.end()); }
+
+Example example(const std::string& line, Format format = Format::Auto, bool loss_on_prompt = false) {
+  return make_example(json::parse(line), format, qwen3_codec(), loss_on_prompt);
+}
+
+// Qwen3 renders the first answer without its <think> block once a later user turn follows, so the first turn is
+// no prefix of the whole; each answer is still scored where the whole rendering has it, through <|im_end|>\n.
+TEST(ChatMasks, Qwen3TwoTurnsWithThinkingScoreEachAnswerInTheFullRendering) {
+  const Example e = example(R"({"messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\na1"},
+      {"role": "user", "content": "q2"}, {"role": "assistant", "content": "<think>\nr2\n</think>\n\na2"}]})");
+  EXPECT_EQ(all_text(e),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n"
+            "<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n<think>\nr2\n</think>\n\na2<|im_end|>\n");
+  EXPECT_EQ(scored_text(e), ".a1<|im_end|>\n.<think>\nr2\n</think>\n\na2<|im_end|>\n");
+}
+
+TEST(ChatMasks, Qwen3ToolCallTurnsAreScoredWithTheirCalls) {
+  const Example e = example(R"({"messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "w", "arguments": {"c": "P"}}}]},
+      {"role": "tool", "content": "sun"}, {"role": "assistant", "content": "Sunny."}]})");
+  EXPECT_EQ(scored_text(e),
+            ".<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"P\"}}\n</tool_call><|im_end|>\n."
+            "<think>\n\n</think>\n\nSunny.<|im_end|>\n");
+}
+
+}  // namespace
+}  // namespace moetune::data
