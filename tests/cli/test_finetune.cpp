@@ -31,6 +31,26 @@ TEST(Finetune, EmbeddedDefaultLearnsItsTask) {
   EXPECT_TRUE(std::filesystem::exists(dir / "run" / "metrics.jsonl"));
 }
 
+// A user's ShareGPT, Alpaca and TRL conversational lines in one file train the bundled chat model; the run reads
+// every line before the first step, so each shape is turned into an example.
+TEST(Finetune, ConversationShapesTrain) {
+  testing::ScratchDir dir;
+  testing::write_file(dir / "data.jsonl",
+                      R"({"conversations": [{"from": "human", "value": "Which is larger, 3 or 4?"}, {"from": "gpt", "value": "4"}]})"
+                      "\n"
+                      R"({"instruction": "Which is larger?", "input": "5 or 2", "output": "5"})"
+                      "\n"
+                      R"({"prompt": [{"role": "user", "content": "1 or 9?"}], "completion": [{"role": "assistant", "content": "9"}]})"
+                      "\n");
+  testing::write_file(dir / "recipe.yaml", "model: " + (std::filesystem::path(MOETUNE_FIXTURES_DIR) / "../../assets/default/model").string() +
+                                               "\ndata:\n  train: " + (dir / "data.jsonl").string() +
+                                               "\n  max_length: 64\ntraining:\n  max_steps: 1\n  micro_batch_size: 1\n"
+                                               "  device: cpu\noutput:\n  dir: " + (dir / "run").string() + "\n");
+  testing::RunResult result = testing::run_moetune("finetune -c " + (dir / "recipe.yaml").string());
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("3 lines"), std::string::npos) << result.output;
+}
+
 TEST(Finetune, BadRecipeIsACleanError) {
   testing::ScratchDir dir;
   testing::write_file(dir / "recipe.yaml", "optimizer:\n  lrr: 1\n");

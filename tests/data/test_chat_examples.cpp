@@ -1,4 +1,5 @@
-// Multi-turn chat masks with a real template (Qwen3's, which drops earlier turns' <think> blocks). One token per byte, so the scored
+// The conversation shapes (ShareGPT, Alpaca, TRL's conversational prompt/completion) and multi-turn chat masks
+// with a real template (Qwen3's, which drops earlier turns' <think> blocks). One token per byte, so the scored
 // text can be written by hand.
 #include <gtest/gtest.h>
 
@@ -42,6 +43,15 @@ Example example(const std::string& line, Format format = Format::Auto, bool loss
   return make_example(json::parse(line), format, qwen3_codec(), loss_on_prompt);
 }
 
+std::string error(const std::string& line, Format format = Format::Auto) {
+  try {
+    example(line, format);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Qwen3 renders the first answer without its <think> block once a later user turn follows, so the first turn is
 // no prefix of the whole; each answer is still scored where the whole rendering has it, through <|im_end|>\n.
 TEST(ChatMasks, Qwen3TwoTurnsWithThinkingScoreEachAnswerInTheFullRendering) {
@@ -63,6 +73,45 @@ TEST(ChatMasks, Qwen3ToolCallTurnsAreScoredWithTheirCalls) {
   EXPECT_EQ(scored_text(e),
             ".<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"P\"}}\n</tool_call><|im_end|>\n."
             "<think>\n\n</think>\n\nSunny.<|im_end|>\n");
+}
+
+TEST(LineShapes, ShareGptIsScoredAsTheSameMessages) {
+  const Example sharegpt = example(R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "hi"},
+                                                         {"from": "gpt", "value": "yo"}]})");
+  const Example messages = example(R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"},
+                                                    {"role": "assistant", "content": "yo"}]})");
+  EXPECT_EQ(sharegpt.ids, messages.ids);
+  EXPECT_EQ(sharegpt.scored, messages.scored);
+  EXPECT_EQ(scored_text(sharegpt), ".<think>\n\n</think>\n\nyo<|im_end|>\n");
+  EXPECT_NE(error(R"({"conversations": [{"from": "bot", "value": "x"}]})").find("\"from\" is 'bot'"), std::string::npos);
+  EXPECT_NE(error(R"({"conversations": [{"from": "gpt"}]})").find("conversations[0] has no \"value\""), std::string::npos);
+}
+
+TEST(LineShapes, AlpacaIsAUserTurnOfInstructionAndInputAndAnAssistantTurnOfOutput) {
+  const Example e = example(R"({"instruction": "Add.", "input": "2+2", "output": "4"})");
+  EXPECT_EQ(all_text(e), "<|im_start|>user\nAdd.\n\n2+2<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n4<|im_end|>\n");
+  EXPECT_EQ(scored_text(e), ".<think>\n\n</think>\n\n4<|im_end|>\n");
+  EXPECT_EQ(all_text(example(R"({"instruction": "Hi.", "input": "", "output": "4"})")).find("Hi.<|im_end|>"), 17u);
+  EXPECT_NE(error(R"({"instruction": "x", "output": 3})").find("\"output\" must be a string"), std::string::npos);
+}
+
+TEST(LineShapes, ConversationalPromptCompletionScoresEverythingAfterThePrompt) {
+  const Example e = example(R"({"prompt": [{"role": "user", "content": "2+2?"}],
+                                "completion": [{"role": "assistant", "content": "4"}]})");
+  EXPECT_EQ(all_text(e), "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n4<|im_end|>\n");
+  EXPECT_EQ(scored_text(e), ".<think>\n\n</think>\n\n4<|im_end|>\n");
+  const Example all = example(R"({"prompt": [{"role": "user", "content": "2+2?"}],
+                                  "completion": [{"role": "assistant", "content": "4"}]})", Format::Auto, true);
+  EXPECT_EQ(scored_text(all), all_text(all));
+  EXPECT_NE(error(R"({"prompt": [{"role": "user", "content": "a"}]})").find("\"completion\" must be a non-empty list"),
+            std::string::npos);
+}
+
+TEST(LineShapes, ForcedFormatsAndUnknownShapesSayWhatTheySaw) {
+  EXPECT_EQ(format_from_name("sharegpt"), Format::ShareGpt);
+  EXPECT_EQ(format_from_name("alpaca"), Format::Alpaca);
+  EXPECT_NE(error(R"({"question": "a", "answer": "b"})").find("its keys are \"question\", \"answer\""), std::string::npos);
+  EXPECT_NE(error(R"({"text": "a"})", Format::Alpaca).find("has no \"instruction\""), std::string::npos);
 }
 
 }  // namespace

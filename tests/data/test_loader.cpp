@@ -52,7 +52,7 @@ TEST(Example, BadLinesSayWhy) {
     }
     return std::string();
   };
-  EXPECT_NE(error(R"({"title": "x"})").find("none of the keys"), std::string::npos);
+  EXPECT_NE(error(R"({"title": "x"})").find("its keys are \"title\""), std::string::npos);
   EXPECT_NE(error(R"({"text": 5})").find("\"text\" must be a string"), std::string::npos);
   EXPECT_NE(error(R"({"input_ids": [1, 300]})").find("token id 300"), std::string::npos);
   EXPECT_NE(error(R"({"input_ids": [7]})").find("fewer than two tokens"), std::string::npos);

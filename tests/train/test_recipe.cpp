@@ -50,6 +50,12 @@ TEST(Recipe, UnknownKeysAreNamed) {
   EXPECT_NE(error_of("", {"optimizer.lr.x=1"}).find("'optimizer.lr'"), std::string::npos);
 }
 
+TEST(Recipe, DataFormatsNameEveryLineShape) {
+  for (const char* format : {"auto", "text", "prompt_completion", "messages", "sharegpt", "alpaca", "input_ids"})
+    EXPECT_EQ(parse_recipe("", "t", {std::string("data.format=") + format}).data.format, format);
+  EXPECT_NE(error_of("data:\n  format: parquet\n").find("'data.format' is 'parquet', not one of"), std::string::npos);
+}
+
 TEST(Recipe, WrongTypesAreNamed) {
   EXPECT_NE(error_of("training:\n  micro_batch_size: two\n").find("'training.micro_batch_size' must be an integer"),
             std::string::npos);

@@ -2,6 +2,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/data/chat_spans.h"
+#include "moetune/data/line_shapes.h"
 #include "moetune/io/json_file.h"
 
 namespace moetune::data {
@@ -56,6 +57,27 @@ Example chat_example(const json& messages, const TextCodec& codec, bool loss_on_
   return tokenize_spans(whole, assistant_spans(messages, codec.render_chat, whole), codec, loss_on_prompt);
 }
 
+// TRL's conversational prompt/completion: the prompt rendered with the generation prompt is the context, the rest
+// of the rendering of prompt + completion is scored, whatever roles the completion holds.
+Example conversational_prompt_completion(const json& line, const TextCodec& codec, bool loss_on_prompt) {
+  const json& prompt = line["prompt"];
+  const json completion = line.contains("completion") ? line["completion"] : json();
+  require_messages(prompt, "prompt");
+  require_messages(completion, "completion");
+  require_chat_template(codec, "prompt");
+  json messages = prompt;
+  messages.insert(messages.end(), completion.begin(), completion.end());
+  const std::string whole = codec.render_chat(messages, false);
+  const size_t begin = common_prefix_length(codec.render_chat(prompt, true), whole);
+  return tokenize_spans(whole, {{begin, whole.size()}}, codec, loss_on_prompt);
+}
+
+std::string key_list(const json& line) {
+  std::string keys;
+  for (const auto& [key, unused] : line.items()) keys += (keys.empty() ? "\"" : ", \"") + key + "\"";
+  return keys.empty() ? "none" : keys;
+}
+
 }  // namespace
 
 Format format_from_name(const std::string& name) {
@@ -63,17 +85,23 @@ Format format_from_name(const std::string& name) {
   if (name == "text") return Format::Text;
   if (name == "prompt_completion") return Format::PromptCompletion;
   if (name == "messages") return Format::Messages;
+  if (name == "sharegpt") return Format::ShareGpt;
+  if (name == "alpaca") return Format::Alpaca;
   if (name == "input_ids") return Format::InputIds;
-  fail("data format '{}' is not one of: auto, text, prompt_completion, messages, input_ids", name);
+  fail("data format '{}' is not one of: auto, text, prompt_completion, messages, sharegpt, alpaca, input_ids", name);
 }
 
 Format detect_format(const json& line) {
   if (!line.is_object()) fail("not a JSON object");
   if (line.contains("input_ids")) return Format::InputIds;
   if (line.contains("messages")) return Format::Messages;
+  if (line.contains("conversations")) return Format::ShareGpt;
+  if (line.contains("instruction") && line.contains("output")) return Format::Alpaca;
   if (line.contains("prompt") || line.contains("completion")) return Format::PromptCompletion;
   if (line.contains("text")) return Format::Text;
-  fail("none of the keys \"text\", \"prompt\"/\"completion\", \"messages\", \"input_ids\"");
+  fail("a line of no known shape: its keys are {}; expected \"text\", \"prompt\"/\"completion\", \"messages\", "
+       "\"conversations\" (ShareGPT), \"instruction\"/\"output\" (Alpaca) or \"input_ids\"",
+       key_list(line));
 }
 
 Example make_example(const json& line, Format format, const TextCodec& codec, bool loss_on_prompt) {
@@ -87,6 +115,10 @@ Example make_example(const json& line, Format format, const TextCodec& codec, bo
       if (codec.eos_id) append(example, {*codec.eos_id}, true);
       break;
     case Format::PromptCompletion:
+      if (line.contains("prompt") && line["prompt"].is_array()) {
+        example = conversational_prompt_completion(line, codec, loss_on_prompt);
+        break;
+      }
       append(example, codec.encode(string_field(line, "prompt")), loss_on_prompt);
       append(example, codec.encode(string_field(line, "completion")), true);
       if (codec.eos_id) append(example, {*codec.eos_id}, true);
@@ -94,6 +126,8 @@ Example make_example(const json& line, Format format, const TextCodec& codec, bo
     case Format::Messages:
       example = chat_example(line.contains("messages") ? line["messages"] : json(), codec, loss_on_prompt, "messages");
       break;
+    case Format::ShareGpt: example = chat_example(sharegpt_messages(line), codec, loss_on_prompt, "conversations"); break;
+    case Format::Alpaca: example = chat_example(alpaca_messages(line), codec, loss_on_prompt, "instruction"); break;
     case Format::InputIds: {
       auto ids = line.find("input_ids");
       if (ids == line.end() || !ids->is_array()) fail("\"input_ids\" must be a list of token ids");

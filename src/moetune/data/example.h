@@ -1,5 +1,6 @@
-// Training examples from JSONL lines: token ids with a mask of the tokens the loss scores. The four line
-// shapes the recipe's data.format names: {"text"}, {"prompt", "completion"}, {"messages"}, {"input_ids"}.
+// Training examples from JSONL lines: token ids with a mask of the tokens the loss scores. The line shapes the
+// recipe's data.format names: {"text"}, {"prompt", "completion"} (strings, or TRL's conversational form: lists of
+// messages), {"messages"}, ShareGPT's {"conversations"}, Alpaca's {"instruction", "input", "output"}, {"input_ids"}.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ struct Example {
   std::vector<uint8_t> scored;  // per token: 1 when it is a label the loss counts
 };
 
-enum class Format { Auto, Text, PromptCompletion, Messages, InputIds };
+enum class Format { Auto, Text, PromptCompletion, Messages, ShareGpt, Alpaca, InputIds };
 Format format_from_name(const std::string& name);
 // The format a line's keys announce; an Error when they announce none.
 Format detect_format(const Json& line);

@@ -176,7 +176,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
     }
     fail("{}: '{}' is '{}', not one of: {}", source, key, value, list);
   };
-  one_of("data.format", r.data.format, {"auto", "text", "prompt_completion", "messages", "input_ids"});
+  one_of("data.format", r.data.format, {"auto", "text", "prompt_completion", "messages", "sharegpt", "alpaca", "input_ids"});
   one_of("data.bad_lines", r.data.bad_lines, {"error", "skip"});
   one_of("training.device", r.training.device, {"auto", "cpu", "cuda"});
   one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});

@@ -18,7 +18,7 @@ struct Recipe {
     std::vector<std::string> train;       // JSONL files
     std::vector<std::string> validation;  // JSONL files; empty: split from train by validation_fraction
     double validation_fraction = 0;
-    std::string format = "auto";          // auto, text, prompt_completion, messages, input_ids
+    std::string format = "auto";          // auto, text, prompt_completion, messages, sharegpt, alpaca, input_ids
     bool loss_on_prompt = false;          // score prompts and non-assistant turns too
     int64_t max_length = 512;             // tokens per row; longer examples are truncated
     bool packing = true;                  // several examples per row, attention kept within each
