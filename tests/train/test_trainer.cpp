@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <zlib.h>
 
 #include "moetune/train/trainer.h"
 #include "test_util.h"
@@ -37,6 +38,22 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   // Nothing half-written is left behind.
   for (const auto& item : std::filesystem::directory_iterator(dir_ / "run"))
     EXPECT_FALSE(item.path().filename().string().ends_with(".tmp")) << item.path();
+}
+
+// data.train naming a folder that holds the data gzip-compressed trains on the same lines as the plain file.
+TEST_F(TrainerTest, AFolderOfGzipDataTrainsAsThePlainFile) {
+  std::filesystem::create_directories(dir_ / "folder");
+  const std::string text = testing::read_file(dir_ / "train.jsonl");
+  gzFile out = gzopen((dir_ / "folder" / "train.jsonl.gz").c_str(), "wb");
+  ASSERT_EQ(gzwrite(out, text.data(), unsigned(text.size())), int(text.size()));
+  gzclose(out);
+  Trainer(recipe("plain"), {}, false).run();
+  Trainer(recipe("gz", {"data.train=" + (dir_ / "folder").string()}), {}, false).run();
+  std::vector<double> plain, gz;
+  for (const json& r : metrics("plain")) plain.push_back(r["loss"]);
+  for (const json& r : metrics("gz")) gz.push_back(r["loss"]);
+  EXPECT_EQ(gz, plain);
+  EXPECT_EQ(plain.size(), 7u);  // 6 steps and the validation loss
 }
 
 TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "moetune/data/data_files.h"
 #include "moetune/io/atomic_file.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/safetensors.h"
@@ -21,12 +22,6 @@ std::atomic<bool> Trainer::stop_requested{false};
 namespace {
 
 extern "C" void on_stop_signal(int) { Trainer::stop_requested.store(true); }
-
-std::vector<fs::path> resolve(const std::vector<std::string>& files) {
-  std::vector<fs::path> paths;
-  for (const auto& file : files) paths.emplace_back(file);
-  return paths;
-}
 
 data::LoaderOptions loader_options(const Recipe& r, bool shuffle) {
   return {data::format_from_name(r.data.format), r.data.loss_on_prompt, r.data.max_length, r.data.packing,
@@ -145,13 +140,15 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   if (positions > 0 && r.data.max_length > positions)
     std::fprintf(stderr, "warning: data.max_length %lld is above the model's max_position_embeddings %lld\n",
                  static_cast<long long>(r.data.max_length), static_cast<long long>(positions));
-  const std::vector<fs::path> train_files = resolve(r.data.train);
+  // Decompressed .gz data lives in the run's folder, which the run has locked.
+  const fs::path scratch = output_ / ".decompressed-data";
+  const std::vector<fs::path> train_files = data::resolve_data_files(r.data.train, "data.train", scratch);
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
   total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec));
   train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, loader_options(r, r.data.shuffle));
   if (!r.data.validation.empty()) {
-    const std::vector<fs::path> files = resolve(r.data.validation);
+    const std::vector<fs::path> files = data::resolve_data_files(r.data.validation, "data.validation", scratch);
     const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
     read_every_line(r, files, lines, codec);
     validation_data_ = std::make_unique<data::DataLoader>(files, lines, codec, loader_options(r, false));
