@@ -31,6 +31,20 @@ TEST(Finetune, EmbeddedDefaultLearnsItsTask) {
   EXPECT_TRUE(std::filesystem::exists(dir / "run" / "metrics.jsonl"));
 }
 
+// `--set model=` and `--set data.train=` with no -c: the user's own job, not the embedded demo on their model.
+TEST(Finetune, ModelAndDataSetWithoutARecipeRunTheUsersJobNotTheDemo) {
+  testing::ScratchDir dir;
+  testing::write_file(dir / "data.jsonl", "{\"input_ids\": [1, 2, 3, 4]}\n{\"input_ids\": [5, 6, 7]}\n");
+  const std::string model = testing::fixture("qwen3_moe_tiny").string();
+  testing::RunResult result = testing::run_moetune("finetune --set model=" + model + " --set data.train=" +
+                                                   (dir / "data.jsonl").string() + " --set training.max_steps=1 --set data.max_length=16 --set training.micro_batch_size=1 " +
+                                                   "--set training.device=cpu --set output.dir=" + (dir / "run").string());
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(result.output.find("embedded default"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("held-out accuracy"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("training " + model), std::string::npos) << result.output;
+}
+
 // A user's ShareGPT, Alpaca and TRL conversational lines in one file train the bundled chat model; the run reads
 // every line before the first step, so each shape is turned into an example.
 TEST(Finetune, ConversationShapesTrain) {

@@ -141,12 +141,23 @@ int run_default(const FinetuneArgs& args) {
   return 0;
 }
 
+// A run that names its model or training data is the user's own job, with or without a recipe file: the embedded
+// default's bundled task and accuracy test mean nothing for another model.
+bool names_own_job(const FinetuneArgs& args) {
+  if (!args.recipe.empty()) return true;
+  for (const std::string& assignment : args.overrides) {
+    const std::string key = assignment.substr(0, assignment.find('='));
+    if (key == "model" || key == "data.train") return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int run_finetune(const FinetuneArgs& args) {
   train::Trainer::install_stop_handlers();
   try {
-    return args.recipe.empty() ? run_default(args) : run_recipe(args);
+    return names_own_job(args) ? run_recipe(args) : run_default(args);
   } catch (const train::StartupInterrupted& e) {
     std::fprintf(stderr, "moetune: %s\n", e.what());
     return kInterruptedStatus;

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   moetune::cli::FinetuneArgs finetune_args;
   std::string recipe_path;
   CLI::App* finetune = app.add_subcommand(
-      "finetune", "Fine-tune a model from a recipe; with no recipe, the embedded default (a tiny MoE learns a task)");
+      "finetune", "Fine-tune a model from a recipe (or --set model=... --set data.train=...); with neither, the embedded "
+      "default (a tiny MoE learns a task)");
   finetune->add_option("-c,--config", recipe_path, "Recipe (YAML); every key has a default");
   finetune->add_option("--set", finetune_args.overrides, "Override a recipe key: --set optimizer.lr=2e-5 (repeatable)");
   finetune->add_flag("--resume", finetune_args.resume, "Continue from the newest checkpoint in the output folder");
