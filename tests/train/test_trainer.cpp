@@ -32,8 +32,16 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   auto checkpoints = list_checkpoints(dir_ / "run");
   ASSERT_EQ(checkpoints.size(), 2u);
   EXPECT_EQ(checkpoints.back().filename(), "checkpoint-000006");
-  EXPECT_EQ(result.final_model, checkpoints.back());
   EXPECT_NO_THROW(model::CausalLM::from_pretrained(checkpoints.back()));
+  // The final model is the last checkpoint's HF folder without the training state (3x the model), so that
+  // uploading it uploads the model only.
+  EXPECT_EQ(result.final_model, dir_ / "run" / "final-model");
+  EXPECT_TRUE(std::filesystem::exists(result.final_model / "config.json"));
+  for (const char* state : {"training_state.safetensors", "trainer_state.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(checkpoints.back() / state)) << state;
+    EXPECT_FALSE(std::filesystem::exists(result.final_model / state)) << state;
+  }
+  EXPECT_NO_THROW(model::CausalLM::from_pretrained(result.final_model));
   EXPECT_FALSE(std::filesystem::is_empty(dir_ / "run" / "tensorboard"));
   // Nothing half-written is left behind.
   for (const auto& item : std::filesystem::directory_iterator(dir_ / "run"))

@@ -11,6 +11,7 @@
 #include "moetune/io/atomic_file.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/safetensors.h"
+#include "moetune/train/final_model.h"
 
 namespace moetune::train {
 
@@ -105,7 +106,7 @@ std::vector<fs::path> list_checkpoints(const fs::path& output) {
   for (const auto& item : fs::directory_iterator(output)) {
     const std::optional<int64_t> step = checkpoint_step(item.path().filename().string());
     // By number: as strings, checkpoint-1000000 sorts before checkpoint-999999.
-    if (step && item.is_directory() && fs::is_regular_file(item.path() / "trainer_state.json")) found.emplace_back(*step, item.path());
+    if (step && item.is_directory() && fs::is_regular_file(item.path() / kTrainerStateFile)) found.emplace_back(*step, item.path());
   }
   std::sort(found.begin(), found.end());
   std::vector<fs::path> checkpoints;
@@ -253,11 +254,11 @@ void Trainer::save_checkpoint(bool final) {
   engine_->save_pretrained(temporary);
   // The exact state: parameters in their training precision (the HF files may be bf16), AdamW moments, step
   // and data position.
-  io::save_safetensors(temporary / "training_state.safetensors", engine_->training_state());
+  io::save_safetensors(temporary / kTrainingStateFile, engine_->training_state());
   const json trainer_state = {{"step", step_}, {"total_steps", total_steps_}, {"optimizer_steps", engine_->optimizer_steps()},
                               {"data_epoch", train_data_->position().epoch}, {"data_cursor", train_data_->position().cursor},
                               {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"recipe", recipe_.json}};
-  io::write_text_atomically(temporary / "trainer_state.json", trainer_state.dump(2) + "\n");
+  io::write_text_atomically(temporary / kTrainerStateFile, trainer_state.dump(2) + "\n");
   if (fs::exists(target)) fs::remove_all(target);
   fs::rename(temporary, target);  // the checkpoint appears whole or not at all
   last_checkpoint_ = target;
@@ -285,7 +286,7 @@ void Trainer::resume_from_newest_checkpoint() {
 }
 
 void Trainer::restore_checkpoint(const fs::path& checkpoint) {
-  const fs::path state_path = checkpoint / "trainer_state.json";
+  const fs::path state_path = checkpoint / kTrainerStateFile;
   const json state = io::read_json_file(state_path);
   constexpr int64_t kMax = int64_t(1) << 62;
   const int64_t step = state_field(state, state_path, "step", 0, kMax);
@@ -293,7 +294,7 @@ void Trainer::restore_checkpoint(const fs::path& checkpoint) {
   const data::DataPosition position{state_field(state, state_path, "data_epoch", 0, kMax),
                                     state_field(state, state_path, "data_cursor", 0, train_data_->size())};
   const int64_t skipped = state_field(state, state_path, "skipped_lines", 0, kMax);
-  const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / "training_state.safetensors");
+  const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / kTrainingStateFile);
   with_context(tensors.path().string(), [&] { engine_->restore_training_state(tensors, optimizer_steps); });
   step_ = step;
   train_data_->restore(position, skipped);
@@ -352,6 +353,11 @@ TrainResult Trainer::run() {
   }
   result.steps = step_;
   result.final_model = last_checkpoint_;
+  if (!result.interrupted && r.output.save_final) {
+    result.final_model = output_ / "final-model";
+    export_final_model(last_checkpoint_, result.final_model);
+    std::fprintf(stderr, "final model (without the training state): %s\n", result.final_model.string().c_str());
+  }
   return result;
 }
 
