@@ -7,6 +7,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/data/text_codec.h"
+#include "moetune/io/hub_cache.h"
 #include "moetune/io/json_file.h"
 #include "moetune/model/generate.h"
 #include "moetune/train/trainer.h"
@@ -107,6 +108,7 @@ namespace {
 int run_recipe(const FinetuneArgs& args) {
   train::Recipe recipe = train::load_recipe(args.recipe, args.overrides);
   train::require_model_and_data(recipe);  // else load_model_text("") would read ./config.json
+  recipe.model = io::resolve_model_folder(recipe.model).string();  // a hub id: its folder in the local HF cache
   train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
   const train::TrainResult result = trainer.run();
   std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",

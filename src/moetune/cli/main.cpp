@@ -10,6 +10,7 @@
 #include "moetune/cli/inspect.h"
 #include "moetune/cli/sizes.h"
 #include "moetune/core/error.h"
+#include "moetune/io/hub_cache.h"
 #include "moetune/model/checkpoint.h"
 
 int main(int argc, char** argv) {
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
+    // Every MODEL_DIR may also be a hub id of the local Hugging Face cache.
+    if (!model_dir.empty()) model_dir = moetune::io::resolve_model_folder(model_dir).string();
+    if (!generate_model.empty()) generate_model = moetune::io::resolve_model_folder(generate_model).string();
     if (*inspect) {
       nlohmann::json report = moetune::cli::inspect_model(model_dir, plan_tokens);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_inspection(report).c_str(), stdout);
