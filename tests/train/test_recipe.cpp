@@ -56,6 +56,13 @@ TEST(Recipe, DataFormatsNameEveryLineShape) {
   EXPECT_NE(error_of("data:\n  format: parquet\n").find("'data.format' is 'parquet', not one of"), std::string::npos);
 }
 
+TEST(Recipe, AuxLossIsConfigOnOrOff) {
+  EXPECT_EQ(parse_recipe("", "t").training.aux_loss, "config");
+  EXPECT_EQ(parse_recipe("", "t", {"training.aux_loss=off"}).training.aux_loss, "off");
+  EXPECT_NE(error_of("training:\n  aux_loss: maybe\n").find("'training.aux_loss' is 'maybe', not one of: config, on, off"),
+            std::string::npos);
+}
+
 TEST(Recipe, WrongTypesAreNamed) {
   EXPECT_NE(error_of("training:\n  micro_batch_size: two\n").find("'training.micro_batch_size' must be an integer"),
             std::string::npos);

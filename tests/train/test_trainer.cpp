@@ -64,6 +64,14 @@ TEST_F(TrainerTest, AFolderOfGzipDataTrainsAsThePlainFile) {
   EXPECT_EQ(plain.size(), 7u);  // 6 steps and the validation loss
 }
 
+// training.aux_loss overrides config.json's output_router_logits (the fixture's is true) without editing it.
+TEST_F(TrainerTest, AuxLossSettingOverridesTheConfig) {
+  Trainer(recipe("off", {"training.aux_loss=off", "training.max_steps=1"}), {}, false).run();
+  Trainer(recipe("on", {"training.aux_loss=on", "training.max_steps=1"}), {}, false).run();
+  EXPECT_FALSE(metrics("off")[0].contains("aux_loss"));
+  EXPECT_TRUE(metrics("on")[0].contains("aux_loss"));
+}
+
 TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
   Trainer whole(recipe("whole"), {}, false);
   whole.run();

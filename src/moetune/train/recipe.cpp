@@ -19,7 +19,7 @@ constexpr const char* kDefaultRecipe = R"({
   "data": {"train": [], "validation": [], "validation_fraction": 0.0, "format": "auto", "loss_on_prompt": false,
            "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error"},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
-               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0},
+               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config"},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
@@ -158,7 +158,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
             d["packing"], d["shuffle"], d["bad_lines"]};
   const json& t = j["training"];
   r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
-                t["device"], t["max_nonfinite_steps"]};
+                t["device"], t["max_nonfinite_steps"], t["aux_loss"]};
   const json& o = j["optimizer"];
   r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"]};
   const json& s = j["schedule"];
@@ -179,6 +179,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   one_of("data.format", r.data.format, {"auto", "text", "prompt_completion", "messages", "sharegpt", "alpaca", "input_ids"});
   one_of("data.bad_lines", r.data.bad_lines, {"error", "skip"});
   one_of("training.device", r.training.device, {"auto", "cpu", "cuda"});
+  one_of("training.aux_loss", r.training.aux_loss, {"config", "on", "off"});
   one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});
   one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
   require(r.data.max_length >= 2, source, "'data.max_length' must be at least 2");

@@ -36,6 +36,10 @@ struct Recipe {
     // Steps in a row whose loss or gradient norm is NaN/Inf that are skipped (no update) before the run
     // stops with an error; 0 stops at the first. Above 0 needs the CPU engine.
     int64_t max_nonfinite_steps = 0;
+    // The MoE load-balancing (aux) loss, weighted by config.json's router_aux_loss_coef: "config" adds it when
+    // config.json's output_router_logits is true (Qwen3-30B-A3B ships false: no aux loss, so nothing keeps the
+    // experts' load even), "on" or "off" whatever config.json says.
+    std::string aux_loss = "config";
   } training;
 
   struct Optimizer {

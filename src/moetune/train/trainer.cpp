@@ -30,6 +30,12 @@ data::LoaderOptions loader_options(const Recipe& r, bool shuffle) {
           uint64_t(r.training.seed)};
 }
 
+// training.aux_loss: "config" leaves it to config.json's output_router_logits.
+std::optional<bool> aux_loss_setting(const std::string& aux_loss) {
+  if (aux_loss == "config") return std::nullopt;
+  return aux_loss == "on";
+}
+
 void stop_if_requested() {
   if (Trainer::stop_requested.load()) throw StartupInterrupted();
 }
@@ -184,7 +190,8 @@ Trainer::StepStats Trainer::train_step() {
   StepStats stats;
   stats.lr = schedule_.lr(step_);
   for (const data::MicroBatch& micro : batches) {
-    model::Batch batch{micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, double(std::max<int64_t>(scored, 1)), {}};
+    model::Batch batch{micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, double(std::max<int64_t>(scored, 1)),
+                       aux_loss_setting(recipe_.training.aux_loss)};
     const model::CausalLMOutput out = engine_->forward_backward(batch);
     stats.loss += out.lm_loss;
     if (!std::isnan(out.aux_loss)) {
