@@ -58,7 +58,7 @@ TEST(Finetune, ConversationShapesTrain) {
                       "\n");
   testing::write_file(dir / "recipe.yaml", "model: " + (std::filesystem::path(MOETUNE_FIXTURES_DIR) / "../../assets/default/model").string() +
                                                "\ndata:\n  train: " + (dir / "data.jsonl").string() +
-                                               "\n  max_length: 64\ntraining:\n  max_steps: 1\n  micro_batch_size: 1\n"
+                                               "\n  max_length: 64\n  chat_template_kwargs: {enable_thinking: false}\ntraining:\n  max_steps: 1\n  micro_batch_size: 1\n"
                                                "  device: cpu\noutput:\n  dir: " + (dir / "run").string() + "\n");
   testing::RunResult result = testing::run_moetune("finetune -c " + (dir / "recipe.yaml").string());
   ASSERT_EQ(result.status, 0) << result.output;

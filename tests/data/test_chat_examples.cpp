@@ -5,6 +5,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/data/example.h"
+#include "moetune/data/text_codec.h"
 #include "moetune/text/chat_template.h"
 #include "test_util.h"
 
@@ -18,7 +19,9 @@ TextCodec byte_codec(std::shared_ptr<text::ChatTemplate> chat) {
   codec.encode = [](std::string_view text) { return std::vector<int64_t>(text.begin(), text.end()); };
   codec.eos_id = 1;
   codec.vocab_size = 256;
-  codec.render_chat = [chat](const json& messages, bool add_generation_prompt) { return chat->apply(messages, add_generation_prompt); };
+  codec.render_chat = [chat](const json& messages, bool add_generation_prompt, const json& tools) {
+    return chat->apply(messages, add_generation_prompt, tools.is_null() ? json::object() : json{{"tools", tools}});
+  };
   return codec;
 }
 
@@ -73,6 +76,34 @@ TEST(ChatMasks, Qwen3ToolCallTurnsAreScoredWithTheirCalls) {
   EXPECT_EQ(scored_text(e),
             ".<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"P\"}}\n</tool_call><|im_end|>\n."
             "<think>\n\n</think>\n\nSunny.<|im_end|>\n");
+}
+
+// A line's "tools" reach the template (Qwen3 lists them in a system block), in every rendering the masks use.
+TEST(ChatMasks, ALinesToolsReachTheTemplate) {
+  const Example e = example(R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+                                "tools": [{"type": "function", "function": {"name": "w"}}]})");
+  EXPECT_NE(all_text(e).find("# Tools"), std::string::npos) << all_text(e);
+  EXPECT_EQ(scored_text(e), ".<think>\n\n</think>\n\nyo<|im_end|>\n");
+}
+
+// data.chat_template (a file or the text) replaces the model's template; data.chat_template_kwargs are variables
+// of every rendering, beside the line's tools.
+TEST(ChatSettings, ARecipesTemplateAndKwargsReplaceTheModels) {
+  const std::filesystem::path model = std::filesystem::path(MOETUNE_FIXTURES_DIR) / "../../assets/default/model";
+  const std::string source = "{{ greeting }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{{ tools | length }}";
+  const json messages = json::parse(R"([{"role": "user", "content": "x"}])");
+  ModelText text = load_model_text(model, {source, {{"greeting", "hi"}}});
+  EXPECT_EQ(text.codec.render_chat(messages, false, json::array({1, 2})), "hi<user>x2");
+  testing::ScratchDir dir;
+  testing::write_file(dir / "t.jinja", source);
+  text = load_model_text(model, {(dir / "t.jinja").string(), {{"greeting", "yo"}}});
+  EXPECT_EQ(text.codec.render_chat(messages, false, json::array({1})), "yo<user>x1");
+  try {
+    load_model_text(model, {(dir / "missing.jinja").string()});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is neither a file nor template text"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LineShapes, ShareGptIsScoredAsTheSameMessages) {

@@ -15,7 +15,7 @@ TextCodec byte_codec() {
   codec.encode = [](std::string_view text) { return std::vector<int64_t>(text.begin(), text.end()); };
   codec.eos_id = 1;
   codec.vocab_size = 256;
-  codec.render_chat = [](const json& messages, bool add_generation_prompt) {
+  codec.render_chat = [](const json& messages, bool add_generation_prompt, const json&) {
     std::string out;
     for (const json& m : messages) out += "<" + m["role"].get<std::string>() + ">" + m["content"].get<std::string>() + "|";
     return add_generation_prompt ? out + "<assistant>" : out;

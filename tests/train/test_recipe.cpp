@@ -63,6 +63,13 @@ TEST(Recipe, AuxLossIsConfigOnOrOff) {
             std::string::npos);
 }
 
+TEST(Recipe, ChatTemplateKwargsTakeAnyKeys) {
+  const Recipe r = parse_recipe("data:\n  chat_template_kwargs: {enable_thinking: false, reasoning_effort: low}\n", "t");
+  EXPECT_EQ(r.data.chat_template_kwargs, (nlohmann::json{{"enable_thinking", false}, {"reasoning_effort", "low"}}));
+  EXPECT_NE(error_of("data:\n  chat_template_kwargs: 3\n").find("'data.chat_template_kwargs' must be a mapping"),
+            std::string::npos);
+}
+
 TEST(Recipe, WrongTypesAreNamed) {
   EXPECT_NE(error_of("training:\n  micro_batch_size: two\n").find("'training.micro_batch_size' must be an integer"),
             std::string::npos);

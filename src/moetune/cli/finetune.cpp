@@ -92,7 +92,7 @@ double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, i
     data::Json messages = io::parse_json_text<data::Json>(line, test_jsonl.string())["messages"];
     const std::string reference = messages.back()["content"];
     messages.erase(messages.size() - 1);
-    const std::vector<int64_t> prompt = text.codec.encode(text.codec.render_chat(messages, true));
+    const std::vector<int64_t> prompt = text.codec.encode(text.codec.render_chat(messages, true, data::Json()));
     std::vector<int64_t> reply = model::generate(model, prompt, {.max_new_tokens = 8, .stop_ids = text.stop_ids});
     if (!reply.empty() && std::find(text.stop_ids.begin(), text.stop_ids.end(), reply.back()) != text.stop_ids.end())
       reply.pop_back();
@@ -105,11 +105,15 @@ double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, i
 
 namespace {
 
+data::ModelText recipe_model_text(const train::Recipe& recipe) {
+  return data::load_model_text(recipe.model, {recipe.data.chat_template, recipe.data.chat_template_kwargs});
+}
+
 int run_recipe(const FinetuneArgs& args) {
   train::Recipe recipe = train::load_recipe(args.recipe, args.overrides);
   train::require_model_and_data(recipe);  // else load_model_text("") would read ./config.json
   recipe.model = io::resolve_model_folder(recipe.model).string();  // a hub id: its folder in the local HF cache
-  train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
+  train::Trainer trainer(recipe, recipe_model_text(recipe).codec, args.resume);
   const train::TrainResult result = trainer.run();
   std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",
               static_cast<long long>(result.steps), result.final_model.string().c_str());
@@ -130,7 +134,7 @@ int run_default(const FinetuneArgs& args) {
   std::printf("held-out accuracy before: %.1f%% (200 questions it never trains on)\n", 100 * before);
   std::fflush(stdout);  // before the trainer's progress lines on stderr
   const auto start = std::chrono::steady_clock::now();
-  train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
+  train::Trainer trainer(recipe, recipe_model_text(recipe).codec, args.resume);
   const train::TrainResult result = trainer.run();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.final_model.empty()) {

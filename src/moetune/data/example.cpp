@@ -48,13 +48,22 @@ Example tokenize_spans(const std::string& whole, const std::vector<TextSpan>& sp
   return example;
 }
 
+// The chat template with the line's "tools" (when it has them) in every rendering.
+RenderChat renderer(const json& line, const TextCodec& codec) {
+  const json tools = line.contains("tools") ? line["tools"] : json();
+  return [&codec, tools](const json& messages, bool add_generation_prompt) {
+    return codec.render_chat(messages, add_generation_prompt, tools);
+  };
+}
+
 // Assistant turns are scored, the rest is context; the turns are found in the one rendering of the whole
 // conversation (chat_spans.h says how).
-Example chat_example(const json& messages, const TextCodec& codec, bool loss_on_prompt, const char* key) {
+Example chat_example(const json& line, const json& messages, const TextCodec& codec, bool loss_on_prompt, const char* key) {
   require_messages(messages, key);
   require_chat_template(codec, key);
-  const std::string whole = codec.render_chat(messages, false);
-  return tokenize_spans(whole, assistant_spans(messages, codec.render_chat, whole), codec, loss_on_prompt);
+  const RenderChat render = renderer(line, codec);
+  const std::string whole = render(messages, false);
+  return tokenize_spans(whole, assistant_spans(messages, render, whole), codec, loss_on_prompt);
 }
 
 // TRL's conversational prompt/completion: the prompt rendered with the generation prompt is the context, the rest
@@ -67,8 +76,9 @@ Example conversational_prompt_completion(const json& line, const TextCodec& code
   require_chat_template(codec, "prompt");
   json messages = prompt;
   messages.insert(messages.end(), completion.begin(), completion.end());
-  const std::string whole = codec.render_chat(messages, false);
-  const size_t begin = common_prefix_length(codec.render_chat(prompt, true), whole);
+  const RenderChat render = renderer(line, codec);
+  const std::string whole = render(messages, false);
+  const size_t begin = common_prefix_length(render(prompt, true), whole);
   return tokenize_spans(whole, {{begin, whole.size()}}, codec, loss_on_prompt);
 }
 
@@ -124,10 +134,10 @@ Example make_example(const json& line, Format format, const TextCodec& codec, bo
       if (codec.eos_id) append(example, {*codec.eos_id}, true);
       break;
     case Format::Messages:
-      example = chat_example(line.contains("messages") ? line["messages"] : json(), codec, loss_on_prompt, "messages");
+      example = chat_example(line, line.contains("messages") ? line["messages"] : json(), codec, loss_on_prompt, "messages");
       break;
-    case Format::ShareGpt: example = chat_example(sharegpt_messages(line), codec, loss_on_prompt, "conversations"); break;
-    case Format::Alpaca: example = chat_example(alpaca_messages(line), codec, loss_on_prompt, "instruction"); break;
+    case Format::ShareGpt: example = chat_example(line, sharegpt_messages(line), codec, loss_on_prompt, "conversations"); break;
+    case Format::Alpaca: example = chat_example(line, alpaca_messages(line), codec, loss_on_prompt, "instruction"); break;
     case Format::InputIds: {
       auto ids = line.find("input_ids");
       if (ids == line.end() || !ids->is_array()) fail("\"input_ids\" must be a list of token ids");

@@ -30,8 +30,9 @@ Format detect_format(const Json& line);
 struct TextCodec {
   std::function<std::vector<int64_t>(std::string_view)> encode;
   std::optional<int64_t> eos_id;  // appended to text and completions so the model learns to stop
-  // Renders messages with the model's chat template (add_generation_prompt as the second argument).
-  std::function<std::string(const Json&, bool)> render_chat;
+  // Renders messages with the chat template: add_generation_prompt as the second argument, the line's "tools" (or
+  // null) as the third.
+  std::function<std::string(const Json&, bool, const Json&)> render_chat;
   int64_t vocab_size = 0;
 };
 

@@ -17,7 +17,8 @@ using nlohmann::json;
 constexpr const char* kDefaultRecipe = R"({
   "model": "",
   "data": {"train": [], "validation": [], "validation_fraction": 0.0, "format": "auto", "loss_on_prompt": false,
-           "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error"},
+           "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error", "chat_template": "",
+           "chat_template_kwargs": {}},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
                "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config"},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
@@ -106,7 +107,10 @@ void merge(json& target, const json& given, const std::string& path, const std::
     }
     json& slot = target[key];
     if (value.is_null()) continue;  // `key:` with nothing after it keeps the default
-    if (slot.is_object()) {
+    if (slot.is_object() && slot.empty()) {  // a free-form mapping (data.chat_template_kwargs): any keys
+      if (!value.is_object()) fail("{}: '{}' must be a mapping, got {}", source, key_path, io::abbreviated_dump(value));
+      slot = value;
+    } else if (slot.is_object()) {
       merge(slot, value, key_path, source);
     } else if (slot.is_array()) {
       json list = value.is_string() ? json::array({value}) : value;
@@ -155,7 +159,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.model = j["model"];
   const json& d = j["data"];
   r.data = {d["train"], d["validation"], d["validation_fraction"], d["format"], d["loss_on_prompt"], d["max_length"],
-            d["packing"], d["shuffle"], d["bad_lines"]};
+            d["packing"], d["shuffle"], d["bad_lines"], d["chat_template"], d["chat_template_kwargs"]};
   const json& t = j["training"];
   r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
                 t["device"], t["max_nonfinite_steps"], t["aux_loss"]};

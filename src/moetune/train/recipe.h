@@ -24,6 +24,8 @@ struct Recipe {
     bool packing = true;                  // several examples per row, attention kept within each
     bool shuffle = true;
     std::string bad_lines = "error";      // error or skip
+    std::string chat_template;            // a file or the template's text, used instead of the model's
+    nlohmann::json chat_template_kwargs = nlohmann::json::object();  // more template variables: enable_thinking, ...
   } data;
 
   struct Training {
