@@ -2,6 +2,7 @@
 // held-out questions before and after (the README's main command runs the same with 300 steps).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "test_util.h"
@@ -63,6 +64,18 @@ TEST(Finetune, ConversationShapesTrain) {
   testing::RunResult result = testing::run_moetune("finetune -c " + (dir / "recipe.yaml").string());
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("3 lines"), std::string::npos) << result.output;
+}
+
+TEST(Finetune, PrintRecipeShowsTheMergedRecipeWithEveryDefault) {
+  testing::ScratchDir dir;
+  testing::write_file(dir / "recipe.yaml", "optimizer:\n  lr: 2.0e-5\n");
+  testing::RunResult result =
+      testing::run_moetune("finetune --print-recipe -c " + (dir / "recipe.yaml").string() + " --set training.max_steps=7");
+  ASSERT_EQ(result.status, 0) << result.output;
+  const nlohmann::json recipe = nlohmann::json::parse(result.output);
+  EXPECT_EQ(recipe["optimizer"]["lr"], 2.0e-5);
+  EXPECT_EQ(recipe["training"]["max_steps"], 7);
+  EXPECT_EQ(recipe["schedule"]["type"], "cosine");  // a default
 }
 
 TEST(Finetune, BadRecipeIsACleanError) {

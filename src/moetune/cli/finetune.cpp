@@ -161,6 +161,10 @@ bool names_own_job(const FinetuneArgs& args) {
 }  // namespace
 
 int run_finetune(const FinetuneArgs& args) {
+  if (args.print_recipe) {
+    std::printf("%s\n", train::load_recipe(args.recipe, args.overrides).json.dump(2).c_str());
+    return 0;
+  }
   train::Trainer::install_stop_handlers();
   try {
     return names_own_job(args) ? run_recipe(args) : run_default(args);

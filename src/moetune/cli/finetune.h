@@ -13,6 +13,7 @@ struct FinetuneArgs {
   std::filesystem::path recipe;        // empty: the defaults and overrides alone (or the embedded default)
   std::vector<std::string> overrides;  // --set a.b=value
   bool resume = false;
+  bool print_recipe = false;           // print the merged recipe, every default included, and do not train
 };
 
 int run_finetune(const FinetuneArgs& args);

@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   finetune->add_option("-c,--config", recipe_path, "Recipe (YAML); every key has a default");
   finetune->add_option("--set", finetune_args.overrides, "Override a recipe key: --set optimizer.lr=2e-5 (repeatable)");
   finetune->add_flag("--resume", finetune_args.resume, "Continue from the newest checkpoint in the output folder");
+  finetune->add_flag("--print-recipe", finetune_args.print_recipe,
+                     "Print the recipe as the run would use it (file, then --set, every default filled in) and exit");
 
   moetune::cli::GenerateArgs generate_args;
   std::string generate_model;
