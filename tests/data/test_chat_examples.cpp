@@ -68,6 +68,44 @@ TEST(ChatMasks, Qwen3TwoTurnsWithThinkingScoreEachAnswerInTheFullRendering) {
   EXPECT_EQ(scored_text(e), ".a1<|im_end|>\n.<think>\nr2\n</think>\n\na2<|im_end|>\n");
 }
 
+// Every fixture template (Qwen3, Llama 3.1, gpt-oss) scores both answers of a two-turn conversation and no
+// user text.
+TEST(ChatMasks, EveryFixtureTemplateScoresEachAnswer) {
+  for (const char* name : {"qwen3", "llama3_1", "gpt_oss"}) {
+    const auto folder = testing::fixture("chat_templates") / name;
+    const TextCodec codec = byte_codec(std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_folder(folder)));
+    const Example e = make_example(json::parse(R"({"messages": [
+        {"role": "user", "content": "QUESTION1"}, {"role": "assistant", "content": "ANSWER1"},
+        {"role": "user", "content": "QUESTION2"}, {"role": "assistant", "content": "ANSWER2"}]})"),
+                                   Format::Auto, codec, false);
+    const std::string scored = scored_text(e);
+    EXPECT_NE(scored.find("ANSWER1"), std::string::npos) << name << ": " << scored;
+    EXPECT_NE(scored.find("ANSWER2"), std::string::npos) << name << ": " << scored;
+    EXPECT_EQ(scored.find("QUESTION"), std::string::npos) << name << ": " << scored;
+  }
+}
+
+// gpt-oss closes the last answer with <|return|> and earlier ones with <|end|>: the earlier answer's span ends
+// with its content, never inside "<|end|>" (tokenized apart, the special token would split).
+TEST(ChatMasks, GptOssEarlierAnswersEndBeforeADifferentClosingToken) {
+  const TextCodec codec = byte_codec(std::make_shared<text::ChatTemplate>(
+      text::ChatTemplate::from_folder(testing::fixture("chat_templates") / "gpt_oss")));
+  const Example e = make_example(json::parse(R"({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
+      {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]})"), Format::Auto, codec, false);
+  EXPECT_EQ(scored_text(e), ".<|channel|>final<|message|>A1.<|channel|>final<|message|>A2<|return|>");
+}
+
+// Contents as lists of parts (as multimodal datasets write them) are found through their last text part.
+TEST(ChatMasks, ContentAsAListOfPartsIsFound) {
+  const TextCodec codec = byte_codec(std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_string(
+      "{% for m in messages %}<{{ m.role }}>{% for p in m.content %}{{ p.text }}{% endfor %}|{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}")));
+  const Example e = make_example(json::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+      {"role": "assistant", "content": [{"type": "text", "text": "y"}, {"type": "text", "text": "o"}]}]})"),
+                                 Format::Auto, codec, false);
+  EXPECT_EQ(scored_text(e), ".yo|");
+}
+
 TEST(ChatMasks, Qwen3ToolCallTurnsAreScoredWithTheirCalls) {
   const Example e = example(R"({"messages": [
       {"role": "user", "content": "weather?"},

@@ -9,12 +9,17 @@ namespace {
 // text starts with it, and Python's str.strip() (which templates apply to contents) keeps it.
 constexpr const char* kMarker = "\a";
 
+// The messages with the marker at the end of message `turn`'s content: a string, null (a turn of tool calls
+// only), or a list of parts whose last one is {"type": "text", "text": ...}.
 Json with_marked_content(const Json& messages, size_t turn) {
   Json marked = messages;
-  Json& content = marked[turn]["content"];
-  if (content.is_null()) content = "";
-  if (!content.is_string()) fail("message {}: an assistant \"content\" must be a string", turn);
-  content = content.get<std::string>() + kMarker;
+  Json* text = &marked[turn]["content"];
+  if (text->is_null()) *text = "";
+  if (text->is_array() && !text->empty() && text->back().is_object() && text->back().contains("text"))
+    text = &text->back()["text"];
+  if (!text->is_string())
+    fail("message {}: an assistant \"content\" must be a string, or a list of parts ending in a text part", turn);
+  *text = text->get<std::string>() + kMarker;
   return marked;
 }
 
@@ -26,6 +31,17 @@ size_t content_end(const Json& messages, size_t turn, const RenderChat& render, 
 }
 
 Json first(const Json& messages, size_t count) { return Json(std::vector<Json>(messages.begin(), messages.begin() + long(count))); }
+
+// How much of `closing` (the text after the turn's content when the turn is the last) `after` (the text after it
+// in the whole rendering) begins with: all of it, or else its whole lines, or else nothing. A partial match
+// could end inside a special token (gpt-oss closes the last answer with <|return|> and earlier ones with <|end|>:
+// they share "<|"), and tokenizing the pieces apart would split that token.
+size_t closing_in_whole(std::string_view after, std::string_view closing) {
+  const size_t shared = common_prefix_length(after, closing);
+  if (shared == closing.size()) return shared;
+  const size_t line_end = closing.substr(0, shared).rfind('\n');
+  return line_end == std::string_view::npos ? 0 : line_end + 1;
+}
 
 }  // namespace
 
@@ -44,7 +60,7 @@ std::vector<TextSpan> assistant_spans(const Json& messages, const RenderChat& re
     const Json through = first(messages, i + 1);
     const std::string alone = render(through, false);  // the turn as the last one: its closing text follows
     const std::string_view closing = std::string_view(alone).substr(content_end(through, i, render, alone));
-    const size_t end = end_of_content + common_prefix_length(std::string_view(whole).substr(end_of_content), closing);
+    const size_t end = end_of_content + closing_in_whole(std::string_view(whole).substr(end_of_content), closing);
     if (begin > end_of_content || (!spans.empty() && begin < spans.back().end))
       fail("message {}: the chat template renders the assistant turn where it overlaps the turns before it", i);
     spans.push_back({begin, end});

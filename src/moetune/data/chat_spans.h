@@ -28,7 +28,8 @@ using RenderChat = std::function<std::string(const Json&, bool)>;
 //    has a control character appended (the first byte that differs is where the content ends, whatever the
 //    template did to the content before it, e.g. dropping a <think> block);
 //  - end: the content's end plus the closing text the template writes after the turn when it is the last one,
-//    as far as `whole` has the same text there.
+//    when `whole` has that text there (else its whole lines that `whole` has, else none: a partial match could
+//    end inside a special token).
 // It is safe because every position is read from the one full rendering that is tokenized: no piece comes from
 // another rendering. A template that hides the appended character (so the turn cannot be found), or spans that
 // overlap, are an Error.
