@@ -116,6 +116,20 @@ TEST(ChatMasks, Qwen3ToolCallTurnsAreScoredWithTheirCalls) {
             "<think>\n\n</think>\n\nSunny.<|im_end|>\n");
 }
 
+// With enable_thinking false Qwen3's generation prompt holds an empty <think> block that earlier turns of the
+// history do not: the first answer starts where the lines agree, not inside its first "<".
+TEST(ChatMasks, Qwen3WithoutThinkingStartsEachAnswerAtALineBoundary) {
+  const auto path = testing::fixture("chat_templates") / "qwen3" / "chat_template.jinja";
+  const auto chat = std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_string(testing::read_file(path)));
+  TextCodec codec = byte_codec(chat);
+  codec.render_chat = [chat](const json& messages, bool add_generation_prompt, const json&) {
+    return chat->apply(messages, add_generation_prompt, {{"enable_thinking", false}});
+  };
+  const Example e = make_example(json::parse(R"({"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "<b>a1</b>"},
+      {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}]})"), Format::Auto, codec, false);
+  EXPECT_EQ(scored_text(e), ".<b>a1</b><|im_end|>\n.a2<|im_end|>\n");
+}
+
 // A line's "tools" reach the template (Qwen3 lists them in a system block), in every rendering the masks use.
 TEST(ChatMasks, ALinesToolsReachTheTemplate) {
   const Example e = example(R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],

@@ -23,7 +23,8 @@ using RenderChat = std::function<std::string(const Json&, bool)>;
 // The span of each assistant message of `messages` in `whole` (= render(messages, false)), in order: from the end
 // of the generation prompt the template writes before the turn to the end of the turn's closing text (such as
 // "<|im_end|>\n"). Each span is found by rendering variants of the conversation and comparing them with `whole`:
-//  - begin: how far render(messages before the turn, add_generation_prompt) agrees with `whole`;
+//  - begin: the end of render(messages before the turn, add_generation_prompt) when `whole` begins with it, else
+//    the last line break up to which they agree;
 //  - where the turn's content ends: how far `whole` agrees with the rendering in which only this turn's content
 //    has a control character appended (the first byte that differs is where the content ends, whatever the
 //    template did to the content before it, e.g. dropping a <think> block);
