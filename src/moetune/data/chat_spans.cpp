@@ -5,6 +5,12 @@
 namespace moetune::data {
 namespace {
 
+size_t common_prefix_length(std::string_view a, std::string_view b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 // Appended to a turn's content to see where the template puts the content's end. A bell character: no closing
 // text starts with it, and Python's str.strip() (which templates apply to contents) keeps it.
 constexpr const char* kMarker = "\a";
@@ -43,30 +49,24 @@ size_t closing_in_whole(std::string_view after, std::string_view closing) {
   return line_end == std::string_view::npos ? 0 : line_end + 1;
 }
 
+}  // namespace
+
 // How far `whole` begins with `head` (the conversation before a turn with its generation prompt): all of it, or
 // else up to the last line break they share. A generation prompt that differs from the rendering of a turn in
 // the history (Qwen3's with enable_thinking false adds an empty <think> block) shares no partial piece of it then:
 // "<think>" and an answer starting with "<b>" share "<", which would start the answer inside a token.
-size_t shared_head(std::string_view head, std::string_view whole) {
+size_t generation_prompt_end(std::string_view head, std::string_view whole) {
   const size_t shared = common_prefix_length(head, whole);
   if (shared == head.size()) return shared;
   const size_t line_end = head.substr(0, shared).rfind('\n');
   return line_end == std::string_view::npos ? shared : line_end + 1;
 }
 
-}  // namespace
-
-size_t common_prefix_length(std::string_view a, std::string_view b) {
-  size_t n = 0;
-  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
-  return n;
-}
-
 std::vector<TextSpan> assistant_spans(const Json& messages, const RenderChat& render, const std::string& whole) {
   std::vector<TextSpan> spans;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i]["role"] != "assistant") continue;
-    const size_t begin = shared_head(render(first(messages, i), true), whole);
+    const size_t begin = generation_prompt_end(render(first(messages, i), true), whole);
     const size_t end_of_content = content_end(messages, i, render, whole);
     const Json through = first(messages, i + 1);
     const std::string alone = render(through, false);  // the turn as the last one: its closing text follows

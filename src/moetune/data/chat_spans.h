@@ -36,7 +36,9 @@ using RenderChat = std::function<std::string(const Json&, bool)>;
 // overlap, are an Error.
 std::vector<TextSpan> assistant_spans(const Json& messages, const RenderChat& render, const std::string& whole);
 
-// The length of the longest common prefix of a and b.
-size_t common_prefix_length(std::string_view a, std::string_view b);
+// Where the assistant's text starts in `whole`, given `head`: the conversation before the turn rendered with the
+// generation prompt. The end of `head` when `whole` begins with it, else the last line break up to which they
+// agree (a generation prompt that differs from the history's turns shares no partial token with them).
+size_t generation_prompt_end(std::string_view head, std::string_view whole);
 
 }  // namespace moetune::data

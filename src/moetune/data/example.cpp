@@ -78,7 +78,7 @@ Example conversational_prompt_completion(const json& line, const TextCodec& code
   messages.insert(messages.end(), completion.begin(), completion.end());
   const RenderChat render = renderer(line, codec);
   const std::string whole = render(messages, false);
-  const size_t begin = common_prefix_length(render(prompt, true), whole);
+  const size_t begin = generation_prompt_end(render(prompt, true), whole);
   return tokenize_spans(whole, {{begin, whole.size()}}, codec, loss_on_prompt);
 }
 
