@@ -22,6 +22,13 @@ const std::string& string_field(const json& line, const char* key) {
   return found->get_ref<const std::string&>();
 }
 
+// The end of a text: the post_processor's closing tokens, then EOS unless they (or the text) end with it already,
+// as TRL adds it.
+void close_text(Example& example, const TextCodec& codec) {
+  append(example, codec.suffix_ids, true);
+  if (codec.eos_id && (example.ids.empty() || example.ids.back() != *codec.eos_id)) append(example, {*codec.eos_id}, true);
+}
+
 void require_chat_template(const TextCodec& codec, const char* key) {
   if (!codec.render_chat) fail("\"{}\" lines need the model's chat template, and the model folder has none", key);
 }
@@ -121,17 +128,19 @@ Example make_example(const json& line, Format format, const TextCodec& codec, bo
   switch (format) {
     case Format::Auto: break;
     case Format::Text:
+      append(example, codec.prefix_ids, true);
       append(example, codec.encode(string_field(line, "text")), true);
-      if (codec.eos_id) append(example, {*codec.eos_id}, true);
+      close_text(example, codec);
       break;
     case Format::PromptCompletion:
       if (line.contains("prompt") && line["prompt"].is_array()) {
         example = conversational_prompt_completion(line, codec, loss_on_prompt);
         break;
       }
+      append(example, codec.prefix_ids, loss_on_prompt);
       append(example, codec.encode(string_field(line, "prompt")), loss_on_prompt);
       append(example, codec.encode(string_field(line, "completion")), true);
-      if (codec.eos_id) append(example, {*codec.eos_id}, true);
+      close_text(example, codec);
       break;
     case Format::Messages:
       example = chat_example(line, line.contains("messages") ? line["messages"] : json(), codec, loss_on_prompt, "messages");

@@ -30,6 +30,10 @@ Format detect_format(const Json& line);
 struct TextCodec {
   std::function<std::vector<int64_t>(std::string_view)> encode;
   std::optional<int64_t> eos_id;  // appended to text and completions so the model learns to stop
+  // The special tokens the tokenizer's post_processor puts around a text (Llama-3's BOS before it), as
+  // transformers' tokenizer(text) adds them: around `text` lines and string prompt + completion. Chat templates
+  // write their own.
+  std::vector<int64_t> prefix_ids, suffix_ids;
   // Renders messages with the chat template: add_generation_prompt as the second argument, the line's "tools" (or
   // null) as the third.
   std::function<std::string(const Json&, bool, const Json&)> render_chat;

@@ -66,6 +66,8 @@ ModelText load_model_text(const fs::path& folder, const ChatSettings& settings) 
     if (auto eos = special_token(folder, "eos_token"))
       if (auto id = text.tokenizer->token_to_id(*eos)) text.stop_ids.push_back(*id);
   if (!text.stop_ids.empty()) text.codec.eos_id = text.stop_ids.front();
+  text.codec.prefix_ids.assign(text.tokenizer->prefix_ids().begin(), text.tokenizer->prefix_ids().end());
+  text.codec.suffix_ids.assign(text.tokenizer->suffix_ids().begin(), text.tokenizer->suffix_ids().end());
   std::shared_ptr<text::ChatTemplate> chat;
   if (!settings.chat_template.empty()) chat = template_override(folder, settings.chat_template);
   else if (has_chat_template(folder)) chat = std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_folder(folder));
