@@ -15,7 +15,7 @@ TextCodec byte_codec() {
   codec.encode = [](std::string_view text) { return std::vector<int64_t>(text.begin(), text.end()); };
   codec.eos_id = 1;
   codec.vocab_size = 256;
-  codec.render_chat = [](const json& messages, bool add_generation_prompt) {
+  codec.render_chat = [](const json& messages, bool add_generation_prompt, const json&) {
     std::string out;
     for (const json& m : messages) out += "<" + m["role"].get<std::string>() + ">" + m["content"].get<std::string>() + "|";
     return add_generation_prompt ? out + "<assistant>" : out;
@@ -36,6 +36,19 @@ TEST(Example, PromptCompletionScoresTheCompletionAndEos) {
   EXPECT_EQ(scored_text(e), "2+2=4$");
 }
 
+// A tokenizer whose post_processor puts a BOS (2) before a text and an EOS (1) after it (Llama-3 puts the BOS only):
+// text and prompt + completion lines get them as transformers' tokenizer(text) gives them, and no second EOS.
+TEST(Example, TextGetsThePostProcessorsSpecialTokens) {
+  TextCodec codec = byte_codec();
+  codec.prefix_ids = {2};
+  codec.suffix_ids = {1};
+  Example e = make_example(json::parse(R"({"text": "ab"})"), Format::Auto, codec, false);
+  EXPECT_EQ(e.ids, (std::vector<int64_t>{2, 'a', 'b', 1}));
+  e = make_example(json::parse(R"({"prompt": "2+2=", "completion": "4"})"), Format::Auto, codec, false);
+  EXPECT_EQ(e.ids, (std::vector<int64_t>{2, '2', '+', '2', '=', '4', 1}));
+  EXPECT_EQ(scored_text(e), ".....4$");
+}
+
 TEST(Example, MessagesScoreAssistantTurnsOnly) {
   const json line = json::parse(R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
                                                  {"role": "user", "content": "ok"}, {"role": "assistant", "content": "k"}]})");
@@ -52,7 +65,7 @@ TEST(Example, BadLinesSayWhy) {
     }
     return std::string();
   };
-  EXPECT_NE(error(R"({"title": "x"})").find("none of the keys"), std::string::npos);
+  EXPECT_NE(error(R"({"title": "x"})").find("its keys are \"title\""), std::string::npos);
   EXPECT_NE(error(R"({"text": 5})").find("\"text\" must be a string"), std::string::npos);
   EXPECT_NE(error(R"({"input_ids": [1, 300]})").find("token id 300"), std::string::npos);
   EXPECT_NE(error(R"({"input_ids": [7]})").find("fewer than two tokens"), std::string::npos);

@@ -66,7 +66,7 @@ TEST(HostileFuzz, DataLinesNeverCrash) {
       R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"};
   data::TextCodec codec;
   codec.encode = [](std::string_view text) { return std::vector<int64_t>(text.begin(), text.end()); };
-  codec.render_chat = [](const data::Json& messages, bool) { return messages.dump(); };
+  codec.render_chat = [](const data::Json& messages, bool, const data::Json&) { return messages.dump(); };
   codec.vocab_size = 256;
   fuzz("data line", seeds, testing::fuzz_iterations(3000), 5, [&](const std::string& input) {
     data::make_example(io::parse_json_text<data::Json>(input, ""), data::Format::Auto, codec, false);

@@ -8,7 +8,8 @@ Two byte-level BPE tokenizers are trained here on a small built-in corpus:
   gpt2_style/tokenizer.json  no normalizer; ByteLevel(use_regex=True) alone, as GPT-2; merges in the legacy
                              "a b" spelling; <|endoftext|> inside the model vocabulary, as GPT-2 has it.
 cases.json holds the test strings (a JSON list, since they contain newlines and \\r) and, per tokenizer, the ids of
-`encode(text, add_special_tokens=False)` and the text `decode(ids)` gives back (with and without special tokens).
+`encode(text, add_special_tokens=False)`, those of `encode(text)` (with the post_processor's special tokens) and the
+text `decode(ids)` gives back (with and without special tokens).
 It also holds variants: a base tokenizer plus [JSON pointer, value] edits (another regex, add_prefix_space,
 ignore_merges, no normalizer), which the C++ test applies to the base file the same way.
 
@@ -221,6 +222,19 @@ VARIANTS = {
         ["/normalizer", None],
         ["/pre_tokenizer", split_sequence({"String": "\n"}, {"Regex": QWEN_PATTERN})],
     ]),
+    # Llama-3's post_processor: Sequence[ByteLevel, TemplateProcessing] putting a BOS before the text (and, to
+    # check the order, an EOS after it).
+    "llama3_template_processing": ("qwen_style", [
+        ["/post_processor", {"type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+            {"type": "TemplateProcessing",
+             "single": [{"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                        {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+             "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+             "special_tokens": {"<|im_start|>": {"id": "<|im_start|>", "ids": [1401], "tokens": ["<|im_start|>"]},
+                                "<|endoftext|>": {"id": "<|endoftext|>", "ids": [1400], "tokens": ["<|endoftext|>"]}}},
+        ]}],
+    ]),
     # A normalizer Sequence holding NFC, and ByteLevel with its own regex after the Split.
     "nfc_sequence_byte_level_regex": ("qwen_style", [
         ["/normalizer", {"type": "Sequence", "normalizers": [{"type": "NFC"}]}],
@@ -247,7 +261,8 @@ def expectations(tokenizer):
     results = []
     for text in CASES:
         ids = tokenizer.encode(text, add_special_tokens=False).ids
-        results.append({"ids": ids, "decoded": tokenizer.decode(ids, skip_special_tokens=False),
+        results.append({"ids": ids, "ids_with_special_tokens": tokenizer.encode(text).ids,
+                        "decoded": tokenizer.decode(ids, skip_special_tokens=False),
                         "decoded_skip_special": tokenizer.decode(ids, skip_special_tokens=True)})
     return results
 

@@ -53,6 +53,7 @@ TEST_P(HfParity, EveryCaseGivesHfIdsAndDecodesToHfText) {
     const auto ids = expected[i]["ids"].get<std::vector<int32_t>>();
     SCOPED_TRACE("case " + std::to_string(i) + ": " + json(text).dump());
     EXPECT_EQ(tokenizer.encode(text), ids);
+    EXPECT_EQ(tokenizer.encode_with_special_tokens(text), expected[i]["ids_with_special_tokens"].get<std::vector<int32_t>>());
     EXPECT_EQ(tokenizer.decode(ids), expected[i]["decoded"].get<std::string>());
     EXPECT_EQ(tokenizer.decode(ids, /*skip_special_tokens=*/true),
               expected[i]["decoded_skip_special"].get<std::string>());
@@ -71,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, HfParity, ::testing::ValuesIn(tokenizer_nam
 TEST(Tokenizer, CoversTheCasesAndVariantsMeantToBeChecked) {
   EXPECT_GE(cases()["texts"].size(), 60u);
   for (const char* name : {"qwen_style", "gpt2_style", "gpt2_prefix_space_ignore_merges", "llama3_regex",
-                           "no_normalizer_string_split", "nfc_sequence_byte_level_regex"})
+                           "no_normalizer_string_split", "nfc_sequence_byte_level_regex", "llama3_template_processing"})
     EXPECT_TRUE(cases()["tokenizers"].contains(name)) << name;
 }
 
@@ -278,6 +279,12 @@ TEST(TokenizerErrors, UnsupportedComponentsNameTheKeyAndValue) {
                {"normalizer.normalizers[1].type: \"Lowercase\" is not supported"});
   expect_names(load_error("/pre_tokenizer", {{"type", "Metaspace"}}), {"pre_tokenizer.type: \"Metaspace\""});
   expect_names(load_error("/pre_tokenizer", nullptr), {"pre_tokenizer: null is not supported"});
+  expect_names(load_error("/post_processor", {{"type", "RobertaProcessing"}}),
+               {"post_processor.type: \"RobertaProcessing\" is not supported", "TemplateProcessing"});
+  expect_names(load_error("/post_processor", json::parse(R"({"type": "TemplateProcessing", "single":
+                   [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                   "special_tokens": {}})")),
+               {"post_processor.special_tokens.<s>: missing"});
   expect_names(load_error("/decoder", {{"type", "WordPiece"}}), {"decoder.type: \"WordPiece\" is not supported"});
   expect_names(load_error("/decoder", nullptr), {"decoder: null is not supported"});
 

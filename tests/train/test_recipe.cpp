@@ -50,6 +50,26 @@ TEST(Recipe, UnknownKeysAreNamed) {
   EXPECT_NE(error_of("", {"optimizer.lr.x=1"}).find("'optimizer.lr'"), std::string::npos);
 }
 
+TEST(Recipe, DataFormatsNameEveryLineShape) {
+  for (const char* format : {"auto", "text", "prompt_completion", "messages", "sharegpt", "alpaca", "input_ids"})
+    EXPECT_EQ(parse_recipe("", "t", {std::string("data.format=") + format}).data.format, format);
+  EXPECT_NE(error_of("data:\n  format: parquet\n").find("'data.format' is 'parquet', not one of"), std::string::npos);
+}
+
+TEST(Recipe, AuxLossIsConfigOnOrOff) {
+  EXPECT_EQ(parse_recipe("", "t").training.aux_loss, "config");
+  EXPECT_EQ(parse_recipe("", "t", {"training.aux_loss=off"}).training.aux_loss, "off");
+  EXPECT_NE(error_of("training:\n  aux_loss: maybe\n").find("'training.aux_loss' is 'maybe', not one of: config, on, off"),
+            std::string::npos);
+}
+
+TEST(Recipe, ChatTemplateKwargsTakeAnyKeys) {
+  const Recipe r = parse_recipe("data:\n  chat_template_kwargs: {enable_thinking: false, reasoning_effort: low}\n", "t");
+  EXPECT_EQ(r.data.chat_template_kwargs, (nlohmann::json{{"enable_thinking", false}, {"reasoning_effort", "low"}}));
+  EXPECT_NE(error_of("data:\n  chat_template_kwargs: 3\n").find("'data.chat_template_kwargs' must be a mapping"),
+            std::string::npos);
+}
+
 TEST(Recipe, WrongTypesAreNamed) {
   EXPECT_NE(error_of("training:\n  micro_batch_size: two\n").find("'training.micro_batch_size' must be an integer"),
             std::string::npos);

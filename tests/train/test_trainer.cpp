@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <zlib.h>
 
 #include "moetune/train/trainer.h"
 #include "test_util.h"
@@ -31,8 +32,16 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   auto checkpoints = list_checkpoints(dir_ / "run");
   ASSERT_EQ(checkpoints.size(), 2u);
   EXPECT_EQ(checkpoints.back().filename(), "checkpoint-000006");
-  EXPECT_EQ(result.final_model, checkpoints.back());
   EXPECT_NO_THROW(model::CausalLM::from_pretrained(checkpoints.back()));
+  // The final model is the last checkpoint's HF folder without the training state (3x the model), so that
+  // uploading it uploads the model only.
+  EXPECT_EQ(result.final_model, dir_ / "run" / "final-model");
+  EXPECT_TRUE(std::filesystem::exists(result.final_model / "config.json"));
+  for (const char* state : {"training_state.safetensors", "trainer_state.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(checkpoints.back() / state)) << state;
+    EXPECT_FALSE(std::filesystem::exists(result.final_model / state)) << state;
+  }
+  EXPECT_NO_THROW(model::CausalLM::from_pretrained(result.final_model));
   EXPECT_FALSE(std::filesystem::is_empty(dir_ / "run" / "tensorboard"));
   // Nothing half-written is left behind.
   for (const auto& item : std::filesystem::directory_iterator(dir_ / "run"))
@@ -54,6 +63,30 @@ TEST_F(TrainerTest, FinetunesTheNewFamilies) {
     EXPECT_NO_THROW(model::CausalLM::from_pretrained(result.final_model));
     EXPECT_NE(testing::read_file(result.final_model / "config.json").find(architecture), std::string::npos);
   }
+}
+
+// data.train naming a folder that holds the data gzip-compressed trains on the same lines as the plain file.
+TEST_F(TrainerTest, AFolderOfGzipDataTrainsAsThePlainFile) {
+  std::filesystem::create_directories(dir_ / "folder");
+  const std::string text = testing::read_file(dir_ / "train.jsonl");
+  gzFile out = gzopen((dir_ / "folder" / "train.jsonl.gz").c_str(), "wb");
+  ASSERT_EQ(gzwrite(out, text.data(), unsigned(text.size())), int(text.size()));
+  gzclose(out);
+  Trainer(recipe("plain"), {}, false).run();
+  Trainer(recipe("gz", {"data.train=" + (dir_ / "folder").string()}), {}, false).run();
+  std::vector<double> plain, gz;
+  for (const json& r : metrics("plain")) plain.push_back(r["loss"]);
+  for (const json& r : metrics("gz")) gz.push_back(r["loss"]);
+  EXPECT_EQ(gz, plain);
+  EXPECT_EQ(plain.size(), 7u);  // 6 steps and the validation loss
+}
+
+// training.aux_loss overrides config.json's output_router_logits (the fixture's is true) without editing it.
+TEST_F(TrainerTest, AuxLossSettingOverridesTheConfig) {
+  Trainer(recipe("off", {"training.aux_loss=off", "training.max_steps=1"}), {}, false).run();
+  Trainer(recipe("on", {"training.aux_loss=on", "training.max_steps=1"}), {}, false).run();
+  EXPECT_FALSE(metrics("off")[0].contains("aux_loss"));
+  EXPECT_TRUE(metrics("on")[0].contains("aux_loss"));
 }
 
 TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {

@@ -7,6 +7,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/data/text_codec.h"
+#include "moetune/io/hub_cache.h"
 #include "moetune/io/json_file.h"
 #include "moetune/model/generate.h"
 #include "moetune/train/trainer.h"
@@ -91,7 +92,7 @@ double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, i
     data::Json messages = io::parse_json_text<data::Json>(line, test_jsonl.string())["messages"];
     const std::string reference = messages.back()["content"];
     messages.erase(messages.size() - 1);
-    const std::vector<int64_t> prompt = text.codec.encode(text.codec.render_chat(messages, true));
+    const std::vector<int64_t> prompt = text.codec.encode(text.codec.render_chat(messages, true, data::Json()));
     std::vector<int64_t> reply = model::generate(model, prompt, {.max_new_tokens = 8, .stop_ids = text.stop_ids});
     if (!reply.empty() && std::find(text.stop_ids.begin(), text.stop_ids.end(), reply.back()) != text.stop_ids.end())
       reply.pop_back();
@@ -104,10 +105,15 @@ double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, i
 
 namespace {
 
+data::ModelText recipe_model_text(const train::Recipe& recipe) {
+  return data::load_model_text(recipe.model, {recipe.data.chat_template, recipe.data.chat_template_kwargs});
+}
+
 int run_recipe(const FinetuneArgs& args) {
   train::Recipe recipe = train::load_recipe(args.recipe, args.overrides);
   train::require_model_and_data(recipe);  // else load_model_text("") would read ./config.json
-  train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
+  recipe.model = io::resolve_model_folder(recipe.model).string();  // a hub id: its folder in the local HF cache
+  train::Trainer trainer(recipe, recipe_model_text(recipe).codec, args.resume);
   const train::TrainResult result = trainer.run();
   std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",
               static_cast<long long>(result.steps), result.final_model.string().c_str());
@@ -128,7 +134,7 @@ int run_default(const FinetuneArgs& args) {
   std::printf("held-out accuracy before: %.1f%% (200 questions it never trains on)\n", 100 * before);
   std::fflush(stdout);  // before the trainer's progress lines on stderr
   const auto start = std::chrono::steady_clock::now();
-  train::Trainer trainer(recipe, data::load_model_text(recipe.model).codec, args.resume);
+  train::Trainer trainer(recipe, recipe_model_text(recipe).codec, args.resume);
   const train::TrainResult result = trainer.run();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.final_model.empty()) {
@@ -141,12 +147,27 @@ int run_default(const FinetuneArgs& args) {
   return 0;
 }
 
+// A run that names its model or training data is the user's own job, with or without a recipe file: the embedded
+// default's bundled task and accuracy test mean nothing for another model.
+bool names_own_job(const FinetuneArgs& args) {
+  if (!args.recipe.empty()) return true;
+  for (const std::string& assignment : args.overrides) {
+    const std::string key = assignment.substr(0, assignment.find('='));
+    if (key == "model" || key == "data.train") return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int run_finetune(const FinetuneArgs& args) {
+  if (args.print_recipe) {
+    std::printf("%s\n", train::load_recipe(args.recipe, args.overrides).json.dump(2).c_str());
+    return 0;
+  }
   train::Trainer::install_stop_handlers();
   try {
-    return args.recipe.empty() ? run_default(args) : run_recipe(args);
+    return names_own_job(args) ? run_recipe(args) : run_default(args);
   } catch (const train::StartupInterrupted& e) {
     std::fprintf(stderr, "moetune: %s\n", e.what());
     return kInterruptedStatus;

@@ -1,5 +1,6 @@
-// `moetune finetune`: a recipe (or, with none, the embedded default: a tiny MoE learning a bundled task, with its
-// held-out accuracy measured before and after) through the trainer.
+// `moetune finetune`: a recipe (or, with neither a recipe nor a `--set model=`/`--set data.train=`, the embedded
+// default: a tiny MoE learning a bundled task, with its held-out accuracy measured before and after) through the
+// trainer.
 #pragma once
 
 #include <filesystem>
@@ -9,9 +10,10 @@
 namespace moetune::cli {
 
 struct FinetuneArgs {
-  std::filesystem::path recipe;        // empty: the embedded default
+  std::filesystem::path recipe;        // empty: the defaults and overrides alone (or the embedded default)
   std::vector<std::string> overrides;  // --set a.b=value
   bool resume = false;
+  bool print_recipe = false;           // print the merged recipe, every default included, and do not train
 };
 
 int run_finetune(const FinetuneArgs& args);

@@ -26,7 +26,7 @@ std::string run_generate(const GenerateArgs& args) {
   std::string prompt = args.prompt;
   if (args.chat) {
     if (!text.codec.render_chat) fail("{}: --chat, but the model has no chat template", args.model.string());
-    prompt = text.codec.render_chat(data::Json::array({{{"role", "user"}, {"content", args.prompt}}}), true);
+    prompt = text.codec.render_chat(data::Json::array({{{"role", "user"}, {"content", args.prompt}}}), true, data::Json());
   }
   model::CausalLM model = model::CausalLM::from_pretrained(args.model);
   model::GenerateOptions options = args.options;

@@ -10,6 +10,7 @@
 #include "moetune/cli/inspect.h"
 #include "moetune/cli/sizes.h"
 #include "moetune/core/error.h"
+#include "moetune/io/hub_cache.h"
 #include "moetune/model/checkpoint.h"
 
 int main(int argc, char** argv) {
@@ -49,10 +50,13 @@ int main(int argc, char** argv) {
   moetune::cli::FinetuneArgs finetune_args;
   std::string recipe_path;
   CLI::App* finetune = app.add_subcommand(
-      "finetune", "Fine-tune a model from a recipe; with no recipe, the embedded default (a tiny MoE learns a task)");
+      "finetune", "Fine-tune a model from a recipe (or --set model=... --set data.train=...); with neither, the embedded "
+      "default (a tiny MoE learns a task)");
   finetune->add_option("-c,--config", recipe_path, "Recipe (YAML); every key has a default");
   finetune->add_option("--set", finetune_args.overrides, "Override a recipe key: --set optimizer.lr=2e-5 (repeatable)");
   finetune->add_flag("--resume", finetune_args.resume, "Continue from the newest checkpoint in the output folder");
+  finetune->add_flag("--print-recipe", finetune_args.print_recipe,
+                     "Print the recipe as the run would use it (file, then --set, every default filled in) and exit");
 
   moetune::cli::GenerateArgs generate_args;
   std::string generate_model;
@@ -67,6 +71,9 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
+    // Every MODEL_DIR may also be a hub id of the local Hugging Face cache.
+    if (!model_dir.empty()) model_dir = moetune::io::resolve_model_folder(model_dir).string();
+    if (!generate_model.empty()) generate_model = moetune::io::resolve_model_folder(generate_model).string();
     if (*inspect) {
       nlohmann::json report = moetune::cli::inspect_model(model_dir, plan_tokens);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_inspection(report).c_str(), stdout);

@@ -1,6 +1,8 @@
 #include "moetune/data/example.h"
 
 #include "moetune/core/error.h"
+#include "moetune/data/chat_spans.h"
+#include "moetune/data/line_shapes.h"
 #include "moetune/io/json_file.h"
 
 namespace moetune::data {
@@ -20,32 +22,77 @@ const std::string& string_field(const json& line, const char* key) {
   return found->get_ref<const std::string&>();
 }
 
-// Assistant turns are scored, the rest is context. Each assistant turn is found by rendering the conversation up
-// to it twice — with the generation prompt (its context) and with the turn (its text) — so the template decides
-// where every turn starts and ends; the pieces are tokenized one by one.
-Example chat_example(const json& messages, const TextCodec& codec, bool loss_on_prompt) {
-  if (!messages.is_array() || messages.empty()) fail("\"messages\" must be a non-empty list");
-  if (!codec.render_chat) fail("\"messages\" lines need the model's chat template, and the model folder has none");
+// The end of a text: the post_processor's closing tokens, then EOS unless they (or the text) end with it already,
+// as TRL adds it.
+void close_text(Example& example, const TextCodec& codec) {
+  append(example, codec.suffix_ids, true);
+  if (codec.eos_id && (example.ids.empty() || example.ids.back() != *codec.eos_id)) append(example, {*codec.eos_id}, true);
+}
+
+void require_chat_template(const TextCodec& codec, const char* key) {
+  if (!codec.render_chat) fail("\"{}\" lines need the model's chat template, and the model folder has none", key);
+}
+
+// A non-empty list of messages, each an object with a string "role".
+void require_messages(const json& messages, const char* key) {
+  if (!messages.is_array() || messages.empty()) fail("\"{}\" must be a non-empty list", key);
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (!messages[i].is_object() || !messages[i].contains("role") || !messages[i]["role"].is_string())
+      fail("{}[{}] has no \"role\"", key, i);
+}
+
+// `whole` tokenized piece by piece: the spans scored, the text around them context.
+Example tokenize_spans(const std::string& whole, const std::vector<TextSpan>& spans, const TextCodec& codec,
+                       bool loss_on_prompt) {
   Example example;
-  std::string rendered;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const json& message = messages[i];
-    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
-      fail("message {} has no \"role\"", i);
-    if (message["role"] != "assistant") continue;
-    const json before = json(std::vector<json>(messages.begin(), messages.begin() + long(i)));
-    const json through = json(std::vector<json>(messages.begin(), messages.begin() + long(i) + 1));
-    const std::string context = codec.render_chat(before, true), with_turn = codec.render_chat(through, false);
-    if (!context.starts_with(rendered) || !with_turn.starts_with(context))
-      fail("the chat template does not render message {} as an extension of the messages before it", i);
-    append(example, codec.encode(std::string_view(context).substr(rendered.size())), loss_on_prompt);
-    append(example, codec.encode(std::string_view(with_turn).substr(context.size())), true);
-    rendered = with_turn;
+  size_t done = 0;
+  for (const TextSpan& span : spans) {
+    append(example, codec.encode(std::string_view(whole).substr(done, span.begin - done)), loss_on_prompt);
+    append(example, codec.encode(std::string_view(whole).substr(span.begin, span.end - span.begin)), true);
+    done = span.end;
   }
-  const std::string whole = codec.render_chat(messages, false);
-  if (!whole.starts_with(rendered)) fail("the chat template renders the conversation inconsistently");
-  append(example, codec.encode(std::string_view(whole).substr(rendered.size())), loss_on_prompt);
+  append(example, codec.encode(std::string_view(whole).substr(done)), loss_on_prompt);
   return example;
+}
+
+// The chat template with the line's "tools" (when it has them) in every rendering.
+RenderChat renderer(const json& line, const TextCodec& codec) {
+  const json tools = line.contains("tools") ? line["tools"] : json();
+  return [&codec, tools](const json& messages, bool add_generation_prompt) {
+    return codec.render_chat(messages, add_generation_prompt, tools);
+  };
+}
+
+// Assistant turns are scored, the rest is context; the turns are found in the one rendering of the whole
+// conversation (chat_spans.h says how).
+Example chat_example(const json& line, const json& messages, const TextCodec& codec, bool loss_on_prompt, const char* key) {
+  require_messages(messages, key);
+  require_chat_template(codec, key);
+  const RenderChat render = renderer(line, codec);
+  const std::string whole = render(messages, false);
+  return tokenize_spans(whole, assistant_spans(messages, render, whole), codec, loss_on_prompt);
+}
+
+// TRL's conversational prompt/completion: the prompt rendered with the generation prompt is the context, the rest
+// of the rendering of prompt + completion is scored, whatever roles the completion holds.
+Example conversational_prompt_completion(const json& line, const TextCodec& codec, bool loss_on_prompt) {
+  const json& prompt = line["prompt"];
+  const json completion = line.contains("completion") ? line["completion"] : json();
+  require_messages(prompt, "prompt");
+  require_messages(completion, "completion");
+  require_chat_template(codec, "prompt");
+  json messages = prompt;
+  messages.insert(messages.end(), completion.begin(), completion.end());
+  const RenderChat render = renderer(line, codec);
+  const std::string whole = render(messages, false);
+  const size_t begin = generation_prompt_end(render(prompt, true), whole);
+  return tokenize_spans(whole, {{begin, whole.size()}}, codec, loss_on_prompt);
+}
+
+std::string key_list(const json& line) {
+  std::string keys;
+  for (const auto& [key, unused] : line.items()) keys += (keys.empty() ? "\"" : ", \"") + key + "\"";
+  return keys.empty() ? "none" : keys;
 }
 
 }  // namespace
@@ -55,17 +102,23 @@ Format format_from_name(const std::string& name) {
   if (name == "text") return Format::Text;
   if (name == "prompt_completion") return Format::PromptCompletion;
   if (name == "messages") return Format::Messages;
+  if (name == "sharegpt") return Format::ShareGpt;
+  if (name == "alpaca") return Format::Alpaca;
   if (name == "input_ids") return Format::InputIds;
-  fail("data format '{}' is not one of: auto, text, prompt_completion, messages, input_ids", name);
+  fail("data format '{}' is not one of: auto, text, prompt_completion, messages, sharegpt, alpaca, input_ids", name);
 }
 
 Format detect_format(const json& line) {
   if (!line.is_object()) fail("not a JSON object");
   if (line.contains("input_ids")) return Format::InputIds;
   if (line.contains("messages")) return Format::Messages;
+  if (line.contains("conversations")) return Format::ShareGpt;
+  if (line.contains("instruction") && line.contains("output")) return Format::Alpaca;
   if (line.contains("prompt") || line.contains("completion")) return Format::PromptCompletion;
   if (line.contains("text")) return Format::Text;
-  fail("none of the keys \"text\", \"prompt\"/\"completion\", \"messages\", \"input_ids\"");
+  fail("a line of no known shape: its keys are {}; expected \"text\", \"prompt\"/\"completion\", \"messages\", "
+       "\"conversations\" (ShareGPT), \"instruction\"/\"output\" (Alpaca) or \"input_ids\"",
+       key_list(line));
 }
 
 Example make_example(const json& line, Format format, const TextCodec& codec, bool loss_on_prompt) {
@@ -75,15 +128,25 @@ Example make_example(const json& line, Format format, const TextCodec& codec, bo
   switch (format) {
     case Format::Auto: break;
     case Format::Text:
+      append(example, codec.prefix_ids, true);
       append(example, codec.encode(string_field(line, "text")), true);
-      if (codec.eos_id) append(example, {*codec.eos_id}, true);
+      close_text(example, codec);
       break;
     case Format::PromptCompletion:
+      if (line.contains("prompt") && line["prompt"].is_array()) {
+        example = conversational_prompt_completion(line, codec, loss_on_prompt);
+        break;
+      }
+      append(example, codec.prefix_ids, loss_on_prompt);
       append(example, codec.encode(string_field(line, "prompt")), loss_on_prompt);
       append(example, codec.encode(string_field(line, "completion")), true);
-      if (codec.eos_id) append(example, {*codec.eos_id}, true);
+      close_text(example, codec);
       break;
-    case Format::Messages: example = chat_example(line.contains("messages") ? line["messages"] : json(), codec, loss_on_prompt); break;
+    case Format::Messages:
+      example = chat_example(line, line.contains("messages") ? line["messages"] : json(), codec, loss_on_prompt, "messages");
+      break;
+    case Format::ShareGpt: example = chat_example(line, sharegpt_messages(line), codec, loss_on_prompt, "conversations"); break;
+    case Format::Alpaca: example = chat_example(line, alpaca_messages(line), codec, loss_on_prompt, "instruction"); break;
     case Format::InputIds: {
       auto ids = line.find("input_ids");
       if (ids == line.end() || !ids->is_array()) fail("\"input_ids\" must be a list of token ids");

@@ -1,5 +1,6 @@
-// Training examples from JSONL lines: token ids with a mask of the tokens the loss scores. The four line
-// shapes the recipe's data.format names: {"text"}, {"prompt", "completion"}, {"messages"}, {"input_ids"}.
+// Training examples from JSONL lines: token ids with a mask of the tokens the loss scores. The line shapes the
+// recipe's data.format names: {"text"}, {"prompt", "completion"} (strings, or TRL's conversational form: lists of
+// messages), {"messages"}, ShareGPT's {"conversations"}, Alpaca's {"instruction", "input", "output"}, {"input_ids"}.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ struct Example {
   std::vector<uint8_t> scored;  // per token: 1 when it is a label the loss counts
 };
 
-enum class Format { Auto, Text, PromptCompletion, Messages, InputIds };
+enum class Format { Auto, Text, PromptCompletion, Messages, ShareGpt, Alpaca, InputIds };
 Format format_from_name(const std::string& name);
 // The format a line's keys announce; an Error when they announce none.
 Format detect_format(const Json& line);
@@ -29,8 +30,13 @@ Format detect_format(const Json& line);
 struct TextCodec {
   std::function<std::vector<int64_t>(std::string_view)> encode;
   std::optional<int64_t> eos_id;  // appended to text and completions so the model learns to stop
-  // Renders messages with the model's chat template (add_generation_prompt as the second argument).
-  std::function<std::string(const Json&, bool)> render_chat;
+  // The special tokens the tokenizer's post_processor puts around a text (Llama-3's BOS before it), as
+  // transformers' tokenizer(text) adds them: around `text` lines and string prompt + completion. Chat templates
+  // write their own.
+  std::vector<int64_t> prefix_ids, suffix_ids;
+  // Renders messages with the chat template: add_generation_prompt as the second argument, the line's "tools" (or
+  // null) as the third.
+  std::function<std::string(const Json&, bool, const Json&)> render_chat;
   int64_t vocab_size = 0;
 };
 

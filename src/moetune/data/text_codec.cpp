@@ -2,6 +2,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/io/json_file.h"
+#include "moetune/io/regular_file.h"
 #include "moetune/model/model_description.h"
 #include "moetune/text/chat_template.h"
 
@@ -33,9 +34,22 @@ bool has_chat_template(const fs::path& folder) {
   return config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null();
 }
 
+// data.chat_template: a file's text, or the text itself when it is no file but looks like a template.
+std::shared_ptr<text::ChatTemplate> template_override(const fs::path& folder, const std::string& setting) {
+  constexpr uint64_t kMaxTemplateBytes = uint64_t(16) << 20;
+  std::string source = setting, name = "data.chat_template";
+  if (fs::is_regular_file(setting)) {
+    source = io::read_regular_file(setting, "the chat template", kMaxTemplateBytes);
+    name = setting;
+  } else if (setting.find("{{") == std::string::npos && setting.find("{%") == std::string::npos) {
+    fail("data.chat_template: '{}' is neither a file nor template text", setting);
+  }
+  return std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_string(source, name, text::ChatTemplate::special_tokens_of(folder)));
+}
+
 }  // namespace
 
-ModelText load_model_text(const fs::path& folder) {
+ModelText load_model_text(const fs::path& folder, const ChatSettings& settings) {
   ModelText text;
   const model::ModelSpec config = model::load_model_spec(folder / "config.json");
   text.codec.vocab_size = config.vocab_size;
@@ -52,10 +66,17 @@ ModelText load_model_text(const fs::path& folder) {
     if (auto eos = special_token(folder, "eos_token"))
       if (auto id = text.tokenizer->token_to_id(*eos)) text.stop_ids.push_back(*id);
   if (!text.stop_ids.empty()) text.codec.eos_id = text.stop_ids.front();
-  if (has_chat_template(folder)) {
-    auto chat = std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_folder(folder));
-    text.codec.render_chat = [chat](const Json& messages, bool add_generation_prompt) {
-      return chat->apply(messages, add_generation_prompt);
+  text.codec.prefix_ids.assign(text.tokenizer->prefix_ids().begin(), text.tokenizer->prefix_ids().end());
+  text.codec.suffix_ids.assign(text.tokenizer->suffix_ids().begin(), text.tokenizer->suffix_ids().end());
+  std::shared_ptr<text::ChatTemplate> chat;
+  if (!settings.chat_template.empty()) chat = template_override(folder, settings.chat_template);
+  else if (has_chat_template(folder)) chat = std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_folder(folder));
+  if (chat) {
+    const Json kwargs = settings.template_kwargs;
+    text.codec.render_chat = [chat, kwargs](const Json& messages, bool add_generation_prompt, const Json& tools) {
+      Json extra = kwargs;
+      if (!tools.is_null()) extra["tools"] = tools;
+      return chat->apply(messages, add_generation_prompt, extra);
     };
   }
   std::shared_ptr<text::Tokenizer> tokenizer = text.tokenizer;

@@ -16,7 +16,13 @@ struct ModelText {
   std::vector<int64_t> stop_ids;  // generation ends at any of these
 };
 
+// What a recipe says about chat templates (data.chat_template, data.chat_template_kwargs).
+struct ChatSettings {
+  std::string chat_template;               // a file, or the template's text; empty: the model's own
+  Json template_kwargs = Json::object();   // more template variables, e.g. {"enable_thinking": false}
+};
+
 // A folder without tokenizer.json gives a codec for token-id data only (encode fails, naming the folder).
-ModelText load_model_text(const std::filesystem::path& model_folder);
+ModelText load_model_text(const std::filesystem::path& model_folder, const ChatSettings& chat = {});
 
 }  // namespace moetune::data

@@ -63,14 +63,21 @@ ChatTemplate::NamedTemplate ChatTemplate::compile(std::string name, std::string 
   return {std::move(name), std::move(source), std::move(compiled)};
 }
 
+std::vector<std::pair<std::string, std::string>> ChatTemplate::special_tokens_of(const fs::path& folder) {
+  std::vector<std::pair<std::string, std::string>> tokens;
+  if (const fs::path config_path = folder / "tokenizer_config.json"; fs::exists(config_path))
+    add_special_tokens(read_json(config_path), tokens);
+  if (const fs::path map_path = folder / "special_tokens_map.json"; fs::exists(map_path))
+    add_special_tokens(read_json(map_path), tokens);
+  return tokens;
+}
+
 ChatTemplate ChatTemplate::from_folder(const fs::path& folder) {
   if (!fs::is_directory(folder)) fail("{}: not a folder", folder.string());
   ChatTemplate chat;
   const fs::path config_path = folder / "tokenizer_config.json";
   const OrderedJson config = fs::exists(config_path) ? read_json(config_path) : OrderedJson::object();
-  add_special_tokens(config, chat.special_tokens_);
-  if (const fs::path map_path = folder / "special_tokens_map.json"; fs::exists(map_path))
-    add_special_tokens(read_json(map_path), chat.special_tokens_);
+  chat.special_tokens_ = special_tokens_of(folder);
 
   const fs::path jinja_path = folder / "chat_template.jinja";
   if (fs::exists(jinja_path)) chat.templates_.push_back(compile("default", read_text(jinja_path), jinja_path.string()));

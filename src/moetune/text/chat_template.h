@@ -33,6 +33,9 @@ class ChatTemplate {
   // A folder without a template is an Error naming the folder.
   static ChatTemplate from_folder(const std::filesystem::path& folder);
 
+  // The special tokens of a model folder, read as from_folder reads them (for a template given separately).
+  static std::vector<std::pair<std::string, std::string>> special_tokens_of(const std::filesystem::path& folder);
+
   // One template from its text; `special_tokens` maps names such as "eos_token" to their text.
   static ChatTemplate from_string(const std::string& source, std::string source_name = "chat_template",
                                   std::vector<std::pair<std::string, std::string>> special_tokens = {});

@@ -43,6 +43,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+std::vector<int32_t> Tokenizer::encode_with_special_tokens(std::string_view text) const {
+  std::vector<int32_t> ids = prefix_ids_;
+  const std::vector<int32_t> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return ids;
+}
+
 void Tokenizer::encode_normalized(std::string_view text, std::vector<int32_t>& ids, WordCache& cache) const {
   pre_tokenizer_.for_each_word(text, [&](std::string_view word) { model_.encode_word(word, ids, cache); });
 }

@@ -12,8 +12,9 @@
 //   model          BPE: vocab, merges as ["a", "b"] pairs or "a b" strings, ignore_merges, unk_token / fuse_unk;
 //                  byte_fallback false, no dropout, no continuing_subword_prefix or end_of_word_suffix
 //   decoder        ByteLevel
-// Not applied: post_processor (encode adds no special tokens; Qwen's ByteLevel post-processor adds none anyway, and
-// Llama-3's <|begin_of_text|> is the caller's to add), truncation and padding (the data pipeline sets lengths).
+//   post_processor null, ByteLevel, TemplateProcessing (its single-text template: Llama-3's <|begin_of_text|>), or a
+//                  Sequence of them; applied by encode_with_special_tokens only
+// Not applied: truncation and padding (the data pipeline sets lengths).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,11 @@ class Tokenizer {
 
   // The ids of `text`, without special tokens added. Text that is not valid UTF-8 is an Error.
   std::vector<int32_t> encode(std::string_view text) const;
+  // The ids of `text` with the special tokens the post_processor adds around them, as HF's encode(text) (and
+  // transformers' tokenizer(text)) gives them.
+  std::vector<int32_t> encode_with_special_tokens(std::string_view text) const;
+  const std::vector<int32_t>& prefix_ids() const { return prefix_ids_; }  // what the post_processor puts before a text
+  const std::vector<int32_t>& suffix_ids() const { return suffix_ids_; }  // and after it
   // The text of `ids`, as HF's decode gives it: invalid UTF-8 (a character cut between tokens) becomes U+FFFD, and
   // ids that name no token are skipped (a model's vocabulary is often padded past the tokenizer's).
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
@@ -65,6 +71,7 @@ class Tokenizer {
   std::vector<std::string> tokens_;       // by id: the token string ("" for an id that names none)
   std::vector<std::string> decoded_;      // by id: the bytes the ByteLevel decoder gives for the token
   std::vector<Kind> kinds_;               // by id
+  std::vector<int32_t> prefix_ids_, suffix_ids_;  // the post_processor's special tokens before and after a text
 };
 
 }  // namespace moetune::text

@@ -36,6 +36,7 @@ class TokenizerLoader {
     read_pre_tokenizer(tokenizer.pre_tokenizer_, member(root, "", "pre_tokenizer"), "pre_tokenizer");
     tokenizer.model_ = read_model(member(root, "", "model"), "model");
     read_decoder(member(root, "", "decoder"), "decoder");
+    read_post_processor(tokenizer, optional_member(root, "post_processor"), "post_processor");
     read_added_tokens(tokenizer, root);
     build_id_tables(tokenizer);
     return tokenizer;
@@ -213,6 +214,46 @@ class TokenizerLoader {
     if (decoder.is_null()) unsupported(key, decoder, "ByteLevel");
     const std::string type = type_of(decoder, key);
     if (type != "ByteLevel") unsupported(member_key(key, "type"), type, "ByteLevel");
+  }
+
+  // The special tokens the post_processor puts around a text's ids: TemplateProcessing's before and after $A (its
+  // "single" template; pairs are not encoded here); ByteLevel and null add none; a Sequence applies each in turn,
+  // so a later template wraps what the earlier ones gave.
+  void read_post_processor(Tokenizer& tokenizer, const json& processor, const std::string& key) const {
+    if (processor.is_null()) return;
+    const std::string type = type_of(processor, key);
+    if (type == "ByteLevel") return;
+    if (type == "Sequence") {
+      const std::string list_key = member_key(key, "processors");
+      const json& list = member(processor, key, "processors");
+      if (!list.is_array()) error(list_key, fmt::format("expected a list, got {}", list.type_name()));
+      for (size_t i = 0; i < list.size(); ++i) read_post_processor(tokenizer, list[i], index_key(list_key, i));
+      return;
+    }
+    if (type != "TemplateProcessing") unsupported(member_key(key, "type"), type, "TemplateProcessing, ByteLevel, Sequence");
+    const std::string single_key = member_key(key, "single"), specials_key = member_key(key, "special_tokens");
+    const json& single = member(processor, key, "single");
+    const json& specials = member(processor, key, "special_tokens");
+    if (!single.is_array()) error(single_key, fmt::format("expected a list, got {}", single.type_name()));
+    std::vector<int32_t> before, after;
+    bool seen_text = false;
+    for (size_t i = 0; i < single.size(); ++i) {
+      const std::string piece_key = index_key(single_key, i);
+      if (single[i].is_object() && single[i].contains("Sequence")) {
+        if (seen_text) error(piece_key, "a second sequence in a single-text template");
+        seen_text = true;
+        continue;
+      }
+      const std::string name = string(member(member(single[i], piece_key, "SpecialToken"), piece_key + ".SpecialToken", "id"),
+                                      piece_key + ".SpecialToken.id");
+      const std::string entry_key = specials_key + "." + name;
+      const json& ids = member(member(specials, specials_key, name.c_str()), entry_key, "ids");
+      if (!ids.is_array()) error(entry_key + ".ids", fmt::format("expected a list, got {}", ids.type_name()));
+      for (size_t j = 0; j < ids.size(); ++j) (seen_text ? after : before).push_back(id(ids[j], index_key(entry_key + ".ids", j)));
+    }
+    if (!seen_text) error(single_key, "no {\"Sequence\": ...} for the text");
+    tokenizer.prefix_ids_.insert(tokenizer.prefix_ids_.begin(), before.begin(), before.end());
+    tokenizer.suffix_ids_.insert(tokenizer.suffix_ids_.end(), after.begin(), after.end());
   }
 
   // Ids as HF gives them on loading (the file's "id" is only checked there, with a warning): the vocabulary's id

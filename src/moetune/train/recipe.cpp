@@ -17,9 +17,10 @@ using nlohmann::json;
 constexpr const char* kDefaultRecipe = R"({
   "model": "",
   "data": {"train": [], "validation": [], "validation_fraction": 0.0, "format": "auto", "loss_on_prompt": false,
-           "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error"},
+           "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error", "chat_template": "",
+           "chat_template_kwargs": {}},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
-               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0},
+               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config"},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
@@ -106,7 +107,10 @@ void merge(json& target, const json& given, const std::string& path, const std::
     }
     json& slot = target[key];
     if (value.is_null()) continue;  // `key:` with nothing after it keeps the default
-    if (slot.is_object()) {
+    if (slot.is_object() && slot.empty()) {  // a free-form mapping (data.chat_template_kwargs): any keys
+      if (!value.is_object()) fail("{}: '{}' must be a mapping, got {}", source, key_path, io::abbreviated_dump(value));
+      slot = value;
+    } else if (slot.is_object()) {
       merge(slot, value, key_path, source);
     } else if (slot.is_array()) {
       json list = value.is_string() ? json::array({value}) : value;
@@ -155,10 +159,10 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.model = j["model"];
   const json& d = j["data"];
   r.data = {d["train"], d["validation"], d["validation_fraction"], d["format"], d["loss_on_prompt"], d["max_length"],
-            d["packing"], d["shuffle"], d["bad_lines"]};
+            d["packing"], d["shuffle"], d["bad_lines"], d["chat_template"], d["chat_template_kwargs"]};
   const json& t = j["training"];
   r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
-                t["device"], t["max_nonfinite_steps"]};
+                t["device"], t["max_nonfinite_steps"], t["aux_loss"]};
   const json& o = j["optimizer"];
   r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"]};
   const json& s = j["schedule"];
@@ -176,9 +180,10 @@ Recipe to_recipe(const json& j, const std::string& source) {
     }
     fail("{}: '{}' is '{}', not one of: {}", source, key, value, list);
   };
-  one_of("data.format", r.data.format, {"auto", "text", "prompt_completion", "messages", "input_ids"});
+  one_of("data.format", r.data.format, {"auto", "text", "prompt_completion", "messages", "sharegpt", "alpaca", "input_ids"});
   one_of("data.bad_lines", r.data.bad_lines, {"error", "skip"});
   one_of("training.device", r.training.device, {"auto", "cpu", "cuda"});
+  one_of("training.aux_loss", r.training.aux_loss, {"config", "on", "off"});
   one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});
   one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
   require(r.data.max_length >= 2, source, "'data.max_length' must be at least 2");

@@ -18,12 +18,14 @@ struct Recipe {
     std::vector<std::string> train;       // JSONL files
     std::vector<std::string> validation;  // JSONL files; empty: split from train by validation_fraction
     double validation_fraction = 0;
-    std::string format = "auto";          // auto, text, prompt_completion, messages, input_ids
+    std::string format = "auto";          // auto, text, prompt_completion, messages, sharegpt, alpaca, input_ids
     bool loss_on_prompt = false;          // score prompts and non-assistant turns too
     int64_t max_length = 512;             // tokens per row; longer examples are truncated
     bool packing = true;                  // several examples per row, attention kept within each
     bool shuffle = true;
     std::string bad_lines = "error";      // error or skip
+    std::string chat_template;            // a file or the template's text, used instead of the model's
+    nlohmann::json chat_template_kwargs = nlohmann::json::object();  // more template variables: enable_thinking, ...
   } data;
 
   struct Training {
@@ -36,6 +38,10 @@ struct Recipe {
     // Steps in a row whose loss or gradient norm is NaN/Inf that are skipped (no update) before the run
     // stops with an error; 0 stops at the first. Above 0 needs the CPU engine.
     int64_t max_nonfinite_steps = 0;
+    // The MoE load-balancing (aux) loss, weighted by config.json's router_aux_loss_coef: "config" adds it when
+    // config.json's output_router_logits is true (Qwen3-30B-A3B ships false: no aux loss, so nothing keeps the
+    // experts' load even), "on" or "off" whatever config.json says.
+    std::string aux_loss = "config";
   } training;
 
   struct Optimizer {

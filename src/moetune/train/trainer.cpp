@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <fstream>
 
+#include "moetune/data/data_files.h"
 #include "moetune/io/atomic_file.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/safetensors.h"
+#include "moetune/train/final_model.h"
 
 namespace moetune::train {
 
@@ -22,16 +24,16 @@ namespace {
 
 extern "C" void on_stop_signal(int) { Trainer::stop_requested.store(true); }
 
-std::vector<fs::path> resolve(const std::vector<std::string>& files) {
-  std::vector<fs::path> paths;
-  for (const auto& file : files) paths.emplace_back(file);
-  return paths;
-}
-
 data::LoaderOptions loader_options(const Recipe& r, bool shuffle) {
   return {data::format_from_name(r.data.format), r.data.loss_on_prompt, r.data.max_length, r.data.packing,
           shuffle,                                r.data.bad_lines == "skip", r.training.micro_batch_size,
           uint64_t(r.training.seed)};
+}
+
+// training.aux_loss: "config" leaves it to config.json's output_router_logits.
+std::optional<bool> aux_loss_setting(const std::string& aux_loss) {
+  if (aux_loss == "config") return std::nullopt;
+  return aux_loss == "on";
 }
 
 void stop_if_requested() {
@@ -110,7 +112,7 @@ std::vector<fs::path> list_checkpoints(const fs::path& output) {
   for (const auto& item : fs::directory_iterator(output)) {
     const std::optional<int64_t> step = checkpoint_step(item.path().filename().string());
     // By number: as strings, checkpoint-1000000 sorts before checkpoint-999999.
-    if (step && item.is_directory() && fs::is_regular_file(item.path() / "trainer_state.json")) found.emplace_back(*step, item.path());
+    if (step && item.is_directory() && fs::is_regular_file(item.path() / kTrainerStateFile)) found.emplace_back(*step, item.path());
   }
   std::sort(found.begin(), found.end());
   std::vector<fs::path> checkpoints;
@@ -145,13 +147,15 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   if (positions > 0 && r.data.max_length > positions)
     std::fprintf(stderr, "warning: data.max_length %lld is above the model's max_position_embeddings %lld\n",
                  static_cast<long long>(r.data.max_length), static_cast<long long>(positions));
-  const std::vector<fs::path> train_files = resolve(r.data.train);
+  // Decompressed .gz data lives in the run's folder, which the run has locked.
+  const fs::path scratch = output_ / ".decompressed-data";
+  const std::vector<fs::path> train_files = data::resolve_data_files(r.data.train, "data.train", scratch);
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
   total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec));
   train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, loader_options(r, r.data.shuffle));
   if (!r.data.validation.empty()) {
-    const std::vector<fs::path> files = resolve(r.data.validation);
+    const std::vector<fs::path> files = data::resolve_data_files(r.data.validation, "data.validation", scratch);
     const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
     read_every_line(r, files, lines, codec);
     validation_data_ = std::make_unique<data::DataLoader>(files, lines, codec, loader_options(r, false));
@@ -186,7 +190,8 @@ Trainer::StepStats Trainer::train_step() {
   StepStats stats;
   stats.lr = schedule_.lr(step_);
   for (const data::MicroBatch& micro : batches) {
-    model::Batch batch{micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, double(std::max<int64_t>(scored, 1)), {}};
+    model::Batch batch{micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, double(std::max<int64_t>(scored, 1)),
+                       aux_loss_setting(recipe_.training.aux_loss)};
     const model::CausalLMOutput out = engine_->forward_backward(batch);
     stats.loss += out.lm_loss;
     if (!std::isnan(out.aux_loss)) {
@@ -256,11 +261,11 @@ void Trainer::save_checkpoint(bool final) {
   engine_->save_pretrained(temporary);
   // The exact state: parameters in their training precision (the HF files may be bf16), AdamW moments, step
   // and data position.
-  io::save_safetensors(temporary / "training_state.safetensors", engine_->training_state());
+  io::save_safetensors(temporary / kTrainingStateFile, engine_->training_state());
   const json trainer_state = {{"step", step_}, {"total_steps", total_steps_}, {"optimizer_steps", engine_->optimizer_steps()},
                               {"data_epoch", train_data_->position().epoch}, {"data_cursor", train_data_->position().cursor},
                               {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"recipe", recipe_.json}};
-  io::write_text_atomically(temporary / "trainer_state.json", trainer_state.dump(2) + "\n");
+  io::write_text_atomically(temporary / kTrainerStateFile, trainer_state.dump(2) + "\n");
   if (fs::exists(target)) fs::remove_all(target);
   fs::rename(temporary, target);  // the checkpoint appears whole or not at all
   last_checkpoint_ = target;
@@ -288,7 +293,7 @@ void Trainer::resume_from_newest_checkpoint() {
 }
 
 void Trainer::restore_checkpoint(const fs::path& checkpoint) {
-  const fs::path state_path = checkpoint / "trainer_state.json";
+  const fs::path state_path = checkpoint / kTrainerStateFile;
   const json state = io::read_json_file(state_path);
   constexpr int64_t kMax = int64_t(1) << 62;
   const int64_t step = state_field(state, state_path, "step", 0, kMax);
@@ -296,7 +301,7 @@ void Trainer::restore_checkpoint(const fs::path& checkpoint) {
   const data::DataPosition position{state_field(state, state_path, "data_epoch", 0, kMax),
                                     state_field(state, state_path, "data_cursor", 0, train_data_->size())};
   const int64_t skipped = state_field(state, state_path, "skipped_lines", 0, kMax);
-  const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / "training_state.safetensors");
+  const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / kTrainingStateFile);
   with_context(tensors.path().string(), [&] { engine_->restore_training_state(tensors, optimizer_steps); });
   step_ = step;
   train_data_->restore(position, skipped);
@@ -355,6 +360,11 @@ TrainResult Trainer::run() {
   }
   result.steps = step_;
   result.final_model = last_checkpoint_;
+  if (!result.interrupted && r.output.save_final) {
+    result.final_model = output_ / "final-model";
+    export_final_model(last_checkpoint_, result.final_model);
+    std::fprintf(stderr, "final model (without the training state): %s\n", result.final_model.string().c_str());
+  }
   return result;
 }
 

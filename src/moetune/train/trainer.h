@@ -31,7 +31,9 @@ struct TrainResult {
   bool interrupted = false;
   double last_loss = NAN;
   double validation_loss = NAN;
-  std::filesystem::path final_model;  // the HF folder of the last checkpoint
+  // A finished run's model: output.dir/final-model, the last checkpoint without its training state; an
+  // interrupted run's last checkpoint (save_final false: the last one saved before the end, if any).
+  std::filesystem::path final_model;
 };
 
 // SIGINT/SIGTERM arrived before training started; nothing was written.
