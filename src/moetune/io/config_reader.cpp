@@ -9,10 +9,6 @@ namespace moetune::io {
 
 using nlohmann::json;
 
-namespace {
-// Values in error messages are cut short: a config.json may hold anything.
-std::string shown(const json& value) { return abbreviated_dump(value); }
-}  // namespace
 
 const json* ConfigReader::find(const char* key) const {
   auto found = object_.find(key);
@@ -24,7 +20,7 @@ int64_t ConfigReader::as_integer(const json& value, const char* key) {
   if (value.is_number_float() && std::nearbyint(value.get<double>()) == value.get<double>() &&
       std::fabs(value.get<double>()) < 9.0e15)
     return int64_t(value.get<double>());
-  fail("'{}' must be an integer, got {}", key, shown(value));
+  fail("'{}' must be an integer, got {}", key, abbreviated_dump(value));
 }
 
 int64_t ConfigReader::integer(const char* key, int64_t fallback) const {
@@ -40,21 +36,21 @@ std::optional<int64_t> ConfigReader::optional_integer(const char* key) const {
 double ConfigReader::number(const char* key, double fallback) const {
   const json* value = find(key);
   if (!value) return fallback;
-  if (!value->is_number()) fail("'{}' must be a number, got {}", key, shown(*value));
+  if (!value->is_number()) fail("'{}' must be a number, got {}", key, abbreviated_dump(*value));
   return value->get<double>();
 }
 
 bool ConfigReader::boolean(const char* key, bool fallback) const {
   const json* value = find(key);
   if (!value) return fallback;
-  if (!value->is_boolean()) fail("'{}' must be true or false, got {}", key, shown(*value));
+  if (!value->is_boolean()) fail("'{}' must be true or false, got {}", key, abbreviated_dump(*value));
   return value->get<bool>();
 }
 
 std::string ConfigReader::string(const char* key, const std::string& fallback) const {
   const json* value = find(key);
   if (!value) return fallback;
-  if (!value->is_string()) fail("'{}' must be a string, got {}", key, shown(*value));
+  if (!value->is_string()) fail("'{}' must be a string, got {}", key, abbreviated_dump(*value));
   return value->get<std::string>();
 }
 
@@ -71,9 +67,9 @@ std::vector<std::string> ConfigReader::strings(const char* key) const {
   const json* value = find(key);
   std::vector<std::string> result;
   if (!value) return result;
-  if (!value->is_array()) fail("'{}' must be a list of strings, got {}", key, shown(*value));
+  if (!value->is_array()) fail("'{}' must be a list of strings, got {}", key, abbreviated_dump(*value));
   for (const json& item : *value) {
-    if (!item.is_string()) fail("'{}' entries must be strings, got {}", key, shown(item));
+    if (!item.is_string()) fail("'{}' entries must be strings, got {}", key, abbreviated_dump(item));
     result.push_back(item.get<std::string>());
   }
   return result;

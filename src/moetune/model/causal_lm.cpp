@@ -65,12 +65,7 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
 }
 
 Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& position_ids) {
-  Batch batch;
-  batch.input_ids = input_ids;
-  batch.position_ids = position_ids;
-  Tensor logits = forward(batch).logits;
-  clear_stash();
-  return logits;
+  return logits({.input_ids = input_ids, .position_ids = position_ids});
 }
 
 CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
@@ -138,9 +133,9 @@ std::vector<std::pair<std::string, size_t>> CausalLM::stash_report() const {
 
 std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const {
   std::vector<std::pair<int64_t, ops::RouterStats>> stats;
-  for (size_t i = 0; i < sublayers_.size(); ++i)
-    if (sublayers_[i].moe && sublayers_[i].moe->routing().logits.defined())
-      stats.emplace_back(sublayers_[i].layer, ops::router_stats(sublayers_[i].moe->routing(), stash_.context.layout.token_valid));
+  for (const auto& b : sublayers_)
+    if (b.moe && b.moe->routing().logits.defined())
+      stats.emplace_back(b.layer, ops::router_stats(b.moe->routing(), stash_.context.layout.token_valid));
   return stats.empty() ? last_router_stats_ : stats;  // after backward(): the last forward_backward's
 }
 

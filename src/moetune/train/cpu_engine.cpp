@@ -31,18 +31,9 @@ class CpuEngine final : public TrainingEngine {
   const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cpu(); }
 
-  model::CausalLMOutput forward_backward(const model::Batch& batch) override {
-    model::CausalLMOutput out = model_.forward(batch);
-    router_stats_ = model_.router_stats();  // read while the stash holds the routing
-    model_.backward();
-    return out;
-  }
-  model::CausalLMOutput evaluate(const model::Batch& batch) override {
-    model::CausalLMOutput out = model_.forward(batch);
-    model_.clear_stash();
-    return out;
-  }
-  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return router_stats_; }
+  model::CausalLMOutput forward_backward(const model::Batch& batch) override { return model_.forward_backward(batch); }
+  model::CausalLMOutput evaluate(const model::Batch& batch) override { return model_.loss(batch); }
+  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
 
   double optimizer_step(double lr, double max_grad_norm) override {
     const double norm = global_grad_norm(model_.parameters().grads());
@@ -82,7 +73,6 @@ class CpuEngine final : public TrainingEngine {
  private:
   model::CausalLM model_;
   AdamW optimizer_;
-  std::vector<std::pair<int64_t, ops::RouterStats>> router_stats_;
 };
 
 }  // namespace
