@@ -12,6 +12,20 @@
 #include "moetune/core/error.h"
 #include "moetune/io/hub_cache.h"
 #include "moetune/model/checkpoint.h"
+#include "moetune/parallel/world.h"
+
+namespace {
+
+// Prints the failure with this rank's number; in a job of several ranks it then ends every rank, since the
+// others would wait for this one in their next collective forever.
+int end_job(int status, const char* kind, const char* message) {
+  std::fprintf(stderr, "moetune: %s%s: %s\n", moetune::parallel::rank_prefix().c_str(), kind, message);
+  std::fflush(stderr);
+  if (!moetune::parallel::rank_prefix().empty()) moetune::parallel::mpi_abort(status);
+  return status;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"moetune: fine-tune Hugging Face transformer checkpoints, Mixture-of-Experts first"};
@@ -93,17 +107,13 @@ int main(int argc, char** argv) {
       std::printf("%s\n", moetune::cli::run_generate(generate_args).c_str());
     }
   } catch (const moetune::Error& e) {
-    std::fprintf(stderr, "moetune: error: %s\n", e.what());
-    return 1;
+    return end_job(1, "error", e.what());
   } catch (const std::filesystem::filesystem_error& e) {  // its message names the paths
-    std::fprintf(stderr, "moetune: error: %s\n", e.what());
-    return 1;
+    return end_job(1, "error", e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "moetune: error: out of memory (the model, data or settings ask for more than there is)\n");
-    return 1;
+    return end_job(1, "error", "out of memory (the model, data or settings ask for more than there is)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "moetune: internal error: %s\n", e.what());
-    return 2;
+    return end_job(2, "internal error", e.what());
   }
   return 0;
 }
