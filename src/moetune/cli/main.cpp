@@ -8,6 +8,7 @@
 #include "moetune/cli/finetune.h"
 #include "moetune/cli/generate.h"
 #include "moetune/cli/inspect.h"
+#include "moetune/cli/launch.h"
 #include "moetune/cli/sizes.h"
 #include "moetune/core/error.h"
 #include "moetune/io/hub_cache.h"
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
   finetune->add_option("-c,--config", recipe_path, "Recipe (YAML); every key has a default");
   finetune->add_option("--set", finetune_args.overrides, "Override a recipe key: --set optimizer.lr=2e-5 (repeatable)");
   finetune->add_flag("--resume", finetune_args.resume, "Continue from the newest checkpoint in the output folder");
+  int nproc_per_node = -1;
+  finetune->add_option("--nproc-per-node", nproc_per_node,
+                       "Start this many ranks on this node (through mpirun); parallel.expert splits the experts over them");
   finetune->add_flag("--print-recipe", finetune_args.print_recipe,
                      "Print the recipe as the run would use it (file, then --set, every default filled in) and exit");
 
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
       nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file, eval_device);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_evaluation(report).c_str(), stdout);
     } else if (*finetune) {
+      if (nproc_per_node != -1) moetune::cli::launch_local_ranks(nproc_per_node, moetune::cli::arguments_without_nproc(argc, argv));
       finetune_args.recipe = recipe_path;
       return moetune::cli::run_finetune(finetune_args);
     } else if (*generate) {
