@@ -1,5 +1,6 @@
 // The `moetune` program.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <new>
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", as_json, "Print the report as JSON");
   int64_t plan_tokens = 0;
   // 2^40 tokens is far past any micro-batch, and keeps the plan's byte counts from overflowing.
+  int inspect_expert = 0, inspect_world = 0;
+  inspect->add_option("--expert-parallel", inspect_expert, "Print the per-rank plan for this expert-parallel size");
+  inspect->add_option("--world-size", inspect_world, "Ranks for the per-rank plan (default: the expert-parallel size)");
   inspect->add_option("--tokens", plan_tokens,
                       "Tokens per micro-batch (micro-batch × sequence): adds the GPU step's activation plan and peak")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
@@ -94,6 +98,9 @@ int main(int argc, char** argv) {
     if (!generate_model.empty()) generate_model = moetune::io::resolve_model_folder(generate_model).string();
     if (*inspect) {
       nlohmann::json report = moetune::cli::inspect_model(model_dir, plan_tokens);
+      if (inspect_expert > 0 || inspect_world > 0)
+        moetune::cli::add_expert_parallel_plan(report, model_dir, inspect_world > 0 ? inspect_world : inspect_expert,
+                                               std::max(inspect_expert, 1), plan_tokens);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_inspection(report).c_str(), stdout);
     } else if (*convert) {
       const size_t shard_bytes = moetune::cli::parse_size(max_shard_size, "--max-shard-size");

@@ -98,12 +98,12 @@ fs::path output_folder(const Recipe& r) {
 }
 
 // This process's ranks: alone, or its place in an MPI job split as parallel.expert says.
-std::shared_ptr<const parallel::ParallelGroups> trainer_groups(const Recipe& r) {
+std::shared_ptr<const parallel::ParallelGroups> trainer_groups(const Recipe& r, std::shared_ptr<parallel::CommunicationClock> clock) {
   const parallel::LaunchInfo launch = parallel::detect_launch();
   if (launch.world_size > 1 && uses_gpu_engine(r))
     fail("this is rank {} of {}, but the GPU engine does not yet train on several ranks; set training.device: cpu",
          launch.rank, launch.world_size);
-  std::shared_ptr<parallel::Communicator> world = parallel::cpu_world(launch);
+  std::shared_ptr<parallel::Communicator> world = parallel::timed(parallel::cpu_world(launch), std::move(clock));
   const int64_t experts = model::experts_per_layer(model::load_model_spec(fs::path(r.model) / "config.json"));
   return std::make_shared<parallel::ParallelGroups>(parallel::make_groups(std::move(world), int(r.parallel.expert), experts));
 }
@@ -148,12 +148,13 @@ void Trainer::install_stop_handlers() {
 struct Trainer::StepStats {
   double loss = 0, aux_loss = 0, grad_norm = 0, lr = 0;
   int64_t tokens = 0, scored = 0;
+  double communication_seconds = 0;  // rank 0's time in collectives
   bool has_aux = false;
   json moe = json::array();
 };
 
 Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
-    : recipe_(std::move(recipe)), output_(output_folder(recipe_)), groups_(trainer_groups(recipe_)) {
+    : recipe_(std::move(recipe)), output_(output_folder(recipe_)), groups_(trainer_groups(recipe_, communication_)) {
   const Recipe& r = recipe_;
   if (is_main()) lock_ = std::make_unique<OutputLock>(output_);
   groups_->world->barrier();  // the folder exists and is this run's before any rank uses it
@@ -166,7 +167,7 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   stop_if_requested();
   codec.vocab_size = engine_->spec().vocab_size;
   const int64_t positions = engine_->spec().max_position_embeddings;
-  if (positions > 0 && r.data.max_length > positions)
+  if (is_main() && positions > 0 && r.data.max_length > positions)
     std::fprintf(stderr, "warning: data.max_length %lld is above the model's max_position_embeddings %lld\n",
                  static_cast<long long>(r.data.max_length), static_cast<long long>(positions));
   // Decompressed .gz data lives in the run's folder, which the run has locked.
@@ -211,6 +212,7 @@ Trainer::~Trainer() = default;
 Trainer::StepStats Trainer::train_step() {
   const int64_t accumulation = recipe_.training.gradient_accumulation_steps;
   const parallel::ParallelLayout& layout = groups_->layout;
+  const double communication_at_start = communication_->seconds;
   // Every rank reads the step's micro-batches of all ranks (same order, same position) and trains its own.
   std::vector<data::MicroBatch> batches;
   int64_t scored = 0, tokens = 0;
@@ -250,6 +252,7 @@ Trainer::StepStats Trainer::train_step() {
     stats.aux_loss = sums[1] / double(layout.world);
   }
   stats.grad_norm = engine_->optimizer_step(stats.lr, recipe_.optimizer.max_grad_norm);
+  stats.communication_seconds = communication_->seconds - communication_at_start;
   ++step_;
   return stats;
 }
@@ -282,6 +285,11 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
                  {"skipped_lines", train_data_->skipped_lines()}};
   if (stats.has_aux) record["aux_loss"] = stats.aux_loss;
   if (!stats.moe.empty()) record["moe"] = stats.moe;
+  if (groups_->layout.world > 1) {
+    record["ranks"] = groups_->layout.world;
+    record["tokens_per_second_per_rank"] = tokens_per_second / groups_->layout.world;
+    record["communication_seconds"] = stats.communication_seconds;
+  }
   record.update(engine_->memory_metrics());
   metrics_->write(record);
   if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;

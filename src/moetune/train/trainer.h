@@ -25,6 +25,7 @@
 #include "moetune/data/loader.h"
 #include "moetune/model/causal_lm.h"
 #include "moetune/parallel/parallel_layout.h"
+#include "moetune/parallel/timed_communicator.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/lr_schedule.h"
 #include "moetune/train/metrics_log.h"
@@ -84,6 +85,7 @@ class Trainer {
 
   Recipe recipe_;
   std::filesystem::path output_;
+  std::shared_ptr<parallel::CommunicationClock> communication_ = std::make_shared<parallel::CommunicationClock>();
   std::shared_ptr<const parallel::ParallelGroups> groups_;
   std::unique_ptr<OutputLock> lock_;  // rank 0's; nothing is read or written in the folder before it is ours
   std::unique_ptr<TrainingEngine> engine_;
