@@ -52,6 +52,9 @@ std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe,
                                                 std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
 bool uses_gpu_engine(const Recipe& recipe);
 // Fails with the reason when there is no GPU or moetune was built without CUDA.
-std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe);
+std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe,
+                                                std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
+// What a rank loads: its share of the experts, its flat runs split as ZeRO shards them.
+model::LoadOptions load_options(const parallel::ParallelLayout& layout, DType dtype, Device device);
 
 }  // namespace moetune::train

@@ -100,10 +100,9 @@ fs::path output_folder(const Recipe& r) {
 // This process's ranks: alone, or its place in an MPI job split as parallel.expert says.
 std::shared_ptr<const parallel::ParallelGroups> trainer_groups(const Recipe& r, std::shared_ptr<parallel::CommunicationClock> clock) {
   const parallel::LaunchInfo launch = parallel::detect_launch();
-  if (launch.world_size > 1 && uses_gpu_engine(r))
-    fail("this is rank {} of {}, but the GPU engine does not yet train on several ranks; set training.device: cpu",
-         launch.rank, launch.world_size);
-  std::shared_ptr<parallel::Communicator> world = parallel::timed(parallel::cpu_world(launch), std::move(clock));
+  // The GPU engine's ranks talk through NCCL, the CPU engine's through MPI.
+  std::shared_ptr<parallel::Communicator> world =
+      parallel::timed(uses_gpu_engine(r) ? parallel::gpu_world(launch) : parallel::cpu_world(launch), std::move(clock));
   const int64_t experts = model::experts_per_layer(model::load_model_spec(fs::path(r.model) / "config.json"));
   return std::make_shared<parallel::ParallelGroups>(parallel::make_groups(std::move(world), int(r.parallel.expert), experts));
 }

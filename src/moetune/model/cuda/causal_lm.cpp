@@ -20,12 +20,13 @@ float read_scalar(const Tensor& t) {
 }  // namespace
 
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
-  return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}));
+  return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}), {});
 }
 
-CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher)
+    : store_(std::make_unique<ParameterStore>(std::move(weights))) {
   const ModelSpec& s = spec();
-  sublayers_ = build_sublayers<GpuBlocks>(s, *store_);
+  sublayers_ = build_sublayers<GpuBlocks>(s, *store_, make_dispatcher);
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");
