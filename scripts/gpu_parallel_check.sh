@@ -56,9 +56,11 @@ PY
       rm -rf "$scratch"/one "$scratch"/ep2 "$scratch"/dp2
       "$moetune" finetune "${common[@]}" --set training.gradient_accumulation_steps=2 --set output.dir=$scratch/one > "$out/check_one.log" 2>&1
       echo "1 GPU rc=$?"; tail -n 2 "$out/check_one.log"
-      timeout 300 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/ep2 > "$out/check_ep2.log" 2>&1
-      echo "2 GPUs EP=2 rc=$?"; tail -n 4 "$out/check_ep2.log"
-      timeout 300 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set output.dir=$scratch/dp2 > "$out/check_dp2.log" 2>&1
+      timeout -s KILL 120 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/ep2 > "$out/check_ep2.log" 2>&1
+      ep_rc=$?
+      echo "2 GPUs EP=2 rc=$ep_rc"; tail -n 4 "$out/check_ep2.log"
+      [ $ep_rc -eq 0 ] || exit 1
+      timeout -s KILL 120 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set output.dir=$scratch/dp2 > "$out/check_dp2.log" 2>&1
       echo "2 GPUs DP=2 rc=$?"; tail -n 2 "$out/check_dp2.log"
       for run in one ep2 dp2; do cp "$scratch/$run/metrics.jsonl" "$out/check_$run.metrics.jsonl" 2>/dev/null; done
       echo "EP=2 vs 1 GPU:"; compare "$scratch/one" "$scratch/ep2"
@@ -74,11 +76,11 @@ PY
       rm -rf "$scratch"/b1 "$scratch"/b2
       "$moetune" finetune "${job[@]}" --set output.dir=$scratch/b1 > "$out/bench_moetune_1gpu.log" 2>&1
       echo "moetune 1 GPU rc=$?"; tail -n 2 "$out/bench_moetune_1gpu.log"
-      timeout 500 "$moetune" finetune "${job[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/b2 > "$out/bench_moetune_ep2.log" 2>&1
+      timeout -s KILL 200 "$moetune" finetune "${job[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/b2 > "$out/bench_moetune_ep2.log" 2>&1
       echo "moetune EP=2 rc=$?"; tail -n 2 "$out/bench_moetune_ep2.log"
       cp "$scratch/b1/metrics.jsonl" "$out/bench_moetune_1gpu.metrics.jsonl" 2>/dev/null
       cp "$scratch/b2/metrics.jsonl" "$out/bench_moetune_ep2.metrics.jsonl" 2>/dev/null
-      timeout 500 torchrun --nproc-per-node 2 bench/hf_train.py "$model" "$scratch/data.jsonl" --experts grouped_mm --fsdp \
+      timeout -s KILL 240 torchrun --nproc-per-node 2 bench/hf_train.py "$model" "$scratch/data.jsonl" --experts grouped_mm --fsdp \
         --micro-batch 2 --seq 4096 --steps 10 --warmup 3 --json "$out/bench_hf_fsdp2.json" > "$out/bench_hf_fsdp2.log" 2>&1
       echo "HF FSDP2 rc=$?"; tail -n 3 "$out/bench_hf_fsdp2.log"
       python3 - "$out" <<'PY'

@@ -39,7 +39,8 @@ class TrainingEngine {
   // After every rank restored its state without error (restore is not collective, so a rank that fails cannot
   // leave the others waiting): the collective part, e.g. gathering the ZeRO shards of the parameters.
   virtual void finish_restore() {}
-  // Extra fields for the step's metrics record (GPU memory), as JSON.
+  // Extra fields for the step's metrics record (GPU memory), as JSON. Collective under several ranks (the
+  // spread of the ranks' peaks): every rank calls it.
   virtual nlohmann::json memory_metrics() const { return nlohmann::json::object(); }
 };
 

@@ -276,6 +276,7 @@ double Trainer::validate() {
 }
 
 void Trainer::log_progress(const StepStats& stats, double seconds) {
+  const json memory = engine_->memory_metrics();  // collective on several GPUs: every rank asks
   if (!is_main()) return;
   const double tokens_per_second = double(stats.tokens) / std::max(seconds, 1e-9);
   json record = {{"step", step_}, {"loss", stats.loss}, {"lr", stats.lr}, {"grad_norm", stats.grad_norm},
@@ -289,7 +290,7 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
     record["tokens_per_second_per_rank"] = tokens_per_second / groups_->layout.world;
     record["communication_seconds"] = stats.communication_seconds;
   }
-  record.update(engine_->memory_metrics());
+  record.update(memory);
   metrics_->write(record);
   if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;
   const double eta = seconds * double(total_steps_ - step_);
