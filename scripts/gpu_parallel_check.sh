@@ -5,6 +5,7 @@
 #        parallelism 2, and on 2 GPUs data-parallel; the per-step losses and gradient norms side by side.
 # bench: issue 10's benchmark: the 8-layer cut of Qwen3-30B-A3B (random weights), seq 4096, micro-batch 2 per
 #        GPU: moetune on 1 GPU, moetune EP=2 on 2 GPUs, HF transformers grouped_mm + FSDP2 on 2 GPUs.
+# memcheck: compute-sanitizer memcheck over a 3-step EP=2 run on both ranks (the dispatcher, NCCL, ZeRO).
 # Logs and metrics go to $OUT.
 set -uo pipefail
 repo=$PWD
@@ -108,6 +109,21 @@ except OSError:
     print("HF FSDP2: no result")
 PY
       ;;
+    memcheck)
+      echo "== compute-sanitizer memcheck: 3 steps on 2 GPUs with expert parallelism 2 (every rank) =="
+      python3 - "$scratch/tiny.jsonl" <<'PY'
+import json, random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        f.write(json.dumps({"input_ids": [random.randrange(96) for _ in range(48)]}) + "\n")
+PY
+      rm -rf "$scratch/memcheck"
+      timeout -s KILL 300 compute-sanitizer --tool memcheck --target-processes all "$moetune" finetune --nproc-per-node 2 \
+        --set parallel.expert=2 --set model=tests/fixtures/qwen3_moe_tiny --set data.train=$scratch/tiny.jsonl \
+        --set training.device=cuda --set training.micro_batch_size=2 --set data.max_length=48 --set training.max_steps=3 \
+        --set logging.tensorboard=false --set output.dir=$scratch/memcheck > "$out/memcheck_ep2.log" 2>&1
+      echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|finished|error" "$out/memcheck_ep2.log" | head -10 ;;
     *) echo "gpu_parallel_check.sh: unknown step '$step'" >&2; exit 2 ;;
   esac
 done
