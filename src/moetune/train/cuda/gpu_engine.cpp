@@ -22,7 +22,9 @@ struct ShardedRun {
   std::string name;
   Tensor parameters, gradients;
   std::shared_ptr<parallel::Communicator> group;
-  Tensor gradient_shard;  // the reduce-scattered gradients of this rank's shard
+  // This rank's shard of the gradients, a view of the run: the reduce-scatter runs in place (NCCL's rule: the
+  // output at rank × count of the input), so no second gradient buffer exists.
+  Tensor gradient_shard;
 };
 
 class GpuEngine final : public TrainingEngine {
@@ -60,7 +62,7 @@ class GpuEngine final : public TrainingEngine {
     std::vector<Tensor> gradients;
     if (parallel()) {
       for (ShardedRun& run : runs_) {
-        run.group->reduce_scatter_sum(run.gradients, run.gradient_shard);
+        if (run.group->size() > 1) run.group->reduce_scatter_sum(run.gradients, run.gradient_shard);
         gradients.push_back(run.gradient_shard);
       }
     } else {
@@ -167,7 +169,7 @@ class GpuEngine final : public TrainingEngine {
       MOETUNE_CHECK(values.size() == grads.size() && values.size() <= 1, "ZeRO run '{}': {} parameter runs", name, values.size());
       if (values.empty()) return;
       const int64_t length = values[0].numel() / group->size();
-      runs_.push_back({name, values[0], grads[0], group, Tensor::empty({length}, DType::BF16, Device::cuda())});
+      runs_.push_back({name, values[0], grads[0], group, grads[0].flat_slice(group->rank() * length, {length})});
     };
     add("replicated", model_.weights().replicated_runs.buffers, model_.parameters().replicated_grad_runs(), groups_->world);
     add("experts", model_.weights().expert_runs.buffers, model_.parameters().expert_grad_runs(), groups_->expert_replicas);
@@ -182,7 +184,8 @@ class GpuEngine final : public TrainingEngine {
   }
 
   void gather_parameters() {
-    for (size_t i = 0; i < runs_.size(); ++i) runs_[i].group->all_gather(slots_[i].param, runs_[i].parameters);  // in place
+    for (size_t i = 0; i < runs_.size(); ++i)
+      if (runs_[i].group->size() > 1) runs_[i].group->all_gather(slots_[i].param, runs_[i].parameters);  // in place
   }
 
   // A checkpoint of another precision mode converts (an fp32 CPU checkpoint resumed on the GPU, say).
