@@ -23,6 +23,16 @@ git -C "$repo" log -1 --format='commit %H %s' 2>/dev/null | tee -a "$out/device.
 scratch=/tmp/moetune-parallel
 mkdir -p "$scratch"
 
+tiny_data() {  # LINES: random 48-token lines for the tiny fixture (vocabulary 96)
+  python3 - "$scratch/tiny.jsonl" "$1" <<'PY'
+import json, random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(int(sys.argv[2])):
+        f.write(json.dumps({"input_ids": [random.randrange(96) for _ in range(48)]}) + "\n")
+PY
+}
+
 compare() {  # RUN_A RUN_B: per-step loss and grad norm
   python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -43,13 +53,7 @@ for step in "$@"; do
   case "$step" in
     check)
       echo "== 2 GPUs vs 1 GPU with accumulation (tiny Qwen3-MoE, 50 steps) =="
-      python3 - "$scratch/tiny.jsonl" <<'PY'
-import json, random, sys
-random.seed(7)
-with open(sys.argv[1], "w") as f:
-    for i in range(400):
-        f.write(json.dumps({"input_ids": [random.randrange(96) for _ in range(48)]}) + "\n")
-PY
+      tiny_data 400
       common=(--set model=tests/fixtures/qwen3_moe_tiny --set data.train=$scratch/tiny.jsonl --set training.device=cuda
               --set training.micro_batch_size=2 --set data.max_length=48 --set training.max_steps=50 --set optimizer.lr=1e-3
               --set data.shuffle=false --set training.aux_loss=on --set logging.tensorboard=false --set output.save_final=false
@@ -111,13 +115,7 @@ PY
       ;;
     memcheck)
       echo "== compute-sanitizer memcheck: 3 steps on 2 GPUs with expert parallelism 2 (every rank) =="
-      python3 - "$scratch/tiny.jsonl" <<'PY'
-import json, random, sys
-random.seed(7)
-with open(sys.argv[1], "w") as f:
-    for i in range(64):
-        f.write(json.dumps({"input_ids": [random.randrange(96) for _ in range(48)]}) + "\n")
-PY
+      tiny_data 64
       rm -rf "$scratch/memcheck"
       timeout -s KILL 300 compute-sanitizer --tool memcheck --target-processes all "$moetune" finetune --nproc-per-node 2 \
         --set parallel.expert=2 --set model=tests/fixtures/qwen3_moe_tiny --set data.train=$scratch/tiny.jsonl \
