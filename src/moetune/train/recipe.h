@@ -74,6 +74,9 @@ struct Recipe {
   // Several ranks (mpirun / srun / --nproc-per-node): the data-parallel size is the world size.
   struct Parallel {
     int64_t expert = 1;                   // expert-parallel size: divides the world size and the experts
+    // Several ranks: a rank that makes no progress (a step, a checkpoint, validation) for this long ends
+    // itself, since a dead or stuck peer would leave it waiting in a collective forever.
+    double timeout_seconds = 1800;
   } parallel;
 
   nlohmann::json json;  // the resolved recipe, every key present: what the run saves beside its outputs

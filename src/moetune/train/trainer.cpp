@@ -155,9 +155,11 @@ struct Trainer::StepStats {
 Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
     : recipe_(std::move(recipe)), output_(output_folder(recipe_)), groups_(trainer_groups(recipe_, communication_)) {
   const Recipe& r = recipe_;
+  if (groups_->layout.world > 1) watchdog_ = std::make_unique<parallel::Watchdog>(r.parallel.timeout_seconds);
   if (is_main()) lock_ = std::make_unique<OutputLock>(output_);
   groups_->world->barrier();  // the folder exists and is this run's before any rank uses it
   engine_ = make_engine(r, groups_);
+  progress("reading the data");
   // The GPU engine clips and steps without reading the gradient norm on the host, so it cannot hold back a
   // NaN update; it stops at the first non-finite step, before any checkpoint of it.
   if (engine_->device().is_cuda() && r.training.max_nonfinite_steps > 0)
@@ -186,6 +188,7 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
     read_every_line(r, train_files, split.validation, codec);
     validation_data_ = std::make_unique<data::DataLoader>(train_files, split.validation, codec, loader_options(r, false));
   }
+  progress("start-up");
   schedule_ = {schedule_kind(r.schedule.type), r.optimizer.lr, r.schedule.warmup_steps, total_steps_, r.schedule.min_lr_ratio};
   if (resume) {
     resume_from_newest_checkpoint();
@@ -307,6 +310,7 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
 }
 
 void Trainer::save_checkpoint(bool final) {
+  progress("a checkpoint");
   const fs::path target = output_ / fmt::format("checkpoint-{:06d}", step_);
   const fs::path temporary = output_ / fmt::format(".checkpoint-{:06d}.tmp", step_);
   if (is_main()) fs::remove_all(temporary);
@@ -413,11 +417,13 @@ TrainResult Trainer::run() {
                  groups_->layout.world > 1 ? (" on " + groups_->layout.str()).c_str() : "");
   while (step_ < total_steps_) {
     const auto start = std::chrono::steady_clock::now();
+    progress("a training step");
     const StepStats stats = train_step();
     log_progress(stats, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     check_finite(stats);
     result.last_loss = stats.loss;
     if (r.logging.validation_every > 0 && step_ % r.logging.validation_every == 0 && step_ != total_steps_) {
+      progress("validation");
       const double loss = validate();
       if (!std::isnan(loss) && metrics_) metrics_->write({{"step", step_}, {"loss", loss}}, "validation");
     }
@@ -431,6 +437,7 @@ TrainResult Trainer::run() {
     if (r.output.save_every > 0 && step_ % r.output.save_every == 0 && step_ != total_steps_) save_checkpoint(false);
   }
   if (!result.interrupted) {
+    progress("validation");
     result.validation_loss = validate();
     if (!std::isnan(result.validation_loss) && metrics_)
       metrics_->write({{"step", step_}, {"loss", result.validation_loss}}, "validation");
@@ -440,6 +447,7 @@ TrainResult Trainer::run() {
   result.final_model = last_checkpoint_;
   if (!result.interrupted && r.output.save_final) {
     result.final_model = output_ / "final-model";
+    progress("the final model");
     if (is_main()) {
       export_final_model(last_checkpoint_, result.final_model);
       std::fprintf(stderr, "final model (without the training state): %s\n", result.final_model.string().c_str());
