@@ -313,7 +313,10 @@ void Trainer::save_checkpoint(bool final) {
   progress("a checkpoint");
   const fs::path target = output_ / fmt::format("checkpoint-{:06d}", step_);
   const fs::path temporary = output_ / fmt::format(".checkpoint-{:06d}.tmp", step_);
-  if (is_main()) fs::remove_all(temporary);
+  if (is_main()) {
+    fs::remove_all(temporary);
+    fs::create_directories(temporary);  // before any rank writes into it
+  }
   groups_->world->barrier();
   engine_->save_pretrained(temporary);  // every rank its share
   // The exact state: parameters in their training precision (the HF files may be bf16), AdamW moments, step
