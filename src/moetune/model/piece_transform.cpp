@@ -7,7 +7,28 @@
 namespace moetune::model {
 namespace {
 
-// `source` [..., rows, cols] -> a new [..., cols, rows] tensor of the same dtype (bytes moved, any dtype).
+// Dimension 1 of `source` [outer, 2n, inner...] between interleaved pairs (a0, b0, a1, b1, ...) and halves
+// (a0 .. a(n-1), b0 .. b(n-1)); bytes moved, any dtype.
+Tensor reorder_pairs(const Tensor& source, bool to_halves) {
+  const Shape& shape = source.shape();
+  MOETUNE_CHECK(shape.size() >= 2 && shape[1] % 2 == 0, "an interleaved piece needs an even dimension 1, got {}",
+                source.str());
+  const int64_t outer = shape[0], rows = shape[1], half = rows / 2;
+  const size_t row_bytes = size_t(source.numel() / std::max<int64_t>(1, outer * rows)) * dtype_size(source.dtype());
+  Tensor out = Tensor::empty(shape, source.dtype());
+  const auto* in = static_cast<const char*>(source.raw_data());
+  auto* to = static_cast<char*>(out.raw_data());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t halves_row = (r % 2) * half + r / 2;  // where interleaved row r sits in the halves layout
+      const int64_t from = to_halves ? r : halves_row, into = to_halves ? halves_row : r;
+      std::memcpy(to + size_t(o * rows + into) * row_bytes, in + size_t(o * rows + from) * row_bytes, row_bytes);
+    }
+  return out;
+}
+
+}  // namespace
+
 Tensor transpose_last_two(const Tensor& source) {
   const Shape& shape = source.shape();
   MOETUNE_CHECK(shape.size() >= 2, "a transposed piece needs two dimensions, got {}", source.str());
@@ -25,8 +46,6 @@ Tensor transpose_last_two(const Tensor& source) {
   return out;
 }
 
-}  // namespace
-
 Shape engine_shape(const HfTensor& piece) {
   Shape shape = piece.shape;
   if (piece.transposed && shape.size() >= 2) std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
@@ -34,12 +53,14 @@ Shape engine_shape(const HfTensor& piece) {
 }
 
 void piece_to_engine(const Tensor& hf, const HfTensor& piece, const Tensor& destination) {
-  ops::cast_into(piece.transposed ? transpose_last_two(hf) : hf, destination);
+  const Tensor oriented = piece.transposed ? transpose_last_two(hf) : hf;
+  ops::cast_into(piece.interleaved_pairs ? reorder_pairs(oriented, /*to_halves=*/true) : oriented, destination);
 }
 
 Tensor piece_to_hf(const Tensor& engine_view, const HfTensor& piece, DType disk_dtype) {
   const Tensor cast = engine_view.dtype() == disk_dtype ? engine_view : ops::cast(engine_view, disk_dtype);
-  return piece.transposed ? transpose_last_two(cast) : cast;
+  const Tensor paired = piece.interleaved_pairs ? reorder_pairs(cast, /*to_halves=*/false) : cast;
+  return piece.transposed ? transpose_last_two(paired) : paired;
 }
 
 }  // namespace moetune::model
