@@ -25,8 +25,8 @@ quantized here by the format's definition (OCP MX: per 32 values along the input
 2^(floor(log2 max|x|) - 2), and E2M1 codes rounded to nearest, low nibble = even index), written as
 mlp.experts.{gate_up,down}_proj_{blocks,scales}; a few scales are forced to extremes (1, 127, 200) and a few codes
 to -0. transformers (CPU: always its dequantizing path, integrations/mxfp4.py) loads it and the script stores:
-  dequantized.safetensors  transformers' dequantized bf16 gate_up_proj [E,H,2I] / down_proj [E,I,H] per layer,
-                           and its logits for input_ids [1,8]
+  dequantized.safetensors  transformers' dequantized bf16 gate_up_proj [E,H,2I] / down_proj [E,I,H] per layer
+  reference.safetensors    input_ids [1,8] and transformers' logits (bf16 model, eager attention)
   saved_layout.json        name -> [dtype, shape] of what save_pretrained writes for this model in bf16 (what
                            moetune writes back), whether transformers' config.json keeps quantization_config after
                            a dequantizing load (it drops it), and the keys transformers 5.17 writes when it saves
@@ -366,11 +366,11 @@ def make_mxfp4(root: Path) -> None:
             dequantized = state[name]
             assert dequantized.dtype == torch.bfloat16, dequantized.dtype
             reference[name] = dequantized.contiguous()
+    save_file(reference, folder / "dequantized.safetensors", metadata={"format": "pt"})
     input_ids = torch.tensor([[3, 17, 42, 5, 88, 9, 61, 27]], dtype=torch.int64)
     with torch.no_grad():
-        reference["logits"] = loaded(input_ids=input_ids, use_cache=False).logits.float().contiguous()
-    reference["input_ids"] = input_ids
-    save_file(reference, folder / "dequantized.safetensors", metadata={"format": "pt"})
+        logits = loaded(input_ids=input_ids, use_cache=False).logits.float().contiguous()
+    save_file({"input_ids": input_ids, "logits": logits}, folder / "reference.safetensors", metadata={"format": "pt"})
 
     # What moetune must write back: the layout save_pretrained writes for the same model in bf16 (`plain`).
     # Saving the dequantized model itself is broken in transformers 5.17: its keys come out as the weight
