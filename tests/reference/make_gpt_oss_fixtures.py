@@ -9,8 +9,8 @@ clamped SwiGLU's limit (7) cuts some gate and up values, in both directions.
   model.safetensors, config.json   save_pretrained's output
   reference.safetensors            input_ids [1,8] and transformers' logits (as make_fixtures.py writes them)
   expected.json                    num_parameters() and the versions
-  parity.safetensors, parity.json  as make_parity.py writes them (plain, padded, packed cases; 3 AdamW steps
-                                   at lr 1e-5), with one difference, see below.
+  parity.safetensors, parity.json  as make_parity.py writes them, with its functions (plain, padded, packed
+                                   cases; 3 AdamW steps, here at lr 1e-5), with one difference, see below.
 
 Packed documents: GptOssModel.forward (5.17) builds its masks without position_ids, so a packed row given only
 position_ids gets a plain causal mask and its documents see each other (unlike Qwen3-MoE, Mixtral, Llama, whose
@@ -45,19 +45,16 @@ import torch
 import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, GptOssConfig, get_linear_schedule_with_warmup
+from transformers import AutoModelForCausalLM, GptOssConfig
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.models.gpt_oss import modeling_gpt_oss
 
-SEED = 20240531
+sys.path.insert(0, str(Path(__file__).parent))
+from make_parity import (MAX_GRAD_NORM, PACK_LENGTHS, PAD_ID, SEED, TOTAL_STEPS, TRAIN_STEPS,  # noqa: E402
+                         WARMUP_STEPS, lm_loss_sum20, load, make_inputs, run_case, train)
+
 VOCAB = 96
-PAD_ID = 0
-ADAMW = {"lr": 1e-5, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}
-MAX_GRAD_NORM = 0.5
-WARMUP_STEPS = 1
-TOTAL_STEPS = 10
-TRAIN_STEPS = 3
-PACK_LENGTHS = (7, 5)
+ADAMW = {"lr": 1e-5, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}  # make_parity.py's, at lr 1e-5
 YARN = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
         "truncate": False, "original_max_position_embeddings": 4096}
 
@@ -76,15 +73,6 @@ def tiny_config() -> GptOssConfig:
         output_router_logits=True, router_aux_loss_coef=0.01)
     config.architectures = ["GptOssForCausalLM"]
     return config
-
-
-def load(folder: Path):
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-    model.eval()
-    for p in model.parameters():
-        assert p.dtype == torch.float32, p.dtype
-        p.requires_grad_(True)
-    return model
 
 
 @contextlib.contextmanager
@@ -107,60 +95,6 @@ def forward(model, **kwargs):
         return model(**kwargs)
     with masks_from_position_ids(kwargs["position_ids"]):
         return model(**kwargs)
-
-
-def scalar(t) -> torch.Tensor:
-    return torch.as_tensor(t).detach().to(torch.float32).reshape(()).clone()
-
-
-def make_inputs() -> dict:
-    g = torch.Generator().manual_seed(SEED)
-    plain_ids = torch.randint(0, VOCAB, (2, 8), generator=g, dtype=torch.int64)
-    padded_ids = torch.randint(1, VOCAB, (2, 8), generator=g, dtype=torch.int64)
-    mask = torch.ones(2, 8, dtype=torch.int64)
-    mask[1, -3:] = 0
-    padded_ids[1, -3:] = PAD_ID
-    packed_ids = torch.randint(1, VOCAB, (1, sum(PACK_LENGTHS)), generator=g, dtype=torch.int64)
-    position_ids = torch.cat([torch.arange(k, dtype=torch.int64) for k in PACK_LENGTHS]).unsqueeze(0)
-    packed_labels = packed_ids.clone()
-    packed_labels[0, PACK_LENGTHS[0]] = -100
-    return {
-        "plain": dict(input_ids=plain_ids, labels=plain_ids.clone()),
-        "padded": dict(input_ids=padded_ids, attention_mask=mask, labels=padded_ids.masked_fill(mask == 0, -100)),
-        "packed": dict(input_ids=packed_ids, position_ids=position_ids, labels=packed_labels),
-    }
-
-
-def run_case(model, name: str, inputs: dict, out: dict) -> dict:
-    model.zero_grad(set_to_none=True)
-    res = forward(model, **inputs)
-    res.loss.backward()
-    for k, v in inputs.items():
-        out[f"{name}.{k}"] = v.clone()
-    out[f"{name}.logits"] = res.logits.detach().float().contiguous()
-    out[f"{name}.loss"] = scalar(res.loss)
-    with torch.no_grad():
-        lm = model.loss_function(res.logits, inputs["labels"], model.config.vocab_size)
-    out[f"{name}.lm_loss"] = scalar(lm)
-    out[f"{name}.aux_loss"] = scalar(res.aux_loss)
-    split = res.loss.detach() - model.config.router_aux_loss_coef * res.aux_loss.detach()
-    assert torch.allclose(split, lm, rtol=1e-6, atol=1e-6), (name, split.item(), lm.item())
-    for pname, p in model.named_parameters():
-        assert p.grad is not None, f"{name}: no gradient for {pname}"
-        out[f"{name}.grad.{pname}"] = p.grad.detach().float().contiguous().clone()
-    model.zero_grad(set_to_none=True)
-    return {"loss": res.loss.item(), "lm_loss": lm.item(), "aux_loss": res.aux_loss.item()}
-
-
-def lm_loss_sum20(model, inputs: dict) -> torch.Tensor:
-    with torch.no_grad():
-        res = forward(model, **inputs, num_items_in_batch=20)
-        ce = res.loss - model.config.router_aux_loss_coef * res.aux_loss
-        shift_logits = res.logits[:, :-1].reshape(-1, res.logits.shape[-1]).float()
-        want = torch.nn.functional.cross_entropy(shift_logits, inputs["labels"][:, 1:].reshape(-1),
-                                                 ignore_index=-100, reduction="sum") / 20
-        assert torch.allclose(ce, want, rtol=1e-5, atol=1e-6), (ce.item(), want.item())
-    return scalar(ce)
 
 
 def packed_isolation_error(model, inputs: dict) -> tuple[float, float]:
@@ -213,31 +147,6 @@ def clamp_fraction(model, inputs: dict) -> tuple[float, float]:
     return sum(seen["gate"]) / len(seen["gate"]), sum(seen["up"]) / len(seen["up"])
 
 
-def train(folder: Path, inputs: dict, out: dict) -> list:
-    torch.manual_seed(SEED)
-    model = load(folder)
-    opt = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=tuple(ADAMW["betas"]), eps=ADAMW["eps"],
-                            weight_decay=ADAMW["weight_decay"])
-    sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=WARMUP_STEPS, num_training_steps=TOTAL_STEPS)
-    losses, norms, lrs = [], [], []
-    for _ in range(TRAIN_STEPS):
-        res = forward(model, **inputs)
-        res.loss.backward()
-        total_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=MAX_GRAD_NORM)
-        lrs.append(sched.get_last_lr()[0])
-        losses.append(res.loss.item())
-        norms.append(total_norm.item())
-        opt.step()
-        sched.step()
-        opt.zero_grad()
-    out["train.losses"] = torch.tensor(losses, dtype=torch.float32)
-    out["train.grad_norms"] = torch.tensor(norms, dtype=torch.float32)
-    out["train.lrs"] = torch.tensor(lrs, dtype=torch.float32)
-    for pname, p in model.named_parameters():
-        out[f"train.param.{pname}"] = p.detach().float().contiguous().clone()
-    return losses
-
-
 def make_tiny(root: Path) -> None:
     folder = root / "gpt_oss_tiny"
     torch.manual_seed(1234)
@@ -261,8 +170,8 @@ def make_tiny(root: Path) -> None:
     (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
 
     torch.manual_seed(SEED)
-    model = load(folder)
-    inputs = make_inputs()
+    model = load(folder, "eager")
+    inputs = make_inputs(VOCAB)
     isolated, own = packed_isolation_error(model, inputs["packed"])
     assert isolated <= 1e-5, f"the position_ids masks do not isolate the documents ({isolated})"
     window = window_matters(model, inputs["plain"])
@@ -271,9 +180,9 @@ def make_tiny(root: Path) -> None:
     assert gate_clamped > 0 and up_clamped > 0, (gate_clamped, up_clamped)
 
     out = {}
-    stats = {case: run_case(model, case, inputs[case], out) for case in ("plain", "padded", "packed")}
-    out["plain.lm_loss_sum20"] = lm_loss_sum20(model, inputs["plain"])
-    losses = train(folder, inputs["plain"], out)
+    stats = {case: run_case(model, case, inputs[case], out, forward) for case in ("plain", "padded", "packed")}
+    out["plain.lm_loss_sum20"] = lm_loss_sum20(model, inputs["plain"], forward)
+    losses = train(folder, "eager", inputs["plain"], out, forward, ADAMW)
     save_file(out, folder / "parity.safetensors", metadata={"format": "pt"})
     meta = {
         "made_with": versions(), "adamw": ADAMW, "max_grad_norm": MAX_GRAD_NORM,
