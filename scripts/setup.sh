@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libopenblas-dev
-          libpcre2-dev libutf8proc-dev libyaml-cpp-dev zlib1g-dev)
+          libpcre2-dev libutf8proc-dev libyaml-cpp-dev zlib1g-dev libopenmpi-dev openmpi-bin)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -71,3 +71,28 @@ TEST(Inspect, BrokenFolderIsACleanError) {
 
 }  // namespace
 }  // namespace moetune
+
+namespace moetune {
+namespace {
+
+// The per-rank plan under expert parallelism: each rank holds the dense parameters and its share of the
+// experts, with the optimizer state sharded over all ranks (ZeRO-2), and the all-to-all's receive rows.
+TEST(InspectExpertParallel, PerRankPlan) {
+  const testing::RunResult result = testing::run_moetune(
+      "inspect " + testing::fixture("qwen3_moe_tiny").string() + " --expert-parallel 2 --world-size 4 --tokens 64 --json");
+  ASSERT_EQ(result.status, 0) << result.output;
+  const nlohmann::json report = nlohmann::json::parse(result.output);
+  const nlohmann::json& plan = report["expert_parallel"];
+  const int64_t total = report["total_parameters"];
+  const int64_t dense = plan["dense_parameters"], experts = plan["expert_parameters_per_rank"];
+  EXPECT_EQ(dense + 2 * experts, total);
+  EXPECT_GE(int64_t(plan["optimizer_state_parameters_per_rank"]), total / 4);
+  EXPECT_EQ(plan["receive_rows_worst"], 2 * int64_t(plan["receive_rows_balanced"]));
+  const testing::RunResult bad =
+      testing::run_moetune("inspect " + testing::fixture("qwen3_moe_tiny").string() + " --expert-parallel 3");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("parallel.expert 3 does not divide"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace moetune

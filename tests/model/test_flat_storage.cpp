@@ -1,4 +1,4 @@
-// Parameters, gradients and AdamW state live in flat per-dtype buffers; a frozen parameter has no gradient and
+// Parameters, gradients and AdamW state live in flat per-dtype buffers (one run per placement); a frozen parameter has no gradient and
 // no optimizer state, stays unchanged, and leaves every other gradient exactly as it was.
 #include <gtest/gtest.h>
 
@@ -28,10 +28,23 @@ void expect_packed(const std::vector<Tensor>& views) {
   }
 }
 
+// The views of one placement (model/placed_buffers.h: replicated and expert parameters are separate runs, so
+// ZeRO can shard each over its own ranks).
+std::vector<Tensor> placed(const std::vector<Tensor>& views, const model::ParameterLayout& layout, model::Placement placement) {
+  std::vector<Tensor> kept;
+  for (size_t i = 0; i < views.size(); ++i)
+    if (layout.parameters[i].placement == placement) kept.push_back(views[i]);
+  return kept;
+}
+
 TEST(FlatStorage, ParametersGradientsAndMomentsArePacked) {
   auto model = AutoModelForCausalLM::from_pretrained(testing::fixture("qwen3_moe_tiny"));
-  expect_packed(model.parameters().values());
-  expect_packed(model.parameters().grads());
+  const model::ParameterLayout& layout = model.weights().layout;
+  for (const model::Placement placement : {model::Placement::Replicated, model::Placement::ExpertSharded}) {
+    EXPECT_FALSE(placed(model.parameters().values(), layout, placement).empty());
+    expect_packed(placed(model.parameters().values(), layout, placement));
+    expect_packed(placed(model.parameters().grads(), layout, placement));
+  }
   AdamW optimizer(model.parameters().values(), model.parameters().grads(), {.lr = 1e-3});
   expect_packed(optimizer.first_moments());
   expect_packed(optimizer.second_moments());

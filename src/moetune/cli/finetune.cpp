@@ -1,5 +1,7 @@
 #include "moetune/cli/finetune.h"
 
+#include "moetune/parallel/world.h"
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -10,6 +12,7 @@
 #include "moetune/io/hub_cache.h"
 #include "moetune/io/json_file.h"
 #include "moetune/model/generate.h"
+#include "moetune/parallel/world.h"
 #include "moetune/train/trainer.h"
 
 namespace moetune::cli {
@@ -115,8 +118,9 @@ int run_recipe(const FinetuneArgs& args) {
   recipe.model = io::resolve_model_folder(recipe.model).string();  // a hub id: its folder in the local HF cache
   train::Trainer trainer(recipe, recipe_model_text(recipe).codec, args.resume);
   const train::TrainResult result = trainer.run();
-  std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",
-              static_cast<long long>(result.steps), result.final_model.string().c_str());
+  if (parallel::detect_launch().rank == 0)
+    std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",
+                static_cast<long long>(result.steps), result.final_model.string().c_str());
   return 0;
 }
 
@@ -127,20 +131,26 @@ int run_default(const FinetuneArgs& args) {
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   train::Recipe recipe = train::parse_recipe(kDefaultRecipe, "the embedded default recipe", overrides);
   const fs::path test = assets / "test.jsonl";
-  std::printf("moetune finetune (embedded default): %s learns \"Which is larger, 47 or 52?\" from %s\n",
-              recipe.model.c_str(), recipe.data.train.front().c_str());
-  std::fflush(stdout);
-  const double before = chat_accuracy(recipe.model, test, 200);
-  std::printf("held-out accuracy before: %.1f%% (200 questions it never trains on)\n", 100 * before);
-  std::fflush(stdout);  // before the trainer's progress lines on stderr
+  // With several ranks (--nproc-per-node) rank 0 alone measures and reports.
+  const bool reports = parallel::detect_launch().rank == 0;
+  double before = 0;
+  if (reports) {
+    std::printf("moetune finetune (embedded default): %s learns \"Which is larger, 47 or 52?\" from %s\n",
+                recipe.model.c_str(), recipe.data.train.front().c_str());
+    std::fflush(stdout);
+    before = chat_accuracy(recipe.model, test, 200);
+    std::printf("held-out accuracy before: %.1f%% (200 questions it never trains on)\n", 100 * before);
+    std::fflush(stdout);  // before the trainer's progress lines on stderr
+  }
   const auto start = std::chrono::steady_clock::now();
   train::Trainer trainer(recipe, recipe_model_text(recipe).codec, args.resume);
   const train::TrainResult result = trainer.run();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.final_model.empty()) {
-    std::printf("stopped before the first step; nothing was saved\n");
+    if (reports) std::printf("stopped before the first step; nothing was saved\n");
     return kInterruptedStatus;
   }
+  if (!reports) return 0;
   const double after = chat_accuracy(result.final_model, test, 200);
   std::printf("held-out accuracy after %lld steps (%.0f s): %.1f%%  (before: %.1f%%)\nsaved HF folder: %s\n",
               static_cast<long long>(result.steps), seconds, 100 * after, 100 * before, result.final_model.string().c_str());

@@ -4,7 +4,9 @@
 
 #include "moetune/model/checkpoint.h"
 #include "moetune/model/memory_plan.h"
+#include "moetune/model/expert_shard.h"
 #include "moetune/model/model_description.h"
+#include "moetune/parallel/parallel_layout.h"
 
 namespace moetune::cli {
 
@@ -124,6 +126,37 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens) {
   return report;
 }
 
+void add_expert_parallel_plan(json& report, const std::filesystem::path& folder, int world, int expert, int64_t tokens) {
+  const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
+  const int64_t experts = model::experts_per_layer(layout.spec);
+  const parallel::ParallelLayout ranks = parallel::make_layout(world, 0, expert, experts);
+  int64_t dense = 0, expert_parameters = 0;
+  for (const model::ParameterSpec& p : layout.parameters)
+    (p.placement == model::Placement::ExpertSharded ? expert_parameters : dense) += shape_numel(p.shape);
+  // A rank holds the dense parameters and 1/expert of the experts, with their gradients; the optimizer state
+  // (and fp32 master copy) is sharded: the dense part over the world, its experts over their replicas.
+  const int64_t held = dense + expert_parameters / expert;
+  const int64_t sharded = (dense + world - 1) / world + (expert_parameters / expert + ranks.expert_replicas() - 1) / ranks.expert_replicas();
+  json per_rank = json::array();
+  for (const auto& plan : model::precision_plans()) {
+    const int64_t total = (plan.weight_bytes + plan.gradient_bytes) * held + (plan.master_bytes + plan.optimizer_bytes) * sharded;
+    per_rank.push_back({{"precision", plan.name}, {"total_bytes", total}});
+  }
+  json plan = {{"world", world}, {"expert", expert}, {"dense_parameters", dense}, {"expert_parameters_per_rank", expert_parameters / expert},
+               {"optimizer_state_parameters_per_rank", sharded}, {"static_bytes_per_rank", per_rank}};
+  if (tokens > 0 && experts > 0) {
+    int64_t top_k = 0;
+    for (const model::LayerSpec& layer : layout.spec.layers)
+      for (const model::SublayerSpec& sublayer : layer.sublayers)
+        if (sublayer.moe()) top_k = sublayer.moe()->router.top_k;
+    const int64_t row_bytes = layout.spec.hidden_size * 2;  // bf16 rows
+    plan["receive_rows_balanced"] = tokens * top_k;
+    plan["receive_rows_worst"] = tokens * top_k * expert;
+    plan["receive_bytes_worst"] = tokens * top_k * expert * row_bytes;
+  }
+  report["expert_parallel"] = plan;
+}
+
 std::string format_inspection(const json& r) {
   std::string out;
   auto line = [&out](const std::string& text) { out += text + "\n"; };
@@ -170,6 +203,20 @@ std::string format_inspection(const json& r) {
     line("predicted peak (static + activations):");
     for (const auto& [precision, bytes] : g["predicted_peak_bytes"].items())
       line(fmt::format("  {:<26} {:>10}", precision, human_bytes(bytes.get<double>())));
+  }
+  if (r.contains("expert_parallel")) {
+    const json& e = r["expert_parallel"];
+    line(fmt::format("per rank, {} ranks with expert parallel {} (ZeRO-2 optimizer state):", e["world"].get<int>(),
+                     e["expert"].get<int>()));
+    line(fmt::format("  dense {} + experts {} held; optimizer state for {}", human_count(e["dense_parameters"].get<double>()),
+                     human_count(e["expert_parameters_per_rank"].get<double>()),
+                     human_count(e["optimizer_state_parameters_per_rank"].get<double>())));
+    for (const json& m : e["static_bytes_per_rank"])
+      line(fmt::format("  {:<26} {:>10}", m["precision"].get<std::string>(), human_bytes(m["total_bytes"].get<double>())));
+    if (e.contains("receive_rows_worst"))
+      line(fmt::format("  all-to-all receive rows per MoE layer: {} balanced, {} at most ({} in bf16)",
+                       e["receive_rows_balanced"].get<int64_t>(), e["receive_rows_worst"].get<int64_t>(),
+                       human_bytes(e["receive_bytes_worst"].get<double>())));
   }
   return out;
 }

@@ -11,6 +11,11 @@ namespace moetune::cli {
 // `tokens` > 0 (micro-batch × sequence length) the report adds the GPU training step's activation plan and the
 // predicted peak per precision.
 nlohmann::json inspect_model(const std::filesystem::path& folder, int64_t tokens = 0);
+
+// The per-rank share under expert parallelism `expert` on `world` ranks (ZeRO-2 for the optimizer state), and
+// with `tokens` per micro-batch the token all-to-all's receive rows: balanced routing and the dropless worst
+// case (every token of the group routed here). Added to `report` as "expert_parallel".
+void add_expert_parallel_plan(nlohmann::json& report, const std::filesystem::path& folder, int world, int expert, int64_t tokens);
 std::string format_inspection(const nlohmann::json& report);
 
 }  // namespace moetune::cli

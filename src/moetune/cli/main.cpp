@@ -1,5 +1,6 @@
 // The `moetune` program.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <new>
@@ -8,10 +9,25 @@
 #include "moetune/cli/finetune.h"
 #include "moetune/cli/generate.h"
 #include "moetune/cli/inspect.h"
+#include "moetune/cli/launch.h"
 #include "moetune/cli/sizes.h"
 #include "moetune/core/error.h"
 #include "moetune/io/hub_cache.h"
 #include "moetune/model/checkpoint.h"
+#include "moetune/parallel/world.h"
+
+namespace {
+
+// Prints the failure with this rank's number; in a job of several ranks it then ends every rank, since the
+// others would wait for this one in their next collective forever.
+int end_job(int status, const char* kind, const char* message) {
+  std::fprintf(stderr, "moetune: %s%s: %s\n", moetune::parallel::rank_prefix().c_str(), kind, message);
+  std::fflush(stderr);
+  if (!moetune::parallel::rank_prefix().empty()) moetune::parallel::mpi_abort(status);
+  return status;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"moetune: fine-tune Hugging Face transformer checkpoints, Mixture-of-Experts first"};
@@ -26,6 +42,9 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", as_json, "Print the report as JSON");
   int64_t plan_tokens = 0;
   // 2^40 tokens is far past any micro-batch, and keeps the plan's byte counts from overflowing.
+  int inspect_expert = 0, inspect_world = 0;
+  inspect->add_option("--expert-parallel", inspect_expert, "Print the per-rank plan for this expert-parallel size");
+  inspect->add_option("--world-size", inspect_world, "Ranks for the per-rank plan (default: the expert-parallel size)");
   inspect->add_option("--tokens", plan_tokens,
                       "Tokens per micro-batch (micro-batch × sequence): adds the GPU step's activation plan and peak")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
@@ -55,6 +74,9 @@ int main(int argc, char** argv) {
   finetune->add_option("-c,--config", recipe_path, "Recipe (YAML); every key has a default");
   finetune->add_option("--set", finetune_args.overrides, "Override a recipe key: --set optimizer.lr=2e-5 (repeatable)");
   finetune->add_flag("--resume", finetune_args.resume, "Continue from the newest checkpoint in the output folder");
+  int nproc_per_node = -1;
+  finetune->add_option("--nproc-per-node", nproc_per_node,
+                       "Start this many ranks on this node (through mpirun); parallel.expert splits the experts over them");
   finetune->add_flag("--print-recipe", finetune_args.print_recipe,
                      "Print the recipe as the run would use it (file, then --set, every default filled in) and exit");
 
@@ -76,6 +98,9 @@ int main(int argc, char** argv) {
     if (!generate_model.empty()) generate_model = moetune::io::resolve_model_folder(generate_model).string();
     if (*inspect) {
       nlohmann::json report = moetune::cli::inspect_model(model_dir, plan_tokens);
+      if (inspect_expert > 0 || inspect_world > 0)
+        moetune::cli::add_expert_parallel_plan(report, model_dir, inspect_world > 0 ? inspect_world : inspect_expert,
+                                               std::max(inspect_expert, 1), plan_tokens);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_inspection(report).c_str(), stdout);
     } else if (*convert) {
       const size_t shard_bytes = moetune::cli::parse_size(max_shard_size, "--max-shard-size");
@@ -86,6 +111,7 @@ int main(int argc, char** argv) {
       nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file, eval_device);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_evaluation(report).c_str(), stdout);
     } else if (*finetune) {
+      if (nproc_per_node != -1) moetune::cli::launch_local_ranks(nproc_per_node, moetune::cli::arguments_without_nproc(argc, argv));
       finetune_args.recipe = recipe_path;
       return moetune::cli::run_finetune(finetune_args);
     } else if (*generate) {
@@ -93,17 +119,13 @@ int main(int argc, char** argv) {
       std::printf("%s\n", moetune::cli::run_generate(generate_args).c_str());
     }
   } catch (const moetune::Error& e) {
-    std::fprintf(stderr, "moetune: error: %s\n", e.what());
-    return 1;
+    return end_job(1, "error", e.what());
   } catch (const std::filesystem::filesystem_error& e) {  // its message names the paths
-    std::fprintf(stderr, "moetune: error: %s\n", e.what());
-    return 1;
+    return end_job(1, "error", e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "moetune: error: out of memory (the model, data or settings ask for more than there is)\n");
-    return 1;
+    return end_job(1, "error", "out of memory (the model, data or settings ask for more than there is)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "moetune: internal error: %s\n", e.what());
-    return 2;
+    return end_job(2, "internal error", e.what());
   }
   return 0;
 }

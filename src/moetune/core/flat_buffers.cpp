@@ -4,7 +4,7 @@
 
 namespace moetune {
 
-FlatBuffers allocate_flat(const std::vector<FlatRequest>& requests, Device device, bool zeroed) {
+FlatBuffers allocate_flat(const std::vector<FlatRequest>& requests, Device device, bool zeroed, int64_t shards) {
   std::vector<DType> dtypes;
   std::vector<int64_t> elements, offsets(requests.size(), 0);
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -20,8 +20,13 @@ FlatBuffers allocate_flat(const std::vector<FlatRequest>& requests, Device devic
     elements[d] = offsets[i] + shape_numel(requests[i].shape);
   }
   FlatBuffers flat;
-  for (size_t d = 0; d < dtypes.size(); ++d)
-    flat.buffers.push_back(zeroed ? Tensor::zeros({elements[d]}, dtypes[d], device) : Tensor::empty({elements[d]}, dtypes[d], device));
+  for (size_t d = 0; d < dtypes.size(); ++d) {
+    const int64_t granule = shards * int64_t(kFlatAlignmentBytes / dtype_size(dtypes[d]));
+    const int64_t length = (elements[d] + granule - 1) / granule * granule;
+    // Sharded buffers are updated whole, gaps and tail included, so those must hold zeros, not garbage.
+    const bool zero = zeroed || shards > 1;
+    flat.buffers.push_back(zero ? Tensor::zeros({length}, dtypes[d], device) : Tensor::empty({length}, dtypes[d], device));
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
     if (!requests[i].wanted) {
       flat.views.emplace_back();

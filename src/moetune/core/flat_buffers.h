@@ -25,6 +25,8 @@ struct FlatBuffers {
 // Views start at multiples of kFlatAlignmentBytes, what vectorised kernels and tensor-core GEMMs need.
 inline constexpr size_t kFlatAlignmentBytes = 256;
 
-FlatBuffers allocate_flat(const std::vector<FlatRequest>& requests, Device device, bool zeroed);
+// `shards`: each buffer's length is a multiple of `shards` aligned runs, so it splits into that many equal,
+// aligned shards (ZeRO: each rank updates one); the tail past the last view is zero-filled padding.
+FlatBuffers allocate_flat(const std::vector<FlatRequest>& requests, Device device, bool zeroed, int64_t shards = 1);
 
 }  // namespace moetune

@@ -109,16 +109,14 @@ void save_safetensors_folder(const fs::path& folder, const NamedTensors& tensors
     save_safetensors(folder / kSingleFileName, shards[0]);
     written.insert(kSingleFileName);
   } else {
-    json weight_map = json::object();
+    std::map<std::string, std::string> weight_map;
     for (size_t i = 0; i < shards.size(); ++i) {
-      std::string file_name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      std::string file_name = shard_file_name(i, shards.size());
       save_safetensors(folder / file_name, shards[i]);
       written.insert(file_name);
       for (const auto& [name, tensor] : shards[i]) weight_map[name] = file_name;
     }
-    json index = {{"metadata", {{"total_size", total_bytes}, {"total_parameters", total_parameters}}},
-                  {"weight_map", weight_map}};
-    write_text_atomically(folder / kIndexFileName, index.dump(2) + "\n");
+    write_safetensors_index(folder, weight_map, total_bytes, total_parameters);
     written.insert(kIndexFileName);
   }
   // Weight files of an earlier save that would now mislead a reader (a stale index or shards): only names this
@@ -129,6 +127,21 @@ void save_safetensors_folder(const fs::path& folder, const NamedTensors& tensors
     bool is_weights = name == kIndexFileName || name == kSingleFileName || std::regex_match(name, kShardName);
     if (is_weights && !written.count(name)) fs::remove(item.path());
   }
+}
+
+}  // namespace moetune::io
+
+namespace moetune::io {
+
+std::string shard_file_name(size_t index, size_t count) {
+  return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
+}
+
+void write_safetensors_index(const fs::path& folder, const std::map<std::string, std::string>& weight_map,
+                             size_t total_bytes, size_t total_parameters) {
+  json index = {{"metadata", {{"total_size", total_bytes}, {"total_parameters", total_parameters}}},
+                {"weight_map", weight_map}};
+  write_text_atomically(folder / kIndexFileName, index.dump(2) + "\n");
 }
 
 }  // namespace moetune::io

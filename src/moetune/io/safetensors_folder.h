@@ -43,4 +43,12 @@ struct SaveOptions {
 void save_safetensors_folder(const std::filesystem::path& folder, const NamedTensors& tensors,
                              const SaveOptions& options = {});
 
+// model.safetensors.index.json for shards written by several writers (expert-parallel ranks): which file holds
+// each tensor, and the totals transformers records.
+void write_safetensors_index(const std::filesystem::path& folder, const std::map<std::string, std::string>& weight_map,
+                             size_t total_bytes, size_t total_parameters);
+
+// "model-00002-of-00004.safetensors" for shard 1 (0-based) of 4.
+std::string shard_file_name(size_t index, size_t count);
+
 }  // namespace moetune::io

@@ -9,15 +9,15 @@
 namespace moetune::model {
 
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
-  return CausalLM(load_checkpoint(folder, LoadOptions{DType::F32}));
+  return CausalLM(load_checkpoint(folder, LoadOptions{DType::F32}), {});
 }
 
-CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<CpuBlocks>& make_dispatcher) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
   for (size_t i = 0; i < store_->values().size(); ++i)
     MOETUNE_CHECK(store_->values()[i].dtype() == DType::F32 && store_->values()[i].device().is_cpu(),
                   "the CPU engine trains fp32 parameters; '{}' is {}", store_->weights().layout.parameters[i].name,
                   store_->values()[i].str());
-  sublayers_ = build_sublayers<CpuBlocks>(spec(), *store_);
+  sublayers_ = build_sublayers<CpuBlocks>(spec(), *store_, make_dispatcher);
 }
 
 Tensor CausalLM::run_layers(const Tensor& input_ids, StepContext& context) {

@@ -26,13 +26,17 @@ struct CpuBlocks {
   using Mlp = DenseMlpBlock;
   using Moe = MoeBlock;
   using Dispatcher = LocalDispatcher;
+  using DispatcherBase = TokenDispatcher;
 };
 
 class CausalLM final : public LanguageModel {
  public:
   static CausalLM from_pretrained(const std::filesystem::path& folder);
-  // From weights already loaded (fp32, on the CPU): tests build the reference on bf16-rounded weights this way.
-  static CausalLM from_weights(ModelWeights weights) { return CausalLM(std::move(weights)); }
+  // From weights already loaded (fp32, on the CPU): tests build the reference on bf16-rounded weights this way;
+  // expert parallelism loads its share of the experts and passes its all-to-all dispatcher.
+  static CausalLM from_weights(ModelWeights weights, const DispatcherFactory<CpuBlocks>& make_dispatcher = {}) {
+    return CausalLM(std::move(weights), make_dispatcher);
+  }
 
   // Keeps the stash for backward() when labels are given.
   CausalLMOutput forward(const Batch& batch);
@@ -74,7 +78,7 @@ class CausalLM final : public LanguageModel {
     bool ready = false;
   };
 
-  explicit CausalLM(ModelWeights weights);
+  CausalLM(ModelWeights weights, const DispatcherFactory<CpuBlocks>& make_dispatcher);
   std::vector<ops::Routing> routings() const;  // of every MoE sublayer, in order
   Tensor run_layers(const Tensor& input_ids, StepContext& context);
 

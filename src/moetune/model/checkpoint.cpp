@@ -103,12 +103,20 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   weights.layout = parameter_layout(load_model_spec(folder / "config.json"));
   freeze_parameters(weights.layout, options.frozen);
   SafetensorsFolder files = SafetensorsFolder::open(folder);
-  weights.stored_fused = match_checkpoint(weights.layout, files);
+  // The whole model is checked (headers only), then this rank keeps its share of the experts.
+  const std::vector<bool> whole_fused = match_checkpoint(weights.layout, files);
+  const ParameterLayout whole = weights.layout;
+  shard_experts(weights.layout, options.experts);
+  weights.experts = options.experts;
+  weights.shards = options.shards;
+  weights.stored_fused = whole_fused;
+  for (size_t i = 0; i < whole_fused.size(); ++i)
+    if (weights.layout.parameters[i].fused_hf_name.empty()) weights.stored_fused[i] = false;  // a share: per expert
 
   std::vector<FlatRequest> requests;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
-    const std::string first = weights.stored_fused[i] ? spec.fused_hf_name : spec.pieces[0].name;
+    const std::string first = whole_fused[i] ? whole.parameters[i].fused_hf_name : spec.pieces[0].name;
     // MXFP4 dequantizes to bf16, and is saved so (as transformers saves a model it dequantized).
     weights.disk_dtypes.push_back(holds_mxfp4(files, first) ? DType::BF16 : files.entry(first).dtype);
     if (!is_floating(weights.disk_dtypes.back()))
@@ -116,14 +124,22 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
            dtype_name(weights.disk_dtypes.back()));
     requests.push_back({spec.shape, options.dtype.value_or(weights.disk_dtypes.back())});
   }
-  weights.parameters = allocate_flat(requests, options.device, /*zeroed=*/false).views;
+  PlacedBuffers placed = allocate_by_placement(weights.layout, requests, options.device, /*zeroed=*/false, options.shards);
+  weights.parameters = std::move(placed.views);
+  weights.replicated_runs = std::move(placed.replicated);
+  weights.expert_runs = std::move(placed.experts);
   bool dequantized = false;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
     // Assembled on the host (casting as it goes), then copied into its place in the device's flat buffer.
     Tensor parameter = options.device.is_cpu() ? weights.parameters[i] : Tensor::empty(spec.shape, requests[i].dtype);
-    if (weights.stored_fused[i]) {
-      ops::cast_into(files.tensor(spec.fused_hf_name), parameter);
+    if (whole_fused[i]) {
+      // A share of a fused [E, ...] tensor is a contiguous run of it: only those pages of the file are read.
+      const Tensor fused = files.tensor(whole.parameters[i].fused_hf_name);
+      const int64_t per_expert = fused.numel() / whole.parameters[i].shape[0];
+      const int64_t first_expert = expert_range(whole.parameters[i].shape[0], options.experts).first;
+      ops::cast_into(spec.placement == Placement::ExpertSharded ? fused.flat_slice(first_expert * per_expert, spec.shape) : fused,
+                     parameter);
     } else {
       int64_t offset = 0;
       for (const auto& piece : spec.pieces) {
@@ -177,10 +193,11 @@ bool name_matches(const std::string& pattern, const std::string& name) {
   return p == pattern.size();
 }
 
-NamedTensors to_hf_tensors(const ModelWeights& weights) {
+NamedTensors to_hf_tensors(const ModelWeights& weights, TensorSelection selection) {
   NamedTensors tensors;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
+    if (selection == TensorSelection::ExpertsOnly && spec.placement != Placement::ExpertSharded) continue;
     const Tensor& held = weights.parameters[i];
     Tensor parameter = held.device().is_cpu() ? held : held.to(Device::cpu());
     const DType disk_dtype = weights.disk_dtypes[i];
@@ -200,6 +217,10 @@ NamedTensors to_hf_tensors(const ModelWeights& weights) {
 void save_checkpoint(const ModelWeights& weights, const fs::path& folder, const io::SaveOptions& options) {
   fs::create_directories(folder);
   io::save_safetensors_folder(folder, to_hf_tensors(weights), options);
+  save_model_files(weights, folder);
+}
+
+void save_model_files(const ModelWeights& weights, const fs::path& folder) {
   io::write_text_atomically(folder / "config.json", weights.spec().json.dump(2) + "\n");
   std::error_code same_error;
   if (weights.source.empty() || fs::equivalent(weights.source, folder, same_error)) return;

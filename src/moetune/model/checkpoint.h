@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "moetune/io/safetensors_folder.h"
+#include "moetune/model/expert_shard.h"
 #include "moetune/model/parameter_layout.h"
+#include "moetune/model/placed_buffers.h"
 #include "moetune/io/safetensors.h"
 
 namespace moetune::model {
@@ -20,11 +22,19 @@ struct LoadOptions {
   Device device = Device::cpu();
   // Engine-name patterns ('*' matches anything) of parameters to freeze: no gradient, no optimizer state.
   std::vector<std::string> frozen;
+  // Expert parallelism: load only this share of the experts (the other ranks' bytes are never read).
+  ExpertShard experts;
+  // ZeRO: how many ranks each flat run of parameters (and the gradients made like them) is split over.
+  ShardCounts shards;
 };
 
-// The parameters live in one flat buffer per dtype (core/flat_buffers.h); `parameters` are views into it.
+// The parameters live in flat runs by placement and dtype (model/placed_buffers.h); `parameters` are views
+// into them.
 struct ModelWeights {
-  ParameterLayout layout;
+  ParameterLayout layout;  // sharded: the expert parameters hold this rank's share
+  ExpertShard experts;
+  ShardCounts shards;
+  FlatBuffers replicated_runs, expert_runs;
   std::vector<Tensor> parameters;            // parallel to layout.parameters
   std::vector<DType> disk_dtypes;            // parallel too: the dtype to write back
   std::vector<bool> stored_fused;            // parallel too: written as one v5 fused tensor, not per piece
@@ -51,6 +61,10 @@ ModelWeights load_checkpoint(const std::filesystem::path& folder, const LoadOpti
 void save_checkpoint(const ModelWeights& weights, const std::filesystem::path& folder, const io::SaveOptions& options = {});
 
 // The HF tensors of `weights` as they would be saved: names, per-expert layout, disk dtypes.
-io::NamedTensors to_hf_tensors(const ModelWeights& weights);
+enum class TensorSelection { All, ExpertsOnly };
+io::NamedTensors to_hf_tensors(const ModelWeights& weights, TensorSelection selection = TensorSelection::All);
+
+// config.json (as it was read) and, when the weights came from another folder, its tokenizer and generation files.
+void save_model_files(const ModelWeights& weights, const std::filesystem::path& folder);
 
 }  // namespace moetune::model

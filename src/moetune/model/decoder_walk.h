@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,8 +42,14 @@ struct Sublayer {
   }
 };
 
+// Makes an MoE layer's dispatcher from its expert count: expert parallelism passes its all-to-all dispatcher;
+// empty: Blocks::Dispatcher (every expert on this device).
 template <typename Blocks>
-std::vector<Sublayer<Blocks>> build_sublayers(const ModelSpec& spec, const ParameterStore& store) {
+using DispatcherFactory = std::function<std::unique_ptr<typename Blocks::DispatcherBase>(int64_t num_experts)>;
+
+template <typename Blocks>
+std::vector<Sublayer<Blocks>> build_sublayers(const ModelSpec& spec, const ParameterStore& store,
+                                              const DispatcherFactory<Blocks>& make_dispatcher = {}) {
   std::vector<Sublayer<Blocks>> sublayers;
   for (int64_t layer = 0; layer < spec.num_layers(); ++layer) {
     const std::string prefix = fmt::format("layers.{}.", layer);
@@ -54,10 +61,12 @@ std::vector<Sublayer<Blocks>> build_sublayers(const ModelSpec& spec, const Param
         b.attention = std::make_unique<typename Blocks::Attention>(store, prefix, sublayer, spec.norm_eps);
       else if (sublayer.mlp())
         b.mlp = std::make_unique<typename Blocks::Mlp>(store, prefix, sublayer, spec.norm_eps);
-      else
+      else {
+        const int64_t experts = sublayer.moe()->router.num_experts;
         b.moe = std::make_unique<typename Blocks::Moe>(
             store, prefix, sublayer, spec.norm_eps,
-            std::make_unique<typename Blocks::Dispatcher>(sublayer.moe()->router.num_experts));
+            make_dispatcher ? make_dispatcher(experts) : std::make_unique<typename Blocks::Dispatcher>(experts));
+      }
     }
   }
   return sublayers;

@@ -11,7 +11,9 @@ ParameterStore::ParameterStore(model::ModelWeights weights) : weights_(std::move
     index_[weights_.layout.parameters[i].name] = i;
   }
   const Device device = weights_.parameters.empty() ? Device::cpu() : weights_.parameters[0].device();
-  grad_storage_ = allocate_flat(requests, device, /*zeroed=*/true);
+  // Laid out as the parameters are (same requests, same runs), so a ZeRO shard of a gradient run is the
+  // gradient of the same shard of the parameter run.
+  grad_storage_ = allocate_by_placement(weights_.layout, requests, device, /*zeroed=*/true, weights_.shards);
 }
 
 Param ParameterStore::find(const std::string& name) const {
@@ -25,6 +27,9 @@ Param ParameterStore::get(const std::string& name) const {
   return param;
 }
 
-void ParameterStore::zero_grad() { grad_storage_.zero(); }
+void ParameterStore::zero_grad() {
+  grad_storage_.replicated.zero();
+  grad_storage_.experts.zero();
+}
 
 }  // namespace moetune::model

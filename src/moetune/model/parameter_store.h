@@ -1,6 +1,6 @@
 // The model's parameters with a gradient beside each trainable one, looked up by engine name
-// ("layers.0.attn.qkv"). Gradients live in one flat buffer per dtype (a frozen parameter has none), zeroed in
-// one call.
+// ("layers.0.attn.qkv"). Gradients live in flat runs laid out as the parameters' (model/placed_buffers.h; a
+// frozen parameter has none), zeroed in one call per run.
 #pragma once
 
 #include <map>
@@ -30,10 +30,13 @@ class ParameterStore {
   // Parallel to values(); undefined for frozen parameters.
   std::vector<Tensor>& grads() { return grad_storage_.views; }
   const std::vector<Tensor>& grads() const { return grad_storage_.views; }
+  // The flat runs (one per dtype) of the replicated parameters' and the expert parameters' gradients.
+  const std::vector<Tensor>& replicated_grad_runs() const { return grad_storage_.replicated.buffers; }
+  const std::vector<Tensor>& expert_grad_runs() const { return grad_storage_.experts.buffers; }
 
  private:
   model::ModelWeights weights_;
-  FlatBuffers grad_storage_;
+  PlacedBuffers grad_storage_;
   std::map<std::string, size_t> index_;
 };
 

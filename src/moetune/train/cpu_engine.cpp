@@ -1,7 +1,10 @@
 // The CPU engine (fp32 reference) and the choice between engines.
 #include <cmath>
 
+#include "moetune/model/all_to_all_dispatcher.h"
+#include "moetune/model/expert_parallel_save.h"
 #include "moetune/train/adamw.h"
+#include "moetune/train/sharded_adamw.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/grad_clip.h"
 
@@ -19,14 +22,36 @@ Tensor state_tensor(const io::SafetensorsFile& file, const std::string& name, co
   return tensor;
 }
 
+// The layout's load options: this rank's experts, and the flat runs split as ZeRO shards them.
+model::LoadOptions load_options(const parallel::ParallelGroups& groups) {
+  const parallel::ParallelLayout& l = groups.layout;
+  return {DType::F32, Device::cpu(), {}, {l.expert_rank(), l.expert}, {l.world, l.expert_replicas()}};
+}
+
 class CpuEngine final : public TrainingEngine {
  public:
-  explicit CpuEngine(const Recipe& r)
-      : model_(model::CausalLM::from_pretrained(r.model)),
-        optimizer_(model_.parameters().values(), model_.parameters().grads(),
-                   AdamWOptions{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay}) {
+  CpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
+      : groups_(std::move(groups)),
+        model_(model::CausalLM::from_weights(model::load_checkpoint(r.model, load_options(*groups_)), dispatcher_factory())) {
     if (r.optimizer.precision != "fp32")
       fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
+    const AdamWOptions options{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay};
+    if (!parallel()) {
+      optimizer_ = std::make_unique<AdamW>(model_.parameters().values(), model_.parameters().grads(), options);
+      return;
+    }
+    for (const model::ParameterSpec& p : model_.weights().layout.parameters)
+      if (!p.trainable) fail("'{}' is frozen: frozen parameters are not yet supported with several ranks", p.name);
+    // One ZeRO run per placement: the dense parameters over the world, the experts over their replicas.
+    std::vector<ShardedRun> runs;
+    const auto add = [&](const char* name, const std::vector<Tensor>& values, const std::vector<Tensor>& grads,
+                         std::shared_ptr<parallel::Communicator> group) {
+      MOETUNE_CHECK(values.size() == grads.size() && values.size() <= 1, "ZeRO run '{}': {} parameter runs", name, values.size());
+      if (!values.empty()) runs.push_back({name, values[0], grads[0], std::move(group)});
+    };
+    add("replicated", model_.weights().replicated_runs.buffers, model_.parameters().replicated_grad_runs(), groups_->world);
+    add("experts", model_.weights().expert_runs.buffers, model_.parameters().expert_grad_runs(), groups_->expert_replicas);
+    sharded_ = std::make_unique<ShardedAdamW>(std::move(runs), groups_->world, options);
   }
   const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cpu(); }
@@ -36,29 +61,46 @@ class CpuEngine final : public TrainingEngine {
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
 
   double optimizer_step(double lr, double max_grad_norm) override {
-    const double norm = global_grad_norm(model_.parameters().grads());
-    if (std::isfinite(norm)) {  // a NaN/Inf gradient would spoil every weight and moment it touches
-      if (max_grad_norm > 0) clip_grad_norm(model_.parameters().grads(), max_grad_norm);
-      optimizer_.step(lr);
+    double norm = 0;
+    if (sharded_) {
+      norm = sharded_->step(lr, max_grad_norm);
+    } else {
+      norm = global_grad_norm(model_.parameters().grads());
+      if (std::isfinite(norm)) {  // a NaN/Inf gradient would spoil every weight and moment it touches
+        if (max_grad_norm > 0) scale_to_max_norm(model_.parameters().grads(), norm, max_grad_norm);
+        optimizer_->step(lr);
+      }
     }
     model_.zero_grad();
     return norm;
   }
-  int64_t optimizer_steps() const override { return optimizer_.steps_taken(); }
-  void save_pretrained(const std::filesystem::path& folder) const override { model_.save_pretrained(folder); }
+  int64_t optimizer_steps() const override { return sharded_ ? sharded_->steps_taken() : optimizer_->steps_taken(); }
+
+  void save_pretrained(const std::filesystem::path& folder) const override {
+    const parallel::ParallelLayout& l = groups_->layout;
+    if (l.expert == 1) {
+      if (l.rank == 0) model_.save_pretrained(folder);
+      return;
+    }
+    if (l.expert_group() != 0) return;  // the first replica's ranks hold every expert once
+    model::save_expert_shard(model_.weights(), folder, /*with_dense=*/l.rank == 0);
+    if (l.rank == 0) model::save_expert_sharded_index(model_.weights(), folder);
+  }
 
   io::NamedTensors training_state() const override {
+    if (sharded_) return sharded_->state();
     const auto& specs = model_.weights().layout.parameters;
     io::NamedTensors state;
     for (size_t i = 0; i < specs.size(); ++i) {
       state.emplace_back("param." + specs[i].name, model_.weights().parameters[i]);
       if (!specs[i].trainable) continue;  // frozen: no optimizer state
-      state.emplace_back("adam_m." + specs[i].name, optimizer_.first_moments()[i]);
-      state.emplace_back("adam_v." + specs[i].name, optimizer_.second_moments()[i]);
+      state.emplace_back("adam_m." + specs[i].name, optimizer_->first_moments()[i]);
+      state.emplace_back("adam_v." + specs[i].name, optimizer_->second_moments()[i]);
     }
     return state;
   }
   void restore_training_state(const io::SafetensorsFile& file, int64_t optimizer_steps) override {
+    if (sharded_) return sharded_->restore(file, optimizer_steps);
     const auto& specs = model_.weights().layout.parameters;
     std::vector<Tensor> m, v;
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -67,23 +109,45 @@ class CpuEngine final : public TrainingEngine {
       m.push_back(specs[i].trainable ? state_tensor(file, "adam_m." + specs[i].name, parameter) : Tensor());
       v.push_back(specs[i].trainable ? state_tensor(file, "adam_v." + specs[i].name, parameter) : Tensor());
     }
-    optimizer_.restore(m, v, optimizer_steps);
+    optimizer_->restore(m, v, optimizer_steps);
+  }
+  void finish_restore() override {
+    if (sharded_) sharded_->gather_parameters();
   }
 
  private:
+  bool parallel() const { return groups_->layout.world > 1; }
+  model::DispatcherFactory<model::CpuBlocks> dispatcher_factory() const {
+    if (groups_->layout.expert == 1) return {};
+    return [group = groups_->expert_parallel](int64_t experts) {
+      return std::make_unique<model::AllToAllDispatcher>(experts, group);
+    };
+  }
+
+  std::shared_ptr<const parallel::ParallelGroups> groups_;
   model::CausalLM model_;
-  AdamW optimizer_;
+  std::unique_ptr<AdamW> optimizer_;         // one rank
+  std::unique_ptr<ShardedAdamW> sharded_;    // several: ZeRO-2
 };
 
 }  // namespace
 
-std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe) { return std::make_unique<CpuEngine>(recipe); }
+std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
+  if (!groups) groups = std::make_shared<parallel::ParallelGroups>(parallel::make_groups(parallel::single_process_communicator(), 1, 0));
+  return std::make_unique<CpuEngine>(recipe, std::move(groups));
+}
 
-std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe) {
+bool uses_gpu_engine(const Recipe& recipe) {
   const std::string& device = recipe.training.device;
-  if (device == "cuda") return make_gpu_engine(recipe);
-  if (device == "auto" && cuda_device_count() > 0) return make_gpu_engine(recipe);
-  return make_cpu_engine(recipe);
+  return device == "cuda" || (device == "auto" && cuda_device_count() > 0);
+}
+
+std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
+  if (!uses_gpu_engine(recipe)) return make_cpu_engine(recipe, std::move(groups));
+  if (groups && groups->layout.world > 1)
+    fail("the GPU engine does not yet train on several ranks ({}); use training.device: cpu, or one GPU",
+         groups->layout.str());
+  return make_gpu_engine(recipe);
 }
 
 #if !MOETUNE_HAVE_CUDA

@@ -11,6 +11,7 @@
 
 #include "moetune/io/safetensors.h"
 #include "moetune/model/causal_lm.h"
+#include "moetune/parallel/parallel_layout.h"
 #include "moetune/train/recipe.h"
 
 namespace moetune::train {
@@ -35,13 +36,21 @@ class TrainingEngine {
   // for fp32 master weights), and its restore.
   virtual io::NamedTensors training_state() const = 0;
   virtual void restore_training_state(const io::SafetensorsFile& file, int64_t optimizer_steps) = 0;
+  // After every rank restored its state without error (restore is not collective, so a rank that fails cannot
+  // leave the others waiting): the collective part, e.g. gathering the ZeRO shards of the parameters.
+  virtual void finish_restore() {}
   // Extra fields for the step's metrics record (GPU memory), as JSON.
   virtual nlohmann::json memory_metrics() const { return nlohmann::json::object(); }
 };
 
-// The engine the recipe asks for: training.device cpu | cuda | auto (cuda when a GPU is visible).
-std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe);
-std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe);
+// The engine the recipe asks for: training.device cpu | cuda | auto (cuda when a GPU is visible). `groups`:
+// this rank's place in a job of several ranks (null: alone). Under several ranks, save_pretrained and
+// optimizer_step are collective (every rank calls them), and training_state() is this rank's share.
+std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe,
+                                            std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
+std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe,
+                                                std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
+bool uses_gpu_engine(const Recipe& recipe);
 // Fails with the reason when there is no GPU or moetune was built without CUDA.
 std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe);
 

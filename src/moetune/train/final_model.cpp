@@ -15,7 +15,7 @@ void export_final_model(const fs::path& checkpoint, const fs::path& target) {
   fs::create_directories(temporary);
   for (const auto& item : fs::directory_iterator(checkpoint)) {
     const std::string name = item.path().filename().string();
-    if (!item.is_regular_file() || name == kTrainerStateFile || name == kTrainingStateFile) continue;
+    if (!item.is_regular_file() || name == kTrainerStateFile || is_training_state_file(name)) continue;
     std::error_code linked;
     fs::create_hard_link(item.path(), temporary / name, linked);
     if (linked) io::copy_file_atomically(item.path(), temporary / name);

@@ -9,6 +9,10 @@
 namespace moetune::train {
 
 double global_grad_norm(const std::vector<Tensor>& gradients);
+// Σ g² (sharded gradients: each rank's part, summed over the ranks before the square root).
+double gradient_sum_of_squares(const std::vector<Tensor>& gradients);
+// Scales by min(1, max_norm / (norm + 1e-6)), `norm` being the norm of every gradient (all ranks').
+void scale_to_max_norm(const std::vector<Tensor>& gradients, double norm, double max_norm);
 // Returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor>& gradients, double max_norm);
 

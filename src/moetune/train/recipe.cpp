@@ -25,7 +25,8 @@ constexpr const char* kDefaultRecipe = R"({
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
   "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
-  "logging": {"every": 1, "validation_every": 0, "tensorboard": true}
+  "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
+  "parallel": {"expert": 1}
 })";
 
 // A recipe holds a few dozen values three levels deep; this many, or this deep, is no recipe (and recursing
@@ -171,6 +172,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.output = {out["dir"], out["save_every"], out["keep_last"], out["save_final"]};
   const json& l = j["logging"];
   r.logging = {l["every"], l["validation_every"], l["tensorboard"]};
+  r.parallel = {j["parallel"]["expert"]};
 
   const auto one_of = [&](const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
     std::string list;
@@ -210,6 +212,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   require(r.output.keep_last >= 1, source, "'output.keep_last' must be at least 1");
   require(r.logging.every >= 1, source, "'logging.every' must be at least 1");
   require(r.logging.validation_every >= 0, source, "'logging.validation_every' must not be negative (0: only at the end)");
+  require(r.parallel.expert >= 1 && r.parallel.expert <= 1 << 20, source, "'parallel.expert' must be at least 1");
   return r;
 }
 

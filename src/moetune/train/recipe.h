@@ -71,6 +71,11 @@ struct Recipe {
     bool tensorboard = true;
   } logging;
 
+  // Several ranks (mpirun / srun / --nproc-per-node): the data-parallel size is the world size.
+  struct Parallel {
+    int64_t expert = 1;                   // expert-parallel size: divides the world size and the experts
+  } parallel;
+
   nlohmann::json json;  // the resolved recipe, every key present: what the run saves beside its outputs
 };
 

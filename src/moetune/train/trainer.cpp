@@ -11,6 +11,9 @@
 #include "moetune/io/atomic_file.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/safetensors.h"
+#include "moetune/model/expert_shard.h"
+#include "moetune/model/model_description.h"
+#include "moetune/parallel/world.h"
 #include "moetune/train/final_model.h"
 
 namespace moetune::train {
@@ -64,10 +67,10 @@ DataSummary read_every_line(const Recipe& r, const std::vector<fs::path>& files,
   return summary;
 }
 
-// max_steps, or the steps of `epochs` passes over the data.
-int64_t count_steps(const Recipe& r, const DataSummary& data) {
+// max_steps, or the steps of `epochs` passes over the data (a step takes accumulation micro-batches per rank).
+int64_t count_steps(const Recipe& r, const DataSummary& data, int ranks) {
   if (r.training.max_steps > 0) return r.training.max_steps;
-  const double steps = double(data.micro_batches) * r.training.epochs / double(r.training.gradient_accumulation_steps);
+  const double steps = double(data.micro_batches) * r.training.epochs / double(r.training.gradient_accumulation_steps * ranks);
   return std::max<int64_t>(1, int64_t(std::ceil(steps)));
 }
 
@@ -92,6 +95,23 @@ int64_t state_field(const json& state, const fs::path& path, const char* key, in
 fs::path output_folder(const Recipe& r) {
   require_model_and_data(r);  // before the folder is made
   return r.output.dir;
+}
+
+// This process's ranks: alone, or its place in an MPI job split as parallel.expert says.
+std::shared_ptr<const parallel::ParallelGroups> trainer_groups(const Recipe& r, std::shared_ptr<parallel::CommunicationClock> clock) {
+  const parallel::LaunchInfo launch = parallel::detect_launch();
+  if (launch.world_size > 1 && uses_gpu_engine(r))
+    fail("this is rank {} of {}, but the GPU engine does not yet train on several ranks; set training.device: cpu",
+         launch.rank, launch.world_size);
+  std::shared_ptr<parallel::Communicator> world = parallel::timed(parallel::cpu_world(launch), std::move(clock));
+  const int64_t experts = model::experts_per_layer(model::load_model_spec(fs::path(r.model) / "config.json"));
+  return std::make_shared<parallel::ParallelGroups>(parallel::make_groups(std::move(world), int(r.parallel.expert), experts));
+}
+
+// The state file of each rank: one rank keeps the historical name.
+std::string training_state_file(const parallel::ParallelLayout& layout) {
+  if (layout.world == 1) return kTrainingStateFile;
+  return fmt::format("training_state-rank{:05d}-of-{:05d}.safetensors", layout.rank, layout.world);
 }
 
 std::string format_duration(double seconds) {
@@ -128,14 +148,17 @@ void Trainer::install_stop_handlers() {
 struct Trainer::StepStats {
   double loss = 0, aux_loss = 0, grad_norm = 0, lr = 0;
   int64_t tokens = 0, scored = 0;
+  double communication_seconds = 0;  // rank 0's time in collectives
   bool has_aux = false;
   json moe = json::array();
 };
 
 Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
-    : recipe_(std::move(recipe)), output_(output_folder(recipe_)), lock_(output_) {
+    : recipe_(std::move(recipe)), output_(output_folder(recipe_)), groups_(trainer_groups(recipe_, communication_)) {
   const Recipe& r = recipe_;
-  engine_ = make_engine(r);
+  if (is_main()) lock_ = std::make_unique<OutputLock>(output_);
+  groups_->world->barrier();  // the folder exists and is this run's before any rank uses it
+  engine_ = make_engine(r, groups_);
   // The GPU engine clips and steps without reading the gradient norm on the host, so it cannot hold back a
   // NaN update; it stops at the first non-finite step, before any checkpoint of it.
   if (engine_->device().is_cuda() && r.training.max_nonfinite_steps > 0)
@@ -144,15 +167,16 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   stop_if_requested();
   codec.vocab_size = engine_->spec().vocab_size;
   const int64_t positions = engine_->spec().max_position_embeddings;
-  if (positions > 0 && r.data.max_length > positions)
+  if (is_main() && positions > 0 && r.data.max_length > positions)
     std::fprintf(stderr, "warning: data.max_length %lld is above the model's max_position_embeddings %lld\n",
                  static_cast<long long>(r.data.max_length), static_cast<long long>(positions));
   // Decompressed .gz data lives in the run's folder, which the run has locked.
-  const fs::path scratch = output_ / ".decompressed-data";
+  const int rank = groups_->layout.rank;
+  const fs::path scratch = output_ / (rank == 0 ? std::string(".decompressed-data") : fmt::format(".decompressed-data-rank{}", rank));
   const std::vector<fs::path> train_files = data::resolve_data_files(r.data.train, "data.train", scratch);
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
-  total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec));
+  total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec), groups_->layout.world);
   train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, loader_options(r, r.data.shuffle));
   if (!r.data.validation.empty()) {
     const std::vector<fs::path> files = data::resolve_data_files(r.data.validation, "data.validation", scratch);
@@ -170,19 +194,33 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
     fail("{} already holds checkpoints: pass --resume to continue that run, or choose another output.dir", output_.string());
   }
   stop_if_requested();
+  if (!is_main()) return;
   metrics_ = std::make_unique<MetricsLog>(output_, r.logging.tensorboard, step_);
   io::write_text_atomically(output_ / "recipe.json", r.json.dump(2) + "\n");
+}
+
+nlohmann::json Trainer::layout_record() const {
+  return {{"world", groups_->layout.world}, {"expert", groups_->layout.expert}};
+}
+
+bool Trainer::any_rank(bool flag) const {
+  return groups_->world->all_reduce_sum(std::vector<double>{flag ? 1.0 : 0.0})[0] > 0;
 }
 
 Trainer::~Trainer() = default;
 
 Trainer::StepStats Trainer::train_step() {
   const int64_t accumulation = recipe_.training.gradient_accumulation_steps;
+  const parallel::ParallelLayout& layout = groups_->layout;
+  const double communication_at_start = communication_->seconds;
+  // Every rank reads the step's micro-batches of all ranks (same order, same position) and trains its own.
   std::vector<data::MicroBatch> batches;
-  int64_t scored = 0;
-  for (int64_t i = 0; i < accumulation; ++i) {
-    batches.push_back(train_data_->next());
-    scored += batches.back().scored;
+  int64_t scored = 0, tokens = 0;
+  for (int64_t i = 0; i < accumulation * layout.world; ++i) {
+    data::MicroBatch micro = train_data_->next();
+    scored += micro.scored;
+    tokens += micro.tokens;
+    if (i / accumulation == layout.rank) batches.push_back(std::move(micro));
   }
   if (scored == 0)
     std::fprintf(stderr, "warning: step %lld has no token the loss scores: only the aux loss moves the weights\n",
@@ -198,7 +236,6 @@ Trainer::StepStats Trainer::train_step() {
       stats.aux_loss += out.aux_loss / double(accumulation);
       stats.has_aux = true;
     }
-    stats.tokens += micro.tokens;
     stats.moe = json::array();
     for (const auto& [layer, s] : engine_->router_stats()) {
       json record = {{"layer", layer}, {"load_max_over_mean", s.load_max_over_mean},
@@ -208,7 +245,14 @@ Trainer::StepStats Trainer::train_step() {
     }
   }
   stats.scored = scored;
+  stats.tokens = tokens;
+  if (layout.world > 1) {  // each rank's losses are its share of the step's (normalised by all ranks' tokens)
+    const std::vector<double> sums = groups_->world->all_reduce_sum({stats.loss, stats.aux_loss});
+    stats.loss = sums[0];
+    stats.aux_loss = sums[1] / double(layout.world);
+  }
   stats.grad_norm = engine_->optimizer_step(stats.lr, recipe_.optimizer.max_grad_norm);
+  stats.communication_seconds = communication_->seconds - communication_at_start;
   ++step_;
   return stats;
 }
@@ -218,7 +262,9 @@ double Trainer::validate() {
   validation_data_->restore({});
   double loss_sum = 0;
   int64_t scored = 0;
-  while (!stop_requested.load()) {  // a signal cuts the pass short: the checkpoint matters more than the number
+  // A signal cuts the pass short (the checkpoint matters more than the number); with several ranks every rank
+  // finishes it, since their forwards exchange tokens.
+  while (groups_->layout.world > 1 || !stop_requested.load()) {
     const data::MicroBatch micro = validation_data_->next(/*single_pass=*/true);
     if (!micro.input_ids.defined()) break;
     // Sum over tokens: num_items_in_batch = 1 turns the mean into the sum.
@@ -231,6 +277,7 @@ double Trainer::validate() {
 }
 
 void Trainer::log_progress(const StepStats& stats, double seconds) {
+  if (!is_main()) return;
   const double tokens_per_second = double(stats.tokens) / std::max(seconds, 1e-9);
   json record = {{"step", step_}, {"loss", stats.loss}, {"lr", stats.lr}, {"grad_norm", stats.grad_norm},
                  {"tokens", stats.tokens}, {"scored_tokens", stats.scored}, {"tokens_per_second", tokens_per_second},
@@ -238,6 +285,11 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
                  {"skipped_lines", train_data_->skipped_lines()}};
   if (stats.has_aux) record["aux_loss"] = stats.aux_loss;
   if (!stats.moe.empty()) record["moe"] = stats.moe;
+  if (groups_->layout.world > 1) {
+    record["ranks"] = groups_->layout.world;
+    record["tokens_per_second_per_rank"] = tokens_per_second / groups_->layout.world;
+    record["communication_seconds"] = stats.communication_seconds;
+  }
   record.update(engine_->memory_metrics());
   metrics_->write(record);
   if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;
@@ -257,21 +309,27 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
 void Trainer::save_checkpoint(bool final) {
   const fs::path target = output_ / fmt::format("checkpoint-{:06d}", step_);
   const fs::path temporary = output_ / fmt::format(".checkpoint-{:06d}.tmp", step_);
-  fs::remove_all(temporary);
-  engine_->save_pretrained(temporary);
+  if (is_main()) fs::remove_all(temporary);
+  groups_->world->barrier();
+  engine_->save_pretrained(temporary);  // every rank its share
   // The exact state: parameters in their training precision (the HF files may be bf16), AdamW moments, step
-  // and data position.
-  io::save_safetensors(temporary / kTrainingStateFile, engine_->training_state());
-  const json trainer_state = {{"step", step_}, {"total_steps", total_steps_}, {"optimizer_steps", engine_->optimizer_steps()},
-                              {"data_epoch", train_data_->position().epoch}, {"data_cursor", train_data_->position().cursor},
-                              {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"recipe", recipe_.json}};
-  io::write_text_atomically(temporary / kTrainerStateFile, trainer_state.dump(2) + "\n");
-  if (fs::exists(target)) fs::remove_all(target);
-  fs::rename(temporary, target);  // the checkpoint appears whole or not at all
+  // and data position; each rank's shard of it in its own file.
+  io::save_safetensors(temporary / training_state_file(groups_->layout), engine_->training_state());
+  groups_->world->barrier();  // every rank's files are written
   last_checkpoint_ = target;
-  auto checkpoints = list_checkpoints(output_);
-  for (size_t i = 0; i + size_t(recipe_.output.keep_last) < checkpoints.size(); ++i) fs::remove_all(checkpoints[i]);
-  std::fprintf(stderr, "saved %s\n", target.string().c_str());
+  if (is_main()) {
+    const json trainer_state = {{"step", step_}, {"total_steps", total_steps_}, {"optimizer_steps", engine_->optimizer_steps()},
+                                {"data_epoch", train_data_->position().epoch}, {"data_cursor", train_data_->position().cursor},
+                                {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"parallel", layout_record()},
+                                {"recipe", recipe_.json}};
+    io::write_text_atomically(temporary / kTrainerStateFile, trainer_state.dump(2) + "\n");
+    if (fs::exists(target)) fs::remove_all(target);
+    fs::rename(temporary, target);  // the checkpoint appears whole or not at all
+    auto checkpoints = list_checkpoints(output_);
+    for (size_t i = 0; i + size_t(recipe_.output.keep_last) < checkpoints.size(); ++i) fs::remove_all(checkpoints[i]);
+    std::fprintf(stderr, "saved %s\n", target.string().c_str());
+  }
+  groups_->world->barrier();
 }
 
 void Trainer::resume_from_newest_checkpoint() {
@@ -280,13 +338,21 @@ void Trainer::resume_from_newest_checkpoint() {
   // A damaged newest checkpoint (a file deleted or edited by hand) falls back to the one before it.
   std::string newest_reason;
   for (auto checkpoint = checkpoints.rbegin(); checkpoint != checkpoints.rend(); ++checkpoint) {
+    std::string reason;
     try {
       restore_checkpoint(*checkpoint);
-      return;
     } catch (const Error& e) {
-      std::fprintf(stderr, "warning: cannot resume from %s: %s\n", checkpoint->string().c_str(), e.what());
-      if (newest_reason.empty()) newest_reason = e.what();
+      reason = e.what();
     }
+    // Every rank resumes from the same checkpoint: one rank's damaged shard sends all of them back.
+    if (!any_rank(!reason.empty())) {
+      engine_->finish_restore();
+      return;
+    }
+    if (reason.empty()) reason = "another rank cannot read its part of it";
+    std::fprintf(stderr, "warning: %scannot resume from %s: %s\n", parallel::rank_prefix().c_str(), checkpoint->string().c_str(),
+                 reason.c_str());
+    if (newest_reason.empty()) newest_reason = reason;
   }
   fail("{}: none of its {} checkpoint(s) can be resumed from; the newest: {}", output_.string(), checkpoints.size(),
        newest_reason);
@@ -301,12 +367,20 @@ void Trainer::restore_checkpoint(const fs::path& checkpoint) {
   const data::DataPosition position{state_field(state, state_path, "data_epoch", 0, kMax),
                                     state_field(state, state_path, "data_cursor", 0, train_data_->size())};
   const int64_t skipped = state_field(state, state_path, "skipped_lines", 0, kMax);
-  const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / kTrainingStateFile);
+  // A checkpoint without the record is a one-rank run's.
+  const json saved_layout = state.contains("parallel") ? state["parallel"] : json{{"world", 1}, {"expert", 1}};
+  if (saved_layout != layout_record())
+    fail("{}: written by a run of {} rank(s) with parallel.expert {}, but this run has {} rank(s) with parallel.expert {}; "
+         "resume with the layout it was written with",
+         state_path.string(), saved_layout.value("world", json(0)).dump(), saved_layout.value("expert", json(0)).dump(),
+         groups_->layout.world, groups_->layout.expert);
+  const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / training_state_file(groups_->layout));
   with_context(tensors.path().string(), [&] { engine_->restore_training_state(tensors, optimizer_steps); });
   step_ = step;
   train_data_->restore(position, skipped);
   last_checkpoint_ = checkpoint;
-  std::fprintf(stderr, "resuming from %s at step %lld\n", checkpoint.string().c_str(), static_cast<long long>(step_));
+  if (is_main())
+    std::fprintf(stderr, "resuming from %s at step %lld\n", checkpoint.string().c_str(), static_cast<long long>(step_));
 }
 
 void Trainer::check_finite(const StepStats& stats) {
@@ -331,10 +405,12 @@ TrainResult Trainer::run() {
     result = {step_, true, NAN, NAN, last_checkpoint_};
     return result;
   }
-  std::fprintf(stderr, "training %s: %lld steps of %lld x %lld rows of up to %lld tokens, %lld lines\n", r.model.c_str(),
-               static_cast<long long>(total_steps_), static_cast<long long>(r.training.gradient_accumulation_steps),
-               static_cast<long long>(r.training.micro_batch_size), static_cast<long long>(r.data.max_length),
-               static_cast<long long>(train_data_->size()));
+  if (is_main())
+    std::fprintf(stderr, "training %s: %lld steps of %lld x %lld rows of up to %lld tokens, %lld lines%s\n", r.model.c_str(),
+                 static_cast<long long>(total_steps_), static_cast<long long>(r.training.gradient_accumulation_steps),
+                 static_cast<long long>(r.training.micro_batch_size), static_cast<long long>(r.data.max_length),
+                 static_cast<long long>(train_data_->size()),
+                 groups_->layout.world > 1 ? (" on " + groups_->layout.str()).c_str() : "");
   while (step_ < total_steps_) {
     const auto start = std::chrono::steady_clock::now();
     const StepStats stats = train_step();
@@ -343,9 +419,10 @@ TrainResult Trainer::run() {
     result.last_loss = stats.loss;
     if (r.logging.validation_every > 0 && step_ % r.logging.validation_every == 0 && step_ != total_steps_) {
       const double loss = validate();
-      if (!std::isnan(loss)) metrics_->write({{"step", step_}, {"loss", loss}}, "validation");
+      if (!std::isnan(loss) && metrics_) metrics_->write({{"step", step_}, {"loss", loss}}, "validation");
     }
-    const bool stopping = stop_requested.load() || (stop_after_ && step_ >= *stop_after_);
+    // Every rank stops at the same step (a signal may reach only some of them).
+    const bool stopping = any_rank(stop_requested.load() || (stop_after_ && step_ >= *stop_after_));
     if (stopping) {
       save_checkpoint(false);
       result.interrupted = true;
@@ -355,15 +432,19 @@ TrainResult Trainer::run() {
   }
   if (!result.interrupted) {
     result.validation_loss = validate();
-    if (!std::isnan(result.validation_loss)) metrics_->write({{"step", step_}, {"loss", result.validation_loss}}, "validation");
+    if (!std::isnan(result.validation_loss) && metrics_)
+      metrics_->write({{"step", step_}, {"loss", result.validation_loss}}, "validation");
     if (r.output.save_final) save_checkpoint(true);
   }
   result.steps = step_;
   result.final_model = last_checkpoint_;
   if (!result.interrupted && r.output.save_final) {
     result.final_model = output_ / "final-model";
-    export_final_model(last_checkpoint_, result.final_model);
-    std::fprintf(stderr, "final model (without the training state): %s\n", result.final_model.string().c_str());
+    if (is_main()) {
+      export_final_model(last_checkpoint_, result.final_model);
+      std::fprintf(stderr, "final model (without the training state): %s\n", result.final_model.string().c_str());
+    }
+    groups_->world->barrier();
   }
   return result;
 }

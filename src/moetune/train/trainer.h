@@ -9,6 +9,12 @@
 // error now, not at step 42. A run holds a lock on its output folder (output_lock.h). A step whose loss or
 // gradient norm is not finite takes no update; more than training.max_nonfinite_steps of them in a row stop
 // the run with an error and no checkpoint of the broken state.
+//
+// Several ranks (parallel/world.h): every rank reads the same micro-batches in the same order, and a step's
+// rank r trains micro-batches [r·A, (r+1)·A) of the step's world·A, so N ranks with accumulation A compute
+// the update of one rank with accumulation N·A (the loss normalised by the step's scored tokens over all
+// ranks); the data position is the same on every rank, so resuming is exact. Rank 0 logs, holds the lock and
+// finishes checkpoints; every rank writes its shards into them.
 #pragma once
 
 #include <atomic>
@@ -18,6 +24,8 @@
 
 #include "moetune/data/loader.h"
 #include "moetune/model/causal_lm.h"
+#include "moetune/parallel/parallel_layout.h"
+#include "moetune/parallel/timed_communicator.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/lr_schedule.h"
 #include "moetune/train/metrics_log.h"
@@ -70,9 +78,16 @@ class Trainer {
   void log_progress(const StepStats& stats, double seconds);
   void check_finite(const StepStats& stats);
 
+  bool is_main() const { return groups_->layout.rank == 0; }
+  // The layout of this run's ranks as trainer_state.json records it.
+  nlohmann::json layout_record() const;
+  bool any_rank(bool flag) const;
+
   Recipe recipe_;
   std::filesystem::path output_;
-  OutputLock lock_;  // first: nothing is read or written in the folder before it is ours
+  std::shared_ptr<parallel::CommunicationClock> communication_ = std::make_shared<parallel::CommunicationClock>();
+  std::shared_ptr<const parallel::ParallelGroups> groups_;
+  std::unique_ptr<OutputLock> lock_;  // rank 0's; nothing is read or written in the folder before it is ours
   std::unique_ptr<TrainingEngine> engine_;
   LrSchedule schedule_;
   std::unique_ptr<data::DataLoader> train_data_, validation_data_;

@@ -25,6 +25,7 @@ struct GpuBlocks {
   using Mlp = DenseMlpBlock;
   using Moe = MoeBlock;
   using Dispatcher = LocalDispatcher;
+  using DispatcherBase = TokenDispatcher;
 };
 
 class CausalLM final : public LanguageModel {
