@@ -187,6 +187,13 @@ TEST(Families, GptOss20bAsReleased) {
   EXPECT_EQ(c.aux_loss, AuxLoss::LoadBalancing);
   EXPECT_EQ(c.aux_loss_coef, 0.9);
   EXPECT_EQ(c.moe_layer_count(), 4);
+  // transformers' num_parameters() for this config (a meta-device GptOssForCausalLM, 5.17.0); for all 24 layers
+  // of gpt-oss-20b it gives 20914757184.
+  EXPECT_EQ(parameter_layout(c).total_parameters(), 4451017664);
+  json full = json::parse(kGptOss20b);
+  full["num_hidden_layers"] = 24;
+  full.erase("layer_types");
+  EXPECT_EQ(parameter_layout(describe_model(full, "config.json")).total_parameters(), 20914757184);
 }
 
 TEST(Families, GptOssDefaultsAreGptOssConfigs) {
