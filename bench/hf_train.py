@@ -13,6 +13,10 @@ from_pretrained(..., experts_implementation="grouped_mm" | "eager").
 Lines of DATA are read in file order, micro-batch after micro-batch (wrapping around), each cut to --seq tokens,
 with labels = input_ids: the same tokens moetune sees with data.shuffle off and packing off.
 
+--fsdp (under torchrun, one process per GPU): FSDP2, `fully_shard` on every decoder layer and on the model
+(the recipe of transformers' and PyTorch's FSDP2 examples); each rank trains its own micro-batches (rank r takes
+every world-th one); tokens/s are per GPU and the peak memory is the largest over the ranks; rank 0 writes.
+
 Time = one whole optimizer step (forward, backward, clipping, optimizer.step, zero_grad) between two
 torch.cuda.synchronize() calls; the report uses the median over the steps after --warmup. The JSON is written
 on success, on out-of-memory ("status": "oom") and on any other failure ("status": "error").
@@ -108,11 +112,20 @@ def main() -> int:
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--label", default=None, help="name of this run in the report")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun ranks")
     args = parser.parse_args()
+    rank, world = 0, 1
+    if args.fsdp:
+        import torch.distributed as dist
+        dist.init_process_group("nccl")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        args.device = f"cuda:{local}"
     if args.steps <= args.warmup:
         raise SystemExit("--steps must be larger than --warmup: no step would be measured")
 
-    label = args.label or f"HF {args.experts}" + (" + compile" if args.compile else "")
+    label = args.label or f"HF {args.experts}" + (" + compile" if args.compile else "") + (f" + FSDP2 x{world}" if args.fsdp else "")
     flops = flops_per_token_from_folder(args.model_dir, args.seq)
     tokens_per_step = args.micro_batch * args.seq
     result = {"label": label, "runner": "hf", "status": "running", "model_dir": str(args.model_dir),
@@ -138,11 +151,19 @@ def main() -> int:
             median = statistics.median(measured)
             result.update(step_seconds_median=median, tokens_per_second=tokens_per_step / median,
                           **throughput(tokens_per_step / median, flops["flops_per_token"]))
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        if args.fsdp:  # the largest peak over the ranks
+            import torch.distributed as dist
+            for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes"):
+                value = torch.tensor([float(result.get(key) or 0)], device=args.device)
+                dist.all_reduce(value, op=dist.ReduceOp.MAX)
+                result[key] = int(value.item())
+            result["world_size"] = world
+        if rank == 0:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
 
     try:
-        batches = load_batches(args.data, args.micro_batch, args.seq, args.steps, args.device)
+        batches = load_batches(args.data, args.micro_batch, args.seq, args.steps * world, args.device)[rank::world]
         start = time.perf_counter()
         model = load_model(args.model_dir, args.experts, args.device)
         result["load_seconds"] = time.perf_counter() - start
@@ -152,6 +173,11 @@ def main() -> int:
         result["attn_implementation"] = model.config._attn_implementation
         model.config.use_cache = False
         model.train()
+        if args.fsdp:
+            from torch.distributed.fsdp import fully_shard
+            for layer in model.model.layers:
+                fully_shard(layer)
+            fully_shard(model)
         params = [p for p in model.parameters() if p.requires_grad]
         result["parameters"] = sum(p.numel() for p in params)
         if any(p.dtype != torch.bfloat16 for p in params):
@@ -179,7 +205,7 @@ def main() -> int:
             # "loss" is the language-model loss alone, as moetune logs it; the aux term is kept beside it.
             losses.append(loss.item() - (coef * aux_value if aux is not None else 0.0))
             aux_losses.append(aux_value)
-            grad_norms.append(grad_norm.item())
+            grad_norms.append((grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm).item())
             print(f"step {step}/{args.steps} | loss {losses[-1]:.4f} | aux {aux_value:.4f} | "
                   f"grad norm {grad_norms[-1]:.3f} | {seconds:.3f} s | {tokens_per_step / seconds:.0f} tok/s", flush=True)
             del loss, aux

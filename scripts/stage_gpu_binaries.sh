@@ -12,7 +12,7 @@ strip --strip-all .devcarry/moetune .devcarry/moetune_tests
 # Every library the binaries need except the C/C++ runtime and CUDA's own (the GPU machine has those, CUDA's
 # from /usr/local/cuda and the nvidia pip packages).
 for library in $(ldd build/tests/moetune_tests | awk '$3 ~ /^\// {print $3}' |
-                 grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux[^/]*)\.so|/libcu|/libnv'); do
+                 grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux[^/]*)\.so|/libcu|/libnv|/libnccl'); do
   cp -L "$library" .devcarry/
 done
 du -sh .devcarry

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "moetune/core/device.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/parallel/world.h"
 #include "test_util.h"
@@ -106,6 +107,15 @@ TEST_F(ParallelFinetune, BadLayoutsAreClearErrors) {
   const testing::RunResult alone = testing::run_moetune(job("alone", "--set parallel.expert=2"));
   EXPECT_NE(alone.status, 0);
   EXPECT_NE(alone.output.find("parallel.expert 2 does not divide the world size 1"), std::string::npos) << alone.output;
+}
+
+// The GPU engine's ranks without GPUs: each says so with its rank, and the launcher stops the job (no hang).
+TEST_F(ParallelFinetune, GpuRanksWithoutAGpuAreAClearError) {
+  if (cuda_device_count() >= 2) GTEST_SKIP() << "this machine has GPUs for the ranks";
+  const testing::RunResult result = testing::run_moetune(job("gpu", "--nproc-per-node 2 --set training.device=cuda"));
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.output.find("rank "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("stopping the other ranks"), std::string::npos) << result.output;
 }
 
 }  // namespace

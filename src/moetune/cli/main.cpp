@@ -15,6 +15,7 @@
 #include "moetune/io/hub_cache.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/parallel/world.h"
+#include "moetune/train/engine.h"
 
 namespace {
 
@@ -111,7 +112,9 @@ int main(int argc, char** argv) {
       nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file, eval_device);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_evaluation(report).c_str(), stdout);
     } else if (*finetune) {
-      if (nproc_per_node != -1) moetune::cli::launch_local_ranks(nproc_per_node, moetune::cli::arguments_without_nproc(argc, argv));
+      if (nproc_per_node != -1)
+        moetune::cli::launch_local_ranks(nproc_per_node, moetune::cli::arguments_without_nproc(argc, argv),
+                                         moetune::train::uses_gpu_engine(moetune::train::load_recipe(recipe_path, finetune_args.overrides)));
       finetune_args.recipe = recipe_path;
       return moetune::cli::run_finetune(finetune_args);
     } else if (*generate) {

@@ -44,45 +44,23 @@ AllToAllDispatcher::AllToAllDispatcher(int64_t num_experts, std::shared_ptr<para
 }
 
 DispatchedTokens AllToAllDispatcher::dispatch(const Tensor& x, const ops::Routing& routing) {
-  const size_t ranks = size_t(group_->size());
   permutation_ = ops::plan_permutation(routing, num_experts_);
-  // How many of this rank's rows each expert gets, grouped by the rank that owns the expert.
   std::vector<int64_t> counts(static_cast<size_t>(num_experts_));
   for (size_t e = 0; e < counts.size(); ++e) counts[e] = permutation_.offsets[e + 1] - permutation_.offsets[e];
-  const std::vector<int64_t> arriving = group_->all_to_all(counts);  // block s: source s's rows per local expert
-  send_rows_.assign(ranks, 0);
-  recv_rows_.assign(ranks, 0);
-  for (size_t r = 0; r < ranks; ++r)
-    for (size_t e = 0; e < size_t(local_experts_); ++e) {
-      send_rows_[r] += counts[r * size_t(local_experts_) + e];
-      recv_rows_[r] += arriving[r * size_t(local_experts_) + e];
-    }
-  // What arrives is source-major (each source's rows expert-major); the grouped GEMMs want expert-major.
-  std::vector<int64_t> source_start(ranks + 1, 0);
-  for (size_t s = 0; s < ranks; ++s) source_start[s + 1] = source_start[s] + recv_rows_[s];
-  std::vector<int64_t> offsets(size_t(local_experts_) + 1, 0);
-  expert_major_.clear();
-  for (size_t e = 0; e < size_t(local_experts_); ++e) {
-    for (size_t s = 0; s < ranks; ++s) {
-      int64_t begin = source_start[s];
-      for (size_t before = 0; before < e; ++before) begin += arriving[s * size_t(local_experts_) + before];
-      for (int64_t row = 0; row < arriving[s * size_t(local_experts_) + e]; ++row) expert_major_.push_back(begin + row);
-    }
-    offsets[e + 1] = int64_t(expert_major_.size());
-  }
-  return {send_to_experts(ops::permute_tokens(x, permutation_)), std::move(offsets)};
+  plan_ = plan_all_to_all(counts, group_->all_to_all(counts), group_->size());
+  return {send_to_experts(ops::permute_tokens(x, permutation_)), plan_.offsets};
 }
 
 Tensor AllToAllDispatcher::send_to_experts(const Tensor& rows) const {
-  Tensor received = Tensor::empty({sum(recv_rows_), rows.size(1)}, rows.dtype());
-  group_->all_to_all_rows(rows, send_rows_, received, recv_rows_);
-  return gather_rows(received, expert_major_);
+  Tensor received = Tensor::empty({sum(plan_.recv_rows), rows.size(1)}, rows.dtype());
+  group_->all_to_all_rows(rows, plan_.send_rows, received, plan_.recv_rows);
+  return gather_rows(received, plan_.expert_major);
 }
 
 Tensor AllToAllDispatcher::send_to_tokens(const Tensor& rows) const {
-  const Tensor source_major = scatter_rows(rows, expert_major_);
-  Tensor back = Tensor::empty({sum(send_rows_), rows.size(1)}, rows.dtype());
-  group_->all_to_all_rows(source_major, recv_rows_, back, send_rows_);
+  const Tensor source_major = scatter_rows(rows, plan_.expert_major);
+  Tensor back = Tensor::empty({sum(plan_.send_rows), rows.size(1)}, rows.dtype());
+  group_->all_to_all_rows(source_major, plan_.recv_rows, back, plan_.send_rows);
   return back;
 }
 
@@ -102,13 +80,13 @@ Tensor AllToAllDispatcher::dispatch_backward(const Tensor& drows, int64_t tokens
 }
 
 size_t AllToAllDispatcher::stash_bytes() const {
-  return (permutation_.source.size() + permutation_.row_of.size() + expert_major_.size()) * sizeof(int64_t) +
+  return (permutation_.source.size() + permutation_.row_of.size() + plan_.expert_major.size()) * sizeof(int64_t) +
          (returned_.defined() ? returned_.nbytes() : 0);
 }
 
 void AllToAllDispatcher::clear() {
   permutation_ = {};
-  expert_major_.clear();
+  plan_ = {};
   returned_ = Tensor();
 }
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "moetune/model/all_to_all_plan.h"
 #include "moetune/model/token_dispatcher.h"
 #include "moetune/parallel/communicator.h"
 
@@ -34,9 +35,7 @@ class AllToAllDispatcher final : public TokenDispatcher {
   int64_t num_experts_, local_experts_;
   std::shared_ptr<parallel::Communicator> group_;
   ops::ExpertPermutation permutation_;   // this rank's tokens in expert-major order over all experts
-  std::vector<int64_t> send_rows_;       // per destination rank
-  std::vector<int64_t> recv_rows_;       // per source rank
-  std::vector<int64_t> expert_major_;    // expert-major row j is received row expert_major_[j]
+  AllToAllPlan plan_;
   Tensor returned_;                      // the experts' outputs for this rank's rows, in its routing order
 };
 

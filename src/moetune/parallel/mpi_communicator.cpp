@@ -161,3 +161,16 @@ void mpi_abort(int code) {
 }
 
 }  // namespace moetune::parallel
+
+namespace moetune::parallel {
+
+std::string mpi_broadcast_bytes(const std::string& bytes) {
+  uint64_t size = bytes.size();
+  check_mpi(MPI_Bcast(&size, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  std::string received = bytes;
+  received.resize(size);
+  check_mpi(MPI_Bcast(received.data(), int(size), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  return received;
+}
+
+}  // namespace moetune::parallel

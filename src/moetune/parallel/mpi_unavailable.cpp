@@ -9,3 +9,7 @@ std::unique_ptr<Communicator> mpi_world_communicator() { fail("this moetune was 
 void mpi_abort(int) {}
 
 }  // namespace moetune::parallel
+
+namespace moetune::parallel {
+std::string mpi_broadcast_bytes(const std::string&) { fail("this moetune was built without MPI"); }
+}  // namespace moetune::parallel

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "moetune/core/device.h"
 #include "moetune/core/error.h"
 
 namespace moetune::parallel {
@@ -55,6 +56,9 @@ LaunchInfo detect_launch() {
       info.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT", 1, 65535) : 29500;
     }
   }
+  // Messages name the rank from here on, before any communicator exists.
+  g_rank = info.rank;
+  g_world = info.world_size;
   return info;
 }
 
@@ -72,9 +76,20 @@ std::unique_ptr<Communicator> cpu_world(const LaunchInfo& launch) {
   } else {
     world = single_process_communicator();
   }
-  g_rank = world->rank();
-  g_world = world->size();
+  note_world(*world);
   return world;
+}
+
+#if !MOETUNE_HAVE_CUDA
+std::unique_ptr<Communicator> gpu_world(const LaunchInfo& launch) {
+  if (launch.world_size > 1) fail("rank {} of {} on the GPU engine: {}", launch.rank, launch.world_size, cuda_unavailable_reason());
+  return single_process_communicator();
+}
+#endif
+
+void note_world(const Communicator& world) {
+  g_rank = world.rank();
+  g_world = world.size();
 }
 
 std::string rank_prefix() { return g_world > 1 ? fmt::format("rank {}: ", g_rank) : std::string(); }

@@ -27,11 +27,20 @@ LaunchInfo detect_launch();
 // (MPI initialised on first use). Torchrun-style variables alone are an error that says to use mpirun.
 std::unique_ptr<Communicator> cpu_world(const LaunchInfo& launch);
 
+// The world for the GPU engine: one GPU per rank (device LOCAL_RANK) and NCCL between them, its id passed by MPI
+// or the TCP rendezvous on MASTER_ADDR:MASTER_PORT. Alone: a single process.
+std::unique_ptr<Communicator> gpu_world(const LaunchInfo& launch);
+
 // When moetune was built with MPI (libopenmpi-dev found at configure time).
 bool mpi_available();
 std::unique_ptr<Communicator> mpi_world_communicator();
 // Ends every rank of the MPI job (a failing rank must not leave the others waiting in a collective forever).
 void mpi_abort(int code);
+// Rank 0's bytes to every rank of MPI_COMM_WORLD.
+std::string mpi_broadcast_bytes(const std::string& bytes);
+
+// Records this process's rank for rank_prefix() (cpu_world does; the GPU world's maker calls it).
+void note_world(const Communicator& world);
 
 // The rank prefix for messages: "" alone, "rank 3: " in a job.
 std::string rank_prefix();

@@ -2,11 +2,11 @@
 #include <cmath>
 
 #include "moetune/model/all_to_all_dispatcher.h"
-#include "moetune/model/expert_parallel_save.h"
 #include "moetune/train/adamw.h"
 #include "moetune/train/sharded_adamw.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/grad_clip.h"
+#include "moetune/train/parallel_save.h"
 
 namespace moetune::train {
 namespace {
@@ -23,16 +23,12 @@ Tensor state_tensor(const io::SafetensorsFile& file, const std::string& name, co
 }
 
 // The layout's load options: this rank's experts, and the flat runs split as ZeRO shards them.
-model::LoadOptions load_options(const parallel::ParallelGroups& groups) {
-  const parallel::ParallelLayout& l = groups.layout;
-  return {DType::F32, Device::cpu(), {}, {l.expert_rank(), l.expert}, {l.world, l.expert_replicas()}};
-}
 
 class CpuEngine final : public TrainingEngine {
  public:
   CpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : groups_(std::move(groups)),
-        model_(model::CausalLM::from_weights(model::load_checkpoint(r.model, load_options(*groups_)), dispatcher_factory())) {
+        model_(model::CausalLM::from_weights(model::load_checkpoint(r.model, load_options(groups_->layout, DType::F32, Device::cpu())), dispatcher_factory())) {
     if (r.optimizer.precision != "fp32")
       fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
     const AdamWOptions options{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay};
@@ -77,14 +73,7 @@ class CpuEngine final : public TrainingEngine {
   int64_t optimizer_steps() const override { return sharded_ ? sharded_->steps_taken() : optimizer_->steps_taken(); }
 
   void save_pretrained(const std::filesystem::path& folder) const override {
-    const parallel::ParallelLayout& l = groups_->layout;
-    if (l.expert == 1) {
-      if (l.rank == 0) model_.save_pretrained(folder);
-      return;
-    }
-    if (l.expert_group() != 0) return;  // the first replica's ranks hold every expert once
-    model::save_expert_shard(model_.weights(), folder, /*with_dense=*/l.rank == 0);
-    if (l.rank == 0) model::save_expert_sharded_index(model_.weights(), folder);
+    save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
   io::NamedTensors training_state() const override {
@@ -144,14 +133,15 @@ bool uses_gpu_engine(const Recipe& recipe) {
 
 std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
   if (!uses_gpu_engine(recipe)) return make_cpu_engine(recipe, std::move(groups));
-  if (groups && groups->layout.world > 1)
-    fail("the GPU engine does not yet train on several ranks ({}); use training.device: cpu, or one GPU",
-         groups->layout.str());
-  return make_gpu_engine(recipe);
+  return make_gpu_engine(recipe, std::move(groups));
+}
+
+model::LoadOptions load_options(const parallel::ParallelLayout& layout, DType dtype, Device device) {
+  return {dtype, device, {}, {layout.expert_rank(), layout.expert}, {layout.world, layout.expert_replicas()}};
 }
 
 #if !MOETUNE_HAVE_CUDA
-std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe&) {
+std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe&, std::shared_ptr<const parallel::ParallelGroups>) {
   fail("training.device 'cuda': {}", cuda_unavailable_reason());
 }
 #endif

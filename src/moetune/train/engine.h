@@ -39,7 +39,8 @@ class TrainingEngine {
   // After every rank restored its state without error (restore is not collective, so a rank that fails cannot
   // leave the others waiting): the collective part, e.g. gathering the ZeRO shards of the parameters.
   virtual void finish_restore() {}
-  // Extra fields for the step's metrics record (GPU memory), as JSON.
+  // Extra fields for the step's metrics record (GPU memory), as JSON. Collective under several ranks (the
+  // spread of the ranks' peaks): every rank calls it.
   virtual nlohmann::json memory_metrics() const { return nlohmann::json::object(); }
 };
 
@@ -52,6 +53,9 @@ std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe,
                                                 std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
 bool uses_gpu_engine(const Recipe& recipe);
 // Fails with the reason when there is no GPU or moetune was built without CUDA.
-std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe);
+std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe,
+                                                std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
+// What a rank loads: its share of the experts, its flat runs split as ZeRO shards them.
+model::LoadOptions load_options(const parallel::ParallelLayout& layout, DType dtype, Device device);
 
 }  // namespace moetune::train

@@ -100,10 +100,9 @@ fs::path output_folder(const Recipe& r) {
 // This process's ranks: alone, or its place in an MPI job split as parallel.expert says.
 std::shared_ptr<const parallel::ParallelGroups> trainer_groups(const Recipe& r, std::shared_ptr<parallel::CommunicationClock> clock) {
   const parallel::LaunchInfo launch = parallel::detect_launch();
-  if (launch.world_size > 1 && uses_gpu_engine(r))
-    fail("this is rank {} of {}, but the GPU engine does not yet train on several ranks; set training.device: cpu",
-         launch.rank, launch.world_size);
-  std::shared_ptr<parallel::Communicator> world = parallel::timed(parallel::cpu_world(launch), std::move(clock));
+  // The GPU engine's ranks talk through NCCL, the CPU engine's through MPI.
+  std::shared_ptr<parallel::Communicator> world =
+      parallel::timed(uses_gpu_engine(r) ? parallel::gpu_world(launch) : parallel::cpu_world(launch), std::move(clock));
   const int64_t experts = model::experts_per_layer(model::load_model_spec(fs::path(r.model) / "config.json"));
   return std::make_shared<parallel::ParallelGroups>(parallel::make_groups(std::move(world), int(r.parallel.expert), experts));
 }
@@ -277,6 +276,7 @@ double Trainer::validate() {
 }
 
 void Trainer::log_progress(const StepStats& stats, double seconds) {
+  const json memory = engine_->memory_metrics();  // collective on several GPUs: every rank asks
   if (!is_main()) return;
   const double tokens_per_second = double(stats.tokens) / std::max(seconds, 1e-9);
   json record = {{"step", step_}, {"loss", stats.loss}, {"lr", stats.lr}, {"grad_norm", stats.grad_norm},
@@ -290,7 +290,7 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
     record["tokens_per_second_per_rank"] = tokens_per_second / groups_->layout.world;
     record["communication_seconds"] = stats.communication_seconds;
   }
-  record.update(engine_->memory_metrics());
+  record.update(memory);
   metrics_->write(record);
   if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;
   const double eta = seconds * double(total_steps_ - step_);

@@ -23,13 +23,14 @@ float read_scalar(const Tensor& t) {
 
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
   require_gpu_support(load_model_spec(folder / "config.json"));  // before the weights go to the GPU
-  return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}));
+  return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}), {});
 }
 
-CausalLM::CausalLM(ModelWeights weights) : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher)
+    : store_(std::make_unique<ParameterStore>(std::move(weights))) {
   const ModelSpec& s = spec();
   require_gpu_support(s);
-  sublayers_ = build_sublayers<GpuBlocks>(s, *store_);
+  sublayers_ = build_sublayers<GpuBlocks>(s, *store_, make_dispatcher);
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");

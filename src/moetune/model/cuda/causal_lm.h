@@ -31,8 +31,11 @@ struct GpuBlocks {
 class CausalLM final : public LanguageModel {
  public:
   static CausalLM from_pretrained(const std::filesystem::path& folder);
-  // From weights already on the GPU in bf16.
-  static CausalLM from_weights(ModelWeights weights) { return CausalLM(std::move(weights)); }
+  // From weights already on the GPU in bf16; expert parallelism loads its share of the experts and passes its
+  // all-to-all dispatcher.
+  static CausalLM from_weights(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher = {}) {
+    return CausalLM(std::move(weights), make_dispatcher);
+  }
 
   // One micro-batch: forward, loss, backward (gradients accumulate into the parameters' .grad). Waits for the
   // GPU once, at the end, to read the loss.
@@ -61,7 +64,7 @@ class CausalLM final : public LanguageModel {
     Tensor normed;         // after it
   };
 
-  explicit CausalLM(ModelWeights weights);
+  CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher);
   // Starts the context's aux-loss sums when `with_aux`.
   Forward run_layers(StepContext& context, bool with_aux);
   void clear_stashes();  // evaluation keeps nothing for a backward pass

@@ -93,6 +93,17 @@ void permute_tokens(const Tensor& x, const DevicePermutation& plan, const Tensor
              fmt::format("{} of {}", op, x.str()));
 }
 
+void gather_rows(const Tensor& x, const Tensor& index, const Tensor& out) {
+  constexpr std::string_view op = "gather_rows";
+  check_gpu_tensor(op, "index", index, DType::I32, {index.numel()});
+  const int64_t hidden = hidden_of(x, op, "x", x.size(0));
+  expect_rows(out, op, "out", x.dtype(), index.numel(), hidden);
+  if (index.numel() == 0) return;
+  gpu::check(launch_permute_rows(x.raw_data(), device_data<int32_t>(index), index.numel(),
+                                 hidden * int64_t(dtype_size(x.dtype())), out.raw_data(), gpu::stream()),
+             fmt::format("{} of {}", op, x.str()));
+}
+
 void permute_tokens_backward(const Tensor& dpermuted, const DevicePermutation& plan, const Tensor& dx,
                              const Tensor& residual) {
   constexpr std::string_view op = "permute_tokens_backward";

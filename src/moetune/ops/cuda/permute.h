@@ -24,6 +24,10 @@ DevicePermutation plan_permutation(const Tensor& expert_ids, int64_t num_experts
 // out[r] = x[source[r]]: x [T, H] -> out [T·k, H], same dtype (a copy, so any dtype).
 void permute_tokens(const Tensor& x, const DevicePermutation& plan, const Tensor& out);
 
+// out[j] = x[index[j]]: x [N, H] -> out [M, H] (index I32 [M] on the device, any dtype): expert parallelism's
+// regrouping of the rows that arrive from other ranks.
+void gather_rows(const Tensor& x, const Tensor& index, const Tensor& out);
+
 // dx[t] = residual[t] + Σ_j dpermuted[row_of(t, j)], summed in f32. dpermuted [T·k, H], dx and residual [T, H],
 // all BF16 or all F32; residual is optional and may be dx itself.
 void permute_tokens_backward(const Tensor& dpermuted, const DevicePermutation& plan, const Tensor& dx,

@@ -1,44 +1,54 @@
 // The GPU engine: the bf16 model on one GPU, gradient clipping and AdamW without a host round trip (the clip
-// coefficient stays on the device), in the precision the recipe names.
+// coefficient stays on the device), in the precision the recipe names. On several ranks (one GPU each, NCCL
+// between them) the experts are split over the expert-parallel group and the optimizer is ZeRO-2: each flat
+// run of gradients is reduce-scattered over its group (the world for dense parameters, the expert's replicas
+// for the experts), AdamW updates this rank's shard with state for the shard alone, and the run is
+// all-gathered back in place.
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/flat_buffers.h"
+#include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/device_support.h"
+#include "moetune/model/model_description.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/adamw.h"
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
+#include "moetune/train/parallel_save.h"
 
 namespace moetune::train {
 namespace {
 
+// One flat run under ZeRO: the run itself (parameters and gradients, every rank the whole) and this rank's shard.
+struct ShardedRun {
+  std::string name;
+  Tensor parameters, gradients;
+  std::shared_ptr<parallel::Communicator> group;
+  // This rank's shard of the gradients, a view of the run: the reduce-scatter runs in place (NCCL's rule: the
+  // output at rank × count of the input), so no second gradient buffer exists.
+  Tensor gradient_shard;
+};
+
 class GpuEngine final : public TrainingEngine {
  public:
-  explicit GpuEngine(const Recipe& r)
-      : model_(model::cuda::CausalLM::from_pretrained(r.model)),
+  GpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
+      : groups_(std::move(groups)),
+        model_(model::cuda::CausalLM::from_weights(
+            model::load_checkpoint(r.model, load_options(groups_->layout, DType::BF16, Device::cuda())), dispatcher_factory())),
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
         options_(r.optimizer),
         seed_(uint64_t(r.training.seed)) {
-    const DType moment_dtype = precision_ == ops::cuda::OptimizerPrecision::Fp32Master ? DType::F32 : DType::BF16;
-    const bool master = precision_ == ops::cuda::OptimizerPrecision::Fp32Master;
     auto& values = model_.parameters().values();
     auto& grads = model_.parameters().grads();
-    // AdamW's moments (and fp32 master weights) in flat buffers, one view per trainable parameter.
-    std::vector<FlatRequest> moments, masters;
-    for (size_t i = 0; i < values.size(); ++i) {
+    for (size_t i = 0; i < values.size(); ++i)
       if (!grads[i].defined())
         fail("parameter '{}' is frozen; the GPU engine trains every parameter so far (freezing runs on the CPU engine)",
              model_.weights().layout.parameters[i].name);
-      moments.push_back({values[i].shape(), moment_dtype});
-      masters.push_back({values[i].shape(), DType::F32, master});
-    }
-    exp_avg_ = allocate_flat(moments, Device::cuda(), /*zeroed=*/true);
-    exp_avg_sq_ = allocate_flat(moments, Device::cuda(), /*zeroed=*/true);
-    master_ = allocate_flat(masters, Device::cuda(), /*zeroed=*/false);
-    for (size_t i = 0; i < values.size(); ++i) {
-      ops::cuda::AdamWSlot slot{values[i], grads[i], exp_avg_.views[i], exp_avg_sq_.views[i], master_.views[i]};
-      // The checkpoint's own values would be more exact than their bf16 copy; the bf16 model is what we hold.
-      if (master) ops::cast_into(values[i], slot.master);
-      slots_.push_back(std::move(slot));
+    if (parallel()) {
+      make_sharded_slots();
+    } else {
+      std::vector<Tensor> params(values.begin(), values.end()), gradients(grads.begin(), grads.end());
+      make_slots(params, gradients);
     }
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
     coefficient_ = Tensor::empty({1}, DType::F32, Device::cuda());
@@ -51,7 +61,18 @@ class GpuEngine final : public TrainingEngine {
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
 
   double optimizer_step(double lr, double max_grad_norm) override {
-    ops::cuda::grad_norm_squared(model_.parameters().grads(), norm_squared_);
+    std::vector<Tensor> gradients;
+    if (parallel()) {
+      for (ShardedRun& run : runs_) {
+        if (run.group->size() > 1) run.group->reduce_scatter_sum(run.gradients, run.gradient_shard);
+        gradients.push_back(run.gradient_shard);
+      }
+    } else {
+      gradients = model_.parameters().grads();
+    }
+    ops::cuda::grad_norm_squared(gradients, norm_squared_);
+    // Each gradient element is in one rank's shard: the world's sum is the whole model's.
+    if (parallel()) groups_->world->all_reduce_sum(norm_squared_);
     Tensor scale;
     if (max_grad_norm > 0) {
       ops::cuda::clip_coefficient(norm_squared_, max_grad_norm, coefficient_);
@@ -60,66 +81,145 @@ class GpuEngine final : public TrainingEngine {
     ++steps_;
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
                           precision_, scale, seed_);
+    gather_parameters();
     model_.zero_grad();
     const Tensor host = norm_squared_.to(Device::cpu());  // waits for the step
     return std::sqrt(double(host.data<float>()[0]));
   }
   int64_t optimizer_steps() const override { return steps_; }
-  void save_pretrained(const std::filesystem::path& folder) const override { model_.save_pretrained(folder); }
+  void save_pretrained(const std::filesystem::path& folder) const override {
+    save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
+  }
 
   io::NamedTensors training_state() const override {
-    const auto& specs = model_.weights().layout.parameters;
     io::NamedTensors state;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      state.emplace_back("param." + specs[i].name, slots_[i].param.to(Device::cpu()));
-      state.emplace_back("adam_m." + specs[i].name, slots_[i].exp_avg.to(Device::cpu()));
-      state.emplace_back("adam_v." + specs[i].name, slots_[i].exp_avg_sq.to(Device::cpu()));
-      if (slots_[i].master.defined()) state.emplace_back("master." + specs[i].name, slots_[i].master.to(Device::cpu()));
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const std::string& name = slot_names_[i];
+      state.emplace_back("param." + name, slots_[i].param.to(Device::cpu()));
+      state.emplace_back("adam_m." + name, slots_[i].exp_avg.to(Device::cpu()));
+      state.emplace_back("adam_v." + name, slots_[i].exp_avg_sq.to(Device::cpu()));
+      if (slots_[i].master.defined()) state.emplace_back("master." + name, slots_[i].master.to(Device::cpu()));
     }
     return state;
   }
   void restore_training_state(const io::SafetensorsFile& file, int64_t optimizer_steps) override {
-    const auto& specs = model_.weights().layout.parameters;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      restore(slots_[i].param, file, "param." + specs[i].name);
-      restore(slots_[i].exp_avg, file, "adam_m." + specs[i].name);
-      restore(slots_[i].exp_avg_sq, file, "adam_v." + specs[i].name);
-      if (slots_[i].master.defined()) restore(slots_[i].master, file, "master." + specs[i].name);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const std::string& name = slot_names_[i];
+      restore(slots_[i].param, file, "param." + name);
+      restore(slots_[i].exp_avg, file, "adam_m." + name);
+      restore(slots_[i].exp_avg_sq, file, "adam_v." + name);
+      if (slots_[i].master.defined()) restore(slots_[i].master, file, "master." + name);
     }
     steps_ = optimizer_steps;
   }
+  void finish_restore() override { gather_parameters(); }
 
   nlohmann::json memory_metrics() const override {
     const gpu::MemoryStats stats = gpu::memory_stats();
-    return {{"gpu_peak_bytes", stats.peak_in_use}, {"gpu_reserved_peak_bytes", stats.peak_reserved},
-            {"gpu_device_used_bytes", gpu::device_used_bytes()}};
+    nlohmann::json metrics = {{"gpu_peak_bytes", stats.peak_in_use}, {"gpu_reserved_peak_bytes", stats.peak_reserved},
+                              {"gpu_device_used_bytes", gpu::device_used_bytes()}};
+    if (parallel()) {  // the spread of the ranks' peaks
+      const std::vector<double> peaks = groups_->world->all_reduce_sum(peak_vector(double(stats.peak_in_use)));
+      metrics["gpu_peak_bytes_max"] = *std::max_element(peaks.begin(), peaks.end());
+      metrics["gpu_peak_bytes_min"] = *std::min_element(peaks.begin(), peaks.end());
+    }
+    return metrics;
   }
 
  private:
+  bool parallel() const { return groups_->layout.world > 1; }
+  model::DispatcherFactory<model::cuda::GpuBlocks> dispatcher_factory() const {
+    if (groups_->layout.expert == 1) return {};
+    return [group = groups_->expert_parallel](int64_t experts) {
+      return std::make_unique<model::cuda::AllToAllDispatcher>(experts, group);
+    };
+  }
+  // This rank's peak at its own position, zeros elsewhere: summed over the ranks, every rank's peak.
+  std::vector<double> peak_vector(double peak) const {
+    std::vector<double> peaks(size_t(groups_->layout.world), 0.0);
+    peaks[size_t(groups_->layout.rank)] = peak;
+    return peaks;
+  }
+
+  // AdamW's moments (and fp32 master weights) in flat buffers, one view per slot.
+  void make_slots(const std::vector<Tensor>& params, const std::vector<Tensor>& gradients) {
+    const bool master = precision_ == ops::cuda::OptimizerPrecision::Fp32Master;
+    const DType moment_dtype = master ? DType::F32 : DType::BF16;
+    std::vector<FlatRequest> moments, masters;
+    for (const Tensor& param : params) {
+      moments.push_back({param.shape(), moment_dtype});
+      masters.push_back({param.shape(), DType::F32, master});
+    }
+    exp_avg_ = allocate_flat(moments, Device::cuda(), /*zeroed=*/true);
+    exp_avg_sq_ = allocate_flat(moments, Device::cuda(), /*zeroed=*/true);
+    master_ = allocate_flat(masters, Device::cuda(), /*zeroed=*/false);
+    for (size_t i = 0; i < params.size(); ++i) {
+      ops::cuda::AdamWSlot slot{params[i], gradients[i], exp_avg_.views[i], exp_avg_sq_.views[i], master_.views[i]};
+      // The checkpoint's own values would be more exact than their bf16 copy; the bf16 model is what we hold.
+      if (master) ops::cast_into(params[i], slot.master);
+      slots_.push_back(std::move(slot));
+    }
+    if (!parallel())
+      for (const model::ParameterSpec& p : model_.weights().layout.parameters) slot_names_.push_back(p.name);
+  }
+
+  // One slot per flat run: this rank's shard of the parameters (a view: the update lands in place, and the
+  // all-gather fills in the other ranks' shards around it).
+  void make_sharded_slots() {
+    const auto add = [&](const char* name, const std::vector<Tensor>& values, const std::vector<Tensor>& grads,
+                         std::shared_ptr<parallel::Communicator> group) {
+      MOETUNE_CHECK(values.size() == grads.size() && values.size() <= 1, "ZeRO run '{}': {} parameter runs", name, values.size());
+      if (values.empty()) return;
+      const int64_t length = values[0].numel() / group->size();
+      runs_.push_back({name, values[0], grads[0], group, grads[0].flat_slice(group->rank() * length, {length})});
+    };
+    add("replicated", model_.weights().replicated_runs.buffers, model_.parameters().replicated_grad_runs(), groups_->world);
+    add("experts", model_.weights().expert_runs.buffers, model_.parameters().expert_grad_runs(), groups_->expert_replicas);
+    std::vector<Tensor> params, gradients;
+    for (const ShardedRun& run : runs_) {
+      const int64_t length = run.gradient_shard.numel();
+      params.push_back(run.parameters.flat_slice(run.group->rank() * length, {length}));
+      gradients.push_back(run.gradient_shard);
+      slot_names_.push_back("zero." + run.name);
+    }
+    make_slots(params, gradients);
+  }
+
+  void gather_parameters() {
+    for (size_t i = 0; i < runs_.size(); ++i)
+      if (runs_[i].group->size() > 1) runs_[i].group->all_gather(slots_[i].param, runs_[i].parameters);  // in place
+  }
+
   // A checkpoint of another precision mode converts (an fp32 CPU checkpoint resumed on the GPU, say).
   static void restore(Tensor target, const io::SafetensorsFile& file, const std::string& name) {
+    if (!file.contains(name)) fail("no tensor '{}' (a checkpoint of another model or layout?)", name);
     const Tensor saved = file.tensor(name);
     MOETUNE_CHECK(saved.shape() == target.shape(), "{}: '{}' is {} in the checkpoint but {} in the model",
-                  "training_state.safetensors", name, saved.str(), target.str());
+                  file.path().filename().string(), name, saved.str(), target.str());
     const Tensor converted = saved.dtype() == target.dtype() ? saved : ops::cast(saved, target.dtype());
     target.copy_from(converted);
   }
 
+  std::shared_ptr<const parallel::ParallelGroups> groups_;
   model::cuda::CausalLM model_;
   ops::cuda::OptimizerPrecision precision_;
   Recipe::Optimizer options_;
   uint64_t seed_;
+  std::vector<ShardedRun> runs_;  // several ranks only
   FlatBuffers exp_avg_, exp_avg_sq_, master_;
   std::vector<ops::cuda::AdamWSlot> slots_;
+  std::vector<std::string> slot_names_;  // the training state's names: parameters, or "zero.<run>" shards
   Tensor norm_squared_, coefficient_;
   int64_t steps_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe) {
+std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
   if (cuda_device_count() == 0) fail("training.device 'cuda': {}", cuda_unavailable_reason());
-  return std::make_unique<GpuEngine>(recipe);
+  model::require_gpu_support(model::load_model_spec(std::filesystem::path(recipe.model) / "config.json"));  // before loading
+  if (!groups) groups = std::make_shared<parallel::ParallelGroups>(parallel::make_groups(parallel::single_process_communicator(), 1, 0));
+  return std::make_unique<GpuEngine>(recipe, std::move(groups));
 }
 
 }  // namespace moetune::train

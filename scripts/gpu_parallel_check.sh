@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# There (the 2-GPU machine, kind nvidia-h200-x2), after scripts/stage_gpu_binaries.sh here:
+#   run(command="bash scripts/gpu_parallel_check.sh [check] [bench]", carry=[".devcarry"], kind="nvidia-h200-x2")
+# check: the tiny Qwen3-MoE fixture for 50 steps on one GPU with accumulation 2, on 2 GPUs with expert
+#        parallelism 2, and on 2 GPUs data-parallel; the per-step losses and gradient norms side by side.
+# bench: issue 10's benchmark: the 8-layer cut of Qwen3-30B-A3B (random weights), seq 4096, micro-batch 2 per
+#        GPU: moetune on 1 GPU, moetune EP=2 on 2 GPUs, HF transformers grouped_mm + FSDP2 on 2 GPUs.
+# memcheck: compute-sanitizer memcheck over a 3-step EP=2 run on both ranks (the dispatcher, NCCL, ZeRO).
+# Logs and metrics go to $OUT.
+set -uo pipefail
+repo=$PWD
+out=${OUT:-/tmp/gpu_parallel_check}
+mkdir -p "$out"
+[ -e /work/main ] || { mkdir -p /work && ln -s "$repo" /work/main; }
+mkdir -p build/src/moetune
+cp .devcarry/moetune build/src/moetune/moetune
+nvidia_libs=$(python3 -c "import glob,os,nvidia;print(':'.join(glob.glob(os.path.dirname(nvidia.__path__[0])+'/nvidia/*/lib')))")
+export LD_LIBRARY_PATH=$repo/.devcarry:$nvidia_libs:/usr/local/cuda/lib64
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+moetune=$repo/build/src/moetune/moetune
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+git -C "$repo" log -1 --format='commit %H %s' 2>/dev/null | tee -a "$out/device.txt"
+scratch=/tmp/moetune-parallel
+mkdir -p "$scratch"
+
+tiny_data() {  # LINES: random 48-token lines for the tiny fixture (vocabulary 96)
+  python3 - "$scratch/tiny.jsonl" "$1" <<'PY'
+import json, random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(int(sys.argv[2])):
+        f.write(json.dumps({"input_ids": [random.randrange(96) for _ in range(48)]}) + "\n")
+PY
+}
+
+compare() {  # RUN_A RUN_B: per-step loss and grad norm
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def read(run):
+    return [json.loads(l) for l in open(run + "/metrics.jsonl")]
+a, b = read(sys.argv[1]), read(sys.argv[2])
+worst = {"loss": 0.0, "grad_norm": 0.0}
+for x, y in zip(a, b):
+    for k in worst:
+        worst[k] = max(worst[k], abs(x[k] - y[k]) / max(abs(x[k]), 1e-12))
+print(f"  {len(a)} vs {len(b)} steps; loss step 1 {a[0]['loss']:.4f} / {b[0]['loss']:.4f}, last {a[-1]['loss']:.4f} / {b[-1]['loss']:.4f};"
+      f" largest relative difference: loss {worst['loss']:.2e}, grad norm {worst['grad_norm']:.2e}")
+PY
+}
+
+[ $# -eq 0 ] && set -- check bench
+for step in "$@"; do
+  case "$step" in
+    check)
+      echo "== 2 GPUs vs 1 GPU with accumulation (tiny Qwen3-MoE, 50 steps) =="
+      tiny_data 400
+      common=(--set model=tests/fixtures/qwen3_moe_tiny --set data.train=$scratch/tiny.jsonl --set training.device=cuda
+              --set training.micro_batch_size=2 --set data.max_length=48 --set training.max_steps=50 --set optimizer.lr=1e-3
+              --set data.shuffle=false --set training.aux_loss=on --set logging.tensorboard=false --set output.save_final=false
+              --set optimizer.precision=fp32_master)
+      rm -rf "$scratch"/one "$scratch"/ep2 "$scratch"/dp2
+      "$moetune" finetune "${common[@]}" --set training.gradient_accumulation_steps=2 --set output.dir=$scratch/one > "$out/check_one.log" 2>&1
+      echo "1 GPU rc=$?"; tail -n 2 "$out/check_one.log"
+      timeout -s KILL 120 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/ep2 > "$out/check_ep2.log" 2>&1
+      ep_rc=$?
+      echo "2 GPUs EP=2 rc=$ep_rc"; tail -n 4 "$out/check_ep2.log"
+      [ $ep_rc -eq 0 ] || exit 1
+      timeout -s KILL 120 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set output.dir=$scratch/dp2 > "$out/check_dp2.log" 2>&1
+      echo "2 GPUs DP=2 rc=$?"; tail -n 2 "$out/check_dp2.log"
+      for run in one ep2 dp2; do cp "$scratch/$run/metrics.jsonl" "$out/check_$run.metrics.jsonl" 2>/dev/null; done
+      echo "EP=2 vs 1 GPU:"; compare "$scratch/one" "$scratch/ep2"
+      echo "DP=2 vs 1 GPU:"; compare "$scratch/one" "$scratch/dp2" ;;
+    bench)
+      echo "== issue 10 benchmark: 8-layer Qwen3-30B-A3B cut, seq 4096, micro-batch 2 per GPU =="
+      model=$scratch/model8
+      [ -f "$model/config.json" ] || python3 bench/make_reference_model.py "$model" --skew none --layers 8 > "$out/make_model.log" 2>&1 \
+        || { tail "$out/make_model.log"; exit 1; }
+      vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/config.json"))["vocab_size"])' "$model")
+      python3 bench/make_data.py "$scratch/data.jsonl" --tokens-per-seq 4096 --sequences 64 --vocab "$vocab" > /dev/null 2>&1
+      job=(-c bench/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl --set training.max_steps=12)
+      rm -rf "$scratch"/b1 "$scratch"/b2
+      "$moetune" finetune "${job[@]}" --set output.dir=$scratch/b1 > "$out/bench_moetune_1gpu.log" 2>&1
+      echo "moetune 1 GPU rc=$?"; tail -n 2 "$out/bench_moetune_1gpu.log"
+      timeout -s KILL 200 "$moetune" finetune "${job[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/b2 > "$out/bench_moetune_ep2.log" 2>&1
+      echo "moetune EP=2 rc=$?"; tail -n 2 "$out/bench_moetune_ep2.log"
+      cp "$scratch/b1/metrics.jsonl" "$out/bench_moetune_1gpu.metrics.jsonl" 2>/dev/null
+      cp "$scratch/b2/metrics.jsonl" "$out/bench_moetune_ep2.metrics.jsonl" 2>/dev/null
+      timeout -s KILL 240 torchrun --nproc-per-node 2 bench/hf_train.py "$model" "$scratch/data.jsonl" --experts grouped_mm --fsdp \
+        --micro-batch 2 --seq 4096 --steps 10 --warmup 3 --json "$out/bench_hf_fsdp2.json" > "$out/bench_hf_fsdp2.log" 2>&1
+      echo "HF FSDP2 rc=$?"; tail -n 3 "$out/bench_hf_fsdp2.log"
+      python3 - "$out" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+def moetune(name, gpus):
+    try:
+        rows = [json.loads(l) for l in open(f"{out}/{name}.metrics.jsonl")][3:]
+    except OSError:
+        return None
+    tps = statistics.median(r["tokens_per_second"] for r in rows) / gpus
+    peak = max(r.get("gpu_peak_bytes_max", r.get("gpu_peak_bytes", 0)) for r in rows)
+    comm = statistics.median(r.get("communication_seconds", 0) for r in rows)
+    step = statistics.median(r["step_seconds"] for r in rows)
+    return tps, peak, comm, step
+print(f"{'run':28} {'tokens/s per GPU':>16} {'peak GB':>8} {'step s':>7} {'host comm s':>11}")
+for label, name, gpus in [("moetune 1 GPU", "bench_moetune_1gpu", 1), ("moetune EP=2, 2 GPUs", "bench_moetune_ep2", 2)]:
+    r = moetune(name, gpus)
+    if r: print(f"{label:28} {r[0]:16,.0f} {r[1]/1e9:8.1f} {r[3]:7.3f} {r[2]:11.3f}")
+try:
+    h = json.load(open(f"{out}/bench_hf_fsdp2.json"))
+    print(f"{'HF grouped_mm + FSDP2, 2 GPUs':28} {h.get('tokens_per_second', 0):16,.0f} {h.get('peak_allocated_bytes', 0)/1e9:8.1f} "
+          f"{h.get('step_seconds_median', 0):7.3f} {'':>11}  ({h['status']})")
+except OSError:
+    print("HF FSDP2: no result")
+PY
+      ;;
+    memcheck)
+      echo "== compute-sanitizer memcheck: 3 steps on 2 GPUs with expert parallelism 2 (every rank) =="
+      tiny_data 64
+      rm -rf "$scratch/memcheck"
+      timeout -s KILL 300 compute-sanitizer --tool memcheck --target-processes all "$moetune" finetune --nproc-per-node 2 \
+        --set parallel.expert=2 --set model=tests/fixtures/qwen3_moe_tiny --set data.train=$scratch/tiny.jsonl \
+        --set training.device=cuda --set training.micro_batch_size=2 --set data.max_length=48 --set training.max_steps=3 \
+        --set logging.tensorboard=false --set output.dir=$scratch/memcheck > "$out/memcheck_ep2.log" 2>&1
+      echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|finished|error" "$out/memcheck_ep2.log" | head -10 ;;
+    *) echo "gpu_parallel_check.sh: unknown step '$step'" >&2; exit 2 ;;
+  esac
+done
