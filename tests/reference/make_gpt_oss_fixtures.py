@@ -26,7 +26,7 @@ quantized here by the format's definition (OCP MX: per 32 values along the input
 mlp.experts.{gate_up,down}_proj_{blocks,scales}; a few scales are forced to extremes (1, 127, 200) and a few codes
 to -0. transformers (CPU: always its dequantizing path, integrations/mxfp4.py) loads it and the script stores:
   dequantized.safetensors  transformers' dequantized bf16 gate_up_proj [E,H,2I] / down_proj [E,I,H] per layer
-  reference.safetensors    input_ids [1,8] and transformers' logits (bf16 model, eager attention)
+  reference.safetensors    input_ids [1,8] and transformers' logits from the dequantized weights in fp32
   saved_layout.json        name -> [dtype, shape] of what save_pretrained writes for this model in bf16 (what
                            moetune writes back), whether transformers' config.json keeps quantization_config after
                            a dequantizing load (it drops it), and the keys transformers 5.17 writes when it saves
@@ -276,9 +276,12 @@ def make_mxfp4(root: Path) -> None:
             assert dequantized.dtype == torch.bfloat16, dequantized.dtype
             reference[name] = dequantized.contiguous()
     save_file(reference, folder / "dequantized.safetensors", metadata={"format": "pt"})
+    # In fp32 throughout, as moetune's CPU engine computes: a dequantizing load keeps the experts bf16 whatever
+    # dtype asks for, so the model is upcast after loading (same values, fp32 arithmetic).
+    fp32 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").float().eval()
     input_ids = torch.tensor([[3, 17, 42, 5, 88, 9, 61, 27]], dtype=torch.int64)
     with torch.no_grad():
-        logits = loaded(input_ids=input_ids, use_cache=False).logits.float().contiguous()
+        logits = fp32(input_ids=input_ids, use_cache=False).logits.contiguous()
     save_file({"input_ids": input_ids, "logits": logits}, folder / "reference.safetensors", metadata={"format": "pt"})
 
     # What moetune must write back: the layout save_pretrained writes for the same model in bf16 (`plain`).
