@@ -37,11 +37,14 @@ TEST(Forward, Qwen3MoeMatchesTransformers) { expect_logits_match("qwen3_moe_tiny
 TEST(Forward, LlamaWithLlama3RopeAndBiasesMatchesTransformers) { expect_logits_match("llama_tiny", 1e-5); }
 TEST(Forward, MixtralMatchesTransformers) { expect_logits_match("mixtral_tiny", 1e-5); }
 TEST(Forward, Qwen2MoeWithSharedExpertMatchesTransformers) { expect_logits_match("qwen2_moe_tiny", 1e-5); }
+TEST(Forward, GptOssWithSinksSlidingWindowAndYarnMatchesTransformers) { expect_logits_match("gpt_oss_tiny", 1e-5); }
 
 // bf16 fixtures: HF ran in bf16 and the engine in fp32 from the same weights, so they agree to bf16's
 // precision only; this still catches structural mistakes (tying, sparse step, q/k norm) at once.
 TEST(Forward, TiedBf16Qwen3MoeMatchesTransformersToBf16Precision) { expect_logits_match("qwen3_moe_tied_bf16", 3e-2); }
 TEST(Forward, Qwen3MatchesTransformersToBf16Precision) { expect_logits_match("qwen3_tiny", 3e-2); }
+// MXFP4 experts dequantized as transformers does, the rest bf16 on disk; both sides compute in fp32.
+TEST(Forward, GptOssFromMxfp4MatchesTransformers) { expect_logits_match("gpt_oss_mxfp4_tiny", 1e-5); }
 
 TEST(Forward, PackedDocumentsDoNotSeeEachOther) {
   CausalLM model = CausalLM::from_pretrained(testing::fixture("qwen3_moe_tiny"));

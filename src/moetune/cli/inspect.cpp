@@ -16,13 +16,17 @@ namespace {
 
 std::string sublayer_kind(const model::SublayerSpec& sublayer) {
   if (const model::AttentionSpec* a = sublayer.attention())
-    return a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention";
+    return (a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention") +
+           (a->sinks ? " with sinks" : "");
   if (const model::MlpSpec* m = sublayer.mlp()) return fmt::format("dense mlp (intermediate {})", m->intermediate);
   const model::MoeSpec& m = *sublayer.moe();
   std::string text = fmt::format("moe (experts {}, top-{}, moe_intermediate {}", m.router.num_experts, m.router.top_k,
                                  m.experts.intermediate);
   if (m.shared_expert)
     text += fmt::format(", shared expert {}{}", m.shared_expert->mlp.intermediate, m.shared_expert->sigmoid_gate ? " gated" : "");
+  if (m.router.topk_before_softmax) text += ", softmax over the top-k";
+  if (m.experts.activation == model::Activation::ClampedSwiGLU)
+    text += fmt::format(", clamped swiglu (limit {})", m.experts.clamp.limit);
   return text + ")";
 }
 

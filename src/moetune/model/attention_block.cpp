@@ -16,6 +16,11 @@ Tensor columns(const Tensor& x, int64_t first, int64_t count) {
   return out;
 }
 
+// GPT-OSS's sliding window and sinks, when the layer has them.
+ops::AttentionVariant attention_variant(const AttentionSpec& spec, const AttentionParams& p) {
+  return {spec.sliding_window, p.sinks.value};
+}
+
 // Writes `part` [T, count] into columns [first, first + count) of `x` [T, C].
 void set_columns(const Tensor& x, int64_t first, const Tensor& part) {
   const int64_t rows = x.size(0), width = x.size(1), count = part.numel() / rows;
@@ -30,8 +35,8 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
       eps_(norm_eps),
       inverse_frequencies_(ops::rope_inverse_frequencies(spec_.rope, spec_.qk_head_dim)),
       p_(AttentionParams::lookup(store, layer, sublayer.norm)) {
-  MOETUNE_CHECK(!spec_.sliding_window && !spec_.sinks && spec_.qk_head_dim == spec_.v_head_dim,
-                "{}: sliding windows, sinks and differing q/k and v head dims are not implemented", layer);
+  MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim, "{}: differing q/k and v head dims are not implemented", layer);
+  MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
@@ -45,9 +50,11 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.q = p_.q_norm.defined() ? ops::rms_norm_forward(stash_.q_raw, p_.q_norm.value, eps_) : stash_.q_raw.clone();
   stash_.k = p_.k_norm.defined() ? ops::rms_norm_forward(stash_.k_raw, p_.k_norm.value, eps_) : stash_.k_raw.clone();
   if (!p_.q_norm.defined()) stash_.q_raw = stash_.k_raw = Tensor();  // only the norms read them back
-  ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions);
-  ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions);
-  stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale());
+  const double rope_scaling = ops::rope_attention_scaling(spec_.rope);
+  ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions, false, rope_scaling);
+  ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions, false, rope_scaling);
+  stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale(),
+                                                  attention_variant(spec_, p_));
   return add(h, ops::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value));
 }
 
@@ -57,9 +64,11 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const double scale = spec_.softmax_scale();
   Tensor dattended = ops::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o.grad, p_.o_bias.grad);
   ops::AttentionGrads g = ops::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v,
-                                                         stash_.attended, layout.mask, scale);
-  ops::apply_rope(g.dq, inverse_frequencies_, layout.positions, /*inverse=*/true);
-  ops::apply_rope(g.dk, inverse_frequencies_, layout.positions, /*inverse=*/true);
+                                                         stash_.attended, layout.mask, scale, attention_variant(spec_, p_));
+  if (p_.sinks.grad.defined()) accumulate(p_.sinks.grad, g.dsinks);
+  const double rope_scaling = ops::rope_attention_scaling(spec_.rope);
+  ops::apply_rope(g.dq, inverse_frequencies_, layout.positions, /*inverse=*/true, rope_scaling);
+  ops::apply_rope(g.dk, inverse_frequencies_, layout.positions, /*inverse=*/true, rope_scaling);
   if (p_.q_norm.defined()) {
     g.dq = ops::rms_norm_backward(g.dq, stash_.q_raw, p_.q_norm.value, eps_, p_.q_norm.grad);
     g.dk = ops::rms_norm_backward(g.dk, stash_.k_raw, p_.k_norm.value, eps_, p_.k_norm.grad);

@@ -16,6 +16,13 @@ inline Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// into += other, elementwise (a gradient accumulated, as loss.backward() does).
+inline void accumulate(const Tensor& into, const Tensor& other) {
+  float* o = into.data<float>();
+  const float* d = other.data<float>();
+  for (int64_t i = 0; i < into.numel(); ++i) o[i] += d[i];
+}
+
 // Bytes held by the defined tensors among `tensors`: what a stash costs.
 inline size_t held_bytes(std::initializer_list<const Tensor*> tensors) {
   size_t total = 0;

@@ -5,6 +5,7 @@
 #include "moetune/core/flat_buffers.h"
 #include "moetune/io/atomic_file.h"
 #include "moetune/model/model_description.h"
+#include "moetune/model/mxfp4.h"
 #include "moetune/model/piece_transform.h"
 #include "moetune/ops/cast.h"
 
@@ -65,6 +66,13 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
       continue;
     }
     for (const auto& piece : spec.pieces) {
+      if (holds_mxfp4(files, piece.name)) {  // gpt-oss's released experts: dequantized on load
+        if (const Shape shape = mxfp4_tensor_shape(files, piece.name); shape != piece.shape)
+          fail("{}: MXFP4 tensor '{}_blocks' dequantizes to shape {} but config.json implies {}",
+               where(files, piece.name + "_blocks"), piece.name, shape_str(shape), shape_str(piece.shape));
+        claimed.insert({piece.name + "_blocks", piece.name + "_scales"});
+        continue;
+      }
       if (!files.contains(piece.name)) {
         missing.push_back(piece.name);
         continue;
@@ -109,7 +117,8 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
     const std::string first = whole_fused[i] ? whole.parameters[i].fused_hf_name : spec.pieces[0].name;
-    weights.disk_dtypes.push_back(files.entry(first).dtype);
+    // MXFP4 dequantizes to bf16, and is saved so (as transformers saves a model it dequantized).
+    weights.disk_dtypes.push_back(holds_mxfp4(files, first) ? DType::BF16 : files.entry(first).dtype);
     if (!is_floating(weights.disk_dtypes.back()))
       fail("{}: tensor '{}' is {}; model weights must be floating point", where(files, first), first,
            dtype_name(weights.disk_dtypes.back()));
@@ -119,6 +128,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   weights.parameters = std::move(placed.views);
   weights.replicated_runs = std::move(placed.replicated);
   weights.expert_runs = std::move(placed.experts);
+  bool dequantized = false;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
     // Assembled on the host (casting as it goes), then copied into its place in the device's flat buffer.
@@ -133,7 +143,9 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     } else {
       int64_t offset = 0;
       for (const auto& piece : spec.pieces) {
-        Tensor source = files.tensor(piece.name);
+        const bool mxfp4 = holds_mxfp4(files, piece.name);
+        dequantized = dequantized || mxfp4;
+        Tensor source = mxfp4 ? read_mxfp4(files, piece.name) : files.tensor(piece.name);
         if (source.dtype() != weights.disk_dtypes[i])
           fail("{}: tensor '{}' is {} but '{}', fused with it, is {}", where(files, piece.name), piece.name,
                dtype_name(source.dtype()), spec.pieces[0].name, dtype_name(weights.disk_dtypes[i]));
@@ -143,6 +155,8 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     }
     if (!options.device.is_cpu()) weights.parameters[i].copy_from(parameter);
   }
+  // The weights are held (and will be saved) dequantized: transformers drops quantization_config the same way.
+  if (dequantized) weights.layout.spec.json.erase("quantization_config");
   return weights;
 }
 

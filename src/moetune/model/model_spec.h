@@ -4,8 +4,9 @@
 // same list of layers.
 //
 // A field describes what the architecture *is*. Where a field holds a value the engine does not run yet
-// (sliding windows, sinks, sigmoid routers, ...), the family refuses the config naming the key, so nothing is
-// silently trained differently from transformers.
+// (sigmoid routers, ...), the family refuses the config naming the key, so nothing is silently trained
+// differently from transformers; what only the CPU runs (GPT-OSS's sinks, sliding windows, YaRN, clamped
+// experts) the GPU model refuses by name (model/device_support.h).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "moetune/core/dtype.h"
+#include "moetune/ops/activation.h"
 #include "moetune/ops/rope.h"
 
 namespace moetune::model {
@@ -25,18 +27,20 @@ struct AttentionSpec {
   int64_t qk_head_dim = 0, v_head_dim = 0;  // equal for every family so far; MLA will differ
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;                     // RMSNorm over head_dim on q and k before RoPE (Qwen3)
-  std::optional<int64_t> sliding_window;    // refused by the families until the kernels exist
-  bool sinks = false;                       // likewise (GPT-OSS)
+  std::optional<int64_t> sliding_window;    // GPT-OSS's sliding_attention layers (CPU only so far)
+  bool sinks = false;                       // a learned per-head softmax sink, GPT-OSS (CPU only so far)
   ops::RopeSpec rope;
   double softmax_scale() const;             // 1 / sqrt(qk_head_dim)
 };
 
-enum class Activation { SwiGLU };
+// ClampedSwiGLU: GPT-OSS's experts, with `MlpSpec::clamp`'s constants (CPU only so far).
+enum class Activation { SwiGLU, ClampedSwiGLU };
 
 struct MlpSpec {
   int64_t intermediate = 0;
   bool bias = false;
   Activation activation = Activation::SwiGLU;
+  ops::SwigluClamp clamp;  // read only for ClampedSwiGLU
 };
 
 enum class RouterScore { Softmax, Sigmoid };
@@ -51,8 +55,10 @@ struct RouterSpec {
   bool bias = false;
   double scaling_factor = 1.0;
 
-  // Softmax over all experts, then top-k (optionally renormalised): the one router the blocks run so far.
+  // Softmax over all experts, then top-k (optionally renormalised): the one router the GPU blocks run so far.
   bool is_softmax_then_topk() const;
+  // GPT-OSS: top-k of the logits (with or without a bias), softmax over the k chosen; the CPU runs it too.
+  bool is_topk_then_softmax() const;
 };
 
 struct SharedExpertSpec {

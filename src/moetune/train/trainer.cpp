@@ -396,7 +396,10 @@ void Trainer::check_finite(const StepStats& stats) {
     return;
   }
   ++nonfinite_in_a_row_;
-  const std::string what = fmt::format("step {}: the loss is {} and the gradient norm {}", step_, stats.loss, stats.grad_norm);
+  // A NaN's sign bit only records which operation made it (and the compiler's operand order), so it is not printed.
+  auto plain = [](double x) { return std::isnan(x) ? std::string("nan") : fmt::format("{}", x); };
+  const std::string what =
+      fmt::format("step {}: the loss is {} and the gradient norm {}", step_, plain(stats.loss), plain(stats.grad_norm));
   if (nonfinite_in_a_row_ > recipe_.training.max_nonfinite_steps)
     fail("{} ({} such step(s) in a row, training.max_nonfinite_steps is {}); stopped without saving this state. Look for "
          "NaN/Inf weights in the model, a learning rate too high, or raise training.max_nonfinite_steps to skip such steps",

@@ -8,6 +8,8 @@
 #include "moetune/core/flat_buffers.h"
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/device_support.h"
+#include "moetune/model/model_description.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/adamw.h"
 #include "moetune/ops/cuda/grad_norm.h"
@@ -215,6 +217,7 @@ class GpuEngine final : public TrainingEngine {
 
 std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
   if (cuda_device_count() == 0) fail("training.device 'cuda': {}", cuda_unavailable_reason());
+  model::require_gpu_support(model::load_model_spec(std::filesystem::path(recipe.model) / "config.json"));  // before loading
   if (!groups) groups = std::make_shared<parallel::ParallelGroups>(parallel::make_groups(parallel::single_process_communicator(), 1, 0));
   return std::make_unique<GpuEngine>(recipe, std::move(groups));
 }
