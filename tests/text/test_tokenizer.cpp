@@ -270,15 +270,15 @@ TEST(TokenizerErrors, MinimalSpecLoads) {
 
 TEST(TokenizerErrors, UnsupportedComponentsNameTheKeyAndValue) {
   expect_names(load_error("/model/type", "WordPiece"), {": model.type: ", "\"WordPiece\" is not supported", "BPE"});
-  expect_names(load_error("/model/byte_fallback", true), {"model.byte_fallback: true is not supported"});
   expect_names(load_error("/model/dropout", 0.1), {"model.dropout: 0.1 is not supported"});
   expect_names(load_error("/model/continuing_subword_prefix", "##"), {"model.continuing_subword_prefix: \"##\""});
   expect_names(load_error("/normalizer", {{"type", "NFKC"}}), {"normalizer.type: \"NFKC\" is not supported"});
   expect_names(load_error("/normalizer", json::parse(R"({"type": "Sequence", "normalizers":
                           [{"type": "NFC"}, {"type": "Lowercase"}]})")),
                {"normalizer.normalizers[1].type: \"Lowercase\" is not supported"});
-  expect_names(load_error("/pre_tokenizer", {{"type", "Metaspace"}}), {"pre_tokenizer.type: \"Metaspace\""});
-  expect_names(load_error("/pre_tokenizer", nullptr), {"pre_tokenizer: null is not supported"});
+  expect_names(load_error("/pre_tokenizer", {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}}),
+               {"pre_tokenizer.prepend_scheme: \"sometimes\" is not supported"});
+  expect_names(load_error("/pre_tokenizer", {{"type", "Whitespace"}}), {"pre_tokenizer.type: \"Whitespace\""});
   expect_names(load_error("/post_processor", {{"type", "RobertaProcessing"}}),
                {"post_processor.type: \"RobertaProcessing\" is not supported", "TemplateProcessing"});
   expect_names(load_error("/post_processor", json::parse(R"({"type": "TemplateProcessing", "single":

@@ -1,5 +1,7 @@
 #include "moetune/text/chat_template.h"
 
+#include <regex>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -147,6 +149,24 @@ const ChatTemplate::NamedTemplate& ChatTemplate::select(bool has_tools) const {
 
 std::string ChatTemplate::apply(const OrderedJson& messages, bool add_generation_prompt,
                                 const OrderedJson& extra) const {
+  return render(messages, add_generation_prompt, extra, nullptr);
+}
+
+std::string ChatTemplate::apply_marking_generation(const OrderedJson& messages, const OrderedJson& extra,
+                                                   std::vector<jinja::GenerationSpan>& spans) const {
+  spans.clear();
+  return render(messages, /*add_generation_prompt=*/false, extra, &spans);
+}
+
+bool ChatTemplate::has_generation_blocks(bool has_tools) const {
+  // A {% generation %} tag, with any whitespace control: templates spell it so; a false hit in a comment or a
+  // string only makes masks come from the blocks, which then mark nothing.
+  static const std::regex tag(R"(\{%[-+]?\s*generation\s*[-+]?%\})");
+  return std::regex_search(select(has_tools).source, tag);
+}
+
+std::string ChatTemplate::render(const OrderedJson& messages, bool add_generation_prompt, const OrderedJson& extra,
+                                 std::vector<jinja::GenerationSpan>* spans) const {
   using jinja::Value;
   if (!messages.is_array())
     fail("chat template: messages must be a list of message objects, got {}", messages.type_name());
@@ -195,7 +215,7 @@ std::string ChatTemplate::apply(const OrderedJson& messages, bool add_generation
         return Value::string(strftime_text(arguments.positional[0].as_string(), time));
       }));
   const bool has_tools = !extra_value("tools").is_null();
-  return select(has_tools).compiled->render(variables);
+  return select(has_tools).compiled->render(variables, jinja::kMaxRenderWork, spans);
 }
 
 }  // namespace moetune::text
