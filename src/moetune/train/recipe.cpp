@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "moetune/core/error.h"
+#include "moetune/data/line_mapping.h"
+#include "moetune/data/mixing.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/regular_file.h"
 
@@ -18,9 +20,10 @@ constexpr const char* kDefaultRecipe = R"({
   "model": "",
   "data": {"train": [], "validation": [], "validation_fraction": 0.0, "format": "auto", "loss_on_prompt": false,
            "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error", "chat_template": "",
-           "chat_template_kwargs": {}},
+           "chat_template_kwargs": {}, "columns": {}, "roles": {}, "train_weights": {}},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
-               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config"},
+               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config",
+               "aux_loss_coef": "config", "freeze": []},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
@@ -119,6 +122,8 @@ void merge(json& target, const json& given, const std::string& path, const std::
       for (const json& item : list)
         if (!item.is_string()) fail("{}: '{}' must list strings, got {}", source, key_path, io::abbreviated_dump(item));
       slot = list;
+    } else if (slot == "config" && value.is_number()) {  // a key whose default defers to config.json
+      slot = value.get<double>();
     } else if (slot.is_number_float() && value.is_number()) {
       slot = value.get<double>();
     } else if (slot.is_number_integer() && value.is_number_integer()) {
@@ -160,10 +165,14 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.model = j["model"];
   const json& d = j["data"];
   r.data = {d["train"], d["validation"], d["validation_fraction"], d["format"], d["loss_on_prompt"], d["max_length"],
-            d["packing"], d["shuffle"], d["bad_lines"], d["chat_template"], d["chat_template_kwargs"]};
+            d["packing"], d["shuffle"], d["bad_lines"], d["chat_template"], d["chat_template_kwargs"],
+            d["columns"], d["roles"], d["train_weights"]};
   const json& t = j["training"];
   r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
-                t["device"], t["max_nonfinite_steps"], t["aux_loss"]};
+                t["device"], t["max_nonfinite_steps"], t["aux_loss"], std::nullopt, t["freeze"]};
+  if (t["aux_loss_coef"].is_number()) r.training.aux_loss_coef = t["aux_loss_coef"].get<double>();
+  else if (t["aux_loss_coef"] != "config")
+    fail("{}: 'training.aux_loss_coef' must be config or a number, got {}", source, io::abbreviated_dump(t["aux_loss_coef"]));
   const json& o = j["optimizer"];
   r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"]};
   const json& s = j["schedule"];
@@ -186,6 +195,12 @@ Recipe to_recipe(const json& j, const std::string& source) {
   one_of("data.bad_lines", r.data.bad_lines, {"error", "skip"});
   one_of("training.device", r.training.device, {"auto", "cpu", "cuda"});
   one_of("training.aux_loss", r.training.aux_loss, {"config", "on", "off"});
+  require(!r.training.aux_loss_coef || (*r.training.aux_loss_coef >= 0 && std::isfinite(*r.training.aux_loss_coef)),
+          source, "'training.aux_loss_coef' must be config or a number >= 0");
+  with_context(source, [&] {
+    data::LineMapping(r.data.columns, r.data.roles);  // checked now, so that a bad mapping fails before loading
+    data::mixing_from_recipe(r.data.train, r.data.train_weights, {});
+  });
   one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});
   one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
   require(r.data.max_length >= 2, source, "'data.max_length' must be at least 2");
