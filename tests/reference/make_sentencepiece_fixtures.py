@@ -25,7 +25,7 @@ import transformers
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_tokenizer_fixtures import CASES, CORPUS, apply_edits, training_corpus  # noqa: E402
+from make_tokenizer_fixtures import CASES, apply_edits, expectations, training_corpus  # noqa: E402
 
 VOCAB_SIZE = 1200
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
@@ -102,16 +102,6 @@ CONFIGS = {
     # Mistral folders keep the file as it is (TokenizersBackend without mistral_common).
     "mistral_keeps_file": ("spm_legacy_template", dict(BOS_EOS, tokenizer_class="LlamaTokenizer"), "mistral"),
 }
-
-
-def expectations(tokenizer, texts):
-    results = []
-    for text in texts:
-        ids = tokenizer.encode(text, add_special_tokens=False).ids
-        results.append({"ids": ids, "ids_with_special_tokens": tokenizer.encode(text).ids,
-                        "decoded": tokenizer.decode(ids, skip_special_tokens=False),
-                        "decoded_skip_special": tokenizer.decode(ids, skip_special_tokens=True)})
-    return results
 
 
 def transformers_ids(spec, config, model_type, texts):

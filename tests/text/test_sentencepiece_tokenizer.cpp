@@ -11,11 +11,14 @@
 #include "moetune/core/error.h"
 #include "moetune/text/tokenizer.h"
 #include "test_util.h"
+#include "text/tokenizer_parity.h"
 
 namespace moetune::text {
 namespace {
 
 using nlohmann::json;
+using parity::expect_hf_parity;
+using parity::with_edits;
 
 const json& cases() {
   static const json parsed = json::parse(testing::read_file(testing::fixture("tokenizers/spm_cases.json")));
@@ -24,28 +27,15 @@ const json& cases() {
 
 // The fixture file with a variant's [JSON pointer, value] edits.
 json variant_spec(const std::string& name) {
-  json spec = json::parse(testing::read_file(testing::fixture("tokenizers/spm_style/tokenizer.json")));
-  if (name == "spm_style") return spec;
-  for (const json& edit : cases()["variants"][name]["edits"]) spec[json::json_pointer(edit[0].get<std::string>())] = edit[1];
-  return spec;
+  const json spec = json::parse(testing::read_file(testing::fixture("tokenizers/spm_style/tokenizer.json")));
+  return name == "spm_style" ? spec : with_edits(spec, cases()["variants"][name]["edits"]);
 }
 
 class SentencePieceParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SentencePieceParity, EveryCaseGivesHfIdsAndDecodesToHfText) {
   const Tokenizer tokenizer = Tokenizer::from_json_text(variant_spec(GetParam()).dump(), GetParam());
-  const json& texts = cases()["texts"];
-  const json& expected = cases()["tokenizers"][GetParam()];
-  ASSERT_EQ(texts.size(), expected.size());
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const std::string text = texts[i];
-    const auto ids = expected[i]["ids"].get<std::vector<int32_t>>();
-    SCOPED_TRACE("case " + std::to_string(i) + ": " + json(text).dump());
-    EXPECT_EQ(tokenizer.encode(text), ids);
-    EXPECT_EQ(tokenizer.encode_with_special_tokens(text), expected[i]["ids_with_special_tokens"].get<std::vector<int32_t>>());
-    EXPECT_EQ(tokenizer.decode(ids), expected[i]["decoded"].get<std::string>());
-    EXPECT_EQ(tokenizer.decode(ids, /*skip_special_tokens=*/true), expected[i]["decoded_skip_special"].get<std::string>());
-  }
+  expect_hf_parity(tokenizer, cases()["texts"], cases()["tokenizers"][GetParam()]);
 }
 
 std::vector<std::string> names_of(const char* section) {
