@@ -62,7 +62,11 @@ std::string strftime_text(const std::string& format, const std::tm& time) {
 
 ChatTemplate::NamedTemplate ChatTemplate::compile(std::string name, std::string source, std::string source_name) {
   auto compiled = std::make_shared<const jinja::Template>(source, std::move(source_name));
-  return {std::move(name), std::move(source), std::move(compiled)};
+  // transformers' own test for {% generation %} blocks (render_jinja_template); a hit in a comment or a string only
+  // makes the masks come from the blocks, which then mark nothing.
+  static const std::regex generation_tag(R"(\{%-?\s*generation\s*-?%\})");
+  const bool has_generation = std::regex_search(source, generation_tag);
+  return {std::move(name), std::move(source), std::move(compiled), has_generation};
 }
 
 std::vector<std::pair<std::string, std::string>> ChatTemplate::special_tokens_of(const fs::path& folder) {
@@ -158,12 +162,7 @@ std::string ChatTemplate::apply_marking_generation(const OrderedJson& messages, 
   return render(messages, /*add_generation_prompt=*/false, extra, &spans);
 }
 
-bool ChatTemplate::has_generation_blocks(bool has_tools) const {
-  // A {% generation %} tag, with any whitespace control: templates spell it so; a false hit in a comment or a
-  // string only makes masks come from the blocks, which then mark nothing.
-  static const std::regex tag(R"(\{%[-+]?\s*generation\s*[-+]?%\})");
-  return std::regex_search(select(has_tools).source, tag);
-}
+bool ChatTemplate::has_generation_blocks(bool has_tools) const { return select(has_tools).has_generation; }
 
 std::string ChatTemplate::render(const OrderedJson& messages, bool add_generation_prompt, const OrderedJson& extra,
                                  std::vector<jinja::GenerationSpan>* spans) const {

@@ -70,6 +70,7 @@ class ChatTemplate {
     std::string name;
     std::string source;
     std::shared_ptr<const jinja::Template> compiled;
+    bool has_generation = false;  // it has {% generation %} blocks
   };
   static NamedTemplate compile(std::string name, std::string source, std::string source_name);
   const NamedTemplate& select(bool has_tools) const;

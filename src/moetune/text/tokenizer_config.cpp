@@ -31,11 +31,13 @@ bool flag(const json& config, const char* key, bool fallback, const fs::path& so
   return found->get<bool>();
 }
 
-bool is_llama_tokenizer_folder(const json& tokenizer_config, const json& model_config) {
-  if (!tokenizer_config.is_object() || !model_config.is_object()) return false;
-  const json& name = tokenizer_config.value("tokenizer_class", json());
-  const json& type = model_config.value("model_type", json());
-  return (name == "LlamaTokenizer" || name == "LlamaTokenizerFast") && type == "llama";
+// config.json is read only when tokenizer_config.json names the class.
+bool is_llama_tokenizer_folder(const json& tokenizer_config, const fs::path& folder) {
+  if (!tokenizer_config.is_object()) return false;
+  const json name = tokenizer_config.value("tokenizer_class", json());
+  if (name != "LlamaTokenizer" && name != "LlamaTokenizerFast") return false;
+  const json model_config = read_if_present(folder / "config.json");
+  return model_config.is_object() && model_config.value("model_type", json()) == "llama";
 }
 
 }  // namespace
@@ -43,7 +45,7 @@ bool is_llama_tokenizer_folder(const json& tokenizer_config, const json& model_c
 void apply_transformers_tokenizer_class(json& tokenizer, const fs::path& folder) {
   const fs::path config_path = folder / "tokenizer_config.json";
   const json tokenizer_config = read_if_present(config_path);
-  if (!is_llama_tokenizer_folder(tokenizer_config, read_if_present(folder / "config.json"))) return;
+  if (!is_llama_tokenizer_folder(tokenizer_config, folder)) return;
   if (!tokenizer.is_object() || !tokenizer.contains("model") || !tokenizer["model"].is_object()) return;  // the loader says what is wrong
   const bool add_prefix_space = flag(tokenizer_config, "add_prefix_space", true, config_path);
   const bool legacy = flag(tokenizer_config, "legacy", false, config_path);
