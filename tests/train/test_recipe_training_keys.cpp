@@ -54,6 +54,21 @@ TEST(RecipeTrainingKeys, DefaultsAndChecks) {
             std::string::npos);
 }
 
+TEST(RecipeTrainingKeys, FileErrorsNameTheLine) {
+  const auto error_in = [](const std::string& yaml) {
+    try {
+      parse_recipe(yaml, "recipe.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_in("data:\n  max_length: 64\ntraining:\n  freez: [router]\n").find("recipe.yaml:4: unknown key 'training.freez'"),
+            std::string::npos);
+  EXPECT_NE(error_in("training:\n\n  micro_batch_size: two\n").find("recipe.yaml:3: 'training.micro_batch_size' must be an integer"),
+            std::string::npos);
+}
+
 TEST_F(TrainerTest, AuxLossCoefReplacesTheConfigs) {
   EXPECT_DOUBLE_EQ(make_cpu_engine(recipe("a", {"training.aux_loss_coef=0.25"}))->spec().aux_loss_coef, 0.25);
   EXPECT_NE(make_cpu_engine(recipe("b"))->spec().aux_loss_coef, 0.25);  // config.json's

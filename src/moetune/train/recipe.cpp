@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <map>
 
 #include "moetune/core/error.h"
 #include "moetune/data/line_mapping.h"
@@ -40,7 +41,11 @@ constexpr int kMaxYamlDepth = 100;
 // YAML -> JSON, with scalars typed as YAML 1.2 core schema reads them (true/false, ints, floats, else strings).
 // yaml-cpp shares aliased nodes, so a few hundred bytes of nested aliases expand to billions of values here:
 // `budget` counts the values left to build and refuses the rest.
-json to_json(const YAML::Node& node, int64_t& budget, const std::string& source, int depth = 1) {
+// Where each mapping key of a recipe file stands: "optimizer.lr" -> its line, so that errors can point there.
+using KeyLines = std::map<std::string, int>;
+
+json to_json(const YAML::Node& node, int64_t& budget, const std::string& source, KeyLines& lines, const std::string& path = "",
+             int depth = 1) {
   if (--budget < 0) fail("{}: more than {} values once its aliases are expanded (a YAML alias bomb?)", source, kMaxYamlValues);
   if (depth > kMaxYamlDepth) fail("{}: nested deeper than {} levels", source, kMaxYamlDepth);
   switch (node.Type()) {
@@ -48,7 +53,7 @@ json to_json(const YAML::Node& node, int64_t& budget, const std::string& source,
     case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Sequence: {
       json list = json::array();
-      for (const auto& item : node) list.push_back(to_json(item, budget, source, depth + 1));
+      for (const auto& item : node) list.push_back(to_json(item, budget, source, lines, path, depth + 1));
       return list;
     }
     case YAML::NodeType::Map: {
@@ -57,7 +62,9 @@ json to_json(const YAML::Node& node, int64_t& budget, const std::string& source,
         const std::string key = item.first.as<std::string>();
         // YAML says keys are unique, yaml-cpp keeps the last: a repeated key is almost always a mistake.
         if (object.contains(key)) fail("{}: key '{}' appears twice in one mapping (line {})", source, key, item.first.Mark().line + 1);
-        object[key] = to_json(item.second, budget, source, depth + 1);
+        const std::string key_path = path.empty() ? key : path + "." + key;
+        lines.emplace(key_path, item.first.Mark().line + 1);
+        object[key] = to_json(item.second, budget, source, lines, key_path, depth + 1);
       }
       return object;
     }
@@ -79,10 +86,10 @@ json to_json(const YAML::Node& node, int64_t& budget, const std::string& source,
   return text;
 }
 
-json parse_yaml(const std::string& text, const std::string& source) {
+json parse_yaml(const std::string& text, const std::string& source, KeyLines& lines) {
   try {
     int64_t budget = kMaxYamlValues;
-    return to_json(YAML::Load(text), budget, source);
+    return to_json(YAML::Load(text), budget, source, lines);
   } catch (const YAML::Exception& e) {
     fail("{}: not YAML: {}", source, e.what());
   }
@@ -100,10 +107,18 @@ std::string type_name(const json& value) {
 
 // Copies `given` onto `target` (the defaults), refusing keys the defaults lack and values of another type.
 // An integer is accepted where a number is expected, and a single string where a list of strings is.
-void merge(json& target, const json& given, const std::string& path, const std::string& source) {
-  if (!given.is_object()) fail("{}: '{}' must be a mapping, got {}", source, path.empty() ? "<top>" : path, io::abbreviated_dump(given));
+// "recipe.yaml:12" when the file's line of `key_path` is known, else the source alone.
+std::string where(const std::string& source, const KeyLines& lines, const std::string& key_path) {
+  auto found = lines.find(key_path);
+  return found == lines.end() ? source : fmt::format("{}:{}", source, found->second);
+}
+
+void merge(json& target, const json& given, const std::string& path, const std::string& source_name, const KeyLines& lines) {
+  if (!given.is_object())
+    fail("{}: '{}' must be a mapping, got {}", where(source_name, lines, path), path.empty() ? "<top>" : path, io::abbreviated_dump(given));
   for (const auto& [key, value] : given.items()) {
     const std::string key_path = path.empty() ? key : path + "." + key;
+    const std::string source = where(source_name, lines, key_path);
     if (!target.contains(key)) {
       std::string known;
       for (const auto& [name, unused] : target.items()) known += (known.empty() ? "" : ", ") + name;
@@ -115,7 +130,7 @@ void merge(json& target, const json& given, const std::string& path, const std::
       if (!value.is_object()) fail("{}: '{}' must be a mapping, got {}", source, key_path, io::abbreviated_dump(value));
       slot = value;
     } else if (slot.is_object()) {
-      merge(slot, value, key_path, source);
+      merge(slot, value, key_path, source_name, lines);
     } else if (slot.is_array()) {
       json list = value.is_string() ? json::array({value}) : value;
       if (!list.is_array()) fail("{}: '{}' must be a list, got {}", source, key_path, io::abbreviated_dump(value));
@@ -150,9 +165,10 @@ void apply_override(json& recipe, const std::string& assignment) {
     start = dot + 1;
   }
   // Build {"a": {"b": value}} and merge it, so overrides get the same checks as the file.
-  json nested = parse_yaml(assignment.substr(equals + 1), "--set " + path);
+  KeyLines no_lines;  // the value's lines are those of a one-line argument
+  json nested = parse_yaml(assignment.substr(equals + 1), "--set " + path, no_lines);
   for (auto key = keys.rbegin(); key != keys.rend(); ++key) nested = json{{*key, nested}};
-  merge(recipe, nested, "", "--set " + assignment);
+  merge(recipe, nested, "", "--set " + assignment, {});
 }
 
 void require(bool condition, const std::string& source, const std::string& message) {
@@ -235,8 +251,9 @@ Recipe to_recipe(const json& j, const std::string& source) {
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
   json recipe = json::parse(kDefaultRecipe);
-  const json given = parse_yaml(yaml_text, source);
-  if (!given.is_null()) merge(recipe, given, "", source);
+  KeyLines lines;
+  const json given = parse_yaml(yaml_text, source, lines);
+  if (!given.is_null()) merge(recipe, given, "", source, lines);
   for (const std::string& assignment : overrides) apply_override(recipe, assignment);
   return to_recipe(recipe, source);
 }
