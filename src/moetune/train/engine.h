@@ -57,5 +57,8 @@ std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe,
                                                 std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
 // What a rank loads: its share of the experts, its flat runs split as ZeRO shards them.
 model::LoadOptions load_options(const parallel::ParallelLayout& layout, DType dtype, Device device);
+// What an engine trains: the recipe's model loaded with load_options, training.freeze's parameters frozen and
+// training.aux_loss_coef (when a number) as the aux loss's weight.
+model::ModelWeights load_for_training(const Recipe& recipe, const parallel::ParallelLayout& layout, DType dtype, Device device);
 
 }  // namespace moetune::train

@@ -30,7 +30,7 @@ extern "C" void on_stop_signal(int) { Trainer::stop_requested.store(true); }
 data::LoaderOptions loader_options(const Recipe& r, bool shuffle) {
   return {data::format_from_name(r.data.format), r.data.loss_on_prompt, r.data.max_length, r.data.packing,
           shuffle,                                r.data.bad_lines == "skip", r.training.micro_batch_size,
-          uint64_t(r.training.seed)};
+          uint64_t(r.training.seed),              data::LineMapping(r.data.columns, r.data.roles)};
 }
 
 // training.aux_loss: "config" leaves it to config.json's output_router_logits.
@@ -174,11 +174,14 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   // Decompressed .gz data lives in the run's folder, which the run has locked.
   const int rank = groups_->layout.rank;
   const fs::path scratch = output_ / (rank == 0 ? std::string(".decompressed-data") : fmt::format(".decompressed-data-rank{}", rank));
-  const std::vector<fs::path> train_files = data::resolve_data_files(r.data.train, "data.train", scratch);
+  std::vector<uint32_t> train_entry_of_file;  // for data.train_weights
+  const std::vector<fs::path> train_files = data::resolve_data_files(r.data.train, "data.train", scratch, &train_entry_of_file);
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
   total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec), groups_->layout.world);
-  train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, loader_options(r, r.data.shuffle));
+  data::LoaderOptions train_options = loader_options(r, r.data.shuffle);
+  train_options.mixing = data::mixing_from_recipe(r.data.train, r.data.train_weights, train_entry_of_file);
+  train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, train_options);
   if (!r.data.validation.empty()) {
     const std::vector<fs::path> files = data::resolve_data_files(r.data.validation, "data.validation", scratch);
     const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;

@@ -34,7 +34,7 @@ class GpuEngine final : public TrainingEngine {
   GpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : groups_(std::move(groups)),
         model_(model::cuda::CausalLM::from_weights(
-            model::load_checkpoint(r.model, load_options(groups_->layout, DType::BF16, Device::cuda())), dispatcher_factory())),
+            load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory())),
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
         options_(r.optimizer),
         seed_(uint64_t(r.training.seed)) {
