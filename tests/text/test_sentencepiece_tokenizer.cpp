@@ -70,9 +70,11 @@ TEST(SentencePieceTokenizer, FixturesCoverWhatTheyAreMeantTo) {
   for (const char* name : {"spm_style", "spm_legacy_normalizer", "spm_metaspace_always_split", "spm_never_no_fallback",
                            "spm_fuse_unk_ignore_merges", "spm_template_processing"})
     EXPECT_TRUE(cases()["tokenizers"].contains(name)) << name;
-  for (const auto& [name, variant] : cases()["variants"].items())
-    if (cases()["tokenizers"].contains(name))
+  for (const auto& [name, variant] : cases()["variants"].items()) {
+    if (cases()["tokenizers"].contains(name)) {
       EXPECT_TRUE(cases()["tokenizers"][name] != cases()["tokenizers"]["spm_style"]) << name;
+    }
+  }
   // The Llama class and the legacy file must disagree somewhere, or the folder test checks nothing.
   EXPECT_TRUE(cases()["configs"]["llama_class"]["ids"] != cases()["configs"]["mistral_keeps_file"]["ids"]);
   // Byte fallback is exercised: some case holds a "<0xAB>" token.
