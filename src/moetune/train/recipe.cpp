@@ -26,7 +26,9 @@ constexpr const char* kDefaultRecipe = R"({
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
   "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
-  "parallel": {"expert": 1}
+  "parallel": {"expert": 1},
+  "lora": {"rank": 0, "alpha": 16.0, "dropout": 0.0, "target_modules": [], "target_parameters": [],
+           "use_rslora": false, "adapter": ""}
 })";
 
 // A recipe holds a few dozen values three levels deep; this many, or this deep, is no recipe (and recursing
@@ -173,6 +175,11 @@ Recipe to_recipe(const json& j, const std::string& source) {
   const json& l = j["logging"];
   r.logging = {l["every"], l["validation_every"], l["tensorboard"]};
   r.parallel = {j["parallel"]["expert"]};
+  const json& lora = j["lora"];
+  r.lora.settings = {lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["target_parameters"],
+                     lora["use_rslora"], uint64_t(r.training.seed)};
+  r.lora.adapter = lora["adapter"];
+  r.lora.settings.validate(source);
 
   const auto one_of = [&](const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
     std::string list;

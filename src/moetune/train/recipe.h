@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "moetune/model/lora_config.h"
+
 namespace moetune::train {
 
 struct Recipe {
@@ -75,6 +77,13 @@ struct Recipe {
   struct Parallel {
     int64_t expert = 1;                   // expert-parallel size: divides the world size and the experts
   } parallel;
+
+  // LoRA (model/lora_config.h): rank 0 trains every weight. `adapter`: start from a PEFT adapter folder (its
+  // adapter_config.json then gives the settings; rank, if set, must agree).
+  struct Lora {
+    model::LoraConfig settings;
+    std::string adapter;
+  } lora;
 
   nlohmann::json json;  // the resolved recipe, every key present: what the run saves beside its outputs
 };

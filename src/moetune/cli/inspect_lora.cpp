@@ -1,0 +1,46 @@
+// `moetune inspect --lora-rank R ...`: what a LoRA fine-tune trains and holds. The base weights are frozen
+// (weights only: no gradient, master copy or optimizer state); the adapters train like any parameter.
+#include <fmt/format.h>
+
+#include "moetune/cli/inspect.h"
+#include "moetune/model/lora_weights.h"
+#include "moetune/model/memory_plan.h"
+#include "moetune/model/model_description.h"
+
+namespace moetune::cli {
+
+void add_lora_plan(nlohmann::json& report, const std::filesystem::path& folder, const model::LoraConfig& lora) {
+  lora.validate("inspect --lora-*");
+  const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
+  int64_t trainable = 0, adapters = 0;
+  for (const model::ParameterSpec& spec : model::lora_parameters(layout, lora)) {
+    trainable += shape_numel(spec.shape);
+    ++adapters;
+  }
+  const int64_t frozen = layout.total_parameters();
+  nlohmann::json memory = nlohmann::json::array();
+  for (const auto& plan : model::precision_plans())
+    memory.push_back({{"precision", plan.name},
+                      {"total_bytes", plan.weight_bytes * frozen + plan.bytes_per_parameter() * trainable}});
+  report["lora"] = {{"rank", lora.rank},
+                    {"scale", lora.scale()},
+                    {"adapter_tensors", adapters},
+                    {"trainable_parameters", trainable},
+                    {"frozen_parameters", frozen},
+                    {"trainable_fraction", double(trainable) / double(trainable + frozen)},
+                    {"memory", memory}};
+}
+
+std::string format_lora_plan(const nlohmann::json& report) {
+  if (!report.contains("lora")) return "";
+  const nlohmann::json& l = report["lora"];
+  std::string out = fmt::format("LoRA rank {} (scale {:.4g}): {} adapter tensors, {} trainable parameters ({:.3f}% of {}), base frozen\n",
+                                l["rank"].get<int64_t>(), l["scale"].get<double>(), l["adapter_tensors"].get<int64_t>(),
+                                l["trainable_parameters"].get<int64_t>(), 100 * l["trainable_fraction"].get<double>(),
+                                l["frozen_parameters"].get<int64_t>() + l["trainable_parameters"].get<int64_t>());
+  for (const nlohmann::json& m : l["memory"])
+    out += fmt::format("  {:<26} {:>10.3f} GB static\n", m["precision"].get<std::string>(), m["total_bytes"].get<double>() / 1e9);
+  return out;
+}
+
+}  // namespace moetune::cli
