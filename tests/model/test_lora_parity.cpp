@@ -92,12 +92,28 @@ TEST_P(LoraParity, SavedAdapterHasPeftNamesAndShapes) {
     EXPECT_EQ(saved.entry(entry.name).shape, entry.shape) << entry.name;
     EXPECT_EQ(relative_error(saved.tensor(entry.name), peft.tensor(entry.name)), 0.0) << entry.name;
   }
-  // The saved config reads back to the same settings.
+  // The saved config reads back to the same settings and adapters.
   const LoraConfig config = read_adapter_config(scratch.path());
   EXPECT_EQ(config.rank, weights.lora->rank);
   EXPECT_EQ(config.scale(), weights.lora->scale());
-  EXPECT_EQ(config.target_modules, weights.lora->target_modules);
   EXPECT_EQ(config.target_parameters, weights.lora->target_parameters);
+  const ModelWeights reloaded = load_with_adapter(base_, scratch.path());
+  const io::NamedTensors before = lora_tensors(weights, weights.parameters), after = lora_tensors(reloaded, reloaded.parameters);
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i].first, before[i].first);
+}
+
+TEST(Lora, RefusesWhatPeftWouldLoadDifferently) {
+  ModelWeights weights = load_checkpoint(testing::fixture("qwen3_moe_tiny"), LoadOptions{DType::F32});
+  LoraConfig config{.rank = 2, .target_modules = {"q_proj", "gate_proj", "up_proj"}};
+  EXPECT_THROW(attach_lora(weights, config), Error);  // PEFT would move gate/up_proj onto the experts
+  config.target_modules = {"all-linear"};             // the dense MLP (layer 1) is left out, as PEFT leaves it
+  attach_lora(weights, config);
+  for (const ParameterSpec& spec : weights.layout.parameters)
+    if (is_lora_parameter(spec)) EXPECT_NE(spec.name.find(".attn."), std::string::npos) << spec.name;
+  ModelWeights other = load_checkpoint(testing::fixture("qwen3_moe_tiny"), LoadOptions{DType::F32});
+  EXPECT_THROW(attach_lora(other, {.rank = 2, .target_modules = {"q_proj", "nonexistent_proj"}}), Error);
+  EXPECT_THROW(attach_lora(other, {.rank = 2, .target_parameters = {"mlp.experts.nothing"}}), Error);
 }
 
 TEST_P(LoraParity, MergeEqualsMergeAndUnload) {

@@ -53,18 +53,14 @@ void LoraConfig::validate(const std::string& source) const {
     }
 }
 
-nlohmann::json peft_adapter_config(const LoraConfig& config, const std::string& base_model) {
-  nlohmann::json targets = config.target_modules.size() == 1 &&
-                                   (config.target_modules[0] == "all-linear" || is_pattern(config.target_modules[0]))
-                               ? nlohmann::json(config.target_modules[0])
-                               : nlohmann::json(config.target_modules);
+nlohmann::json peft_adapter_config(const LoraConfig& config, const std::vector<std::string>& modules) {
   return {{"peft_type", "LORA"},
-          {"base_model_name_or_path", base_model},
+          {"base_model_name_or_path", config.base_model},
           {"r", config.rank},
           {"lora_alpha", config.alpha},
           {"lora_dropout", config.dropout},
           {"use_rslora", config.use_rslora},
-          {"target_modules", config.target_modules.empty() ? nlohmann::json(nullptr) : targets},
+          {"target_modules", modules.empty() ? nlohmann::json(nullptr) : nlohmann::json(modules)},
           {"target_parameters", config.target_parameters.empty() ? nlohmann::json(nullptr) : nlohmann::json(config.target_parameters)},
           {"bias", "none"},
           {"fan_in_fan_out", false},
@@ -102,6 +98,8 @@ LoraConfig read_adapter_config(const std::filesystem::path& adapter_folder) {
     config.alpha = j.at("lora_alpha").get<double>();
     config.dropout = j.value("lora_dropout", 0.0);
     config.use_rslora = j.value("use_rslora", false);
+    if (j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string())
+      config.base_model = j["base_model_name_or_path"].get<std::string>();
     const nlohmann::json& modules = j.contains("target_modules") ? j["target_modules"] : nlohmann::json(nullptr);
     if (modules.is_string()) config.target_modules = {modules.get<std::string>()};
     else if (modules.is_array()) config.target_modules = modules.get<std::vector<std::string>>();

@@ -20,6 +20,7 @@ struct LoraConfig {
   std::vector<std::string> target_modules, target_parameters;
   bool use_rslora = false;
   uint64_t seed = 0;  // A's initialisation and the dropout masks
+  std::string base_model;  // adapter_config.json's base_model_name_or_path: the folder the adapter was made on
 
   bool enabled() const { return rank > 0; }
   double scale() const;  // alpha / r, or alpha / sqrt(r) with rslora
@@ -29,9 +30,11 @@ struct LoraConfig {
   void validate(const std::string& source) const;
 };
 
-// adapter_config.json as PEFT 0.21 writes it for these settings, and the settings read back from one (the keys
-// moetune does not run, such as DoRA or rank patterns, must be at their defaults).
-nlohmann::json peft_adapter_config(const LoraConfig& config, const std::string& base_model);
+// adapter_config.json as PEFT 0.21 writes it for these settings, with target_modules written as the list of the
+// modules adapted (`modules`, full names, as PEFT writes "all-linear"): PEFT then targets exactly those; and the
+// settings read back from one (the keys moetune does not run, such as DoRA or rank patterns, must be at their
+// defaults).
+nlohmann::json peft_adapter_config(const LoraConfig& config, const std::vector<std::string>& modules);
 LoraConfig read_adapter_config(const std::filesystem::path& adapter_folder);
 
 }  // namespace moetune::model

@@ -18,6 +18,22 @@ namespace {
 constexpr const char* kPeftPrefix = "base_model.model.";
 
 std::string module_of(const std::string& tensor_name) { return tensor_name.substr(0, tensor_name.rfind('.')); }
+std::string leaf_of(const std::string& module) { return module.substr(module.rfind('.') + 1); }
+
+// The MLP module names PEFT 0.21 rewrites, on these model types, into the fused experts' target_parameters
+// (gate_up_proj at twice the rank and alpha), leaving dense MLPs without LoRA: an adapter on a dense MLP of
+// such a model would not load alike in PEFT, so moetune does not make one.
+std::vector<std::string> peft_converted_mlp_names(const std::string& family) {
+  if (family == "qwen3_moe") return {"gate_proj", "up_proj", "down_proj"};
+  if (family == "mixtral") return {"w1", "w2", "w3"};
+  return {};
+}
+
+bool names_explicitly(const LoraConfig& config, const std::string& leaf) {
+  for (const std::string& target : config.target_modules)
+    if (target == leaf || target.ends_with("." + leaf)) return true;
+  return false;
+}
 
 // PEFT's kaiming_uniform_(a=√5) on a [rows, fan_in] matrix: U(-1/√fan_in, 1/√fan_in).
 Tensor kaiming_uniform(int64_t rows, int64_t fan_in, std::mt19937_64& rng) {
@@ -61,6 +77,7 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
   std::vector<Adapter> adapters;
   std::set<std::string> used_modules, used_parameters;
   std::map<std::string, std::vector<size_t>> expert_adapters_by_module;  // PEFT nests them: see below
+  const std::vector<std::string> converted = peft_converted_mlp_names(layout.spec.family);
   for (const ParameterSpec& spec : layout.parameters) {
     const double active = double(spec.active_numel) / double(std::max<int64_t>(1, shape_numel(spec.shape)));
     if (spec.role == ParameterRole::Matmul) {
@@ -68,6 +85,14 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
         const HfTensor& piece = spec.pieces[i];
         const std::string module = module_of(piece.name);
         if (!piece.name.ends_with(".weight") || !config.targets_module(module)) continue;
+        if (std::find(converted.begin(), converted.end(), leaf_of(module)) != converted.end()) {
+          if (names_explicitly(config, leaf_of(module)))
+            fail("lora.target_modules: '{}' on {}: PEFT 0.21 maps this name onto the fused experts (with the gate_up "
+                 "rank doubled) and leaves dense MLPs without LoRA, so PEFT would not load such an adapter alike; name "
+                 "the experts with lora.target_parameters [mlp.experts.gate_up_proj, mlp.experts.down_proj]",
+                 leaf_of(module), layout.spec.family);
+          continue;  // a regex or all-linear: the dense MLP is left out, as PEFT leaves it out
+        }
         if (piece.transposed) fail("LoRA on '{}': transposed checkpoint tensors are not supported yet", piece.name);
         used_modules.insert(module);
         adapters.push_back({spec.name, i, module, r, piece.shape[1], piece.shape[0], r, active});
@@ -166,8 +191,19 @@ void save_adapter(const ModelWeights& weights, const std::filesystem::path& fold
   MOETUNE_CHECK(weights.lora, "save_adapter: these weights have no LoRA adapters");
   std::filesystem::create_directories(folder);
   io::save_safetensors(folder / "adapter_model.safetensors", lora_tensors(weights, weights.parameters));
-  io::write_text_atomically(folder / "adapter_config.json",
-                            peft_adapter_config(*weights.lora, weights.source.string()).dump(2) + "\n");
+  std::vector<std::string> modules;  // the adapted linear modules (experts are target_parameters)
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < weights.layout.parameters.size(); ++i) index[weights.layout.parameters[i].name] = i;
+  for (const ParameterSpec& spec : weights.layout.parameters) {
+    const size_t at = spec.name.find(".lora_A.");
+    if (at == std::string::npos) continue;
+    const ParameterSpec& base = weights.layout.parameters[index.at(spec.name.substr(0, at))];
+    if (base.role == ParameterRole::Matmul) modules.push_back(module_of(base.pieces[std::stoul(spec.name.substr(at + 8))].name));
+  }
+  std::sort(modules.begin(), modules.end());
+  LoraConfig config = *weights.lora;
+  if (config.base_model.empty()) config.base_model = weights.source.string();
+  io::write_text_atomically(folder / "adapter_config.json", peft_adapter_config(config, modules).dump(2) + "\n");
 }
 
 void merge_lora(ModelWeights& weights) {
