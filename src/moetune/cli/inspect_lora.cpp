@@ -6,6 +6,8 @@
 #include "moetune/model/lora_weights.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/model_description.h"
+#include "moetune/model/nf4_weights.h"
+#include "moetune/ops/nf4.h"
 
 namespace moetune::cli {
 
@@ -18,10 +20,17 @@ void add_lora_plan(nlohmann::json& report, const std::filesystem::path& folder, 
     ++adapters;
   }
   const int64_t frozen = layout.total_parameters();
+  // QLoRA: the projections and experts in NF4 (4 bits, an 8-bit absmax code per 64, a float scale per 64·256).
+  int64_t quantized = 0;
+  for (const model::ParameterSpec& spec : layout.parameters)
+    if (model::quantized_by_qlora(spec)) quantized += shape_numel(spec.shape);
+  const int64_t blocks = (quantized + ops::kNf4BlockSize - 1) / ops::kNf4BlockSize;
+  const int64_t nf4_bytes = (quantized + 1) / 2 + blocks + (blocks + ops::kNf4AbsmaxBlockSize - 1) / ops::kNf4AbsmaxBlockSize * 4;
   nlohmann::json memory = nlohmann::json::array();
   for (const auto& plan : model::precision_plans())
     memory.push_back({{"precision", plan.name},
-                      {"total_bytes", plan.weight_bytes * frozen + plan.bytes_per_parameter() * trainable}});
+                      {"total_bytes", plan.weight_bytes * frozen + plan.bytes_per_parameter() * trainable},
+                      {"qlora_nf4_total_bytes", plan.weight_bytes * (frozen - quantized) + nf4_bytes + plan.bytes_per_parameter() * trainable}});
   report["lora"] = {{"rank", lora.rank},
                     {"scale", lora.scale()},
                     {"adapter_tensors", adapters},
@@ -39,7 +48,8 @@ std::string format_lora_plan(const nlohmann::json& report) {
                                 l["trainable_parameters"].get<int64_t>(), 100 * l["trainable_fraction"].get<double>(),
                                 l["frozen_parameters"].get<int64_t>() + l["trainable_parameters"].get<int64_t>());
   for (const nlohmann::json& m : l["memory"])
-    out += fmt::format("  {:<26} {:>10.3f} GB static\n", m["precision"].get<std::string>(), m["total_bytes"].get<double>() / 1e9);
+    out += fmt::format("  {:<26} {:>10.3f} GB static ({:.3f} GB with an NF4 base, QLoRA)\n", m["precision"].get<std::string>(),
+                       m["total_bytes"].get<double>() / 1e9, m["qlora_nf4_total_bytes"].get<double>() / 1e9);
   return out;
 }
 

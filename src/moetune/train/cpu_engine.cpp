@@ -3,6 +3,7 @@
 
 #include "moetune/model/all_to_all_dispatcher.h"
 #include "moetune/model/lora_weights.h"
+#include "moetune/model/nf4_weights.h"
 #include "moetune/train/adamw.h"
 #include "moetune/train/sharded_adamw.h"
 #include "moetune/train/engine.h"
@@ -31,6 +32,7 @@ model::ModelWeights load_weights(const Recipe& r, const parallel::ParallelGroups
   if (groups.layout.world > 1) fail("lora: LoRA does not run with several ranks yet; run one rank");
   model::attach_lora(weights, *lora);
   if (!r.lora.adapter.empty()) model::load_adapter_weights(weights, r.lora.adapter);
+  if (r.lora.quantize == "nf4") model::round_frozen_weights_to_nf4(weights);
   return weights;
 }
 

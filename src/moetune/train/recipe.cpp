@@ -28,7 +28,7 @@ constexpr const char* kDefaultRecipe = R"({
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
   "parallel": {"expert": 1},
   "lora": {"rank": 0, "alpha": 16.0, "dropout": 0.0, "target_modules": [], "target_parameters": [],
-           "use_rslora": false, "adapter": ""}
+           "use_rslora": false, "adapter": "", "quantize": "none"}
 })";
 
 // A recipe holds a few dozen values three levels deep; this many, or this deep, is no recipe (and recursing
@@ -179,6 +179,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.lora.settings = {lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["target_parameters"],
                      lora["use_rslora"], uint64_t(r.training.seed)};
   r.lora.adapter = lora["adapter"];
+  r.lora.quantize = lora["quantize"];
   r.lora.settings.validate(source);
 
   const auto one_of = [&](const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
@@ -195,6 +196,9 @@ Recipe to_recipe(const json& j, const std::string& source) {
   one_of("training.aux_loss", r.training.aux_loss, {"config", "on", "off"});
   one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});
   one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
+  one_of("lora.quantize", r.lora.quantize, {"none", "nf4"});
+  require(r.lora.quantize == "none" || r.lora.settings.enabled() || !r.lora.adapter.empty(), source,
+          "'lora.quantize' nf4 (QLoRA) needs LoRA: set lora.rank and lora.target_modules / target_parameters");
   require(r.data.max_length >= 2, source, "'data.max_length' must be at least 2");
   require(r.data.validation_fraction >= 0 && r.data.validation_fraction < 1, source,
           "'data.validation_fraction' must be in [0, 1)");

@@ -79,10 +79,12 @@ struct Recipe {
   } parallel;
 
   // LoRA (model/lora_config.h): rank 0 trains every weight. `adapter`: start from a PEFT adapter folder (its
-  // adapter_config.json then gives the settings; rank, if set, must agree).
+  // adapter_config.json then gives the settings; rank, if set, must agree). `quantize`: none, or nf4 for QLoRA
+  // (the frozen projection and expert weights quantized to NF4 at load, model/nf4_weights.h).
   struct Lora {
     model::LoraConfig settings;
     std::string adapter;
+    std::string quantize = "none";
   } lora;
 
   nlohmann::json json;  // the resolved recipe, every key present: what the run saves beside its outputs
