@@ -67,6 +67,22 @@ TEST_P(LoraParity, LogitsLossAndGradients) {
         << model.weights().layout.parameters[i].name;
 }
 
+// Dropout (PEFT's nn.Dropout on the LoRA input) applies in training steps only: evaluation gives PEFT's eval-mode loss.
+TEST_P(LoraParity, DropoutOnlyInTrainingSteps) {
+  ModelWeights weights = load_checkpoint(base_, LoadOptions{DType::F32});
+  LoraConfig config = read_adapter_config(folder_ / "adapter");
+  if (!config.target_parameters.empty()) GTEST_SKIP() << "PEFT refuses dropout with target_parameters, and so does moetune";
+  config.dropout = 0.5;
+  attach_lora(weights, config);
+  load_adapter_weights(weights, folder_ / "adapter");
+  CausalLM model = CausalLM::from_weights(std::move(weights));
+  const double expected = ref("loss").data<float>()[0];
+  EXPECT_NEAR(model.loss(batch()).loss, expected, kTolerance * expected);
+  const double trained = model.forward_backward(batch()).loss;
+  EXPECT_GT(std::fabs(trained - expected), 1e-3);
+  EXPECT_NEAR(model.loss(batch()).loss, expected, kTolerance * expected);
+}
+
 TEST_P(LoraParity, ThreeAdamwSteps) {
   CausalLM model = CausalLM::from_weights(adapted());
   train::AdamW adamw(model.parameters().values(), model.parameters().grads(), {1e-5, 0.9, 0.999, 1e-8, 0.0});

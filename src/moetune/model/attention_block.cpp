@@ -42,7 +42,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.input = h;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
   Tensor qkv = ops::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value);
-  qkv_lora_.forward(normed, qkv);
+  qkv_lora_.forward(normed, qkv, context.training);
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
   stash_.k_raw = columns(qkv, nq * d, nkv * d).view({tokens, nkv, d});
   stash_.v = columns(qkv, (nq + nkv) * d, nkv * d).view({tokens, nkv, d});
@@ -54,7 +54,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale());
   const Tensor attended = stash_.attended.view({tokens, nq * d});
   Tensor out = ops::linear_forward(attended, p_.o.value, p_.o_bias.value);
-  o_lora_.forward(attended, out);
+  o_lora_.forward(attended, out, context.training);
   return add(h, out);
 }
 

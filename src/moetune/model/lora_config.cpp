@@ -11,20 +11,23 @@ namespace {
 
 bool is_pattern(const std::string& target) { return target.find_first_of("*()[]|\\^$+?{}") != std::string::npos; }
 
-// PEFT's rule for a list entry: the whole name, or its last dotted parts.
-bool names(const std::string& target, const std::string& name) {
-  return name == target || (name.size() > target.size() && name.ends_with("." + target));
-}
-
 bool matches_any(const std::vector<std::string>& targets, const std::string& name) {
   if (targets.size() == 1 && targets[0] == "all-linear") return true;  // the caller offers only linear modules
   if (targets.size() == 1 && is_pattern(targets[0])) return std::regex_match(name, std::regex(targets[0]));
   for (const std::string& target : targets)
-    if (names(target, name)) return true;
+    if (peft_names(target, name)) return true;
   return false;
 }
 
 }  // namespace
+
+bool peft_names(const std::string& target, const std::string& name) {
+  return name == target || (name.size() > target.size() && name.ends_with("." + target));
+}
+
+bool LoraConfig::lists_module_names() const {
+  return !target_modules.empty() && !(target_modules.size() == 1 && (target_modules[0] == "all-linear" || is_pattern(target_modules[0])));
+}
 
 double LoraConfig::scale() const { return use_rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank); }
 
@@ -32,7 +35,7 @@ bool LoraConfig::targets_module(const std::string& module) const { return matche
 
 bool LoraConfig::targets_parameter(const std::string& name) const {
   for (const std::string& target : target_parameters)
-    if (names(target, name)) return true;
+    if (peft_names(target, name)) return true;
   return false;
 }
 

@@ -26,9 +26,14 @@ struct LoraConfig {
   double scale() const;  // alpha / r, or alpha / sqrt(r) with rslora
   bool targets_module(const std::string& module) const;     // "model.layers.0.self_attn.q_proj"
   bool targets_parameter(const std::string& name) const;    // "model.layers.0.mlp.experts.gate_up_proj"
+  // target_modules is a list of names (not one regex, not all-linear): each must then name something.
+  bool lists_module_names() const;
   // Fails naming the key at fault; `source` names where the settings came from.
   void validate(const std::string& source) const;
 };
+
+// PEFT's rule for a listed target: the whole name, or its last dotted parts ("q_proj" names "model.layers.0.self_attn.q_proj").
+bool peft_names(const std::string& target, const std::string& name);
 
 // adapter_config.json as PEFT 0.21 writes it for these settings, with target_modules written as the list of the
 // modules adapted (`modules`, full names, as PEFT writes "all-linear"): PEFT then targets exactly those; and the

@@ -37,9 +37,10 @@ LoraLinear LoraLinear::lookup(const ParameterStore& store, const std::string& we
   return lora;
 }
 
-void LoraLinear::forward(const Tensor& x, const Tensor& y) {
+void LoraLinear::forward(const Tensor& x, const Tensor& y, bool training) {
   for (Adapter& adapter : adapters_) {
-    if (dropout_ > 0) {  // each adapter draws its own mask, as PEFT's per-module nn.Dropout does
+    adapter.keep = Tensor();
+    if (dropout_ > 0 && training) {  // each adapter draws its own mask, as PEFT's per-module nn.Dropout does
       adapter.keep = Tensor::empty(x.shape(), DType::F32);
       std::bernoulli_distribution kept(1.0 - dropout_);
       for (int64_t i = 0; i < x.numel(); ++i) adapter.keep.data<float>()[i] = kept(rng_) ? float(1.0 / (1.0 - dropout_)) : 0.0f;

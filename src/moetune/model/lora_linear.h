@@ -19,7 +19,9 @@ class LoraLinear {
   static LoraLinear lookup(const ParameterStore& store, const std::string& weight);
 
   bool empty() const { return adapters_.empty(); }
-  void forward(const Tensor& x, const Tensor& y);
+  // Dropout applies only when `training` (a training step; evaluation and generation run without it, as PEFT's
+  // eval mode does).
+  void forward(const Tensor& x, const Tensor& y, bool training);
   void backward(const Tensor& dy, const Tensor& x, const Tensor& dx);
   size_t stash_bytes() const;
   void clear_stash();

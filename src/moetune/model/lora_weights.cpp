@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -30,9 +31,18 @@ std::vector<std::string> peft_converted_mlp_names(const std::string& family) {
 }
 
 bool names_explicitly(const LoraConfig& config, const std::string& leaf) {
+  if (!config.lists_module_names()) return false;
   for (const std::string& target : config.target_modules)
-    if (target == leaf || target.ends_with("." + leaf)) return true;
+    if (peft_names(leaf, target)) return true;
   return false;
+}
+
+// Every listed target must name something adapted: a typo is an error, not a silently smaller adapter.
+void require_each_used(const std::vector<std::string>& targets, const std::set<std::string>& used, const char* key,
+                       const char* kind, const std::string& architecture) {
+  for (const std::string& target : targets)
+    if (std::none_of(used.begin(), used.end(), [&](const std::string& name) { return peft_names(target, name); }))
+      fail("lora.{}: '{}' names no {} of this {} model", key, target, kind, architecture);
 }
 
 // PEFT's kaiming_uniform_(a=√5) on a [rows, fan_in] matrix: U(-1/√fan_in, 1/√fan_in).
@@ -116,21 +126,9 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
   if (adapters.empty())
     fail("lora: target_modules {} and target_parameters {} match no weight of this {} model", fmt::join(config.target_modules, ", "),
          fmt::join(config.target_parameters, ", "), layout.spec.architecture);
-  if (config.target_modules.size() > 1 || (config.target_modules.size() == 1 && config.target_modules[0].find_first_of(".*()[]|\\^$+?{}-") == std::string::npos))
-    for (const std::string& target : config.target_modules) {
-      LoraConfig one = config;
-      one.target_modules = {target};
-      bool found = false;
-      for (const std::string& module : used_modules) found = found || one.targets_module(module);
-      if (!found) fail("lora.target_modules: '{}' names no linear module of this {} model", target, layout.spec.architecture);
-    }
-  for (const std::string& target : config.target_parameters) {
-    LoraConfig one = config;
-    one.target_parameters = {target};
-    bool found = false;
-    for (const std::string& name : used_parameters) found = found || one.targets_parameter(name);
-    if (!found) fail("lora.target_parameters: '{}' names no fused expert parameter of this {} model", target, layout.spec.architecture);
-  }
+  if (config.lists_module_names())
+    require_each_used(config.target_modules, used_modules, "target_modules", "linear module", layout.spec.architecture);
+  require_each_used(config.target_parameters, used_parameters, "target_parameters", "fused expert parameter", layout.spec.architecture);
   std::vector<ParameterSpec> specs;
   for (const Adapter& adapter : adapters) append_specs(specs, adapter);
   return specs;

@@ -10,8 +10,9 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
                              double norm_eps)
     : eps_(norm_eps), p_(MlpParams::lookup(store, layer, sublayer.norm)), lora_(SwigluLora::lookup(store, layer + "mlp.")) {}
 
-Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext&) {
+Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
+  lora_.training = context.training;
   SwigluOutput mlp = swiglu_mlp(ops::rms_norm_forward(h, p_.norm.value, eps_), p_.mlp, &lora_);
   gate_up_out_ = mlp.gate_up;
   return add(h, mlp.out);

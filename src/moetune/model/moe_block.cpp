@@ -19,8 +19,9 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
   MOETUNE_CHECK(spec_.router.is_softmax_then_topk(), "{}: this router is not implemented on the CPU", layer);
 }
 
-Tensor MoeBlock::forward(const Tensor& h, const StepContext&) {
+Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
+  shared_lora_.training = context.training;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
   routing_ = ops::router_topk_forward(ops::linear_forward(normed, p_.router.value), spec_.router.top_k, spec_.router.renormalize);
   dispatched_ = dispatcher_->dispatch(normed, routing_);

@@ -8,10 +8,10 @@ namespace moetune::model {
 SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p, SwigluLora* lora) {
   SwigluOutput result;
   result.gate_up = ops::linear_forward(x, p.gate_up.value, p.gate_up_bias.value);
-  if (lora) lora->gate_up.forward(x, result.gate_up);
+  if (lora) lora->gate_up.forward(x, result.gate_up, lora->training);
   const Tensor inner = ops::swiglu_forward(result.gate_up);
   result.out = ops::linear_forward(inner, p.down.value, p.down_bias.value);
-  if (lora) lora->down.forward(inner, result.out);
+  if (lora) lora->down.forward(inner, result.out, lora->training);
   return result;
 }
 

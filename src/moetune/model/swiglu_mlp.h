@@ -15,8 +15,9 @@ struct SwigluOutput {
 // The LoRA adapters on its two weights ("<prefix>gate_up", "<prefix>down"); empty without LoRA.
 struct SwigluLora {
   LoraLinear gate_up, down;
+  bool training = false;  // set by the block per forward: LoRA dropout applies
   static SwigluLora lookup(const ParameterStore& store, const std::string& prefix) {
-    return {LoraLinear::lookup(store, prefix + "gate_up"), LoraLinear::lookup(store, prefix + "down")};
+    return {LoraLinear::lookup(store, prefix + "gate_up"), LoraLinear::lookup(store, prefix + "down"), false};
   }
   size_t stash_bytes() const { return gate_up.stash_bytes() + down.stash_bytes(); }
   void clear_stash() {
