@@ -61,10 +61,15 @@ TEST_P(LoraParity, LogitsLossAndGradients) {
   EXPECT_NEAR(out.loss, ref("loss").data<float>()[0], kTolerance * std::fabs(out.loss));
   model.backward();
   expect_matches(lora_tensors(model.weights(), model.parameters().grads()), "grad.", kTolerance);
-  // The base model is frozen: only the adapters have gradients.
-  for (size_t i = 0; i < model.weights().layout.parameters.size(); ++i)
-    EXPECT_EQ(model.parameters().grads()[i].defined(), is_lora_parameter(model.weights().layout.parameters[i]))
-        << model.weights().layout.parameters[i].name;
+  // The base model is frozen: only the adapters and the modules to save have gradients.
+  for (size_t i = 0; i < model.weights().layout.parameters.size(); ++i) {
+    const ParameterSpec& spec = model.weights().layout.parameters[i];
+    const std::string& hf = spec.pieces[0].name;
+    const bool saved_module = hf.ends_with(".mlp.gate.weight") || hf.ends_with(".post_attention_layernorm.weight");
+    EXPECT_EQ(model.parameters().grads()[i].defined(),
+              is_lora_parameter(spec) || (!model.weights().lora->modules_to_save.empty() && saved_module))
+        << spec.name;
+  }
 }
 
 // Dropout (PEFT's nn.Dropout on the LoRA input) applies in training steps only: evaluation gives PEFT's eval-mode loss.

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the LoRA parity fixtures the C++ tests compare moetune against (1e-5):
 
-  qwen3_moe_tiny_lora  on tests/fixtures/qwen3_moe_tiny: r=4, alpha=8, target_modules q/k/v/o_proj and
-                       target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"] (layers 0, 2).
+  qwen3_moe_tiny_lora  on tests/fixtures/qwen3_moe_tiny: r=4, alpha=8, target_modules q/k/v/o_proj,
+                       target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"] (layers 0, 2),
+                       modules_to_save=["gate", "post_attention_layernorm"] (routers and norms trained in full).
   qwen3_f32_lora       on tests/fixtures/qwen3_f32 (dense): r=4, alpha=6, target_modules="all-linear",
                        use_rslora (attention and MLP projections; lm_head excluded, as PEFT does).
 
@@ -17,6 +18,7 @@ output and every LoRA gradient is non-zero. Writes into each fixture folder:
   lora_parity.safetensors  input_ids [2,8], labels (= input_ids), logits [2,8,V], loss (CE + coef * aux, as
                            transformers returns it with output_router_logits), grad.<saved name> (gradient of
                            loss for every LoRA tensor, under the names adapter_model.safetensors uses),
+                           (modules_to_save included: their saved names are "base_model.model." + HF name),
                            train.losses [3] and train.param.<saved name> after 3 torch AdamW steps
                            (lr 1e-5, betas 0.9/0.999, eps 1e-8, weight decay 0, no clipping),
                            merged.logits (merge_and_unload of the adapter, same batch).
@@ -45,7 +47,8 @@ LR, STEPS = 1e-5, 3
 CASES = {
     "qwen3_moe_tiny_lora": ("qwen3_moe_tiny", dict(
         r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])),
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+        modules_to_save=["gate", "post_attention_layernorm"])),
     "qwen3_f32_lora": ("qwen3_f32", dict(r=4, lora_alpha=6, target_modules="all-linear", use_rslora=True)),
 }
 
@@ -61,7 +64,7 @@ def run(model, ids):
 
 
 def saved_name(name):  # the in-memory name -> the name adapter_model.safetensors uses
-    return name.replace(".default", "")
+    return name.replace(".modules_to_save.default", "").replace(".default", "")
 
 
 def make(fixtures, name):

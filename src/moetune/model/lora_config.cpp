@@ -69,7 +69,7 @@ nlohmann::json peft_adapter_config(const LoraConfig& config, const std::vector<s
           {"fan_in_fan_out", false},
           {"init_lora_weights", true},
           {"inference_mode", true},
-          {"modules_to_save", nullptr},
+          {"modules_to_save", config.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(config.modules_to_save)},
           {"rank_pattern", nlohmann::json::object()},
           {"alpha_pattern", nlohmann::json::object()},
           {"use_dora", false},
@@ -92,7 +92,6 @@ LoraConfig read_adapter_config(const std::filesystem::path& adapter_folder) {
   require_default("fan_in_fan_out", false);
   require_default("rank_pattern", nlohmann::json::object());
   require_default("alpha_pattern", nlohmann::json::object());
-  require_default("modules_to_save", nullptr);
   require_default("layers_to_transform", nullptr);
   require_default("exclude_modules", nullptr);
   LoraConfig config;
@@ -106,6 +105,8 @@ LoraConfig read_adapter_config(const std::filesystem::path& adapter_folder) {
     const nlohmann::json& modules = j.contains("target_modules") ? j["target_modules"] : nlohmann::json(nullptr);
     if (modules.is_string()) config.target_modules = {modules.get<std::string>()};
     else if (modules.is_array()) config.target_modules = modules.get<std::vector<std::string>>();
+    if (j.contains("modules_to_save") && j["modules_to_save"].is_array())
+      config.modules_to_save = j["modules_to_save"].get<std::vector<std::string>>();
     if (j.contains("target_parameters") && j["target_parameters"].is_array())
       config.target_parameters = j["target_parameters"].get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {

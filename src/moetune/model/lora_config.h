@@ -18,6 +18,9 @@ struct LoraConfig {
   double alpha = 16;
   double dropout = 0;
   std::vector<std::string> target_modules, target_parameters;
+  // Modules trained in full beside the adapters and saved with them (PEFT's modules_to_save): e.g. "gate" (an MoE
+  // router), "post_attention_layernorm".
+  std::vector<std::string> modules_to_save;
   bool use_rslora = false;
   uint64_t seed = 0;  // A's initialisation and the dropout masks
   std::string base_model;  // adapter_config.json's base_model_name_or_path: the folder the adapter was made on

@@ -71,6 +71,35 @@ void append_specs(std::vector<ParameterSpec>& specs, const Adapter& adapter) {
   }
 }
 
+// The adapter file's tensors: index into weights.parameters -> name in adapter_model.safetensors.
+std::vector<std::pair<size_t, std::string>> adapter_entries(const ModelWeights& weights) {
+  std::vector<std::pair<size_t, std::string>> entries;
+  for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
+    const ParameterSpec& spec = weights.layout.parameters[i];
+    if (is_lora_parameter(spec)) entries.emplace_back(i, spec.pieces[0].name);
+    else if (spec.trainable) entries.emplace_back(i, kPeftPrefix + spec.pieces[0].name);  // a module to save
+  }
+  return entries;
+}
+
+// PEFT's modules_to_save: those parameters stay trainable. Each entry must name a module, and a fused engine
+// parameter must be saved whole.
+void keep_modules_trainable(ParameterLayout& layout, const std::vector<std::string>& modules) {
+  for (const std::string& target : modules) {
+    bool found = false;
+    for (ParameterSpec& spec : layout.parameters) {
+      size_t named = 0;
+      for (const HfTensor& piece : spec.pieces) named += peft_names(target, module_of(piece.name));
+      if (named == 0) continue;
+      if (spec.pieces.size() != 1 || spec.pieces[0].transposed || !spec.fused_hf_name.empty())
+        fail("lora.modules_to_save: '{}' names part of the fused weight '{}' (training it in full is not supported; "
+             "name a norm, the router (gate) or another single-tensor module)", target, spec.name);
+      spec.trainable = found = true;
+    }
+    if (!found) fail("lora.modules_to_save: '{}' names no module of this {} model", target, layout.spec.architecture);
+  }
+}
+
 }  // namespace
 
 std::string lora_parameter_name(const std::string& weight, const char* which, size_t piece) {
@@ -138,6 +167,7 @@ void attach_lora(ModelWeights& weights, const LoraConfig& config) {
   MOETUNE_CHECK(!weights.lora, "attach_lora: these weights already have LoRA adapters");
   const std::vector<ParameterSpec> adapters = lora_parameters(weights.layout, config);
   for (ParameterSpec& spec : weights.layout.parameters) spec.trainable = false;  // the base model is frozen
+  keep_modules_trainable(weights.layout, config.modules_to_save);
   std::mt19937_64 rng(config.seed);
   for (const ParameterSpec& spec : adapters) {
     const bool is_a = spec.name.find(".lora_A.") != std::string::npos;
@@ -151,30 +181,25 @@ void attach_lora(ModelWeights& weights, const LoraConfig& config) {
 
 io::NamedTensors lora_tensors(const ModelWeights& weights, const std::vector<Tensor>& tensors) {
   io::NamedTensors named;
-  for (size_t i = 0; i < weights.layout.parameters.size(); ++i)
-    if (is_lora_parameter(weights.layout.parameters[i]) && tensors[i].defined())
-      named.emplace_back(weights.layout.parameters[i].pieces[0].name, tensors[i]);
+  for (const auto& [i, name] : adapter_entries(weights))
+    if (tensors[i].defined()) named.emplace_back(name, tensors[i]);
   return named;
 }
 
 void load_adapter_weights(ModelWeights& weights, const std::filesystem::path& adapter_folder) {
   const io::SafetensorsFile file = io::SafetensorsFile::open(adapter_folder / "adapter_model.safetensors");
-  size_t claimed = 0;
-  for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
+  const std::vector<std::pair<size_t, std::string>> entries = adapter_entries(weights);
+  for (const auto& [i, name] : entries) {
     const ParameterSpec& spec = weights.layout.parameters[i];
-    if (!is_lora_parameter(spec)) continue;
-    const std::string& name = spec.pieces[0].name;
     if (!file.contains(name))
       fail("{}: no tensor '{}' (the adapter was made for other targets or another model)", file.path().string(), name);
     if (file.entry(name).shape != spec.shape)
       fail("{}: '{}' has shape {}, but this model and adapter_config.json imply {}", file.path().string(), name,
            shape_str(file.entry(name).shape), shape_str(spec.shape));
     ops::cast_into(file.tensor(name), weights.parameters[i]);
-    ++claimed;
   }
   for (const io::SafetensorsEntry& entry : file.entries())
-    if (claimed < file.entries().size() && !std::any_of(weights.layout.parameters.begin(), weights.layout.parameters.end(),
-                                                        [&](const ParameterSpec& s) { return is_lora_parameter(s) && s.pieces[0].name == entry.name; }))
+    if (std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.second == entry.name; }))
       fail("{}: unexpected tensor '{}' (not an adapter of this model's targets)", file.path().string(), entry.name);
 }
 

@@ -20,7 +20,7 @@ namespace moetune::model {
 std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const LoraConfig& config);
 
 // Appends the adapters (A kaiming-uniform(a=√5) as PEFT initialises it, from config.seed; B zeros) and freezes
-// the base weights. Fails naming a target that matches nothing.
+// the base weights but those of config.modules_to_save. Fails naming a target that matches nothing.
 void attach_lora(ModelWeights& weights, const LoraConfig& config);
 
 // The engine name of the LoRA tensor `which` ("lora_A" or "lora_B") for piece `piece` of engine weight `weight`.
@@ -28,7 +28,7 @@ std::string lora_parameter_name(const std::string& weight, const char* which, si
 bool is_lora_parameter(const ParameterSpec& spec);
 
 // The adapter's tensors under PEFT's names: the LoRA parameters of `tensors` (parallel to weights.parameters:
-// the values, or the gradients).
+// the values, or the gradients), and the modules_to_save ("base_model.model." + their HF name, as PEFT saves them).
 io::NamedTensors lora_tensors(const ModelWeights& weights, const std::vector<Tensor>& tensors);
 // Copies an adapter_model.safetensors into the LoRA parameters; its names and shapes must be exactly theirs.
 void load_adapter_weights(ModelWeights& weights, const std::filesystem::path& adapter_folder);

@@ -28,7 +28,7 @@ constexpr const char* kDefaultRecipe = R"({
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
   "parallel": {"expert": 1},
   "lora": {"rank": 0, "alpha": 16.0, "dropout": 0.0, "target_modules": [], "target_parameters": [],
-           "use_rslora": false, "adapter": "", "quantize": "none"}
+           "modules_to_save": [], "use_rslora": false, "adapter": "", "quantize": "none"}
 })";
 
 // A recipe holds a few dozen values three levels deep; this many, or this deep, is no recipe (and recursing
@@ -177,7 +177,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.parallel = {j["parallel"]["expert"]};
   const json& lora = j["lora"];
   r.lora.settings = {lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["target_parameters"],
-                     lora["use_rslora"], uint64_t(r.training.seed)};
+                     lora["modules_to_save"], lora["use_rslora"], uint64_t(r.training.seed)};
   r.lora.adapter = lora["adapter"];
   r.lora.quantize = lora["quantize"];
   r.lora.settings.validate(source);
