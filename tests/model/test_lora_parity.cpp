@@ -17,17 +17,7 @@ namespace {
 constexpr double kTolerance = 1e-5;
 constexpr double kAfterAdamwTolerance = 3e-5;
 
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  EXPECT_EQ(actual.numel(), expected.numel());
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < expected.numel(); ++i) {
-    const double a = actual.data<float>()[i], b = expected.data<float>()[i];
-    if (std::isnan(a)) return INFINITY;
-    diff += (a - b) * (a - b);
-    norm += b * b;
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
+using testing::relative_error_f32;
 
 class LoraParity : public ::testing::TestWithParam<std::pair<std::string, std::string>> {
  protected:
@@ -46,7 +36,7 @@ class LoraParity : public ::testing::TestWithParam<std::pair<std::string, std::s
     EXPECT_EQ(tensors.size(), adapter.entries().size());
     for (const auto& [name, tensor] : tensors) {
       ASSERT_TRUE(reference_->contains(prefix + name)) << prefix + name;
-      EXPECT_LE(relative_error(tensor, ref(prefix + name)), tolerance) << prefix + name;
+      EXPECT_LE(relative_error_f32(tensor, ref(prefix + name)), tolerance) << prefix + name;
     }
   }
 
@@ -57,7 +47,7 @@ class LoraParity : public ::testing::TestWithParam<std::pair<std::string, std::s
 TEST_P(LoraParity, LogitsLossAndGradients) {
   CausalLM model = CausalLM::from_weights(adapted());
   const CausalLMOutput out = model.forward(batch());
-  EXPECT_LE(relative_error(out.logits, ref("logits")), kTolerance);
+  EXPECT_LE(relative_error_f32(out.logits, ref("logits")), kTolerance);
   EXPECT_NEAR(out.loss, ref("loss").data<float>()[0], kTolerance * std::fabs(out.loss));
   model.backward();
   expect_matches(lora_tensors(model.weights(), model.parameters().grads()), "grad.", kTolerance);
@@ -111,7 +101,7 @@ TEST_P(LoraParity, SavedAdapterHasPeftNamesAndShapes) {
   for (const io::SafetensorsEntry& entry : peft.entries()) {
     ASSERT_TRUE(saved.contains(entry.name)) << entry.name;
     EXPECT_EQ(saved.entry(entry.name).shape, entry.shape) << entry.name;
-    EXPECT_EQ(relative_error(saved.tensor(entry.name), peft.tensor(entry.name)), 0.0) << entry.name;
+    EXPECT_EQ(relative_error_f32(saved.tensor(entry.name), peft.tensor(entry.name)), 0.0) << entry.name;
   }
   // The saved config reads back to the same settings and adapters.
   const LoraConfig config = read_adapter_config(scratch.path());
@@ -143,7 +133,7 @@ TEST_P(LoraParity, MergeEqualsMergeAndUnload) {
   testing::ScratchDir scratch;
   save_checkpoint(weights, scratch.path());
   CausalLM merged = CausalLM::from_pretrained(scratch.path());
-  EXPECT_LE(relative_error(merged.forward(ref("input_ids")), ref("merged.logits")), kTolerance);
+  EXPECT_LE(relative_error_f32(merged.forward(ref("input_ids")), ref("merged.logits")), kTolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LoraParity,
