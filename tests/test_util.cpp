@@ -3,12 +3,25 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 namespace moetune::testing {
+
+double relative_error_f32(const Tensor& actual, const Tensor& expected) {
+  if (actual.numel() != expected.numel()) return INFINITY;
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    const double a = actual.data<float>()[i], b = expected.data<float>()[i];
+    if (std::isnan(a)) return INFINITY;
+    diff += (a - b) * (a - b);
+    norm += b * b;
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
 
 namespace fs = std::filesystem;
 

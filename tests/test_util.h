@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <string>
 
+#include "moetune/core/tensor.h"
+
 namespace moetune::testing {
 
 // A fresh folder under the system temp dir, removed when the object goes.
@@ -29,6 +31,10 @@ struct RunResult {
 };
 // Runs the moetune program with `arguments` as a user would, from a shell.
 RunResult run_moetune(const std::string& arguments);
+
+// ‖actual − expected‖₂ / ‖expected‖₂ over two CPU f32 tensors of as many elements, in double; +inf when
+// `actual` holds a NaN (the absolute error when `expected` is zero).
+double relative_error_f32(const Tensor& actual, const Tensor& expected);
 
 // Copies a fixture folder, for tests that break it.
 void copy_folder(const std::filesystem::path& from, const std::filesystem::path& to);

@@ -10,16 +10,7 @@
 namespace moetune::model {
 namespace {
 
-double relative_error(const Tensor& actual, const Tensor& expected) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < expected.numel(); ++i) {
-    const double a = actual.data<float>()[i], b = expected.data<float>()[i];
-    if (std::isnan(a)) return INFINITY;
-    diff += (a - b) * (a - b);
-    norm += b * b;
-  }
-  return std::sqrt(diff / norm);
-}
+using testing::relative_error_f32;
 
 void expect_logits_match(const char* fixture, double tolerance) {
   CausalLM model = CausalLM::from_pretrained(testing::fixture(fixture));
@@ -27,7 +18,7 @@ void expect_logits_match(const char* fixture, double tolerance) {
   Tensor logits = model.forward(reference.tensor("input_ids"));
   Tensor expected = reference.tensor("logits");
   ASSERT_EQ(logits.shape(), expected.shape());
-  const double error = relative_error(logits, expected);
+  const double error = relative_error_f32(logits, expected);
   EXPECT_LE(error, tolerance) << fixture;
   std::printf("%s: logits relative error %.3g\n", fixture, error);
 }
@@ -55,7 +46,7 @@ TEST(Forward, PackedDocumentsDoNotSeeEachOther) {
   Tensor alone = model.forward(Tensor::from_vector(second, {1, 3}));
   const int64_t vocab = model.spec().vocab_size;
   Tensor packed_second = packed.view({7, vocab}).narrow(4, 3);
-  EXPECT_LE(relative_error(packed_second.clone(), alone.view({3, vocab})), 1e-6);
+  EXPECT_LE(relative_error_f32(packed_second.clone(), alone.view({3, vocab})), 1e-6);
 }
 
 TEST(Forward, TokenOutsideVocabularyIsAnError) {

@@ -12,6 +12,7 @@
 #include "moetune/io/hub_cache.h"
 #include "moetune/io/json_file.h"
 #include "moetune/model/generate.h"
+#include "moetune/model/lora_weights.h"
 #include "moetune/parallel/world.h"
 #include "moetune/train/trainer.h"
 
@@ -84,9 +85,13 @@ fs::path default_output(bool resume) {
 }  // namespace
 
 double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, int64_t limit) {
-  model::CausalLM model = model::CausalLM::from_pretrained(model_folder);
-  const data::ModelText text = data::load_model_text(model_folder);
-  if (!text.tokenizer || !text.codec.render_chat) fail("{}: needs a tokenizer and a chat template", model_folder.string());
+  // A LoRA run's folder holds the adapter alone: the model is its base with the adapter on.
+  const bool adapter = fs::exists(model_folder / "adapter_config.json");
+  const fs::path base = adapter ? fs::path(model::read_adapter_config(model_folder).base_model) : model_folder;
+  model::CausalLM model = adapter ? model::CausalLM::from_weights(model::load_with_adapter(base, model_folder))
+                                  : model::CausalLM::from_pretrained(model_folder);
+  const data::ModelText text = data::load_model_text(base);
+  if (!text.tokenizer || !text.codec.render_chat) fail("{}: needs a tokenizer and a chat template", base.string());
   std::ifstream stream(test_jsonl);
   if (!stream) fail("{}: cannot open", test_jsonl.string());
   int64_t asked = 0, right = 0;

@@ -218,7 +218,7 @@ std::string format_inspection(const json& r) {
                        e["receive_rows_balanced"].get<int64_t>(), e["receive_rows_worst"].get<int64_t>(),
                        human_bytes(e["receive_bytes_worst"].get<double>())));
   }
-  return out;
+  return out + format_lora_plan(r);
 }
 
 }  // namespace moetune::cli

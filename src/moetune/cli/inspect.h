@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "moetune/model/lora_config.h"
+
 namespace moetune::cli {
 
 // Reads config.json and checks the weights against it (headers only: no tensor bytes are read). With
@@ -17,5 +19,10 @@ nlohmann::json inspect_model(const std::filesystem::path& folder, int64_t tokens
 // case (every token of the group routed here). Added to `report` as "expert_parallel".
 void add_expert_parallel_plan(nlohmann::json& report, const std::filesystem::path& folder, int world, int expert, int64_t tokens);
 std::string format_inspection(const nlohmann::json& report);
+
+// What a LoRA fine-tune with `lora` trains (adapter parameters) and holds (frozen base weights, adapters with
+// their gradients and optimizer state), per precision; added as "lora" (cli/inspect_lora.cpp).
+void add_lora_plan(nlohmann::json& report, const std::filesystem::path& folder, const model::LoraConfig& lora);
+std::string format_lora_plan(const nlohmann::json& report);
 
 }  // namespace moetune::cli

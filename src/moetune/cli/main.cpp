@@ -14,6 +14,7 @@
 #include "moetune/core/error.h"
 #include "moetune/io/hub_cache.h"
 #include "moetune/model/checkpoint.h"
+#include "moetune/model/lora_weights.h"
 #include "moetune/parallel/world.h"
 #include "moetune/train/engine.h"
 
@@ -50,6 +51,12 @@ int main(int argc, char** argv) {
                       "Tokens per micro-batch (micro-batch × sequence): adds the GPU step's activation plan and peak")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
 
+  moetune::model::LoraConfig inspect_lora;
+  inspect->add_option("--lora-rank", inspect_lora.rank, "Add the plan of a LoRA fine-tune of this rank");
+  inspect->add_option("--lora-alpha", inspect_lora.alpha, "LoRA alpha (scale alpha/rank)");
+  inspect->add_option("--lora-target-modules", inspect_lora.target_modules, "PEFT target_modules (names, one regex, or all-linear)");
+  inspect->add_option("--lora-target-parameters", inspect_lora.target_parameters, "PEFT target_parameters: mlp.experts.gate_up_proj ...");
+
   std::string output_dir, max_shard_size = "5GB";
   CLI::App* convert = app.add_subcommand(
       "convert", "Load an HF model folder through moetune and save it again (re-shard; checks the round trip)");
@@ -57,6 +64,15 @@ int main(int argc, char** argv) {
   convert->add_option("OUTPUT_DIR", output_dir, "Folder to write (created; its old weight files are replaced)")->required();
   convert->add_option("--max-shard-size", max_shard_size, "Largest shard, as transformers spells it: 5GB, 500MB, 2GiB")
       ->capture_default_str();
+
+  std::string adapter_dir;
+  CLI::App* merge = app.add_subcommand(
+      "merge", "Fold a LoRA adapter (PEFT's adapter_config.json + adapter_model.safetensors) into its base model and "
+      "save the merged HF folder, as PEFT's merge_and_unload + save_pretrained do");
+  merge->add_option("BASE_DIR", model_dir, "The adapter's base model (HF folder)")->required();
+  merge->add_option("ADAPTER_DIR", adapter_dir, "The adapter folder (moetune finetune with lora:, or PEFT)")->required();
+  merge->add_option("OUTPUT_DIR", output_dir, "Folder to write the merged model to")->required();
+  merge->add_option("--max-shard-size", max_shard_size, "Largest shard: 5GB, 500MB, 2GiB")->capture_default_str();
 
   std::string data_file;
   CLI::App* eval = app.add_subcommand(
@@ -102,12 +118,20 @@ int main(int argc, char** argv) {
       if (inspect_expert > 0 || inspect_world > 0)
         moetune::cli::add_expert_parallel_plan(report, model_dir, inspect_world > 0 ? inspect_world : inspect_expert,
                                                std::max(inspect_expert, 1), plan_tokens);
+      if (inspect_lora.enabled()) moetune::cli::add_lora_plan(report, model_dir, inspect_lora);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_inspection(report).c_str(), stdout);
     } else if (*convert) {
       const size_t shard_bytes = moetune::cli::parse_size(max_shard_size, "--max-shard-size");
       moetune::model::ModelWeights weights = moetune::model::load_checkpoint(model_dir);
       moetune::model::save_checkpoint(weights, output_dir, {shard_bytes});
       std::printf("%s -> %s: %zu parameters saved\n", model_dir.c_str(), output_dir.c_str(), weights.parameters.size());
+    } else if (*merge) {
+      const size_t shard_bytes = moetune::cli::parse_size(max_shard_size, "--max-shard-size");
+      moetune::model::ModelWeights weights = moetune::model::load_with_adapter(model_dir, adapter_dir);
+      moetune::model::merge_lora(weights);
+      moetune::model::save_checkpoint(weights, output_dir, {shard_bytes});
+      std::printf("%s + %s -> %s (merged, saved in the base model's dtypes)\n", model_dir.c_str(), adapter_dir.c_str(),
+                  output_dir.c_str());
     } else if (*eval) {
       nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file, eval_device);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_evaluation(report).c_str(), stdout);

@@ -34,7 +34,9 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
     : spec_(*sublayer.attention()),
       eps_(norm_eps),
       inverse_frequencies_(ops::rope_inverse_frequencies(spec_.rope, spec_.qk_head_dim)),
-      p_(AttentionParams::lookup(store, layer, sublayer.norm)) {
+      p_(AttentionParams::lookup(store, layer, sublayer.norm)),
+      qkv_lora_(LoraLinear::lookup(store, layer + "attn.qkv")),
+      o_lora_(LoraLinear::lookup(store, layer + "attn.o")) {
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim, "{}: differing q/k and v head dims are not implemented", layer);
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
 }
@@ -43,7 +45,9 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const SequenceLayout& layout = context.layout;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   stash_.input = h;
-  Tensor qkv = ops::linear_forward(ops::rms_norm_forward(h, p_.norm.value, eps_), p_.qkv.value, p_.qkv_bias.value);
+  const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
+  Tensor qkv = ops::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value);
+  qkv_lora_.forward(normed, qkv, context.training);
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
   stash_.k_raw = columns(qkv, nq * d, nkv * d).view({tokens, nkv, d});
   stash_.v = columns(qkv, (nq + nkv) * d, nkv * d).view({tokens, nkv, d});
@@ -55,14 +59,19 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions, false, rope_scaling);
   stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale(),
                                                   attention_variant(spec_, p_));
-  return add(h, ops::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value));
+  const Tensor attended = stash_.attended.view({tokens, nq * d});
+  Tensor out = ops::linear_forward(attended, p_.o.value, p_.o_bias.value);
+  o_lora_.forward(attended, out, context.training);
+  return add(h, out);
 }
 
 Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) {
   const SequenceLayout& layout = context.layout;
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double scale = spec_.softmax_scale();
-  Tensor dattended = ops::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o.grad, p_.o_bias.grad);
+  const Tensor attended = stash_.attended.view({tokens, nq * d});
+  Tensor dattended = ops::linear_backward(dout, attended, p_.o.value, p_.o.grad, p_.o_bias.grad);
+  o_lora_.backward(dout, attended, dattended);
   ops::AttentionGrads g = ops::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v,
                                                          stash_.attended, layout.mask, scale, attention_variant(spec_, p_));
   if (p_.sinks.grad.defined()) accumulate(p_.sinks.grad, g.dsinks);
@@ -79,11 +88,13 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   set_columns(dqkv, (nq + nkv) * d, g.dv);
   const Tensor normed = ops::rms_norm_forward(stash_.input, p_.norm.value, eps_);  // recomputed, not kept
   Tensor dnormed = ops::linear_backward(dqkv, normed, p_.qkv.value, p_.qkv.grad, p_.qkv_bias.grad);
+  qkv_lora_.backward(dqkv, normed, dnormed);
   return add(dout, ops::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps_, p_.norm.grad));
 }
 
 size_t AttentionBlock::stash_bytes() const {
-  return held_bytes({&stash_.input, &stash_.q_raw, &stash_.k_raw, &stash_.q, &stash_.k, &stash_.v, &stash_.attended});
+  return held_bytes({&stash_.input, &stash_.q_raw, &stash_.k_raw, &stash_.q, &stash_.k, &stash_.v, &stash_.attended}) + qkv_lora_.stash_bytes() +
+         o_lora_.stash_bytes();
 }
 
 }  // namespace moetune::model

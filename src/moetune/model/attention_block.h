@@ -3,6 +3,7 @@
 #pragma once
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/lora_linear.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/step_context.h"
 
@@ -15,7 +16,11 @@ class AttentionBlock {
   Tensor forward(const Tensor& h, const StepContext& context);     // returns the residual stream after the block
   Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
   size_t stash_bytes() const;
-  void clear_stash() { stash_ = {}; }
+  void clear_stash() {
+    stash_ = {};
+    qkv_lora_.clear_stash();
+    o_lora_.clear_stash();
+  }
 
  private:
   struct Stash {
@@ -28,6 +33,7 @@ class AttentionBlock {
   double eps_;
   std::vector<float> inverse_frequencies_;  // RoPE
   AttentionParams p_;
+  LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
   Stash stash_;
 };
 

@@ -39,6 +39,7 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
   stash_ = {};
   stash_.input_ids = batch.input_ids;
   stash_.context.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
+  stash_.context.training = training_;
   stash_.final_hidden = run_layers(batch.input_ids, stash_.context);
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
   stash_.logits = ops::linear_forward(ops::rms_norm_forward(stash_.final_hidden, store_->get("final_norm").value, c.norm_eps), head.value);
@@ -70,7 +71,9 @@ Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& position_ids) {
 
 CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   MOETUNE_CHECK(batch.labels.defined(), "forward_backward needs labels");
+  training_ = true;
   CausalLMOutput out = forward(batch);
+  training_ = false;
   last_router_stats_ = router_stats();  // read while the stash holds the routing
   backward();
   return out;

@@ -85,6 +85,7 @@ class CausalLM final : public LanguageModel {
   std::unique_ptr<ParameterStore> store_;  // on the heap: the blocks keep references into it
   std::vector<Sublayer<CpuBlocks>> sublayers_;
   Stash stash_;
+  bool training_ = false;  // inside forward_backward: the forward is a training step's
   std::vector<std::pair<int64_t, ops::RouterStats>> last_router_stats_;
 };
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "moetune/io/safetensors.h"
 
 namespace moetune::model {
+
+struct LoraConfig;
 
 struct LoadOptions {
   std::optional<DType> dtype;  // the engine's dtype for every parameter; nullopt keeps the checkpoint's
@@ -39,6 +42,8 @@ struct ModelWeights {
   std::vector<DType> disk_dtypes;            // parallel too: the dtype to write back
   std::vector<bool> stored_fused;            // parallel too: written as one v5 fused tensor, not per piece
   std::filesystem::path source;              // the folder it was loaded from, if any
+  // Set by attach_lora (model/lora_weights.h): the adapters' settings; their A and B are parameters too.
+  std::shared_ptr<const LoraConfig> lora;
 
   const ModelSpec& spec() const { return layout.spec; }
   const Tensor& parameter(const std::string& name) const;  // fails naming the parameter when absent

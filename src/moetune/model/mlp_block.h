@@ -4,6 +4,7 @@
 #include "moetune/model/block_params.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/step_context.h"
+#include "moetune/model/swiglu_mlp.h"
 
 namespace moetune::model {
 
@@ -14,11 +15,15 @@ class DenseMlpBlock {
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
   size_t stash_bytes() const;
-  void clear_stash() { input_ = gate_up_out_ = Tensor(); }
+  void clear_stash() {
+    input_ = gate_up_out_ = Tensor();
+    lora_.clear_stash();
+  }
 
  private:
   double eps_;
   MlpParams p_;
+  SwigluLora lora_;  // LoRA adapters, if any
   Tensor input_;        // h, the norm's input
   Tensor gate_up_out_;  // the pre-activation [T, 2I]
 };

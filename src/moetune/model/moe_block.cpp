@@ -14,23 +14,30 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
     : spec_(*sublayer.moe()),
       eps_(norm_eps),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
-      dispatcher_(std::move(dispatcher)) {
+      dispatcher_(std::move(dispatcher)),
+      expert_lora_(ExpertLora::lookup(store, layer)),
+      shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")) {
   MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax(),
                 "{}: this router is not implemented on the CPU", layer);
   MOETUNE_CHECK(spec_.router.bias == p_.router_bias.defined() && spec_.experts.bias == p_.gate_up_bias.defined(),
                 "{}: the spec and the parameters disagree on the router's or the experts' biases", layer);
+  // The experts' LoRA path is plain SwiGLU without biases (GPT-OSS's experts are refused by the LoRA loader).
+  MOETUNE_CHECK(expert_lora_.empty() || (!spec_.experts.bias && spec_.experts.activation == Activation::SwiGLU),
+                "{}: LoRA on these experts (biases or clamped SwiGLU) is not implemented", layer);
 }
 
-Tensor MoeBlock::forward(const Tensor& h, const StepContext&) {
+Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
+  shared_lora_.training = context.training;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
   routing_ = route(spec_.router, ops::linear_forward(normed, p_.router.value, p_.router_bias.value));
   dispatched_ = dispatcher_->dispatch(normed, routing_);
-  activations_ = ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value,
-                                 expert_variant(spec_.experts, p_));
+  activations_ = expert_lora_.empty() ? ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value,
+                                                        expert_variant(spec_.experts, p_))
+                                      : expert_lora_.forward(dispatched_.rows, dispatched_.offsets, p_.gate_up, p_.down);
   Tensor out = add(h, dispatcher_->combine(activations_.out, routing_));
   if (!p_.shared.defined()) return out;
-  SwigluOutput shared = swiglu_mlp(normed, p_.shared);
+  SwigluOutput shared = swiglu_mlp(normed, p_.shared, &shared_lora_);
   shared_gate_up_ = shared.gate_up;
   shared_out_ = shared.out;
   if (!p_.shared_gate.defined()) return add(out, shared_out_);
@@ -43,9 +50,12 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   const int64_t tokens = dout.size(0);
   const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
   ops::CombineGrads combine = dispatcher_->combine_backward(dout, activations_.out, routing_);
-  Tensor ddispatched = ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up.value,
-                                                p_.down.value, p_.gate_up.grad, p_.down.grad,
-                                                expert_variant(spec_.experts, p_), expert_bias_grads(p_));
+  Tensor ddispatched =
+      expert_lora_.empty()
+          ? ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up.value,
+                                     p_.down.value, p_.gate_up.grad, p_.down.grad, expert_variant(spec_.experts, p_),
+                                     expert_bias_grads(p_))
+          : expert_lora_.backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up, p_.down);
   Tensor dnormed = dispatcher_->dispatch_backward(ddispatched, tokens);
   Tensor dlogits = route_backward(spec_.router, routing_, combine.dweight);
   if (drouter_logits.defined()) dlogits = add(dlogits, drouter_logits);
@@ -57,7 +67,7 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
       dshared = gate.dy;
       dnormed = add(dnormed, ops::linear_backward(gate.dlogits, normed, p_.shared_gate.value, p_.shared_gate.grad));
     }
-    dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared));
+    dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, &shared_lora_));
   }
   return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, p_.norm.grad));
 }
@@ -66,7 +76,7 @@ size_t MoeBlock::stash_bytes() const {
   return held_bytes({&input_, &routing_.logits, &dispatched_.rows, &activations_.gate_up, &activations_.out, &shared_gate_up_,
                      &shared_out_, &shared_gate_logits_}) +
          routing_.expert.size() * sizeof(int32_t) + routing_.weight.size() * sizeof(float) + dispatched_.offsets.size() * sizeof(int64_t) +
-         dispatcher_->stash_bytes();
+         dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
@@ -75,6 +85,8 @@ void MoeBlock::clear_stash() {
   routing_ = {};
   activations_ = {};
   dispatcher_->clear();
+  expert_lora_.clear_stash();
+  shared_lora_.clear_stash();
 }
 
 }  // namespace moetune::model

@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/lora_experts.h"
+#include "moetune/model/swiglu_mlp.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/step_context.h"
 #include "moetune/model/token_dispatcher.h"
@@ -30,6 +32,8 @@ class MoeBlock {
   double eps_;
   MoeParams p_;
   std::unique_ptr<TokenDispatcher> dispatcher_;
+  ExpertLora expert_lora_;  // LoRA adapters on the experts, if any
+  SwigluLora shared_lora_;  // and on the shared expert
   Tensor input_;                        // h, the norm's input
   ops::Routing routing_;                // logits, choices, weights
   DispatchedTokens dispatched_;         // the experts' input rows and their offsets

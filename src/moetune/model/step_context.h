@@ -12,6 +12,7 @@ namespace moetune::model {
 struct StepContext {
   SequenceLayout layout;
   std::vector<Tensor> drouter_logits;  // per MoE sublayer in walk order; empty without the aux loss
+  bool training = false;               // a training step (forward_backward): LoRA dropout applies
 
   // The gradient for the MoE sublayer the backward walk is at (it walks in reverse, so the last one left);
   // undefined without the aux loss.

@@ -5,16 +5,25 @@
 
 namespace moetune::model {
 
-SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p) {
+SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p, SwigluLora* lora) {
   SwigluOutput result;
   result.gate_up = ops::linear_forward(x, p.gate_up.value, p.gate_up_bias.value);
-  result.out = ops::linear_forward(ops::swiglu_forward(result.gate_up), p.down.value, p.down_bias.value);
+  if (lora) lora->gate_up.forward(x, result.gate_up, lora->training);
+  const Tensor inner = ops::swiglu_forward(result.gate_up);
+  result.out = ops::linear_forward(inner, p.down.value, p.down_bias.value);
+  if (lora) lora->down.forward(inner, result.out, lora->training);
   return result;
 }
 
-Tensor swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p) {
-  Tensor dinner = ops::linear_backward(dout, ops::swiglu_forward(gate_up), p.down.value, p.down.grad, p.down_bias.grad);
-  return ops::linear_backward(ops::swiglu_backward(dinner, gate_up), x, p.gate_up.value, p.gate_up.grad, p.gate_up_bias.grad);
+Tensor swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
+                           SwigluLora* lora) {
+  const Tensor inner = ops::swiglu_forward(gate_up);
+  Tensor dinner = ops::linear_backward(dout, inner, p.down.value, p.down.grad, p.down_bias.grad);
+  if (lora) lora->down.backward(dout, inner, dinner);
+  const Tensor dgate_up = ops::swiglu_backward(dinner, gate_up);
+  Tensor dx = ops::linear_backward(dgate_up, x, p.gate_up.value, p.gate_up.grad, p.gate_up_bias.grad);
+  if (lora) lora->gate_up.backward(dgate_up, x, dx);
+  return dx;
 }
 
 }  // namespace moetune::model

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/lora_linear.h"
 
 namespace moetune::model {
 
@@ -11,8 +12,23 @@ struct SwigluOutput {
   Tensor gate_up;  // [T, 2I] pre-activation: what the backward pass needs besides x
 };
 
-SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p);
+// The LoRA adapters on its two weights ("<prefix>gate_up", "<prefix>down"); empty without LoRA.
+struct SwigluLora {
+  LoraLinear gate_up, down;
+  bool training = false;  // set by the block per forward: LoRA dropout applies
+  static SwigluLora lookup(const ParameterStore& store, const std::string& prefix) {
+    return {LoraLinear::lookup(store, prefix + "gate_up"), LoraLinear::lookup(store, prefix + "down"), false};
+  }
+  size_t stash_bytes() const { return gate_up.stash_bytes() + down.stash_bytes(); }
+  void clear_stash() {
+    gate_up.clear_stash();
+    down.clear_stash();
+  }
+};
+
+SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p, SwigluLora* lora = nullptr);
 // Accumulates the weight gradients; returns d(x).
-Tensor swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p);
+Tensor swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
+                           SwigluLora* lora = nullptr);
 
 }  // namespace moetune::model

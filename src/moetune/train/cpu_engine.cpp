@@ -2,6 +2,8 @@
 #include <cmath>
 
 #include "moetune/model/all_to_all_dispatcher.h"
+#include "moetune/model/lora_weights.h"
+#include "moetune/model/nf4_weights.h"
 #include "moetune/train/adamw.h"
 #include "moetune/train/sharded_adamw.h"
 #include "moetune/train/engine.h"
@@ -22,13 +24,24 @@ Tensor state_tensor(const io::SafetensorsFile& file, const std::string& name, co
   return tensor;
 }
 
-// The layout's load options: this rank's experts, and the flat runs split as ZeRO shards them.
+// The base model as the recipe trains it (load_for_training), with the recipe's LoRA adapters attached (the base
+// then frozen).
+model::ModelWeights load_weights(const Recipe& r, const parallel::ParallelGroups& groups) {
+  model::ModelWeights weights = load_for_training(r, groups.layout, DType::F32, Device::cpu());
+  const std::optional<model::LoraConfig> lora = lora_settings(r);
+  if (!lora) return weights;
+  if (groups.layout.world > 1) fail("lora: LoRA does not run with several ranks yet; run one rank");
+  model::attach_lora(weights, *lora);
+  if (!r.lora.adapter.empty()) model::load_adapter_weights(weights, r.lora.adapter);
+  if (r.lora.quantize == "nf4") model::round_frozen_weights_to_nf4(weights);
+  return weights;
+}
 
 class CpuEngine final : public TrainingEngine {
  public:
   CpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : groups_(std::move(groups)),
-        model_(model::CausalLM::from_weights(load_for_training(r, groups_->layout, DType::F32, Device::cpu()), dispatcher_factory())) {
+        model_(model::CausalLM::from_weights(load_weights(r, *groups_), dispatcher_factory())) {
     if (r.optimizer.precision != "fp32")
       fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
     const AdamWOptions options{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay};
@@ -73,6 +86,7 @@ class CpuEngine final : public TrainingEngine {
   int64_t optimizer_steps() const override { return sharded_ ? sharded_->steps_taken() : optimizer_->steps_taken(); }
 
   void save_pretrained(const std::filesystem::path& folder) const override {
+    if (model_.weights().lora) return model::save_adapter(model_.weights(), folder);  // one rank: the adapter alone
     save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
@@ -81,8 +95,8 @@ class CpuEngine final : public TrainingEngine {
     const auto& specs = model_.weights().layout.parameters;
     io::NamedTensors state;
     for (size_t i = 0; i < specs.size(); ++i) {
+      if (!specs[i].trainable) continue;  // frozen: unchanged since loading, and no optimizer state
       state.emplace_back("param." + specs[i].name, model_.weights().parameters[i]);
-      if (!specs[i].trainable) continue;  // frozen: no optimizer state
       state.emplace_back("adam_m." + specs[i].name, optimizer_->first_moments()[i]);
       state.emplace_back("adam_v." + specs[i].name, optimizer_->second_moments()[i]);
     }
@@ -94,7 +108,7 @@ class CpuEngine final : public TrainingEngine {
     std::vector<Tensor> m, v;
     for (size_t i = 0; i < specs.size(); ++i) {
       Tensor& parameter = model_.parameters().values()[i];
-      parameter.copy_from(state_tensor(file, "param." + specs[i].name, parameter));
+      if (specs[i].trainable) parameter.copy_from(state_tensor(file, "param." + specs[i].name, parameter));
       m.push_back(specs[i].trainable ? state_tensor(file, "adam_m." + specs[i].name, parameter) : Tensor());
       v.push_back(specs[i].trainable ? state_tensor(file, "adam_v." + specs[i].name, parameter) : Tensor());
     }
@@ -133,7 +147,19 @@ bool uses_gpu_engine(const Recipe& recipe) {
 
 std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
   if (!uses_gpu_engine(recipe)) return make_cpu_engine(recipe, std::move(groups));
+  if (lora_settings(recipe))
+    fail("lora: the GPU engine does not run LoRA yet; set training.device=cpu (or lora.rank=0 for full fine-tuning)");
   return make_gpu_engine(recipe, std::move(groups));
+}
+
+std::optional<model::LoraConfig> lora_settings(const Recipe& recipe) {
+  if (recipe.lora.adapter.empty()) return recipe.lora.settings.enabled() ? std::optional(recipe.lora.settings) : std::nullopt;
+  model::LoraConfig adapter = model::read_adapter_config(recipe.lora.adapter);
+  if (recipe.lora.settings.enabled() && recipe.lora.settings.rank != adapter.rank)
+    fail("lora.rank is {} but the adapter '{}' has rank {} (leave lora.rank at 0 to take the adapter's)", recipe.lora.settings.rank,
+         recipe.lora.adapter, adapter.rank);
+  adapter.seed = recipe.lora.settings.seed;
+  return adapter;
 }
 
 model::LoadOptions load_options(const parallel::ParallelLayout& layout, DType dtype, Device device) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,8 @@ bool uses_gpu_engine(const Recipe& recipe);
 // Fails with the reason when there is no GPU or moetune was built without CUDA.
 std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe,
                                                 std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
+// The recipe's LoRA settings (from lora.adapter's adapter_config.json when it names one); nullopt without LoRA.
+std::optional<model::LoraConfig> lora_settings(const Recipe& recipe);
 // What a rank loads: its share of the experts, its flat runs split as ZeRO shards them.
 model::LoadOptions load_options(const parallel::ParallelLayout& layout, DType dtype, Device device);
 // What an engine trains: the recipe's model loaded with load_options, training.freeze's parameters frozen and

@@ -30,7 +30,9 @@ constexpr const char* kDefaultRecipe = R"({
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
   "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
-  "parallel": {"expert": 1, "timeout_seconds": 1800}
+  "parallel": {"expert": 1, "timeout_seconds": 1800},
+  "lora": {"rank": 0, "alpha": 16.0, "dropout": 0.0, "target_modules": [], "target_parameters": [],
+           "modules_to_save": [], "use_rslora": false, "adapter": "", "quantize": "none"}
 })";
 
 // A recipe holds a few dozen values three levels deep; this many, or this deep, is no recipe (and recursing
@@ -198,6 +200,12 @@ Recipe to_recipe(const json& j, const std::string& source) {
   const json& l = j["logging"];
   r.logging = {l["every"], l["validation_every"], l["tensorboard"]};
   r.parallel = {j["parallel"]["expert"], j["parallel"]["timeout_seconds"]};
+  const json& lora = j["lora"];
+  r.lora.settings = {lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["target_parameters"],
+                     lora["modules_to_save"], lora["use_rslora"], uint64_t(r.training.seed)};
+  r.lora.adapter = lora["adapter"];
+  r.lora.quantize = lora["quantize"];
+  r.lora.settings.validate(source);
 
   const auto one_of = [&](const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
     std::string list;
@@ -219,6 +227,9 @@ Recipe to_recipe(const json& j, const std::string& source) {
   });
   one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});
   one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
+  one_of("lora.quantize", r.lora.quantize, {"none", "nf4"});
+  require(r.lora.quantize == "none" || r.lora.settings.enabled() || !r.lora.adapter.empty(), source,
+          "'lora.quantize' nf4 (QLoRA) needs LoRA: set lora.rank and lora.target_modules / target_parameters");
   require(r.data.max_length >= 2, source, "'data.max_length' must be at least 2");
   require(r.data.validation_fraction >= 0 && r.data.validation_fraction < 1, source,
           "'data.validation_fraction' must be in [0, 1)");

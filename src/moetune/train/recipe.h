@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "moetune/model/lora_config.h"
+
 namespace moetune::train {
 
 struct Recipe {
@@ -90,6 +92,15 @@ struct Recipe {
     // itself, since a dead or stuck peer would leave it waiting in a collective forever.
     double timeout_seconds = 1800;
   } parallel;
+
+  // LoRA (model/lora_config.h): rank 0 trains every weight. `adapter`: start from a PEFT adapter folder (its
+  // adapter_config.json then gives the settings; rank, if set, must agree). `quantize`: none, or nf4 for QLoRA
+  // (the frozen projection and expert weights quantized to NF4 at load, model/nf4_weights.h).
+  struct Lora {
+    model::LoraConfig settings;
+    std::string adapter;
+    std::string quantize = "none";
+  } lora;
 
   nlohmann::json json;  // the resolved recipe, every key present: what the run saves beside its outputs
 };

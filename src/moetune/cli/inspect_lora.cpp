@@ -1,0 +1,56 @@
+// `moetune inspect --lora-rank R ...`: what a LoRA fine-tune trains and holds. The base weights are frozen
+// (weights only: no gradient, master copy or optimizer state); the adapters train like any parameter.
+#include <fmt/format.h>
+
+#include "moetune/cli/inspect.h"
+#include "moetune/model/lora_weights.h"
+#include "moetune/model/memory_plan.h"
+#include "moetune/model/model_description.h"
+#include "moetune/model/nf4_weights.h"
+#include "moetune/ops/nf4.h"
+
+namespace moetune::cli {
+
+void add_lora_plan(nlohmann::json& report, const std::filesystem::path& folder, const model::LoraConfig& lora) {
+  lora.validate("inspect --lora-*");
+  const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
+  int64_t trainable = 0, adapters = 0;
+  for (const model::ParameterSpec& spec : model::lora_parameters(layout, lora)) {
+    trainable += shape_numel(spec.shape);
+    ++adapters;
+  }
+  const int64_t frozen = layout.total_parameters();
+  // QLoRA: the projections and experts in NF4 (4 bits, an 8-bit absmax code per 64, a float scale per 64·256).
+  int64_t quantized = 0;
+  for (const model::ParameterSpec& spec : layout.parameters)
+    if (model::quantized_by_qlora(spec)) quantized += shape_numel(spec.shape);
+  const int64_t blocks = (quantized + ops::kNf4BlockSize - 1) / ops::kNf4BlockSize;
+  const int64_t nf4_bytes = (quantized + 1) / 2 + blocks + (blocks + ops::kNf4AbsmaxBlockSize - 1) / ops::kNf4AbsmaxBlockSize * 4;
+  nlohmann::json memory = nlohmann::json::array();
+  for (const auto& plan : model::precision_plans())
+    memory.push_back({{"precision", plan.name},
+                      {"total_bytes", plan.weight_bytes * frozen + plan.bytes_per_parameter() * trainable},
+                      {"qlora_nf4_total_bytes", plan.weight_bytes * (frozen - quantized) + nf4_bytes + plan.bytes_per_parameter() * trainable}});
+  report["lora"] = {{"rank", lora.rank},
+                    {"scale", lora.scale()},
+                    {"adapter_tensors", adapters},
+                    {"trainable_parameters", trainable},
+                    {"frozen_parameters", frozen},
+                    {"trainable_fraction", double(trainable) / double(trainable + frozen)},
+                    {"memory", memory}};
+}
+
+std::string format_lora_plan(const nlohmann::json& report) {
+  if (!report.contains("lora")) return "";
+  const nlohmann::json& l = report["lora"];
+  std::string out = fmt::format("LoRA rank {} (scale {:.4g}): {} adapter tensors, {} trainable parameters ({:.3f}% of {}), base frozen\n",
+                                l["rank"].get<int64_t>(), l["scale"].get<double>(), l["adapter_tensors"].get<int64_t>(),
+                                l["trainable_parameters"].get<int64_t>(), 100 * l["trainable_fraction"].get<double>(),
+                                l["frozen_parameters"].get<int64_t>() + l["trainable_parameters"].get<int64_t>());
+  for (const nlohmann::json& m : l["memory"])
+    out += fmt::format("  {:<26} {:>10.3f} GB static ({:.3f} GB with an NF4 base, QLoRA)\n", m["precision"].get<std::string>(),
+                       m["total_bytes"].get<double>() / 1e9, m["qlora_nf4_total_bytes"].get<double>() / 1e9);
+  return out;
+}
+
+}  // namespace moetune::cli

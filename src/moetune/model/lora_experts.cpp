@@ -1,0 +1,75 @@
+#include "moetune/model/lora_experts.h"
+
+#include "moetune/model/block_util.h"
+#include "moetune/model/lora_weights.h"
+#include "moetune/ops/activation.h"
+#include "moetune/ops/linear.h"
+#include "moetune/ops/lora.h"
+
+namespace moetune::model {
+namespace {
+
+// y = x W_eᵀ for each expert's rows.
+Tensor grouped_linear(const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& weight) {
+  Tensor y = Tensor::zeros({x.size(0), weight.size(1)}, DType::F32);
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t first = offsets[e], count = offsets[e + 1] - first;
+    if (count > 0) y.narrow(first, count).copy_from(ops::linear_forward(x.narrow(first, count), weight[int64_t(e)]));
+  }
+  return y;
+}
+
+// d(x) for y = x W_eᵀ per expert; the base weight is frozen, so no weight gradient.
+Tensor grouped_linear_backward(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& weight) {
+  Tensor dx = Tensor::zeros(x.shape(), DType::F32);
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t first = offsets[e], count = offsets[e + 1] - first;
+    if (count > 0)
+      dx.narrow(first, count).copy_from(ops::linear_backward(dy.narrow(first, count), x.narrow(first, count), weight[int64_t(e)], {}));
+  }
+  return dx;
+}
+
+}  // namespace
+
+ExpertLora ExpertLora::lookup(const ParameterStore& store, const std::string& layer) {
+  ExpertLora lora;
+  if (!store.weights().lora) return lora;
+  const auto find = [&](const char* weight, const char* which) { return store.find(lora_parameter_name(layer + weight, which, 0)); };
+  lora.gate_up_a_ = find("moe.experts_gate_up", "lora_A");
+  lora.gate_up_b_ = find("moe.experts_gate_up", "lora_B");
+  lora.down_a_ = find("moe.experts_down", "lora_A");
+  lora.down_b_ = find("moe.experts_down", "lora_B");
+  lora.scale_ = store.weights().lora->scale();
+  return lora;
+}
+
+ops::ExpertActivations ExpertLora::forward(const Tensor& rows, const std::vector<int64_t>& offsets, const Param& gate_up,
+                                           const Param& down) {
+  ops::ExpertActivations a;
+  a.gate_up = grouped_linear(rows, offsets, gate_up.value);
+  if (gate_up_a_.defined()) gate_up_u_ = ops::lora_grouped_forward(rows, offsets, gate_up_a_.value, gate_up_b_.value, scale_, a.gate_up);
+  const Tensor inner = ops::swiglu_forward(a.gate_up);
+  a.out = grouped_linear(inner, offsets, down.value);
+  if (down_a_.defined()) down_u_ = ops::lora_grouped_forward(inner, offsets, down_a_.value, down_b_.value, scale_, a.out);
+  return a;
+}
+
+Tensor ExpertLora::backward(const Tensor& dout, const Tensor& rows, const ops::ExpertActivations& activations,
+                            const std::vector<int64_t>& offsets, const Param& gate_up, const Param& down) {
+  MOETUNE_CHECK(!gate_up.grad.defined() && !down.grad.defined(), "expert LoRA: the base expert weights must be frozen");
+  const Tensor inner = ops::swiglu_forward(activations.gate_up);  // recomputed, not kept
+  Tensor dinner = grouped_linear_backward(dout, inner, offsets, down.value);
+  if (down_a_.defined())
+    ops::lora_grouped_backward(dout, inner, down_u_, offsets, down_a_.value, down_b_.value, scale_, down_a_.grad, down_b_.grad, dinner);
+  const Tensor dpre = ops::swiglu_backward(dinner, activations.gate_up);
+  Tensor drows = grouped_linear_backward(dpre, rows, offsets, gate_up.value);
+  if (gate_up_a_.defined())
+    ops::lora_grouped_backward(dpre, rows, gate_up_u_, offsets, gate_up_a_.value, gate_up_b_.value, scale_, gate_up_a_.grad,
+                               gate_up_b_.grad, drows);
+  return drows;
+}
+
+size_t ExpertLora::stash_bytes() const { return held_bytes({&gate_up_u_, &down_u_}); }
+
+}  // namespace moetune::model

@@ -1,0 +1,33 @@
+// The experts' SwiGLU MLPs with LoRA on their fused weights (PEFT's target_parameters mlp.experts.gate_up_proj /
+// down_proj): for expert e's rows X_e of the expert-major buffer, pre = X_e W1_eᵀ + s·(X_e A1_eᵀ) B1_eᵀ,
+// out = h W2_eᵀ + s·(h A2_eᵀ) B2_eᵀ with h = swiglu(pre): per-expert GEMMs over each expert's contiguous rows
+// (the CPU's stand-in for grouped GEMMs, as ops::expert_mlp), never a loop over tokens. The MoE block runs this
+// instead of ops::expert_mlp when the layer has expert adapters.
+#pragma once
+
+#include "moetune/model/parameter_store.h"
+#include "moetune/ops/experts.h"
+
+namespace moetune::model {
+
+class ExpertLora {
+ public:
+  ExpertLora() = default;
+  // The adapters on "layers.N.moe.experts_gate_up" / "experts_down" (`layer` is "layers.N."); empty when none.
+  static ExpertLora lookup(const ParameterStore& store, const std::string& layer);
+
+  bool empty() const { return !gate_up_a_.defined() && !down_a_.defined(); }
+  ops::ExpertActivations forward(const Tensor& rows, const std::vector<int64_t>& offsets, const Param& gate_up, const Param& down);
+  // Accumulates the adapters' gradients (the frozen base weights get none); returns d(rows).
+  Tensor backward(const Tensor& dout, const Tensor& rows, const ops::ExpertActivations& activations,
+                  const std::vector<int64_t>& offsets, const Param& gate_up, const Param& down);
+  size_t stash_bytes() const;
+  void clear_stash() { gate_up_u_ = down_u_ = Tensor(); }
+
+ private:
+  Param gate_up_a_, gate_up_b_, down_a_, down_b_;
+  double scale_ = 0;
+  Tensor gate_up_u_, down_u_;  // X Aᵀ per row, for the backward pass
+};
+
+}  // namespace moetune::model

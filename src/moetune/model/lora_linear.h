@@ -1,0 +1,41 @@
+// The LoRA adapters on one of a block's projections, as the CPU blocks run them: after y = x Wᵀ the block calls
+// forward(x, y), which adds scale · (dropout(x) Aᵀ) Bᵀ into each adapted piece's columns of y (q, k and v of a
+// fused qkv weight each have their own A, B and dropout mask, as PEFT's q_proj/k_proj/v_proj do); backward adds
+// their part of d(x) and accumulates dA, dB. A projection without adapters costs nothing.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moetune/model/parameter_store.h"
+
+namespace moetune::model {
+
+class LoraLinear {
+ public:
+  LoraLinear() = default;
+  // The adapters of engine weight `weight` ("layers.0.attn.qkv"); none when the model has no LoRA on it.
+  static LoraLinear lookup(const ParameterStore& store, const std::string& weight);
+
+  bool empty() const { return adapters_.empty(); }
+  // Dropout applies only when `training` (a training step; evaluation and generation run without it, as PEFT's
+  // eval mode does).
+  void forward(const Tensor& x, const Tensor& y, bool training);
+  void backward(const Tensor& dy, const Tensor& x, const Tensor& dx);
+  size_t stash_bytes() const;
+  void clear_stash();
+
+ private:
+  struct Adapter {
+    Param a, b;
+    int64_t first_column = 0;
+    Tensor u;     // x Aᵀ of the last forward
+    Tensor keep;  // dropout: the kept inputs' scale (0 or 1/(1-p)) per element of x; undefined without dropout
+  };
+  std::vector<Adapter> adapters_;
+  double scale_ = 0, dropout_ = 0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace moetune::model

@@ -1,0 +1,50 @@
+// NF4 as bitsandbytes defines it (QLoRA's 4-bit NormalFloat): blocks of 64 values, each scaled by its absmax and
+// rounded to the nearest of 16 code values; with double quantization, the blocks' absmax values minus their
+// mean are themselves quantized to 8 bits (bitsandbytes' signed dynamic map) in blocks of 256. The CPU reference,
+// bit-exact with tests/reference/make_nf4_fixtures.py (which checks itself against bitsandbytes 0.50.2).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops {
+
+inline constexpr int64_t kNf4BlockSize = 64;
+inline constexpr int64_t kNf4AbsmaxBlockSize = 256;
+
+const std::array<float, 16>& nf4_code();
+const std::array<float, 256>& dynamic_map_signed();  // bitsandbytes' create_dynamic_map(signed=True)
+
+// Codes of blocks of `block` values: per block its absmax (at least 1e-38 to divide by), each value times its
+// float32 reciprocal (the partial last block divides), clamped to [-1, 1], to the nearest entry of the sorted
+// `code` (ties to the lower: the count of float32 midpoints it exceeds).
+struct BlockCodes {
+  std::vector<uint8_t> codes;  // one per value
+  std::vector<float> absmax;   // one per block
+};
+BlockCodes quantize_blocks(const float* values, int64_t count, int64_t block, const float* code, int64_t code_size);
+
+struct Nf4Tensor {
+  Shape shape;
+  std::vector<uint8_t> packed;        // two codes a byte, the first value in the high nibble; odd counts pad code 7 (0.0)
+  std::vector<uint8_t> absmax_codes;  // per block of 64: 8-bit code of (absmax - offset) / its block's scale
+  std::vector<float> absmax_scales;   // per 256 blocks
+  float offset = 0;                   // the mean of the blocks' absmax values
+  int64_t numel() const { return shape_numel(shape); }
+  size_t bytes() const { return packed.size() + absmax_codes.size() + absmax_scales.size() * sizeof(float) + sizeof(float); }
+};
+
+// x: f32. Double-quantized, as bitsandbytes' quantize_4bit(..., compress_statistics=True, quant_type="nf4").
+Nf4Tensor nf4_quantize(const Tensor& x);
+Tensor nf4_dequantize(const Nf4Tensor& q);
+// The blocks' absmax values as double quantization stores them.
+std::vector<float> nf4_absmax(const Nf4Tensor& q);
+
+// Without double quantization: the codes packed two a byte, and the absmax per block.
+std::vector<uint8_t> nf4_pack(const std::vector<uint8_t>& codes);
+Tensor nf4_dequantize(const std::vector<uint8_t>& packed, const std::vector<float>& absmax, const Shape& shape);
+
+}  // namespace moetune::ops
