@@ -120,8 +120,11 @@ TEST(Lora, RefusesWhatPeftWouldLoadDifferently) {
   EXPECT_THROW(attach_lora(weights, config), Error);  // PEFT would move gate/up_proj onto the experts
   config.target_modules = {"all-linear"};             // the dense MLP (layer 1) is left out, as PEFT leaves it
   attach_lora(weights, config);
-  for (const ParameterSpec& spec : weights.layout.parameters)
-    if (is_lora_parameter(spec)) EXPECT_NE(spec.name.find(".attn."), std::string::npos) << spec.name;
+  for (const ParameterSpec& spec : weights.layout.parameters) {
+    if (is_lora_parameter(spec)) {
+      EXPECT_NE(spec.name.find(".attn."), std::string::npos) << spec.name;
+    }
+  }
   ModelWeights other = load_checkpoint(testing::fixture("qwen3_moe_tiny"), LoadOptions{DType::F32});
   EXPECT_THROW(attach_lora(other, {.rank = 2, .target_modules = {"q_proj", "nonexistent_proj"}}), Error);
   EXPECT_THROW(attach_lora(other, {.rank = 2, .target_parameters = {"mlp.experts.nothing"}}), Error);
@@ -139,7 +142,7 @@ TEST_P(LoraParity, MergeEqualsMergeAndUnload) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, LoraParity,
                          ::testing::Values(std::pair<std::string, std::string>{"qwen3_moe_tiny", "qwen3_moe_tiny_lora"},
                                            std::pair<std::string, std::string>{"qwen3_f32", "qwen3_f32_lora"}),
-                         [](const auto& info) { return info.param.second; });
+                         [](const auto& fixture) { return fixture.param.second; });
 
 }  // namespace
 }  // namespace moetune::model
