@@ -11,6 +11,7 @@ repo=$PWD
 out=${OUT:-/tmp/gpu_check}
 mkdir -p "$out"
 [ -e /work/main ] || { mkdir -p /work && ln -s "$repo" /work/main; }
+bash scripts/unpack_devcarry.sh
 mkdir -p build/src/moetune build/tests
 cp .devcarry/moetune build/src/moetune/moetune
 cp .devcarry/moetune_tests build/tests/moetune_tests

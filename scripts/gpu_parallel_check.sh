@@ -12,6 +12,7 @@ repo=$PWD
 out=${OUT:-/tmp/gpu_parallel_check}
 mkdir -p "$out"
 [ -e /work/main ] || { mkdir -p /work && ln -s "$repo" /work/main; }
+bash scripts/unpack_devcarry.sh
 mkdir -p build/src/moetune
 cp .devcarry/moetune build/src/moetune/moetune
 nvidia_libs=$(python3 -c "import glob,os,nvidia;print(':'.join(glob.glob(os.path.dirname(nvidia.__path__[0])+'/nvidia/*/lib')))")
