@@ -7,20 +7,9 @@
 # Logs go to $OUT. The tests were built with absolute fixture paths of the dev checkout (/work/main), so that
 # path is linked to this checkout when it is free.
 set -uo pipefail
-repo=$PWD
-out=${OUT:-/tmp/gpu_check}
-mkdir -p "$out"
-[ -e /work/main ] || { mkdir -p /work && ln -s "$repo" /work/main; }
-bash scripts/unpack_devcarry.sh
-mkdir -p build/src/moetune build/tests
-cp .devcarry/moetune build/src/moetune/moetune
-cp .devcarry/moetune_tests build/tests/moetune_tests
-nvidia_libs=$(python3 -c "import glob,os,nvidia;print(':'.join(glob.glob(os.path.dirname(nvidia.__path__[0])+'/nvidia/*/lib')))")
-export LD_LIBRARY_PATH=$repo/.devcarry:$nvidia_libs:/usr/local/cuda/lib64
+source scripts/gpu_env.sh /tmp/gpu_check
 tests=/work/main/build/tests/moetune_tests
 op_tests='CastCuda.*:*Gpu*:-*ModelParityGpu*:*TrainingGpu*:*EvalGpu*'
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
-git -C "$repo" log -1 --format='commit %H %s' 2>/dev/null | tee -a "$out/device.txt"
 [ $# -eq 0 ] && set -- tests memcheck
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -8,19 +8,8 @@
 # memcheck: compute-sanitizer memcheck over a 3-step EP=2 run on both ranks (the dispatcher, NCCL, ZeRO).
 # Logs and metrics go to $OUT.
 set -uo pipefail
-repo=$PWD
-out=${OUT:-/tmp/gpu_parallel_check}
-mkdir -p "$out"
-[ -e /work/main ] || { mkdir -p /work && ln -s "$repo" /work/main; }
-bash scripts/unpack_devcarry.sh
-mkdir -p build/src/moetune
-cp .devcarry/moetune build/src/moetune/moetune
-nvidia_libs=$(python3 -c "import glob,os,nvidia;print(':'.join(glob.glob(os.path.dirname(nvidia.__path__[0])+'/nvidia/*/lib')))")
-export LD_LIBRARY_PATH=$repo/.devcarry:$nvidia_libs:/usr/local/cuda/lib64
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu_env.sh /tmp/gpu_parallel_check
 moetune=$repo/build/src/moetune/moetune
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
-git -C "$repo" log -1 --format='commit %H %s' 2>/dev/null | tee -a "$out/device.txt"
 scratch=/tmp/moetune-parallel
 mkdir -p "$scratch"
 
