@@ -26,6 +26,7 @@ const char* role_name(ParameterRole role) {
     case ParameterRole::Router: return "router";
     case ParameterRole::Experts: return "experts";
     case ParameterRole::LmHead: return "lm_head";
+    case ParameterRole::Buffer: return "buffer";
   }
   return "?";
 }

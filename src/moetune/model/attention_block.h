@@ -2,7 +2,10 @@
 // Explicit forward and backward; the stash holds what the backward pass needs and nothing else.
 #pragma once
 
+#include <memory>
+
 #include "moetune/model/block_params.h"
+#include "moetune/model/mla_attention_block.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/step_context.h"
 
@@ -15,7 +18,10 @@ class AttentionBlock {
   Tensor forward(const Tensor& h, const StepContext& context);     // returns the residual stream after the block
   Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
   size_t stash_bytes() const;
-  void clear_stash() { stash_ = {}; }
+  void clear_stash() {
+    stash_ = {};
+    if (mla_) mla_->clear_stash();
+  }
 
  private:
   struct Stash {
@@ -29,6 +35,7 @@ class AttentionBlock {
   std::vector<float> inverse_frequencies_;  // RoPE
   AttentionParams p_;
   Stash stash_;
+  std::unique_ptr<MlaAttentionBlock> mla_;  // DeepSeek-V3's latent attention: every call goes there instead
 };
 
 }  // namespace moetune::model

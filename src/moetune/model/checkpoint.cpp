@@ -26,6 +26,17 @@ constexpr const char* kCompanionFiles[] = {
 // Buffers that older checkpoints carry and transformers ignores on load.
 bool is_ignored_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 
+// model.layers.K.* with K >= num_hidden_layers: DeepSeek-V3's multi-token-prediction layers, which the model
+// does not run (transformers ignores them on load too).
+bool is_layer_past_last(const std::string& name, int64_t num_layers) {
+  const std::string prefix = "model.layers.";
+  if (!name.starts_with(prefix)) return false;
+  const size_t end = name.find('.', prefix.size());
+  const std::string index = name.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
+  if (index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos) return false;
+  return std::stoll(index) >= num_layers;
+}
+
 std::string where(const SafetensorsFolder& folder, const std::string& name) {
   return folder.file_of(name).path().string();
 }
@@ -79,6 +90,7 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
 
   for (const auto& name : files.names()) {
     if (claimed.count(name) || is_ignored_buffer(name)) continue;
+    if (config.skips_layers_past_last && is_layer_past_last(name, config.num_layers())) continue;  // not saved either
     // A tied model's head is its embedding; a copy of it on disk is harmless only if it is that copy.
     if (name == "lm_head.weight" && config.tie_word_embeddings && files.contains("model.embed_tokens.weight") &&
         files.tensor(name).same_bytes(files.tensor("model.embed_tokens.weight")))

@@ -1,6 +1,7 @@
 #include "moetune/model/moe_block.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/router_choice.h"
 #include "moetune/model/swiglu_mlp.h"
 #include "moetune/ops/gate.h"
 #include "moetune/ops/linear.h"
@@ -13,14 +14,15 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
     : spec_(*sublayer.moe()),
       eps_(norm_eps),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
-      dispatcher_(std::move(dispatcher)) {
-  MOETUNE_CHECK(spec_.router.is_softmax_then_topk(), "{}: this router is not implemented on the CPU", layer);
+      dispatcher_(std::move(dispatcher)),
+      correction_bias_(store.find(layer + "moe.router_correction_bias")) {
+  MOETUNE_CHECK(cpu_runs_router(spec_.router), "{}: this router is not implemented on the CPU", layer);
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext&) {
   input_ = h;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
-  routing_ = ops::router_topk_forward(ops::linear_forward(normed, p_.router.value), spec_.router.top_k, spec_.router.renormalize);
+  routing_ = route(spec_.router, ops::linear_forward(normed, p_.router.value), correction_bias_.value);
   dispatched_ = dispatcher_->dispatch(normed, routing_);
   activations_ = ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value);
   Tensor out = add(h, dispatcher_->combine(activations_.out, routing_));
@@ -41,7 +43,7 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   Tensor ddispatched = ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up.value,
                                                 p_.down.value, p_.gate_up.grad, p_.down.grad);
   Tensor dnormed = dispatcher_->dispatch_backward(ddispatched, tokens);
-  Tensor dlogits = ops::router_topk_backward(routing_, combine.dweight);
+  Tensor dlogits = route_backward(spec_.router, routing_, combine.dweight);
   if (drouter_logits.defined()) dlogits = add(dlogits, drouter_logits);
   dnormed = add(dnormed, ops::linear_backward(dlogits, normed, p_.router.value, p_.router.grad));
   if (p_.shared.defined()) {

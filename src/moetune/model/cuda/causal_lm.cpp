@@ -1,6 +1,7 @@
 #include "moetune/model/cuda/causal_lm.h"
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/model/gpu_support.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
@@ -24,7 +25,7 @@ CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
 }
 
 CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher)
-    : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+    : store_((require_gpu_support(weights.spec()), std::make_unique<ParameterStore>(std::move(weights)))) {
   const ModelSpec& s = spec();
   sublayers_ = build_sublayers<GpuBlocks>(s, *store_, make_dispatcher);
   embed_ = store_->get("embed_tokens");

@@ -2,11 +2,11 @@
 
 namespace moetune::model {
 
-extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily;
+extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily, kDeepseekV3Family;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {&kLlamaFamily, &kQwen3Family, &kQwen3MoeFamily, &kMixtralFamily,
-                                                 &kQwen2MoeFamily};
+                                                 &kQwen2MoeFamily, &kDeepseekV3Family};
   return all;
 }
 

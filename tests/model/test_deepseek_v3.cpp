@@ -1,0 +1,151 @@
+// DeepseekV3ForCausalLM: config.json -> description (transformers 5.17's defaults, MLA, YaRN scales, the
+// router, dense first layers), refusals that name the key, the correction bias as a frozen buffer,
+// multi-token-prediction layers skipped on load and not saved, and the GPU engine's refusal.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "moetune/core/error.h"
+#include "moetune/model/checkpoint.h"
+#include "moetune/model/gpu_support.h"
+#include "moetune/model/model_description.h"
+#include "test_util.h"
+
+namespace moetune::model {
+namespace {
+
+using nlohmann::json;
+
+// DeepSeek-V3's released config.json (transformers v4 spelling: rope_scaling), trimmed of keys it ignores.
+json deepseek_v3_config() {
+  return json::parse(R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 129280,
+  "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+  "num_nextn_predict_layers": 1, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
+  "n_routed_experts": 256, "ep_size": 1, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536,
+  "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 8,
+  "topk_group": 4, "num_experts_per_tok": 8, "moe_layer_freq": 1, "first_k_dense_replace": 3,
+  "norm_topk_prob": true, "scoring_func": "sigmoid", "hidden_act": "silu", "max_position_embeddings": 163840,
+  "rms_norm_eps": 1e-06, "rope_theta": 10000, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40,
+  "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
+  "attention_bias": false, "attention_dropout": 0.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "bos_token_id": 0, "eos_token_id": 1})");
+}
+
+std::string error_of(const json& config) {
+  try {
+    describe_model(config, "config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DeepseekV3, ReleasedConfigDescribesMlaRouterAndDenseLayers) {
+  const ModelSpec spec = describe_model(deepseek_v3_config(), "config.json");
+  EXPECT_EQ(spec.family, "deepseek_v3");
+  ASSERT_EQ(spec.num_layers(), 61);
+  EXPECT_EQ(spec.moe_layer_count(), 58);  // first_k_dense_replace 3
+  EXPECT_EQ(spec.layers[2].sublayers[1].mlp()->intermediate, 18432);
+  const AttentionSpec& a = *spec.layers[0].sublayers[0].attention();
+  ASSERT_TRUE(a.mla);
+  EXPECT_EQ(a.qk_head_dim, 192);
+  EXPECT_EQ(a.v_head_dim, 128);
+  EXPECT_EQ(a.mla->q_lora_rank, 1536);
+  EXPECT_TRUE(a.mla->rope_interleave);
+  ASSERT_TRUE(a.mla->yarn);
+  EXPECT_DOUBLE_EQ(a.mla->rope_scale, 1.0);                       // mscale == mscale_all_dim
+  EXPECT_NEAR(a.mla->softmax_scale, 0.1352337788608801, 1e-15);  // transformers' self.scaling
+  const MoeSpec& moe = *spec.layers[3].moe();
+  EXPECT_EQ(moe.router.score, RouterScore::Sigmoid);
+  EXPECT_EQ(moe.router.num_groups, 8);
+  EXPECT_EQ(moe.router.topk_groups, 4);
+  EXPECT_TRUE(moe.router.correction_bias);
+  EXPECT_DOUBLE_EQ(moe.router.scaling_factor, 2.5);
+  ASSERT_TRUE(moe.shared_expert);
+  EXPECT_EQ(moe.shared_expert->mlp.intermediate, 2048);
+  EXPECT_FALSE(moe.shared_expert->sigmoid_gate);
+  EXPECT_EQ(spec.aux_loss, AuxLoss::None);
+}
+
+TEST(DeepseekV3, NullQLoraRankMeansQProj) {
+  json config = deepseek_v3_config();
+  config["q_lora_rank"] = nullptr;
+  const ModelSpec spec = describe_model(config, "config.json");
+  EXPECT_FALSE(spec.layers[0].sublayers[0].attention()->mla->q_lora_rank);
+  const ParameterLayout layout = parameter_layout(spec);
+  bool has_q = false;
+  for (const ParameterSpec& p : layout.parameters) has_q |= p.name == "layers.0.attn.q";
+  EXPECT_TRUE(has_q);
+}
+
+TEST(DeepseekV3, RefusalsNameTheKey) {
+  json config = deepseek_v3_config();
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  EXPECT_NE(error_of(config).find("quantization_config"), std::string::npos);
+  config = deepseek_v3_config();
+  config["num_key_value_heads"] = 64;
+  EXPECT_NE(error_of(config).find("num_key_value_heads"), std::string::npos);
+  config = deepseek_v3_config();
+  config["rope_scaling"]["type"] = "longrope";
+  EXPECT_NE(error_of(config).find("rope_scaling"), std::string::npos);
+  config = deepseek_v3_config();
+  config["n_group"] = 3;
+  EXPECT_NE(error_of(config).find("n_group"), std::string::npos);
+  config = deepseek_v3_config();
+  config["n_shared_experts"] = 0;
+  EXPECT_NE(error_of(config).find("n_shared_experts"), std::string::npos);
+}
+
+TEST(DeepseekV3, CorrectionBiasIsAFrozenBufferOutsideTheCounts) {
+  const ModelWeights weights = load_checkpoint(testing::fixture("deepseek_v3_tiny"), LoadOptions{DType::F32});
+  int buffers = 0;
+  for (const ParameterSpec& p : weights.layout.parameters)
+    if (p.role == ParameterRole::Buffer) {
+      ++buffers;
+      EXPECT_FALSE(p.trainable) << p.name;
+      EXPECT_TRUE(p.name.ends_with("moe.router_correction_bias")) << p.name;
+    }
+  EXPECT_EQ(buffers, 2);  // layers 1 and 2
+  const json expected = json::parse(testing::read_file(testing::fixture("deepseek_v3_tiny") / "expected.json"));
+  EXPECT_EQ(weights.layout.total_parameters(), expected["num_parameters"].get<int64_t>());
+}
+
+// A checkpoint carrying layer num_hidden_layers (DeepSeek-V3's MTP module) loads without it and saves without it.
+TEST(DeepseekV3, MultiTokenPredictionLayersAreSkippedAndNotSaved) {
+  testing::ScratchDir with_mtp, saved;
+  const ModelWeights original = load_checkpoint(testing::fixture("deepseek_v3_tiny"));
+  io::NamedTensors tensors = to_hf_tensors(original);
+  tensors.emplace_back("model.layers.3.eh_proj.weight", Tensor::zeros({24, 48}, DType::F32));
+  tensors.emplace_back("model.layers.3.self_attn.q_a_proj.weight", Tensor::zeros({16, 24}, DType::F32));
+  io::save_safetensors_folder(with_mtp.path(), tensors);
+  std::filesystem::copy_file(testing::fixture("deepseek_v3_tiny") / "config.json", with_mtp / "config.json");
+  const ModelWeights loaded = load_checkpoint(with_mtp.path());
+  save_checkpoint(loaded, saved.path());
+  const io::SafetensorsFolder files = io::SafetensorsFolder::open(saved.path());
+  EXPECT_EQ(files.names().size(), tensors.size() - 2);
+  for (const std::string& name : files.names()) EXPECT_FALSE(name.starts_with("model.layers.3.")) << name;
+
+  // Other families still refuse a stray layer.
+  testing::ScratchDir qwen;
+  io::NamedTensors qwen_tensors = to_hf_tensors(load_checkpoint(testing::fixture("qwen2_moe_tiny")));
+  qwen_tensors.emplace_back("model.layers.3.input_layernorm.weight", Tensor::zeros({32}, DType::F32));
+  io::save_safetensors_folder(qwen.path(), qwen_tensors);
+  std::filesystem::copy_file(testing::fixture("qwen2_moe_tiny") / "config.json", qwen / "config.json");
+  EXPECT_THROW(load_checkpoint(qwen.path()), Error);
+}
+
+TEST(DeepseekV3, GpuEngineRefusesNamingTheMissingFeature) {
+  const ModelSpec spec = describe_model(deepseek_v3_config(), "config.json");
+  try {
+    require_gpu_support(spec);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multi-head latent attention"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("DeepseekV3ForCausalLM"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(gpu_missing_feature(load_model_spec(testing::fixture("qwen2_moe_tiny") / "config.json")));
+}
+
+}  // namespace
+}  // namespace moetune::model
