@@ -7,6 +7,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/model/checkpoint.h"
+#include "moetune/model/fp8_dequantize.h"
 #include "moetune/model/gpu_support.h"
 #include "moetune/model/model_description.h"
 #include "test_util.h"
@@ -81,7 +82,7 @@ TEST(DeepseekV3, NullQLoraRankMeansQProj) {
 
 TEST(DeepseekV3, RefusalsNameTheKey) {
   json config = deepseek_v3_config();
-  config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
   EXPECT_NE(error_of(config).find("quantization_config"), std::string::npos);
   config = deepseek_v3_config();
   config["num_key_value_heads"] = 64;
@@ -145,6 +146,70 @@ TEST(DeepseekV3, GpuEngineRefusesNamingTheMissingFeature) {
     EXPECT_NE(std::string(e.what()).find("DeepseekV3ForCausalLM"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(gpu_missing_feature(load_model_spec(testing::fixture("qwen2_moe_tiny") / "config.json")));
+}
+
+TEST(Fp8, E4m3BytesDecodeExactly) {
+  EXPECT_EQ(fp8_e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x7e), 448.0f);                // the largest finite value
+  EXPECT_EQ(fp8_e4m3_to_float(0xfe), -448.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x08), std::ldexp(1.0f, -6));  // the smallest normal
+  EXPECT_EQ(fp8_e4m3_to_float(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+  EXPECT_EQ(fp8_e4m3_to_float(0x07), 7 * std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_e4m3_to_float(0x3d), 1.625f);
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(0x7f)));
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(0xff)));
+}
+
+// Every engine tensor loaded from the FP8 fixture against the state dict transformers 5.17 dequantised it to
+// (tests/reference/make_fp8_fixture.py): the same bits.
+void expect_dequantized_like_transformers(const ModelWeights& weights, bool buffers_only) {
+  const io::SafetensorsFile reference =
+      io::SafetensorsFile::open(testing::fixture("deepseek_v3_fp8_tiny") / "dequantized.safetensors");
+  const auto& specs = weights.layout.parameters;
+  int compared = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if ((specs[i].role == ParameterRole::Buffer) != buffers_only) continue;
+    if (!specs[i].fused_hf_name.empty()) {
+      EXPECT_TRUE(weights.parameters[i].same_bytes(reference.tensor(specs[i].fused_hf_name))) << specs[i].fused_hf_name;
+      ++compared;
+      continue;
+    }
+    int64_t offset = 0;
+    for (const HfTensor& piece : specs[i].pieces) {
+      const Tensor expected = reference.tensor(piece.name);
+      EXPECT_TRUE(weights.parameters[i].flat_slice(offset, piece.shape).same_bytes(expected)) << piece.name;
+      offset += expected.numel();
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+TEST(Fp8, BlockScaledCheckpointDequantisesBitExactlyLikeTransformers) {
+  const auto folder = testing::fixture("deepseek_v3_fp8_tiny");
+  const ModelWeights bf16 = load_checkpoint(folder, LoadOptions{DType::BF16});
+  expect_dequantized_like_transformers(bf16, /*buffers_only=*/false);
+  // transformers keeps the correction bias in fp32 (_keep_in_fp32_modules_strict).
+  expect_dequantized_like_transformers(load_checkpoint(folder, LoadOptions{DType::F32}), /*buffers_only=*/true);
+  EXPECT_FALSE(bf16.spec().json.contains("quantization_config"));
+}
+
+TEST(Fp8, SavedInBf16WithoutScalesAndReloadsTheSameBits) {
+  testing::ScratchDir out;
+  const ModelWeights loaded = load_checkpoint(testing::fixture("deepseek_v3_fp8_tiny"));  // the checkpoint's dtypes
+  save_checkpoint(loaded, out.path());
+  const io::SafetensorsFolder files = io::SafetensorsFolder::open(out.path());
+  for (const std::string& name : files.names()) {
+    EXPECT_FALSE(name.ends_with("_scale_inv")) << name;
+    EXPECT_NE(files.entry(name).dtype, DType::F8_E4M3) << name;
+  }
+  EXPECT_EQ(files.entry("model.layers.0.self_attn.kv_b_proj.weight").dtype, DType::BF16);
+  const json config = json::parse(testing::read_file(out / "config.json"));
+  EXPECT_FALSE(config.contains("quantization_config"));
+  EXPECT_EQ(config["dtype"], "bfloat16");
+  const ModelWeights again = load_checkpoint(out.path());
+  for (size_t i = 0; i < loaded.parameters.size(); ++i)
+    EXPECT_TRUE(again.parameters[i].same_bytes(loaded.parameters[i])) << loaded.layout.parameters[i].name;
 }
 
 }  // namespace

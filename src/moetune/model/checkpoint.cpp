@@ -4,6 +4,7 @@
 
 #include "moetune/core/flat_buffers.h"
 #include "moetune/io/atomic_file.h"
+#include "moetune/model/fp8_dequantize.h"
 #include "moetune/model/model_description.h"
 #include "moetune/model/piece_transform.h"
 #include "moetune/ops/cast.h"
@@ -82,6 +83,7 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
       }
       check_shape(files, piece.name, piece.shape);
       claimed.insert(piece.name);
+      if (is_fp8_block_scaled(files, piece.name)) claimed.insert(fp8_scale_name(piece.name));
     }
   }
   if (!missing.empty())
@@ -110,6 +112,14 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   // The whole model is checked (headers only), then this rank keeps its share of the experts.
   const std::vector<bool> whole_fused = match_checkpoint(weights.layout, files);
   const ParameterLayout whole = weights.layout;
+  // FP8 block-scaled weights are dequantised as they are read and kept (and saved) as bf16.
+  const std::optional<std::array<int64_t, 2>> fp8_block = fp8_block_size(weights.layout.spec);
+  bool dequantized = false;
+  auto stored_dtype = [&](const std::string& name) {
+    if (!is_fp8_block_scaled(files, name)) return files.entry(name).dtype;
+    if (!fp8_block) fail("{}: '{}' has FP8 block scales but config.json has no quantization_config", where(files, name), name);
+    return DType::BF16;
+  };
   shard_experts(weights.layout, options.experts);
   weights.experts = options.experts;
   weights.shards = options.shards;
@@ -121,7 +131,9 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
     const std::string first = whole_fused[i] ? whole.parameters[i].fused_hf_name : spec.pieces[0].name;
-    weights.disk_dtypes.push_back(files.entry(first).dtype);
+    if (whole_fused[i] && is_fp8_block_scaled(files, first))
+      fail("{}: '{}' is a fused FP8 expert tensor; FP8 experts load from per-expert tensors only", where(files, first), first);
+    weights.disk_dtypes.push_back(stored_dtype(first));
     if (!is_floating(weights.disk_dtypes.back()))
       fail("{}: tensor '{}' is {}; model weights must be floating point", where(files, first), first,
            dtype_name(weights.disk_dtypes.back()));
@@ -146,15 +158,20 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
       int64_t offset = 0;
       for (const auto& piece : spec.pieces) {
         Tensor source = files.tensor(piece.name);
-        if (source.dtype() != weights.disk_dtypes[i])
+        if (stored_dtype(piece.name) != weights.disk_dtypes[i])
           fail("{}: tensor '{}' is {} but '{}', fused with it, is {}", where(files, piece.name), piece.name,
                dtype_name(source.dtype()), spec.pieces[0].name, dtype_name(weights.disk_dtypes[i]));
+        if (is_fp8_block_scaled(files, piece.name)) {
+          source = dequantize_fp8_blocks(source, files.tensor(fp8_scale_name(piece.name)), *fp8_block, piece.name);
+          dequantized = true;
+        }
         piece_to_engine(source, piece, parameter.flat_slice(offset, engine_shape(piece)));
         offset += shape_numel(piece.shape);
       }
     }
     if (!options.device.is_cpu()) weights.parameters[i].copy_from(parameter);
   }
+  if (dequantized) mark_dequantized(weights.layout.spec);
   return weights;
 }
 

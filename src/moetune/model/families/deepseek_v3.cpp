@@ -2,7 +2,8 @@
 // MlaSpec) with default or YaRN RoPE on the rope part only; the first first_k_dense_replace layers dense
 // (intermediate_size), the rest MoE with DeepSeek's sigmoid group-limited router (e_score_correction_bias for
 // the choice, a frozen buffer), n_shared_experts shared experts of moe_intermediate_size each, added unscaled.
-// No aux loss (transformers trains none). Multi-token-prediction layers in the files are skipped and not saved.
+// No aux loss (transformers trains none). Multi-token-prediction layers in the files are skipped and not saved;
+// FP8 block-scaled checkpoints are dequantised on load and saved in bf16.
 // Defaults: transformers 5.17's DeepseekV3Config.
 #include <fmt/format.h>
 
@@ -117,9 +118,14 @@ ModelSpec describe(const io::ConfigReader& r) {
                                         {.vocab_size = 129280, .hidden_size = 7168, .intermediate_size = 18432,
                                          .num_hidden_layers = 61, .num_attention_heads = 128,
                                          .max_position_embeddings = 4096});
-  if (const json* q = r.find("quantization_config"))
-    refuse("quantization_config", q->is_object() ? q->value("quant_method", std::string("?")) : q->dump(),
-           "loading quantized (FP8 block-scaled) DeepSeek-V3 checkpoints");
+  // FP8 e4m3 block-scaled weights (the released checkpoints) are dequantised on load (model/fp8_dequantize.h).
+  if (const json* q = r.find("quantization_config")) {
+    const bool fp8 = q->is_object() && q->value("quant_method", std::string()) == "fp8" &&
+                     q->value("fmt", std::string("e4m3")) == "e4m3";
+    if (!fp8)
+      refuse("quantization_config", q->is_object() ? q->value("quant_method", std::string("?")) : q->dump(),
+             "a quantisation other than FP8 e4m3 block-scaled");
+  }
   const AttentionSpec attention = read_mla(r, c);
   const MoeSpec moe = read_moe(r);
   const int64_t dense = r.integer("first_k_dense_replace", 3);
