@@ -61,7 +61,6 @@ class Parity : public ::testing::TestWithParam<std::string> {
     const auto& specs = model.weights().layout.parameters;
     for (size_t i = 0; i < specs.size(); ++i) {
       if (!specs[i].trainable) continue;  // a buffer (DeepSeek-V3's correction bias): no gradient, never moves
-      if (!specs[i].trainable) continue;  // a buffer (DeepSeek-V3's correction bias): no gradient, never moves
       if (!specs[i].fused_hf_name.empty()) {
         Tensor expected = ref(prefix + specs[i].fused_hf_name);
         EXPECT_LE(relative_error(tensors[i].data<float>(), expected.data<float>(), expected.numel()),
