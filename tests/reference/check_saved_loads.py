@@ -16,12 +16,13 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"]
+FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
+            "deepseek_v3_tiny", "deepseek_v3_qproj_tied"]
 
 
 def main(binary: str, fixtures: Path) -> int:
     failures = 0
-    for name in FIXTURES:
+    for name in sys.argv[3:] or FIXTURES:
         with tempfile.TemporaryDirectory() as out:
             subprocess.run([binary, "convert", str(fixtures / name), out, "--max-shard-size", "20KB"],
                            check=True, stdout=subprocess.DEVNULL)
