@@ -69,6 +69,40 @@ TEST(DeepseekV3, ReleasedConfigDescribesMlaRouterAndDenseLayers) {
   EXPECT_EQ(spec.aux_loss, AuxLoss::None);
 }
 
+// Moonlight-16B-A3B's and Kimi-K2's config.json spellings (the keys they add, scoring_func, topk_method,
+// aux_loss_alpha, seq_aux, ep_size, moe_layer_freq, are ignored by transformers 5.17 and so here).
+TEST(DeepseekV3, MoonlightAndKimiK2ConfigsParse) {
+  const ModelSpec moonlight = describe_model(json::parse(R"({
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 163840,
+    "hidden_size": 2048, "intermediate_size": 11264, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64,
+    "ep_size": 1, "routed_scaling_factor": 2.446, "kv_lora_rank": 512, "q_lora_rank": null, "qk_rope_head_dim": 64,
+    "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 1, "topk_group": 1,
+    "num_experts_per_tok": 6, "moe_layer_freq": 1, "first_k_dense_replace": 1, "norm_topk_prob": true,
+    "scoring_func": "sigmoid", "aux_loss_alpha": 0.001, "seq_aux": true, "hidden_act": "silu",
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 50000.0, "rope_scaling": null,
+    "attention_bias": false, "attention_dropout": 0.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "bos_token_id": 163584, "eos_token_id": 163585})"), "config.json");
+  EXPECT_EQ(moonlight.moe_layer_count(), 26);
+  EXPECT_FALSE(moonlight.layers[0].sublayers[0].attention()->mla->q_lora_rank);
+  EXPECT_EQ(moonlight.layers[1].moe()->router.num_groups, 1);
+  EXPECT_EQ(moonlight.layers[1].moe()->shared_expert->mlp.intermediate, 2 * 1408);
+  EXPECT_NEAR(moonlight.layers[0].sublayers[0].attention()->mla->softmax_scale, 1 / std::sqrt(192.0), 1e-15);
+
+  json kimi = deepseek_v3_config();
+  kimi["num_attention_heads"] = kimi["num_key_value_heads"] = 64;
+  kimi["n_routed_experts"] = 384;
+  kimi["n_group"] = kimi["topk_group"] = 1;
+  kimi["first_k_dense_replace"] = 1;
+  kimi["rope_scaling"]["factor"] = 32.0;
+  kimi["rope_theta"] = 50000.0;
+  kimi["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+                                 {"weight_block_size", {128, 128}}};
+  const ModelSpec k2 = describe_model(kimi, "config.json");
+  EXPECT_EQ(k2.num_experts(), 384);
+  EXPECT_EQ(k2.first_attention().num_heads, 64);
+}
+
 TEST(DeepseekV3, NullQLoraRankMeansQProj) {
   json config = deepseek_v3_config();
   config["q_lora_rank"] = nullptr;
