@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "moetune/core/error.h"
+#include "moetune/model/causal_lm.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/model/fp8_dequantize.h"
 #include "moetune/model/gpu_support.h"
@@ -180,6 +181,33 @@ TEST(DeepseekV3, GpuEngineRefusesNamingTheMissingFeature) {
     EXPECT_NE(std::string(e.what()).find("DeepseekV3ForCausalLM"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(gpu_missing_feature(load_model_spec(testing::fixture("qwen2_moe_tiny") / "config.json")));
+}
+
+// The aux-loss-free balancing: each bias moves by exactly the rate toward the mean load of the step's tokens.
+TEST(DeepseekV3, RouterBiasBalancingMovesEachBiasByTheRateTowardBalance) {
+  CausalLM model = CausalLM::from_pretrained(testing::fixture("deepseek_v3_tiny"));
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < 24; ++t) ids.push_back((t * 37 + 5) % 96);
+  const Tensor batch = Tensor::from_vector(ids, {2, 12});
+  model.forward_backward({.input_ids = batch, .labels = batch});
+  model.forward_backward({.input_ids = batch, .labels = batch});  // loads add up until the update
+  const std::vector<std::vector<double>> load = model.pending_expert_load();
+  ASSERT_EQ(load.size(), 2u);  // layers 1 and 2
+  const Param bias = model.parameters().get("layers.1.moe.router_correction_bias");
+  EXPECT_FALSE(bias.grad.defined());  // frozen
+  const std::vector<float> before(bias.value.data<float>(), bias.value.data<float>() + 8);
+  double total = 0;
+  for (double l : load[0]) total += l;
+  EXPECT_EQ(total, 2 * 24 * 3);  // two calls, 24 tokens, top-3
+  model.update_router_bias(0.25);
+  int moved = 0;
+  for (size_t e = 0; e < 8; ++e) {
+    const float step = load[0][e] < total / 8 ? 0.25f : load[0][e] > total / 8 ? -0.25f : 0.0f;
+    EXPECT_EQ(bias.value.data<float>()[e], before[e] + step) << "expert " << e;
+    moved += step != 0;
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_TRUE(model.pending_expert_load().empty());
 }
 
 TEST(Fp8, E4m3BytesDecodeExactly) {

@@ -66,6 +66,32 @@ TEST_F(TrainerTest, FinetunesTheNewFamilies) {
   }
 }
 
+// DeepSeek-V3's correction biases stay as loaded unless training.router_bias_update_rate asks for the
+// aux-loss-free balancing; then 6 steps move each by a multiple of the rate. Models without them refuse the key.
+TEST_F(TrainerTest, RouterBiasBalancingIsOffByDefaultAndMovesTheBiasesWhenAsked) {
+  const std::string deepseek = "model=" + testing::fixture("deepseek_v3_tiny").string();
+  const std::string name = "layers.1.moe.router_correction_bias";
+  const Tensor original = model::load_checkpoint(testing::fixture("deepseek_v3_tiny")).parameter(name).clone();
+  const TrainResult off = Trainer(recipe("off", {deepseek}), {}, false).run();
+  EXPECT_TRUE(model::load_checkpoint(off.final_model).parameter(name).same_bytes(original));
+  const TrainResult on = Trainer(recipe("on", {deepseek, "training.router_bias_update_rate=0.125"}), {}, false).run();
+  const Tensor moved = model::load_checkpoint(on.final_model).parameter(name);
+  bool any = false;
+  for (int64_t e = 0; e < moved.numel(); ++e) {
+    const double steps = (moved.data<float>()[e] - original.data<float>()[e]) / 0.125;
+    EXPECT_NEAR(steps, std::round(steps), 1e-4) << "expert " << e;
+    EXPECT_LE(std::fabs(steps), 6.0 + 1e-4) << "expert " << e;
+    any |= std::round(steps) != 0;
+  }
+  EXPECT_TRUE(any);
+  try {
+    Trainer(recipe("qwen", {"training.router_bias_update_rate=0.125"}), {}, false).run();
+    FAIL() << "a model without correction biases took training.router_bias_update_rate";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no correction bias"), std::string::npos) << e.what();
+  }
+}
+
 // data.train naming a folder that holds the data gzip-compressed trains on the same lines as the plain file.
 TEST_F(TrainerTest, AFolderOfGzipDataTrainsAsThePlainFile) {
   std::filesystem::create_directories(dir_ / "folder");

@@ -20,7 +20,8 @@ constexpr const char* kDefaultRecipe = R"({
            "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error", "chat_template": "",
            "chat_template_kwargs": {}},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
-               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config"},
+               "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config",
+               "router_bias_update_rate": 0.0},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
@@ -163,7 +164,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
             d["packing"], d["shuffle"], d["bad_lines"], d["chat_template"], d["chat_template_kwargs"]};
   const json& t = j["training"];
   r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
-                t["device"], t["max_nonfinite_steps"], t["aux_loss"]};
+                t["device"], t["max_nonfinite_steps"], t["aux_loss"], t["router_bias_update_rate"]};
   const json& o = j["optimizer"];
   r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"]};
   const json& s = j["schedule"];
@@ -192,6 +193,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   require(r.data.validation_fraction >= 0 && r.data.validation_fraction < 1, source,
           "'data.validation_fraction' must be in [0, 1)");
   require(r.training.micro_batch_size >= 1, source, "'training.micro_batch_size' must be at least 1");
+  require(r.training.router_bias_update_rate >= 0, source, "'training.router_bias_update_rate' must not be negative");
   require(r.training.gradient_accumulation_steps >= 1, source, "'training.gradient_accumulation_steps' must be at least 1");
   require(r.training.max_steps >= 0, source, "'training.max_steps' must not be negative");
   // Far past any real run, and small enough that the step count cannot overflow.

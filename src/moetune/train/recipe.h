@@ -42,6 +42,10 @@ struct Recipe {
     // config.json's output_router_logits is true (Qwen3-30B-A3B ships false: no aux loss, so nothing keeps the
     // experts' load even), "on" or "off" whatever config.json says.
     std::string aux_loss = "config";
+    // DeepSeek-V3's auxiliary-loss-free balancing: after each optimizer step every router correction bias moves
+    // by this much toward balance (model/router_bias_balance.h). 0 (the default, as transformers trains) leaves
+    // the biases as loaded. CPU engine, one rank, and only models whose routers have a correction bias.
+    double router_bias_update_rate = 0.0;
   } training;
 
   struct Optimizer {
