@@ -5,6 +5,7 @@
 #        parallelism 2, and on 2 GPUs data-parallel; the per-step losses and gradient norms side by side.
 # bench: issue 10's benchmark: the 8-layer cut of Qwen3-30B-A3B (random weights), seq 4096, micro-batch 2 per
 #        GPU: moetune on 1 GPU, moetune EP=2 on 2 GPUs, HF transformers grouped_mm + FSDP2 on 2 GPUs.
+# memcheck: compute-sanitizer memcheck over a 3-step EP=2 run on both ranks (the dispatcher, NCCL, ZeRO).
 # Logs and metrics go to $OUT.
 set -uo pipefail
 repo=$PWD
@@ -21,6 +22,16 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 git -C "$repo" log -1 --format='commit %H %s' 2>/dev/null | tee -a "$out/device.txt"
 scratch=/tmp/moetune-parallel
 mkdir -p "$scratch"
+
+tiny_data() {  # LINES: random 48-token lines for the tiny fixture (vocabulary 96)
+  python3 - "$scratch/tiny.jsonl" "$1" <<'PY'
+import json, random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(int(sys.argv[2])):
+        f.write(json.dumps({"input_ids": [random.randrange(96) for _ in range(48)]}) + "\n")
+PY
+}
 
 compare() {  # RUN_A RUN_B: per-step loss and grad norm
   python3 - "$1" "$2" <<'PY'
@@ -42,13 +53,7 @@ for step in "$@"; do
   case "$step" in
     check)
       echo "== 2 GPUs vs 1 GPU with accumulation (tiny Qwen3-MoE, 50 steps) =="
-      python3 - "$scratch/tiny.jsonl" <<'PY'
-import json, random, sys
-random.seed(7)
-with open(sys.argv[1], "w") as f:
-    for i in range(400):
-        f.write(json.dumps({"input_ids": [random.randrange(96) for _ in range(48)]}) + "\n")
-PY
+      tiny_data 400
       common=(--set model=tests/fixtures/qwen3_moe_tiny --set data.train=$scratch/tiny.jsonl --set training.device=cuda
               --set training.micro_batch_size=2 --set data.max_length=48 --set training.max_steps=50 --set optimizer.lr=1e-3
               --set data.shuffle=false --set training.aux_loss=on --set logging.tensorboard=false --set output.save_final=false
@@ -56,9 +61,11 @@ PY
       rm -rf "$scratch"/one "$scratch"/ep2 "$scratch"/dp2
       "$moetune" finetune "${common[@]}" --set training.gradient_accumulation_steps=2 --set output.dir=$scratch/one > "$out/check_one.log" 2>&1
       echo "1 GPU rc=$?"; tail -n 2 "$out/check_one.log"
-      timeout 300 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/ep2 > "$out/check_ep2.log" 2>&1
-      echo "2 GPUs EP=2 rc=$?"; tail -n 4 "$out/check_ep2.log"
-      timeout 300 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set output.dir=$scratch/dp2 > "$out/check_dp2.log" 2>&1
+      timeout -s KILL 120 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/ep2 > "$out/check_ep2.log" 2>&1
+      ep_rc=$?
+      echo "2 GPUs EP=2 rc=$ep_rc"; tail -n 4 "$out/check_ep2.log"
+      [ $ep_rc -eq 0 ] || exit 1
+      timeout -s KILL 120 "$moetune" finetune "${common[@]}" --nproc-per-node 2 --set output.dir=$scratch/dp2 > "$out/check_dp2.log" 2>&1
       echo "2 GPUs DP=2 rc=$?"; tail -n 2 "$out/check_dp2.log"
       for run in one ep2 dp2; do cp "$scratch/$run/metrics.jsonl" "$out/check_$run.metrics.jsonl" 2>/dev/null; done
       echo "EP=2 vs 1 GPU:"; compare "$scratch/one" "$scratch/ep2"
@@ -74,11 +81,11 @@ PY
       rm -rf "$scratch"/b1 "$scratch"/b2
       "$moetune" finetune "${job[@]}" --set output.dir=$scratch/b1 > "$out/bench_moetune_1gpu.log" 2>&1
       echo "moetune 1 GPU rc=$?"; tail -n 2 "$out/bench_moetune_1gpu.log"
-      timeout 500 "$moetune" finetune "${job[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/b2 > "$out/bench_moetune_ep2.log" 2>&1
+      timeout -s KILL 200 "$moetune" finetune "${job[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/b2 > "$out/bench_moetune_ep2.log" 2>&1
       echo "moetune EP=2 rc=$?"; tail -n 2 "$out/bench_moetune_ep2.log"
       cp "$scratch/b1/metrics.jsonl" "$out/bench_moetune_1gpu.metrics.jsonl" 2>/dev/null
       cp "$scratch/b2/metrics.jsonl" "$out/bench_moetune_ep2.metrics.jsonl" 2>/dev/null
-      timeout 500 torchrun --nproc-per-node 2 bench/hf_train.py "$model" "$scratch/data.jsonl" --experts grouped_mm --fsdp \
+      timeout -s KILL 240 torchrun --nproc-per-node 2 bench/hf_train.py "$model" "$scratch/data.jsonl" --experts grouped_mm --fsdp \
         --micro-batch 2 --seq 4096 --steps 10 --warmup 3 --json "$out/bench_hf_fsdp2.json" > "$out/bench_hf_fsdp2.log" 2>&1
       echo "HF FSDP2 rc=$?"; tail -n 3 "$out/bench_hf_fsdp2.log"
       python3 - "$out" <<'PY'
@@ -106,6 +113,15 @@ except OSError:
     print("HF FSDP2: no result")
 PY
       ;;
+    memcheck)
+      echo "== compute-sanitizer memcheck: 3 steps on 2 GPUs with expert parallelism 2 (every rank) =="
+      tiny_data 64
+      rm -rf "$scratch/memcheck"
+      timeout -s KILL 300 compute-sanitizer --tool memcheck --target-processes all "$moetune" finetune --nproc-per-node 2 \
+        --set parallel.expert=2 --set model=tests/fixtures/qwen3_moe_tiny --set data.train=$scratch/tiny.jsonl \
+        --set training.device=cuda --set training.micro_batch_size=2 --set data.max_length=48 --set training.max_steps=3 \
+        --set logging.tensorboard=false --set output.dir=$scratch/memcheck > "$out/memcheck_ep2.log" 2>&1
+      echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|finished|error" "$out/memcheck_ep2.log" | head -10 ;;
     *) echo "gpu_parallel_check.sh: unknown step '$step'" >&2; exit 2 ;;
   esac
 done

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "moetune/core/device.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/parallel/world.h"
 #include "test_util.h"
@@ -72,6 +73,17 @@ TEST_F(ParallelFinetune, TwoRanksMatchOneRankWithAccumulationAndResumeExactly) {
     }
     EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]);
   }
+  // Data parallel alone (every rank the whole model): the same steps, rank 0 writes the folder.
+  const testing::RunResult dp = testing::run_moetune(job("dp", "--nproc-per-node 2"));
+  ASSERT_EQ(dp.status, 0) << dp.output;
+  const auto c = metrics(dir_ / "dp");
+  ASSERT_EQ(c.size(), 4u) << dp.output;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i]["loss"], y = c[i]["loss"];
+    EXPECT_LT(std::abs(x - y), 1e-6 * std::abs(x)) << "step " << i + 1 << ": " << x << " vs " << y;
+  }
+  EXPECT_LT(max_difference(dir_ / "dp" / "final-model", dir_ / "one" / "final-model"), 1e-5);
+
   // One HF folder from both ranks: an index and a shard per rank, loaded whole.
   EXPECT_TRUE(fs::exists(dir_ / "two" / "final-model" / "model.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(dir_ / "two" / "final-model" / "model-00002-of-00002.safetensors"));
@@ -106,6 +118,15 @@ TEST_F(ParallelFinetune, BadLayoutsAreClearErrors) {
   const testing::RunResult alone = testing::run_moetune(job("alone", "--set parallel.expert=2"));
   EXPECT_NE(alone.status, 0);
   EXPECT_NE(alone.output.find("parallel.expert 2 does not divide the world size 1"), std::string::npos) << alone.output;
+}
+
+// The GPU engine's ranks without GPUs: each says so with its rank, and the launcher stops the job (no hang).
+TEST_F(ParallelFinetune, GpuRanksWithoutAGpuAreAClearError) {
+  if (cuda_device_count() >= 2) GTEST_SKIP() << "this machine has GPUs for the ranks";
+  const testing::RunResult result = testing::run_moetune(job("gpu", "--nproc-per-node 2 --set training.device=cuda"));
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.output.find("rank "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("stopping the other ranks"), std::string::npos) << result.output;
 }
 
 }  // namespace

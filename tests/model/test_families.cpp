@@ -2,6 +2,8 @@
 // the layer pattern, errors that name the key, and refusals of what the engine does not run.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "moetune/core/error.h"
 #include "moetune/model/model_description.h"
 #include "test_util.h"
@@ -140,14 +142,125 @@ TEST(Families, Qwen2MoeDefaultsAndSharedExpert) {
   EXPECT_EQ(attention(c).num_kv_heads, 4);
 }
 
+// gpt-oss-20b's config.json as released (v4 spelling: rope_scaling beside rope_theta; MXFP4 experts).
+const char* kGptOss20b = R"({
+  "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": true, "attention_dropout": 0.0,
+  "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
+  "initial_context_length": 4096, "initializer_range": 0.02, "intermediate_size": 2880,
+  "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+  "max_position_embeddings": 131072, "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 4,
+  "num_key_value_heads": 8, "num_local_experts": 32, "output_router_logits": false, "pad_token_id": 199999,
+  "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                          "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+  "rms_norm_eps": 1e-05, "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+  "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false}, "rope_theta": 150000,
+  "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": false,
+  "transformers_version": "4.55.0.dev0", "use_cache": true, "vocab_size": 201088})";
+
+TEST(Families, GptOss20bAsReleased) {
+  ModelSpec c = parse(kGptOss20b);
+  EXPECT_EQ(c.family, "gpt_oss");
+  EXPECT_EQ(c.norm_eps, 1e-5);
+  for (size_t layer = 0; layer < 4; ++layer) {
+    const AttentionSpec& a = attention(c, layer);
+    EXPECT_TRUE(a.sinks && a.qkv_bias && a.o_bias);
+    EXPECT_FALSE(a.qk_norm);
+    EXPECT_EQ(a.sliding_window, layer % 2 == 0 ? std::optional<int64_t>(128) : std::nullopt) << layer;
+    EXPECT_EQ(a.rope.type, "yarn");
+    EXPECT_EQ(a.rope.theta, 150000.0);
+    EXPECT_EQ(a.rope.factor, 32.0);
+    EXPECT_FALSE(a.rope.truncate);
+    EXPECT_EQ(a.rope.original_max_position_embeddings, 4096);
+    EXPECT_EQ(a.qk_head_dim, 64);
+    EXPECT_EQ(a.num_kv_heads, 8);
+  }
+  const MoeSpec& moe = *c.layers[0].moe();
+  EXPECT_EQ(moe.router.num_experts, 32);
+  EXPECT_EQ(moe.router.top_k, 4);
+  EXPECT_TRUE(moe.router.is_topk_then_softmax());
+  EXPECT_TRUE(moe.router.bias);
+  EXPECT_TRUE(moe.experts.bias);
+  EXPECT_EQ(moe.experts.intermediate, 2880);
+  EXPECT_EQ(moe.experts.activation, Activation::ClampedSwiGLU);
+  EXPECT_EQ(moe.experts.clamp.limit, 7.0f);
+  EXPECT_EQ(moe.experts.clamp.alpha, 1.702f);
+  EXPECT_EQ(c.aux_loss, AuxLoss::LoadBalancing);
+  EXPECT_EQ(c.aux_loss_coef, 0.9);
+  EXPECT_EQ(c.moe_layer_count(), 4);
+  // transformers' num_parameters() for this config (a meta-device GptOssForCausalLM, 5.17.0); for all 24 layers
+  // of gpt-oss-20b it gives 20914757184.
+  EXPECT_EQ(parameter_layout(c).total_parameters(), 4451017664);
+  json full = json::parse(kGptOss20b);
+  full["num_hidden_layers"] = 24;
+  full.erase("layer_types");
+  EXPECT_EQ(parameter_layout(describe_model(full, "config.json")).total_parameters(), 20914757184);
+}
+
+TEST(Families, GptOssDefaultsAreGptOssConfigs) {
+  // No layer_types, no RoPE: GptOssConfig slides the even layers and fills in its yarn dict.
+  ModelSpec c = parse(R"({"architectures":["GptOssForCausalLM"],"hidden_size":64,"num_hidden_layers":3,
+    "num_attention_heads":16,"intermediate_size":32,"num_local_experts":4})");
+  EXPECT_EQ(attention(c, 0).sliding_window, 128);
+  EXPECT_FALSE(attention(c, 1).sliding_window.has_value());
+  EXPECT_EQ(attention(c, 2).sliding_window, 128);
+  const ops::RopeSpec& rope = attention(c).rope;
+  EXPECT_EQ(rope.type, "yarn");
+  EXPECT_EQ(rope.theta, 150000.0);
+  EXPECT_EQ(rope.factor, 32.0);
+  EXPECT_EQ(rope.beta_fast, 32.0);
+  EXPECT_EQ(rope.beta_slow, 1.0);
+  EXPECT_FALSE(rope.truncate);
+  EXPECT_EQ(rope.original_max_position_embeddings, 4096);
+  EXPECT_EQ(attention(c).qk_head_dim, 64);  // GptOssConfig's head_dim default, not hidden / heads
+  EXPECT_EQ(attention(c).num_kv_heads, 8);
+  EXPECT_EQ(c.layers[0].moe()->router.top_k, 4);
+  EXPECT_EQ(c.vocab_size, 201088);
+  EXPECT_FALSE(c.aux_loss_by_default);
+  // The v5 spelling: rope_parameters, and truncate absent means true (transformers' default).
+  ModelSpec v5 = parse(R"({"model_type":"gpt_oss","hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,
+    "num_key_value_heads":2,"intermediate_size":32,"num_local_experts":4,"rope_parameters":{"rope_type":"yarn","rope_theta":1000.0,
+    "factor":8.0,"original_max_position_embeddings":256}})");
+  EXPECT_TRUE(attention(v5).rope.truncate);
+  EXPECT_EQ(attention(v5).rope.theta, 1000.0);
+}
+
+TEST(Families, GptOssLayoutIsTransformersFusedAndTransposed) {
+  ModelSpec c = parse(R"({"architectures":["GptOssForCausalLM"],"hidden_size":64,"num_hidden_layers":1,
+    "num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"intermediate_size":32,"num_local_experts":4})");
+  const ParameterLayout layout = parameter_layout(c);
+  std::map<std::string, const ParameterSpec*> by_name;
+  for (const ParameterSpec& p : layout.parameters) by_name[p.name] = &p;
+  ASSERT_TRUE(by_name.count("layers.0.attn.sinks"));
+  EXPECT_EQ(by_name["layers.0.attn.sinks"]->pieces[0].name, "model.layers.0.self_attn.sinks");
+  EXPECT_EQ(by_name["layers.0.moe.router_bias"]->pieces[0].name, "model.layers.0.mlp.router.bias");
+  EXPECT_EQ(by_name["layers.0.moe.router"]->pieces[0].name, "model.layers.0.mlp.router.weight");
+  const ParameterSpec& gate_up = *by_name["layers.0.moe.experts_gate_up"];
+  EXPECT_EQ(gate_up.shape, Shape({4, 64, 64}));
+  ASSERT_EQ(gate_up.pieces.size(), 1u);
+  EXPECT_EQ(gate_up.pieces[0].name, "model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_EQ(gate_up.pieces[0].shape, Shape({4, 64, 64}));
+  EXPECT_TRUE(gate_up.pieces[0].transposed && gate_up.pieces[0].interleaved_pairs);
+  EXPECT_TRUE(gate_up.fused_hf_name.empty());
+  const ParameterSpec& down = *by_name["layers.0.moe.experts_down"];
+  EXPECT_EQ(down.shape, Shape({4, 64, 32}));
+  EXPECT_EQ(down.pieces[0].shape, Shape({4, 32, 64}));
+  EXPECT_TRUE(down.pieces[0].transposed && !down.pieces[0].interleaved_pairs);
+  const ParameterSpec& gate_up_bias = *by_name["layers.0.moe.experts_gate_up_bias"];
+  EXPECT_EQ(gate_up_bias.pieces[0].name, "model.layers.0.mlp.experts.gate_up_proj_bias");
+  EXPECT_TRUE(gate_up_bias.pieces[0].interleaved_pairs && !gate_up_bias.pieces[0].transposed);
+  EXPECT_EQ(gate_up_bias.placement, Placement::ExpertSharded);
+  EXPECT_EQ(by_name["layers.0.moe.experts_down_bias"]->shape, Shape({4, 64}));
+  EXPECT_TRUE(by_name.count("layers.0.attn.qkv_bias") && by_name.count("layers.0.attn.o_bias"));
+}
+
 TEST(Families, IntegersWrittenAsWholeFloats) {
   EXPECT_EQ(parse(R"({"model_type":"llama","hidden_size":64.0,"num_attention_heads":4})").hidden_size, 64);
 }
 
 TEST(Families, UnknownArchitectureListsTheSupportedOnes) {
-  std::string error = error_of(R"({"architectures":["GptOssForCausalLM"]})");
+  std::string error = error_of(R"({"architectures":["Glm4MoeForCausalLM"]})");
   EXPECT_NE(error.find("config.json"), std::string::npos);
-  EXPECT_NE(error.find("'GptOssForCausalLM'"), std::string::npos);
+  EXPECT_NE(error.find("'Glm4MoeForCausalLM'"), std::string::npos);
   for (const auto& name : supported_architectures()) EXPECT_NE(error.find(name), std::string::npos) << error;
 }
 
@@ -175,6 +288,11 @@ TEST(Families, BadValuesNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"llama","rope_scaling":{"rope_type":"linear","factor":0}})").find("'factor'"),
             std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt_oss","sliding_window":0})").find("'sliding_window'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt_oss","num_hidden_layers":2,"layer_types":["full_attention"]})")
+                .find("'layer_types'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gpt_oss","num_hidden_layers":1,"layer_types":["chunked_attention"]})")
+                .find("'layer_types'"), std::string::npos);
 }
 
 // What the engine does not implement is refused, naming the key: never trained as something else.
@@ -191,6 +309,9 @@ TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
       {R"({"model_type":"llama","attention_dropout":0.1})", "'attention_dropout'"},
       {R"({"model_type":"llama","pretraining_tp":2})", "'pretraining_tp'"},
       {R"({"model_type":"mixtral","router_jitter_noise":0.1})", "'router_jitter_noise'"},
+      {R"({"model_type":"gpt_oss","rope_parameters":{"rope_type":"longrope","factor":2.0}})", "'rope_parameters'"},
+      {R"({"model_type":"gpt_oss","quantization_config":{"quant_method":"fp8"}})", "'quantization_config'"},
+      {R"({"model_type":"gpt_oss","attention_dropout":0.1})", "'attention_dropout'"},
   };
   for (const auto& [config, key] : cases) {
     const std::string error = error_of(config);
@@ -216,7 +337,7 @@ TEST(Families, HostileFilesAreCleanErrors) {
 
 TEST(Families, EveryFixtureParses) {
   for (const char* name : {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
-                           "deepseek_v3_tiny", "deepseek_v3_qproj_tied"})
+                           "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied"})
     EXPECT_NO_THROW(load_model_spec(testing::fixture(name) / "config.json")) << name;
 }
 

@@ -37,6 +37,7 @@ TEST(Forward, Qwen3MoeMatchesTransformers) { expect_logits_match("qwen3_moe_tiny
 TEST(Forward, LlamaWithLlama3RopeAndBiasesMatchesTransformers) { expect_logits_match("llama_tiny", 1e-5); }
 TEST(Forward, MixtralMatchesTransformers) { expect_logits_match("mixtral_tiny", 1e-5); }
 TEST(Forward, Qwen2MoeWithSharedExpertMatchesTransformers) { expect_logits_match("qwen2_moe_tiny", 1e-5); }
+TEST(Forward, GptOssWithSinksSlidingWindowAndYarnMatchesTransformers) { expect_logits_match("gpt_oss_tiny", 1e-5); }
 TEST(Forward, DeepseekV3MatchesTransformers) { expect_logits_match("deepseek_v3_tiny", 1e-5); }
 TEST(Forward, DeepseekV3WithQProjTiedMatchesTransformers) { expect_logits_match("deepseek_v3_qproj_tied", 1e-5); }
 
@@ -44,6 +45,8 @@ TEST(Forward, DeepseekV3WithQProjTiedMatchesTransformers) { expect_logits_match(
 // precision only; this still catches structural mistakes (tying, sparse step, q/k norm) at once.
 TEST(Forward, TiedBf16Qwen3MoeMatchesTransformersToBf16Precision) { expect_logits_match("qwen3_moe_tied_bf16", 3e-2); }
 TEST(Forward, Qwen3MatchesTransformersToBf16Precision) { expect_logits_match("qwen3_tiny", 3e-2); }
+// MXFP4 experts dequantized as transformers does, the rest bf16 on disk; both sides compute in fp32.
+TEST(Forward, GptOssFromMxfp4MatchesTransformers) { expect_logits_match("gpt_oss_mxfp4_tiny", 1e-5); }
 
 TEST(Forward, PackedDocumentsDoNotSeeEachOther) {
   CausalLM model = CausalLM::from_pretrained(testing::fixture("qwen3_moe_tiny"));

@@ -1,5 +1,6 @@
 // A checkpoint piece the family marks `transposed` (GPT-OSS stores its experts so) lands in the engine parameter
-// transposed, in the engine's dtype, and goes back to the file bit-exact.
+// transposed, in the engine's dtype, and goes back to the file bit-exact; one marked `interleaved_pairs` (GPT-OSS's
+// gate_up_proj and its bias: gate, up, gate, up, ...) lands as [gates; ups] and goes back interleaved.
 #include <gtest/gtest.h>
 
 #include "moetune/model/piece_transform.h"
@@ -26,6 +27,34 @@ TEST(PieceTransform, TransposedPiecesRoundTripBitExact) {
   const HfTensor plain{"model.layers.0.mlp.down_proj.weight", {2, 3, 5}};
   EXPECT_EQ(engine_shape(plain), Shape({2, 3, 5}));
   EXPECT_TRUE(piece_to_hf(ops::cast(hf, DType::F32), plain, DType::BF16).same_bytes(hf));
+}
+
+TEST(PieceTransform, InterleavedGateUpIsDeinterleavedAndBack) {
+  // gate_up_proj [E = 2, H = 3, 2I = 4] on disk: column 2j is gate j, column 2j + 1 is up j.
+  std::vector<float> values;
+  for (int i = 0; i < 2 * 3 * 4; ++i) values.push_back(float(i));
+  const Tensor hf = ops::cast(Tensor::from_vector(values, {2, 3, 4}), DType::BF16);
+  const HfTensor piece{"model.layers.0.mlp.experts.gate_up_proj", {2, 3, 4}, /*transposed=*/true, /*interleaved_pairs=*/true};
+  ASSERT_EQ(engine_shape(piece), Shape({2, 4, 3}));
+  const Tensor engine = Tensor::empty(engine_shape(piece), DType::F32);
+  piece_to_engine(hf, piece, engine);
+  for (int64_t e = 0; e < 2; ++e)
+    for (int64_t j = 0; j < 2; ++j)
+      for (int64_t h = 0; h < 3; ++h) {
+        const float gate = values[size_t((e * 3 + h) * 4 + 2 * j)], up = values[size_t((e * 3 + h) * 4 + 2 * j + 1)];
+        EXPECT_EQ(engine.data<float>()[(e * 4 + j) * 3 + h], gate);      // row j: gate j
+        EXPECT_EQ(engine.data<float>()[(e * 4 + 2 + j) * 3 + h], up);    // row I + j: up j
+      }
+  EXPECT_TRUE(piece_to_hf(engine, piece, DType::BF16).same_bytes(hf));
+
+  // gate_up_proj_bias [E, 2I]: interleaved along its last dimension, not transposed.
+  const Tensor bias = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {2, 4});
+  const HfTensor bias_piece{"model.layers.0.mlp.experts.gate_up_proj_bias", {2, 4}, false, true};
+  const Tensor engine_bias = Tensor::empty({2, 4}, DType::F32);
+  piece_to_engine(bias, bias_piece, engine_bias);
+  EXPECT_EQ(std::vector<float>(engine_bias.data<float>(), engine_bias.data<float>() + 8),
+            std::vector<float>({0, 2, 1, 3, 4, 6, 5, 7}));
+  EXPECT_TRUE(piece_to_hf(engine_bias, bias_piece, DType::F32).same_bytes(bias));
 }
 
 }  // namespace

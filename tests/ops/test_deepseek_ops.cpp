@@ -10,7 +10,6 @@
 #include "moetune/ops/mla_rope.h"
 #include "moetune/ops/rope.h"
 #include "moetune/ops/sigmoid_router.h"
-#include "moetune/ops/yarn_rope.h"
 
 namespace moetune::ops {
 namespace {
@@ -115,8 +114,10 @@ TEST(GradCheck, MlaRope) {
   }
 }
 
-YarnParameters yarn(double factor, int64_t original, double mscale, double mscale_all_dim) {
-  YarnParameters y;
+// DeepSeek-V3's YaRN through the shared RopeSpec (ops/rope.h).
+RopeSpec yarn(double factor, int64_t original, double mscale, double mscale_all_dim) {
+  RopeSpec y;
+  y.type = "yarn";
   y.factor = factor;
   y.original_max_position_embeddings = original;
   y.mscale = mscale;
@@ -125,20 +126,20 @@ YarnParameters yarn(double factor, int64_t original, double mscale, double mscal
 }
 
 TEST(Yarn, FrequenciesAndScalesMatchTransformers) {
-  const YarnParameters tiny = yarn(4.0, 16, 0.707, 1.0);
+  const RopeSpec tiny = yarn(4.0, 16, 0.707, 1.0);
   const std::vector<float> want_tiny = {1.0f, 0.0250000004f, 0.00249999994f, 0.000250000012f};
-  const std::vector<float> got_tiny = yarn_inverse_frequencies(tiny, 8);
+  const std::vector<float> got_tiny = rope_inverse_frequencies(tiny, 8);
   for (size_t i = 0; i < want_tiny.size(); ++i) EXPECT_FLOAT_EQ(got_tiny[i], want_tiny[i]) << i;
-  EXPECT_NEAR(yarn_attention_factor(tiny), 0.964326914892074, 1e-12);
+  EXPECT_NEAR(rope_attention_scaling(tiny), 0.964326914892074, 1e-12);
   EXPECT_NEAR(std::pow(yarn_mscale(4.0, 1.0), 2) / std::sqrt(12.0), 0.37426067039004857, 1e-12);
 
   // DeepSeek-V3's own rope_scaling, on a 16-wide rope part.
-  const YarnParameters v3 = yarn(40.0, 4096, 1.0, 1.0);
+  const RopeSpec v3 = yarn(40.0, 4096, 1.0, 1.0);
   const std::vector<float> want_v3 = {1.0f, 0.316227764f, 0.100000001f, 0.0239147246f, 0.00512499968f,
                                       0.000849862176f, 2.49999994e-05f, 7.90569447e-06f};
-  const std::vector<float> got_v3 = yarn_inverse_frequencies(v3, 16);
+  const std::vector<float> got_v3 = rope_inverse_frequencies(v3, 16);
   for (size_t i = 0; i < want_v3.size(); ++i) EXPECT_FLOAT_EQ(got_v3[i], want_v3[i]) << i;
-  EXPECT_DOUBLE_EQ(yarn_attention_factor(v3), 1.0);
+  EXPECT_DOUBLE_EQ(rope_attention_scaling(v3), 1.0);
   EXPECT_NEAR(std::pow(yarn_mscale(40.0, 1.0), 2) / std::sqrt(192.0), 0.1352337788608801, 1e-12);
 }
 

@@ -70,10 +70,57 @@ TEST(GradCheck, CausalAttentionPackedAndPadded) {
   expect_gradient("dv", v, loss, g.dv);
 }
 
+TEST(GradCheck, YarnScaledRope) {
+  ops::RopeSpec yarn{.type = "yarn", .theta = 100.0, .factor = 8.0, .original_max_position_embeddings = 16};
+  const std::vector<float> inv = rope_inverse_frequencies(yarn, 8);
+  const double scaling = rope_attention_scaling(yarn);
+  const std::vector<int64_t> positions = {0, 1, 2, 0, 1};
+  Tensor x = random({5, 2, 8}), dy = random({5, 2, 8});
+  Tensor dx = dy.clone();
+  apply_rope(dx, inv, positions, /*inverse=*/true, scaling);
+  auto loss = [&] {
+    Tensor y = x.clone();
+    apply_rope(y, inv, positions, false, scaling);
+    return weighted_sum(y, dy);
+  };
+  expect_gradient("dx", x, loss, dx);
+}
+
+TEST(GradCheck, CausalAttentionWithSlidingWindowAndSinks) {
+  // Two documents in one row (0-5 and 6-8), the last token padding, a window of 3 keys, one sink per head.
+  AttentionMask mask{{0, 0, 0, 0, 0, 0, 6, 6, 6}, {1, 1, 1, 1, 1, 1, 1, 1, 0}};
+  Tensor q = random({9, 4, 8}), k = random({9, 2, 8}), v = random({9, 2, 8}), dy = random({9, 4, 8});
+  AttentionVariant variant{3, random({4})};
+  const double scale = 1.0 / std::sqrt(8.0);
+  Tensor out = causal_attention_forward(q, k, v, mask, scale, variant);
+  AttentionGrads g = causal_attention_backward(dy, q, k, v, out, mask, scale, variant);
+  auto loss = [&] { return weighted_sum(causal_attention_forward(q, k, v, mask, scale, variant), dy); };
+  expect_gradient("dq", q, loss, g.dq);
+  expect_gradient("dk", k, loss, g.dk);
+  expect_gradient("dv", v, loss, g.dv);
+  expect_gradient("dsinks", variant.sinks, loss, g.dsinks);
+}
+
 TEST(GradCheck, Swiglu) {
   Tensor x = random({3, 10}), dy = random({3, 5});
   Tensor dx = swiglu_backward(dy, x);
   expect_gradient("dgate_up", x, [&] { return weighted_sum(swiglu_forward(x), dy); }, dx);
+}
+
+// Values well inside and well outside [-7, 7] (none within the nudge of a clamp edge): both clamps cut some.
+TEST(GradCheck, ClampedSwiglu) {
+  Tensor x = random({4, 12}, 6.0f), dy = random({4, 6});
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (std::fabs(std::fabs(x.data<float>()[i]) - 7.0f) < 0.1f) x.data<float>()[i] += 0.5f;
+  x.data<float>()[0] = 9.0f;    // a gate above the limit
+  x.data<float>()[6] = -8.0f;   // an up below -limit
+  x.data<float>()[7] = 8.0f;    // an up above the limit
+  const SwigluClamp clamp;
+  Tensor dx = clamped_swiglu_backward(dy, x, clamp);
+  EXPECT_EQ(dx.data<float>()[0], 0.0f);
+  EXPECT_EQ(dx.data<float>()[6], 0.0f);
+  EXPECT_EQ(dx.data<float>()[7], 0.0f);
+  expect_gradient("dgate_up", x, [&] { return weighted_sum(clamped_swiglu_forward(x, clamp), dy); }, dx);
 }
 
 TEST(GradCheck, Embedding) {
@@ -110,6 +157,16 @@ TEST(GradCheck, RouterWeights) {
     };
     expect_gradient(normalize ? "dlogits (normalized)" : "dlogits", logits, loss, dlogits);
   }
+}
+
+TEST(GradCheck, RouterTopkThenSoftmax) {
+  Tensor logits = separated_logits(5, 6), dweights = random({5 * 3});
+  const std::vector<float> dw(dweights.data<float>(), dweights.data<float>() + 15);
+  Tensor dlogits = router_topk_then_softmax_backward(router_topk_then_softmax_forward(logits, 3), dw);
+  auto loss = [&] {
+    return weighted_sum(Tensor::from_vector(router_topk_then_softmax_forward(logits, 3).weight, {15}), dweights);
+  };
+  expect_gradient("dlogits", logits, loss, dlogits);
 }
 
 TEST(GradCheck, LoadBalancingLossWithPadding) {
@@ -152,6 +209,29 @@ TEST(GradCheck, PermuteExpertsCombine) {
   expect_gradient("dgate_up", gate_up, loss, dgate_up);
   expect_gradient("ddown", down, loss, ddown);
   expect_gradient("drouting_weights", weights, loss, Tensor::from_vector(combine.dweight, {10}));
+}
+
+TEST(GradCheck, ExpertsWithBiasesAndClampedSwiglu) {
+  // GPT-OSS's experts: biases on both projections, the clamped SwiGLU (wide gate/up biases so the clamps cut).
+  const int64_t rows = 6, hidden = 4, inner = 3, experts = 3;
+  const std::vector<int64_t> offsets = {0, 2, 2, 6};  // expert 1 gets no rows
+  Tensor x = random({rows, hidden}), gate_up = random({experts, 2 * inner, hidden}, 0.5f);
+  Tensor down = random({experts, hidden, inner}, 0.5f), dy = random({rows, hidden});
+  ExpertVariant variant{random({experts, 2 * inner}, 6.0f), random({experts, hidden}), SwigluClamp{}};
+  auto forward = [&] { return expert_mlp(x, offsets, gate_up, down, variant).out; };
+  const ExpertActivations activations = expert_mlp(x, offsets, gate_up, down, variant);
+  for (int64_t i = 0; i < activations.gate_up.numel(); ++i)  // no pre-activation within a nudge of a clamp edge
+    ASSERT_GT(std::fabs(std::fabs(activations.gate_up.data<float>()[i]) - 7.0f), 0.05f) << i;
+  Tensor dgate_up = Tensor::zeros(gate_up.shape(), DType::F32), ddown = Tensor::zeros(down.shape(), DType::F32);
+  ExpertBiasGrads bias_grads{Tensor::zeros({experts, 2 * inner}, DType::F32), Tensor::zeros({experts, hidden}, DType::F32)};
+  Tensor dx = expert_mlp_backward(dy, x, activations, offsets, gate_up, down, dgate_up, ddown, variant, bias_grads);
+  auto loss = [&] { return weighted_sum(forward(), dy); };
+  expect_gradient("dx", x, loss, dx);
+  expect_gradient("dgate_up", gate_up, loss, dgate_up);
+  expect_gradient("ddown", down, loss, ddown);
+  expect_gradient("dgate_up_bias", variant.gate_up_bias, loss, bias_grads.gate_up_bias);
+  expect_gradient("ddown_bias", variant.down_bias, loss, bias_grads.down_bias);
+  for (int64_t i = 0; i < 2 * inner; ++i) EXPECT_EQ(bias_grads.gate_up_bias.data<float>()[2 * inner + i], 0.0f);  // expert 1
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 
 # Every fixture; transformers loads the bf16 ones in fp32, as moetune does, so both sides compute in fp32.
 FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_moe_tied_f32", "qwen3_tiny", "qwen3_f32", "llama_tiny", "mixtral_tiny",
-            "qwen2_moe_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied"]
+            "qwen2_moe_tiny", "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied"]
 TOLERANCE = 1e-5
 LENGTHS = [2, 5, 17, 40]  # unequal, so a mean of per-line means would not match; within every max_position
 VOCAB = 96
@@ -31,7 +31,8 @@ def make_sequences() -> list[list[int]]:
 
 
 def transformers_loss(folder: Path, sequences: list[list[int]]) -> tuple[float, int]:
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    # .float(): a dequantizing MXFP4 load (gpt_oss_mxfp4_tiny) keeps the experts bf16 whatever dtype asks for.
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).float().eval()
     no_aux_loss = {"output_router_logits": False} if hasattr(model.config, "output_router_logits") else {}
     loss_sum, tokens = 0.0, 0
     with torch.no_grad():

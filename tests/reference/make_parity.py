@@ -103,7 +103,7 @@ def make_inputs(vocab: int) -> dict:
     }
 
 
-def run_case(model, name: str, inputs: dict, out: dict) -> dict:
+def run_case(model, name: str, inputs: dict, out: dict, forward=forward) -> dict:
     """One forward + backward; stores inputs, logits, losses and grads under `name.`."""
     model.zero_grad(set_to_none=True)
     res = forward(model, **inputs)
@@ -130,7 +130,7 @@ def run_case(model, name: str, inputs: dict, out: dict) -> dict:
             "aux_loss": res.aux_loss.item() if is_moe(model) else None}
 
 
-def lm_loss_sum20(model, inputs: dict) -> torch.Tensor:
+def lm_loss_sum20(model, inputs: dict, forward=forward) -> torch.Tensor:
     with torch.no_grad():
         res = forward(model, **inputs, num_items_in_batch=20)
         ce = res.loss - model.config.router_aux_loss_coef * res.aux_loss if is_moe(model) else res.loss
@@ -153,11 +153,11 @@ def packed_isolated(model, inputs: dict) -> float:
     return max((packed[:, a:] - alone).abs().max().item(), (packed[:, :a] - first).abs().max().item())
 
 
-def train(folder: Path, attn: str, inputs: dict, out: dict) -> list:
+def train(folder: Path, attn: str, inputs: dict, out: dict, forward=forward, adamw=ADAMW) -> list:
     torch.manual_seed(SEED)
     model = load(folder, attn)
-    opt = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=tuple(ADAMW["betas"]),
-                            eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
+    opt = torch.optim.AdamW(model.parameters(), lr=adamw["lr"], betas=tuple(adamw["betas"]),
+                            eps=adamw["eps"], weight_decay=adamw["weight_decay"])
     sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=WARMUP_STEPS, num_training_steps=TOTAL_STEPS)
     losses, norms, lrs = [], [], []
     for _ in range(TRAIN_STEPS):

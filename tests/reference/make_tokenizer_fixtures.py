@@ -257,9 +257,9 @@ def apply_edits(spec, edits):
     return spec
 
 
-def expectations(tokenizer):
+def expectations(tokenizer, texts=CASES):
     results = []
-    for text in CASES:
+    for text in texts:
         ids = tokenizer.encode(text, add_special_tokens=False).ids
         results.append({"ids": ids, "ids_with_special_tokens": tokenizer.encode(text).ids,
                         "decoded": tokenizer.decode(ids, skip_special_tokens=False),

@@ -15,11 +15,14 @@
 #include "moetune/text/normalizer.h"
 #include "moetune/text/tokenizer.h"
 #include "test_util.h"
+#include "text/tokenizer_parity.h"
 
 namespace moetune::text {
 namespace {
 
 using nlohmann::json;
+using parity::expect_hf_parity;
+using parity::with_edits;
 
 const json& cases() {
   static const json parsed = json::parse(testing::read_file(testing::fixture("tokenizers/cases.json")));
@@ -34,8 +37,7 @@ json base_spec(const std::string& name) {
 Tokenizer load_named(const std::string& name, const testing::ScratchDir& scratch) {
   const json& variants = cases()["variants"];
   if (!variants.contains(name)) return Tokenizer::from_folder(testing::fixture("tokenizers/" + name));
-  json spec = base_spec(variants[name]["base"]);
-  for (const json& edit : variants[name]["edits"]) spec[json::json_pointer(edit[0].get<std::string>())] = edit[1];
+  const json spec = with_edits(base_spec(variants[name]["base"]), variants[name]["edits"]);
   testing::write_file(scratch / (name + ".json"), spec.dump());
   return Tokenizer::from_file(scratch / (name + ".json"));
 }
@@ -44,20 +46,7 @@ class HfParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfParity, EveryCaseGivesHfIdsAndDecodesToHfText) {
   testing::ScratchDir scratch;
-  const Tokenizer tokenizer = load_named(GetParam(), scratch);
-  const json& texts = cases()["texts"];
-  const json& expected = cases()["tokenizers"][GetParam()];
-  ASSERT_EQ(texts.size(), expected.size());
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const std::string text = texts[i];
-    const auto ids = expected[i]["ids"].get<std::vector<int32_t>>();
-    SCOPED_TRACE("case " + std::to_string(i) + ": " + json(text).dump());
-    EXPECT_EQ(tokenizer.encode(text), ids);
-    EXPECT_EQ(tokenizer.encode_with_special_tokens(text), expected[i]["ids_with_special_tokens"].get<std::vector<int32_t>>());
-    EXPECT_EQ(tokenizer.decode(ids), expected[i]["decoded"].get<std::string>());
-    EXPECT_EQ(tokenizer.decode(ids, /*skip_special_tokens=*/true),
-              expected[i]["decoded_skip_special"].get<std::string>());
-  }
+  expect_hf_parity(load_named(GetParam(), scratch), cases()["texts"], cases()["tokenizers"][GetParam()]);
 }
 
 std::vector<std::string> tokenizer_names() {
@@ -270,15 +259,15 @@ TEST(TokenizerErrors, MinimalSpecLoads) {
 
 TEST(TokenizerErrors, UnsupportedComponentsNameTheKeyAndValue) {
   expect_names(load_error("/model/type", "WordPiece"), {": model.type: ", "\"WordPiece\" is not supported", "BPE"});
-  expect_names(load_error("/model/byte_fallback", true), {"model.byte_fallback: true is not supported"});
   expect_names(load_error("/model/dropout", 0.1), {"model.dropout: 0.1 is not supported"});
   expect_names(load_error("/model/continuing_subword_prefix", "##"), {"model.continuing_subword_prefix: \"##\""});
   expect_names(load_error("/normalizer", {{"type", "NFKC"}}), {"normalizer.type: \"NFKC\" is not supported"});
   expect_names(load_error("/normalizer", json::parse(R"({"type": "Sequence", "normalizers":
                           [{"type": "NFC"}, {"type": "Lowercase"}]})")),
                {"normalizer.normalizers[1].type: \"Lowercase\" is not supported"});
-  expect_names(load_error("/pre_tokenizer", {{"type", "Metaspace"}}), {"pre_tokenizer.type: \"Metaspace\""});
-  expect_names(load_error("/pre_tokenizer", nullptr), {"pre_tokenizer: null is not supported"});
+  expect_names(load_error("/pre_tokenizer", {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}}),
+               {"pre_tokenizer.prepend_scheme: \"sometimes\" is not supported"});
+  expect_names(load_error("/pre_tokenizer", {{"type", "Whitespace"}}), {"pre_tokenizer.type: \"Whitespace\""});
   expect_names(load_error("/post_processor", {{"type", "RobertaProcessing"}}),
                {"post_processor.type: \"RobertaProcessing\" is not supported", "TemplateProcessing"});
   expect_names(load_error("/post_processor", json::parse(R"({"type": "TemplateProcessing", "single":

@@ -20,7 +20,8 @@ std::string sublayer_kind(const model::SublayerSpec& sublayer) {
                        a->mla->q_lora_rank ? std::to_string(*a->mla->q_lora_rank) : "none", a->mla->kv_lora_rank,
                        a->qk_head_dim, a->mla->qk_rope_head_dim, a->v_head_dim);
   if (const model::AttentionSpec* a = sublayer.attention())
-    return a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention";
+    return (a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention") +
+           (a->sinks ? " with sinks" : "");
   if (const model::MlpSpec* m = sublayer.mlp()) return fmt::format("dense mlp (intermediate {})", m->intermediate);
   const model::MoeSpec& m = *sublayer.moe();
   std::string text = fmt::format("moe (experts {}, top-{}, moe_intermediate {}", m.router.num_experts, m.router.top_k,
@@ -30,6 +31,9 @@ std::string sublayer_kind(const model::SublayerSpec& sublayer) {
   if (m.router.score == model::RouterScore::Sigmoid)
     text += fmt::format(", sigmoid router: top-{} of {} groups, scale {}", m.router.topk_groups, m.router.num_groups,
                         m.router.scaling_factor);
+  if (m.router.topk_before_softmax) text += ", softmax over the top-k";
+  if (m.experts.activation == model::Activation::ClampedSwiGLU)
+    text += fmt::format(", clamped swiglu (limit {})", m.experts.clamp.limit);
   return text + ")";
 }
 

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "moetune/core/error.h"
@@ -38,8 +39,10 @@ std::vector<std::string> arguments_without_nproc(int argc, char** argv) {
 namespace {
 
 std::vector<pid_t> g_children;
+volatile std::sig_atomic_t g_signalled = 0;
 
 extern "C" void forward_signal(int signal) {
+  g_signalled = 1;
   for (pid_t child : g_children)
     if (child > 0) ::kill(child, signal);
 }
@@ -88,11 +91,21 @@ int free_port() {
   }
   std::signal(SIGINT, forward_signal);
   std::signal(SIGTERM, forward_signal);
+  // A rank stuck in a collective does not answer SIGTERM's graceful stop: 20 s after the first stop (a failed
+  // rank, or a signal from outside) the rest are killed.
   int status = 0;
-  for (size_t running = g_children.size(); running > 0; --running) {
+  std::optional<std::chrono::steady_clock::time_point> stopping;
+  for (size_t running = g_children.size(); running > 0;) {
+    if (g_signalled && !stopping) stopping = std::chrono::steady_clock::now();
+    if (stopping && std::chrono::steady_clock::now() - *stopping > std::chrono::seconds(20)) forward_signal(SIGKILL);
     int child_status = 0;
-    const pid_t done = ::wait(&child_status);
+    const pid_t done = ::waitpid(-1, &child_status, WNOHANG);
     if (done < 0) break;
+    if (done == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    --running;
     const auto rank = size_t(std::find(g_children.begin(), g_children.end(), done) - g_children.begin());
     if (rank < g_children.size()) g_children[rank] = -1;
     const bool failed = !WIFEXITED(child_status) || WEXITSTATUS(child_status) != 0;
@@ -102,10 +115,6 @@ int free_port() {
                    WIFEXITED(child_status) ? "exited with status" : "was killed by signal",
                    WIFEXITED(child_status) ? WEXITSTATUS(child_status) : WTERMSIG(child_status));
       forward_signal(SIGTERM);
-      std::thread([] {  // a rank stuck in a collective does not answer SIGTERM's graceful stop
-        std::this_thread::sleep_for(std::chrono::seconds(20));
-        forward_signal(SIGKILL);
-      }).detach();
     }
   }
   std::exit(status);

@@ -40,9 +40,10 @@ std::vector<fs::path> folder_files(const fs::path& folder, const std::string& ke
 }  // namespace
 
 std::vector<fs::path> resolve_data_files(const std::vector<std::string>& entries, const std::string& key,
-                                         const fs::path& scratch) {
+                                         const fs::path& scratch, std::vector<uint32_t>* entry_of_file) {
   std::vector<fs::path> named;
   for (const std::string& entry : entries) {
+    const size_t before = named.size();
     if (is_pattern(entry) && !fs::exists(entry)) {
       for (const fs::path& match : matches(entry, key))
         if (!fs::is_directory(match)) named.push_back(match);
@@ -54,6 +55,7 @@ std::vector<fs::path> resolve_data_files(const std::vector<std::string>& entries
     } else {
       named.emplace_back(entry);
     }
+    if (entry_of_file) entry_of_file->insert(entry_of_file->end(), named.size() - before, uint32_t(&entry - entries.data()));
   }
   std::vector<fs::path> files;
   for (size_t i = 0; i < named.size(); ++i) {

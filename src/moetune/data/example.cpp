@@ -1,5 +1,7 @@
 #include "moetune/data/example.h"
 
+#include <algorithm>
+
 #include "moetune/core/error.h"
 #include "moetune/data/chat_spans.h"
 #include "moetune/data/line_shapes.h"
@@ -41,17 +43,26 @@ void require_messages(const json& messages, const char* key) {
       fail("{}[{}] has no \"role\"", key, i);
 }
 
+// Encodes text after the start of a text that is encoded piece by piece.
+std::vector<int64_t> encode_continuation(const TextCodec& codec, std::string_view text) {
+  return codec.encode_continuation ? codec.encode_continuation(text) : codec.encode(text);
+}
+
 // `whole` tokenized piece by piece: the spans scored, the text around them context.
 Example tokenize_spans(const std::string& whole, const std::vector<TextSpan>& spans, const TextCodec& codec,
                        bool loss_on_prompt) {
   Example example;
   size_t done = 0;
+  const auto encode_piece = [&](size_t begin, size_t end) {
+    const std::string_view piece = std::string_view(whole).substr(begin, end - begin);
+    return begin == 0 ? codec.encode(piece) : encode_continuation(codec, piece);
+  };
   for (const TextSpan& span : spans) {
-    append(example, codec.encode(std::string_view(whole).substr(done, span.begin - done)), loss_on_prompt);
-    append(example, codec.encode(std::string_view(whole).substr(span.begin, span.end - span.begin)), true);
+    append(example, encode_piece(done, span.begin), loss_on_prompt);
+    append(example, encode_piece(span.begin, span.end), true);
     done = span.end;
   }
-  append(example, codec.encode(std::string_view(whole).substr(done)), loss_on_prompt);
+  append(example, encode_piece(done, whole.size()), loss_on_prompt);
   return example;
 }
 
@@ -63,11 +74,32 @@ RenderChat renderer(const json& line, const TextCodec& codec) {
   };
 }
 
-// Assistant turns are scored, the rest is context; the turns are found in the one rendering of the whole
-// conversation (chat_spans.h says how).
+// The text the {% generation %} blocks marked, as sorted spans that do not overlap: nested and overlapping blocks
+// merge, empty ones go (transformers' mask is the union of the blocks' tokens).
+std::vector<TextSpan> merged_spans(std::vector<std::pair<size_t, size_t>> blocks) {
+  std::sort(blocks.begin(), blocks.end());
+  std::vector<TextSpan> spans;
+  for (const auto& [begin, end] : blocks) {
+    if (begin >= end) continue;
+    if (!spans.empty() && begin <= spans.back().end)
+      spans.back().end = std::max(spans.back().end, end);
+    else
+      spans.push_back({begin, end});
+  }
+  return spans;
+}
+
+// Assistant turns are scored, the rest is context. With a template that marks them with {% generation %} blocks,
+// the blocks' text is scored, as transformers' return_assistant_tokens_mask gives it; otherwise the turns are found
+// in the one rendering of the whole conversation (chat_spans.h says how).
 Example chat_example(const json& line, const json& messages, const TextCodec& codec, bool loss_on_prompt, const char* key) {
   require_messages(messages, key);
   require_chat_template(codec, key);
+  if (codec.render_chat_generation) {
+    std::vector<std::pair<size_t, size_t>> blocks;
+    if (std::optional<std::string> whole = codec.render_chat_generation(messages, line.contains("tools") ? line["tools"] : json(), blocks))
+      return tokenize_spans(*whole, merged_spans(std::move(blocks)), codec, loss_on_prompt);
+  }
   const RenderChat render = renderer(line, codec);
   const std::string whole = render(messages, false);
   return tokenize_spans(whole, assistant_spans(messages, render, whole), codec, loss_on_prompt);
@@ -139,7 +171,7 @@ Example make_example(const json& line, Format format, const TextCodec& codec, bo
       }
       append(example, codec.prefix_ids, loss_on_prompt);
       append(example, codec.encode(string_field(line, "prompt")), loss_on_prompt);
-      append(example, codec.encode(string_field(line, "completion")), true);
+      append(example, encode_continuation(codec, string_field(line, "completion")), true);
       close_text(example, codec);
       break;
     case Format::Messages:

@@ -29,6 +29,9 @@ Format detect_format(const Json& line);
 // What turning text into examples needs from the tokenizer and the chat template.
 struct TextCodec {
   std::function<std::vector<int64_t>(std::string_view)> encode;
+  // Encodes text that continues a text encoded piece by piece (no "start of text" prefix, as SentencePiece-style
+  // tokenizers put before a text's start only); unset: encode.
+  std::function<std::vector<int64_t>(std::string_view)> encode_continuation;
   std::optional<int64_t> eos_id;  // appended to text and completions so the model learns to stop
   // The special tokens the tokenizer's post_processor puts around a text (Llama-3's BOS before it), as
   // transformers' tokenizer(text) adds them: around `text` lines and string prompt + completion. Chat templates
@@ -37,6 +40,9 @@ struct TextCodec {
   // Renders messages with the chat template: add_generation_prompt as the second argument, the line's "tools" (or
   // null) as the third.
   std::function<std::string(const Json&, bool, const Json&)> render_chat;
+  // For templates with {% generation %} blocks: renders messages (with the line's "tools" or null) and gives where
+  // the blocks rendered, as [begin, end) byte pairs; nullopt when the template used has no such blocks.
+  std::function<std::optional<std::string>(const Json&, const Json&, std::vector<std::pair<size_t, size_t>>&)> render_chat_generation;
   int64_t vocab_size = 0;
 };
 

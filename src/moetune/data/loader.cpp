@@ -97,6 +97,7 @@ std::string DataLoader::file_names() const {
 }
 
 std::vector<size_t> DataLoader::order(int64_t epoch) const {
+  if (!options_.mixing.empty()) return mixed_order(lines_, options_.mixing, options_.seed, epoch, options_.shuffle);
   std::vector<size_t> indices(lines_.size());
   std::iota(indices.begin(), indices.end(), 0);
   if (options_.shuffle) std::shuffle(indices.begin(), indices.end(), std::mt19937_64(options_.seed * 1000003ull + uint64_t(epoch)));
@@ -111,7 +112,8 @@ std::optional<Example> DataLoader::read(size_t line_index) {
   std::string text;
   std::getline(stream, text);
   try {
-    return make_example(io::parse_json_text<Json>(text, ""), options_.format, codec_, options_.loss_on_prompt);
+    return make_example(options_.mapping.apply(io::parse_json_text<Json>(text, "")), options_.format, codec_,
+                        options_.loss_on_prompt);
   } catch (const Error& e) {
     if (!options_.skip_bad_lines) fail("{}: line {}: {}", files_[ref.file].string(), ref.line_number, e.what());
     ++skipped_;

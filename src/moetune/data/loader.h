@@ -11,6 +11,8 @@
 
 #include "moetune/core/tensor.h"
 #include "moetune/data/example.h"
+#include "moetune/data/line_mapping.h"
+#include "moetune/data/mixing.h"
 
 namespace moetune::data {
 
@@ -36,6 +38,8 @@ struct LoaderOptions {
   bool skip_bad_lines = false;
   int64_t micro_batch_size = 4;
   uint64_t seed = 1234;
+  LineMapping mapping;  // data.columns / data.roles, applied to each line before its shape is read
+  Mixing mixing;        // data.train_weights; empty: each line once per epoch
 };
 
 struct MicroBatch {

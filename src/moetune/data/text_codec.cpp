@@ -5,6 +5,7 @@
 #include "moetune/io/regular_file.h"
 #include "moetune/model/model_description.h"
 #include "moetune/text/chat_template.h"
+#include "moetune/text/jinja_template.h"
 
 namespace moetune::data {
 
@@ -82,10 +83,25 @@ ModelText load_model_text(const fs::path& folder, const ChatSettings& settings) 
       if (!tools.is_null()) extra["tools"] = tools;
       return chat->apply(messages, add_generation_prompt, extra);
     };
+    text.codec.render_chat_generation = [chat, kwargs](const Json& messages, const Json& tools,
+                                                       std::vector<std::pair<size_t, size_t>>& spans) -> std::optional<std::string> {
+      if (!chat->has_generation_blocks(!tools.is_null())) return std::nullopt;
+      Json extra = kwargs;
+      if (!tools.is_null()) extra["tools"] = tools;
+      std::vector<text::jinja::GenerationSpan> blocks;
+      std::string whole = chat->apply_marking_generation(messages, extra, blocks);
+      spans.clear();
+      for (const auto& block : blocks) spans.emplace_back(block.begin, block.end);
+      return whole;
+    };
   }
   std::shared_ptr<text::Tokenizer> tokenizer = text.tokenizer;
   text.codec.encode = [tokenizer](std::string_view s) {
     const std::vector<int32_t> ids = tokenizer->encode(s);
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  };
+  text.codec.encode_continuation = [tokenizer](std::string_view s) {
+    const std::vector<int32_t> ids = tokenizer->encode(s, /*starts_text=*/false);
     return std::vector<int64_t>(ids.begin(), ids.end());
   };
   return text;

@@ -6,6 +6,15 @@
 #include "moetune/ops/rope.h"
 
 namespace moetune::model {
+namespace {
+
+// GPT-OSS's sliding window and sinks, when the layer has them.
+ops::AttentionVariant attention_variant(const AttentionSpec& spec, const AttentionParams& p) {
+  return {spec.sliding_window, p.sinks.value};
+}
+
+}  // namespace
+
 AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
                                double norm_eps)
     : spec_(*sublayer.attention()),
@@ -14,8 +23,8 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
       p_(spec_.mla ? AttentionParams{} : AttentionParams::lookup(store, layer, sublayer.norm)),
       mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
   if (mla_) return;
-  MOETUNE_CHECK(!spec_.sliding_window && !spec_.sinks && spec_.qk_head_dim == spec_.v_head_dim,
-                "{}: sliding windows, sinks and differing q/k and v head dims are not implemented", layer);
+  MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim, "{}: differing q/k and v head dims are not implemented", layer);
+  MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
@@ -30,9 +39,11 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.q = p_.q_norm.defined() ? ops::rms_norm_forward(stash_.q_raw, p_.q_norm.value, eps_) : stash_.q_raw.clone();
   stash_.k = p_.k_norm.defined() ? ops::rms_norm_forward(stash_.k_raw, p_.k_norm.value, eps_) : stash_.k_raw.clone();
   if (!p_.q_norm.defined()) stash_.q_raw = stash_.k_raw = Tensor();  // only the norms read them back
-  ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions);
-  ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions);
-  stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale());
+  const double rope_scaling = ops::rope_attention_scaling(spec_.rope);
+  ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions, false, rope_scaling);
+  ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions, false, rope_scaling);
+  stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale(),
+                                                  attention_variant(spec_, p_));
   return add(h, ops::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value));
 }
 
@@ -43,9 +54,11 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const double scale = spec_.softmax_scale();
   Tensor dattended = ops::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o.grad, p_.o_bias.grad);
   ops::AttentionGrads g = ops::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v,
-                                                         stash_.attended, layout.mask, scale);
-  ops::apply_rope(g.dq, inverse_frequencies_, layout.positions, /*inverse=*/true);
-  ops::apply_rope(g.dk, inverse_frequencies_, layout.positions, /*inverse=*/true);
+                                                         stash_.attended, layout.mask, scale, attention_variant(spec_, p_));
+  if (p_.sinks.grad.defined()) accumulate(p_.sinks.grad, g.dsinks);
+  const double rope_scaling = ops::rope_attention_scaling(spec_.rope);
+  ops::apply_rope(g.dq, inverse_frequencies_, layout.positions, /*inverse=*/true, rope_scaling);
+  ops::apply_rope(g.dk, inverse_frequencies_, layout.positions, /*inverse=*/true, rope_scaling);
   if (p_.q_norm.defined()) {
     g.dq = ops::rms_norm_backward(g.dq, stash_.q_raw, p_.q_norm.value, eps_, p_.q_norm.grad);
     g.dk = ops::rms_norm_backward(g.dk, stash_.k_raw, p_.k_norm.value, eps_, p_.k_norm.grad);

@@ -11,10 +11,11 @@ namespace moetune::model {
 
 struct AttentionParams {
   Param norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias;
+  Param sinks;  // [nq], GPT-OSS
   static AttentionParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm) {
     return {store.get(layer + norm),          store.get(layer + "attn.qkv"),    store.find(layer + "attn.qkv_bias"),
             store.find(layer + "attn.q_norm"), store.find(layer + "attn.k_norm"), store.get(layer + "attn.o"),
-            store.find(layer + "attn.o_bias")};
+            store.find(layer + "attn.o_bias"), store.find(layer + "attn.sinks")};
   }
 };
 
@@ -40,6 +41,8 @@ struct MoeParams {
   Param norm, router, gate_up, down;
   SwigluParams shared;  // undefined without a shared expert
   Param shared_gate;    // [1, H]; undefined without its sigmoid gate
+  Param router_bias;                  // [E], GPT-OSS
+  Param gate_up_bias, down_bias;      // [E, 2I], [E, H], GPT-OSS
   static MoeParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm,
                           bool shared_expert) {
     return {store.get(layer + norm),
@@ -47,7 +50,10 @@ struct MoeParams {
             store.get(layer + "moe.experts_gate_up"),
             store.get(layer + "moe.experts_down"),
             shared_expert ? SwigluParams::lookup(store, layer + "moe.shared_") : SwigluParams{},
-            store.find(layer + "moe.shared_gate")};
+            store.find(layer + "moe.shared_gate"),
+            store.find(layer + "moe.router_bias"),
+            store.find(layer + "moe.experts_gate_up_bias"),
+            store.find(layer + "moe.experts_down_bias")};
   }
 };
 

@@ -32,6 +32,13 @@ inline void set_columns(const Tensor& x, int64_t first, const Tensor& part) {
   for (int64_t r = 0; r < rows; ++r) std::copy_n(part.data<float>() + r * count, count, x.data<float>() + r * width + first);
 }
 
+// into += other, elementwise (a gradient accumulated, as loss.backward() does).
+inline void accumulate(const Tensor& into, const Tensor& other) {
+  float* o = into.data<float>();
+  const float* d = other.data<float>();
+  for (int64_t i = 0; i < into.numel(); ++i) o[i] += d[i];
+}
+
 // Bytes held by the defined tensors among `tensors`: what a stash costs.
 inline size_t held_bytes(std::initializer_list<const Tensor*> tensors) {
   size_t total = 0;

@@ -6,6 +6,7 @@
 #include "moetune/io/atomic_file.h"
 #include "moetune/model/fp8_dequantize.h"
 #include "moetune/model/model_description.h"
+#include "moetune/model/mxfp4.h"
 #include "moetune/model/piece_transform.h"
 #include "moetune/ops/cast.h"
 
@@ -77,6 +78,13 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
       continue;
     }
     for (const auto& piece : spec.pieces) {
+      if (holds_mxfp4(files, piece.name)) {  // gpt-oss's released experts: dequantized on load
+        if (const Shape shape = mxfp4_tensor_shape(files, piece.name); shape != piece.shape)
+          fail("{}: MXFP4 tensor '{}_blocks' dequantizes to shape {} but config.json implies {}",
+               where(files, piece.name + "_blocks"), piece.name, shape_str(shape), shape_str(piece.shape));
+        claimed.insert({piece.name + "_blocks", piece.name + "_scales"});
+        continue;
+      }
       if (!files.contains(piece.name)) {
         missing.push_back(piece.name);
         continue;
@@ -114,7 +122,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   const ParameterLayout whole = weights.layout;
   // FP8 block-scaled weights are dequantised as they are read and kept (and saved) as bf16.
   const std::optional<std::array<int64_t, 2>> fp8_block = fp8_block_size(weights.layout.spec);
-  bool dequantized = false;
+  bool fp8_dequantized = false;
   auto stored_dtype = [&](const std::string& name) {
     if (!is_fp8_block_scaled(files, name)) return files.entry(name).dtype;
     if (!fp8_block) fail("{}: '{}' has FP8 block scales but config.json has no quantization_config", where(files, name), name);
@@ -133,7 +141,8 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     const std::string first = whole_fused[i] ? whole.parameters[i].fused_hf_name : spec.pieces[0].name;
     if (whole_fused[i] && is_fp8_block_scaled(files, first))
       fail("{}: '{}' is a fused FP8 expert tensor; FP8 experts load from per-expert tensors only", where(files, first), first);
-    weights.disk_dtypes.push_back(stored_dtype(first));
+    // MXFP4 dequantizes to bf16, and is saved so (as transformers saves a model it dequantized).
+    weights.disk_dtypes.push_back(holds_mxfp4(files, first) ? DType::BF16 : stored_dtype(first));
     if (!is_floating(weights.disk_dtypes.back()))
       fail("{}: tensor '{}' is {}; model weights must be floating point", where(files, first), first,
            dtype_name(weights.disk_dtypes.back()));
@@ -143,6 +152,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   weights.parameters = std::move(placed.views);
   weights.replicated_runs = std::move(placed.replicated);
   weights.expert_runs = std::move(placed.experts);
+  bool dequantized = false;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
     // Assembled on the host (casting as it goes), then copied into its place in the device's flat buffer.
@@ -157,13 +167,15 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     } else {
       int64_t offset = 0;
       for (const auto& piece : spec.pieces) {
-        Tensor source = files.tensor(piece.name);
-        if (stored_dtype(piece.name) != weights.disk_dtypes[i])
+        const bool mxfp4 = holds_mxfp4(files, piece.name);
+        dequantized = dequantized || mxfp4;
+        Tensor source = mxfp4 ? read_mxfp4(files, piece.name) : files.tensor(piece.name);
+        if ((mxfp4 ? source.dtype() : stored_dtype(piece.name)) != weights.disk_dtypes[i])
           fail("{}: tensor '{}' is {} but '{}', fused with it, is {}", where(files, piece.name), piece.name,
                dtype_name(source.dtype()), spec.pieces[0].name, dtype_name(weights.disk_dtypes[i]));
         if (is_fp8_block_scaled(files, piece.name)) {
           source = dequantize_fp8_blocks(source, files.tensor(fp8_scale_name(piece.name)), *fp8_block, piece.name);
-          dequantized = true;
+          fp8_dequantized = true;
         }
         piece_to_engine(source, piece, parameter.flat_slice(offset, engine_shape(piece)));
         offset += shape_numel(piece.shape);
@@ -171,7 +183,9 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     }
     if (!options.device.is_cpu()) weights.parameters[i].copy_from(parameter);
   }
-  if (dequantized) mark_dequantized(weights.layout.spec);
+  // The weights are held (and will be saved) dequantized: transformers drops quantization_config the same way.
+  if (dequantized) weights.layout.spec.json.erase("quantization_config");
+  if (fp8_dequantized) mark_dequantized(weights.layout.spec);
   return weights;
 }
 

@@ -19,6 +19,7 @@ std::optional<std::array<int64_t, 2>> fp8_block_size(const ModelSpec& spec) {
   const nlohmann::json& q = *found;
   const std::string method = q.is_object() ? q.value("quant_method", std::string()) : std::string();
   const std::string format = q.is_object() ? q.value("fmt", std::string("e4m3")) : std::string();
+  if (method == "mxfp4") return std::nullopt;  // GPT-OSS's experts: dequantized by model/mxfp4.h, no FP8 blocks
   if (method != "fp8" || format != "e4m3")
     fail("'quantization_config' is quant_method '{}', fmt '{}': only FP8 e4m3 block-scaled checkpoints (DeepSeek-V3 "
          "style) are dequantised on load",

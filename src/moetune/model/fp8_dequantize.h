@@ -21,7 +21,8 @@ std::string fp8_scale_name(const std::string& weight_name);
 bool is_fp8_block_scaled(const io::SafetensorsFolder& files, const std::string& name);
 
 // config.json's quantization_config.weight_block_size (rows, columns); nullopt when the checkpoint is not
-// FP8 block-scaled. Refuses (naming the key) other quantisation methods.
+// FP8 block-scaled (GPT-OSS's mxfp4 included: model/mxfp4.h reads it). Refuses (naming the key) other
+// quantisation methods.
 std::optional<std::array<int64_t, 2>> fp8_block_size(const ModelSpec& spec);
 
 // The exact value of one float8_e4m3fn byte (no infinities; 0x7f / 0xff are NaN).

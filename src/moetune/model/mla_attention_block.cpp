@@ -22,7 +22,7 @@ Tensor take_per_head(const Tensor& x, int64_t first, int64_t count) {
 
 std::vector<float> rope_frequencies(const AttentionSpec& a) {
   const int64_t dim = a.mla->qk_rope_head_dim;
-  return a.mla->yarn ? ops::yarn_inverse_frequencies(*a.mla->yarn, dim) : ops::rope_inverse_frequencies(a.rope, dim);
+  return ops::rope_inverse_frequencies(a.rope, dim);
 }
 
 }  // namespace

@@ -11,6 +11,11 @@ bool RouterSpec::is_softmax_then_topk() const {
          scaling_factor == 1.0;
 }
 
+bool RouterSpec::is_topk_then_softmax() const {
+  return score == RouterScore::Softmax && topk_before_softmax && num_groups == 1 && !correction_bias && !renormalize &&
+         scaling_factor == 1.0;
+}
+
 double AttentionSpec::softmax_scale() const { return 1.0 / std::sqrt(double(qk_head_dim)); }
 
 const MoeSpec* LayerSpec::moe() const {

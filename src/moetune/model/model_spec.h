@@ -4,8 +4,9 @@
 // same list of layers.
 //
 // A field describes what the architecture *is*. Where a field holds a value the engine does not run yet
-// (sliding windows, sinks, sigmoid routers, ...), the family refuses the config naming the key, so nothing is
-// silently trained differently from transformers.
+// (sigmoid routers, ...), the family refuses the config naming the key, so nothing is silently trained
+// differently from transformers; what only the CPU runs (GPT-OSS's sinks, sliding windows, YaRN, clamped
+// experts) the GPU model refuses by name (model/device_support.h).
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,8 @@
 #include <vector>
 
 #include "moetune/core/dtype.h"
+#include "moetune/ops/activation.h"
 #include "moetune/ops/rope.h"
-#include "moetune/ops/yarn_rope.h"
 
 namespace moetune::model {
 
@@ -30,8 +31,8 @@ struct MlaSpec {
   bool rope_interleave = true;         // rotary pairs (x0, x1), (x2, x3), ... instead of the two halves
   bool bias = false;                   // attention_bias: on q_a_proj, kv_a_proj_with_mqa and o_proj
   double latent_norm_eps = 1e-6;       // q_a_layernorm / kv_a_layernorm keep RMSNorm's default eps
-  std::optional<ops::YarnParameters> yarn;  // rope_type "yarn"; else AttentionSpec::rope's schedule
-  double rope_scale = 1.0;             // YaRN's attention factor, multiplying cos and sin
+  // The rope part's schedule is AttentionSpec::rope (default or yarn) over qk_rope_head_dim.
+  double rope_scale = 1.0;             // YaRN's attention factor (ops::rope_attention_scaling), multiplying cos and sin
   double softmax_scale = 0;            // qk_head_dim^-0.5, times YaRN's mscale(mscale_all_dim)^2
 };
 
@@ -40,19 +41,21 @@ struct AttentionSpec {
   int64_t qk_head_dim = 0, v_head_dim = 0;  // equal for every family so far; MLA will differ
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;                     // RMSNorm over head_dim on q and k before RoPE (Qwen3)
-  std::optional<int64_t> sliding_window;    // refused by the families until the kernels exist
-  bool sinks = false;                       // likewise (GPT-OSS)
+  std::optional<int64_t> sliding_window;    // GPT-OSS's sliding_attention layers (CPU only so far)
+  bool sinks = false;                       // a learned per-head softmax sink, GPT-OSS (CPU only so far)
   ops::RopeSpec rope;
   std::optional<MlaSpec> mla;               // DeepSeek-V3: multi-head latent attention instead of q/k/v
   double softmax_scale() const;             // 1 / sqrt(qk_head_dim)
 };
 
-enum class Activation { SwiGLU };
+// ClampedSwiGLU: GPT-OSS's experts, with `MlpSpec::clamp`'s constants (CPU only so far).
+enum class Activation { SwiGLU, ClampedSwiGLU };
 
 struct MlpSpec {
   int64_t intermediate = 0;
   bool bias = false;
   Activation activation = Activation::SwiGLU;
+  ops::SwigluClamp clamp;  // read only for ClampedSwiGLU
 };
 
 enum class RouterScore { Softmax, Sigmoid };
@@ -67,8 +70,10 @@ struct RouterSpec {
   bool bias = false;
   double scaling_factor = 1.0;
 
-  // Softmax over all experts, then top-k (optionally renormalised): the one router the blocks run so far.
+  // Softmax over all experts, then top-k (optionally renormalised): the one router the GPU blocks run so far.
   bool is_softmax_then_topk() const;
+  // GPT-OSS: top-k of the logits (with or without a bias), softmax over the k chosen; the CPU runs it too.
+  bool is_topk_then_softmax() const;
 };
 
 struct SharedExpertSpec {

@@ -1,7 +1,7 @@
 #include "moetune/model/moe_block.h"
 
 #include "moetune/model/block_util.h"
-#include "moetune/model/router_choice.h"
+#include "moetune/model/moe_variant.h"
 #include "moetune/model/swiglu_mlp.h"
 #include "moetune/ops/gate.h"
 #include "moetune/ops/linear.h"
@@ -17,14 +17,17 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       dispatcher_(std::move(dispatcher)),
       correction_bias_(store.find(layer + "moe.router_correction_bias")) {
   MOETUNE_CHECK(cpu_runs_router(spec_.router), "{}: this router is not implemented on the CPU", layer);
+  MOETUNE_CHECK(spec_.router.bias == p_.router_bias.defined() && spec_.experts.bias == p_.gate_up_bias.defined(),
+                "{}: the spec and the parameters disagree on the router's or the experts' biases", layer);
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext&) {
   input_ = h;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
-  routing_ = route(spec_.router, ops::linear_forward(normed, p_.router.value), correction_bias_.value);
+  routing_ = route(spec_.router, ops::linear_forward(normed, p_.router.value, p_.router_bias.value), correction_bias_.value);
   dispatched_ = dispatcher_->dispatch(normed, routing_);
-  activations_ = ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value);
+  activations_ = ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value,
+                                 expert_variant(spec_.experts, p_));
   Tensor out = add(h, dispatcher_->combine(activations_.out, routing_));
   if (!p_.shared.defined()) return out;
   SwigluOutput shared = swiglu_mlp(normed, p_.shared);
@@ -41,11 +44,12 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
   ops::CombineGrads combine = dispatcher_->combine_backward(dout, activations_.out, routing_);
   Tensor ddispatched = ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up.value,
-                                                p_.down.value, p_.gate_up.grad, p_.down.grad);
+                                                p_.down.value, p_.gate_up.grad, p_.down.grad,
+                                                expert_variant(spec_.experts, p_), expert_bias_grads(p_));
   Tensor dnormed = dispatcher_->dispatch_backward(ddispatched, tokens);
   Tensor dlogits = route_backward(spec_.router, routing_, combine.dweight);
   if (drouter_logits.defined()) dlogits = add(dlogits, drouter_logits);
-  dnormed = add(dnormed, ops::linear_backward(dlogits, normed, p_.router.value, p_.router.grad));
+  dnormed = add(dnormed, ops::linear_backward(dlogits, normed, p_.router.value, p_.router.grad, p_.router_bias.grad));
   if (p_.shared.defined()) {
     Tensor dshared = dout;
     if (p_.shared_gate.defined()) {

@@ -23,6 +23,10 @@ struct HfTensor {
   // Stored as the transpose of the engine's piece (its last two dimensions swapped), as GPT-OSS keeps its
   // experts: loading and saving transpose (model/piece_transform.h).
   bool transposed = false;
+  // Dimension 1 of the engine's piece is stored as interleaved pairs (gate 0, up 0, gate 1, up 1, ...) where the
+  // engine keeps [all gates; all ups], as GPT-OSS keeps its experts' gate_up_proj and its bias: loading
+  // de-interleaves (after transposing), saving interleaves (before transposing back).
+  bool interleaved_pairs = false;
 };
 
 // Buffer: a tensor the checkpoint holds and the model reads but transformers neither counts as a parameter nor

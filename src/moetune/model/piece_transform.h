@@ -1,11 +1,14 @@
-// How one HF tensor becomes its piece of an engine parameter and back: a dtype conversion, and a transpose of
-// the last two dimensions where the family marks the piece `transposed`. Loading and saving both go through
-// here, so load -> save stays bit-exact.
+// How one HF tensor becomes its piece of an engine parameter and back: a dtype conversion, a transpose of the
+// last two dimensions where the family marks the piece `transposed`, and a de-interleave of dimension 1 where it
+// marks it `interleaved_pairs`. Loading and saving both go through here, so load -> save stays bit-exact.
 #pragma once
 
 #include "moetune/model/parameter_layout.h"
 
 namespace moetune::model {
+
+// `source` [..., rows, cols] -> a new [..., cols, rows] tensor of the same dtype (bytes moved, any dtype).
+Tensor transpose_last_two(const Tensor& source);
 
 // The piece's shape inside the engine parameter.
 Shape engine_shape(const HfTensor& piece);

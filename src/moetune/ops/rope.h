@@ -1,31 +1,49 @@
 // Rotary position embeddings, rotate-half style (the first and second halves of head_dim form the pairs),
-// with the frequency schedules transformers implements for these families: default, linear, llama3.
+// with the frequency schedules transformers implements for these families: default, linear, llama3, yarn.
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "moetune/core/tensor.h"
-#include <string>
 
 namespace moetune::ops {
 
 // The RoPE frequency schedule as config.json's rope_parameters (v5) or rope_theta + rope_scaling (v4) give it.
 struct RopeSpec {
-  std::string type = "default";  // default, linear, llama3 (others are refused by the families)
+  std::string type = "default";  // default, linear, llama3, yarn (others are refused by the families)
   double theta = 10000.0;
   double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3
   double high_freq_factor = 4.0;  // llama3
   int64_t original_max_position_embeddings = 0;
   double partial_rotary_factor = 1.0;
+  // yarn (transformers' _compute_yarn_parameters): the ramp between extrapolated and interpolated frequencies
+  // spans the dimensions that rotate beta_fast .. beta_slow times over the original context; `truncate` rounds
+  // its ends outwards (transformers' default when the key is absent is true; gpt-oss sets false).
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  // yarn: cos and sin are multiplied by this; nullopt derives it from factor (and mscale / mscale_all_dim when
+  // both are set, as DeepSeek's configs do; 0 means absent).
+  std::optional<double> attention_factor;
+  double mscale = 0, mscale_all_dim = 0;
 };
 
 // The inverse frequencies [head_dim / 2], as transformers computes them (fp32).
 std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim);
 
-// Rotates x [T, heads, head_dim] in place; positions[t] is token t's position in its document. The rotation
-// is orthogonal, so the backward pass is the same call with `inverse` (rotating the gradient back).
+// The factor transformers multiplies cos and sin by (yarn's attention scaling; 1 for the other schedules).
+double rope_attention_scaling(const RopeSpec& rope);
+
+// transformers' get_mscale / yarn_get_mscale: 0.1 · mscale · ln(scale) + 1 for scale > 1, else 1 (the attention
+// scaling YaRN suggests for a context stretched `scale` times; DeepSeek-V3 also scales its softmax by it).
+double yarn_mscale(double scale, double mscale = 1.0);
+
+// Rotates x [T, heads, head_dim] in place and multiplies it by `scaling` (rope_attention_scaling); positions[t] is
+// token t's position in its document. The rotation is orthogonal, so the backward pass is the same call with
+// `inverse` (rotating the gradient back, and scaling it by the same factor).
 void apply_rope(Tensor& x, const std::vector<float>& inverse_frequencies, const std::vector<int64_t>& positions,
-                bool inverse = false);
+                bool inverse = false, double scaling = 1.0);
 
 }  // namespace moetune::ops

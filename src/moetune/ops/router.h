@@ -22,6 +22,12 @@ Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize)
 // Given d(weight) [T * k]: returns d(logits) [T, E] through the renormalisation and the softmax.
 Tensor router_topk_backward(const Routing& routing, const std::vector<float>& dweight);
 
+// GPT-OSS's router (GptOssTopKRouter): top-k of the raw logits, largest first (ties to the lower expert index),
+// then the weights are the softmax over only those k logits.
+Routing router_topk_then_softmax_forward(const Tensor& logits, int64_t top_k);
+// Given d(weight) [T * k]: returns d(logits) [T, E], zero outside each token's k chosen experts.
+Tensor router_topk_then_softmax_backward(const Routing& routing, const std::vector<float>& dweight);
+
 // load_balancing_loss_func: with N the counted rows over all layers, C_e how often expert e is in a top-k and
 // P_e the sum of its probabilities, loss = E · Σ_e (C_e / N) · (P_e / N). `token_valid` (per token, empty for
 // all) excludes padding from both sums.

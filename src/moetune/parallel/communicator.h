@@ -21,9 +21,11 @@ class Communicator {
 
   // In place: every rank ends with the element-wise sum over the ranks.
   virtual void all_reduce_sum(Tensor& tensor) = 0;
-  // input [size · n] -> output [n]: block `rank()` of the element-wise sum over the ranks.
+  // input [size · n] -> output [n]: block `rank()` of the element-wise sum over the ranks. NCCL: in place when
+  // output is input's block rank(); MPI: output apart from input.
   virtual void reduce_scatter_sum(const Tensor& input, Tensor& output) = 0;
-  // input [n] -> output [size · n], rank r's input at block r.
+  // input [n] -> output [size · n], rank r's input at block r. NCCL: in place when input is output's block
+  // rank(); MPI: input apart from output.
   virtual void all_gather(const Tensor& input, Tensor& output) = 0;
   // Rows (the first dimension) between every pair of ranks: send's rows are grouped by destination,
   // send_rows[r] of them for rank r in rank order; recv gets recv_rows[r] rows from rank r, in rank order.

@@ -56,6 +56,9 @@ LaunchInfo detect_launch() {
       info.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT", 1, 65535) : 29500;
     }
   }
+  // Messages name the rank from here on, before any communicator exists.
+  g_rank = info.rank;
+  g_world = info.world_size;
   return info;
 }
 

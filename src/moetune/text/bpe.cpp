@@ -1,5 +1,6 @@
 #include "moetune/text/bpe.h"
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <memory>
@@ -7,6 +8,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/text/byte_level.h"
+#include "moetune/text/utf8.h"
 #include "moetune/text/word_cache.h"
 
 namespace moetune::text {
@@ -26,7 +28,7 @@ BpeModel::BpeModel(StringToId vocab, const std::vector<std::pair<std::string, st
 
   const auto& alphabet = byte_level_alphabet();
   for (size_t byte = 0; byte < 256; ++byte) {
-    auto found = vocab_.find(alphabet[byte]);
+    auto found = vocab_.find(options_.byte_level ? alphabet[byte] : fmt::format("<0x{:02X}>", byte));
     byte_ids_[byte] = found == vocab_.end() ? -1 : found->second;
   }
   merges_.reserve(merges.size());
@@ -46,17 +48,7 @@ const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
   return found == merges_.end() ? nullptr : &found->second;
 }
 
-void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& ids) const {
-  if (bytes.empty()) return;
-  if (options_.ignore_merges) {
-    auto found = vocab_.find(to_byte_level(bytes));
-    if (found != vocab_.end()) {
-      ids.push_back(found->second);
-      return;
-    }
-  }
-  thread_local std::vector<int32_t> symbols;
-  symbols.clear();
+void BpeModel::byte_symbols(std::string_view bytes, std::vector<int32_t>& symbols) const {
   bool unk_pending = false;  // an unk not yet added, so that a following unknown byte can fuse with it
   for (char byte : bytes) {
     const int32_t id = byte_ids_[uint8_t(byte)];
@@ -70,6 +62,50 @@ void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& ids) co
     }
   }
   if (unk_pending) symbols.push_back(*options_.unk_id);
+}
+
+// As HF's BPE does it: a character in the vocabulary is its token; else its bytes' tokens when byte_fallback has
+// them all; else an unk, held back so that the next unknown character can fuse with it. A held unk is added before
+// the next known character, but after byte-fallback tokens (HF's order, kept for identical ids).
+void BpeModel::character_symbols(std::string_view text, std::vector<int32_t>& symbols) const {
+  bool unk_pending = false;
+  for (size_t at = 0; at < text.size();) {
+    const size_t start = at;
+    utf8::next(text, at);
+    const std::string_view character = text.substr(start, at - start);
+    if (auto found = vocab_.find(character); found != vocab_.end()) {
+      if (unk_pending) symbols.push_back(*options_.unk_id);
+      unk_pending = false;
+      symbols.push_back(found->second);
+      continue;
+    }
+    if (options_.byte_fallback &&
+        std::all_of(character.begin(), character.end(), [&](char byte) { return byte_ids_[uint8_t(byte)] >= 0; })) {
+      for (char byte : character) symbols.push_back(byte_ids_[uint8_t(byte)]);
+      continue;
+    }
+    if (!options_.unk_id) continue;  // dropped, as in HF
+    if (unk_pending && !options_.fuse_unk) symbols.push_back(*options_.unk_id);
+    unk_pending = true;
+  }
+  if (unk_pending) symbols.push_back(*options_.unk_id);
+}
+
+void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& ids) const {
+  if (bytes.empty()) return;
+  if (options_.ignore_merges) {
+    auto found = options_.byte_level ? vocab_.find(to_byte_level(bytes)) : vocab_.find(bytes);
+    if (found != vocab_.end()) {
+      ids.push_back(found->second);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> symbols;
+  symbols.clear();
+  if (options_.byte_level)
+    byte_symbols(bytes, symbols);
+  else
+    character_symbols(bytes, symbols);
 
   if (symbols.size() <= kShortWord)
     merge_short(symbols);

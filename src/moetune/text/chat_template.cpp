@@ -1,5 +1,7 @@
 #include "moetune/text/chat_template.h"
 
+#include <regex>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -60,7 +62,11 @@ std::string strftime_text(const std::string& format, const std::tm& time) {
 
 ChatTemplate::NamedTemplate ChatTemplate::compile(std::string name, std::string source, std::string source_name) {
   auto compiled = std::make_shared<const jinja::Template>(source, std::move(source_name));
-  return {std::move(name), std::move(source), std::move(compiled)};
+  // transformers' own test for {% generation %} blocks (render_jinja_template); a hit in a comment or a string only
+  // makes the masks come from the blocks, which then mark nothing.
+  static const std::regex generation_tag(R"(\{%-?\s*generation\s*-?%\})");
+  const bool has_generation = std::regex_search(source, generation_tag);
+  return {std::move(name), std::move(source), std::move(compiled), has_generation};
 }
 
 std::vector<std::pair<std::string, std::string>> ChatTemplate::special_tokens_of(const fs::path& folder) {
@@ -147,6 +153,19 @@ const ChatTemplate::NamedTemplate& ChatTemplate::select(bool has_tools) const {
 
 std::string ChatTemplate::apply(const OrderedJson& messages, bool add_generation_prompt,
                                 const OrderedJson& extra) const {
+  return render(messages, add_generation_prompt, extra, nullptr);
+}
+
+std::string ChatTemplate::apply_marking_generation(const OrderedJson& messages, const OrderedJson& extra,
+                                                   std::vector<jinja::GenerationSpan>& spans) const {
+  spans.clear();
+  return render(messages, /*add_generation_prompt=*/false, extra, &spans);
+}
+
+bool ChatTemplate::has_generation_blocks(bool has_tools) const { return select(has_tools).has_generation; }
+
+std::string ChatTemplate::render(const OrderedJson& messages, bool add_generation_prompt, const OrderedJson& extra,
+                                 std::vector<jinja::GenerationSpan>* spans) const {
   using jinja::Value;
   if (!messages.is_array())
     fail("chat template: messages must be a list of message objects, got {}", messages.type_name());
@@ -195,7 +214,7 @@ std::string ChatTemplate::apply(const OrderedJson& messages, bool add_generation
         return Value::string(strftime_text(arguments.positional[0].as_string(), time));
       }));
   const bool has_tools = !extra_value("tools").is_null();
-  return select(has_tools).compiled->render(variables);
+  return select(has_tools).compiled->render(variables, jinja::kMaxRenderWork, spans);
 }
 
 }  // namespace moetune::text

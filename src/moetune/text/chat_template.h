@@ -22,6 +22,7 @@ namespace moetune::text {
 
 namespace jinja {
 class Template;
+struct GenerationSpan;
 }
 
 class ChatTemplate {
@@ -47,6 +48,14 @@ class ChatTemplate {
   std::string apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                     const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
+  // The whole conversation rendered (no generation prompt), and in `spans` where each {% generation %} block of the
+  // template rendered (transformers' return_assistant_tokens_mask marks the tokens there), in the order the blocks
+  // ended.
+  std::string apply_marking_generation(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& extra,
+                                       std::vector<jinja::GenerationSpan>& spans) const;
+  // Whether the template apply() uses (with or without tools) has {% generation %} blocks.
+  bool has_generation_blocks(bool has_tools) const;
+
   // The text of the template apply() uses when no tools are given.
   const std::string& source() const;
   std::vector<std::string> template_names() const;  // "default", then any named ones
@@ -61,9 +70,12 @@ class ChatTemplate {
     std::string name;
     std::string source;
     std::shared_ptr<const jinja::Template> compiled;
+    bool has_generation = false;  // it has {% generation %} blocks
   };
   static NamedTemplate compile(std::string name, std::string source, std::string source_name);
   const NamedTemplate& select(bool has_tools) const;
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& extra, std::vector<jinja::GenerationSpan>* spans) const;
 
   std::vector<NamedTemplate> templates_;
   std::vector<std::pair<std::string, std::string>> special_tokens_;

@@ -140,14 +140,14 @@ struct WithNode {  // {% with a = 1 %}body{% endwith %}: a scope of its own
 struct LoopControlNode {
   bool is_break = false;
 };
-struct ScopeNode {  // a body rendered as it is, such as transformers' {% generation %} block
+struct GenerationNode {  // transformers' {% generation %} block: its body rendered as it is, its place recorded
   Body body;
 };
 
 struct Node {
   SourceLocation location;
   std::variant<TextNode, OutputNode, IfNode, ForNode, SetNode, MacroNode, CallBlockNode, WithNode, LoopControlNode,
-               ScopeNode>
+               GenerationNode>
       node;
 };
 

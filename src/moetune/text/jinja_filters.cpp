@@ -239,6 +239,29 @@ Value filter_items(const Value& operand, const Arguments&) {
   return Value::json(std::move(pairs));
 }
 
+// Jinja's dictsort: the (key, value) pairs sorted by key (or by="value"), strings compared lowered unless
+// case_sensitive; equal keys keep their order, as Python's sorted does.
+Value filter_dictsort(const Value& operand, const Arguments& arguments) {
+  const BoundArguments args("dictsort filter", arguments, {"case_sensitive", "by", "reverse"});
+  if (!operand.is_dict()) fail("dictsort filter: expected a mapping, got {}", to_str(operand));
+  const bool case_sensitive = args.has(0) && truthy(args.get(0));
+  const std::string by = args.has(1) ? to_str(args.get(1)) : "key";
+  if (by != "key" && by != "value") fail("You can only sort by either \"key\" or \"value\"");
+  const bool reverse = args.has(2) && truthy(args.get(2));
+  std::vector<std::pair<Value, Json>> keyed;  // (sort key, [key, value])
+  for (auto it = operand.data().begin(); it != operand.data().end(); ++it) {
+    Value key = by == "key" ? Value::string(it.key()) : Value::json(it.value());
+    if (!case_sensitive && key.is_string()) key = Value::string(py::lower(key.as_string()));
+    keyed.emplace_back(std::move(key), Json::array({it.key(), it.value()}));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
+    return reverse ? compare(b.first, a.first) < 0 : compare(a.first, b.first) < 0;
+  });
+  Json pairs = Json::array();
+  for (auto& [key, pair] : keyed) pairs.push_back(std::move(pair));
+  return Value::json(std::move(pairs));
+}
+
 Value filter_list(const Value& operand, const Arguments&) { return Value::list(iterate(operand)); }
 
 Value filter_replace(const Value& operand, const Arguments& arguments) {
@@ -444,6 +467,7 @@ const std::unordered_map<std::string_view, FilterFunction>& filters() {
       {"default", filter_default},
       {"d", filter_default},
       {"items", filter_items},
+      {"dictsort", filter_dictsort},
       {"list", filter_list},
       {"replace", filter_replace},
       {"select", filter_select},

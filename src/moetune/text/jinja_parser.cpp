@@ -239,7 +239,7 @@ class Parser {
       Body body = parse_body({"endgeneration"}, "'{% endgeneration %}'", &keyword);
       advance();
       expect_block_end();
-      return make_node(keyword.location, ScopeNode{std::move(body)});
+      return make_node(keyword.location, GenerationNode{std::move(body)});
     }
     if (std::find(std::begin(kUnsupportedStatements), std::end(kUnsupportedStatements), name) !=
         std::end(kUnsupportedStatements))

@@ -44,6 +44,12 @@ class Renderer {
  public:
   Renderer(const std::string& source_name, int64_t max_work) : source_name_(source_name), budget_(max_work) {}
 
+  // Records where {% generation %} blocks land in `out` (the whole rendering) into `spans`.
+  void track_generation(const std::string& out, std::vector<GenerationSpan>& spans) {
+    top_out_ = &out;
+    generation_spans_ = &spans;
+  }
+
   Flow render(const Body& body, const ScopePtr& scope, std::string& out) {
     for (const NodePtr& node : body) {
       const Flow flow = render_node(*node, scope, out);
@@ -192,8 +198,13 @@ class Renderer {
     return node.is_break ? Flow::kBreak : Flow::kContinue;
   }
 
-  Flow render_statement(const ScopeNode& node, const Node&, const ScopePtr& scope, std::string& out) {
-    return render(node.body, scope, out);
+  // As transformers' AssistantTracker: the block's place in the text rendered so far. A block rendered into
+  // something else (a macro's result, a block set) is not recorded: there transformers' offsets do not point at it.
+  Flow render_statement(const GenerationNode& node, const Node&, const ScopePtr& scope, std::string& out) {
+    const size_t begin = out.size();
+    const Flow flow = render(node.body, scope, out);
+    if (generation_spans_ && &out == top_out_) generation_spans_->push_back({begin, out.size()});
+    return flow;
   }
 
   // A macro (or a call block's caller) called with `arguments`: parameters bind by position then by name, missing
@@ -412,6 +423,8 @@ class Renderer {
   const std::string& source_name_;
   int depth_ = 0;  // macro calls in progress
   RenderBudget budget_;
+  const std::string* top_out_ = nullptr;                   // the whole rendering
+  std::vector<GenerationSpan>* generation_spans_ = nullptr;  // where {% generation %} blocks go, when tracked
 };
 
 }  // namespace
@@ -421,7 +434,8 @@ Template::Template(std::string_view source, std::string source_name) : source_na
   body_ = std::make_shared<const Body>(parse(tokenize(normalized, source_name_), source_name_));
 }
 
-std::string Template::render(const std::vector<std::pair<std::string, Value>>& variables, int64_t max_work) const {
+std::string Template::render(const std::vector<std::pair<std::string, Value>>& variables, int64_t max_work,
+                             std::vector<GenerationSpan>* generation_spans) const {
   // Global functions, then the caller's variables, then the template's own top-level `set`s, each shadowing the last.
   const auto globals = std::make_shared<Scope>(nullptr);
   for (auto& [name, function] : global_functions()) globals->set(name, std::move(function));
@@ -429,7 +443,9 @@ std::string Template::render(const std::vector<std::pair<std::string, Value>>& v
   for (const auto& [name, value] : variables) context->set(name, value);
   const auto top = child_of(context);
   std::string out;
-  Renderer(source_name_, max_work).render(*body_, top, out);
+  Renderer renderer(source_name_, max_work);
+  if (generation_spans) renderer.track_generation(out, *generation_spans);
+  renderer.render(*body_, top, out);
   return out;
 }
 

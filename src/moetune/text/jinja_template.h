@@ -22,14 +22,21 @@ namespace moetune::text::jinja {
 
 struct Node;
 
+// Where a {% generation %} block's output lies in a rendering: [begin, end) in bytes.
+struct GenerationSpan {
+  size_t begin = 0, end = 0;
+};
+
 class Template {
  public:
   // Parses `source`; `source_name` starts every error message ("chat_template.jinja:12:5: ...").
   Template(std::string_view source, std::string source_name);
 
   // Renders with `variables` in scope (they shadow the global functions range, namespace and dict). A render that
-  // does more than `max_work` steps (jinja_budget.h) is an Error.
-  std::string render(const std::vector<std::pair<std::string, Value>>& variables, int64_t max_work = kMaxRenderWork) const;
+  // does more than `max_work` steps (jinja_budget.h) is an Error. `generation_spans`, when given, receives where
+  // each {% generation %} block rendered, in the order the blocks ended (an inner block before the outer one).
+  std::string render(const std::vector<std::pair<std::string, Value>>& variables, int64_t max_work = kMaxRenderWork,
+                     std::vector<GenerationSpan>* generation_spans = nullptr) const;
 
   const std::string& source_name() const { return source_name_; }
 

@@ -98,4 +98,38 @@ std::string_view nfc(std::string_view text, std::string& storage) {
   return storage;
 }
 
+std::string_view Normalizer::apply(std::string_view text, std::string& storage) const {
+  std::string_view current = text;
+  std::string step_storage;  // each step reads the previous result, so it writes elsewhere
+  for (const Step& step : steps_) {
+    switch (step.kind) {
+      case Kind::Nfc: current = nfc(current, step_storage); break;
+      case Kind::Prepend:
+        if (current.empty()) continue;
+        step_storage = step.text + std::string(current);
+        current = step_storage;
+        break;
+      case Kind::Replace: {
+        if (current.find(step.text) == std::string_view::npos) continue;
+        std::string replaced;
+        for (size_t from = 0;;) {
+          const size_t at = current.find(step.text, from);
+          replaced.append(current.substr(from, at - from));
+          if (at == std::string_view::npos) break;
+          replaced += step.content;
+          from = at + step.text.size();
+        }
+        step_storage = std::move(replaced);
+        current = step_storage;
+        break;
+      }
+    }
+    if (current.data() == step_storage.data()) {
+      storage.swap(step_storage);
+      current = storage;
+    }
+  }
+  return current;
+}
+
 }  // namespace moetune::text

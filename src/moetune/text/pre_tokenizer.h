@@ -1,16 +1,18 @@
 // The pre-tokenizer: cuts text into the words BPE works on. Supported: `Split` stages (a regex or a literal string,
 // behavior Isolated: each match and each stretch between matches is a piece) followed by one `ByteLevel` stage
-// (an optional prefix space, and optionally GPT-2's regex). The byte-level mapping itself happens in the BPE model,
-// so the words given out are raw text bytes.
+// (an optional prefix space, and optionally GPT-2's regex); or `Metaspace` alone (SentencePiece style); or none (the
+// text is one word). The byte-level mapping itself happens in the BPE model, so ByteLevel's words are raw text bytes.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "moetune/text/known_patterns.h"
+#include "moetune/text/metaspace.h"
 
 struct pcre2_real_code_8;
 
@@ -43,11 +45,16 @@ class PreTokenizer {
  public:
   void add_split(std::string_view pattern, bool literal);
   void add_byte_level(bool add_prefix_space, bool use_regex);
+  void set_metaspace(Metaspace metaspace) { metaspace_ = std::move(metaspace); }
 
-  // Calls emit(word) for each word of `text` (valid UTF-8), in order; words are never empty.
+  // Calls emit(word) for each word of `text` (valid UTF-8), in order; words are never empty. `starts_text`: `text`
+  // begins the whole text that is encoded (Metaspace's "first" prefix goes there only).
   template <typename Emit>
-  void for_each_word(std::string_view text, Emit&& emit) const {
-    run(0, text, emit);
+  void for_each_word(std::string_view text, bool starts_text, Emit&& emit) const {
+    if (!metaspace_) return run(0, text, emit);
+    thread_local std::string transformed;
+    metaspace_->transform(text, starts_text, transformed);
+    metaspace_->for_each_word(std::string_view(transformed), emit);
   }
 
  private:
@@ -96,6 +103,7 @@ class PreTokenizer {
   }
 
   std::vector<Stage> stages_;
+  std::optional<Metaspace> metaspace_;  // set: the only stage
 };
 
 }  // namespace moetune::text

@@ -6,7 +6,7 @@
 
 namespace moetune::text {
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool starts_text) const {
   const size_t invalid = utf8::find_invalid(text);
   if (invalid != utf8::kValid) fail("tokenizer: the text to encode is not valid UTF-8 (at byte {})", invalid);
   std::vector<int32_t> ids;
@@ -24,9 +24,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       continue;
     }
     // Each stretch between added tokens is normalized on its own, as HF does it.
-    const std::string_view normalized = nfc_ ? nfc(piece.text, normalized_storage) : piece.text;
+    const std::string_view normalized = normalizer_.apply(piece.text, normalized_storage);
+    const bool piece_starts_text = starts_text && piece.text.data() == text.data();
     if (normalized_matcher_.empty()) {
-      encode_normalized(normalized, ids, cache);
+      encode_normalized(normalized, piece_starts_text, ids, cache);
       continue;
     }
     normalized_pieces.clear();
@@ -35,7 +36,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       if (inner.id >= 0)
         ids.push_back(inner.id);
       else
-        encode_normalized(inner.text, ids, cache);
+        encode_normalized(inner.text, piece_starts_text && inner.text.data() == normalized.data(), ids, cache);
     }
   }
   // Kept for the next call, but not without bound after one huge text.
@@ -51,19 +52,20 @@ std::vector<int32_t> Tokenizer::encode_with_special_tokens(std::string_view text
   return ids;
 }
 
-void Tokenizer::encode_normalized(std::string_view text, std::vector<int32_t>& ids, WordCache& cache) const {
-  pre_tokenizer_.for_each_word(text, [&](std::string_view word) { model_.encode_word(word, ids, cache); });
+void Tokenizer::encode_normalized(std::string_view text, bool starts_text, std::vector<int32_t>& ids, WordCache& cache) const {
+  pre_tokenizer_.for_each_word(text, starts_text, [&](std::string_view word) { model_.encode_word(word, ids, cache); });
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
-  std::string bytes;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) continue;
     const Kind kind = kinds_[size_t(id)];
     if (kind == Kind::None || (skip_special_tokens && kind == Kind::Special)) continue;
-    bytes += decoded_[size_t(id)];
+    tokens.push_back(tokens_[size_t(id)]);
   }
-  return utf8::repair(bytes);
+  return decoder_.decode(std::move(tokens));
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

@@ -7,9 +7,10 @@
 #include "moetune/core/error.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/regular_file.h"
-#include "moetune/text/byte_level.h"
 #include "moetune/text/normalizer.h"
 #include "moetune/text/tokenizer.h"
+#include "moetune/text/tokenizer_config.h"
+#include "moetune/text/utf8.h"
 
 namespace moetune::text {
 
@@ -32,10 +33,10 @@ class TokenizerLoader {
   Tokenizer load(const json& root) {
     if (!root.is_object()) error("", fmt::format("expected a JSON object, got {}", root.type_name()));
     Tokenizer tokenizer;
-    tokenizer.nfc_ = read_normalizer(root, "normalizer");
-    read_pre_tokenizer(tokenizer.pre_tokenizer_, member(root, "", "pre_tokenizer"), "pre_tokenizer");
-    tokenizer.model_ = read_model(member(root, "", "model"), "model");
-    read_decoder(member(root, "", "decoder"), "decoder");
+    read_normalizer(tokenizer.normalizer_, optional_member(root, "normalizer"), "normalizer");
+    const bool byte_level = read_pre_tokenizer(tokenizer.pre_tokenizer_, member(root, "", "pre_tokenizer"), "pre_tokenizer");
+    tokenizer.model_ = read_model(member(root, "", "model"), "model", byte_level);
+    read_decoder(tokenizer.decoder_, member(root, "", "decoder"), "decoder");
     read_post_processor(tokenizer, optional_member(root, "post_processor"), "post_processor");
     read_added_tokens(tokenizer, root);
     build_id_tables(tokenizer);
@@ -83,29 +84,74 @@ class TokenizerLoader {
     error(key, fmt::format("{} is not supported (supported: {})", value.dump(), supported));
   }
 
-  // True for NFC, false for none.
-  bool read_normalizer(const json& root, const char* key) const {
-    const json& normalizer = optional_member(root, key);
-    if (normalizer.is_null()) return false;
-    const std::string type = type_of(normalizer, key);
-    if (type == "NFC") return true;
-    if (type != "Sequence") unsupported(member_key(key, "type"), type, "null, NFC, or a Sequence of NFC");
+  // null, NFC, Prepend, Replace (a String pattern), or a Sequence of them.
+  void read_normalizer(Normalizer& normalizer, const json& value, const std::string& key) const {
+    constexpr const char* kSupported = "null, NFC, Prepend, Replace with a String pattern, or a Sequence of them";
+    if (value.is_null()) return;
+    const std::string type = type_of(value, key);
+    if (type == "NFC") return normalizer.add_nfc();
+    if (type == "Prepend") return normalizer.add_prepend(string(member(value, key, "prepend"), member_key(key, "prepend")));
+    if (type == "Replace") {
+      const auto [pattern, content] = read_replace(value, key);
+      return normalizer.add_replace(pattern, content);
+    }
+    if (type != "Sequence") unsupported(member_key(key, "type"), type, kSupported);
     const std::string list_key = member_key(key, "normalizers");
-    const json& list = member(normalizer, key, "normalizers");
+    const json& list = member(value, key, "normalizers");
     if (!list.is_array()) error(list_key, fmt::format("expected a list, got {}", io::abbreviated_dump(list)));
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string item_key = index_key(list_key, i);
-      const std::string item_type = type_of(list[i], item_key);
-      if (item_type != "NFC") unsupported(member_key(item_key, "type"), item_type, "NFC inside a Sequence");
+      if (list[i].is_object() && list[i].value("type", "") == "Sequence") unsupported(member_key(item_key, "type"), "Sequence", "no Sequence inside a Sequence");
+      read_normalizer(normalizer, list[i], item_key);
     }
-    return !list.empty();
   }
 
-  void read_pre_tokenizer(PreTokenizer& pre_tokenizer, const json& value, const std::string& key) const {
-    constexpr const char* kSupported = "ByteLevel, or a Sequence of Split stages ending in ByteLevel";
-    if (value.is_null()) unsupported(key, value, kSupported);
+  // A Replace normalizer's or decoder's {"pattern": {"String": ...}, "content": ...}; a Regex pattern is refused.
+  std::pair<std::string, std::string> read_replace(const json& value, const std::string& key) const {
+    const std::string pattern_key = member_key(key, "pattern");
+    const json& pattern = member(value, key, "pattern");
+    if (!pattern.is_object() || !pattern.contains("String"))
+      unsupported(pattern_key, pattern, "{\"String\": ...}");
+    std::string text = string(pattern["String"], member_key(pattern_key, "String"));
+    if (text.empty()) error(member_key(pattern_key, "String"), "an empty pattern");
+    return {std::move(text), string(member(value, key, "content"), member_key(key, "content"))};
+  }
+
+  // Metaspace's settings, as tokenizers reads them: prepend_scheme "always", "first" or "never" (default "always";
+  // files from before it say add_prefix_space), split (default true).
+  Metaspace read_metaspace(const json& value, const std::string& key) const {
+    Metaspace metaspace;
+    const json& replacement = optional_member(value, "replacement");
+    if (!replacement.is_null()) metaspace.replacement = string(replacement, member_key(key, "replacement"));
+    if (metaspace.replacement.empty()) error(member_key(key, "replacement"), "an empty replacement");
+    const json& scheme = optional_member(value, "prepend_scheme");
+    if (!scheme.is_null()) {
+      const std::string name = string(scheme, member_key(key, "prepend_scheme"));
+      if (name == "always") metaspace.prepend = Metaspace::Prepend::Always;
+      else if (name == "first") metaspace.prepend = Metaspace::Prepend::First;
+      else if (name == "never") metaspace.prepend = Metaspace::Prepend::Never;
+      else unsupported(member_key(key, "prepend_scheme"), scheme, "always, first, never");
+    } else if (!boolean(value, key, "add_prefix_space", true)) {
+      metaspace.prepend = Metaspace::Prepend::Never;
+    }
+    metaspace.split = boolean(value, key, "split", true);
+    return metaspace;
+  }
+
+  // Returns true when the words are byte-level (a ByteLevel stage), false when they are text (Metaspace, or null:
+  // the text between added tokens is one word).
+  bool read_pre_tokenizer(PreTokenizer& pre_tokenizer, const json& value, const std::string& key) const {
+    constexpr const char* kSupported = "null, Metaspace, ByteLevel, or a Sequence of Split stages ending in ByteLevel";
+    if (value.is_null()) return false;
     const std::string type = type_of(value, key);
-    if (type == "ByteLevel") return read_byte_level(pre_tokenizer, value, key);
+    if (type == "Metaspace") {
+      pre_tokenizer.set_metaspace(read_metaspace(value, key));
+      return false;
+    }
+    if (type == "ByteLevel") {
+      read_byte_level(pre_tokenizer, value, key);
+      return true;
+    }
     if (type != "Sequence") unsupported(member_key(key, "type"), type, kSupported);
     const std::string list_key = member_key(key, "pretokenizers");
     const json& list = member(value, key, "pretokenizers");
@@ -124,6 +170,7 @@ class TokenizerLoader {
                     last ? "ByteLevel as the last stage" : "Split before the final ByteLevel");
       }
     }
+    return true;
   }
 
   void read_split(PreTokenizer& pre_tokenizer, const json& split, const std::string& key) const {
@@ -146,13 +193,16 @@ class TokenizerLoader {
                                  boolean(byte_level, key, "use_regex", true));
   }
 
-  BpeModel read_model(const json& model, const std::string& key) const {
+  BpeModel read_model(const json& model, const std::string& key, bool byte_level) const {
     if (!model.is_object()) error(key, fmt::format("expected an object, got {}", io::abbreviated_dump(model)));
     // Files from old tokenizers versions may leave out the type; HF then recognises BPE by its merges.
     const json& type = optional_member(model, "type");
     if (!(type.is_null() && model.contains("merges")) && string(type, member_key(key, "type")) != "BPE")
       unsupported(member_key(key, "type"), type, "BPE");
-    if (boolean(model, key, "byte_fallback", false)) unsupported(member_key(key, "byte_fallback"), true, "false");
+    BpeModel::Options options;
+    options.byte_level = byte_level;
+    // Not applied to byte-level words: every byte-level file's vocabulary holds the characters of all 256 bytes.
+    options.byte_fallback = !byte_level && boolean(model, key, "byte_fallback", false);
     const json& dropout = optional_member(model, "dropout");
     if (!dropout.is_null() && !(dropout.is_number() && dropout.get<double>() == 0.0))
       unsupported(member_key(key, "dropout"), dropout, "null (deterministic encoding)");
@@ -170,7 +220,6 @@ class TokenizerLoader {
     for (const auto& [token, value] : vocab_json.items())
       vocab.emplace(token, id(value, member_key(vocab_key, token.c_str())));
 
-    BpeModel::Options options;
     options.ignore_merges = boolean(model, key, "ignore_merges", false);
     options.fuse_unk = boolean(model, key, "fuse_unk", false);
     const json& unk = optional_member(model, "unk_token");
@@ -210,10 +259,40 @@ class TokenizerLoader {
     return merges;
   }
 
-  void read_decoder(const json& decoder, const std::string& key) const {
-    if (decoder.is_null()) unsupported(key, decoder, "ByteLevel");
-    const std::string type = type_of(decoder, key);
-    if (type != "ByteLevel") unsupported(member_key(key, "type"), type, "ByteLevel");
+  void read_decoder(Decoder& decoder, const json& value, const std::string& key) const {
+    constexpr const char* kSupported = "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, or a Sequence of them";
+    if (value.is_null()) unsupported(key, value, kSupported);
+    const std::string type = type_of(value, key);
+    if (type == "ByteLevel") return decoder.add_byte_level();
+    if (type == "ByteFallback") return decoder.add_byte_fallback();
+    if (type == "Fuse") return decoder.add_fuse();
+    if (type == "Metaspace") {
+      const Metaspace metaspace = read_metaspace(value, key);
+      return decoder.add_metaspace(metaspace.replacement, metaspace.prepend != Metaspace::Prepend::Never);
+    }
+    if (type == "Replace") {
+      const auto [pattern, content] = read_replace(value, key);
+      return decoder.add_replace(pattern, content);
+    }
+    if (type == "Strip") {
+      const std::string content = string(member(value, key, "content"), member_key(key, "content"));
+      size_t one_character = 0;
+      if (content.empty() || (utf8::find_invalid(content) == utf8::kValid && (utf8::next(content, one_character), one_character != content.size())))
+        error(member_key(key, "content"), fmt::format("expected one character, got {}", io::abbreviated_dump(json(content))));
+      return decoder.add_strip(content, count(value, key, "start"), count(value, key, "stop"));
+    }
+    if (type != "Sequence") unsupported(member_key(key, "type"), type, kSupported);
+    const std::string list_key = member_key(key, "decoders");
+    const json& list = member(value, key, "decoders");
+    if (!list.is_array()) error(list_key, fmt::format("expected a list, got {}", io::abbreviated_dump(list)));
+    for (size_t i = 0; i < list.size(); ++i) read_decoder(decoder, list[i], index_key(list_key, i));
+  }
+
+  size_t count(const json& object, const std::string& key, const char* name) const {
+    const json& value = member(object, key, name);
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > 1024)
+      error(member_key(key, name), fmt::format("expected a count from 0 to 1024, got {}", io::abbreviated_dump(value)));
+    return size_t(value.get<uint64_t>());
   }
 
   // The special tokens the post_processor puts around a text's ids: TemplateProcessing's before and after $A (its
@@ -295,8 +374,7 @@ class TokenizerLoader {
         raw.emplace_back(token.content, token);
       } else {
         std::string storage;
-        const std::string_view pattern = tokenizer.nfc_ ? nfc(token.content, storage) : token.content;
-        normalized.emplace_back(std::string(pattern), token);
+        normalized.emplace_back(std::string(tokenizer.normalizer_.apply(token.content, storage)), token);
       }
     }
     tokenizer.raw_matcher_ = AddedTokenMatcher(std::move(raw));
@@ -320,12 +398,9 @@ class TokenizerLoader {
     for (const AddedToken& token : tokenizer.added_tokens_) {
       // HF decodes a normalized added token as its normalized content.
       std::string storage;
-      const bool normalize = token.normalized && tokenizer.nfc_;
-      tokenizer.tokens_[size_t(token.id)] = normalize ? std::string(nfc(token.content, storage)) : token.content;
+      tokenizer.tokens_[size_t(token.id)] = token.normalized ? std::string(tokenizer.normalizer_.apply(token.content, storage)) : token.content;
       tokenizer.kinds_[size_t(token.id)] = token.special ? Tokenizer::Kind::Special : Tokenizer::Kind::Added;
     }
-    tokenizer.decoded_.assign(size, std::string());
-    for (size_t i = 0; i < size; ++i) append_byte_level_decoded(tokenizer.tokens_[i], tokenizer.decoded_[i]);
   }
 
   std::string source_;
@@ -339,6 +414,11 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json) {
   return from_json_text(io::read_regular_file(tokenizer_json, "the tokenizer", io::kMaxJsonFileBytes), tokenizer_json.string());
 }
 
-Tokenizer Tokenizer::from_folder(const std::filesystem::path& folder) { return from_file(folder / "tokenizer.json"); }
+Tokenizer Tokenizer::from_folder(const std::filesystem::path& folder) {
+  const std::filesystem::path path = folder / "tokenizer.json";
+  nlohmann::json root = io::parse_json_text(io::read_regular_file(path, "the tokenizer", io::kMaxJsonFileBytes), path.string());
+  apply_transformers_tokenizer_class(root, folder);
+  return TokenizerLoader(path.string()).load(root);
+}
 
 }  // namespace moetune::text

@@ -29,7 +29,7 @@ class CpuEngine final : public TrainingEngine {
   CpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : router_bias_rate_(r.training.router_bias_update_rate),
         groups_(std::move(groups)),
-        model_(model::CausalLM::from_weights(model::load_checkpoint(r.model, load_options(groups_->layout, DType::F32, Device::cpu())), dispatcher_factory())) {
+        model_(model::CausalLM::from_weights(load_for_training(r, groups_->layout, DType::F32, Device::cpu()), dispatcher_factory())) {
     if (r.optimizer.precision != "fp32")
       fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
     const AdamWOptions options{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay};

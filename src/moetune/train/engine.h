@@ -39,7 +39,8 @@ class TrainingEngine {
   // After every rank restored its state without error (restore is not collective, so a rank that fails cannot
   // leave the others waiting): the collective part, e.g. gathering the ZeRO shards of the parameters.
   virtual void finish_restore() {}
-  // Extra fields for the step's metrics record (GPU memory), as JSON.
+  // Extra fields for the step's metrics record (GPU memory), as JSON. Collective under several ranks (the
+  // spread of the ranks' peaks): every rank calls it.
   virtual nlohmann::json memory_metrics() const { return nlohmann::json::object(); }
 };
 
@@ -56,5 +57,8 @@ std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe,
                                                 std::shared_ptr<const parallel::ParallelGroups> groups = nullptr);
 // What a rank loads: its share of the experts, its flat runs split as ZeRO shards them.
 model::LoadOptions load_options(const parallel::ParallelLayout& layout, DType dtype, Device device);
+// What an engine trains: the recipe's model loaded with load_options, training.freeze's parameters frozen and
+// training.aux_loss_coef (when a number) as the aux loss's weight.
+model::ModelWeights load_for_training(const Recipe& recipe, const parallel::ParallelLayout& layout, DType dtype, Device device);
 
 }  // namespace moetune::train

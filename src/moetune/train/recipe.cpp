@@ -3,8 +3,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <map>
 
 #include "moetune/core/error.h"
+#include "moetune/data/line_mapping.h"
+#include "moetune/data/mixing.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/regular_file.h"
 
@@ -18,16 +21,16 @@ constexpr const char* kDefaultRecipe = R"({
   "model": "",
   "data": {"train": [], "validation": [], "validation_fraction": 0.0, "format": "auto", "loss_on_prompt": false,
            "max_length": 512, "packing": true, "shuffle": true, "bad_lines": "error", "chat_template": "",
-           "chat_template_kwargs": {}},
+           "chat_template_kwargs": {}, "columns": {}, "roles": {}, "train_weights": {}},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
                "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config",
-               "router_bias_update_rate": 0.0},
+               "aux_loss_coef": "config", "freeze": [], "router_bias_update_rate": 0.0},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
   "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
-  "parallel": {"expert": 1}
+  "parallel": {"expert": 1, "timeout_seconds": 1800}
 })";
 
 // A recipe holds a few dozen values three levels deep; this many, or this deep, is no recipe (and recursing
@@ -38,7 +41,11 @@ constexpr int kMaxYamlDepth = 100;
 // YAML -> JSON, with scalars typed as YAML 1.2 core schema reads them (true/false, ints, floats, else strings).
 // yaml-cpp shares aliased nodes, so a few hundred bytes of nested aliases expand to billions of values here:
 // `budget` counts the values left to build and refuses the rest.
-json to_json(const YAML::Node& node, int64_t& budget, const std::string& source, int depth = 1) {
+// Where each mapping key of a recipe file stands: "optimizer.lr" -> its line, so that errors can point there.
+using KeyLines = std::map<std::string, int>;
+
+json to_json(const YAML::Node& node, int64_t& budget, const std::string& source, KeyLines& lines, const std::string& path = "",
+             int depth = 1) {
   if (--budget < 0) fail("{}: more than {} values once its aliases are expanded (a YAML alias bomb?)", source, kMaxYamlValues);
   if (depth > kMaxYamlDepth) fail("{}: nested deeper than {} levels", source, kMaxYamlDepth);
   switch (node.Type()) {
@@ -46,7 +53,7 @@ json to_json(const YAML::Node& node, int64_t& budget, const std::string& source,
     case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Sequence: {
       json list = json::array();
-      for (const auto& item : node) list.push_back(to_json(item, budget, source, depth + 1));
+      for (const auto& item : node) list.push_back(to_json(item, budget, source, lines, path, depth + 1));
       return list;
     }
     case YAML::NodeType::Map: {
@@ -55,7 +62,9 @@ json to_json(const YAML::Node& node, int64_t& budget, const std::string& source,
         const std::string key = item.first.as<std::string>();
         // YAML says keys are unique, yaml-cpp keeps the last: a repeated key is almost always a mistake.
         if (object.contains(key)) fail("{}: key '{}' appears twice in one mapping (line {})", source, key, item.first.Mark().line + 1);
-        object[key] = to_json(item.second, budget, source, depth + 1);
+        const std::string key_path = path.empty() ? key : path + "." + key;
+        lines.emplace(key_path, item.first.Mark().line + 1);
+        object[key] = to_json(item.second, budget, source, lines, key_path, depth + 1);
       }
       return object;
     }
@@ -77,10 +86,10 @@ json to_json(const YAML::Node& node, int64_t& budget, const std::string& source,
   return text;
 }
 
-json parse_yaml(const std::string& text, const std::string& source) {
+json parse_yaml(const std::string& text, const std::string& source, KeyLines& lines) {
   try {
     int64_t budget = kMaxYamlValues;
-    return to_json(YAML::Load(text), budget, source);
+    return to_json(YAML::Load(text), budget, source, lines);
   } catch (const YAML::Exception& e) {
     fail("{}: not YAML: {}", source, e.what());
   }
@@ -98,10 +107,18 @@ std::string type_name(const json& value) {
 
 // Copies `given` onto `target` (the defaults), refusing keys the defaults lack and values of another type.
 // An integer is accepted where a number is expected, and a single string where a list of strings is.
-void merge(json& target, const json& given, const std::string& path, const std::string& source) {
-  if (!given.is_object()) fail("{}: '{}' must be a mapping, got {}", source, path.empty() ? "<top>" : path, io::abbreviated_dump(given));
+// "recipe.yaml:12" when the file's line of `key_path` is known, else the source alone.
+std::string where(const std::string& source, const KeyLines& lines, const std::string& key_path) {
+  auto found = lines.find(key_path);
+  return found == lines.end() ? source : fmt::format("{}:{}", source, found->second);
+}
+
+void merge(json& target, const json& given, const std::string& path, const std::string& source_name, const KeyLines& lines) {
+  if (!given.is_object())
+    fail("{}: '{}' must be a mapping, got {}", where(source_name, lines, path), path.empty() ? "<top>" : path, io::abbreviated_dump(given));
   for (const auto& [key, value] : given.items()) {
     const std::string key_path = path.empty() ? key : path + "." + key;
+    const std::string source = where(source_name, lines, key_path);
     if (!target.contains(key)) {
       std::string known;
       for (const auto& [name, unused] : target.items()) known += (known.empty() ? "" : ", ") + name;
@@ -113,13 +130,15 @@ void merge(json& target, const json& given, const std::string& path, const std::
       if (!value.is_object()) fail("{}: '{}' must be a mapping, got {}", source, key_path, io::abbreviated_dump(value));
       slot = value;
     } else if (slot.is_object()) {
-      merge(slot, value, key_path, source);
+      merge(slot, value, key_path, source_name, lines);
     } else if (slot.is_array()) {
       json list = value.is_string() ? json::array({value}) : value;
       if (!list.is_array()) fail("{}: '{}' must be a list, got {}", source, key_path, io::abbreviated_dump(value));
       for (const json& item : list)
         if (!item.is_string()) fail("{}: '{}' must list strings, got {}", source, key_path, io::abbreviated_dump(item));
       slot = list;
+    } else if (slot == "config" && value.is_number()) {  // a key whose default defers to config.json
+      slot = value.get<double>();
     } else if (slot.is_number_float() && value.is_number()) {
       slot = value.get<double>();
     } else if (slot.is_number_integer() && value.is_number_integer()) {
@@ -146,9 +165,10 @@ void apply_override(json& recipe, const std::string& assignment) {
     start = dot + 1;
   }
   // Build {"a": {"b": value}} and merge it, so overrides get the same checks as the file.
-  json nested = parse_yaml(assignment.substr(equals + 1), "--set " + path);
+  KeyLines no_lines;  // the value's lines are those of a one-line argument
+  json nested = parse_yaml(assignment.substr(equals + 1), "--set " + path, no_lines);
   for (auto key = keys.rbegin(); key != keys.rend(); ++key) nested = json{{*key, nested}};
-  merge(recipe, nested, "", "--set " + assignment);
+  merge(recipe, nested, "", "--set " + assignment, {});
 }
 
 void require(bool condition, const std::string& source, const std::string& message) {
@@ -161,10 +181,15 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.model = j["model"];
   const json& d = j["data"];
   r.data = {d["train"], d["validation"], d["validation_fraction"], d["format"], d["loss_on_prompt"], d["max_length"],
-            d["packing"], d["shuffle"], d["bad_lines"], d["chat_template"], d["chat_template_kwargs"]};
+            d["packing"], d["shuffle"], d["bad_lines"], d["chat_template"], d["chat_template_kwargs"],
+            d["columns"], d["roles"], d["train_weights"]};
   const json& t = j["training"];
   r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
-                t["device"], t["max_nonfinite_steps"], t["aux_loss"], t["router_bias_update_rate"]};
+                t["device"], t["max_nonfinite_steps"], t["aux_loss"], std::nullopt, t["freeze"],
+                t["router_bias_update_rate"]};
+  if (t["aux_loss_coef"].is_number()) r.training.aux_loss_coef = t["aux_loss_coef"].get<double>();
+  else if (t["aux_loss_coef"] != "config")
+    fail("{}: 'training.aux_loss_coef' must be config or a number, got {}", source, io::abbreviated_dump(t["aux_loss_coef"]));
   const json& o = j["optimizer"];
   r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"]};
   const json& s = j["schedule"];
@@ -173,7 +198,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.output = {out["dir"], out["save_every"], out["keep_last"], out["save_final"]};
   const json& l = j["logging"];
   r.logging = {l["every"], l["validation_every"], l["tensorboard"]};
-  r.parallel = {j["parallel"]["expert"]};
+  r.parallel = {j["parallel"]["expert"], j["parallel"]["timeout_seconds"]};
 
   const auto one_of = [&](const std::string& key, const std::string& value, std::initializer_list<const char*> allowed) {
     std::string list;
@@ -187,6 +212,12 @@ Recipe to_recipe(const json& j, const std::string& source) {
   one_of("data.bad_lines", r.data.bad_lines, {"error", "skip"});
   one_of("training.device", r.training.device, {"auto", "cpu", "cuda"});
   one_of("training.aux_loss", r.training.aux_loss, {"config", "on", "off"});
+  require(!r.training.aux_loss_coef || (*r.training.aux_loss_coef >= 0 && std::isfinite(*r.training.aux_loss_coef)),
+          source, "'training.aux_loss_coef' must be config or a number >= 0");
+  with_context(source, [&] {
+    data::LineMapping(r.data.columns, r.data.roles);  // checked now, so that a bad mapping fails before loading
+    data::mixing_from_recipe(r.data.train, r.data.train_weights, {});
+  });
   one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});
   one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
   require(r.data.max_length >= 2, source, "'data.max_length' must be at least 2");
@@ -215,6 +246,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   require(r.logging.every >= 1, source, "'logging.every' must be at least 1");
   require(r.logging.validation_every >= 0, source, "'logging.validation_every' must not be negative (0: only at the end)");
   require(r.parallel.expert >= 1 && r.parallel.expert <= 1 << 20, source, "'parallel.expert' must be at least 1");
+  require(r.parallel.timeout_seconds > 0, source, "'parallel.timeout_seconds' must be positive");
   return r;
 }
 
@@ -222,8 +254,9 @@ Recipe to_recipe(const json& j, const std::string& source) {
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source, const std::vector<std::string>& overrides) {
   json recipe = json::parse(kDefaultRecipe);
-  const json given = parse_yaml(yaml_text, source);
-  if (!given.is_null()) merge(recipe, given, "", source);
+  KeyLines lines;
+  const json given = parse_yaml(yaml_text, source, lines);
+  if (!given.is_null()) merge(recipe, given, "", source, lines);
   for (const std::string& assignment : overrides) apply_override(recipe, assignment);
   return to_recipe(recipe, source);
 }

@@ -26,6 +26,13 @@ struct Recipe {
     std::string bad_lines = "error";      // error or skip
     std::string chat_template;            // a file or the template's text, used instead of the model's
     nlohmann::json chat_template_kwargs = nlohmann::json::object();  // more template variables: enable_thinking, ...
+    // Other spellings of the known line shapes: {shape key: the lines' key}, e.g. {"messages": "chat", "prompt":
+    // "question", "completion": "answer", "role": "speaker", "content": "text"} (data/line_mapping.h).
+    nlohmann::json columns = nlohmann::json::object();
+    nlohmann::json roles = nlohmann::json::object();  // {the lines' role: the template's}, e.g. {"bot": "assistant"}
+    // Mixing weights {data.train entry: weight}: each epoch as many lines as the data, each entry's share in
+    // proportion to its weight (data/mixing.h); empty: every line once per epoch.
+    nlohmann::json train_weights = nlohmann::json::object();
   } data;
 
   struct Training {
@@ -42,6 +49,11 @@ struct Recipe {
     // config.json's output_router_logits is true (Qwen3-30B-A3B ships false: no aux loss, so nothing keeps the
     // experts' load even), "on" or "off" whatever config.json says.
     std::string aux_loss = "config";
+    // The aux loss's weight: "config" (config.json's router_aux_loss_coef) or a number >= 0 used instead.
+    std::optional<double> aux_loss_coef;
+    // Engine-name patterns ('*' matches anything, e.g. "layers.*.moe.router", "embed_tokens") of parameters to
+    // freeze: no gradient, no optimizer state. The CPU engine on one rank only, so far.
+    std::vector<std::string> freeze;
     // DeepSeek-V3's auxiliary-loss-free balancing: after each optimizer step every router correction bias moves
     // by this much toward balance (model/router_bias_balance.h). 0 (the default, as transformers trains) leaves
     // the biases as loaded. CPU engine, one rank, and only models whose routers have a correction bias.
@@ -78,6 +90,9 @@ struct Recipe {
   // Several ranks (mpirun / srun / --nproc-per-node): the data-parallel size is the world size.
   struct Parallel {
     int64_t expert = 1;                   // expert-parallel size: divides the world size and the experts
+    // Several ranks: a rank that makes no progress (a step, a checkpoint, validation) for this long ends
+    // itself, since a dead or stuck peer would leave it waiting in a collective forever.
+    double timeout_seconds = 1800;
   } parallel;
 
   nlohmann::json json;  // the resolved recipe, every key present: what the run saves beside its outputs

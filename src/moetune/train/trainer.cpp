@@ -30,7 +30,7 @@ extern "C" void on_stop_signal(int) { Trainer::stop_requested.store(true); }
 data::LoaderOptions loader_options(const Recipe& r, bool shuffle) {
   return {data::format_from_name(r.data.format), r.data.loss_on_prompt, r.data.max_length, r.data.packing,
           shuffle,                                r.data.bad_lines == "skip", r.training.micro_batch_size,
-          uint64_t(r.training.seed)};
+          uint64_t(r.training.seed),              data::LineMapping(r.data.columns, r.data.roles)};
 }
 
 // training.aux_loss: "config" leaves it to config.json's output_router_logits.
@@ -155,9 +155,11 @@ struct Trainer::StepStats {
 Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
     : recipe_(std::move(recipe)), output_(output_folder(recipe_)), groups_(trainer_groups(recipe_, communication_)) {
   const Recipe& r = recipe_;
+  if (groups_->layout.world > 1) watchdog_ = std::make_unique<parallel::Watchdog>(r.parallel.timeout_seconds);
   if (is_main()) lock_ = std::make_unique<OutputLock>(output_);
   groups_->world->barrier();  // the folder exists and is this run's before any rank uses it
   engine_ = make_engine(r, groups_);
+  progress("reading the data");
   // The GPU engine clips and steps without reading the gradient norm on the host, so it cannot hold back a
   // NaN update; it stops at the first non-finite step, before any checkpoint of it.
   if (engine_->device().is_cuda() && r.training.max_nonfinite_steps > 0)
@@ -172,11 +174,14 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   // Decompressed .gz data lives in the run's folder, which the run has locked.
   const int rank = groups_->layout.rank;
   const fs::path scratch = output_ / (rank == 0 ? std::string(".decompressed-data") : fmt::format(".decompressed-data-rank{}", rank));
-  const std::vector<fs::path> train_files = data::resolve_data_files(r.data.train, "data.train", scratch);
+  std::vector<uint32_t> train_entry_of_file;  // for data.train_weights
+  const std::vector<fs::path> train_files = data::resolve_data_files(r.data.train, "data.train", scratch, &train_entry_of_file);
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
   total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec), groups_->layout.world);
-  train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, loader_options(r, r.data.shuffle));
+  data::LoaderOptions train_options = loader_options(r, r.data.shuffle);
+  train_options.mixing = data::mixing_from_recipe(r.data.train, r.data.train_weights, train_entry_of_file);
+  train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, train_options);
   if (!r.data.validation.empty()) {
     const std::vector<fs::path> files = data::resolve_data_files(r.data.validation, "data.validation", scratch);
     const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
@@ -186,6 +191,7 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
     read_every_line(r, train_files, split.validation, codec);
     validation_data_ = std::make_unique<data::DataLoader>(train_files, split.validation, codec, loader_options(r, false));
   }
+  progress("start-up");
   schedule_ = {schedule_kind(r.schedule.type), r.optimizer.lr, r.schedule.warmup_steps, total_steps_, r.schedule.min_lr_ratio};
   if (resume) {
     resume_from_newest_checkpoint();
@@ -276,6 +282,7 @@ double Trainer::validate() {
 }
 
 void Trainer::log_progress(const StepStats& stats, double seconds) {
+  const json memory = engine_->memory_metrics();  // collective on several GPUs: every rank asks
   if (!is_main()) return;
   const double tokens_per_second = double(stats.tokens) / std::max(seconds, 1e-9);
   json record = {{"step", step_}, {"loss", stats.loss}, {"lr", stats.lr}, {"grad_norm", stats.grad_norm},
@@ -289,7 +296,7 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
     record["tokens_per_second_per_rank"] = tokens_per_second / groups_->layout.world;
     record["communication_seconds"] = stats.communication_seconds;
   }
-  record.update(engine_->memory_metrics());
+  record.update(memory);
   metrics_->write(record);
   if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;
   const double eta = seconds * double(total_steps_ - step_);
@@ -306,9 +313,13 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
 }
 
 void Trainer::save_checkpoint(bool final) {
+  progress("a checkpoint");
   const fs::path target = output_ / fmt::format("checkpoint-{:06d}", step_);
   const fs::path temporary = output_ / fmt::format(".checkpoint-{:06d}.tmp", step_);
-  if (is_main()) fs::remove_all(temporary);
+  if (is_main()) {
+    fs::remove_all(temporary);
+    fs::create_directories(temporary);  // before any rank writes into it
+  }
   groups_->world->barrier();
   engine_->save_pretrained(temporary);  // every rank its share
   // The exact state: parameters in their training precision (the HF files may be bf16), AdamW moments, step
@@ -388,7 +399,10 @@ void Trainer::check_finite(const StepStats& stats) {
     return;
   }
   ++nonfinite_in_a_row_;
-  const std::string what = fmt::format("step {}: the loss is {} and the gradient norm {}", step_, stats.loss, stats.grad_norm);
+  // A NaN's sign bit only records which operation made it (and the compiler's operand order), so it is not printed.
+  auto plain = [](double x) { return std::isnan(x) ? std::string("nan") : fmt::format("{}", x); };
+  const std::string what =
+      fmt::format("step {}: the loss is {} and the gradient norm {}", step_, plain(stats.loss), plain(stats.grad_norm));
   if (nonfinite_in_a_row_ > recipe_.training.max_nonfinite_steps)
     fail("{} ({} such step(s) in a row, training.max_nonfinite_steps is {}); stopped without saving this state. Look for "
          "NaN/Inf weights in the model, a learning rate too high, or raise training.max_nonfinite_steps to skip such steps",
@@ -412,11 +426,13 @@ TrainResult Trainer::run() {
                  groups_->layout.world > 1 ? (" on " + groups_->layout.str()).c_str() : "");
   while (step_ < total_steps_) {
     const auto start = std::chrono::steady_clock::now();
+    progress("a training step");
     const StepStats stats = train_step();
     log_progress(stats, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     check_finite(stats);
     result.last_loss = stats.loss;
     if (r.logging.validation_every > 0 && step_ % r.logging.validation_every == 0 && step_ != total_steps_) {
+      progress("validation");
       const double loss = validate();
       if (!std::isnan(loss) && metrics_) metrics_->write({{"step", step_}, {"loss", loss}}, "validation");
     }
@@ -430,6 +446,7 @@ TrainResult Trainer::run() {
     if (r.output.save_every > 0 && step_ % r.output.save_every == 0 && step_ != total_steps_) save_checkpoint(false);
   }
   if (!result.interrupted) {
+    progress("validation");
     result.validation_loss = validate();
     if (!std::isnan(result.validation_loss) && metrics_)
       metrics_->write({{"step", step_}, {"loss", result.validation_loss}}, "validation");
@@ -439,6 +456,7 @@ TrainResult Trainer::run() {
   result.final_model = last_checkpoint_;
   if (!result.interrupted && r.output.save_final) {
     result.final_model = output_ / "final-model";
+    progress("the final model");
     if (is_main()) {
       export_final_model(last_checkpoint_, result.final_model);
       std::fprintf(stderr, "final model (without the training state): %s\n", result.final_model.string().c_str());

@@ -26,6 +26,7 @@
 #include "moetune/model/causal_lm.h"
 #include "moetune/parallel/parallel_layout.h"
 #include "moetune/parallel/timed_communicator.h"
+#include "moetune/parallel/watchdog.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/lr_schedule.h"
 #include "moetune/train/metrics_log.h"
@@ -82,11 +83,15 @@ class Trainer {
   // The layout of this run's ranks as trainer_state.json records it.
   nlohmann::json layout_record() const;
   bool any_rank(bool flag) const;
+  void progress(const char* next) {
+    if (watchdog_) watchdog_->progress(next);
+  }
 
   Recipe recipe_;
   std::filesystem::path output_;
   std::shared_ptr<parallel::CommunicationClock> communication_ = std::make_shared<parallel::CommunicationClock>();
   std::shared_ptr<const parallel::ParallelGroups> groups_;
+  std::unique_ptr<parallel::Watchdog> watchdog_;  // several ranks only
   std::unique_ptr<OutputLock> lock_;  // rank 0's; nothing is read or written in the folder before it is ours
   std::unique_ptr<TrainingEngine> engine_;
   LrSchedule schedule_;

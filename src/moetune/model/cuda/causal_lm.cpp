@@ -1,7 +1,8 @@
 #include "moetune/model/cuda/causal_lm.h"
 
 #include "moetune/core/cuda_runtime.h"
-#include "moetune/model/gpu_support.h"
+#include "moetune/model/device_support.h"
+#include "moetune/model/model_description.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
@@ -21,12 +22,14 @@ float read_scalar(const Tensor& t) {
 }  // namespace
 
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
+  require_gpu_support(load_model_spec(folder / "config.json"));  // before the weights go to the GPU
   return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}), {});
 }
 
 CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher)
     : store_((require_gpu_support(weights.spec()), std::make_unique<ParameterStore>(std::move(weights)))) {
   const ModelSpec& s = spec();
+  require_gpu_support(s);
   sublayers_ = build_sublayers<GpuBlocks>(s, *store_, make_dispatcher);
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");

@@ -18,11 +18,12 @@ void require_in_range(int64_t value, const char* key, int64_t most) {
 }
 
 // v5 writes rope_parameters = {rope_type, rope_theta, ...}; v4 writes rope_theta beside an optional
-// rope_scaling = {type or rope_type, factor, ...}. Values inside the dict win over top-level ones.
-ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embeddings, double default_theta) {
+// rope_scaling = {type or rope_type, factor, ...}. Values inside the dict win over top-level ones. A family
+// whose config class fills in a RoPE dict when there is none (GPT-OSS: yarn) passes it in DecoderDefaults.
+ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embeddings, const DecoderDefaults& d) {
   const char* key = top.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   const json* parameters = top.find(key);
-  json dict = parameters ? *parameters : json::object();
+  json dict = parameters ? *parameters : d.rope_parameters.value_or(json::object());
   if (!dict.is_object()) fail("'{}' must be an object", key);
   // Per-layer-type RoPE ({"full_attention": {...}, "sliding_attention": {...}}): one set must serve all.
   if (dict.contains("full_attention") && dict["full_attention"].is_object()) {
@@ -34,19 +35,33 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
   io::ConfigReader reader(dict);
   ops::RopeSpec rope;
   rope.type = reader.string("rope_type", reader.string("type", "default"));
-  rope.theta = reader.number("rope_theta", top.number("rope_theta", default_theta));
+  rope.theta = reader.number("rope_theta", top.number("rope_theta", d.rope_theta));
   rope.factor = reader.number("factor", 1.0);
   rope.low_freq_factor = reader.number("low_freq_factor", 1.0);
   rope.high_freq_factor = reader.number("high_freq_factor", 4.0);
-  rope.original_max_position_embeddings = reader.integer(
-      "original_max_position_embeddings", top.integer("original_max_position_embeddings", max_position_embeddings));
+  // transformers' standardize_rope_params: for the scaled schedules a top-level value wins over the dict's.
+  rope.original_max_position_embeddings = top.integer(
+      "original_max_position_embeddings", reader.integer("original_max_position_embeddings", max_position_embeddings));
   rope.partial_rotary_factor = reader.number("partial_rotary_factor", top.number("partial_rotary_factor", 1.0));
-  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3")
-    refuse(key, "rope_type " + rope.type, "a RoPE schedule other than default, linear and llama3");
+  // yarn: `beta_fast or 32` in transformers, so 0 means the default too; truncate defaults to true there.
+  rope.beta_fast = reader.number("beta_fast", 0.0) != 0.0 ? reader.number("beta_fast", 0.0) : 32.0;
+  rope.beta_slow = reader.number("beta_slow", 0.0) != 0.0 ? reader.number("beta_slow", 0.0) : 1.0;
+  rope.truncate = reader.boolean("truncate", true);
+  if (reader.has("attention_factor")) rope.attention_factor = reader.number("attention_factor", 1.0);
+  rope.mscale = reader.number("mscale", 0.0);
+  rope.mscale_all_dim = reader.number("mscale_all_dim", 0.0);
+  const bool known = rope.type == "default" || rope.type == "linear" || rope.type == "llama3" ||
+                     (rope.type == "yarn" && d.accepts_yarn);
+  if (!known)
+    refuse(key, "rope_type " + rope.type,
+           d.accepts_yarn ? "a RoPE schedule other than default, linear, llama3 and yarn"
+                          : "for this family, a RoPE schedule other than default, linear and llama3");
   if (rope.partial_rotary_factor != 1.0)
     refuse("partial_rotary_factor", fmt::format("{}", rope.partial_rotary_factor), "partial RoPE");
   if (!(rope.theta > 0)) fail("'rope_theta' must be positive, got {}", rope.theta);
   if (rope.type != "default" && !(rope.factor > 0)) fail("RoPE 'factor' must be positive, got {}", rope.factor);
+  if (rope.type == "yarn" && rope.original_max_position_embeddings <= 0)
+    fail("RoPE 'original_max_position_embeddings' must be positive for yarn, got {}", rope.original_max_position_embeddings);
   return rope;
 }
 
@@ -83,7 +98,7 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   a.qk_head_dim = a.v_head_dim = r.integer("head_dim", d.head_dim.value_or(spec.hidden_size / a.num_heads));
   require_in_range(a.qk_head_dim, "head_dim", kMaxWidth);
   if (a.qk_head_dim % 2 != 0) fail("'head_dim' must be even for RoPE, got {}", a.qk_head_dim);
-  a.rope = read_rope(r, spec.max_position_embeddings, d.rope_theta);
+  a.rope = read_rope(r, spec.max_position_embeddings, d);
 
   const std::string act = r.string("hidden_act", "silu");
   if (act != "silu" && act != "swish") refuse("hidden_act", act, "an MLP activation other than silu");

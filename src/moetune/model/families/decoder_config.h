@@ -19,6 +19,10 @@ struct DecoderDefaults {
   int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  // The RoPE dict the family's config class fills in when config.json has neither rope_parameters nor
+  // rope_scaling (GPT-OSS: its yarn settings); nullopt: default RoPE.
+  std::optional<nlohmann::json> rope_parameters;
+  bool accepts_yarn = false;  // YaRN is implemented on the CPU only; families opt in (the GPU refuses it)
 };
 
 struct DecoderConfig {

@@ -19,6 +19,14 @@ ParameterSpec concatenated(std::string name, ParameterRole role, std::vector<HfT
   return {std::move(name), shape, role, std::move(pieces), "", shape_numel(shape)};
 }
 
+// A per-expert bias [E, n], split over the expert-parallel ranks like its weights; a token uses k rows of it.
+ParameterSpec expert_bias(std::string name, HfTensor piece, int64_t top_k) {
+  ParameterSpec spec = whole(std::move(name), ParameterRole::Bias, piece);
+  spec.active_numel = top_k * piece.shape[1];
+  spec.placement = Placement::ExpertSharded;
+  return spec;
+}
+
 struct Builder {
   const ModelSpec& spec;
   std::vector<ParameterSpec> out;
@@ -40,6 +48,7 @@ struct Builder {
     }
     out.push_back(whole(engine + "attn.o", ParameterRole::Matmul, {attn + "o_proj.weight", {H, a.num_heads * a.v_head_dim}}));
     if (a.o_bias) out.push_back(whole(engine + "attn.o_bias", ParameterRole::Bias, {attn + "o_proj.bias", {H}}));
+    if (a.sinks) out.push_back(whole(engine + "attn.sinks", ParameterRole::Bias, {attn + "sinks", {a.num_heads}}));
   }
 
   // A SwiGLU MLP: gate and up fused into one [2I, H] parameter.
@@ -59,18 +68,29 @@ struct Builder {
     ParameterSpec router = whole(engine + "moe.router", ParameterRole::Router, {hf + names.router + ".weight", {E, H}});
     if (names.fused_block != names.block) router.fused_hf_name = fused + "gate.weight";
     out.push_back(std::move(router));
+    if (m.router.bias) out.push_back(whole(engine + "moe.router_bias", ParameterRole::Bias, {hf + names.router + ".bias", {E}}));
     ParameterSpec gate_up{engine + "moe.experts_gate_up", {E, 2 * I, H}, ParameterRole::Experts, {},
                           fused + "experts.gate_up_proj", k * 2 * I * H};
     ParameterSpec down{engine + "moe.experts_down", {E, H, I}, ParameterRole::Experts, {}, fused + "experts.down_proj", k * H * I};
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string expert = fmt::format("{}experts.{}.", hf, e);
-      gate_up.pieces.push_back({expert + names.gate + ".weight", {I, H}});
-      gate_up.pieces.push_back({expert + names.up + ".weight", {I, H}});
-      down.pieces.push_back({expert + names.down + ".weight", {H, I}});
+    if (names.transposed_fused_experts) {
+      // One piece each, already holding every expert; the transforms give the engine's [E, 2I, H] / [E, H, I].
+      gate_up.fused_hf_name = down.fused_hf_name = "";
+      gate_up.pieces.push_back({hf + "experts.gate_up_proj", {E, H, 2 * I}, /*transposed=*/true, /*interleaved_pairs=*/true});
+      down.pieces.push_back({hf + "experts.down_proj", {E, I, H}, /*transposed=*/true});
+    } else {
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string expert = fmt::format("{}experts.{}.", hf, e);
+        gate_up.pieces.push_back({expert + names.gate + ".weight", {I, H}});
+        gate_up.pieces.push_back({expert + names.up + ".weight", {I, H}});
+        down.pieces.push_back({expert + names.down + ".weight", {H, I}});
+      }
     }
     gate_up.placement = down.placement = Placement::ExpertSharded;
     out.push_back(std::move(gate_up));
+    if (m.experts.bias)
+      out.push_back(expert_bias(engine + "moe.experts_gate_up_bias", {hf + "experts.gate_up_proj_bias", {E, 2 * I}, false, true}, k));
     out.push_back(std::move(down));
+    if (m.experts.bias) out.push_back(expert_bias(engine + "moe.experts_down_bias", {hf + "experts.down_proj_bias", {E, H}}, k));
     if (m.shared_expert) {
       mlp(m.shared_expert->mlp, hf + names.shared_expert + ".", engine + "moe.shared_");
       if (m.shared_expert->sigmoid_gate)

@@ -19,6 +19,9 @@ struct MoeTensorNames {
   // checkpoint may hold instead of the per-expert tensors.
   std::string fused_block = "mlp";
   std::string shared_expert = "shared_expert", shared_expert_gate = "shared_expert_gate";
+  // GPT-OSS: the experts exist only fused and transposed, <block>.experts.gate_up_proj [E, H, 2I] with gate and
+  // up interleaved and <block>.experts.down_proj [E, I, H] (biases <name>_bias); no per-expert tensors.
+  bool transposed_fused_experts = false;
 };
 
 // Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn,

@@ -20,40 +20,27 @@ namespace {
 
 using nlohmann::json;
 
-// The RoPE dict as read_decoder_config would find it, and config.json without it: YaRN is read here, so the
-// shared reader (which refuses YaRN) never sees it.
-const char* rope_key(const io::ConfigReader& r) { return r.has("rope_parameters") ? "rope_parameters" : "rope_scaling"; }
-
-json without_rope(const io::ConfigReader& r) {
-  json stripped = r.object();
-  stripped.erase("rope_parameters");
-  stripped.erase("rope_scaling");
-  return stripped;
-}
-
-// RoPE over qk_rope_head_dim: the schedule and, for YaRN, the cos/sin factor and the softmax-scale correction.
+// RoPE over qk_rope_head_dim. read_decoder_config reads the schedule (ops::RopeSpec, yarn accepted); DeepSeek adds
+// its own rules: default or yarn only; a yarn dict without a factor takes max_position_embeddings /
+// original_max_position_embeddings (as transformers does for DeepSeek-style configs); cos and sin are multiplied
+// by YaRN's attention scaling; the softmax scale grows by mscale(factor, mscale_all_dim)² (yarn_apply_mscale).
 void read_mla_rope(const io::ConfigReader& r, int64_t max_position_embeddings, AttentionSpec& a) {
   MlaSpec& mla = *a.mla;
-  const char* key = rope_key(r);
-  const json dict = r.find(key) ? *r.find(key) : json::object();
-  if (!dict.is_object()) fail("'{}' must be an object", key);
-  const io::ConfigReader rope(dict);
-  a.rope.type = rope.string("rope_type", rope.string("type", "default"));
-  a.rope.theta = rope.number("rope_theta", r.number("rope_theta", 10000.0));
-  if (!(a.rope.theta > 0)) fail("'rope_theta' must be positive, got {}", a.rope.theta);
-  if (rope.number("partial_rotary_factor", 1.0) != 1.0)
-    refuse("partial_rotary_factor", fmt::format("{}", rope.number("partial_rotary_factor", 1.0)), "partial RoPE in MLA");
+  const char* key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   const double head_scale = 1.0 / std::sqrt(double(a.qk_head_dim));
   if (a.rope.type == "default") {
     mla.softmax_scale = head_scale;
     return;
   }
   if (a.rope.type != "yarn") refuse(key, "rope_type " + a.rope.type, "a DeepSeek-V3 RoPE schedule other than default and yarn");
-  mla.yarn = ops::read_yarn_parameters(rope, a.rope.theta, max_position_embeddings);
-  a.rope.factor = mla.yarn->factor;
-  mla.rope_scale = ops::yarn_attention_factor(*mla.yarn);
-  // yarn_apply_mscale: the scale grows by mscale(factor, mscale_all_dim)² when mscale_all_dim is set (non-zero).
-  const double all_dim = rope.number("mscale_all_dim", 0.0);
+  const json* found = r.find(key);
+  const json dict = found && found->is_object() ? *found : json::object();
+  const io::ConfigReader rope(dict);  // holds a reference: `dict` outlives it
+  if (!rope.has("factor"))
+    a.rope.factor = double(max_position_embeddings) / double(a.rope.original_max_position_embeddings);
+  mla.rope_scale = ops::rope_attention_scaling(a.rope);
+  // Python truthiness: a zero mscale_all_dim counts as absent; transformers reads the dict's own factor here.
+  const double all_dim = a.rope.mscale_all_dim;
   const double m = all_dim != 0.0 ? ops::yarn_mscale(rope.number("factor", 0.0), all_dim) : 1.0;
   mla.softmax_scale = head_scale * m * m;
 }
@@ -113,11 +100,10 @@ MoeSpec read_moe(const io::ConfigReader& r) {
 }
 
 ModelSpec describe(const io::ConfigReader& r) {
-  const json stripped = without_rope(r);
-  DecoderConfig c = read_decoder_config(io::ConfigReader(stripped),
+  DecoderConfig c = read_decoder_config(r,
                                         {.vocab_size = 129280, .hidden_size = 7168, .intermediate_size = 18432,
                                          .num_hidden_layers = 61, .num_attention_heads = 128,
-                                         .max_position_embeddings = 4096});
+                                         .max_position_embeddings = 4096, .accepts_yarn = true});
   // FP8 e4m3 block-scaled weights (the released checkpoints) are dequantised on load (model/fp8_dequantize.h).
   if (const json* q = r.find("quantization_config")) {
     const bool fp8 = q->is_object() && q->value("quant_method", std::string()) == "fp8" &&

@@ -1,25 +1,30 @@
+#include <algorithm>
 #include <cmath>
 
 #include "moetune/ops/activation.h"
 
 namespace moetune::ops {
 namespace {
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-}  // namespace
 
-Tensor swiglu_forward(const Tensor& gate_up) {
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// out[r, i] = f(gate[r, i], up[r, i]) over a fused [gate | up] input [T, 2I].
+template <typename F>
+Tensor map_gate_up(const Tensor& gate_up, F f) {
   const int64_t rows = gate_up.size(0), inner = gate_up.size(1) / 2;
   Tensor out = Tensor::empty({rows, inner}, DType::F32);
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = gate_up.data<float>() + r * 2 * inner;
     const float* up = gate + inner;
     float* o = out.data<float>() + r * inner;
-    for (int64_t i = 0; i < inner; ++i) o[i] = gate[i] * sigmoid(gate[i]) * up[i];
+    for (int64_t i = 0; i < inner; ++i) o[i] = f(gate[i], up[i]);
   }
   return out;
 }
 
-Tensor swiglu_backward(const Tensor& dout, const Tensor& gate_up) {
+// d(gate_up) [T, 2I] from d(out) [T, I]: f(gate, up, d, dgate, dup) writes one element's two gradients.
+template <typename F>
+Tensor map_gate_up_backward(const Tensor& dout, const Tensor& gate_up, F f) {
   const int64_t rows = gate_up.size(0), inner = gate_up.size(1) / 2;
   Tensor dgate_up = Tensor::empty(gate_up.shape(), DType::F32);
   for (int64_t r = 0; r < rows; ++r) {
@@ -28,13 +33,40 @@ Tensor swiglu_backward(const Tensor& dout, const Tensor& gate_up) {
     const float* d = dout.data<float>() + r * inner;
     float* dgate = dgate_up.data<float>() + r * 2 * inner;
     float* dup = dgate + inner;
-    for (int64_t i = 0; i < inner; ++i) {
-      const float s = sigmoid(gate[i]);
-      dup[i] = d[i] * gate[i] * s;
-      dgate[i] = d[i] * up[i] * s * (1.0f + gate[i] * (1.0f - s));  // d silu = s (1 + g (1 - s))
-    }
+    for (int64_t i = 0; i < inner; ++i) f(gate[i], up[i], d[i], dgate[i], dup[i]);
   }
   return dgate_up;
+}
+
+}  // namespace
+
+Tensor swiglu_forward(const Tensor& gate_up) {
+  return map_gate_up(gate_up, [](float gate, float up) { return gate * sigmoid(gate) * up; });
+}
+
+Tensor swiglu_backward(const Tensor& dout, const Tensor& gate_up) {
+  return map_gate_up_backward(dout, gate_up, [](float gate, float up, float d, float& dgate, float& dup) {
+    const float s = sigmoid(gate);
+    dup = d * gate * s;
+    dgate = d * up * s * (1.0f + gate * (1.0f - s));  // d silu = s (1 + g (1 - s))
+  });
+}
+
+Tensor clamped_swiglu_forward(const Tensor& gate_up, const SwigluClamp& clamp) {
+  return map_gate_up(gate_up, [&](float gate, float up) {
+    const float g = std::min(gate, clamp.limit), u = std::clamp(up, -clamp.limit, clamp.limit);
+    return (u + 1.0f) * (g * sigmoid(g * clamp.alpha));
+  });
+}
+
+Tensor clamped_swiglu_backward(const Tensor& dout, const Tensor& gate_up, const SwigluClamp& clamp) {
+  return map_gate_up_backward(dout, gate_up, [&](float gate, float up, float d, float& dgate, float& dup) {
+    const float g = std::min(gate, clamp.limit), u = std::clamp(up, -clamp.limit, clamp.limit);
+    const float s = sigmoid(g * clamp.alpha);
+    dup = up >= -clamp.limit && up <= clamp.limit ? d * g * s : 0.0f;
+    // d/dg [g σ(αg)] = σ + α g σ (1 - σ)
+    dgate = gate <= clamp.limit ? d * (u + 1.0f) * (s + clamp.alpha * g * s * (1.0f - s)) : 0.0f;
+  });
 }
 
 }  // namespace moetune::ops

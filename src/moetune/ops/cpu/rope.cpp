@@ -1,9 +1,52 @@
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
 #include "moetune/ops/rope.h"
 
 namespace moetune::ops {
+
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+namespace {
+
+// YaRN: frequencies that rotate fewer than beta_slow times over the original context are interpolated (divided by
+// factor), those rotating more than beta_fast times kept, a linear ramp over the dimensions between. Python
+// scalars are doubles in transformers and the tensors fp32, so each step rounds where it does there.
+std::vector<float> yarn_inverse_frequencies(const RopeSpec& rope, int64_t head_dim) {
+  const double dim = double(head_dim), base = rope.theta, context = double(rope.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(context / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+  };
+  double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+  if (rope.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+  const float ramp_start = float(low), ramp_width = float(high - low), factor = float(rope.factor);
+  std::vector<float> inv(size_t(head_dim / 2));
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const float theta_power = std::pow(float(base), float(2 * i) / float(head_dim));
+    const float extrapolated = 1.0f / theta_power, interpolated = 1.0f / (factor * theta_power);
+    const float ramp = std::clamp((float(i) - ramp_start) / ramp_width, 0.0f, 1.0f);
+    const float keep = 1.0f - ramp;  // the share of the extrapolated (unscaled) frequency
+    inv[i] = interpolated * (1.0f - keep) + extrapolated * keep;
+  }
+  return inv;
+}
+
+}  // namespace
+
+double rope_attention_scaling(const RopeSpec& rope) {
+  if (rope.type != "yarn") return 1.0;
+  if (rope.attention_factor) return *rope.attention_factor;
+  if (rope.mscale != 0 && rope.mscale_all_dim != 0)
+    return yarn_mscale(rope.factor, rope.mscale) / yarn_mscale(rope.factor, rope.mscale_all_dim);
+  return yarn_mscale(rope.factor);
+}
 
 std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim) {
   const int64_t rotary_dim = int64_t(double(head_dim) * rope.partial_rotary_factor);
@@ -12,6 +55,7 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
   for (size_t i = 0; i < inv.size(); ++i)
     inv[i] = 1.0f / std::pow(float(rope.theta), float(2 * i) / float(head_dim));
   if (rope.type == "default") return inv;
+  if (rope.type == "yarn") return yarn_inverse_frequencies(rope, head_dim);
   if (rope.type == "linear") {
     for (float& f : inv) f /= float(rope.factor);
     return inv;
@@ -35,10 +79,11 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
     }
     return inv;
   }
-  fail("rope_type '{}' is not supported yet (supported: default, linear, llama3)", rope.type);
+  fail("rope_type '{}' is not supported yet (supported: default, linear, llama3, yarn)", rope.type);
 }
 
-void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int64_t>& positions, bool inverse) {
+void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int64_t>& positions, bool inverse,
+                double scaling) {
   const int64_t tokens = x.size(0), heads = x.size(1), head_dim = x.size(2), half = head_dim / 2;
   MOETUNE_CHECK(int64_t(positions.size()) == tokens && int64_t(inv.size()) == half, "apply_rope: x {} with {} positions",
                 x.str(), positions.size());
@@ -46,7 +91,9 @@ void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int6
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = float(positions[size_t(t)]) * inv[size_t(i)];
-      const float c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
+      // As transformers does: cos and sin scaled (in fp32) before they meet x.
+      const float c = std::cos(angle) * float(scaling), sine = std::sin(angle) * float(scaling);
+      const float s = inverse ? -sine : sine;
       for (int64_t h = 0; h < heads; ++h) {
         float* v = data + (t * heads + h) * head_dim;
         const float a = v[i], b = v[i + half];

@@ -8,6 +8,8 @@
 #include "moetune/core/flat_buffers.h"
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/device_support.h"
+#include "moetune/model/model_description.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/adamw.h"
 #include "moetune/ops/cuda/grad_norm.h"
@@ -22,7 +24,9 @@ struct ShardedRun {
   std::string name;
   Tensor parameters, gradients;
   std::shared_ptr<parallel::Communicator> group;
-  Tensor gradient_shard;  // the reduce-scattered gradients of this rank's shard
+  // This rank's shard of the gradients, a view of the run: the reduce-scatter runs in place (NCCL's rule: the
+  // output at rank × count of the input), so no second gradient buffer exists.
+  Tensor gradient_shard;
 };
 
 class GpuEngine final : public TrainingEngine {
@@ -30,7 +34,7 @@ class GpuEngine final : public TrainingEngine {
   GpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : groups_(std::move(groups)),
         model_(model::cuda::CausalLM::from_weights(
-            model::load_checkpoint(r.model, load_options(groups_->layout, DType::BF16, Device::cuda())), dispatcher_factory())),
+            load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory())),
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
         options_(r.optimizer),
         seed_(uint64_t(r.training.seed)) {
@@ -60,7 +64,7 @@ class GpuEngine final : public TrainingEngine {
     std::vector<Tensor> gradients;
     if (parallel()) {
       for (ShardedRun& run : runs_) {
-        run.group->reduce_scatter_sum(run.gradients, run.gradient_shard);
+        if (run.group->size() > 1) run.group->reduce_scatter_sum(run.gradients, run.gradient_shard);
         gradients.push_back(run.gradient_shard);
       }
     } else {
@@ -167,7 +171,7 @@ class GpuEngine final : public TrainingEngine {
       MOETUNE_CHECK(values.size() == grads.size() && values.size() <= 1, "ZeRO run '{}': {} parameter runs", name, values.size());
       if (values.empty()) return;
       const int64_t length = values[0].numel() / group->size();
-      runs_.push_back({name, values[0], grads[0], group, Tensor::empty({length}, DType::BF16, Device::cuda())});
+      runs_.push_back({name, values[0], grads[0], group, grads[0].flat_slice(group->rank() * length, {length})});
     };
     add("replicated", model_.weights().replicated_runs.buffers, model_.parameters().replicated_grad_runs(), groups_->world);
     add("experts", model_.weights().expert_runs.buffers, model_.parameters().expert_grad_runs(), groups_->expert_replicas);
@@ -182,7 +186,8 @@ class GpuEngine final : public TrainingEngine {
   }
 
   void gather_parameters() {
-    for (size_t i = 0; i < runs_.size(); ++i) runs_[i].group->all_gather(slots_[i].param, runs_[i].parameters);  // in place
+    for (size_t i = 0; i < runs_.size(); ++i)
+      if (runs_[i].group->size() > 1) runs_[i].group->all_gather(slots_[i].param, runs_[i].parameters);  // in place
   }
 
   // A checkpoint of another precision mode converts (an fp32 CPU checkpoint resumed on the GPU, say).
@@ -212,6 +217,7 @@ class GpuEngine final : public TrainingEngine {
 
 std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
   if (cuda_device_count() == 0) fail("training.device 'cuda': {}", cuda_unavailable_reason());
+  model::require_gpu_support(model::load_model_spec(std::filesystem::path(recipe.model) / "config.json"));  // before loading
   if (!groups) groups = std::make_shared<parallel::ParallelGroups>(parallel::make_groups(parallel::single_process_communicator(), 1, 0));
   return std::make_unique<GpuEngine>(recipe, std::move(groups));
 }
