@@ -29,6 +29,8 @@ TEST(Forward, LlamaWithLlama3RopeAndBiasesMatchesTransformers) { expect_logits_m
 TEST(Forward, MixtralMatchesTransformers) { expect_logits_match("mixtral_tiny", 1e-5); }
 TEST(Forward, Qwen2MoeWithSharedExpertMatchesTransformers) { expect_logits_match("qwen2_moe_tiny", 1e-5); }
 TEST(Forward, GptOssWithSinksSlidingWindowAndYarnMatchesTransformers) { expect_logits_match("gpt_oss_tiny", 1e-5); }
+TEST(Forward, DeepseekV3MatchesTransformers) { expect_logits_match("deepseek_v3_tiny", 1e-5); }
+TEST(Forward, DeepseekV3WithQProjTiedMatchesTransformers) { expect_logits_match("deepseek_v3_qproj_tied", 1e-5); }
 
 // bf16 fixtures: HF ran in bf16 and the engine in fp32 from the same weights, so they agree to bf16's
 // precision only; this still catches structural mistakes (tying, sparse step, q/k norm) at once.

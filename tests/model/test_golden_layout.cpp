@@ -26,6 +26,7 @@ const char* role_name(ParameterRole role) {
     case ParameterRole::Router: return "router";
     case ParameterRole::Experts: return "experts";
     case ParameterRole::LmHead: return "lm_head";
+    case ParameterRole::Buffer: return "buffer";
   }
   return "?";
 }
@@ -65,7 +66,8 @@ TEST_P(Golden, ParameterListAndActivationPlanAreUnchanged) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
                          ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_moe_tied_f32", "qwen3_tiny",
-                                           "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny"));
+                                           "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny",
+                                           "deepseek_v3_tiny", "deepseek_v3_qproj_tied"));
 
 }  // namespace
 }  // namespace moetune::model

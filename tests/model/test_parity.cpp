@@ -61,6 +61,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
                       bool after_adamw = false) const {
     const auto& specs = model.weights().layout.parameters;
     for (size_t i = 0; i < specs.size(); ++i) {
+      if (!specs[i].trainable) continue;  // a buffer (DeepSeek-V3's correction bias): no gradient, never moves
       if (!specs[i].fused_hf_name.empty()) {
         Tensor expected = ref(prefix + specs[i].fused_hf_name);
         EXPECT_LE(relative_error(tensors[i].data<float>(), expected.data<float>(), expected.numel()),
@@ -99,7 +100,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
     }
     EXPECT_LE(relative_error(out.loss, scalar(name + ".loss")), kTolerance) << name;
     EXPECT_LE(relative_error(out.lm_loss, scalar(name + ".lm_loss")), kTolerance) << name;
-    if (model.spec().is_moe())
+    if (model.spec().aux_loss != AuxLoss::None)
       EXPECT_LE(relative_error(out.aux_loss, scalar(name + ".aux_loss")), kTolerance) << name;
     else
       EXPECT_TRUE(std::isnan(out.aux_loss));
@@ -135,12 +136,17 @@ TEST_P(Parity, AdamWStepsWithClippingAndWarmup) {
                              hyper_["schedule"]["warmup_steps"].get<int64_t>(),
                              hyper_["schedule"]["total_steps"].get<int64_t>(), 0.0};
   const Tensor losses = ref("train.losses"), norms = ref("train.grad_norms"), lrs = ref("train.lrs");
+  bool moved = false;  // once an AdamW step with lr > 0 has run, its amplified fp32 noise is in every weight
   for (int64_t step = 0; step < hyper_["train_steps"].get<int64_t>(); ++step) {
     CausalLMOutput out = model.forward(batch("plain"));
     model.backward();
     const double norm = train::clip_grad_norm(model.parameters().grads(), hyper_["max_grad_norm"].get<double>());
-    EXPECT_LE(relative_error(out.loss, losses.data<float>()[step]), kTolerance) << "step " << step;
-    EXPECT_LE(relative_error(norm, norms.data<float>()[step]), kTolerance) << "step " << step;
+    // Measured: deepseek_v3_tiny's step-2 grad norm 1.7e-5 off transformers' (whose own fp32 value is 5.8e-6 off
+    // an fp64 run of it), while its step-0 gradients agree to 1.3e-6.
+    const double tolerance = moved ? kAfterAdamwTolerance : kTolerance;
+    EXPECT_LE(relative_error(out.loss, losses.data<float>()[step]), tolerance) << "step " << step;
+    EXPECT_LE(relative_error(norm, norms.data<float>()[step]), tolerance) << "step " << step;
+    moved |= schedule.lr(step) > 0;
     EXPECT_NEAR(schedule.lr(step), lrs.data<float>()[step], 1e-9) << "step " << step;
     optimizer.step(schedule.lr(step));
     model.zero_grad();
@@ -150,7 +156,7 @@ TEST_P(Parity, AdamWStepsWithClippingAndWarmup) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Parity,
                          ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny",
-                                           "qwen2_moe_tiny", "gpt_oss_tiny"));
+                                           "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied"));
 
 }  // namespace
 }  // namespace moetune::model

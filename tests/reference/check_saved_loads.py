@@ -17,14 +17,14 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
-            "gpt_oss_tiny", "gpt_oss_mxfp4_tiny"]
+            "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied"]
 # Recorded from the dequantized weights upcast to fp32 (make_gpt_oss_fixtures.py), so compared so.
 UPCAST_REFERENCE = {"gpt_oss_mxfp4_tiny"}
 
 
 def main(binary: str, fixtures: Path) -> int:
     failures = 0
-    for name in FIXTURES:
+    for name in sys.argv[3:] or FIXTURES:
         with tempfile.TemporaryDirectory() as out:
             subprocess.run([binary, "convert", str(fixtures / name), out, "--max-shard-size", "20KB"],
                            check=True, stdout=subprocess.DEVNULL)

@@ -16,7 +16,7 @@ import torch
 import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
-from transformers import MixtralConfig, Qwen2MoeConfig
+from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config
 
 VOCAB = 96
 
@@ -89,6 +89,35 @@ FIXTURES = {
             decoder_sparse_step=1, norm_topk_prob=False, max_position_embeddings=64,
             tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.01),
         dtype=torch.float32, max_shard_size=None),
+    # DeepSeek-V3: MLA with q_lora_rank, interleaved YaRN RoPE (mscale != mscale_all_dim, so both the cos/sin
+    # factor and the softmax scale differ from 1), v head dim (6) below the q/k one (12); one dense layer then
+    # MoE layers with 4 groups of 2 experts (top-2 groups, top-3 experts), correction bias, renormalised,
+    # scaled by 2.5, 2 shared experts; untied, fp32.
+    "deepseek_v3_tiny": dict(
+        config=DeepseekV3Config(
+            vocab_size=VOCAB, hidden_size=24, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
+            qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
+            n_shared_experts=2, first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+            rope_interleave=True, max_position_embeddings=64,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
+                             "mscale": 0.707, "mscale_all_dim": 1.0},
+            tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # DeepSeek-V3 without q_lora_rank (q_proj), attention biases, default RoPE not interleaved, v head dim (10)
+    # above the q/k one (8), one group (top-k over all), no renormalisation, scaled by 1.5, every layer MoE,
+    # one shared expert, tied embeddings, fp32.
+    "deepseek_v3_qproj_tied": dict(
+        config=DeepseekV3Config(
+            vocab_size=VOCAB, hidden_size=24, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=2, q_lora_rank=None, kv_lora_rank=8, qk_nope_head_dim=4,
+            qk_rope_head_dim=4, v_head_dim=10, n_routed_experts=6, n_group=1, topk_group=1, num_experts_per_tok=2,
+            n_shared_experts=1, first_k_dense_replace=0, norm_topk_prob=False, routed_scaling_factor=1.5,
+            rope_interleave=False, attention_bias=True, max_position_embeddings=64,
+            rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
+            tie_word_embeddings=True, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
 }
 
 
@@ -101,6 +130,11 @@ def make(out_root: Path, name: str, spec: dict) -> None:
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn_like(p, dtype=torch.float32).to(p.dtype) * 0.5)
+        # DeepSeek-V3's router correction bias is a buffer (zeros at init): random too, so the choice differs
+        # from the unbiased scores'.
+        for buffer_name, b in model.named_buffers():
+            if buffer_name.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn_like(b, dtype=torch.float32).to(b.dtype) * 0.5)
     folder = out_root / name
     kwargs = {"max_shard_size": spec["max_shard_size"]} if spec["max_shard_size"] else {}
     model.save_pretrained(folder, **kwargs)

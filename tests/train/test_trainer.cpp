@@ -49,10 +49,11 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
 }
 
 // The fine-tuning job on the families added with the model description (Mixtral; Qwen2-MoE with its shared
-// expert): it trains, the loss falls, and the final folder loads again.
+// expert; DeepSeek-V3 with its frozen correction-bias buffer): it trains, the loss falls, and the final folder loads again.
 TEST_F(TrainerTest, FinetunesTheNewFamilies) {
   for (const auto& [family, architecture] : {std::pair{"mixtral_tiny", "MixtralForCausalLM"},
-                                            std::pair{"qwen2_moe_tiny", "Qwen2MoeForCausalLM"}}) {
+                                            std::pair{"qwen2_moe_tiny", "Qwen2MoeForCausalLM"},
+                                            std::pair{"deepseek_v3_tiny", "DeepseekV3ForCausalLM"}}) {
     SCOPED_TRACE(family);
     Trainer trainer(recipe(family, {"model=" + testing::fixture(family).string()}), {}, false);
     TrainResult result = trainer.run();
@@ -62,6 +63,32 @@ TEST_F(TrainerTest, FinetunesTheNewFamilies) {
     EXPECT_LT(records.back()["loss"].get<double>(), records.front()["loss"].get<double>());
     EXPECT_NO_THROW(model::CausalLM::from_pretrained(result.final_model));
     EXPECT_NE(testing::read_file(result.final_model / "config.json").find(architecture), std::string::npos);
+  }
+}
+
+// DeepSeek-V3's correction biases stay as loaded unless training.router_bias_update_rate asks for the
+// aux-loss-free balancing; then 6 steps move each by a multiple of the rate. Models without them refuse the key.
+TEST_F(TrainerTest, RouterBiasBalancingIsOffByDefaultAndMovesTheBiasesWhenAsked) {
+  const std::string deepseek = "model=" + testing::fixture("deepseek_v3_tiny").string();
+  const std::string name = "layers.1.moe.router_correction_bias";
+  const Tensor original = model::load_checkpoint(testing::fixture("deepseek_v3_tiny")).parameter(name).clone();
+  const TrainResult off = Trainer(recipe("off", {deepseek}), {}, false).run();
+  EXPECT_TRUE(model::load_checkpoint(off.final_model).parameter(name).same_bytes(original));
+  const TrainResult on = Trainer(recipe("on", {deepseek, "training.router_bias_update_rate=0.125"}), {}, false).run();
+  const Tensor moved = model::load_checkpoint(on.final_model).parameter(name);
+  bool any = false;
+  for (int64_t e = 0; e < moved.numel(); ++e) {
+    const double steps = (moved.data<float>()[e] - original.data<float>()[e]) / 0.125;
+    EXPECT_NEAR(steps, std::round(steps), 1e-4) << "expert " << e;
+    EXPECT_LE(std::fabs(steps), 6.0 + 1e-4) << "expert " << e;
+    any |= std::round(steps) != 0;
+  }
+  EXPECT_TRUE(any);
+  try {
+    Trainer(recipe("qwen", {"training.router_bias_update_rate=0.125"}), {}, false).run();
+    FAIL() << "a model without correction biases took training.router_bias_update_rate";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no correction bias"), std::string::npos) << e.what();
   }
 }
 

@@ -15,6 +15,10 @@ using nlohmann::json;
 namespace {
 
 std::string sublayer_kind(const model::SublayerSpec& sublayer) {
+  if (const model::AttentionSpec* a = sublayer.attention(); a && a->mla)  // DeepSeek-V3
+    return fmt::format("latent attention (q_lora {}, kv_lora {}, q/k head {} with rope {}, v head {})",
+                       a->mla->q_lora_rank ? std::to_string(*a->mla->q_lora_rank) : "none", a->mla->kv_lora_rank,
+                       a->qk_head_dim, a->mla->qk_rope_head_dim, a->v_head_dim);
   if (const model::AttentionSpec* a = sublayer.attention())
     return (a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention") +
            (a->sinks ? " with sinks" : "");
@@ -24,6 +28,9 @@ std::string sublayer_kind(const model::SublayerSpec& sublayer) {
                                  m.experts.intermediate);
   if (m.shared_expert)
     text += fmt::format(", shared expert {}{}", m.shared_expert->mlp.intermediate, m.shared_expert->sigmoid_gate ? " gated" : "");
+  if (m.router.score == model::RouterScore::Sigmoid)
+    text += fmt::format(", sigmoid router: top-{} of {} groups, scale {}", m.router.topk_groups, m.router.num_groups,
+                        m.router.scaling_factor);
   if (m.router.topk_before_softmax) text += ", softmax over the top-k";
   if (m.experts.activation == model::Activation::ClampedSwiGLU)
     text += fmt::format(", clamped swiglu (limit {})", m.experts.clamp.limit);

@@ -57,8 +57,12 @@ ModelText load_model_text(const fs::path& folder, const ChatSettings& settings) 
   for (int64_t id : config.eos_token_ids) text.stop_ids.push_back(id);
   if (!fs::exists(folder / "tokenizer.json")) {
     const std::string name = folder.string();
-    text.codec.encode = [name](std::string_view) -> std::vector<int64_t> {
-      fail("{} has no tokenizer.json: only {{\"input_ids\": [...]}} data can be used with it", name);
+    // Kimi-K2 and Moonlight ship a tiktoken BPE file (tiktoken.model) and Python code instead of tokenizer.json.
+    const std::string tiktoken = fs::exists(folder / "tiktoken.model")
+                                     ? " (its tiktoken.model, a tiktoken tokenizer, is not read by moetune)"
+                                     : "";
+    text.codec.encode = [name, tiktoken](std::string_view) -> std::vector<int64_t> {
+      fail("{} has no tokenizer.json{}: only {{\"input_ids\": [...]}} data can be used with it", name, tiktoken);
     };
     return text;
   }

@@ -24,6 +24,8 @@ class ConfigReader {
   std::vector<int64_t> integers(const char* key) const;     // an integer or a list of them
   std::vector<std::string> strings(const char* key) const;  // a list of strings
 
+  const nlohmann::json& object() const { return object_; }  // the whole object as read
+
   // 2048.0 is written by some tools; a float is accepted only when it is a whole number.
   static int64_t as_integer(const nlohmann::json& value, const char* key);
 

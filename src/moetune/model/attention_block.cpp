@@ -8,23 +8,9 @@
 namespace moetune::model {
 namespace {
 
-// Columns [first, first + count) of a [T, C] tensor, as a new [T, count] tensor.
-Tensor columns(const Tensor& x, int64_t first, int64_t count) {
-  const int64_t rows = x.size(0), width = x.size(1);
-  Tensor out = Tensor::empty({rows, count}, DType::F32);
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(x.data<float>() + r * width + first, count, out.data<float>() + r * count);
-  return out;
-}
-
 // GPT-OSS's sliding window and sinks, when the layer has them.
 ops::AttentionVariant attention_variant(const AttentionSpec& spec, const AttentionParams& p) {
   return {spec.sliding_window, p.sinks.value};
-}
-
-// Writes `part` [T, count] into columns [first, first + count) of `x` [T, C].
-void set_columns(const Tensor& x, int64_t first, const Tensor& part) {
-  const int64_t rows = x.size(0), width = x.size(1), count = part.numel() / rows;
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(part.data<float>() + r * count, count, x.data<float>() + r * width + first);
 }
 
 }  // namespace
@@ -33,15 +19,18 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
                                double norm_eps)
     : spec_(*sublayer.attention()),
       eps_(norm_eps),
-      inverse_frequencies_(ops::rope_inverse_frequencies(spec_.rope, spec_.qk_head_dim)),
-      p_(AttentionParams::lookup(store, layer, sublayer.norm)),
+      inverse_frequencies_(spec_.mla ? std::vector<float>{} : ops::rope_inverse_frequencies(spec_.rope, spec_.qk_head_dim)),
+      p_(spec_.mla ? AttentionParams{} : AttentionParams::lookup(store, layer, sublayer.norm)),
       qkv_lora_(LoraLinear::lookup(store, layer + "attn.qkv")),
-      o_lora_(LoraLinear::lookup(store, layer + "attn.o")) {
+      o_lora_(LoraLinear::lookup(store, layer + "attn.o")),
+      mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
+  if (mla_) return;
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim, "{}: differing q/k and v head dims are not implemented", layer);
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
+  if (mla_) return mla_->forward(h, context);
   const SequenceLayout& layout = context.layout;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   stash_.input = h;
@@ -66,6 +55,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
 }
 
 Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) {
+  if (mla_) return mla_->backward(dout, context);
   const SequenceLayout& layout = context.layout;
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double scale = spec_.softmax_scale();
@@ -93,6 +83,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
 }
 
 size_t AttentionBlock::stash_bytes() const {
+  if (mla_) return mla_->stash_bytes();
   return held_bytes({&stash_.input, &stash_.q_raw, &stash_.k_raw, &stash_.q, &stash_.k, &stash_.v, &stash_.attended}) + qkv_lora_.stash_bytes() +
          o_lora_.stash_bytes();
 }

@@ -2,8 +2,11 @@
 // Explicit forward and backward; the stash holds what the backward pass needs and nothing else.
 #pragma once
 
+#include <memory>
+
 #include "moetune/model/block_params.h"
 #include "moetune/model/lora_linear.h"
+#include "moetune/model/mla_attention_block.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/step_context.h"
 
@@ -20,6 +23,7 @@ class AttentionBlock {
     stash_ = {};
     qkv_lora_.clear_stash();
     o_lora_.clear_stash();
+    if (mla_) mla_->clear_stash();
   }
 
  private:
@@ -35,6 +39,7 @@ class AttentionBlock {
   AttentionParams p_;
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
   Stash stash_;
+  std::unique_ptr<MlaAttentionBlock> mla_;  // DeepSeek-V3's latent attention: every call goes there instead
 };
 
 }  // namespace moetune::model

@@ -1,6 +1,7 @@
 // Small helpers the decoder blocks share.
 #pragma once
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "moetune/core/tensor.h"
@@ -14,6 +15,21 @@ inline Tensor add(const Tensor& a, const Tensor& b) {
   const float* other = b.data<float>();
   for (int64_t i = 0; i < out.numel(); ++i) o[i] += other[i];
   return out;
+}
+
+// Columns [first, first + count) of a [rows, width] tensor, as a new [rows, count] tensor (a split along the
+// last dimension: view [T, heads, d] as [T·heads, d] to split per head).
+inline Tensor columns(const Tensor& x, int64_t first, int64_t count) {
+  const int64_t rows = x.size(0), width = x.size(1);
+  Tensor out = Tensor::empty({rows, count}, DType::F32);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(x.data<float>() + r * width + first, count, out.data<float>() + r * count);
+  return out;
+}
+
+// Writes `part` [rows, count] into columns [first, first + count) of `x` [rows, width].
+inline void set_columns(const Tensor& x, int64_t first, const Tensor& part) {
+  const int64_t rows = x.size(0), width = x.size(1), count = part.numel() / rows;
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(part.data<float>() + r * count, count, x.data<float>() + r * width + first);
 }
 
 // into += other, elementwise (a gradient accumulated, as loss.backward() does).

@@ -1,6 +1,7 @@
 #include "moetune/model/causal_lm.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/router_bias_balance.h"
 #include "moetune/ops/embedding.h"
 #include "moetune/ops/linear.h"
 #include "moetune/ops/loss.h"
@@ -75,6 +76,9 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   CausalLMOutput out = forward(batch);
   training_ = false;
   last_router_stats_ = router_stats();  // read while the stash holds the routing
+  const std::vector<ops::Routing> layers = routings();
+  pending_load_.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) add_expert_load(layers[i], stash_.context.layout.token_valid, pending_load_[i]);
   backward();
   return out;
 }
@@ -146,6 +150,20 @@ size_t CausalLM::stash_bytes() const {
   size_t total = 0;
   for (const auto& [block, bytes] : stash_report()) total += bytes;
   return total;
+}
+
+void CausalLM::update_router_bias(double rate) {
+  size_t moe_index = 0;
+  for (const auto& b : sublayers_) {
+    if (!b.moe) continue;
+    const Param bias = store_->find(fmt::format("layers.{}.moe.router_correction_bias", b.layer));
+    if (!bias.defined())
+      fail("training.router_bias_update_rate: layer {} of this {} has no router correction bias to move", b.layer,
+           spec().architecture);
+    if (moe_index < pending_load_.size()) balance_correction_bias(bias.value, pending_load_[moe_index], rate);
+    ++moe_index;
+  }
+  pending_load_.clear();
 }
 
 }  // namespace moetune::model

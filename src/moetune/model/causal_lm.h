@@ -65,6 +65,12 @@ class CausalLM final : public LanguageModel {
   // Per MoE layer (index, stats) for the last forward while its stash is held (before backward()), else for the
   // last forward_backward.
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override;
+  // Tokens per expert of each MoE sublayer, summed over the forward_backward calls since the last
+  // update_router_bias (what the aux-loss-free balancing reads; model/router_bias_balance.h).
+  const std::vector<std::vector<double>>& pending_expert_load() const { return pending_load_; }
+  // Moves every MoE layer's correction bias by `rate` toward balance and starts counting afresh; fails for a
+  // model whose routers have no correction bias.
+  void update_router_bias(double rate);
 
  private:
   struct Stash {
@@ -87,6 +93,7 @@ class CausalLM final : public LanguageModel {
   Stash stash_;
   bool training_ = false;  // inside forward_backward: the forward is a training step's
   std::vector<std::pair<int64_t, ops::RouterStats>> last_router_stats_;
+  std::vector<std::vector<double>> pending_load_;  // per MoE sublayer, in walk order
 };
 
 }  // namespace moetune::model

@@ -4,6 +4,7 @@
 
 #include "moetune/core/flat_buffers.h"
 #include "moetune/io/atomic_file.h"
+#include "moetune/model/fp8_dequantize.h"
 #include "moetune/model/model_description.h"
 #include "moetune/model/mxfp4.h"
 #include "moetune/model/piece_transform.h"
@@ -26,6 +27,17 @@ constexpr const char* kCompanionFiles[] = {
 
 // Buffers that older checkpoints carry and transformers ignores on load.
 bool is_ignored_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
+
+// model.layers.K.* with K >= num_hidden_layers: DeepSeek-V3's multi-token-prediction layers, which the model
+// does not run (transformers ignores them on load too).
+bool is_layer_past_last(const std::string& name, int64_t num_layers) {
+  const std::string prefix = "model.layers.";
+  if (!name.starts_with(prefix)) return false;
+  const size_t end = name.find('.', prefix.size());
+  const std::string index = name.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
+  if (index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos) return false;
+  return std::stoll(index) >= num_layers;
+}
 
 std::string where(const SafetensorsFolder& folder, const std::string& name) {
   return folder.file_of(name).path().string();
@@ -79,6 +91,7 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
       }
       check_shape(files, piece.name, piece.shape);
       claimed.insert(piece.name);
+      if (is_fp8_block_scaled(files, piece.name)) claimed.insert(fp8_scale_name(piece.name));
     }
   }
   if (!missing.empty())
@@ -87,6 +100,7 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
 
   for (const auto& name : files.names()) {
     if (claimed.count(name) || is_ignored_buffer(name)) continue;
+    if (config.skips_layers_past_last && is_layer_past_last(name, config.num_layers())) continue;  // not saved either
     // A tied model's head is its embedding; a copy of it on disk is harmless only if it is that copy.
     if (name == "lm_head.weight" && config.tie_word_embeddings && files.contains("model.embed_tokens.weight") &&
         files.tensor(name).same_bytes(files.tensor("model.embed_tokens.weight")))
@@ -106,6 +120,14 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   // The whole model is checked (headers only), then this rank keeps its share of the experts.
   const std::vector<bool> whole_fused = match_checkpoint(weights.layout, files);
   const ParameterLayout whole = weights.layout;
+  // FP8 block-scaled weights are dequantised as they are read and kept (and saved) as bf16.
+  const std::optional<std::array<int64_t, 2>> fp8_block = fp8_block_size(weights.layout.spec);
+  bool fp8_dequantized = false;
+  auto stored_dtype = [&](const std::string& name) {
+    if (!is_fp8_block_scaled(files, name)) return files.entry(name).dtype;
+    if (!fp8_block) fail("{}: '{}' has FP8 block scales but config.json has no quantization_config", where(files, name), name);
+    return DType::BF16;
+  };
   shard_experts(weights.layout, options.experts);
   weights.experts = options.experts;
   weights.shards = options.shards;
@@ -117,8 +139,10 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
     const std::string first = whole_fused[i] ? whole.parameters[i].fused_hf_name : spec.pieces[0].name;
+    if (whole_fused[i] && is_fp8_block_scaled(files, first))
+      fail("{}: '{}' is a fused FP8 expert tensor; FP8 experts load from per-expert tensors only", where(files, first), first);
     // MXFP4 dequantizes to bf16, and is saved so (as transformers saves a model it dequantized).
-    weights.disk_dtypes.push_back(holds_mxfp4(files, first) ? DType::BF16 : files.entry(first).dtype);
+    weights.disk_dtypes.push_back(holds_mxfp4(files, first) ? DType::BF16 : stored_dtype(first));
     if (!is_floating(weights.disk_dtypes.back()))
       fail("{}: tensor '{}' is {}; model weights must be floating point", where(files, first), first,
            dtype_name(weights.disk_dtypes.back()));
@@ -146,9 +170,13 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
         const bool mxfp4 = holds_mxfp4(files, piece.name);
         dequantized = dequantized || mxfp4;
         Tensor source = mxfp4 ? read_mxfp4(files, piece.name) : files.tensor(piece.name);
-        if (source.dtype() != weights.disk_dtypes[i])
+        if ((mxfp4 ? source.dtype() : stored_dtype(piece.name)) != weights.disk_dtypes[i])
           fail("{}: tensor '{}' is {} but '{}', fused with it, is {}", where(files, piece.name), piece.name,
                dtype_name(source.dtype()), spec.pieces[0].name, dtype_name(weights.disk_dtypes[i]));
+        if (is_fp8_block_scaled(files, piece.name)) {
+          source = dequantize_fp8_blocks(source, files.tensor(fp8_scale_name(piece.name)), *fp8_block, piece.name);
+          fp8_dequantized = true;
+        }
         piece_to_engine(source, piece, parameter.flat_slice(offset, engine_shape(piece)));
         offset += shape_numel(piece.shape);
       }
@@ -157,6 +185,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   }
   // The weights are held (and will be saved) dequantized: transformers drops quantization_config the same way.
   if (dequantized) weights.layout.spec.json.erase("quantization_config");
+  if (fp8_dequantized) mark_dequantized(weights.layout.spec);
   return weights;
 }
 

@@ -1,7 +1,8 @@
 // What only the CPU engine runs so far. GPT-OSS brought attention sinks, sliding windows, YaRN, a biased
 // top-k-then-softmax router and biased experts with a clamped SwiGLU to the CPU reference; the GPU blocks have
 // none of them yet, so the GPU model refuses such a spec by naming what is missing instead of training something
-// else than transformers does.
+// else than transformers does. DeepSeek-V3's multi-head latent attention and sigmoid group-limited router are
+// CPU-only too.
 #pragma once
 
 #include <string>

@@ -22,6 +22,20 @@
 
 namespace moetune::model {
 
+// DeepSeek-V3's multi-head latent attention (model/mla_attention_block.h): q through a low-rank bottleneck
+// (or one projection), k and v expanded per head from a shared compressed latent, one shared RoPE key.
+// qk_head_dim = qk_nope_head_dim + qk_rope_head_dim; only the rope part is rotated.
+struct MlaSpec {
+  std::optional<int64_t> q_lora_rank;  // nullopt: q_proj straight from the hidden state
+  int64_t kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0;
+  bool rope_interleave = true;         // rotary pairs (x0, x1), (x2, x3), ... instead of the two halves
+  bool bias = false;                   // attention_bias: on q_a_proj, kv_a_proj_with_mqa and o_proj
+  double latent_norm_eps = 1e-6;       // q_a_layernorm / kv_a_layernorm keep RMSNorm's default eps
+  // The rope part's schedule is AttentionSpec::rope (default or yarn) over qk_rope_head_dim.
+  double rope_scale = 1.0;             // YaRN's attention factor (ops::rope_attention_scaling), multiplying cos and sin
+  double softmax_scale = 0;            // qk_head_dim^-0.5, times YaRN's mscale(mscale_all_dim)^2
+};
+
 struct AttentionSpec {
   int64_t num_heads = 0, num_kv_heads = 0;
   int64_t qk_head_dim = 0, v_head_dim = 0;  // equal for every family so far; MLA will differ
@@ -30,6 +44,7 @@ struct AttentionSpec {
   std::optional<int64_t> sliding_window;    // GPT-OSS's sliding_attention layers (CPU only so far)
   bool sinks = false;                       // a learned per-head softmax sink, GPT-OSS (CPU only so far)
   ops::RopeSpec rope;
+  std::optional<MlaSpec> mla;               // DeepSeek-V3: multi-head latent attention instead of q/k/v
   double softmax_scale() const;             // 1 / sqrt(qk_head_dim)
 };
 
@@ -99,6 +114,9 @@ struct ModelSpec {
   double norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   std::vector<LayerSpec> layers;
+  // DeepSeek-V3's multi-token-prediction layers (model.layers.K.* with K >= num_hidden_layers) may be in the
+  // files: when set, loading skips them (they are not trained) and saving does not write them.
+  bool skips_layers_past_last = false;
 
   AuxLoss aux_loss = AuxLoss::None;
   double aux_loss_coef = 0;

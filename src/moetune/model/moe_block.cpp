@@ -16,9 +16,9 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
       dispatcher_(std::move(dispatcher)),
       expert_lora_(ExpertLora::lookup(store, layer)),
-      shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")) {
-  MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax(),
-                "{}: this router is not implemented on the CPU", layer);
+      shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
+      correction_bias_(store.find(layer + "moe.router_correction_bias")) {
+  MOETUNE_CHECK(cpu_runs_router(spec_.router), "{}: this router is not implemented on the CPU", layer);
   MOETUNE_CHECK(spec_.router.bias == p_.router_bias.defined() && spec_.experts.bias == p_.gate_up_bias.defined(),
                 "{}: the spec and the parameters disagree on the router's or the experts' biases", layer);
   // The experts' LoRA path is plain SwiGLU without biases (GPT-OSS's experts are refused by the LoRA loader).
@@ -30,7 +30,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
   shared_lora_.training = context.training;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
-  routing_ = route(spec_.router, ops::linear_forward(normed, p_.router.value, p_.router_bias.value));
+  routing_ = route(spec_.router, ops::linear_forward(normed, p_.router.value, p_.router_bias.value), correction_bias_.value);
   dispatched_ = dispatcher_->dispatch(normed, routing_);
   activations_ = expert_lora_.empty() ? ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value,
                                                         expert_variant(spec_.experts, p_))

@@ -40,6 +40,7 @@ class MoeBlock {
   ops::ExpertActivations activations_;  // pre-activation and output per dispatched row
   Tensor shared_gate_up_, shared_out_;  // the shared expert's pre-activation and output
   Tensor shared_gate_logits_;           // [T, 1]
+  Param correction_bias_;               // DeepSeek-V3's e_score_correction_bias [E] (frozen); else undefined
 };
 
 }  // namespace moetune::model

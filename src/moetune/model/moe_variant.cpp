@@ -1,13 +1,32 @@
 #include "moetune/model/moe_variant.h"
 
-namespace moetune::model {
+#include "moetune/ops/sigmoid_router.h"
 
-ops::Routing route(const RouterSpec& router, const Tensor& logits) {
+namespace moetune::model {
+namespace {
+
+ops::GroupLimitedRouter group_limited(const RouterSpec& r) {
+  return {r.top_k, r.num_groups, r.topk_groups, r.renormalize, r.scaling_factor};
+}
+
+}  // namespace
+
+bool is_sigmoid_group_limited(const RouterSpec& r) {
+  return r.score == RouterScore::Sigmoid && !r.topk_before_softmax && !r.bias;
+}
+
+bool cpu_runs_router(const RouterSpec& r) {
+  return r.is_softmax_then_topk() || r.is_topk_then_softmax() || is_sigmoid_group_limited(r);
+}
+
+ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor& correction_bias) {
+  if (is_sigmoid_group_limited(router)) return ops::sigmoid_router_forward(logits, correction_bias, group_limited(router));
   if (router.is_topk_then_softmax()) return ops::router_topk_then_softmax_forward(logits, router.top_k);
   return ops::router_topk_forward(logits, router.top_k, router.renormalize);
 }
 
 Tensor route_backward(const RouterSpec& router, const ops::Routing& routing, const std::vector<float>& dweight) {
+  if (is_sigmoid_group_limited(router)) return ops::sigmoid_router_backward(routing, dweight, group_limited(router));
   if (router.is_topk_then_softmax()) return ops::router_topk_then_softmax_backward(routing, dweight);
   return ops::router_topk_backward(routing, dweight);
 }

@@ -1,6 +1,7 @@
-// What a MoE spec selects on the CPU beyond the Qwen3-MoE defaults: the router's form (softmax then top-k, or
-// GPT-OSS's top-k then softmax) and the experts' biases and activation. The MoE block calls these instead of
-// the ops directly, so a new variant changes this file and not the block.
+// What a MoE spec selects on the CPU beyond the Qwen3-MoE defaults: the router's form (softmax then top-k,
+// GPT-OSS's top-k then softmax, or DeepSeek-V3's sigmoid group-limited router with its correction bias) and the
+// experts' biases and activation. The MoE block calls these instead of the ops directly, so a new variant changes
+// this file and not the block.
 #pragma once
 
 #include <vector>
@@ -12,7 +13,13 @@
 
 namespace moetune::model {
 
-ops::Routing route(const RouterSpec& router, const Tensor& logits);
+// DeepSeek-V3's router: sigmoid scores, optional correction bias, groups, scaling.
+bool is_sigmoid_group_limited(const RouterSpec& router);
+// Whether the CPU MoE block runs this router at all.
+bool cpu_runs_router(const RouterSpec& router);
+
+// logits [T, E]; correction_bias [E] (DeepSeek-V3's e_score_correction_bias) or undefined.
+ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor& correction_bias = Tensor());
 // d(logits) [T, E] from d(routing weights) [T·k].
 Tensor route_backward(const RouterSpec& router, const ops::Routing& routing, const std::vector<float>& dweight);
 

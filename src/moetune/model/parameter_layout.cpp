@@ -3,7 +3,8 @@
 namespace moetune::model {
 int64_t ParameterLayout::total_parameters() const {
   int64_t total = 0;
-  for (const auto& p : parameters) total += shape_numel(p.shape);
+  for (const auto& p : parameters)
+    if (p.role != ParameterRole::Buffer) total += shape_numel(p.shape);
   return total;
 }
 

@@ -29,7 +29,9 @@ struct HfTensor {
   bool interleaved_pairs = false;
 };
 
-enum class ParameterRole { Embedding, Norm, Matmul, Bias, Router, Experts, LmHead };
+// Buffer: a tensor the checkpoint holds and the model reads but transformers neither counts as a parameter nor
+// trains (DeepSeek-V3's e_score_correction_bias); the family marks it not trainable.
+enum class ParameterRole { Embedding, Norm, Matmul, Bias, Router, Experts, LmHead, Buffer };
 
 // Where a parameter lives under parallelism: a copy on every rank, or split over the expert-parallel ranks.
 enum class Placement { Replicated, ExpertSharded };

@@ -36,6 +36,10 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
 // The factor transformers multiplies cos and sin by (yarn's attention scaling; 1 for the other schedules).
 double rope_attention_scaling(const RopeSpec& rope);
 
+// transformers' get_mscale / yarn_get_mscale: 0.1 · mscale · ln(scale) + 1 for scale > 1, else 1 (the attention
+// scaling YaRN suggests for a context stretched `scale` times; DeepSeek-V3 also scales its softmax by it).
+double yarn_mscale(double scale, double mscale = 1.0);
+
 // Rotates x [T, heads, head_dim] in place and multiplies it by `scaling` (rope_attention_scaling); positions[t] is
 // token t's position in its document. The rotation is orthogonal, so the backward pass is the same call with
 // `inverse` (rotating the gradient back, and scaling it by the same factor).

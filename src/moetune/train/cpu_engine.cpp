@@ -40,11 +40,13 @@ model::ModelWeights load_weights(const Recipe& r, const parallel::ParallelGroups
 class CpuEngine final : public TrainingEngine {
  public:
   CpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
-      : groups_(std::move(groups)),
+      : router_bias_rate_(r.training.router_bias_update_rate),
+        groups_(std::move(groups)),
         model_(model::CausalLM::from_weights(load_weights(r, *groups_), dispatcher_factory())) {
     if (r.optimizer.precision != "fp32")
       fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
     const AdamWOptions options{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay};
+    if (router_bias_rate_ > 0) require_correction_biases();
     if (!parallel()) {
       optimizer_ = std::make_unique<AdamW>(model_.parameters().values(), model_.parameters().grads(), options);
       return;
@@ -78,6 +80,7 @@ class CpuEngine final : public TrainingEngine {
       if (std::isfinite(norm)) {  // a NaN/Inf gradient would spoil every weight and moment it touches
         if (max_grad_norm > 0) scale_to_max_norm(model_.parameters().grads(), norm, max_grad_norm);
         optimizer_->step(lr);
+        if (router_bias_rate_ > 0) model_.update_router_bias(router_bias_rate_);
       }
     }
     model_.zero_grad();
@@ -120,6 +123,16 @@ class CpuEngine final : public TrainingEngine {
 
  private:
   bool parallel() const { return groups_->layout.world > 1; }
+  // training.router_bias_update_rate needs routers with a correction bias (DeepSeek-V3) and one rank.
+  void require_correction_biases() const {
+    if (parallel()) fail("training.router_bias_update_rate is not yet supported with several ranks");
+    for (const model::ParameterSpec& p : model_.weights().layout.parameters)
+      if (p.name.ends_with("moe.router_correction_bias")) return;
+    fail("training.router_bias_update_rate is {}, but the routers of this {} have no correction bias "
+         "(e_score_correction_bias) to move",
+         router_bias_rate_, model_.spec().architecture);
+  }
+
   model::DispatcherFactory<model::CpuBlocks> dispatcher_factory() const {
     if (groups_->layout.expert == 1) return {};
     return [group = groups_->expert_parallel](int64_t experts) {
@@ -127,6 +140,7 @@ class CpuEngine final : public TrainingEngine {
     };
   }
 
+  double router_bias_rate_;                  // 0: the correction biases stay as loaded
   std::shared_ptr<const parallel::ParallelGroups> groups_;
   model::CausalLM model_;
   std::unique_ptr<AdamW> optimizer_;         // one rank
@@ -149,6 +163,8 @@ std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe, std::shared_pt
   if (!uses_gpu_engine(recipe)) return make_cpu_engine(recipe, std::move(groups));
   if (lora_settings(recipe))
     fail("lora: the GPU engine does not run LoRA yet; set training.device=cpu (or lora.rank=0 for full fine-tuning)");
+  if (recipe.training.router_bias_update_rate > 0)
+    fail("training.router_bias_update_rate needs the CPU engine (training.device: cpu)");
   return make_gpu_engine(recipe, std::move(groups));
 }
 

@@ -56,6 +56,10 @@ struct Recipe {
     // Engine-name patterns ('*' matches anything, e.g. "layers.*.moe.router", "embed_tokens") of parameters to
     // freeze: no gradient, no optimizer state. The CPU engine on one rank only, so far.
     std::vector<std::string> freeze;
+    // DeepSeek-V3's auxiliary-loss-free balancing: after each optimizer step every router correction bias moves
+    // by this much toward balance (model/router_bias_balance.h). 0 (the default, as transformers trains) leaves
+    // the biases as loaded. CPU engine, one rank, and only models whose routers have a correction bias.
+    double router_bias_update_rate = 0.0;
   } training;
 
   struct Optimizer {

@@ -27,7 +27,7 @@ CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
 }
 
 CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher)
-    : store_(std::make_unique<ParameterStore>(std::move(weights))) {
+    : store_((require_gpu_support(weights.spec()), std::make_unique<ParameterStore>(std::move(weights)))) {
   const ModelSpec& s = spec();
   require_gpu_support(s);
   sublayers_ = build_sublayers<GpuBlocks>(s, *store_, make_dispatcher);

@@ -2,11 +2,12 @@
 
 namespace moetune::model {
 
-extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily, kGptOssFamily;
+extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily, kGptOssFamily,
+    kDeepseekV3Family;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {&kLlamaFamily, &kQwen3Family, &kQwen3MoeFamily, &kMixtralFamily,
-                                                 &kQwen2MoeFamily, &kGptOssFamily};
+                                                 &kQwen2MoeFamily, &kGptOssFamily, &kDeepseekV3Family};
   return all;
 }
 

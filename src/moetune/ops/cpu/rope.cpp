@@ -5,10 +5,10 @@
 #include "moetune/ops/rope.h"
 
 namespace moetune::ops {
-namespace {
 
-// transformers' get_mscale: the attention scaling YaRN suggests for a context stretched `scale` times.
-double yarn_mscale(double scale, double mscale = 1.0) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+namespace {
 
 // YaRN: frequencies that rotate fewer than beta_slow times over the original context are interpolated (divided by
 // factor), those rotating more than beta_fast times kept, a linear ramp over the dimensions between. Python
