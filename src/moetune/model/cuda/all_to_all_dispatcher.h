@@ -1,14 +1,17 @@
-// Expert parallelism's dispatcher on the GPU (the CPU twin, and the scheme, are in model/all_to_all_dispatcher.h):
-// permute into expert-major order over all experts on the device, read the per-expert counts back (the host
-// must size the exchange: one wait per layer and direction, as Megatron's all-to-all dispatcher does), exchange
-// the counts and then the rows with NCCL, and regroup what arrives into expert-major order; combine and the
-// backward pass send the rows the other way.
+// Expert parallelism's dispatcher on the GPU: each token travels once to each rank that holds any of its
+// experts (model/token_exchange.h has the scheme; its CPU twin, which sends one row per choice, is
+// model/all_to_all_dispatcher.h). The host plans the exchange from the router's choices (one wait per layer in
+// the forward pass: it must size the NCCL transfers, as Megatron's all-to-all dispatcher does); the rows, the
+// choices and the routing weights travel with NCCL; the receiving rank permutes what arrives into expert-major
+// order with one extra expert for choices made elsewhere (rows it never copies), and sends back one combined row
+// per token. The backward pass sends the output gradient the same way and returns the input gradient and the
+// routing weights' gradient.
 #pragma once
 
 #include <memory>
 
-#include "moetune/model/all_to_all_plan.h"
 #include "moetune/model/cuda/token_dispatcher.h"
+#include "moetune/model/token_exchange.h"
 #include "moetune/parallel/communicator.h"
 
 namespace moetune::model::cuda {
@@ -18,7 +21,6 @@ class AllToAllDispatcher final : public TokenDispatcher {
   AllToAllDispatcher(int64_t num_experts, std::shared_ptr<parallel::Communicator> group);
   DispatchedTokens dispatch(const Tensor& x, const Tensor& expert_ids) override;
   void combine(const Tensor& expert_out, const Tensor& weights, const Tensor& out, const Tensor& residual) override;
-  // Uses the rows combine() received back, not `expert_out` (this rank's experts' rows).
   void combine_backward(const Tensor& dout, const Tensor& expert_out, const Tensor& weights, const Tensor& dexpert_out,
                         const Tensor& dweights) override;
   void dispatch_backward(const Tensor& drows, const Tensor& dx) override;
@@ -26,16 +28,17 @@ class AllToAllDispatcher final : public TokenDispatcher {
   void clear() override;
 
  private:
-  // Rows in this rank's routing order [T·k, H] -> the expert-major rows of this rank's experts [R, H], and back.
-  void send_to_experts(const Tensor& rows, const Tensor& out) const;
-  Tensor send_to_tokens(const Tensor& rows) const;
+  // [T, C] rows of this rank's tokens -> [received tokens, C] on the ranks they go to, and back.
+  Tensor send_out(const Tensor& token_rows) const;
+  Tensor send_back(const Tensor& received_rows) const;
 
   int64_t num_experts_;
   std::shared_ptr<parallel::Communicator> group_;
-  ops::cuda::DevicePermutation permutation_;
-  AllToAllPlan plan_;
-  Tensor expert_major_, source_major_;  // I32 on the device: the regrouping and its inverse
-  Tensor returned_;                     // the experts' outputs for this rank's rows, in its routing order
+  TokenSends sends_;        // this rank's tokens: where they go
+  TokenReceipts receipts_;  // what arrives here
+  Tensor token_of_row_, row_to_rank_;   // I32 on the device: TokenSends' index vectors
+  ops::cuda::DevicePermutation received_plan_;  // the received tokens' choices, expert-major, this rank's rows kept
+  Tensor received_weights_;             // F32 [received tokens, k]: their routing weights (0 where not ours)
 };
 
 }  // namespace moetune::model::cuda

@@ -87,8 +87,8 @@ void permute_tokens(const Tensor& x, const DevicePermutation& plan, const Tensor
   constexpr std::string_view op = "permute_tokens";
   expect_plan(plan, op);
   const int64_t hidden = hidden_of(x, op, "x", plan.tokens());
-  expect_rows(out, op, "out", x.dtype(), plan.row_of.numel(), hidden);
-  gpu::check(launch_permute_rows(x.raw_data(), device_data<int32_t>(plan.source), plan.row_of.numel(),
+  expect_rows(out, op, "out", x.dtype(), plan.rows(), hidden);
+  gpu::check(launch_permute_rows(x.raw_data(), device_data<int32_t>(plan.source), plan.rows(),
                                  hidden * int64_t(dtype_size(x.dtype())), out.raw_data(), gpu::stream()),
              fmt::format("{} of {}", op, x.str()));
 }
@@ -104,18 +104,35 @@ void gather_rows(const Tensor& x, const Tensor& index, const Tensor& out) {
              fmt::format("{} of {}", op, x.str()));
 }
 
+void sum_rows(const Tensor& rows, const Tensor& index, const Tensor& out, const Tensor& residual) {
+  constexpr std::string_view op = "sum_rows";
+  check_gpu_tensor(op, "rows", rows);
+  check_gpu_tensor(op, "index", index);
+  MOETUNE_CHECK(index.dtype() == DType::I32 && index.dim() == 2 && index.size(1) >= 1,
+                "{}: index must be I32 [T, P], got {}", op, index.str());
+  const int64_t tokens = index.size(0);
+  const int64_t hidden = hidden_of(rows, op, "rows", rows.size(0));
+  const RowType type = row_type(rows, op, "rows");
+  expect_rows(out, op, "out", rows.dtype(), tokens, hidden);
+  if (residual.defined()) expect_rows(residual, op, "residual", rows.dtype(), tokens, hidden);
+  gpu::check(launch_gather_sum_rows(type, rows.raw_data(), device_data<int32_t>(index), nullptr,
+                                    device_data<void>(residual), tokens, int(index.size(1)), hidden, rows.size(0),
+                                    out.raw_data(), gpu::stream()),
+             fmt::format("{} of {}", op, rows.str()));
+}
+
 void permute_tokens_backward(const Tensor& dpermuted, const DevicePermutation& plan, const Tensor& dx,
                              const Tensor& residual) {
   constexpr std::string_view op = "permute_tokens_backward";
   expect_plan(plan, op);
   const int64_t tokens = plan.tokens();
-  const int64_t hidden = hidden_of(dpermuted, op, "dpermuted", plan.row_of.numel());
+  const int64_t hidden = hidden_of(dpermuted, op, "dpermuted", plan.rows());
   const RowType type = row_type(dpermuted, op, "dpermuted");
   expect_rows(dx, op, "dx", dpermuted.dtype(), tokens, hidden);
   if (residual.defined()) expect_rows(residual, op, "residual", dpermuted.dtype(), tokens, hidden);
   gpu::check(launch_gather_sum_rows(type, dpermuted.raw_data(), device_data<int32_t>(plan.row_of), nullptr,
-                                    device_data<void>(residual), tokens, int(plan.top_k), hidden, dx.raw_data(),
-                                    gpu::stream()),
+                                    device_data<void>(residual), tokens, int(plan.top_k), hidden, plan.rows(),
+                                    dx.raw_data(), gpu::stream()),
              fmt::format("{} of {}", op, dpermuted.str()));
 }
 
@@ -124,14 +141,14 @@ void combine_experts(const Tensor& expert_out, const DevicePermutation& plan, co
   constexpr std::string_view op = "combine_experts";
   expect_plan(plan, op);
   const int64_t tokens = plan.tokens();
-  const int64_t hidden = hidden_of(expert_out, op, "expert_out", plan.row_of.numel());
+  const int64_t hidden = hidden_of(expert_out, op, "expert_out", plan.rows());
   const RowType type = row_type(expert_out, op, "expert_out");
   check_gpu_tensor(op, "weights", weights, DType::F32, {tokens, plan.top_k});
   expect_rows(out, op, "out", expert_out.dtype(), tokens, hidden);
   if (residual.defined()) expect_rows(residual, op, "residual", expert_out.dtype(), tokens, hidden);
   gpu::check(launch_gather_sum_rows(type, expert_out.raw_data(), device_data<int32_t>(plan.row_of),
                                     device_data<float>(weights), device_data<void>(residual), tokens,
-                                    int(plan.top_k), hidden, out.raw_data(), gpu::stream()),
+                                    int(plan.top_k), hidden, plan.rows(), out.raw_data(), gpu::stream()),
              fmt::format("{} of {}", op, expert_out.str()));
 }
 
@@ -139,7 +156,7 @@ void combine_experts_backward(const Tensor& dout, const Tensor& expert_out, cons
                               const Tensor& weights, const Tensor& dexpert_out, const Tensor& dweights) {
   constexpr std::string_view op = "combine_experts_backward";
   expect_plan(plan, op);
-  const int64_t tokens = plan.tokens(), choices = plan.row_of.numel();
+  const int64_t tokens = plan.tokens(), choices = plan.rows();
   const int64_t hidden = hidden_of(dout, op, "dout", tokens);
   const RowType type = row_type(dout, op, "dout");
   expect_rows(expert_out, op, "expert_out", dout.dtype(), choices, hidden);
@@ -150,7 +167,7 @@ void combine_experts_backward(const Tensor& dout, const Tensor& expert_out, cons
                                  dexpert_out.raw_data() != dout.raw_data()),
                 "{}: dexpert_out {} must not share memory with the inputs", op, dexpert_out.str());
   gpu::check(launch_combine_backward(type, dout.raw_data(), expert_out.raw_data(), device_data<int32_t>(plan.row_of),
-                                     device_data<float>(weights), tokens, int(plan.top_k), hidden,
+                                     device_data<float>(weights), tokens, int(plan.top_k), hidden, plan.rows(),
                                      dexpert_out.raw_data(), device_data<float>(dweights), gpu::stream()),
              fmt::format("{} of {}", op, dout.str()));
 }

@@ -106,7 +106,7 @@ __global__ void permute_rows_kernel(const Unit* __restrict__ x, const int32_t* _
 template <typename T, int kVec>
 __global__ void gather_sum_rows_kernel(const T* __restrict__ rows, const int32_t* __restrict__ row_of,
                                        const float* __restrict__ weights, const T* residual, int64_t tokens,
-                                       int top_k, int64_t hidden, T* out) {
+                                       int top_k, int64_t hidden, int64_t kept_rows, T* out) {
   using P = Pack<T, kVec>;
   const int64_t token = global_warp();
   if (token >= tokens) return;
@@ -124,8 +124,10 @@ __global__ void gather_sum_rows_kernel(const T* __restrict__ rows, const int32_t
       for (int i = 0; i < kVec; ++i) acc[i] = 0.0f;
     }
     for (int j = 0; j < top_k; ++j) {
+      const int64_t row = token_rows[j];
+      if (row >= kept_rows) continue;  // a choice made elsewhere: it names no row here
       const float w = token_weights ? token_weights[j] : 1.0f;
-      const P y = *reinterpret_cast<const P*>(rows + int64_t(token_rows[j]) * hidden + column);
+      const P y = *reinterpret_cast<const P*>(rows + row * hidden + column);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) acc[i] += w * to_f32(y.v[i]);
     }
@@ -140,12 +142,16 @@ __global__ void gather_sum_rows_kernel(const T* __restrict__ rows, const int32_t
 template <typename T, int kVec>
 __global__ void combine_backward_kernel(const T* __restrict__ dout, const T* __restrict__ expert_out,
                                         const int32_t* __restrict__ row_of, const float* __restrict__ weights,
-                                        int64_t choices, int top_k, int64_t hidden, T* __restrict__ dexpert_out,
-                                        float* __restrict__ dweights) {
+                                        int64_t choices, int top_k, int64_t hidden, int64_t kept_rows,
+                                        T* __restrict__ dexpert_out, float* __restrict__ dweights) {
   using P = Pack<T, kVec>;
   const int64_t choice = global_warp();
   if (choice >= choices) return;
   const int64_t token = choice / top_k, row = row_of[choice];
+  if (row >= kept_rows) {  // a choice made elsewhere: no row here, and no part in this rank's weights' gradient
+    if (lane_id() == 0) dweights[choice] = 0.0f;
+    return;
+  }
   const float w = weights[choice];
   float dot = 0.0f;
   for (int64_t c = lane_id(); c < hidden / kVec; c += kWarpSize) {
@@ -197,8 +203,8 @@ bool use_packs(int64_t hidden, std::initializer_list<const void*> pointers) {
 
 template <typename T>
 cudaError_t launch_gather_sum_typed(const void* rows, const int32_t* row_of, const float* weights,
-                                    const void* residual, int64_t tokens, int top_k, int64_t hidden, void* out,
-                                    cudaStream_t stream) {
+                                    const void* residual, int64_t tokens, int top_k, int64_t hidden,
+                                    int64_t kept_rows, void* out, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   const unsigned grid = warp_grid(tokens);
   if (grid == 0) return cudaErrorInvalidValue;
@@ -206,16 +212,18 @@ cudaError_t launch_gather_sum_typed(const void* rows, const int32_t* row_of, con
   const T* res = static_cast<const T*>(residual);
   T* dst = static_cast<T*>(out);
   if (use_packs<T>(hidden, {rows, residual, out}))
-    gather_sum_rows_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k, hidden, dst);
+    gather_sum_rows_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k, hidden,
+                                                                   kept_rows, dst);
   else
-    gather_sum_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k, hidden, dst);
+    gather_sum_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k, hidden,
+                                                                kept_rows, dst);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_combine_backward_typed(const void* dout, const void* expert_out, const int32_t* row_of,
                                           const float* weights, int64_t tokens, int top_k, int64_t hidden,
-                                          void* dexpert_out, float* dweights, cudaStream_t stream) {
+                                          int64_t kept_rows, void* dexpert_out, float* dweights, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   const int64_t choices = tokens * top_k;
   const unsigned grid = warp_grid(choices);
@@ -224,9 +232,11 @@ cudaError_t launch_combine_backward_typed(const void* dout, const void* expert_o
   const T* y = static_cast<const T*>(expert_out);
   T* dy = static_cast<T*>(dexpert_out);
   if (use_packs<T>(hidden, {dout, expert_out, dexpert_out}))
-    combine_backward_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(d, y, row_of, weights, choices, top_k, hidden, dy, dweights);
+    combine_backward_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(d, y, row_of, weights, choices, top_k, hidden,
+                                                                    kept_rows, dy, dweights);
   else
-    combine_backward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(d, y, row_of, weights, choices, top_k, hidden, dy, dweights);
+    combine_backward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(d, y, row_of, weights, choices, top_k, hidden,
+                                                                 kept_rows, dy, dweights);
   return cudaGetLastError();
 }
 
@@ -292,33 +302,34 @@ cudaError_t launch_permute_rows(const void* x, const int32_t* source, int64_t ro
 }
 
 cudaError_t launch_gather_sum_rows(RowType type, const void* rows, const int32_t* row_of, const float* weights,
-                                   const void* residual, int64_t tokens, int top_k, int64_t hidden, void* out,
-                                   cudaStream_t stream) {
+                                   const void* residual, int64_t tokens, int top_k, int64_t hidden, int64_t kept_rows,
+                                   void* out, cudaStream_t stream) {
   if (tokens < 0 || top_k < 1 || hidden < 0) return cudaErrorInvalidValue;
   if (tokens == 0 || hidden == 0) return cudaSuccess;
   switch (type) {
     case RowType::F32:
-      return launch_gather_sum_typed<float>(rows, row_of, weights, residual, tokens, top_k, hidden, out, stream);
+      return launch_gather_sum_typed<float>(rows, row_of, weights, residual, tokens, top_k, hidden, kept_rows, out,
+                                            stream);
     case RowType::BF16:
-      return launch_gather_sum_typed<__nv_bfloat16>(rows, row_of, weights, residual, tokens, top_k, hidden, out,
-                                                    stream);
+      return launch_gather_sum_typed<__nv_bfloat16>(rows, row_of, weights, residual, tokens, top_k, hidden, kept_rows,
+                                                    out, stream);
   }
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_combine_backward(RowType type, const void* dout, const void* expert_out, const int32_t* row_of,
                                     const float* weights, int64_t tokens, int top_k, int64_t hidden,
-                                    void* dexpert_out, float* dweights, cudaStream_t stream) {
+                                    int64_t kept_rows, void* dexpert_out, float* dweights, cudaStream_t stream) {
   if (tokens < 0 || top_k < 1 || hidden < 0) return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
   // hidden == 0 still runs: every dweight is then an empty sum, 0.
   switch (type) {
     case RowType::F32:
-      return launch_combine_backward_typed<float>(dout, expert_out, row_of, weights, tokens, top_k, hidden,
+      return launch_combine_backward_typed<float>(dout, expert_out, row_of, weights, tokens, top_k, hidden, kept_rows,
                                                   dexpert_out, dweights, stream);
     case RowType::BF16:
       return launch_combine_backward_typed<__nv_bfloat16>(dout, expert_out, row_of, weights, tokens, top_k, hidden,
-                                                          dexpert_out, dweights, stream);
+                                                          kept_rows, dexpert_out, dweights, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -27,16 +27,18 @@ cudaError_t launch_plan_permutation(const int32_t* expert_ids, int64_t choices, 
 cudaError_t launch_permute_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
                                 cudaStream_t stream);
 
-// out[t] = residual[t] + Σ_j weights[t, j] · rows[row_of[t, j]] in f32, for t < tokens, j < top_k.
+// out[t] = residual[t] + Σ_j weights[t, j] · rows[row_of[t, j]] in f32, for t < tokens, j < top_k, over the j
+// whose row_of[t, j] < kept_rows (the others are choices whose rows live on another rank).
 // weights (f32) may be null (all 1: the permutation's backward); residual may be null or equal to out.
 cudaError_t launch_gather_sum_rows(RowType type, const void* rows, const int32_t* row_of, const float* weights,
-                                   const void* residual, int64_t tokens, int top_k, int64_t hidden, void* out,
-                                   cudaStream_t stream);
+                                   const void* residual, int64_t tokens, int top_k, int64_t hidden, int64_t kept_rows,
+                                   void* out, cudaStream_t stream);
 
 // For every choice i = t · top_k + j: dexpert_out[row_of[i]] = weights[i] · dout[t] and
-// dweights[i] = ⟨dout[t], expert_out[row_of[i]]⟩ (f32). dexpert_out must not overlap the inputs.
+// dweights[i] = ⟨dout[t], expert_out[row_of[i]]⟩ (f32); a choice with row_of[i] >= kept_rows gets dweights[i] = 0
+// and writes no row. dexpert_out must not overlap the inputs.
 cudaError_t launch_combine_backward(RowType type, const void* dout, const void* expert_out, const int32_t* row_of,
-                                    const float* weights, int64_t tokens, int top_k, int64_t hidden,
+                                    const float* weights, int64_t tokens, int top_k, int64_t hidden, int64_t kept_rows,
                                     void* dexpert_out, float* dweights, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda
