@@ -80,11 +80,18 @@ Tensor walk_forward(std::vector<Sublayer<Blocks>>& sublayers, Tensor h, Context&
   return h;
 }
 
+// Called in the backward pass when a layer's gradients are final: with L, every parameter of layers >= L has
+// its gradient for this micro-batch (so its reduction between ranks may start).
+using LayerGradientsDone = std::function<void(int64_t layer)>;
+
 template <typename Blocks, typename Context>
-Tensor walk_backward(std::vector<Sublayer<Blocks>>& sublayers, Tensor dh, Context& context) {
+Tensor walk_backward(std::vector<Sublayer<Blocks>>& sublayers, Tensor dh, Context& context,
+                     const LayerGradientsDone& layer_done = {}) {
   for (auto sublayer = sublayers.rbegin(); sublayer != sublayers.rend(); ++sublayer) {
     dh = sublayer->backward(dh, context);
     sublayer->clear_stash();
+    const auto next = std::next(sublayer);
+    if (layer_done && (next == sublayers.rend() || next->layer != sublayer->layer)) layer_done(sublayer->layer);
   }
   return dh;
 }

@@ -22,6 +22,9 @@ class TrainingEngine {
   virtual ~TrainingEngine() = default;
   virtual const model::ModelSpec& spec() const = 0;
   virtual Device device() const = 0;
+  // The next `micro_batches` calls of forward_backward make up one optimizer step (so the last may start
+  // reducing gradients between ranks while its backward pass runs). Without it, reductions wait for the step.
+  virtual void begin_step(int64_t micro_batches) { (void)micro_batches; }
   // Forward and backward of one micro-batch; gradients accumulate until optimizer_step().
   virtual model::CausalLMOutput forward_backward(const model::Batch& batch) = 0;
   // The loss without gradients (labels required).

@@ -24,7 +24,7 @@ constexpr const char* kDefaultRecipe = R"({
            "chat_template_kwargs": {}, "columns": {}, "roles": {}, "train_weights": {}},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
                "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config",
-               "aux_loss_coef": "config", "freeze": [], "router_bias_update_rate": 0.0},
+               "aux_loss_coef": "config", "freeze": [], "router_bias_update_rate": 0.0, "profile": false},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
@@ -188,7 +188,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   const json& t = j["training"];
   r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
                 t["device"], t["max_nonfinite_steps"], t["aux_loss"], std::nullopt, t["freeze"],
-                t["router_bias_update_rate"]};
+                t["router_bias_update_rate"], t["profile"]};
   if (t["aux_loss_coef"].is_number()) r.training.aux_loss_coef = t["aux_loss_coef"].get<double>();
   else if (t["aux_loss_coef"] != "config")
     fail("{}: 'training.aux_loss_coef' must be config or a number, got {}", source, io::abbreviated_dump(t["aux_loss_coef"]));

@@ -60,6 +60,9 @@ struct Recipe {
     // by this much toward balance (model/router_bias_balance.h). 0 (the default, as transformers trains) leaves
     // the biases as loaded. CPU engine, one rank, and only models whose routers have a correction bias.
     double router_bias_update_rate = 0.0;
+    // The GPU engine times each phase of the step with CUDA events (core/phase_profile.h) and writes the table
+    // to output.dir/profile.json and the log at the end; the first step (warm-up) is left out.
+    bool profile = false;
   } training;
 
   struct Optimizer {

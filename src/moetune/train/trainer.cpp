@@ -232,6 +232,7 @@ Trainer::StepStats Trainer::train_step() {
                  static_cast<long long>(step_ + 1));
   StepStats stats;
   stats.lr = schedule_.lr(step_);
+  engine_->begin_step(int64_t(batches.size()));
   for (const data::MicroBatch& micro : batches) {
     model::Batch batch{micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, double(std::max<int64_t>(scored, 1)),
                        aux_loss_setting(recipe_.training.aux_loss)};
@@ -424,11 +425,14 @@ TrainResult Trainer::run() {
                  static_cast<long long>(r.training.micro_batch_size), static_cast<long long>(r.data.max_length),
                  static_cast<long long>(train_data_->size()),
                  groups_->layout.world > 1 ? (" on " + groups_->layout.str()).c_str() : "");
+  if (r.training.profile && engine_->device().is_cuda()) profile_ = std::make_unique<StepProfile>();
   while (step_ < total_steps_) {
     const auto start = std::chrono::steady_clock::now();
     progress("a training step");
     const StepStats stats = train_step();
-    log_progress(stats, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (profile_) profile_->step_done(seconds);
+    log_progress(stats, seconds);
     check_finite(stats);
     result.last_loss = stats.loss;
     if (r.logging.validation_every > 0 && step_ % r.logging.validation_every == 0 && step_ != total_steps_) {
@@ -452,6 +456,7 @@ TrainResult Trainer::run() {
       metrics_->write({{"step", step_}, {"loss", result.validation_loss}}, "validation");
     if (r.output.save_final) save_checkpoint(true);
   }
+  if (profile_ && is_main()) profile_->report(output_);
   result.steps = step_;
   result.final_model = last_checkpoint_;
   if (!result.interrupted && r.output.save_final) {

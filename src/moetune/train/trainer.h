@@ -32,6 +32,7 @@
 #include "moetune/train/metrics_log.h"
 #include "moetune/train/output_lock.h"
 #include "moetune/train/recipe.h"
+#include "moetune/train/step_profile.h"
 
 namespace moetune::train {
 
@@ -94,6 +95,7 @@ class Trainer {
   std::unique_ptr<parallel::Watchdog> watchdog_;  // several ranks only
   std::unique_ptr<OutputLock> lock_;  // rank 0's; nothing is read or written in the folder before it is ours
   std::unique_ptr<TrainingEngine> engine_;
+  std::unique_ptr<StepProfile> profile_;  // training.profile only
   LrSchedule schedule_;
   std::unique_ptr<data::DataLoader> train_data_, validation_data_;
   std::unique_ptr<MetricsLog> metrics_;

@@ -1,5 +1,6 @@
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 
+#include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 
 namespace moetune::model::cuda {
@@ -25,18 +26,21 @@ Tensor AllToAllDispatcher::send_out(const Tensor& token_rows) const {
   Tensor sent = device_rows(sends_.rows(), token_rows.size(1), token_rows.dtype());
   ops::cuda::gather_rows(token_rows, token_of_row_, sent);
   Tensor received = device_rows(receipts_.tokens, token_rows.size(1), token_rows.dtype());
+  const PhaseScope phase("ep.all_to_all");
   group_->all_to_all_rows(sent, sends_.tokens_to, received, receipts_.tokens_from);
   return received;
 }
 
 Tensor AllToAllDispatcher::send_back(const Tensor& received_rows) const {
   Tensor back = device_rows(sends_.rows(), received_rows.size(1), received_rows.dtype());
+  const PhaseScope phase("ep.all_to_all");
   group_->all_to_all_rows(received_rows, receipts_.tokens_from, back, sends_.tokens_to);
   return back;
 }
 
 DispatchedTokens AllToAllDispatcher::dispatch(const Tensor& x, const Tensor& expert_ids) {
   const int64_t tokens = expert_ids.size(0), top_k = expert_ids.size(1), ranks = group_->size();
+  PhaseScope phase("ep.plan");  // the host's wait for the router, its plan, and the counts' exchange
   const Tensor ids = expert_ids.to(Device::cpu());  // waits: the exchange is sized on the host
   sends_ = plan_token_sends(ids.data<int32_t>(), tokens, top_k, num_experts_, ranks);
   receipts_ = receipts_from(group_->all_to_all(exchange_counts(sends_)), ranks);
@@ -49,6 +53,7 @@ DispatchedTokens AllToAllDispatcher::dispatch(const Tensor& x, const Tensor& exp
                           receipts_.tokens_from);
   received_plan_ = ops::cuda::plan_permutation(received_choices, local + 1);
   received_plan_.kept_rows = receipts_.choices;
+  phase.next("ep.dispatch_rows");
   const Tensor received = send_out(x);
   Tensor rows = device_rows(receipts_.choices, x.size(1), x.dtype());
   ops::cuda::permute_tokens(received, received_plan_, rows);

@@ -1,4 +1,5 @@
 #include "moetune/model/cuda/attention_block.h"
+#include "moetune/core/phase_profile.h"
 
 #include "moetune/model/block_util.h"
 #include "moetune/ops/cuda/elementwise.h"
@@ -22,6 +23,7 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
+  const PhaseScope phase("attention");
   const DeviceBatch& batch = context.batch;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;
@@ -46,6 +48,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
 }
 
 Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) {
+  const PhaseScope phase("attention.bwd");
   const DeviceBatch& batch = context.batch;
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;

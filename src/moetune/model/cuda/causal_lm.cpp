@@ -1,6 +1,7 @@
 #include "moetune/model/cuda/causal_lm.h"
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/core/phase_profile.h"
 #include "moetune/model/device_support.h"
 #include "moetune/model/model_description.h"
 #include "moetune/ops/cast.h"
@@ -67,13 +68,18 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
   const bool with_aux = wants_aux(batch);
   StepContext context{device_batch};
-  Forward f = run_layers(context, with_aux);
+  Forward f;
+  {
+    const PhaseScope phase("layers");
+    f = run_layers(context, with_aux);
+  }
   stash_report_.clear();
   for (const auto& b : sublayers_)
     stash_report_.emplace_back(b.name, b.stash_bytes());
 
   const double divisor = batch.num_items_in_batch.value_or(double(device_batch.scored));
   const double lm_scale = divisor > 0 ? 1.0 / divisor : 0.0;
+  PhaseScope phase("lm_head+loss");
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
   Tensor dnormed = device_like(f.normed.shape());
   ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, lm_scale, loss_sum, dnormed, head_.grad);
@@ -88,8 +94,13 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   Tensor dh = device_like(f.final_hidden.shape());
   ops::cuda::rms_norm_backward(dnormed, f.final_hidden, final_norm_.value, c.norm_eps, dh, final_norm_.grad);
   dnormed = f.final_hidden = Tensor();
-  dh = walk_backward(sublayers_, dh, context);
+  if (gradients_done_) gradients_done_(c.num_layers());
+  phase.next("layers.bwd");
+  dh = walk_backward(sublayers_, dh, context, gradients_done_);
+  phase.next("embedding.bwd");
   ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);
+  if (gradients_done_) gradients_done_(-1);
+  phase.end();
 
   CausalLMOutput out;
   out.num_tokens = device_batch.scored;

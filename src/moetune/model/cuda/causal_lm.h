@@ -40,6 +40,10 @@ class CausalLM final : public LanguageModel {
   // One micro-batch: forward, loss, backward (gradients accumulate into the parameters' .grad). Waits for the
   // GPU once, at the end, to read the loss.
   CausalLMOutput forward_backward(const Batch& batch) override;
+  // Told, in forward_backward's backward pass, when gradients are final (queued on the GPU, not yet computed):
+  // num_layers() first (the LM head and the final norm), then each layer L (every parameter of layers >= L),
+  // then -1 (all of them, the embedding too). Expert and data parallelism start reductions there.
+  void on_gradients_done(LayerGradientsDone hook) { gradients_done_ = std::move(hook); }
   // Loss without gradients (labels required): lm_loss, aux_loss, num_tokens.
   CausalLMOutput loss(const Batch& batch) override;
   // Full logits [B, S, V] as f32 on the host, for evaluation and tests.
@@ -74,6 +78,7 @@ class CausalLM final : public LanguageModel {
   std::vector<Sublayer<GpuBlocks>> sublayers_;
   std::vector<std::pair<std::string, size_t>> stash_report_;
   Param head_, final_norm_, embed_;
+  LayerGradientsDone gradients_done_;
 };
 
 }  // namespace moetune::model::cuda

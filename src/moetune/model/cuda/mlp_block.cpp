@@ -1,4 +1,5 @@
 #include "moetune/model/cuda/mlp_block.h"
+#include "moetune/core/phase_profile.h"
 
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
@@ -15,6 +16,7 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
     : eps_(norm_eps), p_(MlpParams::lookup(store, layer, sublayer.norm)) {}
 
 Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext&) {
+  const PhaseScope phase("mlp");
   input_ = h;
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
@@ -25,6 +27,7 @@ Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext&) {
 }
 
 Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext&) {
+  const PhaseScope phase("mlp.bwd");
   Tensor normed = device_like(input_.shape());  // recomputed, not kept
   ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
   Tensor dnormed = device_like(input_.shape());

@@ -1,5 +1,6 @@
 #include "moetune/model/cuda/moe_block.h"
 
+#include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
 #include "moetune/ops/cast.h"
@@ -31,6 +32,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   const AuxLossSums& aux = context.aux;
   const int64_t tokens = h.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
   const int64_t inner = p_.gate_up.value.size(1) / 2, hidden = h.size(1);
+  PhaseScope phase("moe.router");
   input_ = h;
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
@@ -46,7 +48,9 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
     ops::cuda::add(aux.counts, layer_counts_, aux.counts);
     ops::cuda::add(aux.prob_sums, layer_prob_sums_, aux.prob_sums);
   }
+  phase.next("moe.dispatch");
   dispatched_ = dispatcher_->dispatch(normed, expert_ids_);
+  phase.next("moe.experts");
   if (p_.shared.defined()) {
     shared_out_ = device_like(h.shape());
     shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_);
@@ -64,6 +68,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   expert_out_ = device_like({rows, hidden});
   ops::cuda::grouped_matmul(activated, p_.down.value, /*transpose_w=*/true, dispatched_.offsets, expert_out_);
   activated = Tensor();
+  phase.next("moe.combine");
   Tensor out = device_like(h.shape());
   dispatcher_->combine(expert_out_, weights_, out, h);
   if (shared_gate_logits_.defined())
@@ -79,9 +84,11 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   const double aux_scale = context.aux_scale;
   const int64_t tokens = dout.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
   const int64_t inner = p_.gate_up.value.size(1) / 2, hidden = dout.size(1), rows = dispatched_.rows.size(0);
+  PhaseScope phase("moe.combine.bwd");
   Tensor dexpert_out = device_like({rows, hidden});
   Tensor dweights = device_like({tokens, k}, DType::F32);
   dispatcher_->combine_backward(dout, expert_out_, weights_, dexpert_out, dweights);
+  phase.next("moe.experts.bwd");
   expert_out_ = Tensor();
   // Down projection: the activation is recomputed from the kept pre-activation.
   Tensor activated = device_like({rows, inner});
@@ -98,9 +105,11 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   Tensor drows = device_like({rows, hidden});
   ops::cuda::grouped_matmul(dgate_up, p_.gate_up.value, /*transpose_w=*/false, dispatched_.offsets, drows);
   dgate_up = dispatched_.rows = Tensor();
+  phase.next("moe.dispatch.bwd");
   Tensor dnormed = device_like({tokens, hidden});
   dispatcher_->dispatch_backward(drows, dnormed);
   drows = Tensor();
+  phase.next("moe.router.bwd");
   // The router: through the top-k weights, plus the aux loss; its GEMMs take the logits' gradient in bf16 (the
   // precision HF's router runs in).
   Tensor dlogits = device_like({tokens, experts}, DType::F32);

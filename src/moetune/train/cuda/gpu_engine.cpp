@@ -6,6 +6,7 @@
 // all-gathered back in place.
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/flat_buffers.h"
+#include "moetune/core/phase_profile.h"
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/device_support.h"
@@ -14,20 +15,15 @@
 #include "moetune/ops/cuda/adamw.h"
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
+#include "moetune/train/cuda/gradient_buckets.h"
 #include "moetune/train/parallel_save.h"
 
 namespace moetune::train {
 namespace {
 
-// One flat run under ZeRO: the run itself (parameters and gradients, every rank the whole) and this rank's shard.
-struct ShardedRun {
-  std::string name;
-  Tensor parameters, gradients;
-  std::shared_ptr<parallel::Communicator> group;
-  // This rank's shard of the gradients, a view of the run: the reduce-scatter runs in place (NCCL's rule: the
-  // output at rank × count of the input), so no second gradient buffer exists.
-  Tensor gradient_shard;
-};
+// ZeRO's buckets: about 32 M elements (64 MB of bf16 gradients), large enough that NCCL runs near its bandwidth,
+// small enough that the LM head's reduction starts while the layers' backward passes run.
+constexpr int64_t kBucketElements = int64_t(32) << 20;
 
 class GpuEngine final : public TrainingEngine {
  public:
@@ -56,20 +52,27 @@ class GpuEngine final : public TrainingEngine {
 
   const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cuda(); }
-  model::CausalLMOutput forward_backward(const model::Batch& batch) override { return model_.forward_backward(batch); }
+  void begin_step(int64_t micro_batches) override {
+    micro_batches_ = micro_batches;
+    micro_batch_ = 0;
+  }
+  model::CausalLMOutput forward_backward(const model::Batch& batch) override {
+    if (reduction_) reduction_->begin_micro_batch(++micro_batch_ == micro_batches_);
+    return model_.forward_backward(batch);
+  }
   model::CausalLMOutput evaluate(const model::Batch& batch) override { return model_.loss(batch); }
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
 
   double optimizer_step(double lr, double max_grad_norm) override {
+    PhaseScope phase("optimizer.reduce_wait");
     std::vector<Tensor> gradients;
     if (parallel()) {
-      for (ShardedRun& run : runs_) {
-        if (run.group->size() > 1) run.group->reduce_scatter_sum(run.gradients, run.gradient_shard);
-        gradients.push_back(run.gradient_shard);
-      }
+      reduction_->finish();
+      for (const cuda::GradientBucket& bucket : reduction_->buckets()) gradients.push_back(bucket.gradient_shard);
     } else {
       gradients = model_.parameters().grads();
     }
+    phase.next("optimizer.adamw");
     ops::cuda::grad_norm_squared(gradients, norm_squared_);
     // Each gradient element is in one rank's shard: the world's sum is the whole model's.
     if (parallel()) groups_->world->all_reduce_sum(norm_squared_);
@@ -81,8 +84,11 @@ class GpuEngine final : public TrainingEngine {
     ++steps_;
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
                           precision_, scale, seed_);
+    phase.next("optimizer.gather");
     gather_parameters();
+    phase.next("optimizer.zero_grad");
     model_.zero_grad();
+    phase.end();
     const Tensor host = norm_squared_.to(Device::cpu());  // waits for the step
     return std::sqrt(double(host.data<float>()[0]));
   }
@@ -163,31 +169,33 @@ class GpuEngine final : public TrainingEngine {
       for (const model::ParameterSpec& p : model_.weights().layout.parameters) slot_names_.push_back(p.name);
   }
 
-  // One slot per flat run: this rank's shard of the parameters (a view: the update lands in place, and the
-  // all-gather fills in the other ranks' shards around it).
+  // One slot per bucket: this rank's piece of its parameters (a view: the update lands in place, and the
+  // all-gather fills in the other ranks' pieces around it) and of its gradients.
   void make_sharded_slots() {
+    std::vector<cuda::GradientBucket> buckets;
     const auto add = [&](const char* name, const std::vector<Tensor>& values, const std::vector<Tensor>& grads,
                          std::shared_ptr<parallel::Communicator> group) {
       MOETUNE_CHECK(values.size() == grads.size() && values.size() <= 1, "ZeRO run '{}': {} parameter runs", name, values.size());
       if (values.empty()) return;
-      const int64_t length = values[0].numel() / group->size();
-      runs_.push_back({name, values[0], grads[0], group, grads[0].flat_slice(group->rank() * length, {length})});
+      for (cuda::GradientBucket& b : cuda::make_gradient_buckets(name, values[0], grads[0], group, model_.weights().layout,
+                                                                 model_.parameters().grads(), kBucketElements))
+        buckets.push_back(std::move(b));
     };
     add("replicated", model_.weights().replicated_runs.buffers, model_.parameters().replicated_grad_runs(), groups_->world);
     add("experts", model_.weights().expert_runs.buffers, model_.parameters().expert_grad_runs(), groups_->expert_replicas);
+    reduction_ = std::make_unique<cuda::BucketedReduction>(std::move(buckets));
+    model_.on_gradients_done([this](int64_t layer) { reduction_->layer_done(layer); });
     std::vector<Tensor> params, gradients;
-    for (const ShardedRun& run : runs_) {
-      const int64_t length = run.gradient_shard.numel();
-      params.push_back(run.parameters.flat_slice(run.group->rank() * length, {length}));
-      gradients.push_back(run.gradient_shard);
-      slot_names_.push_back("zero." + run.name);
+    for (const cuda::GradientBucket& bucket : reduction_->buckets()) {
+      params.push_back(bucket.parameter_shard);
+      gradients.push_back(bucket.gradient_shard);
+      slot_names_.push_back("zero." + bucket.name);
     }
     make_slots(params, gradients);
   }
 
   void gather_parameters() {
-    for (size_t i = 0; i < runs_.size(); ++i)
-      if (runs_[i].group->size() > 1) runs_[i].group->all_gather(slots_[i].param, runs_[i].parameters);  // in place
+    if (reduction_) reduction_->gather_parameters();
   }
 
   // A checkpoint of another precision mode converts (an fp32 CPU checkpoint resumed on the GPU, say).
@@ -205,7 +213,8 @@ class GpuEngine final : public TrainingEngine {
   ops::cuda::OptimizerPrecision precision_;
   Recipe::Optimizer options_;
   uint64_t seed_;
-  std::vector<ShardedRun> runs_;  // several ranks only
+  std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
+  int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_;
   std::vector<ops::cuda::AdamWSlot> slots_;
   std::vector<std::string> slot_names_;  // the training state's names: parameters, or "zero.<run>" shards
