@@ -1,6 +1,7 @@
 #include "moetune/core/phase_profile.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #if MOETUNE_HAVE_CUDA
@@ -11,6 +12,11 @@ namespace moetune {
 namespace {
 
 bool enabled = false;
+std::vector<PhaseTime> host_times;
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 #if MOETUNE_HAVE_CUDA
 struct Record {
@@ -62,8 +68,20 @@ void PhaseScope::end() {
 
 PhaseScope::~PhaseScope() { end(); }
 
+HostPhaseScope::HostPhaseScope(const char* name) {
+  if (!enabled) return;
+  name_ = name;
+  start_ = now_ms();
+}
+
+HostPhaseScope::~HostPhaseScope() {
+  if (name_) add_phase_times(host_times, {{std::string("host: ") + name_, now_ms() - start_, 1}});
+}
+
 std::vector<PhaseTime> take_phase_times() {
   std::vector<PhaseTime> times;
+  add_phase_times(times, host_times);
+  host_times.clear();
 #if MOETUNE_HAVE_CUDA
   if (records.empty()) return times;
   gpu::check(cudaEventSynchronize(records.back().stop), "waiting for the profiled work");

@@ -1,5 +1,6 @@
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 
+#include "moetune/core/cuda_runtime.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 
@@ -20,6 +21,18 @@ AllToAllDispatcher::AllToAllDispatcher(int64_t num_experts, std::shared_ptr<para
     : num_experts_(num_experts), group_(std::move(group)) {
   MOETUNE_CHECK(num_experts_ % group_->size() == 0, "{} experts do not split over {} expert-parallel ranks", num_experts_,
                 group_->size());
+  int low = 0, high = 0;
+  gpu::check(cudaDeviceGetStreamPriorityRange(&low, &high), "stream priorities");
+  gpu::check(cudaStreamCreateWithPriority(&transfer_stream_, cudaStreamNonBlocking, high), "the all-to-all stream");
+  gpu::check(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming), "an event");
+  gpu::check(cudaEventCreateWithFlags(&transferred_, cudaEventDisableTiming), "an event");
+}
+
+AllToAllDispatcher::~AllToAllDispatcher() {
+  if (transfer_stream_) cudaStreamSynchronize(transfer_stream_);
+  if (queued_) cudaEventDestroy(queued_);
+  if (transferred_) cudaEventDestroy(transferred_);
+  if (transfer_stream_) cudaStreamDestroy(transfer_stream_);
 }
 
 Tensor AllToAllDispatcher::send_out(const Tensor& token_rows) const {
@@ -41,18 +54,34 @@ Tensor AllToAllDispatcher::send_back(const Tensor& received_rows) const {
 DispatchedTokens AllToAllDispatcher::dispatch(const Tensor& x, const Tensor& expert_ids) {
   const int64_t tokens = expert_ids.size(0), top_k = expert_ids.size(1), ranks = group_->size();
   PhaseScope phase("ep.plan");  // the host's wait for the router, its plan, and the counts' exchange
-  const Tensor ids = expert_ids.to(Device::cpu());  // waits: the exchange is sized on the host
-  sends_ = plan_token_sends(ids.data<int32_t>(), tokens, top_k, num_experts_, ranks);
-  receipts_ = receipts_from(group_->all_to_all(exchange_counts(sends_)), ranks);
-  token_of_row_ = device_index(sends_.token_of_row, {sends_.rows()});
-  row_to_rank_ = device_index(sends_.row_to_rank, {tokens, ranks});
+  Tensor ids;
+  {
+    const HostPhaseScope host("ep.plan.wait_for_router");
+    ids = expert_ids.to(Device::cpu());  // waits: the exchange is sized on the host
+  }
+  {
+    const HostPhaseScope host("ep.plan.plan");
+    sends_ = plan_token_sends(ids.data<int32_t>(), tokens, top_k, num_experts_, ranks);
+  }
+  {
+    const HostPhaseScope host("ep.plan.exchange_counts");
+    receipts_ = receipts_from(group_->all_to_all(exchange_counts(sends_)), ranks);
+  }
   // The choices travel as the receiver numbers its experts; the extra expert `local` takes the others.
   const int64_t local = sends_.local_experts;
   Tensor received_choices = device_rows(receipts_.tokens, top_k, DType::I32);
-  group_->all_to_all_rows(device_index(sends_.local_choice, {sends_.rows(), top_k}), sends_.tokens_to, received_choices,
-                          receipts_.tokens_from);
-  received_plan_ = ops::cuda::plan_permutation(received_choices, local + 1);
-  received_plan_.kept_rows = receipts_.choices;
+  {
+    const HostPhaseScope host("ep.plan.upload");
+    token_of_row_ = device_index(sends_.token_of_row, {sends_.rows()});
+    row_to_rank_ = device_index(sends_.row_to_rank, {tokens, ranks});
+    group_->all_to_all_rows(device_index(sends_.local_choice, {sends_.rows(), top_k}), sends_.tokens_to,
+                            received_choices, receipts_.tokens_from);
+  }
+  {
+    const HostPhaseScope host("ep.plan.permutation");
+    received_plan_ = ops::cuda::plan_permutation(received_choices, local + 1);
+    received_plan_.kept_rows = receipts_.choices;
+  }
   phase.next("ep.dispatch_rows");
   const Tensor received = send_out(x);
   Tensor rows = device_rows(receipts_.choices, x.size(1), x.dtype());
@@ -78,9 +107,27 @@ void AllToAllDispatcher::combine_backward(const Tensor& dout, const Tensor& expe
 }
 
 void AllToAllDispatcher::dispatch_backward(const Tensor& drows, const Tensor& dx) {
-  Tensor received_dx = device_rows(receipts_.tokens, drows.size(1), drows.dtype());
-  ops::cuda::permute_tokens_backward(drows, received_plan_, received_dx);
-  ops::cuda::sum_rows(send_back(received_dx), row_to_rank_, dx);
+  begin_dispatch_backward(drows);
+  end_dispatch_backward(dx);
+}
+
+void AllToAllDispatcher::begin_dispatch_backward(const Tensor& drows) {
+  received_dx_ = device_rows(receipts_.tokens, drows.size(1), drows.dtype());
+  ops::cuda::permute_tokens_backward(drows, received_plan_, received_dx_);
+  // Allocated on the current stream, which frees them only after waiting for the transfer (end_dispatch_backward).
+  returned_dx_ = device_rows(sends_.rows(), drows.size(1), drows.dtype());
+  gpu::check(cudaEventRecord(queued_, gpu::stream()), "recording the expert rows' gradient");
+  gpu::check(cudaStreamWaitEvent(transfer_stream_, queued_), "ordering the all-to-all after it");
+  const gpu::StreamScope on(transfer_stream_);
+  const PhaseScope phase("ep.all_to_all (beside weight gradients)");
+  group_->all_to_all_rows(received_dx_, receipts_.tokens_from, returned_dx_, sends_.tokens_to);
+  gpu::check(cudaEventRecord(transferred_, transfer_stream_), "recording the all-to-all");
+}
+
+void AllToAllDispatcher::end_dispatch_backward(const Tensor& dx) {
+  gpu::check(cudaStreamWaitEvent(gpu::stream(), transferred_), "waiting for the all-to-all");
+  ops::cuda::sum_rows(returned_dx_, row_to_rank_, dx);
+  received_dx_ = returned_dx_ = Tensor();
 }
 
 size_t AllToAllDispatcher::stash_bytes() const {
@@ -91,7 +138,7 @@ size_t AllToAllDispatcher::stash_bytes() const {
 void AllToAllDispatcher::clear() {
   sends_ = {};
   receipts_ = {};
-  token_of_row_ = row_to_rank_ = received_weights_ = Tensor();
+  token_of_row_ = row_to_rank_ = received_weights_ = received_dx_ = returned_dx_ = Tensor();
   received_plan_ = {};
 }
 

@@ -8,6 +8,8 @@
 // routing weights' gradient.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <memory>
 
 #include "moetune/model/cuda/token_dispatcher.h"
@@ -19,11 +21,17 @@ namespace moetune::model::cuda {
 class AllToAllDispatcher final : public TokenDispatcher {
  public:
   AllToAllDispatcher(int64_t num_experts, std::shared_ptr<parallel::Communicator> group);
+  ~AllToAllDispatcher() override;
+  AllToAllDispatcher(const AllToAllDispatcher&) = delete;
+  AllToAllDispatcher& operator=(const AllToAllDispatcher&) = delete;
   DispatchedTokens dispatch(const Tensor& x, const Tensor& expert_ids) override;
   void combine(const Tensor& expert_out, const Tensor& weights, const Tensor& out, const Tensor& residual) override;
   void combine_backward(const Tensor& dout, const Tensor& expert_out, const Tensor& weights, const Tensor& dexpert_out,
                         const Tensor& dweights) override;
   void dispatch_backward(const Tensor& drows, const Tensor& dx) override;
+  bool transfers() const override { return true; }
+  void begin_dispatch_backward(const Tensor& drows) override;
+  void end_dispatch_backward(const Tensor& dx) override;
   size_t stash_bytes() const override;
   void clear() override;
 
@@ -39,6 +47,10 @@ class AllToAllDispatcher final : public TokenDispatcher {
   Tensor token_of_row_, row_to_rank_;   // I32 on the device: TokenSends' index vectors
   ops::cuda::DevicePermutation received_plan_;  // the received tokens' choices, expert-major, this rank's rows kept
   Tensor received_weights_;             // F32 [received tokens, k]: their routing weights (0 where not ours)
+  // The backward pass's return trip of d(x), on a stream of its own while the weight gradients run.
+  cudaStream_t transfer_stream_ = nullptr;
+  cudaEvent_t queued_ = nullptr, transferred_ = nullptr;
+  Tensor received_dx_, returned_dx_;    // held until end_dispatch_backward: the transfer reads and writes them
 };
 
 }  // namespace moetune::model::cuda

@@ -89,26 +89,43 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   Tensor dweights = device_like({tokens, k}, DType::F32);
   dispatcher_->combine_backward(dout, expert_out_, weights_, dexpert_out, dweights);
   phase.next("moe.experts.bwd");
-  expert_out_ = Tensor();
-  // Down projection: the activation is recomputed from the kept pre-activation.
-  Tensor activated = device_like({rows, inner});
-  ops::cuda::swiglu_forward(gate_up_out_, activated);
-  ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
-  activated = Tensor();
+  // A dispatcher that transfers d(rows) back to the tokens' ranks does so while the weight gradients run (they
+  // need nothing downstream); otherwise each weight gradient goes first, freeing its inputs early (the order
+  // the memory plan counts).
+  const bool overlap = dispatcher_->transfers();
+  const auto down_weight_gradient = [&] {
+    Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
+    ops::cuda::swiglu_forward(gate_up_out_, activated);
+    ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
+  };
+  if (!overlap) down_weight_gradient();
   Tensor dactivated = device_like({rows, inner});
   ops::cuda::grouped_matmul(dexpert_out, p_.down.value, /*transpose_w=*/false, dispatched_.offsets, dactivated);
-  dexpert_out = Tensor();
+  if (!overlap) dexpert_out = Tensor();
   Tensor dgate_up = device_like({rows, 2 * inner});
   ops::cuda::swiglu_backward(dactivated, gate_up_out_, dgate_up);
-  dactivated = gate_up_out_ = Tensor();
-  ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad, /*accumulate=*/true);
+  dactivated = Tensor();
+  if (!overlap) {
+    gate_up_out_ = Tensor();
+    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
+                                          /*accumulate=*/true);
+  }
   Tensor drows = device_like({rows, hidden});
   ops::cuda::grouped_matmul(dgate_up, p_.gate_up.value, /*transpose_w=*/false, dispatched_.offsets, drows);
-  dgate_up = dispatched_.rows = Tensor();
   phase.next("moe.dispatch.bwd");
-  Tensor dnormed = device_like({tokens, hidden});
-  dispatcher_->dispatch_backward(drows, dnormed);
+  dispatcher_->begin_dispatch_backward(drows);
   drows = Tensor();
+  if (overlap) {
+    phase.next("moe.experts.bwd");
+    down_weight_gradient();
+    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
+                                          /*accumulate=*/true);
+    dexpert_out = gate_up_out_ = Tensor();
+    phase.next("moe.dispatch.bwd");
+  }
+  dgate_up = dispatched_.rows = Tensor();
+  Tensor dnormed = device_like({tokens, hidden});
+  dispatcher_->end_dispatch_backward(dnormed);
   phase.next("moe.router.bwd");
   // The router: through the top-k weights, plus the aux loss; its GEMMs take the logits' gradient in bf16 (the
   // precision HF's router runs in).

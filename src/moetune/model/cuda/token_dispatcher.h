@@ -23,8 +23,20 @@ class TokenDispatcher {
                                 const Tensor& dexpert_out, const Tensor& dweights) = 0;
   // d(rows) [R, H] -> d(x) [T, H], written into dx.
   virtual void dispatch_backward(const Tensor& drows, const Tensor& dx) = 0;
+  // The same in two halves, for a dispatcher whose return trip is a transfer (transfers() true): begin queues
+  // it beside the current stream, end makes the current stream wait for it and writes dx. The MoE block runs
+  // the experts' weight-gradient GEMMs in between, which need nothing from it.
+  virtual bool transfers() const { return false; }
+  virtual void begin_dispatch_backward(const Tensor& drows) { pending_drows_ = drows; }
+  virtual void end_dispatch_backward(const Tensor& dx) {
+    dispatch_backward(pending_drows_, dx);
+    pending_drows_ = Tensor();
+  }
   virtual size_t stash_bytes() const = 0;
   virtual void clear() = 0;
+
+ private:
+  Tensor pending_drows_;
 };
 
 class LocalDispatcher final : public TokenDispatcher {
