@@ -4,10 +4,13 @@
 // loops over the same plan, in f32 (exact up to summation order).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "moetune/model/token_exchange.h"
+#include "moetune/ops/cuda/exchange_plan.h"
 #include "moetune/ops/cuda/permute.h"
 
 namespace moetune {
@@ -113,6 +116,35 @@ TEST_F(TokenExchangeGpu, SumRowsAddsWhatEachRankSentBack) {
   Tensor out = Tensor::empty({tokens, hidden}, DType::F32, kGpu);
   ops::cuda::sum_rows(sent_back, Tensor::from_vector(index, {tokens, ranks}).to(kGpu), out, residual);
   EXPECT_LT(relative_error(out, host_tensor(expected, {tokens, hidden})), kTolerance);
+}
+
+TEST_F(TokenExchangeGpu, DevicePlanEqualsTheHostPlan) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  struct Case {
+    int64_t tokens, experts, top_k, ranks;
+  };
+  for (const Case& c : {Case{37, 16, 2, 2}, Case{1000, 128, 8, 2}, Case{1000, 128, 8, 8}, Case{513, 64, 6, 4},
+                        Case{70, 8, 2, 1}, Case{0, 16, 2, 2}, Case{5, 16, 4, 16}}) {
+    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, top-" << c.top_k << " of " << c.experts << " over "
+                                      << c.ranks << " ranks");
+    // Distinct experts per token, as a router chooses them.
+    std::vector<int32_t> ids(size_t(c.tokens * c.top_k));
+    std::vector<int32_t> all(size_t(c.experts));
+    for (int64_t e = 0; e < c.experts; ++e) all[size_t(e)] = int32_t(e);
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      std::shuffle(all.begin(), all.end(), rng());
+      std::copy(all.begin(), all.begin() + c.top_k, ids.begin() + t * c.top_k);
+    }
+    const model::TokenSends host = model::plan_token_sends(ids.data(), c.tokens, c.top_k, c.experts, c.ranks);
+    const ops::cuda::DeviceTokenSends device =
+        ops::cuda::plan_token_sends(Tensor::from_vector(ids, {c.tokens, c.top_k}).to(kGpu), c.experts, c.ranks);
+    EXPECT_EQ(device.tokens_to, host.tokens_to);
+    EXPECT_EQ(device.choices_to, host.choices_to);
+    EXPECT_EQ(device.exchange_counts(), model::exchange_counts(host));
+    EXPECT_EQ(host_ints(device.token_of_row), host.token_of_row);
+    EXPECT_EQ(host_ints(device.local_choice), host.local_choice);
+    EXPECT_EQ(host_ints(device.row_to_rank), host.row_to_rank);
+  }
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ AllToAllDispatcher::~AllToAllDispatcher() {
 
 Tensor AllToAllDispatcher::send_out(const Tensor& token_rows) const {
   Tensor sent = device_rows(sends_.rows(), token_rows.size(1), token_rows.dtype());
-  ops::cuda::gather_rows(token_rows, token_of_row_, sent);
+  ops::cuda::gather_rows(token_rows, sends_.token_of_row, sent);
   Tensor received = device_rows(receipts_.tokens, token_rows.size(1), token_rows.dtype());
   const PhaseScope phase("ep.all_to_all");
   group_->all_to_all_rows(sent, sends_.tokens_to, received, receipts_.tokens_from);
@@ -52,36 +52,18 @@ Tensor AllToAllDispatcher::send_back(const Tensor& received_rows) const {
 }
 
 DispatchedTokens AllToAllDispatcher::dispatch(const Tensor& x, const Tensor& expert_ids) {
-  const int64_t tokens = expert_ids.size(0), top_k = expert_ids.size(1), ranks = group_->size();
-  PhaseScope phase("ep.plan");  // the host's wait for the router, its plan, and the counts' exchange
-  Tensor ids;
-  {
-    const HostPhaseScope host("ep.plan.wait_for_router");
-    ids = expert_ids.to(Device::cpu());  // waits: the exchange is sized on the host
-  }
-  {
-    const HostPhaseScope host("ep.plan.plan");
-    sends_ = plan_token_sends(ids.data<int32_t>(), tokens, top_k, num_experts_, ranks);
-  }
-  {
-    const HostPhaseScope host("ep.plan.exchange_counts");
-    receipts_ = receipts_from(group_->all_to_all(exchange_counts(sends_)), ranks);
-  }
+  const int64_t top_k = expert_ids.size(1), ranks = group_->size();
+  // The one wait of the layer: the router's counts per rank come back to size the exchange.
+  PhaseScope phase("ep.plan");
+  sends_ = ops::cuda::plan_token_sends(expert_ids, num_experts_, ranks);
+  receipts_ = receipts_from(group_->all_to_all(sends_.exchange_counts()), ranks);
   // The choices travel as the receiver numbers its experts; the extra expert `local` takes the others.
   const int64_t local = sends_.local_experts;
   Tensor received_choices = device_rows(receipts_.tokens, top_k, DType::I32);
-  {
-    const HostPhaseScope host("ep.plan.upload");
-    token_of_row_ = device_index(sends_.token_of_row, {sends_.rows()});
-    row_to_rank_ = device_index(sends_.row_to_rank, {tokens, ranks});
-    group_->all_to_all_rows(device_index(sends_.local_choice, {sends_.rows(), top_k}), sends_.tokens_to,
-                            received_choices, receipts_.tokens_from);
-  }
-  {
-    const HostPhaseScope host("ep.plan.permutation");
-    received_plan_ = ops::cuda::plan_permutation(received_choices, local + 1);
-    received_plan_.kept_rows = receipts_.choices;
-  }
+  group_->all_to_all_rows(sends_.local_choice, sends_.tokens_to, received_choices, receipts_.tokens_from);
+  sends_.local_choice = Tensor();  // (freed in stream order: after the transfer has read it)
+  received_plan_ = ops::cuda::plan_permutation(received_choices, local + 1);
+  received_plan_.kept_rows = receipts_.choices;
   phase.next("ep.dispatch_rows");
   const Tensor received = send_out(x);
   Tensor rows = device_rows(receipts_.choices, x.size(1), x.dtype());
@@ -93,7 +75,7 @@ void AllToAllDispatcher::combine(const Tensor& expert_out, const Tensor& weights
   received_weights_ = send_out(weights);
   Tensor partial = device_rows(receipts_.tokens, expert_out.size(1), expert_out.dtype());
   ops::cuda::combine_experts(expert_out, received_plan_, received_weights_, partial);
-  ops::cuda::sum_rows(send_back(partial), row_to_rank_, out, residual);
+  ops::cuda::sum_rows(send_back(partial), sends_.row_to_rank, out, residual);
 }
 
 void AllToAllDispatcher::combine_backward(const Tensor& dout, const Tensor& expert_out, const Tensor&,
@@ -103,7 +85,7 @@ void AllToAllDispatcher::combine_backward(const Tensor& dout, const Tensor& expe
   ops::cuda::combine_experts_backward(received_dout, expert_out, received_plan_, received_weights_, dexpert_out,
                                       received_dweights);
   // Each choice's gradient comes from the one rank that holds its expert; the others send 0 for it.
-  ops::cuda::sum_rows(send_back(received_dweights), row_to_rank_, dweights);
+  ops::cuda::sum_rows(send_back(received_dweights), sends_.row_to_rank, dweights);
 }
 
 void AllToAllDispatcher::dispatch_backward(const Tensor& drows, const Tensor& dx) {
@@ -126,19 +108,19 @@ void AllToAllDispatcher::begin_dispatch_backward(const Tensor& drows) {
 
 void AllToAllDispatcher::end_dispatch_backward(const Tensor& dx) {
   gpu::check(cudaStreamWaitEvent(gpu::stream(), transferred_), "waiting for the all-to-all");
-  ops::cuda::sum_rows(returned_dx_, row_to_rank_, dx);
+  ops::cuda::sum_rows(returned_dx_, sends_.row_to_rank, dx);
   received_dx_ = returned_dx_ = Tensor();
 }
 
 size_t AllToAllDispatcher::stash_bytes() const {
-  return held_bytes({&token_of_row_, &row_to_rank_, &received_plan_.offsets, &received_plan_.row_of,
+  return held_bytes({&sends_.token_of_row, &sends_.row_to_rank, &received_plan_.offsets, &received_plan_.row_of,
                      &received_plan_.source, &received_weights_});
 }
 
 void AllToAllDispatcher::clear() {
   sends_ = {};
   receipts_ = {};
-  token_of_row_ = row_to_rank_ = received_weights_ = received_dx_ = returned_dx_ = Tensor();
+  received_weights_ = received_dx_ = returned_dx_ = Tensor();
   received_plan_ = {};
 }
 

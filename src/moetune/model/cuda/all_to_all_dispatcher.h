@@ -1,8 +1,8 @@
 // Expert parallelism's dispatcher on the GPU: each token travels once to each rank that holds any of its
 // experts (model/token_exchange.h has the scheme; its CPU twin, which sends one row per choice, is
-// model/all_to_all_dispatcher.h). The host plans the exchange from the router's choices (one wait per layer in
-// the forward pass: it must size the NCCL transfers, as Megatron's all-to-all dispatcher does); the rows, the
-// choices and the routing weights travel with NCCL; the receiving rank permutes what arrives into expert-major
+// model/all_to_all_dispatcher.h). The exchange is planned on the GPU from the router's choices; the host waits
+// once per layer in the forward pass for the per-rank counts (it must size the NCCL transfers, as Megatron's
+// all-to-all dispatcher does); the rows, the choices and the routing weights travel with NCCL; the receiving rank permutes what arrives into expert-major
 // order with one extra expert for choices made elsewhere (rows it never copies), and sends back one combined row
 // per token. The backward pass sends the output gradient the same way and returns the input gradient and the
 // routing weights' gradient.
@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "moetune/model/cuda/token_dispatcher.h"
+#include "moetune/ops/cuda/exchange_plan.h"
 #include "moetune/model/token_exchange.h"
 #include "moetune/parallel/communicator.h"
 
@@ -42,9 +43,8 @@ class AllToAllDispatcher final : public TokenDispatcher {
 
   int64_t num_experts_;
   std::shared_ptr<parallel::Communicator> group_;
-  TokenSends sends_;        // this rank's tokens: where they go
-  TokenReceipts receipts_;  // what arrives here
-  Tensor token_of_row_, row_to_rank_;   // I32 on the device: TokenSends' index vectors
+  ops::cuda::DeviceTokenSends sends_;  // this rank's tokens: where they go
+  TokenReceipts receipts_;             // what arrives here
   ops::cuda::DevicePermutation received_plan_;  // the received tokens' choices, expert-major, this rank's rows kept
   Tensor received_weights_;             // F32 [received tokens, k]: their routing weights (0 where not ours)
   // The backward pass's return trip of d(x), on a stream of its own while the weight gradients run.
