@@ -76,6 +76,12 @@ for step in "$@"; do
       fi
       timeout -s KILL 200 "$moetune" finetune "${job[@]}" --nproc-per-node 2 --set parallel.expert=2 --set output.dir=$scratch/b2 > "$out/bench_moetune_ep2.log" 2>&1
       echo "moetune EP=2 rc=$?"; tail -n 2 "$out/bench_moetune_ep2.log"
+      if [ "${BENCH_RUNS:-all}" = all ]; then  # what the overlap saves: the same run with it off
+        rm -rf "$scratch/b3"
+        timeout -s KILL 200 "$moetune" finetune "${job[@]}" --nproc-per-node 2 --set parallel.expert=2 --set parallel.overlap=false \
+          --set training.profile=false --set output.dir=$scratch/b3 > "$out/bench_moetune_ep2_no_overlap.log" 2>&1
+        echo "moetune EP=2 without overlap rc=$?"; cp "$scratch/b3/metrics.jsonl" "$out/bench_moetune_ep2_no_overlap.metrics.jsonl" 2>/dev/null
+      fi
       cp "$scratch/b1/metrics.jsonl" "$out/bench_moetune_1gpu.metrics.jsonl" 2>/dev/null
       cp "$scratch/b2/metrics.jsonl" "$out/bench_moetune_ep2.metrics.jsonl" 2>/dev/null
       cp "$scratch/b1/profile.json" "$out/bench_moetune_1gpu.profile.json" 2>/dev/null
@@ -98,7 +104,8 @@ def moetune(name, gpus):
     step = statistics.median(r["step_seconds"] for r in rows)
     return tps, peak, comm, step
 print(f"{'run':28} {'tokens/s per GPU':>16} {'peak GB':>8} {'step s':>7} {'host comm s':>11}")
-for label, name, gpus in [("moetune 1 GPU", "bench_moetune_1gpu", 1), ("moetune EP=2, 2 GPUs", "bench_moetune_ep2", 2)]:
+for label, name, gpus in [("moetune 1 GPU", "bench_moetune_1gpu", 1), ("moetune EP=2, 2 GPUs", "bench_moetune_ep2", 2),
+                          ("moetune EP=2, no overlap", "bench_moetune_ep2_no_overlap", 2)]:
     r = moetune(name, gpus)
     if r: print(f"{label:28} {r[0]:16,.0f} {r[1]/1e9:8.1f} {r[3]:7.3f} {r[2]:11.3f}")
 try:
@@ -109,6 +116,20 @@ except OSError:
     print("HF FSDP2: no result")
 PY
       ;;
+    bench24)
+      echo "== issue 17 on 2 GPUs: Qwen3-30B-A3B cut to 24 layers, EP=2, seq 4096, micro-batch 2 per GPU =="
+      model=$scratch/model24
+      [ -f "$model/config.json" ] || python3 bench/make_reference_model.py "$model" --skew none --layers 24 > "$out/make_model24.log" 2>&1 \
+        || { tail "$out/make_model24.log"; exit 1; }
+      vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/config.json"))["vocab_size"])' "$model")
+      [ -f "$scratch/data.jsonl" ] || python3 bench/make_data.py "$scratch/data.jsonl" --tokens-per-seq 4096 --sequences 64 --vocab "$vocab" > /dev/null 2>&1
+      rm -rf "$scratch/b24"
+      timeout -s KILL 300 "$moetune" finetune -c bench/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl \
+        --set training.max_steps=${STEPS24:-8} --set training.profile=true --nproc-per-node 2 --set parallel.expert=2 \
+        --set output.dir=$scratch/b24 > "$out/bench24_moetune_ep2.log" 2>&1
+      echo "moetune 24 layers EP=2 rc=$?"; grep -E '^step|^profile|^  ' "$out/bench24_moetune_ep2.log" | tail -40
+      cp "$scratch/b24/metrics.jsonl" "$out/bench24_moetune_ep2.metrics.jsonl" 2>/dev/null
+      cp "$scratch/b24/profile.json" "$out/bench24_moetune_ep2.profile.json" 2>/dev/null ;;
     memcheck)
       echo "== compute-sanitizer memcheck: 3 steps on 2 GPUs with expert parallelism 2 (every rank) =="
       tiny_data 64

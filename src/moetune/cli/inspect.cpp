@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "moetune/model/checkpoint.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/expert_shard.h"
@@ -156,10 +158,18 @@ void add_expert_parallel_plan(json& report, const std::filesystem::path& folder,
     for (const model::LayerSpec& layer : layout.spec.layers)
       for (const model::SublayerSpec& sublayer : layer.sublayers)
         if (sublayer.moe()) top_k = sublayer.moe()->router.top_k;
+    // Each token travels once to each rank holding one of its experts (model/token_exchange.h): a rank receives
+    // at most every token of its group, and, with uniform routing, each token with the chance that one of its k
+    // distinct experts is among the rank's E/expert. Its experts then compute T·k rows on average.
     const int64_t row_bytes = layout.spec.hidden_size * 2;  // bf16 rows
-    plan["receive_rows_balanced"] = tokens * top_k;
-    plan["receive_rows_worst"] = tokens * top_k * expert;
-    plan["receive_bytes_worst"] = tokens * top_k * expert * row_bytes;
+    const int64_t local = experts / expert;
+    double misses = 1.0;  // the chance that none of a token's k experts is here: C(E - L, k) / C(E, k)
+    for (int64_t j = 0; j < top_k; ++j) misses *= double(experts - local - j) / double(experts - j);
+    plan["receive_rows_balanced"] = int64_t(std::llround(double(tokens * expert) * (1.0 - std::max(misses, 0.0))));
+    plan["receive_rows_worst"] = tokens * expert;
+    plan["receive_bytes_worst"] = tokens * expert * row_bytes;
+    plan["expert_rows_balanced"] = tokens * top_k;
+    plan["expert_rows_worst"] = tokens * expert * std::min(top_k, local);
   }
   report["expert_parallel"] = plan;
 }
@@ -220,10 +230,13 @@ std::string format_inspection(const json& r) {
                      human_count(e["optimizer_state_parameters_per_rank"].get<double>())));
     for (const json& m : e["static_bytes_per_rank"])
       line(fmt::format("  {:<26} {:>10}", m["precision"].get<std::string>(), human_bytes(m["total_bytes"].get<double>())));
-    if (e.contains("receive_rows_worst"))
-      line(fmt::format("  all-to-all receive rows per MoE layer: {} balanced, {} at most ({} in bf16)",
+    if (e.contains("receive_rows_worst")) {
+      line(fmt::format("  all-to-all receive rows (tokens) per MoE layer: {} balanced, {} at most ({} in bf16)",
                        e["receive_rows_balanced"].get<int64_t>(), e["receive_rows_worst"].get<int64_t>(),
                        human_bytes(e["receive_bytes_worst"].get<double>())));
+      line(fmt::format("  expert rows computed per MoE layer: {} balanced, {} at most",
+                       e["expert_rows_balanced"].get<int64_t>(), e["expert_rows_worst"].get<int64_t>()));
+    }
   }
   return out + format_lora_plan(r);
 }

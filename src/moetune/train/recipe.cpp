@@ -30,7 +30,7 @@ constexpr const char* kDefaultRecipe = R"({
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
   "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
-  "parallel": {"expert": 1, "timeout_seconds": 1800},
+  "parallel": {"expert": 1, "timeout_seconds": 1800, "overlap": true},
   "lora": {"rank": 0, "alpha": 16.0, "dropout": 0.0, "target_modules": [], "target_parameters": [],
            "modules_to_save": [], "use_rslora": false, "adapter": "", "quantize": "none"}
 })";
@@ -200,7 +200,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   r.output = {out["dir"], out["save_every"], out["keep_last"], out["save_final"]};
   const json& l = j["logging"];
   r.logging = {l["every"], l["validation_every"], l["tensorboard"]};
-  r.parallel = {j["parallel"]["expert"], j["parallel"]["timeout_seconds"]};
+  r.parallel = {j["parallel"]["expert"], j["parallel"]["timeout_seconds"], j["parallel"]["overlap"]};
   const json& lora = j["lora"];
   r.lora.settings = {lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["target_parameters"],
                      lora["modules_to_save"], lora["use_rslora"], uint64_t(r.training.seed)};

@@ -98,6 +98,10 @@ struct Recipe {
     // Several ranks: a rank that makes no progress (a step, a checkpoint, validation) for this long ends
     // itself, since a dead or stuck peer would leave it waiting in a collective forever.
     double timeout_seconds = 1800;
+    // The GPU engine overlaps communication with compute: ZeRO's gradient reduce-scatter runs during the
+    // backward pass, and the experts' d(x) all-to-all beside their weight-gradient GEMMs. false runs both in
+    // line (to measure what the overlap saves).
+    bool overlap = true;
   } parallel;
 
   // LoRA (model/lora_config.h): rank 0 trains every weight. `adapter`: start from a PEFT adapter folder (its

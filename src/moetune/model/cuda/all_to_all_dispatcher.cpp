@@ -17,8 +17,8 @@ Tensor device_index(const std::vector<int32_t>& index, Shape shape) {
 
 }  // namespace
 
-AllToAllDispatcher::AllToAllDispatcher(int64_t num_experts, std::shared_ptr<parallel::Communicator> group)
-    : num_experts_(num_experts), group_(std::move(group)) {
+AllToAllDispatcher::AllToAllDispatcher(int64_t num_experts, std::shared_ptr<parallel::Communicator> group, bool overlap)
+    : num_experts_(num_experts), group_(std::move(group)), overlap_(overlap) {
   MOETUNE_CHECK(num_experts_ % group_->size() == 0, "{} experts do not split over {} expert-parallel ranks", num_experts_,
                 group_->size());
   int low = 0, high = 0;

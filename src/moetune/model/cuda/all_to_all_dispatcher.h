@@ -21,7 +21,8 @@ namespace moetune::model::cuda {
 
 class AllToAllDispatcher final : public TokenDispatcher {
  public:
-  AllToAllDispatcher(int64_t num_experts, std::shared_ptr<parallel::Communicator> group);
+  // overlap: run the backward's d(x) transfer beside the experts' weight gradients (transfers()).
+  AllToAllDispatcher(int64_t num_experts, std::shared_ptr<parallel::Communicator> group, bool overlap = true);
   ~AllToAllDispatcher() override;
   AllToAllDispatcher(const AllToAllDispatcher&) = delete;
   AllToAllDispatcher& operator=(const AllToAllDispatcher&) = delete;
@@ -30,7 +31,7 @@ class AllToAllDispatcher final : public TokenDispatcher {
   void combine_backward(const Tensor& dout, const Tensor& expert_out, const Tensor& weights, const Tensor& dexpert_out,
                         const Tensor& dweights) override;
   void dispatch_backward(const Tensor& drows, const Tensor& dx) override;
-  bool transfers() const override { return true; }
+  bool transfers() const override { return overlap_; }
   void begin_dispatch_backward(const Tensor& drows) override;
   void end_dispatch_backward(const Tensor& dx) override;
   size_t stash_bytes() const override;
@@ -43,6 +44,7 @@ class AllToAllDispatcher final : public TokenDispatcher {
 
   int64_t num_experts_;
   std::shared_ptr<parallel::Communicator> group_;
+  bool overlap_;
   ops::cuda::DeviceTokenSends sends_;  // this rank's tokens: where they go
   TokenReceipts receipts_;             // what arrives here
   ops::cuda::DevicePermutation received_plan_;  // the received tokens' choices, expert-major, this rank's rows kept

@@ -29,6 +29,7 @@ class GpuEngine final : public TrainingEngine {
  public:
   GpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : groups_(std::move(groups)),
+        overlap_(r.parallel.overlap),
         model_(model::cuda::CausalLM::from_weights(
             load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory())),
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
@@ -136,8 +137,8 @@ class GpuEngine final : public TrainingEngine {
   bool parallel() const { return groups_->layout.world > 1; }
   model::DispatcherFactory<model::cuda::GpuBlocks> dispatcher_factory() const {
     if (groups_->layout.expert == 1) return {};
-    return [group = groups_->expert_parallel](int64_t experts) {
-      return std::make_unique<model::cuda::AllToAllDispatcher>(experts, group);
+    return [group = groups_->expert_parallel, overlap = overlap_](int64_t experts) {
+      return std::make_unique<model::cuda::AllToAllDispatcher>(experts, group, overlap);
     };
   }
   // This rank's peak at its own position, zeros elsewhere: summed over the ranks, every rank's peak.
@@ -184,7 +185,7 @@ class GpuEngine final : public TrainingEngine {
     add("replicated", model_.weights().replicated_runs.buffers, model_.parameters().replicated_grad_runs(), groups_->world);
     add("experts", model_.weights().expert_runs.buffers, model_.parameters().expert_grad_runs(), groups_->expert_replicas);
     reduction_ = std::make_unique<cuda::BucketedReduction>(std::move(buckets));
-    model_.on_gradients_done([this](int64_t layer) { reduction_->layer_done(layer); });
+    if (overlap_) model_.on_gradients_done([this](int64_t layer) { reduction_->layer_done(layer); });
     std::vector<Tensor> params, gradients;
     for (const cuda::GradientBucket& bucket : reduction_->buckets()) {
       params.push_back(bucket.parameter_shard);
@@ -209,6 +210,7 @@ class GpuEngine final : public TrainingEngine {
   }
 
   std::shared_ptr<const parallel::ParallelGroups> groups_;
+  bool overlap_;  // parallel.overlap
   model::cuda::CausalLM model_;
   ops::cuda::OptimizerPrecision precision_;
   Recipe::Optimizer options_;

@@ -5,6 +5,7 @@
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/error.h"
+#include "moetune/core/phase_profile.h"
 
 namespace moetune::train::cuda {
 
@@ -89,6 +90,7 @@ void BucketedReduction::begin_micro_batch(bool last_of_step) {
 void BucketedReduction::start(GradientBucket& bucket) {
   if (bucket.group->size() == 1) return;
   gpu::StreamScope on(stream_);
+  const PhaseScope phase("zero.reduce_scatter (own stream)");
   bucket.group->reduce_scatter_sum(bucket.gradients, bucket.gradient_shard);
 }
 
