@@ -74,9 +74,17 @@ std::vector<Sublayer<Blocks>> build_sublayers(const ModelSpec& spec, const Param
 
 // The residual stream through every sublayer, and its gradient back through them in reverse; each block drops
 // its stash once its backward pass is done.
+// Called in the forward pass before a layer's first sublayer runs: its parameters must be in place by then (so
+// their all-gather between ranks may still be running until here).
+using LayerStarting = std::function<void(int64_t layer)>;
+
 template <typename Blocks, typename Context>
-Tensor walk_forward(std::vector<Sublayer<Blocks>>& sublayers, Tensor h, Context& context) {
-  for (auto& sublayer : sublayers) h = sublayer.forward(h, context);
+Tensor walk_forward(std::vector<Sublayer<Blocks>>& sublayers, Tensor h, Context& context,
+                    const LayerStarting& layer_starting = {}) {
+  for (size_t i = 0; i < sublayers.size(); ++i) {
+    if (layer_starting && (i == 0 || sublayers[i - 1].layer != sublayers[i].layer)) layer_starting(sublayers[i].layer);
+    h = sublayers[i].forward(h, context);
+  }
   return h;
 }
 

@@ -50,9 +50,11 @@ CausalLM::Forward CausalLM::run_layers(StepContext& context, bool with_aux) {
     context.aux_rows = double(batch.valid_tokens * c.moe_layer_count());
   }
   Tensor h = device_like({batch.tokens, c.hidden_size});
+  if (parameters_needed_) parameters_needed_(-1);
   ops::cuda::embedding_forward(batch.ids, embed_.value, h);
   Forward f;
-  f.final_hidden = h = walk_forward(sublayers_, h, context);
+  f.final_hidden = h = walk_forward(sublayers_, h, context, parameters_needed_);
+  if (parameters_needed_) parameters_needed_(c.num_layers());
   f.normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, final_norm_.value, c.norm_eps, f.normed);
   return f;

@@ -44,6 +44,9 @@ class CausalLM final : public LanguageModel {
   // num_layers() first (the LM head and the final norm), then each layer L (every parameter of layers >= L),
   // then -1 (all of them, the embedding too). Expert and data parallelism start reductions there.
   void on_gradients_done(LayerGradientsDone hook) { gradients_done_ = std::move(hook); }
+  // Told, in every forward pass, before parameters are used: -1 (the embedding), then each layer L, then
+  // num_layers() (the final norm and the LM head). ZeRO's all-gather of the parameters overlaps the forward pass.
+  void on_parameters_needed(LayerStarting hook) { parameters_needed_ = std::move(hook); }
   // Loss without gradients (labels required): lm_loss, aux_loss, num_tokens.
   CausalLMOutput loss(const Batch& batch) override;
   // Full logits [B, S, V] as f32 on the host, for evaluation and tests.
@@ -79,6 +82,7 @@ class CausalLM final : public LanguageModel {
   std::vector<std::pair<std::string, size_t>> stash_report_;
   Param head_, final_norm_, embed_;
   LayerGradientsDone gradients_done_;
+  LayerStarting parameters_needed_;
 };
 
 }  // namespace moetune::model::cuda

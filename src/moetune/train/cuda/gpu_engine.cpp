@@ -86,7 +86,10 @@ class GpuEngine final : public TrainingEngine {
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
                           precision_, scale, seed_);
     phase.next("optimizer.gather");
-    gather_parameters();
+    if (overlap_ && reduction_)
+      reduction_->start_gathering_parameters();  // the next forward pass waits for each layer's part
+    else
+      gather_parameters();
     phase.next("optimizer.zero_grad");
     model_.zero_grad();
     phase.end();
@@ -95,10 +98,12 @@ class GpuEngine final : public TrainingEngine {
   }
   int64_t optimizer_steps() const override { return steps_; }
   void save_pretrained(const std::filesystem::path& folder) const override {
+    if (reduction_) reduction_->wait_for_parameters();
     save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
   io::NamedTensors training_state() const override {
+    if (reduction_) reduction_->wait_for_parameters();
     io::NamedTensors state;
     for (size_t i = 0; i < slots_.size(); ++i) {
       const std::string& name = slot_names_[i];
@@ -110,6 +115,7 @@ class GpuEngine final : public TrainingEngine {
     return state;
   }
   void restore_training_state(const io::SafetensorsFile& file, int64_t optimizer_steps) override {
+    if (reduction_) reduction_->wait_for_parameters();
     for (size_t i = 0; i < slots_.size(); ++i) {
       const std::string& name = slot_names_[i];
       restore(slots_[i].param, file, "param." + name);
@@ -185,7 +191,10 @@ class GpuEngine final : public TrainingEngine {
     add("replicated", model_.weights().replicated_runs.buffers, model_.parameters().replicated_grad_runs(), groups_->world);
     add("experts", model_.weights().expert_runs.buffers, model_.parameters().expert_grad_runs(), groups_->expert_replicas);
     reduction_ = std::make_unique<cuda::BucketedReduction>(std::move(buckets));
-    if (overlap_) model_.on_gradients_done([this](int64_t layer) { reduction_->layer_done(layer); });
+    if (overlap_) {
+      model_.on_gradients_done([this](int64_t layer) { reduction_->layer_done(layer); });
+      model_.on_parameters_needed([this](int64_t layer) { reduction_->layer_needed(layer); });
+    }
     std::vector<Tensor> params, gradients;
     for (const cuda::GradientBucket& bucket : reduction_->buckets()) {
       params.push_back(bucket.parameter_shard);

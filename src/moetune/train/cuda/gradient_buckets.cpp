@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/error.h"
@@ -73,10 +74,19 @@ BucketedReduction::BucketedReduction(std::vector<GradientBucket> buckets) : buck
   gpu::check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, high), "the gradient reduction stream");
   gpu::check(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "an event");
   gpu::check(cudaEventCreateWithFlags(&reductions_done_, cudaEventDisableTiming), "an event");
+  // The forward pass needs the buckets lowest layer first; within a layer, any order (run order here).
+  for (size_t i = buckets_.size(); i-- > 0;) gather_order_.push_back(i);
+  std::stable_sort(gather_order_.begin(), gather_order_.end(),
+                   [&](size_t a, size_t b) { return buckets_[a].ready_layer < buckets_[b].ready_layer; });
+  gathered_.assign(buckets_.size(), nullptr);
+  for (cudaEvent_t& event : gathered_) gpu::check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "an event");
+  waited_ = buckets_.size();  // nothing in flight
 }
 
 BucketedReduction::~BucketedReduction() {
   if (stream_) cudaStreamSynchronize(stream_);
+  for (cudaEvent_t event : gathered_)
+    if (event) cudaEventDestroy(event);
   if (compute_done_) cudaEventDestroy(compute_done_);
   if (reductions_done_) cudaEventDestroy(reductions_done_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -113,8 +123,32 @@ void BucketedReduction::finish() {
 }
 
 void BucketedReduction::gather_parameters() {
+  wait_for_parameters();
   for (GradientBucket& b : buckets_)
     if (b.group->size() > 1) b.group->all_gather(b.parameter_shard, b.parameters);  // in place
 }
+
+void BucketedReduction::start_gathering_parameters() {
+  wait_for_parameters();
+  gpu::check(cudaEventRecord(compute_done_, gpu::stream()), "recording the optimizer's update");
+  gpu::check(cudaStreamWaitEvent(stream_, compute_done_), "ordering the all-gathers after it");
+  const gpu::StreamScope on(stream_);
+  const PhaseScope phase("zero.all_gather (own stream)");
+  for (size_t i = 0; i < gather_order_.size(); ++i) {
+    GradientBucket& b = buckets_[gather_order_[i]];
+    if (b.group->size() > 1) b.group->all_gather(b.parameter_shard, b.parameters);  // in place
+    gpu::check(cudaEventRecord(gathered_[i], stream_), "recording an all-gather");
+  }
+  waited_ = 0;
+}
+
+void BucketedReduction::layer_needed(int64_t layer) {
+  while (waited_ < gather_order_.size() && buckets_[gather_order_[waited_]].ready_layer <= layer) {
+    gpu::check(cudaStreamWaitEvent(gpu::stream(), gathered_[waited_]), "waiting for an all-gather");
+    ++waited_;
+  }
+}
+
+void BucketedReduction::wait_for_parameters() { layer_needed(std::numeric_limits<int64_t>::max()); }
 
 }  // namespace moetune::train::cuda

@@ -4,7 +4,9 @@
 // bucket, so a bucket's reduce-scatter can start as soon as the backward pass has finished the parameters it
 // holds, on a stream of its own, while the compute stream goes on with the layers below. Buckets start in the
 // order the backward pass finishes them (the LM head's first, the embedding's last), the same order on every
-// rank, and only in the last micro-batch of a step (earlier ones only accumulate).
+// rank, and only in the last micro-batch of a step (earlier ones only accumulate). After the optimizer's update
+// the buckets are all-gathered back on the same stream in the order the next forward pass needs them, and the
+// forward pass waits for each layer's buckets only when it reaches the layer.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -54,11 +56,20 @@ class BucketedReduction {
   void finish();
   // All-gathers each bucket's parameters in place, on the compute stream (after the optimizer's update).
   void gather_parameters();
+  // The same, queued on the reductions' stream after what the compute stream has queued (the update); a
+  // forward pass then calls layer_needed, and anything else that reads the parameters wait_for_parameters.
+  void start_gathering_parameters();
+  // The forward pass is about to use the parameters of `layer` (-1: the embedding; num_layers: the head).
+  void layer_needed(int64_t layer);
+  void wait_for_parameters();
 
  private:
   void start(GradientBucket& bucket);
 
   std::vector<GradientBucket> buckets_;  // in start order
+  std::vector<size_t> gather_order_;      // buckets in the order the forward pass needs them
+  std::vector<cudaEvent_t> gathered_;     // per bucket (of gather_order_): its all-gather is done
+  size_t waited_ = 0;                     // the forward pass waited for gather_order_[0, waited_)
   size_t started_ = 0;
   bool overlapping_ = false;
   cudaStream_t stream_ = nullptr;
