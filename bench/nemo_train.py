@@ -92,6 +92,76 @@ def shifted_labels(input_ids: torch.Tensor) -> torch.Tensor:
     return labels
 
 
+def backend(compile_attn: bool) -> dict:
+    """NeMo's BackendConfig of the benchmark (the header says why)."""
+    return dict(attn="sdpa", linear="torch", rms_norm="torch", rope_fusion=False, experts="torch_mm",
+                dispatcher="torch", fake_balanced_gate=False, compile_attn=compile_attn)
+
+
+def distributed(ep_size: int) -> dict:
+    """The recipe's `distributed:` section, without activation checkpointing (HF runs none)."""
+    return {"strategy": "fsdp2", "tp_size": 1, "cp_size": 1, "pp_size": 1, "ep_size": ep_size,
+            "sequence_parallel": False, "activation_checkpointing": False, "moe": {"reshard_after_forward": False}}
+
+
+def build_model(nemo, config, backend_options: dict, setup, dtype: torch.dtype):
+    """NeMo's Qwen3-MoE, sharded by `setup`, with the weights of the folder `config` was read from."""
+    torch.manual_seed(1234)  # only what NeMo initialises itself; the weights come from the folder
+    return nemo.NeMoAutoModelForCausalLM.from_config(
+        config, backend=nemo.BackendConfig(**backend_options), distributed_setup=setup, load_base_model=True,
+        torch_dtype=dtype)
+
+
+class NemoTrainStep:
+    """One optimizer step as NeMo's train_ft recipe makes it, for one micro-batch per step and no PP/CP/TP."""
+
+    def __init__(self, nemo, model, setup, params, lr: float, max_grad_norm: float, local_tokens: int):
+        self.nemo, self.model, self.max_grad_norm = nemo, model, max_grad_norm
+        mesh = setup.mesh_context
+        self.device_mesh, self.moe_mesh = mesh.device_mesh, mesh.moe_mesh
+        self.dp_size = nemo.get_flat_mesh(mesh.device_mesh, "dp").size()
+        names = (self.moe_mesh.mesh_dim_names or ()) if self.moe_mesh is not None else ()
+        self.ep_axis = "ep" if "ep" in names else None
+        self.tp_replication = nemo.get_expert_tp_replication_factor([model], mesh.device_mesh)
+        # Every rank's micro-batch has the same number of scored tokens (full rows, no padding).
+        self.local_tokens = local_tokens
+        self.global_tokens = local_tokens * self.dp_size
+        nemo.enable_load_balance_tracking(model)
+        self.gates = [m for m in model.modules() if getattr(m, "_track_load_balance", False)]
+        # One micro-batch per optimizer step and no context parallelism: train_ft's aux-loss scale is 1.
+        nemo.MoEAuxLossAutoScaler.main_loss_backward_scale = torch.tensor(1.0)
+        self.loss_fn = nemo.MaskedCrossEntropy(fp32_upcast=True, ignore_index=IGNORE_INDEX, reduction="sum")
+        self.optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                                           foreach=True)
+
+    def step(self, input_ids: torch.Tensor, labels: torch.Tensor):
+        """Forward, backward, clipping, AdamW; returns the loss as trained (sum / all ranks' tokens) and the norm."""
+        logits = self.model(input_ids)
+        logits = getattr(logits, "logits", logits)
+        loss = self.loss_fn(logits, labels, num_label_tokens=self.global_tokens)
+        del logits  # as train_ft does: the full logits are not held through backward
+        (loss * self.dp_size).backward()  # FSDP averages the gradients over the data-parallel ranks
+        grad_norm = self.nemo.scale_grads_and_clip_grad_norm(
+            self.max_grad_norm, [self.model], norm_type=2.0, pp_enabled=False, device_mesh=self.device_mesh,
+            moe_mesh=self.moe_mesh, ep_axis_name=self.ep_axis, foreach=True, num_label_tokens=self.global_tokens,
+            dp_group_size=self.dp_size, expert_tp_replication_factor=self.tp_replication)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach(), grad_norm
+
+    def rank_and_global_loss(self, loss: torch.Tensor) -> tuple:
+        """This rank's mean cross-entropy (what hf_train.py reports) and the mean over all ranks."""
+        own = loss * (self.global_tokens / self.local_tokens)
+        everyone = own.clone()
+        torch.distributed.all_reduce(everyone)
+        return own.item(), everyone.item() / torch.distributed.get_world_size()
+
+    def aux_loss(self) -> float:
+        """NeMo's aux loss of the last forward, averaged over the MoE layers."""
+        layers = [g._last_aux_loss for g in self.gates if getattr(g, "_last_aux_loss", None) is not None]
+        return torch.stack(layers).float().mean().item() if layers else float("nan")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_arguments(parser)
@@ -114,11 +184,8 @@ def main() -> int:
     label = args.label or f"NeMo AutoModel EP={args.ep_size} + FSDP2 x{world}"
     flops = flops_per_token_from_folder(args.model_dir, args.seq)
     tokens_per_step = args.micro_batch * args.seq
-    backend_options = dict(attn="sdpa", linear="torch", rms_norm="torch", rope_fusion=False, experts="torch_mm",
-                           dispatcher="torch", fake_balanced_gate=False, compile_attn=args.compile_attn)
-    distributed_options = {"strategy": "fsdp2", "tp_size": 1, "cp_size": 1, "pp_size": 1, "ep_size": args.ep_size,
-                           "sequence_parallel": False, "activation_checkpointing": False,
-                           "moe": {"reshard_after_forward": False}}
+    backend_options = backend(args.compile_attn)
+    distributed_options = distributed(args.ep_size)
     result = {"label": label, "runner": "nemo", "status": "running", "model_dir": str(args.model_dir),
               "data": str(args.data), "device": device, "device_name": torch.cuda.get_device_name(),
               "micro_batch": args.micro_batch, "seq": args.seq, "steps": args.steps, "warmup": args.warmup,
@@ -156,10 +223,7 @@ def main() -> int:
         start = time.perf_counter()
         setup = nemo.create_distributed_setup_from_config(distributed_options, world_size=world, timeout_minutes=10)
         config = nemo.NeMoAutoConfig.from_pretrained(str(args.model_dir))
-        torch.manual_seed(1234)  # only buffers NeMo initialises itself; the weights come from MODEL_DIR
-        model = nemo.NeMoAutoModelForCausalLM.from_config(
-            config, backend=nemo.BackendConfig(**backend_options), distributed_setup=setup, load_base_model=True,
-            torch_dtype=torch.bfloat16)
+        model = build_model(nemo, config, backend_options, setup, torch.bfloat16)
         result["load_seconds"] = time.perf_counter() - start
         result["model_class"] = f"{type(model).__module__}.{type(model).__qualname__}"
         model.train()
@@ -167,49 +231,22 @@ def main() -> int:
         result["parameters"] = int(sum(p.numel() for p in params))  # global sizes: DTensors report the whole
         if any(p.dtype != torch.bfloat16 for p in params):
             raise RuntimeError("a parameter is not bf16")
-        mesh = setup.mesh_context
-        dp_size = nemo.get_flat_mesh(mesh.device_mesh, "dp").size()
-        moe_mesh = mesh.moe_mesh
-        ep_axis = "ep" if moe_mesh is not None and "ep" in (moe_mesh.mesh_dim_names or ()) else None
-        tp_replication = nemo.get_expert_tp_replication_factor([model], mesh.device_mesh)
-        nemo.enable_load_balance_tracking(model)
-        gates = [m for m in model.modules() if getattr(m, "_track_load_balance", False)]
-        # One micro-batch per optimizer step and no context parallelism: train_ft's aux-loss scale is 1.
-        nemo.MoEAuxLossAutoScaler.main_loss_backward_scale = torch.tensor(1.0)
-        loss_fn = nemo.MaskedCrossEntropy(fp32_upcast=True, ignore_index=IGNORE_INDEX, reduction="sum")
-        optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                                      foreach=True)
-        # Every rank's micro-batch has the same number of scored tokens (full rows, no padding).
-        local_tokens = args.micro_batch * (args.seq - 1)
-        global_tokens = local_tokens * dp_size
-
+        trainer = NemoTrainStep(nemo, model, setup, params, args.lr, args.max_grad_norm,
+                                local_tokens=args.micro_batch * (args.seq - 1))
         for step, input_ids in enumerate(batches, 1):
             labels = shifted_labels(input_ids)
             torch.cuda.synchronize()
             begin = time.perf_counter()
-            logits = model(input_ids)
-            logits = getattr(logits, "logits", logits)
-            loss = loss_fn(logits, labels, num_label_tokens=global_tokens)
-            del logits  # as train_ft does: the full logits are not held through backward
-            (loss * dp_size).backward()
-            grad_norm = nemo.scale_grads_and_clip_grad_norm(
-                args.max_grad_norm, [model], norm_type=2.0, pp_enabled=False, device_mesh=mesh.device_mesh,
-                moe_mesh=moe_mesh, ep_axis_name=ep_axis, foreach=True, num_label_tokens=global_tokens,
-                dp_group_size=dp_size, expert_tp_replication_factor=tp_replication)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            loss, grad_norm = trainer.step(input_ids, labels)
             torch.cuda.synchronize()
             seconds = time.perf_counter() - begin
             memory.sample()
             step_seconds.append(seconds)
             # Outside the timed step: the rank's own mean, the mean over ranks, the aux loss, the norm.
-            local_loss = loss.detach() * (global_tokens / local_tokens)
-            everyone = local_loss.clone()
-            torch.distributed.all_reduce(everyone)
-            losses.append(local_loss.item())
-            global_losses.append(everyone.item() / world)
-            layer_aux = [g._last_aux_loss for g in gates if getattr(g, "_last_aux_loss", None) is not None]
-            aux_losses.append(torch.stack(layer_aux).float().mean().item() if layer_aux else float("nan"))
+            own, mean_over_ranks = trainer.rank_and_global_loss(loss)
+            losses.append(own)
+            global_losses.append(mean_over_ranks)
+            aux_losses.append(trainer.aux_loss())
             grad_norms.append(float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm))
             if rank == 0:
                 print(f"step {step}/{args.steps} | loss {losses[-1]:.4f} (all ranks {global_losses[-1]:.4f}) | "
