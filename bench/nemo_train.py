@@ -22,7 +22,8 @@ attn=sdpa with compile_attn=True (torch.compile of each attention block; needs l
 no fused RoPE), experts=torch_mm (torch._grouped_mm), dispatcher=torch, real routing (learned gate, no
 fake_balanced_gate). The cross-entropy is NeMo's MaskedCrossEntropy with fp32_upcast=True, as HF computes it;
 its bf16 variant (the recipe's fp32_upcast=false) is faster but its loss differs. --no-compile-attn runs eager
-attention. On a CPU, NeMo 0.7.0's Qwen3-MoE gives HF's cross-entropy to fp32 rounding on the tiny fixture.
+attention. bench/nemo_cpu_check.py runs this file's set-up and step on 2 CPU ranks against HF: with FSDP2
+computing in fp32 the cross-entropy and gradient norm equal HF's to 2e-7 (EP=2 and EP=1, 3 steps, tiny fixture).
 
 The training step is NeMo's train_ft recipe's, for one micro-batch per optimizer step: loss = the sum of the
 token cross-entropies / the scored tokens of all ranks, backward of loss x data-parallel size (FSDP averages
