@@ -65,7 +65,7 @@ IGNORE_INDEX = -100
 
 
 def import_nemo():
-    """NeMo's modules, imported only once the process group is up (the import is slow and prints)."""
+    """NeMo's modules, imported after the argument checks (the import takes seconds and logs)."""
     try:
         import nemo_automodel
         from nemo_automodel import NeMoAutoModelForCausalLM

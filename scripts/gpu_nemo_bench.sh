@@ -8,7 +8,9 @@
 # the same model and data as gpu_parallel_check.sh's bench step (/tmp/moetune-parallel; made if missing).
 # The wheels (nemo_automodel 0.7.0, transformers 5.18.0, torchao 0.18.0) go to their own folder, /tmp/nemo-site,
 # so that the machine's transformers 5.17 stays the one the HF runs import; nemo_train.py puts that folder first.
-# NEMO_ARGS adds options to every run (e.g. --no-compile-attn). One line per run; logs and JSON go to $OUT.
+# NEMO_ARGS adds options to every run (e.g. --no-compile-attn if torch.compile fails there). Each run is cut at
+# 240 s; with the install and the inputs made, both runs take up to ~9 minutes of the 10 a command may run, so
+# after other work in the same command set NEMO_EP_SIZES=2. One line per run; logs and JSON go to $OUT.
 set -uo pipefail
 out=${OUT:-/tmp/gpu_nemo_bench}
 scratch=/tmp/moetune-parallel
