@@ -97,12 +97,49 @@ def synchronize(device: str):
         torch.cuda.synchronize()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_step_statistics(result: dict, step_seconds: list, warmup: int, tokens_per_step: int, flops_per_token: float):
+    """The median step after the warm-up and the throughput it gives (nothing when no step was measured)."""
+    measured = step_seconds[warmup:]
+    if measured:
+        median = statistics.median(measured)
+        result.update(step_seconds_median=median, tokens_per_second=tokens_per_step / median,
+                      **throughput(tokens_per_step / median, flops_per_token))
+
+
+def print_summary(result: dict, json_path: Path):
+    print(f"{result['label']}: median step {result['step_seconds_median']:.3f} s, {result['tokens_per_second']:.0f} tokens/s, "
+          f"{result['model_tflops']:.1f} TFLOP/s, MFU {result['mfu']:.1%}", flush=True)
+    if result["peak_allocated_bytes"] is not None:
+        print(f"peak allocated {result['peak_allocated_bytes'] / 1e9:.1f} GB, "
+              f"device used {result['device_used_bytes'] / 1e9:.1f} GB", flush=True)
+    print(f"wrote {json_path}")
+
+
+def record_failure(write, error: Exception, step: int) -> int:
+    """Writes the JSON of a run that stopped at `step`: "oom" is a result (exit 0), anything else an error (exit 1)."""
+    if isinstance(error, torch.OutOfMemoryError):
+        print(f"out of memory at step {step}: {error}", flush=True)
+        write("oom", error=str(error).splitlines()[0] if str(error) else "out of memory", failed_step=step)
+        return 0
+    traceback.print_exc()
+    write("error", error=f"{type(error).__name__}: {error}", failed_step=step)
+    return 1
+
+
+def take_largest_peaks_over_ranks(result: dict, device: str):
+    """Under torchrun every rank measures its own memory; the report keeps the largest."""
+    import torch.distributed as dist
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes"):
+        value = torch.tensor([float(result.get(key) or 0)], device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        result[key] = int(value.item())
+    result["world_size"] = dist.get_world_size()
+
+
+def add_job_arguments(parser: argparse.ArgumentParser):
+    """The job every runner takes (bench/nemo_train.py too): model, data, batch, steps, optimizer, output."""
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("data", type=Path)
-    parser.add_argument("--experts", choices=["grouped_mm", "eager"], required=True)
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (compile time is in warm-up)")
     parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=20, help="all steps, warm-up included")
@@ -111,9 +148,23 @@ def main() -> int:
     parser.add_argument("--max-grad-norm", type=float, default=1.0)
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--label", default=None, help="name of this run in the report")
+
+
+def parse_job_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    args = parser.parse_args()
+    if args.steps <= args.warmup:
+        raise SystemExit("--steps must be larger than --warmup: no step would be measured")
+    return args
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_job_arguments(parser)
+    parser.add_argument("--experts", choices=["grouped_mm", "eager"], required=True)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (compile time is in warm-up)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun ranks")
-    args = parser.parse_args()
+    args = parse_job_arguments(parser)
     rank, world = 0, 1
     if args.fsdp:
         import torch.distributed as dist
@@ -122,9 +173,6 @@ def main() -> int:
         local = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local)
         args.device = f"cuda:{local}"
-    if args.steps <= args.warmup:
-        raise SystemExit("--steps must be larger than --warmup: no step would be measured")
-
     label = args.label or f"HF {args.experts}" + (" + compile" if args.compile else "") + (f" + FSDP2 x{world}" if args.fsdp else "")
     flops = flops_per_token_from_folder(args.model_dir, args.seq)
     tokens_per_step = args.micro_batch * args.seq
@@ -146,18 +194,9 @@ def main() -> int:
     def write(status: str, **extra):
         result.update(status=status, completed_steps=len(step_seconds), step_seconds=step_seconds, losses=losses,
                       aux_losses=aux_losses, grad_norms=grad_norms, **memory.summary(), **extra)
-        measured = step_seconds[args.warmup:]
-        if measured:
-            median = statistics.median(measured)
-            result.update(step_seconds_median=median, tokens_per_second=tokens_per_step / median,
-                          **throughput(tokens_per_step / median, flops["flops_per_token"]))
-        if args.fsdp:  # the largest peak over the ranks
-            import torch.distributed as dist
-            for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes"):
-                value = torch.tensor([float(result.get(key) or 0)], device=args.device)
-                dist.all_reduce(value, op=dist.ReduceOp.MAX)
-                result[key] = int(value.item())
-            result["world_size"] = world
+        add_step_statistics(result, step_seconds, args.warmup, tokens_per_step, flops["flops_per_token"])
+        if args.fsdp:
+            take_largest_peaks_over_ranks(result, args.device)
         if rank == 0:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(result, indent=1) + "\n")
@@ -209,22 +248,11 @@ def main() -> int:
             print(f"step {step}/{args.steps} | loss {losses[-1]:.4f} | aux {aux_value:.4f} | "
                   f"grad norm {grad_norms[-1]:.3f} | {seconds:.3f} s | {tokens_per_step / seconds:.0f} tok/s", flush=True)
             del loss, aux
-    except torch.OutOfMemoryError as e:
-        print(f"out of memory at step {step}: {e}", flush=True)
-        write("oom", error=str(e).splitlines()[0] if str(e) else "out of memory", failed_step=step)
-        return 0
     except Exception as e:  # noqa: BLE001 - the report must say what happened to every run
-        traceback.print_exc()
-        write("error", error=f"{type(e).__name__}: {e}", failed_step=step)
-        return 1
+        return record_failure(write, e, step)
 
     write("ok")
-    print(f"{label}: median step {result['step_seconds_median']:.3f} s, {result['tokens_per_second']:.0f} tokens/s, "
-          f"{result['model_tflops']:.1f} TFLOP/s, MFU {result['mfu']:.1%}", flush=True)
-    if result["peak_allocated_bytes"] is not None:
-        print(f"peak allocated {result['peak_allocated_bytes'] / 1e9:.1f} GB, "
-              f"device used {result['device_used_bytes'] / 1e9:.1f} GB", flush=True)
-    print(f"wrote {args.json}")
+    print_summary(result, args.json)
     return 0
 
 

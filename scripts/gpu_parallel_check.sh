@@ -62,11 +62,8 @@ for step in "$@"; do
       echo "DP=2 vs 1 GPU:"; compare "$scratch/one" "$scratch/dp2" ;;
     bench)
       echo "== issue 10 benchmark: 8-layer Qwen3-30B-A3B cut, seq 4096, micro-batch 2 per GPU =="
-      model=$scratch/model8
-      [ -f "$model/config.json" ] || python3 bench/make_reference_model.py "$model" --skew none --layers 8 > "$out/make_model.log" 2>&1 \
-        || { tail "$out/make_model.log"; exit 1; }
-      vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/config.json"))["vocab_size"])' "$model")
-      python3 bench/make_data.py "$scratch/data.jsonl" --tokens-per-seq 4096 --sequences 64 --vocab "$vocab" > /dev/null 2>&1
+      source scripts/bench8_inputs.sh
+      make_bench8_inputs || exit 1
       job=(-c bench/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl --set training.max_steps=12
            --set training.profile=${PROFILE:-true})
       rm -rf "$scratch"/b1 "$scratch"/b2
