@@ -84,6 +84,7 @@ for step in "$@"; do
       cp "$scratch/b1/profile.json" "$out/bench_moetune_1gpu.profile.json" 2>/dev/null
       cp "$scratch/b2/profile.json" "$out/bench_moetune_ep2.profile.json" 2>/dev/null
       for run in 1gpu ep2; do echo "-- profile, moetune $run --"; grep -A40 '^profile:' "$out/bench_moetune_$run.log" | grep -E '^(profile|  )'; done
+      [ -f "$out/bench_moetune_1gpu.profile.json" ] && python3 bench/moe_layer_tflops.py "$out/bench_moetune_1gpu.profile.json" "$model" 8192
       [ "${BENCH_RUNS:-all}" = all ] && timeout -s KILL 240 torchrun --nproc-per-node 2 bench/hf_train.py "$model" "$scratch/data.jsonl" --experts grouped_mm --fsdp \
         --micro-batch 2 --seq 4096 --steps 10 --warmup 3 --json "$out/bench_hf_fsdp2.json" > "$out/bench_hf_fsdp2.log" 2>&1
       echo "HF FSDP2 rc=$?"; tail -n 3 "$out/bench_hf_fsdp2.log"
