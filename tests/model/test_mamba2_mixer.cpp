@@ -54,6 +54,16 @@ void check_case(const std::string& name) {
         << name << " d" << kNames[i];
 }
 
+// Restarts: each row's first token, each packed document, and both edges of padding.
+TEST(Mamba2Rows, StartAtRowsDocumentsAndPaddingEdges) {
+  const Tensor ids = Tensor::zeros({2, 4}, DType::I64);
+  const Tensor positions = Tensor::from_vector<int64_t>({0, 1, 0, 1, 0, 1, 2, 3}, {2, 4});
+  const Tensor mask = Tensor::from_vector<int64_t>({1, 1, 1, 1, 0, 1, 1, 0}, {2, 4});
+  const Mamba2Rows rows = mamba2_rows(sequence_layout(ids, positions, mask));
+  EXPECT_EQ(rows.starts, (ops::DocumentStarts{1, 0, 1, 0, 1, 1, 0, 1}));
+  EXPECT_EQ(rows.valid, (std::vector<uint8_t>{1, 1, 1, 1, 0, 1, 1, 0}));
+}
+
 TEST(Mamba2MixerParity, PlainBatch) { check_case("plain"); }
 TEST(Mamba2MixerParity, PaddedBatch) { check_case("padded"); }
 TEST(Mamba2MixerParity, PackedDocuments) { check_case("packed"); }

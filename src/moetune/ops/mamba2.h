@@ -52,7 +52,8 @@ Tensor mamba2_scan_forward(const Mamba2ScanInputs& in, const Mamba2ScanParams& p
                            const DocumentStarts& starts);
 
 // Given dy [N, H·P]: the inputs' gradients (same shapes as `in`, dt's with respect to dt_raw), and the per-head
-// parameters' gradients accumulated into `dparams`. The states are recomputed.
+// parameters' gradients accumulated into `dparams`. The states are recomputed and all held at once (N·H·P·S
+// floats): a reference for tests and small models, not for long sequences of a full-size model.
 Mamba2ScanInputs mamba2_scan_backward(const Tensor& dy, const Mamba2ScanInputs& in, const Mamba2ScanParams& params,
                                       const Mamba2Scan& scan, const DocumentStarts& starts,
                                       const Mamba2ScanParams& dparams);
