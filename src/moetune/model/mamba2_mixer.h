@@ -1,0 +1,59 @@
+// Nemotron-H's Mamba2 mixer on the CPU, as transformers 5.17's NemotronHMamba2Mixer computes it on its torch path
+// when training: in_proj to [z | xBC | dt]; causal depthwise conv1d + SiLU over xBC; the selective scan with
+// n_groups groups of B and C; the gated RMSNorm per group with z; out_proj. Padding is zeroed before in_proj and
+// after the conv, as transformers does. Unlike transformers' torch path, packed documents restart the conv window
+// and the SSM state (docs/families/hf-nemotron-h.md says where the two differ).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moetune/core/tensor.h"
+#include "moetune/model/sequence_layout.h"
+#include "moetune/ops/mamba2.h"
+
+namespace moetune::model {
+
+struct Mamba2Spec {
+  int64_t num_heads = 0, head_dim = 0, num_groups = 1, state_size = 0, conv_kernel = 4;
+  bool conv_bias = true;    // use_conv_bias
+  bool proj_bias = false;   // use_bias: in_proj and out_proj
+  double dt_min = 0, dt_max = INFINITY;
+  double norm_eps = 1e-5;   // layer_norm_epsilon, the gated norm's too
+
+  int64_t inner() const { return num_heads * head_dim; }
+  int64_t conv_channels() const { return inner() + 2 * num_groups * state_size; }
+  int64_t projection() const { return inner() + conv_channels() + num_heads; }  // in_proj's rows
+  ops::Mamba2Scan scan() const { return {num_heads, head_dim, num_groups, state_size, dt_min, dt_max}; }
+};
+
+// The mixer's tensors, HF shapes: in_proj [projection, hidden], conv [conv_channels, K], conv_bias
+// [conv_channels], dt_bias / a_log / d [heads], norm [inner], out_proj [hidden, inner]; biases undefined when
+// absent. As gradients, an undefined tensor is frozen.
+struct Mamba2Weights {
+  Tensor in_proj, in_proj_bias, conv, conv_bias, dt_bias, a_log, d, norm, out_proj, out_proj_bias;
+};
+
+// Where the recurrence restarts and which rows are padding (valid empty: none).
+struct Mamba2Rows {
+  ops::DocumentStarts starts;
+  std::vector<uint8_t> valid;
+};
+
+// A document starts where the sequence layout starts one and at each edge between padding and tokens.
+Mamba2Rows mamba2_rows(const SequenceLayout& layout);
+
+// What the backward pass reads: the masked input, in_proj's output, the masked conv output and the scan's.
+struct Mamba2Stash {
+  Tensor input, projected, conv, scan;
+};
+
+// x [N, hidden] (normed hidden states) -> [N, hidden]. Fills `stash` when given.
+Tensor mamba2_mixer_forward(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& x,
+                            const Mamba2Rows& rows, Mamba2Stash* stash);
+
+// Given dy [N, hidden]: accumulates every weight's gradient into `grads` and returns dx.
+Tensor mamba2_mixer_backward(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& dy,
+                             const Mamba2Stash& stash, const Mamba2Rows& rows, const Mamba2Weights& grads);
+
+}  // namespace moetune::model
