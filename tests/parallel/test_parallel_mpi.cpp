@@ -13,13 +13,15 @@
 #include "moetune/parallel/parallel_layout.h"
 #include "moetune/parallel/world.h"
 #include "moetune/train/engine.h"
+#include "mpi_world.h"
 
 namespace moetune {
+
+std::shared_ptr<parallel::Communicator> g_world;
+
 namespace {
 
 namespace fs = std::filesystem;
-
-std::shared_ptr<parallel::Communicator> g_world;
 
 const char* kModel = MOETUNE_FIXTURES_DIR "/qwen3_moe_tiny";
 

@@ -1,15 +1,18 @@
-// Expert parallelism's dispatcher: the experts are split over the ranks of an expert-parallel group, each
-// rank routes its own tokens, and the rows travel to the rank that owns their expert and back (Megatron's
-// "alltoall" dispatcher, dropless). Forward: permute into expert-major order over all experts, exchange the
-// per-expert counts, send each rank the rows of its experts, regroup what arrives (source-major) into
-// expert-major order for the grouped GEMMs; combine sends the outputs back and sums each token's k outputs
-// with its weights. The backward pass is the mirror image.
+// Expert parallelism's dispatcher on the CPU: the experts are split over the ranks of an expert-parallel group,
+// each rank routes its own tokens, and each token travels once to each rank that holds any of its experts (the
+// scheme and the host plan are model/token_exchange.h; the GPU dispatcher, model/cuda/all_to_all_dispatcher.h,
+// runs the same exchange with NCCL). The receiving rank permutes the received tokens' choices into expert-major
+// order for its own experts, with one extra expert last for the choices made elsewhere (rows it never computes),
+// and sends back one row per token: the routing-weighted sum of its experts' outputs, which the source adds up
+// over the ranks. Backward: d(out) travels the same way; the receiver returns, per token, the sum of d(rows) and
+// the routing weights' gradient of its choices (0 for choices made elsewhere); the source adds them up too.
+// Host loops throughout: this is the fp32 reference the GPU dispatcher is checked against.
 #pragma once
 
 #include <memory>
 
-#include "moetune/model/all_to_all_plan.h"
 #include "moetune/model/token_dispatcher.h"
+#include "moetune/model/token_exchange.h"
 #include "moetune/parallel/communicator.h"
 
 namespace moetune::model {
@@ -21,22 +24,30 @@ class AllToAllDispatcher final : public TokenDispatcher {
 
   DispatchedTokens dispatch(const Tensor& x, const ops::Routing& routing) override;
   Tensor combine(const Tensor& expert_out, const ops::Routing& routing) override;
-  // Uses the output rows combine() received back, not `expert_out` (this rank's experts' rows).
+  // `expert_out`: this rank's experts' rows, as dispatch() handed them out; the weights used are the received ones.
   ops::CombineGrads combine_backward(const Tensor& dout, const Tensor& expert_out, const ops::Routing& routing) override;
   Tensor dispatch_backward(const Tensor& drows, int64_t tokens) override;
   size_t stash_bytes() const override;
   void clear() override;
 
  private:
-  // Rows in this rank's routing order -> the owners' expert-major rows, and back.
-  Tensor send_to_experts(const Tensor& rows) const;
-  Tensor send_to_tokens(const Tensor& rows) const;
+  // [T, C] rows of this rank's tokens -> [received tokens, C] on the ranks they go to, and back.
+  Tensor send_out(const Tensor& token_rows) const;
+  Tensor send_back(const Tensor& received_rows) const;
+  // What the ranks sent back [sent rows, C] -> [T, C]: each token's rows summed over the ranks it went to.
+  Tensor sum_over_ranks(const Tensor& returned) const;
+  // This rank's expert rows [received choices, C] -> one row per received choice, zeros for the extra expert's,
+  // so the single-device permutation ops serve unchanged (they add exact zeros for choices made elsewhere).
+  Tensor with_rows_for_every_choice(const Tensor& kept_rows) const;
+  // The received tokens' choices as this rank numbers its experts, and their weights (0 for choices made elsewhere).
+  ops::Routing receive_routing(const ops::Routing& routing) const;
 
-  int64_t num_experts_, local_experts_;
+  int64_t num_experts_;
   std::shared_ptr<parallel::Communicator> group_;
-  ops::ExpertPermutation permutation_;   // this rank's tokens in expert-major order over all experts
-  AllToAllPlan plan_;
-  Tensor returned_;                      // the experts' outputs for this rank's rows, in its routing order
+  TokenSends sends_;                     // this rank's tokens: where they go
+  TokenReceipts receipts_;               // what arrives here
+  ops::Routing received_;                // the received tokens' routing, over this rank's experts + 1
+  ops::ExpertPermutation received_plan_;  // their choices, expert-major; this rank's rows come first
 };
 
 }  // namespace moetune::model

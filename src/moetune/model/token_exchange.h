@@ -2,7 +2,9 @@
 // of its chosen experts (as DeepEP's dispatch does), not once per choice. With top-8 of 128 experts over 2
 // ranks that sends 2 rows per token instead of 8; over 8 ranks about 5.3. The receiving rank gets the token's
 // choices numbered by its own experts, runs them, and sends back one row per token: the weighted sum of its
-// experts' outputs, which the source adds up over the ranks. The backward pass is the mirror.
+// experts' outputs, which the source adds up over the ranks. The backward pass is the mirror. Both expert-parallel
+// dispatchers use this plan: the CPU one (model/all_to_all_dispatcher.h, host loops, the fp32 reference) and the
+// GPU one (model/cuda/all_to_all_dispatcher.h, NCCL).
 #pragma once
 
 #include <cstdint>
