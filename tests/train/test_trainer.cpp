@@ -4,6 +4,7 @@
 #include <csignal>
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <thread>
 #include <zlib.h>
 
@@ -16,6 +17,14 @@ namespace {
 
 using nlohmann::json;
 using testing::TrainerTest;
+
+// The names of the regular files directly in `folder`.
+std::set<std::string> file_names(const std::filesystem::path& folder) {
+  std::set<std::string> names;
+  for (const auto& item : std::filesystem::directory_iterator(folder))
+    if (item.is_regular_file()) names.insert(item.path().filename().string());
+  return names;
+}
 
 TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   Trainer trainer(recipe("run", {"output.save_every=2", "output.keep_last=2"}), {}, false);
@@ -35,12 +44,13 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   EXPECT_NO_THROW(model::CausalLM::from_pretrained(checkpoints.back()));
   // The final model is the last checkpoint's HF folder without the training state (3x the model), so that
   // uploading it uploads the model only.
+  // Each checkpoint is a clean HF folder too: its training state sits in a subfolder.
   EXPECT_EQ(result.final_model, dir_ / "run" / "final-model");
-  EXPECT_TRUE(std::filesystem::exists(result.final_model / "config.json"));
-  for (const char* state : {"training_state.safetensors", "trainer_state.json"}) {
-    EXPECT_TRUE(std::filesystem::exists(checkpoints.back() / state)) << state;
-    EXPECT_FALSE(std::filesystem::exists(result.final_model / state)) << state;
-  }
+  const std::set<std::string> model_files = {"config.json", "generation_config.json", "model.safetensors"};
+  EXPECT_EQ(file_names(result.final_model), model_files);
+  EXPECT_EQ(file_names(checkpoints.back()), model_files);
+  EXPECT_EQ(file_names(checkpoints.back() / "training_state"),
+            (std::set<std::string>{"trainer_state.json", "training_state.safetensors"}));
   EXPECT_NO_THROW(model::CausalLM::from_pretrained(result.final_model));
   EXPECT_FALSE(std::filesystem::is_empty(dir_ / "run" / "tensorboard"));
   // Nothing half-written is left behind.
@@ -116,24 +126,37 @@ TEST_F(TrainerTest, AuxLossSettingOverridesTheConfig) {
   EXPECT_TRUE(metrics("on")[0].contains("aux_loss"));
 }
 
+// A checkpoint written before the training_state/ subfolder (its state files beside the model) resumes too, for
+// one release; the checkpoints written after it have the subfolder.
 TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
   Trainer whole(recipe("whole"), {}, false);
   whole.run();
-  {
-    Trainer first_half(recipe("split"), {}, false);
-    first_half.stop_after(3);
-    EXPECT_TRUE(first_half.run().interrupted);
+  for (const bool old_layout : {false, true}) {
+    SCOPED_TRACE(old_layout ? "state beside the model" : "state in training_state/");
+    const std::string output = old_layout ? "split_old" : "split";
+    {
+      Trainer first_half(recipe(output), {}, false);
+      first_half.stop_after(3);
+      EXPECT_TRUE(first_half.run().interrupted);
+    }
+    const std::filesystem::path checkpoint = dir_ / output / "checkpoint-000003";
+    if (old_layout) {
+      for (const char* name : {"trainer_state.json", "training_state.safetensors"})
+        std::filesystem::rename(checkpoint / "training_state" / name, checkpoint / name);
+      std::filesystem::remove(checkpoint / "training_state");
+    }
+    Trainer second_half(recipe(output), {}, /*resume=*/true);
+    EXPECT_EQ(second_half.run().steps, 6);
+    auto expected = metrics("whole"), actual = metrics(output);
+    std::vector<double> expected_losses, actual_losses;
+    for (const json& r : expected)
+      if (r.contains("grad_norm")) expected_losses.push_back(r["loss"]);
+    for (const json& r : actual)
+      if (r.contains("grad_norm")) actual_losses.push_back(r["loss"]);
+    EXPECT_EQ(actual_losses, expected_losses);
+    ASSERT_EQ(actual_losses.size(), 6u);
+    EXPECT_TRUE(std::filesystem::exists(dir_ / output / "checkpoint-000006" / "training_state" / "trainer_state.json"));
   }
-  Trainer second_half(recipe("split"), {}, /*resume=*/true);
-  EXPECT_EQ(second_half.run().steps, 6);
-  auto expected = metrics("whole"), actual = metrics("split");
-  std::vector<double> expected_losses, actual_losses;
-  for (const json& r : expected)
-    if (r.contains("grad_norm")) expected_losses.push_back(r["loss"]);
-  for (const json& r : actual)
-    if (r.contains("grad_norm")) actual_losses.push_back(r["loss"]);
-  EXPECT_EQ(actual_losses, expected_losses);
-  ASSERT_EQ(actual_losses.size(), 6u);
 }
 
 TEST_F(TrainerTest, RefusesToOverwriteARunWithoutResume) {

@@ -14,7 +14,7 @@
 #include "moetune/model/expert_shard.h"
 #include "moetune/model/model_description.h"
 #include "moetune/parallel/world.h"
-#include "moetune/train/final_model.h"
+#include "moetune/train/checkpoint_layout.h"
 
 namespace moetune::train {
 
@@ -107,12 +107,6 @@ std::shared_ptr<const parallel::ParallelGroups> trainer_groups(const Recipe& r, 
   return std::make_shared<parallel::ParallelGroups>(parallel::make_groups(std::move(world), int(r.parallel.expert), experts));
 }
 
-// The state file of each rank: one rank keeps the historical name.
-std::string training_state_file(const parallel::ParallelLayout& layout) {
-  if (layout.world == 1) return kTrainingStateFile;
-  return fmt::format("training_state-rank{:05d}-of-{:05d}.safetensors", layout.rank, layout.world);
-}
-
 std::string format_duration(double seconds) {
   const int64_t s = int64_t(seconds);
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
@@ -131,7 +125,7 @@ std::vector<fs::path> list_checkpoints(const fs::path& output) {
   for (const auto& item : fs::directory_iterator(output)) {
     const std::optional<int64_t> step = checkpoint_step(item.path().filename().string());
     // By number: as strings, checkpoint-1000000 sorts before checkpoint-999999.
-    if (step && item.is_directory() && fs::is_regular_file(item.path() / kTrainerStateFile)) found.emplace_back(*step, item.path());
+    if (step && item.is_directory() && find_training_state(item.path())) found.emplace_back(*step, item.path());
   }
   std::sort(found.begin(), found.end());
   std::vector<fs::path> checkpoints;
@@ -317,15 +311,17 @@ void Trainer::save_checkpoint(bool final) {
   progress("a checkpoint");
   const fs::path target = output_ / fmt::format("checkpoint-{:06d}", step_);
   const fs::path temporary = output_ / fmt::format(".checkpoint-{:06d}.tmp", step_);
+  const fs::path state_folder = temporary / kTrainingStateFolder;
   if (is_main()) {
     fs::remove_all(temporary);
-    fs::create_directories(temporary);  // before any rank writes into it
+    fs::create_directories(state_folder);  // before any rank writes into it
   }
   groups_->world->barrier();
   engine_->save_pretrained(temporary);  // every rank its share
   // The exact state: parameters in their training precision (the HF files may be bf16), AdamW moments, step
   // and data position; each rank's shard of it in its own file.
-  io::save_safetensors(temporary / training_state_file(groups_->layout), engine_->training_state());
+  io::save_safetensors(state_folder / training_state_file(groups_->layout.rank, groups_->layout.world),
+                       engine_->training_state());
   groups_->world->barrier();  // every rank's files are written
   last_checkpoint_ = target;
   if (is_main()) {
@@ -333,7 +329,7 @@ void Trainer::save_checkpoint(bool final) {
                                 {"data_epoch", train_data_->position().epoch}, {"data_cursor", train_data_->position().cursor},
                                 {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"parallel", layout_record()},
                                 {"recipe", recipe_.json}};
-    io::write_text_atomically(temporary / kTrainerStateFile, trainer_state.dump(2) + "\n");
+    io::write_text_atomically(state_folder / kTrainerStateFile, trainer_state.dump(2) + "\n");
     if (fs::exists(target)) fs::remove_all(target);
     fs::rename(temporary, target);  // the checkpoint appears whole or not at all
     auto checkpoints = list_checkpoints(output_);
@@ -370,7 +366,9 @@ void Trainer::resume_from_newest_checkpoint() {
 }
 
 void Trainer::restore_checkpoint(const fs::path& checkpoint) {
-  const fs::path state_path = checkpoint / kTrainerStateFile;
+  const std::optional<fs::path> state_folder = find_training_state(checkpoint);
+  if (!state_folder) fail("{}: no {}/{} (was it deleted?)", checkpoint.string(), kTrainingStateFolder, kTrainerStateFile);
+  const fs::path state_path = *state_folder / kTrainerStateFile;
   const json state = io::read_json_file(state_path);
   constexpr int64_t kMax = int64_t(1) << 62;
   const int64_t step = state_field(state, state_path, "step", 0, kMax);
@@ -385,7 +383,7 @@ void Trainer::restore_checkpoint(const fs::path& checkpoint) {
          "resume with the layout it was written with",
          state_path.string(), saved_layout.value("world", json(0)).dump(), saved_layout.value("expert", json(0)).dump(),
          groups_->layout.world, groups_->layout.expert);
-  const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / training_state_file(groups_->layout));
+  const io::SafetensorsFile tensors = io::SafetensorsFile::open(*state_folder / training_state_file(groups_->layout.rank, groups_->layout.world));
   with_context(tensors.path().string(), [&] { engine_->restore_training_state(tensors, optimizer_steps); });
   step_ = step;
   train_data_->restore(position, skipped);

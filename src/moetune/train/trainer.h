@@ -106,7 +106,8 @@ class Trainer {
 };
 
 // The checkpoints in `output`, oldest first by step number: folders named checkpoint-<digits> holding a
-// trainer_state.json. Anything else (a user's checkpoint-best, a half-written .tmp) is not one.
+// training_state/trainer_state.json (or, written before that subfolder, trainer_state.json). Anything else (a
+// user's checkpoint-best, a half-written .tmp) is not one.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& output);
 
 }  // namespace moetune::train
