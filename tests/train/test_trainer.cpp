@@ -33,8 +33,10 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   EXPECT_FALSE(std::isnan(result.validation_loss));
   const auto records = metrics("run");
   ASSERT_GE(records.size(), 6u);
-  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_second", "aux_loss", "moe"})
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_second", "model_tflops_per_second", "aux_loss", "moe"})
     EXPECT_TRUE(records[0].contains(key)) << key;
+  // 6 x the active matmul parameters + the attention scores of rows of data.max_length, times tokens per second.
+  EXPECT_GT(records[0]["model_tflops_per_second"].get<double>(), 0.0);
   EXPECT_EQ(records[0]["moe"].size(), 2u);  // two MoE layers, each with its load spread and router entropy
   EXPECT_EQ(records[0]["moe"][0]["dropped"], 0);
   // Checkpoints at steps 4 and 6 kept (keep_last 2), step 2 removed; each a loadable HF folder.
@@ -52,7 +54,13 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   EXPECT_EQ(file_names(checkpoints.back() / "training_state"),
             (std::set<std::string>{"trainer_state.json", "training_state.safetensors"}));
   EXPECT_NO_THROW(model::CausalLM::from_pretrained(result.final_model));
-  EXPECT_FALSE(std::filesystem::is_empty(dir_ / "run" / "tensorboard"));
+  // TensorBoard gets the per-layer MoE statistics too (the event files hold the tags as plain text).
+  std::string events;
+  for (const auto& item : std::filesystem::directory_iterator(dir_ / "run" / "tensorboard"))
+    events += testing::read_file(item.path());
+  for (const char* tag : {"train/loss", "train/model_tflops_per_second", "train/moe/layer00/load_max_over_mean",
+                          "train/moe/layer02/load_min_over_mean", "validation/loss"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
   // Nothing half-written is left behind.
   for (const auto& item : std::filesystem::directory_iterator(dir_ / "run"))
     EXPECT_FALSE(item.path().filename().string().ends_with(".tmp")) << item.path();

@@ -13,6 +13,7 @@
 #include "moetune/io/safetensors.h"
 #include "moetune/model/expert_shard.h"
 #include "moetune/model/model_description.h"
+#include "moetune/model/model_flops.h"
 #include "moetune/parallel/world.h"
 #include "moetune/train/checkpoint_layout.h"
 
@@ -107,6 +108,14 @@ std::shared_ptr<const parallel::ParallelGroups> trainer_groups(const Recipe& r, 
   return std::make_shared<parallel::ParallelGroups>(parallel::make_groups(std::move(world), int(r.parallel.expert), experts));
 }
 
+// The progress line's GPU part: model TFLOP/s (all ranks together) and the allocator's peak (the largest rank's
+// when there are several). Empty on the CPU engine, whose memory_metrics() are empty.
+std::string gpu_progress(const json& record) {
+  if (!record.contains("gpu_peak_bytes")) return "";
+  const double peak = record.value("gpu_peak_bytes_max", record["gpu_peak_bytes"].get<double>());
+  return fmt::format(" | {:.1f} TFLOP/s | GPU peak {:.1f} GB", record["model_tflops_per_second"].get<double>(), peak / 1e9);
+}
+
 std::string format_duration(double seconds) {
   const int64_t s = int64_t(seconds);
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
@@ -153,6 +162,7 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   if (is_main()) lock_ = std::make_unique<OutputLock>(output_);
   groups_->world->barrier();  // the folder exists and is this run's before any rank uses it
   engine_ = make_engine(r, groups_);
+  flops_per_token_ = model::training_flops_per_token(model::parameter_layout(engine_->spec()), r.data.max_length);
   progress("reading the data");
   // The GPU engine clips and steps without reading the gradient norm on the host, so it cannot hold back a
   // NaN update; it stops at the first non-finite step, before any checkpoint of it.
@@ -291,6 +301,7 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
     record["tokens_per_second_per_rank"] = tokens_per_second / groups_->layout.world;
     record["communication_seconds"] = stats.communication_seconds;
   }
+  record["model_tflops_per_second"] = tokens_per_second * flops_per_token_ / 1e12;
   record.update(memory);
   metrics_->write(record);
   if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;
@@ -301,9 +312,9 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
     for (const json& layer : stats.moe) worst = std::max(worst, layer["load_max_over_mean"].get<double>());
     moe = fmt::format(" | expert load max/mean {:.2f}", worst);
   }
-  std::fprintf(stderr, "%s", fmt::format("{}step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s{} | ETA {}{}",
+  std::fprintf(stderr, "%s", fmt::format("{}step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s{}{} | ETA {}{}",
                                          isatty(fileno(stderr)) ? "\r" : "", step_, total_steps_, stats.loss, stats.lr,
-                                         stats.grad_norm, tokens_per_second, moe, format_duration(eta),
+                                         stats.grad_norm, tokens_per_second, gpu_progress(record), moe, format_duration(eta),
                                          isatty(fileno(stderr)) && step_ != total_steps_ ? "   " : "\n").c_str());
 }
 
@@ -383,7 +394,8 @@ void Trainer::restore_checkpoint(const fs::path& checkpoint) {
          "resume with the layout it was written with",
          state_path.string(), saved_layout.value("world", json(0)).dump(), saved_layout.value("expert", json(0)).dump(),
          groups_->layout.world, groups_->layout.expert);
-  const io::SafetensorsFile tensors = io::SafetensorsFile::open(*state_folder / training_state_file(groups_->layout.rank, groups_->layout.world));
+  const io::SafetensorsFile tensors =
+      io::SafetensorsFile::open(*state_folder / training_state_file(groups_->layout.rank, groups_->layout.world));
   with_context(tensors.path().string(), [&] { engine_->restore_training_state(tensors, optimizer_steps); });
   step_ = step;
   train_data_->restore(position, skipped);

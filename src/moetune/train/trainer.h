@@ -101,6 +101,8 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   int64_t step_ = 0, total_steps_ = 0;
   int64_t nonfinite_in_a_row_ = 0;
+  // Model FLOPs of a trained token in rows of data.max_length (model/model_flops.h), for the TFLOP/s logged.
+  double flops_per_token_ = 0;
   std::optional<int64_t> stop_after_;
   std::filesystem::path last_checkpoint_;
 };
