@@ -136,6 +136,17 @@ TEST_F(TrainerTest, AuxLossSettingOverridesTheConfig) {
 
 // A checkpoint written before the training_state/ subfolder (its state files beside the model) resumes too, for
 // one release; the checkpoints written after it have the subfolder.
+// data.chat_template replaces the model's template for training, so it is the template the saved model carries.
+TEST_F(TrainerTest, TheTemplateTrainedWithIsSavedWithTheModel) {
+  const std::string chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}";
+  testing::write_file(dir_ / "template.jinja", chat_template);
+  Trainer trainer(recipe("templated", {"data.chat_template=" + (dir_ / "template.jinja").string(), "training.max_steps=2"}),
+                  {}, false);
+  const TrainResult result = trainer.run();
+  EXPECT_EQ(testing::read_file(list_checkpoints(dir_ / "templated").back() / "chat_template.jinja"), chat_template);
+  EXPECT_EQ(testing::read_file(result.final_model / "chat_template.jinja"), chat_template);
+}
+
 TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
   Trainer whole(recipe("whole"), {}, false);
   whole.run();

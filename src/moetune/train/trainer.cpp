@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "moetune/data/chat_template_setting.h"
 #include "moetune/data/data_files.h"
 #include "moetune/io/atomic_file.h"
 #include "moetune/io/json_file.h"
@@ -341,6 +342,10 @@ void Trainer::save_checkpoint(bool final) {
                                 {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"parallel", layout_record()},
                                 {"recipe", recipe_.json}};
     io::write_text_atomically(state_folder / kTrainerStateFile, trainer_state.dump(2) + "\n");
+    // The template the run trained with goes with the model (transformers reads chat_template.jinja before
+    // tokenizer_config.json's), so that the model is prompted as it learned.
+    if (!recipe_.data.chat_template.empty())
+      io::write_text_atomically(temporary / "chat_template.jinja", data::chat_template_source(recipe_.data.chat_template));
     if (fs::exists(target)) fs::remove_all(target);
     fs::rename(temporary, target);  // the checkpoint appears whole or not at all
     auto checkpoints = list_checkpoints(output_);
