@@ -58,8 +58,10 @@ std::string safetensors_bytes(const std::string& header, const std::string& data
   return bytes + header + data;
 }
 
-RunResult run_moetune(const std::string& arguments) {
-  const std::string command = std::string(MOETUNE_BINARY) + " " + arguments + " 2>&1";
+RunResult run_moetune(const std::string& arguments) { return run_shell(std::string(MOETUNE_BINARY) + " " + arguments); }
+
+RunResult run_shell(const std::string& command_line) {
+  const std::string command = "{ " + command_line + "; } 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer;

@@ -31,6 +31,8 @@ struct RunResult {
 };
 // Runs the moetune program with `arguments` as a user would, from a shell.
 RunResult run_moetune(const std::string& arguments);
+// Runs `command_line` in a shell (sh -c), its stderr with its stdout.
+RunResult run_shell(const std::string& command_line);
 
 // ‖actual − expected‖₂ / ‖expected‖₂ over two CPU f32 tensors of as many elements, in double; +inf when
 // `actual` holds a NaN (the absolute error when `expected` is zero).

@@ -1,9 +1,10 @@
-// `moetune eval` run as a user runs it: the loss is the token-weighted mean cross-entropy of the file, each
-// line scored alone, and every kind of bad data file is a clean error that names the file and the line.
+// `moetune eval` run as a user runs it: the loss is the token-weighted mean cross-entropy over the tokens training
+// scores, each line scored alone; any data shape training reads; every kind of bad data is a clean error naming it.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "moetune/model/causal_lm.h"
@@ -12,6 +13,8 @@
 
 namespace moetune {
 namespace {
+
+namespace fs = std::filesystem;
 
 testing::RunResult run_eval(const std::filesystem::path& data, const std::string& flags = "") {
   // The CPU engine, compared below with the CPU reference; tests/gpu/test_eval_gpu.cpp covers --device cuda.
@@ -80,16 +83,16 @@ TEST(Eval, MissingDataFileIsAnError) {
   testing::ScratchDir dir;
   testing::RunResult result = run_eval(dir / "absent.jsonl");
   EXPECT_EQ(result.status, 1) << result.output;
-  EXPECT_NE(result.output.find("moetune: error: " + (dir / "absent.jsonl").string() + ": cannot open"),
+  EXPECT_NE(result.output.find("moetune: error: --data: " + (dir / "absent.jsonl").string() + " does not exist"),
             std::string::npos)
       << result.output;
 }
 
-TEST(Eval, UnreadableDataFileIsAnError) {
-  testing::ScratchDir dir;  // a folder opens as a file on Linux; it is refused before that
+TEST(Eval, FolderWithoutDataIsAnError) {
+  testing::ScratchDir dir;
   testing::RunResult result = run_eval(dir.path());
   EXPECT_EQ(result.status, 1) << result.output;
-  EXPECT_NE(result.output.find("moetune: error: " + dir.path().string() + ": cannot open the data file: it is a folder"),
+  EXPECT_NE(result.output.find("moetune: error: --data: the folder " + dir.path().string() + " holds no *.jsonl"),
             std::string::npos)
       << result.output;
 }
@@ -100,23 +103,22 @@ TEST(Eval, EmptyDataFileIsAnError) {
     testing::write_file(dir / "data.jsonl", text);
     testing::RunResult result = run_eval(dir / "data.jsonl");
     EXPECT_EQ(result.status, 1) << result.output;
-    EXPECT_NE(result.output.find("moetune: error: " + (dir / "data.jsonl").string() + ": no sequences"),
-              std::string::npos)
+    EXPECT_NE(result.output.find("moetune: error: " + (dir / "data.jsonl").string() + ": no examples"), std::string::npos)
         << result.output;
   }
 }
 
 TEST(Eval, LineThatIsNotJsonIsAnError) { expect_line_error(kGoodLines + "{\"input_ids\": [1, 2\n", 3, "not JSON"); }
 
-TEST(Eval, LineThatIsNotAnObjectIsAnError) { expect_line_error(kGoodLines + "[1, 2, 3]\n", 3, "expected an object"); }
+TEST(Eval, LineThatIsNotAnObjectIsAnError) { expect_line_error(kGoodLines + "[1, 2, 3]\n", 3, "not a JSON object"); }
 
-TEST(Eval, LineWithoutInputIdsIsAnError) {
-  expect_line_error(kGoodLines + "{\"ids\": [1, 2]}\n", 3, "no \"input_ids\" key");
+TEST(Eval, LineOfNoKnownShapeIsAnError) {
+  expect_line_error(kGoodLines + "{\"ids\": [1, 2]}\n", 3, "a line of no known shape: its keys are");
 }
 
 TEST(Eval, InputIdsThatAreNotIntegersAreAnError) {
-  expect_line_error(kGoodLines + "{\"input_ids\": \"1 2\"}\n", 3, "must be an array of integers");
-  expect_line_error(kGoodLines + "{\"input_ids\": [1, 2.5]}\n", 3, "\"input_ids\"[1] is 2.5, not an integer");
+  expect_line_error(kGoodLines + "{\"input_ids\": \"1 2\"}\n", 3, "\"input_ids\" must be a list of token ids");
+  expect_line_error(kGoodLines + "{\"input_ids\": [1, 2.5]}\n", 3, "\"input_ids\" must hold integers, got 2.5");
 }
 
 TEST(Eval, TokenIdOutsideTheVocabularyIsAnError) {
@@ -128,8 +130,53 @@ TEST(Eval, TokenIdOutsideTheVocabularyIsAnError) {
 }
 
 TEST(Eval, LineWithFewerThanTwoTokensIsAnError) {
-  expect_line_error(kGoodLines + "{\"input_ids\": [4]}\n", 3, "1 token(s), nothing to predict");
-  expect_line_error(kGoodLines + "{\"input_ids\": []}\n", 3, "0 token(s), nothing to predict");
+  expect_line_error(kGoodLines + "{\"input_ids\": [4]}\n", 3, "fewer than two tokens");
+  expect_line_error(kGoodLines + "{\"input_ids\": []}\n", 3, "fewer than two tokens");
+}
+
+// Chat data as training reads it: the bundled chat model scores the assistant turns only, whatever the line's
+// shape (a ShareGPT or Alpaca line scores as its messages line does), from a folder and from .gz alike.
+TEST(Eval, ChatShapesScoreTheTokensTrainingScores) {
+  testing::ScratchDir dir;
+  const std::string chat_model = (testing::fixture("..") / ".." / "assets" / "default" / "model").string();
+  auto eval_report = [&](const std::string& data, const std::string& flags = "") {
+    const testing::RunResult result =
+        testing::run_moetune("eval " + chat_model + " --data " + data + " --device cpu --json " + flags);
+    EXPECT_EQ(result.status, 0) << result.output;
+    return result.status == 0 ? nlohmann::json::parse(result.output) : nlohmann::json::object();
+  };
+  const std::string messages =
+      R"({"messages": [{"role": "user", "content": "Which is larger, 47 or 52?"}, {"role": "assistant", "content": "52"}]})";
+  const std::string sharegpt =
+      R"({"conversations": [{"from": "human", "value": "Which is larger, 47 or 52?"}, {"from": "gpt", "value": "52"}]})";
+  const std::string alpaca = R"({"instruction": "Which is larger, 47 or 52?", "output": "52"})";
+  testing::write_file(dir / "messages.jsonl", messages + "\n");
+  testing::write_file(dir / "sharegpt.jsonl", sharegpt + "\n");
+  testing::write_file(dir / "alpaca.jsonl", alpaca + "\n");
+  const nlohmann::json reference = eval_report((dir / "messages.jsonl").string());
+  ASSERT_TRUE(reference.contains("loss"));
+  // The answer and the end of the turn, not the question: a handful of tokens.
+  EXPECT_GT(reference["tokens"].get<int64_t>(), 0);
+  EXPECT_LT(reference["tokens"].get<int64_t>(), 8);
+  for (const char* shape : {"sharegpt.jsonl", "alpaca.jsonl"}) {
+    const nlohmann::json report = eval_report((dir / shape).string());
+    EXPECT_EQ(report.value("tokens", int64_t(-1)), reference["tokens"].get<int64_t>()) << shape;
+    EXPECT_DOUBLE_EQ(report.value("loss", -1.0), reference["loss"].get<double>()) << shape;
+  }
+  // Three files through a glob: three sequences, each scored alike.
+  const nlohmann::json all = eval_report("'" + (dir / "*.jsonl").string() + "'");
+  EXPECT_EQ(all.value("sequences", int64_t(-1)), 3);
+  EXPECT_NEAR(all.value("loss", -1.0), reference["loss"].get<double>(), 1e-12);
+  // A folder holding a .gz file.
+  fs::create_directories(dir / "zipped");
+  testing::write_file(dir / "zipped" / "data.jsonl", messages + "\n");
+  ASSERT_EQ(std::system(("gzip " + (dir / "zipped" / "data.jsonl").string()).c_str()), 0);
+  EXPECT_DOUBLE_EQ(eval_report((dir / "zipped").string()).value("loss", -1.0), reference["loss"].get<double>());
+  // --format forces a shape: the messages line read as token ids has none.
+  const testing::RunResult forced = testing::run_moetune("eval " + chat_model + " --data " +
+                                                         (dir / "messages.jsonl").string() + " --device cpu --format input_ids");
+  EXPECT_EQ(forced.status, 1) << forced.output;
+  EXPECT_NE(forced.output.find("\"input_ids\" must be a list of token ids"), std::string::npos) << forced.output;
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ TEST_F(TrainingGpu, LossCurveTracksTheCpu) {
     testing::RunResult result = testing::run_moetune(
         "finetune --set training.max_steps=50 --set training.device=" + device + " --set output.dir=" + run);
     ASSERT_EQ(result.status, 0) << result.output;
+    // The progress line shows the model TFLOP/s and the allocator's peak on the GPU only.
+    const bool shown = result.output.find(" TFLOP/s | GPU peak ") != std::string::npos;
+    EXPECT_EQ(shown, device == "cuda") << result.output;
     std::vector<double> losses;
     for (const auto& record : read_metrics(dir / device / "metrics.jsonl")) {
       losses.push_back(record["loss"].get<double>());

@@ -97,7 +97,7 @@ TEST(CrashConsistency, KilledAndResumedRunsEndBitwiseEqualToAnUninterruptedOne) 
       ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::read_file(dir / "crashed.log");
       break;
     }
-    for (const char* file : {"model.safetensors", "training_state.safetensors"})
+    for (const char* file : {"model.safetensors", "training_state/training_state.safetensors"})
       EXPECT_EQ(testing::read_file(dir / output / "checkpoint-000012" / file),
                 testing::read_file(dir / "whole" / "checkpoint-000012" / file))
           << output << "/" << file;

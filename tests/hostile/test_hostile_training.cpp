@@ -41,24 +41,29 @@ class HostileTraining : public testing::TrainerTest {
     model.save_pretrained(dir_ / "nan_model");
     return dir_ / "nan_model";
   }
-  json trainer_state(const fs::path& checkpoint) { return json::parse(testing::read_file(checkpoint / "trainer_state.json")); }
+  static fs::path state_file(const fs::path& checkpoint) { return checkpoint / "training_state" / "trainer_state.json"; }
+  json trainer_state(const fs::path& checkpoint) { return json::parse(testing::read_file(state_file(checkpoint))); }
   void edit_trainer_state(const fs::path& checkpoint, const std::string& key, const json& value) {
     json state = trainer_state(checkpoint);
     state[key] = value;
-    testing::write_file(checkpoint / "trainer_state.json", state.dump());
+    testing::write_file(state_file(checkpoint), state.dump());
   }
 };
 
 TEST_F(HostileTraining, CheckpointsAreCheckpointDigitsWithAStateSortedByNumber) {
   for (const char* name : {"checkpoint-999999", "checkpoint-1000000", "checkpoint-best", "checkpoint-12x"}) {
-    fs::create_directories(dir_ / "out" / name);
-    testing::write_file(dir_ / "out" / name / "trainer_state.json", "{}");
+    fs::create_directories(dir_ / "out" / name / "training_state");
+    testing::write_file(state_file(dir_ / "out" / name), "{}");
   }
-  fs::create_directories(dir_ / "out" / "checkpoint-000005");  // no state: not a checkpoint
+  // A checkpoint written before the training_state/ subfolder keeps its state beside the model.
+  fs::create_directories(dir_ / "out" / "checkpoint-000007");
+  testing::write_file(dir_ / "out" / "checkpoint-000007" / "trainer_state.json", "{}");
+  fs::create_directories(dir_ / "out" / "checkpoint-000005" / "training_state");  // no state: not a checkpoint
   const auto checkpoints = list_checkpoints(dir_ / "out");
-  ASSERT_EQ(checkpoints.size(), 2u);
-  EXPECT_EQ(checkpoints[0].filename(), "checkpoint-999999");
-  EXPECT_EQ(checkpoints[1].filename(), "checkpoint-1000000");
+  ASSERT_EQ(checkpoints.size(), 3u);
+  EXPECT_EQ(checkpoints[0].filename(), "checkpoint-000007");
+  EXPECT_EQ(checkpoints[1].filename(), "checkpoint-999999");
+  EXPECT_EQ(checkpoints[2].filename(), "checkpoint-1000000");
 }
 
 TEST_F(HostileTraining, UsersCheckpointFoldersSurviveRotationAndResume) {
@@ -187,12 +192,14 @@ TEST_F(HostileTraining, ResumeStateIsCheckedAndRestored) {
   for (const auto& [key, value] : bad_fields) {
     edit_trainer_state(checkpoint, key, value);
     const std::string message = error_of([&] { Trainer(recipe("state"), {}, true); });
-    EXPECT_NE(message.find("checkpoint-000002/trainer_state.json: \"" + std::string(key) + "\""), std::string::npos) << message;
-    testing::write_file(checkpoint / "trainer_state.json", good.dump());
+    EXPECT_NE(message.find("checkpoint-000002/training_state/trainer_state.json: \"" + std::string(key) + "\""),
+              std::string::npos)
+        << message;
+    testing::write_file(state_file(checkpoint), good.dump());
   }
-  fs::remove(checkpoint / "trainer_state.json");  // no state left: not a checkpoint at all
+  fs::remove(state_file(checkpoint));  // no state left: not a checkpoint at all
   EXPECT_NE(error_of([&] { Trainer(recipe("state"), {}, true); }).find("no checkpoint-* folder"), std::string::npos);
-  testing::write_file(checkpoint / "trainer_state.json", good.dump());
+  testing::write_file(state_file(checkpoint), good.dump());
 
   edit_trainer_state(checkpoint, "skipped_lines", 7);
   Trainer resumed(recipe("state"), {}, true);
@@ -206,7 +213,7 @@ TEST_F(HostileTraining, AStateTensorOfTheWrongShapeIsNamed) {
     first.stop_after(1);
     first.run();
   }
-  const fs::path path = dir_ / "shape" / "checkpoint-000001" / "training_state.safetensors";
+  const fs::path path = dir_ / "shape" / "checkpoint-000001" / "training_state" / "training_state.safetensors";
   io::NamedTensors tensors;
   std::string changed;
   {

@@ -1,4 +1,8 @@
+// Generation on the CPU engine: greedy and sampled, with the KV cache and without (each token re-running the whole
+// sequence), against transformers' greedy generate.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "moetune/model/generate.h"
 #include "test_util.h"
@@ -31,6 +35,34 @@ TEST(Generate, SamplingIsSeededAndTinyTopPIsGreedy) {
   GenerateOptions nucleus_of_one{.max_new_tokens = 8, .temperature = 1.0, .top_p = 1e-6, .seed = 3};
   EXPECT_EQ(generate(model, prompt, nucleus_of_one), generate(model, prompt, {.max_new_tokens = 8}));
   EXPECT_THROW(generate(model, {}, {}), Error);
+}
+
+// transformers' greedy tokens (tests/reference/make_generate_fixtures.py) on every family, attention with sinks and
+// a sliding window shorter than the sequence (gpt_oss_tiny) and latent attention (deepseek_v3_tiny) included: the
+// cached and the uncached path give them, and their logits agree at every step.
+TEST(Generate, KvCacheGivesTransformersGreedyTokens) {
+  const nlohmann::json expected = nlohmann::json::parse(testing::read_file(testing::fixture("generate") / "greedy.json"));
+  const std::vector<int64_t> prompt = expected["prompt"];
+  for (const auto& [name, tokens] : expected["greedy"].items()) {
+    SCOPED_TRACE(name);
+    CausalLM model = CausalLM::from_pretrained(testing::fixture(name));
+    const int64_t count = int64_t(tokens.size());
+    EXPECT_EQ(generate(model, prompt, {.max_new_tokens = count}), tokens.get<std::vector<int64_t>>());
+    EXPECT_EQ(generate(model, prompt, {.max_new_tokens = count, .kv_cache = false}), tokens.get<std::vector<int64_t>>());
+    // Logits of the cached path, fed a token at a time (and two at once), against the whole sequence's.
+    std::vector<int64_t> sequence = prompt;
+    for (int64_t token : tokens) sequence.push_back(token);
+    const int64_t length = int64_t(sequence.size()), vocab = model.spec().vocab_size;
+    const Tensor whole = model.forward(Tensor::from_vector(sequence, {1, length})).view({length, vocab});
+    KvCache cache;
+    for (int64_t at = int64_t(prompt.size()); cache.tokens() < length; at += at % 3 == 0 ? 2 : 1) {
+      const int64_t end = std::min(at, length);
+      const Tensor logits =
+          model.next_token_logits(std::vector<int64_t>(sequence.begin() + cache.tokens(), sequence.begin() + end), cache);
+      EXPECT_LT(testing::relative_error_f32(logits, whole.narrow(end - 1, 1).view({-1})), 1e-5) << "after " << end;
+    }
+    EXPECT_EQ(cache.tokens(), length);
+  }
 }
 
 }  // namespace

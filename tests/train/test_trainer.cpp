@@ -4,6 +4,7 @@
 #include <csignal>
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <thread>
 #include <zlib.h>
 
@@ -17,6 +18,14 @@ namespace {
 using nlohmann::json;
 using testing::TrainerTest;
 
+// The names of the regular files directly in `folder`.
+std::set<std::string> file_names(const std::filesystem::path& folder) {
+  std::set<std::string> names;
+  for (const auto& item : std::filesystem::directory_iterator(folder))
+    if (item.is_regular_file()) names.insert(item.path().filename().string());
+  return names;
+}
+
 TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   Trainer trainer(recipe("run", {"output.save_every=2", "output.keep_last=2"}), {}, false);
   TrainResult result = trainer.run();
@@ -24,8 +33,10 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   EXPECT_FALSE(std::isnan(result.validation_loss));
   const auto records = metrics("run");
   ASSERT_GE(records.size(), 6u);
-  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_second", "aux_loss", "moe"})
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_second", "model_tflops_per_second", "aux_loss", "moe"})
     EXPECT_TRUE(records[0].contains(key)) << key;
+  // 6 x the active matmul parameters + the attention scores of rows of data.max_length, times tokens per second.
+  EXPECT_GT(records[0]["model_tflops_per_second"].get<double>(), 0.0);
   EXPECT_EQ(records[0]["moe"].size(), 2u);  // two MoE layers, each with its load spread and router entropy
   EXPECT_EQ(records[0]["moe"][0]["dropped"], 0);
   // Checkpoints at steps 4 and 6 kept (keep_last 2), step 2 removed; each a loadable HF folder.
@@ -35,14 +46,21 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
   EXPECT_NO_THROW(model::CausalLM::from_pretrained(checkpoints.back()));
   // The final model is the last checkpoint's HF folder without the training state (3x the model), so that
   // uploading it uploads the model only.
+  // Each checkpoint is a clean HF folder too: its training state sits in a subfolder.
   EXPECT_EQ(result.final_model, dir_ / "run" / "final-model");
-  EXPECT_TRUE(std::filesystem::exists(result.final_model / "config.json"));
-  for (const char* state : {"training_state.safetensors", "trainer_state.json"}) {
-    EXPECT_TRUE(std::filesystem::exists(checkpoints.back() / state)) << state;
-    EXPECT_FALSE(std::filesystem::exists(result.final_model / state)) << state;
-  }
+  const std::set<std::string> model_files = {"config.json", "generation_config.json", "model.safetensors"};
+  EXPECT_EQ(file_names(result.final_model), model_files);
+  EXPECT_EQ(file_names(checkpoints.back()), model_files);
+  EXPECT_EQ(file_names(checkpoints.back() / "training_state"),
+            (std::set<std::string>{"trainer_state.json", "training_state.safetensors"}));
   EXPECT_NO_THROW(model::CausalLM::from_pretrained(result.final_model));
-  EXPECT_FALSE(std::filesystem::is_empty(dir_ / "run" / "tensorboard"));
+  // TensorBoard gets the per-layer MoE statistics too (the event files hold the tags as plain text).
+  std::string events;
+  for (const auto& item : std::filesystem::directory_iterator(dir_ / "run" / "tensorboard"))
+    events += testing::read_file(item.path());
+  for (const char* tag : {"train/loss", "train/model_tflops_per_second", "train/moe/layer00/load_max_over_mean",
+                          "train/moe/layer02/load_min_over_mean", "validation/loss"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
   // Nothing half-written is left behind.
   for (const auto& item : std::filesystem::directory_iterator(dir_ / "run"))
     EXPECT_FALSE(item.path().filename().string().ends_with(".tmp")) << item.path();
@@ -116,24 +134,48 @@ TEST_F(TrainerTest, AuxLossSettingOverridesTheConfig) {
   EXPECT_TRUE(metrics("on")[0].contains("aux_loss"));
 }
 
+// A checkpoint written before the training_state/ subfolder (its state files beside the model) resumes too, for
+// one release; the checkpoints written after it have the subfolder.
+// data.chat_template replaces the model's template for training, so it is the template the saved model carries.
+TEST_F(TrainerTest, TheTemplateTrainedWithIsSavedWithTheModel) {
+  const std::string chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}";
+  testing::write_file(dir_ / "template.jinja", chat_template);
+  Trainer trainer(recipe("templated", {"data.chat_template=" + (dir_ / "template.jinja").string(), "training.max_steps=2"}),
+                  {}, false);
+  const TrainResult result = trainer.run();
+  EXPECT_EQ(testing::read_file(list_checkpoints(dir_ / "templated").back() / "chat_template.jinja"), chat_template);
+  EXPECT_EQ(testing::read_file(result.final_model / "chat_template.jinja"), chat_template);
+}
+
 TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
   Trainer whole(recipe("whole"), {}, false);
   whole.run();
-  {
-    Trainer first_half(recipe("split"), {}, false);
-    first_half.stop_after(3);
-    EXPECT_TRUE(first_half.run().interrupted);
+  for (const bool old_layout : {false, true}) {
+    SCOPED_TRACE(old_layout ? "state beside the model" : "state in training_state/");
+    const std::string output = old_layout ? "split_old" : "split";
+    {
+      Trainer first_half(recipe(output), {}, false);
+      first_half.stop_after(3);
+      EXPECT_TRUE(first_half.run().interrupted);
+    }
+    const std::filesystem::path checkpoint = dir_ / output / "checkpoint-000003";
+    if (old_layout) {
+      for (const char* name : {"trainer_state.json", "training_state.safetensors"})
+        std::filesystem::rename(checkpoint / "training_state" / name, checkpoint / name);
+      std::filesystem::remove(checkpoint / "training_state");
+    }
+    Trainer second_half(recipe(output), {}, /*resume=*/true);
+    EXPECT_EQ(second_half.run().steps, 6);
+    auto expected = metrics("whole"), actual = metrics(output);
+    std::vector<double> expected_losses, actual_losses;
+    for (const json& r : expected)
+      if (r.contains("grad_norm")) expected_losses.push_back(r["loss"]);
+    for (const json& r : actual)
+      if (r.contains("grad_norm")) actual_losses.push_back(r["loss"]);
+    EXPECT_EQ(actual_losses, expected_losses);
+    ASSERT_EQ(actual_losses.size(), 6u);
+    EXPECT_TRUE(std::filesystem::exists(dir_ / output / "checkpoint-000006" / "training_state" / "trainer_state.json"));
   }
-  Trainer second_half(recipe("split"), {}, /*resume=*/true);
-  EXPECT_EQ(second_half.run().steps, 6);
-  auto expected = metrics("whole"), actual = metrics("split");
-  std::vector<double> expected_losses, actual_losses;
-  for (const json& r : expected)
-    if (r.contains("grad_norm")) expected_losses.push_back(r["loss"]);
-  for (const json& r : actual)
-    if (r.contains("grad_norm")) actual_losses.push_back(r["loss"]);
-  EXPECT_EQ(actual_losses, expected_losses);
-  ASSERT_EQ(actual_losses.size(), 6u);
 }
 
 TEST_F(TrainerTest, RefusesToOverwriteARunWithoutResume) {

@@ -1,45 +1,87 @@
 #include "moetune/cli/eval.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 
-#include "moetune/data/token_jsonl.h"
+#include "moetune/data/data_files.h"
+#include "moetune/data/loader.h"
+#include "moetune/data/text_codec.h"
 #include "moetune/model/language_model.h"
 #include "moetune/model/model_description.h"
 #include "moetune/ops/loss.h"
 
 namespace moetune::cli {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
-json evaluate_model(const std::filesystem::path& folder, const std::filesystem::path& data, const std::string& device) {
-  if (device != "auto" && device != "cpu" && device != "cuda")
-    fail("eval --device '{}': expected auto, cpu or cuda", device);
-  // The data file is opened before the weights load, so a mistyped path fails at once even for a large model.
-  data::TokenJsonlReader reader(data, model::load_model_spec(folder / "config.json").vocab_size);
-  const std::unique_ptr<model::LanguageModel> model = model::load_language_model(folder, device);
-  // Σ cross-entropy and the number of predicted tokens of one sequence [1, length]: num_items_in_batch = 1 turns
-  // the mean into the sum (on the GPU the fused head + loss never holds the logits).
-  auto score = [&](const Tensor& input_ids) {
-    const model::CausalLMOutput out = model->loss({input_ids, input_ids, {}, {}, 1.0, false});
-    return ops::CrossEntropy{out.lm_loss, out.num_tokens};
-  };
+namespace {
 
-  double loss_sum = 0;
-  int64_t tokens = 0, sequences = 0;
-  while (std::optional<data::TokenSequence> sequence = reader.next()) {
-    const int64_t length = int64_t(sequence->input_ids.size());
-    const ops::CrossEntropy scored = score(Tensor::from_vector(sequence->input_ids, {1, length}));
-    loss_sum += scored.loss_sum;
-    tokens += scored.count;
-    ++sequences;
+// A folder of its own for the decompressed copies of .gz data, removed with it.
+class ScratchFolder {
+ public:
+  ScratchFolder() {
+    std::string pattern = (fs::temp_directory_path() / "moetune-eval-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) fail("cannot make a temporary folder under {}", fs::temp_directory_path().string());
+    path_ = pattern;
   }
-  if (sequences == 0) fail("{}: no sequences to score (the file is empty or holds only blank lines)", data.string());
+  ~ScratchFolder() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
 
+ private:
+  fs::path path_;
+};
+
+}  // namespace
+
+json evaluate_model(const EvalArgs& args) {
+  if (args.device != "auto" && args.device != "cpu" && args.device != "cuda")
+    fail("eval --device '{}': expected auto, cpu or cuda", args.device);
+  if (args.max_length < 0) fail("eval --max-length {}: expected 0 (whole lines) or more", args.max_length);
+  // The data is found and read through before the weights load, so a mistyped path or a bad line fails at once
+  // even for a large model.
+  const ScratchFolder scratch;
+  const std::vector<fs::path> files = data::resolve_data_files(args.data, "--data", scratch.path());
+  data::TextCodec codec = data::load_model_text(args.model).codec;
+  codec.vocab_size = model::load_model_spec(args.model / "config.json").vocab_size;
+  const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
+  data::LoaderOptions options{.format = data::format_from_name(args.format),
+                              .max_length = args.max_length > 0 ? args.max_length : std::numeric_limits<int32_t>::max(),
+                              .packing = false,
+                              .shuffle = false,
+                              .micro_batch_size = 1};
+  auto read_all = [&](auto&& each) {
+    data::DataLoader loader(files, lines, codec, options);
+    for (data::MicroBatch batch; (batch = loader.next(/*single_pass=*/true)).input_ids.defined();) each(batch);
+  };
+  int64_t sequences = 0, scored = 0;
+  read_all([&](const data::MicroBatch& batch) {
+    ++sequences;
+    scored += batch.scored;
+  });
+  if (scored == 0) fail("{}: no token of the data is scored (every line is fully masked)", fmt::join(args.data, ", "));
+
+  const std::unique_ptr<model::LanguageModel> model = model::load_language_model(args.model, args.device);
+  // num_items_in_batch = 1 turns the mean into the sum (on the GPU the fused head + loss never holds the logits).
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  read_all([&](const data::MicroBatch& batch) {
+    const model::CausalLMOutput out =
+        model->loss({batch.input_ids, batch.labels, batch.attention_mask, batch.position_ids, 1.0, false});
+    loss_sum += out.lm_loss;
+    tokens += out.num_tokens;
+  });
   const double loss = loss_sum / double(tokens);
-  return {{"model", folder.string()}, {"data", data.string()}, {"device", model->device().is_cpu() ? "cpu" : "cuda"},
-          {"sequences", sequences}, {"tokens", tokens}, {"loss", loss}, {"perplexity", std::exp(loss)}};
+  return {{"model", args.model.string()}, {"data", fmt::format("{}", fmt::join(args.data, ", "))},
+          {"device", model->device().is_cpu() ? "cpu" : "cuda"}, {"sequences", sequences}, {"tokens", tokens},
+          {"loss", loss}, {"perplexity", std::exp(loss)}};
 }
 
 std::string format_evaluation(const json& r) {

@@ -1,19 +1,26 @@
-// `moetune eval MODEL_DIR --data FILE.jsonl`: how well a model predicts token-id JSONL, as the mean token
-// cross-entropy (the loss fine-tuning minimises) and its perplexity.
+// `moetune eval MODEL_DIR --data DATA...`: how well a model predicts data of any shape training reads, as the
+// mean cross-entropy over the tokens training would score (the loss fine-tuning minimises) and its perplexity.
 #pragma once
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace moetune::cli {
 
-// Scores each line of `data` alone (batch of one, positions from 0): every token after the first is predicted
-// from those before it. The loss is the mean over all predicted tokens of the file, so a long line weighs more
-// than a short one, as it does in training.
-// `device`: cpu (the fp32 engine), cuda (the bf16 GPU engine) or auto (cuda when a GPU is visible).
-nlohmann::json evaluate_model(const std::filesystem::path& folder, const std::filesystem::path& data,
-                              const std::string& device = "auto");
+struct EvalArgs {
+  std::filesystem::path model;
+  std::vector<std::string> data;  // files, folders or glob patterns, as data.train takes them
+  std::string format = "auto";    // as data.format
+  int64_t max_length = 0;         // tokens kept of each line (as data.max_length); 0: all of them
+  std::string device = "auto";    // cpu (the fp32 engine), cuda (the bf16 GPU engine), or cuda when a GPU is visible
+};
+
+// Scores each line alone (a batch of one, positions from 0), through the training loader: the same line shapes,
+// chat template and loss masks (a chat line scores its assistant turns, a token-id line every token after the
+// first). The loss is the mean over all scored tokens, so a long line weighs more than a short one, as in training.
+nlohmann::json evaluate_model(const EvalArgs& args);
 std::string format_evaluation(const nlohmann::json& report);
 
 }  // namespace moetune::cli

@@ -52,10 +52,19 @@ logging:
   every: 10
 )";
 
+// The bundled assets: MOETUNE_ASSETS_DIR when set; else those installed beside this binary
+// (<prefix>/share/moetune/assets for <prefix>/bin/moetune, found from /proc/self/exe, so an installed moetune runs
+// from any folder); else those of the source tree it was built from.
 fs::path assets_folder() {
-  // The source tree's assets; MOETUNE_ASSETS_DIR overrides (for an installed binary).
   if (const char* dir = std::getenv("MOETUNE_ASSETS_DIR")) return dir;
-  return MOETUNE_SOURCE_ASSETS_DIR;
+  std::error_code unreadable;
+  const fs::path binary = fs::read_symlink("/proc/self/exe", unreadable);
+  const fs::path installed = (binary.parent_path() / MOETUNE_INSTALLED_ASSETS_DIR).lexically_normal();
+  if (!unreadable && fs::is_directory(installed / "default")) return installed;
+  if (fs::is_directory(fs::path(MOETUNE_SOURCE_ASSETS_DIR) / "default")) return MOETUNE_SOURCE_ASSETS_DIR;
+  fail("the embedded default's assets are neither installed beside {} ({}) nor in the source tree it was built from "
+       "({}): run `cmake --install` again, or set MOETUNE_ASSETS_DIR to a folder holding default/",
+       binary.string(), installed.string(), MOETUNE_SOURCE_ASSETS_DIR);
 }
 
 std::string timestamp() {

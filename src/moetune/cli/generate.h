@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "moetune/data/text_codec.h"
 #include "moetune/model/generate.h"
 
 namespace moetune::cli {
@@ -16,5 +17,12 @@ struct GenerateArgs {
 };
 
 std::string run_generate(const GenerateArgs& args);  // the generated text
+
+// The options as a user gave them: an Error naming the flag at fault (--temperature, --top-p, --max-new-tokens).
+void check_generate_options(const model::GenerateOptions& options);
+// The model's continuation of `prompt` (text, already through the chat template where wanted), generated until one
+// of the model's stop tokens, decoded without special tokens.
+std::string reply_text(model::CausalLM& model, const data::ModelText& text, const std::string& prompt,
+                       model::GenerateOptions options);
 
 }  // namespace moetune::cli

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <new>
+#include <unistd.h>
 
+#include "moetune/cli/chat.h"
 #include "moetune/cli/eval.h"
 #include "moetune/cli/finetune.h"
 #include "moetune/cli/generate.h"
@@ -27,6 +30,14 @@ int end_job(int status, const char* kind, const char* message) {
   std::fflush(stderr);
   if (!moetune::parallel::rank_prefix().empty()) moetune::parallel::mpi_abort(status);
   return status;
+}
+
+// The sampling flags `generate` and `chat` share.
+void add_sampling_options(CLI::App* command, moetune::model::GenerateOptions& options) {
+  command->add_option("--max-new-tokens", options.max_new_tokens, "How many tokens at most")->capture_default_str();
+  command->add_option("--temperature", options.temperature, "0 for greedy; else sample")->capture_default_str();
+  command->add_option("--top-p", options.top_p, "Nucleus sampling mass (with --temperature > 0)")->capture_default_str();
+  command->add_option("--seed", options.seed, "Sampling seed")->capture_default_str();
 }
 
 }  // namespace
@@ -74,14 +85,18 @@ int main(int argc, char** argv) {
   merge->add_option("OUTPUT_DIR", output_dir, "Folder to write the merged model to")->required();
   merge->add_option("--max-shard-size", max_shard_size, "Largest shard: 5GB, 500MB, 2GiB")->capture_default_str();
 
-  std::string data_file;
+  moetune::cli::EvalArgs eval_args;
   CLI::App* eval = app.add_subcommand(
-      "eval", "Mean token cross-entropy and perplexity of an HF model folder on token-id JSONL");
+      "eval", "Mean cross-entropy and perplexity of an HF model folder on data of any shape training reads (the tokens "
+      "training scores)");
   eval->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (config.json + *.safetensors)")->required();
-  eval->add_option("--data", data_file, "JSONL file, one {\"input_ids\": [ids...]} object per line")->required();
+  eval->add_option("--data", eval_args.data, "JSONL files, folders or glob patterns, as data.train takes them")->required();
+  eval->add_option("--format", eval_args.format, "Line shape, as data.format: auto, text, prompt_completion, messages, "
+                   "sharegpt, alpaca, input_ids")->capture_default_str();
+  eval->add_option("--max-length", eval_args.max_length, "Tokens kept of each line, as data.max_length (0: all)")
+      ->capture_default_str();
   eval->add_flag("--json", as_json, "Print the report as JSON");
-  std::string eval_device = "auto";
-  eval->add_option("--device", eval_device, "auto (the GPU when one is visible), cpu or cuda")->capture_default_str();
+  eval->add_option("--device", eval_args.device, "auto (the GPU when one is visible), cpu or cuda")->capture_default_str();
 
   moetune::cli::FinetuneArgs finetune_args;
   std::string recipe_path;
@@ -103,10 +118,15 @@ int main(int argc, char** argv) {
   generate->add_option("MODEL_DIR", generate_model, "Hugging Face model folder")->required();
   generate->add_option("--prompt", generate_args.prompt, "The text to continue")->required();
   generate->add_flag("--chat", generate_args.chat, "Send the prompt as a user message through the chat template");
-  generate->add_option("--max-new-tokens", generate_args.options.max_new_tokens, "How many tokens at most")->capture_default_str();
-  generate->add_option("--temperature", generate_args.options.temperature, "0 for greedy; else sample")->capture_default_str();
-  generate->add_option("--top-p", generate_args.options.top_p, "Nucleus sampling mass (with --temperature > 0)")->capture_default_str();
-  generate->add_option("--seed", generate_args.options.seed, "Sampling seed")->capture_default_str();
+  add_sampling_options(generate, generate_args.options);
+
+  moetune::cli::ChatArgs chat_args;
+  CLI::App* chat = app.add_subcommand(
+      "chat", "Talk with an HF model folder: each line on stdin is a user turn, the conversation is kept (\"/reset\" "
+      "starts afresh) and rendered with the chat template each turn");
+  chat->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (with tokenizer.json and a chat template)")->required();
+  chat->add_option("--system", chat_args.system, "A system message to open the conversation");
+  add_sampling_options(chat, chat_args.options);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -133,7 +153,8 @@ int main(int argc, char** argv) {
       std::printf("%s + %s -> %s (merged, saved in the base model's dtypes)\n", model_dir.c_str(), adapter_dir.c_str(),
                   output_dir.c_str());
     } else if (*eval) {
-      nlohmann::json report = moetune::cli::evaluate_model(model_dir, data_file, eval_device);
+      eval_args.model = model_dir;
+      nlohmann::json report = moetune::cli::evaluate_model(eval_args);
       std::fputs(as_json ? (report.dump(2) + "\n").c_str() : moetune::cli::format_evaluation(report).c_str(), stdout);
     } else if (*finetune) {
       if (nproc_per_node != -1)
@@ -141,6 +162,9 @@ int main(int argc, char** argv) {
                                          moetune::train::uses_gpu_engine(moetune::train::load_recipe(recipe_path, finetune_args.overrides)));
       finetune_args.recipe = recipe_path;
       return moetune::cli::run_finetune(finetune_args);
+    } else if (*chat) {
+      chat_args.model = model_dir;
+      moetune::cli::run_chat(chat_args, std::cin, std::cout, isatty(STDIN_FILENO) ? &std::cerr : nullptr);
     } else if (*generate) {
       generate_args.model = generate_model;
       std::printf("%s\n", moetune::cli::run_generate(generate_args).c_str());

@@ -1,8 +1,8 @@
 #include "moetune/data/text_codec.h"
 
 #include "moetune/core/error.h"
+#include "moetune/data/chat_template_setting.h"
 #include "moetune/io/json_file.h"
-#include "moetune/io/regular_file.h"
 #include "moetune/model/model_description.h"
 #include "moetune/text/chat_template.h"
 #include "moetune/text/jinja_template.h"
@@ -35,17 +35,10 @@ bool has_chat_template(const fs::path& folder) {
   return config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null();
 }
 
-// data.chat_template: a file's text, or the text itself when it is no file but looks like a template.
 std::shared_ptr<text::ChatTemplate> template_override(const fs::path& folder, const std::string& setting) {
-  constexpr uint64_t kMaxTemplateBytes = uint64_t(16) << 20;
-  std::string source = setting, name = "data.chat_template";
-  if (fs::is_regular_file(setting)) {
-    source = io::read_regular_file(setting, "the chat template", kMaxTemplateBytes);
-    name = setting;
-  } else if (setting.find("{{") == std::string::npos && setting.find("{%") == std::string::npos) {
-    fail("data.chat_template: '{}' is neither a file nor template text", setting);
-  }
-  return std::make_shared<text::ChatTemplate>(text::ChatTemplate::from_string(source, name, text::ChatTemplate::special_tokens_of(folder)));
+  const std::string name = fs::is_regular_file(setting) ? setting : "data.chat_template";
+  return std::make_shared<text::ChatTemplate>(
+      text::ChatTemplate::from_string(chat_template_source(setting), name, text::ChatTemplate::special_tokens_of(folder)));
 }
 
 }  // namespace

@@ -46,8 +46,8 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const double rope_scaling = ops::rope_attention_scaling(spec_.rope);
   ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions, false, rope_scaling);
   ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions, false, rope_scaling);
-  stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale(),
-                                                  attention_variant(spec_, p_));
+  stash_.attended = attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale(),
+                                     attention_variant(spec_, p_), context.kv_cache);
   const Tensor attended = stash_.attended.view({tokens, nq * d});
   Tensor out = ops::linear_forward(attended, p_.o.value, p_.o_bias.value);
   o_lora_.forward(attended, out, context.training);

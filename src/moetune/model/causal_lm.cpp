@@ -1,5 +1,7 @@
 #include "moetune/model/causal_lm.h"
 
+#include <numeric>
+
 #include "moetune/model/block_util.h"
 #include "moetune/model/router_bias_balance.h"
 #include "moetune/ops/embedding.h"
@@ -32,6 +34,28 @@ std::vector<ops::Routing> CausalLM::routings() const {
   return routings;
 }
 
+Tensor CausalLM::head_logits(const Tensor& final_hidden) const {
+  const ModelSpec& c = spec();
+  const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
+  return ops::linear_forward(ops::rms_norm_forward(final_hidden, store_->get("final_norm").value, c.norm_eps), head.value);
+}
+
+Tensor CausalLM::next_token_logits(const std::vector<int64_t>& ids, KvCache& cache) {
+  MOETUNE_CHECK(!ids.empty(), "next_token_logits: no new tokens");
+  const int64_t count = int64_t(ids.size());
+  std::vector<int64_t> positions(ids.size());
+  std::iota(positions.begin(), positions.end(), cache.tokens());
+  const Tensor input_ids = Tensor::from_vector(ids, {1, count});
+  StepContext context;
+  context.layout = sequence_layout(input_ids, Tensor::from_vector(positions, {1, count}), Tensor());
+  context.kv_cache = &cache;
+  cache.start_pass(count);
+  const Tensor hidden = run_layers(input_ids, context);
+  cache.finish_pass();
+  clear_stash();
+  return head_logits(hidden.narrow(count - 1, 1)).view({-1});
+}
+
 CausalLMOutput CausalLM::forward(const Batch& batch) {
   const ModelSpec& c = spec();
   MOETUNE_CHECK(batch.input_ids.dim() == 2 && batch.input_ids.dtype() == DType::I64,
@@ -42,8 +66,7 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
   stash_.context.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
   stash_.context.training = training_;
   stash_.final_hidden = run_layers(batch.input_ids, stash_.context);
-  const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
-  stash_.logits = ops::linear_forward(ops::rms_norm_forward(stash_.final_hidden, store_->get("final_norm").value, c.norm_eps), head.value);
+  stash_.logits = head_logits(stash_.final_hidden);
 
   CausalLMOutput output;
   output.logits = stash_.logits.view({rows, seq, c.vocab_size});

@@ -44,6 +44,9 @@ class CausalLM final : public LanguageModel {
   Tensor forward(const Tensor& input_ids, const Tensor& position_ids = {});
   // Adds d(loss)/d(parameter) of the last forward into the gradients, then drops the stash.
   void backward();
+  // Generation: the logits [V] of the token after `ids`, the next tokens of the sequence whose keys and values
+  // `cache` holds; the model runs on `ids` alone and adds their keys and values to the cache.
+  Tensor next_token_logits(const std::vector<int64_t>& ids, KvCache& cache);
 
   // The device-neutral API (language_model.h).
   CausalLMOutput forward_backward(const Batch& batch) override;
@@ -87,6 +90,7 @@ class CausalLM final : public LanguageModel {
   CausalLM(ModelWeights weights, const DispatcherFactory<CpuBlocks>& make_dispatcher);
   std::vector<ops::Routing> routings() const;  // of every MoE sublayer, in order
   Tensor run_layers(const Tensor& input_ids, StepContext& context);
+  Tensor head_logits(const Tensor& final_hidden) const;  // final norm and LM head: [T, V]
 
   std::unique_ptr<ParameterStore> store_;  // on the heap: the blocks keep references into it
   std::vector<Sublayer<CpuBlocks>> sublayers_;

@@ -23,6 +23,7 @@ namespace {
 constexpr const char* kCompanionFiles[] = {
     "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
     "chat_template.jinja",    "vocab.json",     "merges.txt",            "added_tokens.json",
+    "tokenizer.model",        "chat_template.json",
 };
 
 // Buffers that older checkpoints carry and transformers ignores on load.

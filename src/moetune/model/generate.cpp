@@ -35,9 +35,16 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
   std::mt19937_64 rng(options.seed);
   std::vector<int64_t> sequence = prompt, produced;
   const int64_t vocab = model.spec().vocab_size;
+  KvCache cache;
+  // The logits [V] of the token after `sequence`; with the cache the model runs on the tokens it has not seen.
+  auto next_logits = [&] {
+    if (options.kv_cache)
+      return model.next_token_logits(std::vector<int64_t>(sequence.begin() + cache.tokens(), sequence.end()), cache);
+    const int64_t length = int64_t(sequence.size());
+    return model.forward(Tensor::from_vector(sequence, {1, length})).view({length, vocab}).narrow(length - 1, 1).view({-1});
+  };
   for (int64_t n = 0; n < options.max_new_tokens; ++n) {
-    const Tensor logits = model.forward(Tensor::from_vector(sequence, {1, int64_t(sequence.size())}));
-    const int64_t next = sample(logits.data<float>() + (int64_t(sequence.size()) - 1) * vocab, vocab, options, rng);
+    const int64_t next = sample(next_logits().data<float>(), vocab, options, rng);
     sequence.push_back(next);
     produced.push_back(next);
     if (std::find(options.stop_ids.begin(), options.stop_ids.end(), next) != options.stop_ids.end()) break;

@@ -1,5 +1,5 @@
-// Text continuation for a quick look at what a model says: greedy or nucleus (top-p) sampling. Each new token
-// re-runs the whole sequence (no KV cache yet): fine for the tiny models the CPU engine runs.
+// Text continuation for a quick look at what a model says: greedy or nucleus (top-p) sampling, on the CPU engine.
+// A KV cache keeps each layer's keys and values, so each new token runs the model on itself alone.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@ struct GenerateOptions {
   double top_p = 1.0;        // sample from the smallest set of tokens whose probability reaches top_p
   uint64_t seed = 0;
   std::vector<int64_t> stop_ids;  // generation ends after emitting one of these
+  bool kv_cache = true;           // false: each token re-runs the whole sequence (the reference the cache is tested by)
 };
 
 // Returns the new tokens only.

@@ -77,7 +77,8 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
     for (int64_t t = 0; t < tokens; ++t)
       std::copy_n(k_rope.data<float>() + t * rope, rope, stash_.k.data<float>() + (t * heads + head) * width_ + nope);
   place_per_head(stash_.v, 0, take_per_head(kv, nope, dv));
-  stash_.attended = ops::causal_attention_forward(stash_.q, stash_.k, stash_.v, context.layout.mask, mla_.softmax_scale);
+  stash_.attended =
+      attention_forward(stash_.q, stash_.k, stash_.v, context.layout.mask, mla_.softmax_scale, {}, context.kv_cache);
   const Tensor attended = take_per_head(stash_.attended, 0, dv).view({tokens, heads * dv});
   return add(h, ops::linear_forward(attended, p_.o.value, p_.o_bias.value));
 }

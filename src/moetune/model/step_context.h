@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "moetune/model/kv_cache.h"
 #include "moetune/model/sequence_layout.h"
 
 namespace moetune::model {
@@ -13,6 +14,7 @@ struct StepContext {
   SequenceLayout layout;
   std::vector<Tensor> drouter_logits;  // per MoE sublayer in walk order; empty without the aux loss
   bool training = false;               // a training step (forward_backward): LoRA dropout applies
+  KvCache* kv_cache = nullptr;         // generation: the attention reads and extends the sequence's keys and values
 
   // The gradient for the MoE sublayer the backward walk is at (it walks in reverse, so the last one left);
   // undefined without the aux loss.

@@ -26,6 +26,8 @@ struct AttentionVariant {
 };
 
 // q [T, nq, d], k and v [T, nkv, d]. Returns [T, nq, d]; a query with no visible key gets zeros.
+// For generation with a KV cache, k and v may hold P more tokens than q, before q's (the mask then covers all
+// P + T): q's token t is token P + t of the sequence and sees its keys up to P + t.
 Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, double scale,
                                 const AttentionVariant& variant = {});
 
@@ -35,6 +37,7 @@ struct AttentionGrads {
 };
 
 // The probabilities are recomputed from q and k (the stash is q, k, v and the output), as flash attention does.
+// q, k and v hold the same tokens.
 AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& out, const AttentionMask& mask, double scale,
                                          const AttentionVariant& variant = {});

@@ -59,14 +59,27 @@ MetricsLog::~MetricsLog() {
   if (file_) std::fclose(file_);
 }
 
+// The per-layer router statistics as "<prefix>/moe/layer07/load_max_over_mean" (two digits: TensorBoard sorts
+// tags as text).
+void MetricsLog::add_moe_scalars(const nlohmann::json& layers, const std::string& prefix, int64_t step) {
+  for (const json& layer : layers) {
+    if (!layer.is_object() || !layer.contains("layer")) continue;
+    const std::string tag = fmt::format("{}/moe/layer{:02d}/", prefix, layer["layer"].get<int64_t>());
+    for (const auto& [key, value] : layer.items())
+      if (value.is_number() && key != "layer") tensorboard_->add_scalar(tag + key, value.get<double>(), step);
+  }
+}
+
 void MetricsLog::write(const nlohmann::json& record, const std::string& prefix) {
   const std::string line = with_named_nonfinite(record).dump() + "\n";
   if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0)
     fail("{}: write failed: {}", path_.string(), std::strerror(errno));
   if (!tensorboard_) return;
   const int64_t step = record.at("step").get<int64_t>();
-  for (const auto& [key, value] : record.items())
+  for (const auto& [key, value] : record.items()) {
     if (value.is_number() && key != "step") tensorboard_->add_scalar(prefix + "/" + key, value.get<double>(), step);
+    if (key == "moe" && value.is_array()) add_moe_scalars(value, prefix, step);
+  }
   tensorboard_->flush();
 }
 

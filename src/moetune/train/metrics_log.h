@@ -21,10 +21,13 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  // `record` must hold "step"; its numeric fields also go to TensorBoard as scalars "<prefix>/<key>".
+  // `record` must hold "step"; its numeric fields also go to TensorBoard as scalars "<prefix>/<key>", and its
+  // "moe" list's per-layer numbers as "<prefix>/moe/layerNN/<key>".
   void write(const nlohmann::json& record, const std::string& prefix = "train");
 
  private:
+  void add_moe_scalars(const nlohmann::json& layers, const std::string& prefix, int64_t step);
+
   std::filesystem::path path_;
   std::FILE* file_ = nullptr;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

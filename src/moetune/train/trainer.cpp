@@ -7,14 +7,16 @@
 #include <cstdio>
 #include <fstream>
 
+#include "moetune/data/chat_template_setting.h"
 #include "moetune/data/data_files.h"
 #include "moetune/io/atomic_file.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/safetensors.h"
 #include "moetune/model/expert_shard.h"
 #include "moetune/model/model_description.h"
+#include "moetune/model/model_flops.h"
 #include "moetune/parallel/world.h"
-#include "moetune/train/final_model.h"
+#include "moetune/train/checkpoint_layout.h"
 
 namespace moetune::train {
 
@@ -107,10 +109,12 @@ std::shared_ptr<const parallel::ParallelGroups> trainer_groups(const Recipe& r, 
   return std::make_shared<parallel::ParallelGroups>(parallel::make_groups(std::move(world), int(r.parallel.expert), experts));
 }
 
-// The state file of each rank: one rank keeps the historical name.
-std::string training_state_file(const parallel::ParallelLayout& layout) {
-  if (layout.world == 1) return kTrainingStateFile;
-  return fmt::format("training_state-rank{:05d}-of-{:05d}.safetensors", layout.rank, layout.world);
+// The progress line's GPU part: model TFLOP/s (all ranks together) and the allocator's peak (the largest rank's
+// when there are several). Empty on the CPU engine, whose memory_metrics() are empty.
+std::string gpu_progress(const json& record) {
+  if (!record.contains("gpu_peak_bytes")) return "";
+  const double peak = record.value("gpu_peak_bytes_max", record["gpu_peak_bytes"].get<double>());
+  return fmt::format(" | {:.1f} TFLOP/s | GPU peak {:.1f} GB", record["model_tflops_per_second"].get<double>(), peak / 1e9);
 }
 
 std::string format_duration(double seconds) {
@@ -131,7 +135,7 @@ std::vector<fs::path> list_checkpoints(const fs::path& output) {
   for (const auto& item : fs::directory_iterator(output)) {
     const std::optional<int64_t> step = checkpoint_step(item.path().filename().string());
     // By number: as strings, checkpoint-1000000 sorts before checkpoint-999999.
-    if (step && item.is_directory() && fs::is_regular_file(item.path() / kTrainerStateFile)) found.emplace_back(*step, item.path());
+    if (step && item.is_directory() && find_training_state(item.path())) found.emplace_back(*step, item.path());
   }
   std::sort(found.begin(), found.end());
   std::vector<fs::path> checkpoints;
@@ -159,6 +163,7 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   if (is_main()) lock_ = std::make_unique<OutputLock>(output_);
   groups_->world->barrier();  // the folder exists and is this run's before any rank uses it
   engine_ = make_engine(r, groups_);
+  flops_per_token_ = model::training_flops_per_token(model::parameter_layout(engine_->spec()), r.data.max_length);
   progress("reading the data");
   // The GPU engine clips and steps without reading the gradient norm on the host, so it cannot hold back a
   // NaN update; it stops at the first non-finite step, before any checkpoint of it.
@@ -297,6 +302,7 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
     record["tokens_per_second_per_rank"] = tokens_per_second / groups_->layout.world;
     record["communication_seconds"] = stats.communication_seconds;
   }
+  record["model_tflops_per_second"] = tokens_per_second * flops_per_token_ / 1e12;
   record.update(memory);
   metrics_->write(record);
   if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;
@@ -307,9 +313,9 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
     for (const json& layer : stats.moe) worst = std::max(worst, layer["load_max_over_mean"].get<double>());
     moe = fmt::format(" | expert load max/mean {:.2f}", worst);
   }
-  std::fprintf(stderr, "%s", fmt::format("{}step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s{} | ETA {}{}",
+  std::fprintf(stderr, "%s", fmt::format("{}step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s{}{} | ETA {}{}",
                                          isatty(fileno(stderr)) ? "\r" : "", step_, total_steps_, stats.loss, stats.lr,
-                                         stats.grad_norm, tokens_per_second, moe, format_duration(eta),
+                                         stats.grad_norm, tokens_per_second, gpu_progress(record), moe, format_duration(eta),
                                          isatty(fileno(stderr)) && step_ != total_steps_ ? "   " : "\n").c_str());
 }
 
@@ -317,15 +323,17 @@ void Trainer::save_checkpoint(bool final) {
   progress("a checkpoint");
   const fs::path target = output_ / fmt::format("checkpoint-{:06d}", step_);
   const fs::path temporary = output_ / fmt::format(".checkpoint-{:06d}.tmp", step_);
+  const fs::path state_folder = temporary / kTrainingStateFolder;
   if (is_main()) {
     fs::remove_all(temporary);
-    fs::create_directories(temporary);  // before any rank writes into it
+    fs::create_directories(state_folder);  // before any rank writes into it
   }
   groups_->world->barrier();
   engine_->save_pretrained(temporary);  // every rank its share
   // The exact state: parameters in their training precision (the HF files may be bf16), AdamW moments, step
   // and data position; each rank's shard of it in its own file.
-  io::save_safetensors(temporary / training_state_file(groups_->layout), engine_->training_state());
+  io::save_safetensors(state_folder / training_state_file(groups_->layout.rank, groups_->layout.world),
+                       engine_->training_state());
   groups_->world->barrier();  // every rank's files are written
   last_checkpoint_ = target;
   if (is_main()) {
@@ -333,7 +341,11 @@ void Trainer::save_checkpoint(bool final) {
                                 {"data_epoch", train_data_->position().epoch}, {"data_cursor", train_data_->position().cursor},
                                 {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"parallel", layout_record()},
                                 {"recipe", recipe_.json}};
-    io::write_text_atomically(temporary / kTrainerStateFile, trainer_state.dump(2) + "\n");
+    io::write_text_atomically(state_folder / kTrainerStateFile, trainer_state.dump(2) + "\n");
+    // The template the run trained with goes with the model (transformers reads chat_template.jinja before
+    // tokenizer_config.json's), so that the model is prompted as it learned.
+    if (!recipe_.data.chat_template.empty())
+      io::write_text_atomically(temporary / "chat_template.jinja", data::chat_template_source(recipe_.data.chat_template));
     if (fs::exists(target)) fs::remove_all(target);
     fs::rename(temporary, target);  // the checkpoint appears whole or not at all
     auto checkpoints = list_checkpoints(output_);
@@ -370,7 +382,9 @@ void Trainer::resume_from_newest_checkpoint() {
 }
 
 void Trainer::restore_checkpoint(const fs::path& checkpoint) {
-  const fs::path state_path = checkpoint / kTrainerStateFile;
+  const std::optional<fs::path> state_folder = find_training_state(checkpoint);
+  if (!state_folder) fail("{}: no {}/{} (was it deleted?)", checkpoint.string(), kTrainingStateFolder, kTrainerStateFile);
+  const fs::path state_path = *state_folder / kTrainerStateFile;
   const json state = io::read_json_file(state_path);
   constexpr int64_t kMax = int64_t(1) << 62;
   const int64_t step = state_field(state, state_path, "step", 0, kMax);
@@ -385,7 +399,8 @@ void Trainer::restore_checkpoint(const fs::path& checkpoint) {
          "resume with the layout it was written with",
          state_path.string(), saved_layout.value("world", json(0)).dump(), saved_layout.value("expert", json(0)).dump(),
          groups_->layout.world, groups_->layout.expert);
-  const io::SafetensorsFile tensors = io::SafetensorsFile::open(checkpoint / training_state_file(groups_->layout));
+  const io::SafetensorsFile tensors =
+      io::SafetensorsFile::open(*state_folder / training_state_file(groups_->layout.rank, groups_->layout.world));
   with_context(tensors.path().string(), [&] { engine_->restore_training_state(tensors, optimizer_steps); });
   step_ = step;
   train_data_->restore(position, skipped);

@@ -101,12 +101,15 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   int64_t step_ = 0, total_steps_ = 0;
   int64_t nonfinite_in_a_row_ = 0;
+  // Model FLOPs of a trained token in rows of data.max_length (model/model_flops.h), for the TFLOP/s logged.
+  double flops_per_token_ = 0;
   std::optional<int64_t> stop_after_;
   std::filesystem::path last_checkpoint_;
 };
 
 // The checkpoints in `output`, oldest first by step number: folders named checkpoint-<digits> holding a
-// trainer_state.json. Anything else (a user's checkpoint-best, a half-written .tmp) is not one.
+// training_state/trainer_state.json (or, written before that subfolder, trainer_state.json). Anything else (a
+// user's checkpoint-best, a half-written .tmp) is not one.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& output);
 
 }  // namespace moetune::train

@@ -8,16 +8,17 @@ namespace {
 
 struct Shapes {
   int64_t tokens, heads, kv_heads, d, group;
+  int64_t past;  // keys before the first query (a KV cache's); query t sits at key index past + t
 };
 
 Shapes check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask) {
-  const int64_t tokens = q.size(0), heads = q.size(1), d = q.size(2), kv_heads = k.size(1);
-  MOETUNE_CHECK(heads % kv_heads == 0 && k.shape() == v.shape() && k.size(0) == tokens && k.size(2) == d &&
-                    int64_t(mask.document_start.size()) == tokens &&
-                    (mask.key_valid.empty() || int64_t(mask.key_valid.size()) == tokens),
+  const int64_t tokens = q.size(0), heads = q.size(1), d = q.size(2), kv_heads = k.size(1), keys = k.size(0);
+  MOETUNE_CHECK(heads % kv_heads == 0 && k.shape() == v.shape() && keys >= tokens && k.size(2) == d &&
+                    int64_t(mask.document_start.size()) == keys &&
+                    (mask.key_valid.empty() || int64_t(mask.key_valid.size()) == keys),
                 "causal_attention: q {}, k {}, v {}, mask of {} tokens", q.str(), k.str(), v.str(),
                 mask.document_start.size());
-  return {tokens, heads, kv_heads, d, heads / kv_heads};
+  return {tokens, heads, kv_heads, d, heads / kv_heads, keys - tokens};
 }
 
 // The first key query t may see: its document's first token, or the window's when the layer slides.
@@ -73,16 +74,17 @@ Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& 
   // Each query token writes only its own output rows.
 #pragma omp parallel for schedule(dynamic, 16)
   for (int64_t t = 0; t < s.tokens; ++t) {
-    std::vector<float> p(static_cast<size_t>(t + 1));
-    const int64_t first = first_key(t, mask, variant);
+    const int64_t at = s.past + t;  // the query's own key
+    std::vector<float> p(static_cast<size_t>(at + 1));
+    const int64_t first = first_key(at, mask, variant);
     float sink_probability = 0.0f;
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t kv = h / s.group;
-      if (!probabilities(q.data<float>() + (t * s.heads + h) * s.d, k.data<float>(), s, t, h, first, mask, variant, scale, p,
+      if (!probabilities(q.data<float>() + (t * s.heads + h) * s.d, k.data<float>(), s, at, h, first, mask, variant, scale, p,
                          sink_probability))
         continue;
       float* o = out.data<float>() + (t * s.heads + h) * s.d;
-      for (int64_t j = first; j <= t; ++j) {
+      for (int64_t j = first; j <= at; ++j) {
         const float* v_row = v.data<float>() + (j * s.kv_heads + kv) * s.d;
         for (int64_t i = 0; i < s.d; ++i) o[i] += p[size_t(j)] * v_row[i];
       }
@@ -95,6 +97,8 @@ AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, co
                                          const Tensor& out, const AttentionMask& mask, double scale,
                                          const AttentionVariant& variant) {
   const Shapes s = check(q, k, v, mask);
+  MOETUNE_CHECK(s.past == 0, "causal_attention_backward: q {} and k {} hold different tokens (a KV cache is for "
+                "generation only)", q.str(), k.str());
   check_variant(variant, s);
   AttentionGrads g{Tensor::zeros(q.shape(), DType::F32), Tensor::zeros(k.shape(), DType::F32),
                    Tensor::zeros(v.shape(), DType::F32), Tensor()};

@@ -1,0 +1,49 @@
+// `moetune chat` as a user meets it: turns from stdin, the conversation kept and rendered whole with the chat
+// template each turn, "/reset" starting afresh; a model that cannot chat is an error that says what to use.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "moetune/cli/chat.h"
+#include "moetune/cli/generate.h"
+#include "test_util.h"
+
+namespace moetune {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kChatModel = fs::path(MOETUNE_FIXTURES_DIR) / ".." / ".." / "assets" / "default" / "model";
+
+TEST(Chat, KeepsTheConversationAndRendersItWholeEachTurn) {
+  const model::GenerateOptions options{.max_new_tokens = 6};
+  const std::string first = "Which is larger, 47 or 52?", second = "And 3 or 9?";
+  // What each turn must answer: the model's reply to the whole conversation so far.
+  const data::ModelText text = data::load_model_text(kChatModel);
+  model::CausalLM model = model::CausalLM::from_pretrained(kChatModel);
+  data::Json messages = data::Json::array({{{"role", "user"}, {"content", first}}});
+  const std::string reply1 = cli::reply_text(model, text, text.codec.render_chat(messages, true, data::Json()), options);
+  messages.push_back({{"role", "assistant"}, {"content", reply1}});
+  messages.push_back({{"role", "user"}, {"content", second}});
+  const std::string reply2 = cli::reply_text(model, text, text.codec.render_chat(messages, true, data::Json()), options);
+
+  std::istringstream in(first + "\n\n/reset\n" + first + "\n" + second + "\n");
+  std::ostringstream out;
+  cli::run_chat({.model = kChatModel, .options = options}, in, out, nullptr);
+  EXPECT_EQ(out.str(), reply1 + "\n" + reply1 + "\n" + reply2 + "\n");
+
+  const testing::RunResult piped = testing::run_shell("printf '" + first + "\\n" + second + "\\n' | " + MOETUNE_BINARY +
+                                                      " chat " + kChatModel.string() + " --max-new-tokens 6");
+  ASSERT_EQ(piped.status, 0) << piped.output;
+  EXPECT_EQ(piped.output, reply1 + "\n" + reply2 + "\n");
+}
+
+TEST(Chat, AModelWithoutTokenizerIsNamed) {
+  const testing::RunResult result =
+      testing::run_shell("echo hello | " + std::string(MOETUNE_BINARY) + " chat " + testing::fixture("qwen3_moe_tiny").string());
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_NE(result.output.find("qwen3_moe_tiny: no tokenizer.json"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace moetune

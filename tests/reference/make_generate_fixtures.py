@@ -1,0 +1,45 @@
+"""Greedy continuations by transformers' generate() for moetune's generation test (tests/model/test_generate.cpp).
+
+Each tiny fp32 fixture continues a fixed prompt of token ids by 20 greedy tokens, with transformers' own KV cache
+(its default), never stopping early. moetune's generate must give the same tokens with and without its cache.
+
+    /work/refenv/bin/python tests/reference/make_generate_fixtures.py tests/fixtures
+
+writes tests/fixtures/generate/greedy.json (made with torch 2.15.0 and transformers 5.17.0 on the CPU: recorded in it, with the smallest gap between the best
+and second-best logit on the way, which shows how far fp32 noise is from changing a token).
+"""
+import json
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+
+FIXTURES = ["llama_tiny", "qwen3_moe_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny"]
+PROMPT = [3, 17, 42, 5, 88, 9]  # longer than gpt_oss_tiny's sliding window (4), so the cache slides past it
+NEW_TOKENS = 20
+
+
+def main(fixtures_dir: Path) -> None:
+    torch.manual_seed(0)
+    results, margins = {}, {}
+    for name in FIXTURES:
+        model = transformers.AutoModelForCausalLM.from_pretrained(fixtures_dir / name, dtype=torch.float32)
+        model.eval()
+        with torch.no_grad():
+            out = model.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=NEW_TOKENS,
+                                 min_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=0,
+                                 output_scores=True, return_dict_in_generate=True)
+        results[name] = out.sequences[0, len(PROMPT):].tolist()
+        # The smallest gap between the best and second-best logit on the way: far above fp32 noise (1e-5 relative),
+        # so another correct implementation cannot pick a different token.
+        margins[name] = min(float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores)
+        print(name, results[name], f"smallest top-2 gap {margins[name]:.2e}")
+    record = {"prompt": PROMPT, "greedy": results, "smallest_top2_gap": margins,
+              "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    (fixtures_dir / "generate").mkdir(exist_ok=True)
+    (fixtures_dir / "generate" / "greedy.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
