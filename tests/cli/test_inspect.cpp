@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -55,10 +56,38 @@ TEST(Inspect, TokensAddTheGpuActivationPlan) {
   EXPECT_LE(large["stash_total_bytes"].get<int64_t>(), 2 * small["stash_total_bytes"].get<int64_t>());
   EXPECT_TRUE(small["stash_bytes"].contains("moe") && small["stash_bytes"].contains("attention")) << small.dump();
   for (const auto& m : plans[0]["memory"]) {
-    if (m["precision"] == "cpu_fp32") continue;
+    if (m["precision"].get<std::string>().starts_with("cpu_fp32")) continue;
     EXPECT_EQ(small["predicted_peak_bytes"][m["precision"].get<std::string>()].get<int64_t>(),
               m["total_bytes"].get<int64_t>() + small["activation_bytes"].get<int64_t>());
   }
+}
+
+// optimizer.state: int8 beside each precision: a byte per moment element and an F32 absmax per block of 256 of
+// each tensor, the rest as the precision keeps it.
+TEST(Inspect, PlansEightBitAdamWState) {
+  testing::RunResult result = testing::run_moetune("inspect --json " + testing::fixture("qwen3_moe_tiny").string());
+  ASSERT_EQ(result.status, 0) << result.output;
+  const nlohmann::json report = nlohmann::json::parse(result.output);
+  const int64_t total = report["total_parameters"];
+  int64_t blocks = 0;
+  for (const auto& p : report["parameters"]) {
+    int64_t numel = 1;
+    for (const auto& d : p["shape"]) numel *= d.get<int64_t>();
+    blocks += (numel + 255) / 256;
+  }
+  std::map<std::string, nlohmann::json> plans;
+  for (const auto& m : report["memory"]) plans[m["precision"]] = m;
+  for (const std::string precision : {"fp32_master", "bf16_stochastic_rounding", "pure_bf16", "cpu_fp32"}) {
+    SCOPED_TRACE(precision);
+    ASSERT_TRUE(plans.count(precision + "+int8"));
+    const nlohmann::json &full = plans[precision], &int8 = plans[precision + "+int8"];
+    EXPECT_EQ(int8["optimizer_state_bytes"].get<int64_t>(), 2 * total + 8 * blocks);
+    EXPECT_EQ(int8["weights_bytes"], full["weights_bytes"]);
+    EXPECT_EQ(int8["master_weights_bytes"], full["master_weights_bytes"]);
+    EXPECT_EQ(int8["total_bytes"].get<int64_t>(),
+              full["total_bytes"].get<int64_t>() - full["optimizer_state_bytes"].get<int64_t>() + 2 * total + 8 * blocks);
+  }
+  EXPECT_DOUBLE_EQ(plans["pure_bf16+int8"]["bytes_per_parameter"].get<double>(), 6 + 8.0 / 256);
 }
 
 TEST(Inspect, BrokenFolderIsACleanError) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moetune/core/device.h"
+#include "moetune/io/safetensors.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/parallel/world.h"
 #include "test_util.h"
@@ -105,6 +106,36 @@ TEST_F(ParallelFinetune, TwoRanksMatchOneRankWithAccumulationAndResumeExactly) {
   EXPECT_NE(other.status, 0);
   EXPECT_NE(other.output.find("written by a run of 2 rank(s) with parallel.expert 2, but this run has 1 rank(s)"),
             std::string::npos) << other.output;
+}
+
+// 8-bit AdamW state under ZeRO: each rank keeps its shard's moments in 8 bits (blocks counted from the shard's
+// start, so not the one-rank run's blocks: close to its losses, not equal), saves them as
+// zero.<run>.adam_m/_absmax, and resumes exactly.
+TEST_F(ParallelFinetune, Int8StateShardsAndResumesExactly) {
+  const std::string two_ranks = "--nproc-per-node 2 --set parallel.expert=2 --set optimizer.state=int8 --set output.save_every=2";
+  const testing::RunResult one = testing::run_moetune(job("one", "--set training.gradient_accumulation_steps=2"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  const testing::RunResult two = testing::run_moetune(job("two", two_ranks));
+  ASSERT_EQ(two.status, 0) << two.output;
+  const auto a = metrics(dir_ / "one"), b = metrics(dir_ / "two");
+  ASSERT_EQ(b.size(), 4u) << two.output;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i]["loss"], y = b[i]["loss"];
+    EXPECT_LT(std::abs(x - y), 0.02 * std::abs(x)) << "step " << i + 1 << ": " << x << " vs " << y;
+  }
+  const io::SafetensorsFile state =
+      io::SafetensorsFile::open(dir_ / "two" / "checkpoint-000002" / "training_state-rank00000-of-00002.safetensors");
+  EXPECT_EQ(state.tensor("zero.replicated.adam_m").dtype(), DType::U8);
+  EXPECT_TRUE(state.contains("zero.experts.adam_v_absmax"));
+
+  testing::copy_folder(dir_ / "two", dir_ / "resumed");
+  fs::remove_all(dir_ / "resumed" / "checkpoint-000004");
+  fs::remove_all(dir_ / "resumed" / "final-model");
+  fs::remove(dir_ / "resumed" / ".moetune.lock");
+  const testing::RunResult resumed = testing::run_moetune(job("resumed", two_ranks + " --resume"));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+  EXPECT_EQ(max_difference(dir_ / "resumed" / "final-model", dir_ / "two" / "final-model"), 0.0);
 }
 
 TEST_F(ParallelFinetune, BadLayoutsAreClearErrors) {

@@ -1,4 +1,4 @@
-// The GPU optimizer step (fused multi-tensor AdamW in three precisions) and the device-side gradient norm and
+// The GPU optimizer step (fused multi-tensor AdamW in three precisions, with 8-bit state too) and the device-side gradient norm and
 // clip coefficient, against train::AdamW and train::clip_grad_norm on the host in fp32/double.
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 
 #include "gpu_test_util.h"
 #include "moetune/core/half.h"
+#include "moetune/ops/adamw_math.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/adamw.h"
 #include "moetune/ops/cuda/grad_norm.h"
@@ -382,6 +383,111 @@ TEST(AdamWGpuApi, ParsesPrecisionNames) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fp16"), std::string::npos) << e.what();
   }
+}
+
+// 8-bit state (optimizer.state: int8): the moments depend on the gradients alone, so in every precision the GPU's
+// codes and absmax values are the CPU reference's bit for bit (the kernel is compiled without FMA contraction and
+// shares the per-element code, ops/adamw_math.h and ops/blockwise_quant_math.h); the fp32 master weights are too,
+// and bf16 parameters are within bf16 rounding (stochastic rounding: its tolerance) of the CPU's fp32 ones.
+class AdamWInt8Gpu : public testing::GpuTest {
+ protected:
+  void run_against_cpu(OptimizerPrecision precision, const std::vector<Shape>& shapes, const std::set<size_t>& misaligned,
+                       bool scale_gradients) {
+    const bool fp32_master = precision == OptimizerPrecision::Fp32Master;
+    std::vector<AdamWSlot> gpu;
+    std::vector<Tensor> cpu_params, cpu_grads, signs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const bool odd = misaligned.count(i) > 0;
+      const Tensor drawn = signed_uniform(shapes[i], rng());
+      const Tensor initial = fp32_master ? drawn : bf16_representable(drawn);
+      const Shape blocks = {ops::adamw_state_blocks(shape_numel(shapes[i]))};
+      AdamWSlot slot;
+      slot.param = fp32_master ? poisoned(shapes[i], DType::BF16, Device::cuda()) : on_gpu(initial, DType::BF16, odd);
+      if (fp32_master) slot.master = on_gpu(initial, DType::F32, odd);
+      slot.grad = on_gpu(Tensor::zeros(shapes[i], DType::F32), DType::BF16, odd);
+      slot.exp_avg = on_gpu(Tensor::zeros(shapes[i], DType::U8), DType::U8, odd);
+      slot.exp_avg_sq = on_gpu(Tensor::zeros(shapes[i], DType::U8), DType::U8, odd);
+      slot.exp_avg_absmax = on_gpu(Tensor::zeros(blocks, DType::F32), DType::F32, odd);
+      slot.exp_avg_sq_absmax = on_gpu(Tensor::zeros(blocks, DType::F32), DType::F32, odd);
+      gpu.push_back(slot);
+      cpu_params.push_back(initial.clone());
+      cpu_grads.push_back(Tensor::zeros(shapes[i], DType::F32));
+      signs.push_back(random_signs(shapes[i], rng()));
+    }
+    train::AdamW cpu(cpu_params, cpu_grads,
+                     {.lr = kLearningRates[0], .beta1 = kBeta1, .beta2 = kBeta2, .eps = kEps, .weight_decay = kWeightDecay,
+                      .int8_state = true});
+    const float scale = scale_gradients ? 0.37f : 1.0f;
+    const Tensor grad_scale = scale_gradients ? device_scalar(scale) : Tensor();
+    // Gradients over four decades, as the moments of a real model span them.
+    std::uniform_real_distribution<float> exponent(-4.0f, 0.0f);
+    for (double lr : kLearningRates) {
+      for (size_t i = 0; i < gpu.size(); ++i) {
+        Tensor g = Tensor::empty(cpu_grads[i].shape(), DType::F32);
+        for (int64_t j = 0; j < g.numel(); ++j)
+          g.data<float>()[j] = signs[i].data<float>()[j] * std::pow(10.0f, exponent(rng()));
+        const Tensor bf16 = ops::cast(g, DType::BF16);
+        gpu[i].grad.copy_from(bf16);
+        const Tensor rounded = ops::cast(bf16, DType::F32);
+        for (int64_t j = 0; j < g.numel(); ++j) cpu_grads[i].data<float>()[j] = rounded.data<float>()[j] * scale;
+      }
+      cpu.step(lr);
+      ops::cuda::adamw_step(gpu, TwinOptimizers::hyper(lr, cpu.steps_taken()), precision, grad_scale, seed(), true);
+    }
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "slot " << i << " " << gpu[i].param.str());
+      EXPECT_TRUE(gpu[i].exp_avg.to(Device::cpu()).same_bytes(cpu.first_moments()[i]));
+      EXPECT_TRUE(gpu[i].exp_avg_sq.to(Device::cpu()).same_bytes(cpu.second_moments()[i]));
+      EXPECT_TRUE(gpu[i].exp_avg_absmax.to(Device::cpu()).same_bytes(cpu.first_moment_absmax()[i]));
+      EXPECT_TRUE(gpu[i].exp_avg_sq_absmax.to(Device::cpu()).same_bytes(cpu.second_moment_absmax()[i]));
+      if (fp32_master) {
+        const Tensor master = gpu[i].master.to(Device::cpu());
+        EXPECT_TRUE(master.same_bytes(cpu_params[i]));
+        EXPECT_TRUE(gpu[i].param.to(Device::cpu()).same_bytes(ops::cast(master, DType::BF16)));
+      } else {
+        const bool few = gpu[i].param.numel() < kManyElements;
+        const double tolerance = precision == OptimizerPrecision::Bf16Stochastic && few ? kStochasticFewElementsTolerance
+                                                                                       : kBf16Tolerance;
+        EXPECT_LE(relative_error(gpu[i].param, cpu_params[i]), tolerance);
+      }
+    }
+  }
+};
+
+TEST_F(AdamWInt8Gpu, MatchesCpuBitForBitInEveryPrecision) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  for (OptimizerPrecision precision :
+       {OptimizerPrecision::Fp32Master, OptimizerPrecision::PureBf16, OptimizerPrecision::Bf16Stochastic}) {
+    SCOPED_TRACE(::testing::Message() << "precision " << int(precision));
+    run_against_cpu(precision, kMixedShapes, kMisalignedSlots, true);
+  }
+}
+
+TEST_F(AdamWInt8Gpu, ManySmallTensorsWithoutGradScaleMatchCpu) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  run_against_cpu(OptimizerPrecision::Fp32Master, many_small_shapes(rng(), 1000), {0, 319, 320, 999}, false);
+}
+
+TEST_F(AdamWInt8Gpu, RejectsMismatchedState) {
+  const Shape shape = {300};
+  const AdamWSlot slot{.param = Tensor::zeros(shape, DType::BF16, Device::cuda()),
+                       .grad = Tensor::zeros(shape, DType::BF16, Device::cuda()),
+                       .exp_avg = Tensor::zeros(shape, DType::U8, Device::cuda()),
+                       .exp_avg_sq = Tensor::zeros(shape, DType::U8, Device::cuda()),
+                       .exp_avg_absmax = Tensor::zeros({2}, DType::F32, Device::cuda()),
+                       .exp_avg_sq_absmax = Tensor::zeros({2}, DType::F32, Device::cuda())};
+  const AdamWHyper hyper = TwinOptimizers::hyper(1e-3, 1);
+  EXPECT_NO_THROW(ops::cuda::adamw_step({slot}, hyper, OptimizerPrecision::PureBf16, Tensor(), 0, true));
+  EXPECT_THROW(ops::cuda::adamw_step({slot}, hyper, OptimizerPrecision::PureBf16, Tensor(), 0, false), Error);
+  AdamWSlot short_absmax = slot;
+  short_absmax.exp_avg_sq_absmax = Tensor::zeros({1}, DType::F32, Device::cuda());
+  EXPECT_THROW(ops::cuda::adamw_step({short_absmax}, hyper, OptimizerPrecision::PureBf16, Tensor(), 0, true), Error);
+  AdamWSlot no_absmax = slot;
+  no_absmax.exp_avg_absmax = Tensor();
+  EXPECT_THROW(ops::cuda::adamw_step({no_absmax}, hyper, OptimizerPrecision::PureBf16, Tensor(), 0, true), Error);
+  AdamWSlot bf16_moments = slot;
+  bf16_moments.exp_avg = Tensor::zeros(shape, DType::BF16, Device::cuda());
+  EXPECT_THROW(ops::cuda::adamw_step({bf16_moments}, hyper, OptimizerPrecision::PureBf16, Tensor(), 0, true), Error);
 }
 
 class GradNormGpu : public testing::GpuTest {};

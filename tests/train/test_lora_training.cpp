@@ -14,6 +14,7 @@ namespace moetune::train {
 namespace {
 
 using testing::TrainerTest;
+using testing::losses;
 
 const std::vector<std::string> kLora = {"lora.rank=4", "lora.alpha=8", "lora.target_modules=[q_proj, v_proj, o_proj]",
                                         "lora.target_parameters=[mlp.experts.gate_up_proj, mlp.experts.down_proj]"};
@@ -21,13 +22,6 @@ const std::vector<std::string> kLora = {"lora.rank=4", "lora.alpha=8", "lora.tar
 std::vector<std::string> with(std::vector<std::string> extra) {
   extra.insert(extra.begin(), kLora.begin(), kLora.end());
   return extra;
-}
-
-std::vector<double> losses(const std::vector<nlohmann::json>& records) {
-  std::vector<double> out;
-  for (const nlohmann::json& r : records)
-    if (r.contains("grad_norm")) out.push_back(r["loss"]);
-  return out;
 }
 
 TEST_F(TrainerTest, LoraRunSavesAdaptersAndResumesExactly) {

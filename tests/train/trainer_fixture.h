@@ -49,6 +49,14 @@ class TrainerTest : public ::testing::Test {
   ScratchDir dir_;
 };
 
+// The training steps' losses of a metrics.jsonl (its records with a grad_norm; validation records have none).
+inline std::vector<double> losses(const std::vector<nlohmann::json>& records) {
+  std::vector<double> out;
+  for (const nlohmann::json& r : records)
+    if (r.contains("grad_norm")) out.push_back(r["loss"]);
+  return out;
+}
+
 // Raises SIGINT once the run has logged its first step, so that the signal lands while it trains.
 inline void interrupt_after_first_step(const std::filesystem::path& metrics) {
   while (!std::filesystem::exists(metrics) || std::filesystem::file_size(metrics) == 0)

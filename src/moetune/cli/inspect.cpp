@@ -8,6 +8,7 @@
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/expert_shard.h"
 #include "moetune/model/model_description.h"
+#include "moetune/ops/adamw_math.h"
 #include "moetune/parallel/parallel_layout.h"
 
 namespace moetune::cli {
@@ -105,6 +106,8 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens) {
   report["parameters"] = parameters;
 
   const int64_t total = layout.total_parameters();
+  int64_t state_blocks = 0;  // 8-bit AdamW state: one absmax per block of each tensor
+  for (const auto& spec : layout.parameters) state_blocks += ops::adamw_state_blocks(shape_numel(spec.shape));
   report["total_parameters"] = total;
   report["active_parameters"] = layout.active_parameters();
   report["active_matmul_parameters"] = layout.active_matmul_parameters();
@@ -116,8 +119,8 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens) {
                       {"weights_bytes", plan.weight_bytes * total},
                       {"gradients_bytes", plan.gradient_bytes * total},
                       {"master_weights_bytes", plan.master_bytes * total},
-                      {"optimizer_state_bytes", plan.optimizer_bytes * total},
-                      {"total_bytes", plan.bytes_per_parameter() * total}});
+                      {"optimizer_state_bytes", plan.optimizer_state_bytes(total, state_blocks)},
+                      {"total_bytes", plan.static_bytes(total, state_blocks)}});
   report["memory"] = memory;
   report["memory_note"] = "static memory for the whole run; activations depend on the recipe and are added by the training step's plan";
   if (tokens > 0) {
@@ -126,7 +129,7 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens) {
     for (const auto& [block, bytes] : plan.stash) stash[block] = bytes;
     json peaks = json::object();
     for (const json& m : memory)
-      if (m["precision"] != "cpu_fp32") peaks[m["precision"].get<std::string>()] = m["total_bytes"].get<int64_t>() + plan.total();
+      if (!m["precision"].get<std::string>().starts_with("cpu_fp32")) peaks[m["precision"].get<std::string>()] = m["total_bytes"].get<int64_t>() + plan.total();
     report["gpu_step"] = {{"tokens", tokens},           {"stash_bytes", stash},
                           {"stash_total_bytes", plan.stash_bytes}, {"peak_phase", plan.peak_phase},
                           {"transient_bytes", plan.transient_bytes}, {"workspace_bytes", plan.workspace_bytes},
@@ -148,7 +151,8 @@ void add_expert_parallel_plan(json& report, const std::filesystem::path& folder,
   const int64_t sharded = (dense + world - 1) / world + (expert_parameters / expert + ranks.expert_replicas() - 1) / ranks.expert_replicas();
   json per_rank = json::array();
   for (const auto& plan : model::precision_plans()) {
-    const int64_t total = (plan.weight_bytes + plan.gradient_bytes) * held + (plan.master_bytes + plan.optimizer_bytes) * sharded;
+    const int64_t total = (plan.weight_bytes + plan.gradient_bytes) * held + plan.master_bytes * sharded +
+                          plan.optimizer_state_bytes(sharded, ops::adamw_state_blocks(sharded));
     per_rank.push_back({{"precision", plan.name}, {"total_bytes", total}});
   }
   json plan = {{"world", world}, {"expert", expert}, {"dense_parameters", dense}, {"expert_parameters_per_rank", expert_parameters / expert},
@@ -207,8 +211,8 @@ std::string format_inspection(const json& r) {
   line(fmt::format("active per token  {:>16}  ({})", active, human_count(double(active))));
   line("full fine-tune memory (static; activations come on top, per recipe):");
   for (const json& m : r["memory"])
-    line(fmt::format("  {:<26} {:>10}  ({} B/param: {})", m["precision"].get<std::string>(),
-                     human_bytes(m["total_bytes"].get<double>()), m["bytes_per_parameter"].get<int64_t>(),
+    line(fmt::format("  {:<30} {:>10}  ({:g} B/param: {})", m["precision"].get<std::string>(),
+                     human_bytes(m["total_bytes"].get<double>()), m["bytes_per_parameter"].get<double>(),
                      m["description"].get<std::string>()));
   if (r.contains("gpu_step")) {
     const json& g = r["gpu_step"];
@@ -219,7 +223,7 @@ std::string format_inspection(const json& r) {
     line(fmt::format("  workspaces {:>20}", human_bytes(g["workspace_bytes"].get<double>())));
     line("predicted peak (static + activations):");
     for (const auto& [precision, bytes] : g["predicted_peak_bytes"].items())
-      line(fmt::format("  {:<26} {:>10}", precision, human_bytes(bytes.get<double>())));
+      line(fmt::format("  {:<30} {:>10}", precision, human_bytes(bytes.get<double>())));
   }
   if (r.contains("expert_parallel")) {
     const json& e = r["expert_parallel"];
@@ -229,7 +233,7 @@ std::string format_inspection(const json& r) {
                      human_count(e["expert_parameters_per_rank"].get<double>()),
                      human_count(e["optimizer_state_parameters_per_rank"].get<double>())));
     for (const json& m : e["static_bytes_per_rank"])
-      line(fmt::format("  {:<26} {:>10}", m["precision"].get<std::string>(), human_bytes(m["total_bytes"].get<double>())));
+      line(fmt::format("  {:<30} {:>10}", m["precision"].get<std::string>(), human_bytes(m["total_bytes"].get<double>())));
     if (e.contains("receive_rows_worst")) {
       line(fmt::format("  all-to-all receive rows (tokens) per MoE layer: {} balanced, {} at most ({} in bf16)",
                        e["receive_rows_balanced"].get<int64_t>(), e["receive_rows_worst"].get<int64_t>(),

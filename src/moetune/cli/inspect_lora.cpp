@@ -7,6 +7,7 @@
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/model_description.h"
 #include "moetune/model/nf4_weights.h"
+#include "moetune/ops/adamw_math.h"
 #include "moetune/ops/nf4.h"
 
 namespace moetune::cli {
@@ -14,9 +15,10 @@ namespace moetune::cli {
 void add_lora_plan(nlohmann::json& report, const std::filesystem::path& folder, const model::LoraConfig& lora) {
   lora.validate("inspect --lora-*");
   const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
-  int64_t trainable = 0, adapters = 0;
+  int64_t trainable = 0, adapters = 0, state_blocks = 0;
   for (const model::ParameterSpec& spec : model::lora_parameters(layout, lora)) {
     trainable += shape_numel(spec.shape);
+    state_blocks += ops::adamw_state_blocks(shape_numel(spec.shape));
     ++adapters;
   }
   const int64_t frozen = layout.total_parameters();
@@ -29,8 +31,9 @@ void add_lora_plan(nlohmann::json& report, const std::filesystem::path& folder, 
   nlohmann::json memory = nlohmann::json::array();
   for (const auto& plan : model::precision_plans())
     memory.push_back({{"precision", plan.name},
-                      {"total_bytes", plan.weight_bytes * frozen + plan.bytes_per_parameter() * trainable},
-                      {"qlora_nf4_total_bytes", plan.weight_bytes * (frozen - quantized) + nf4_bytes + plan.bytes_per_parameter() * trainable}});
+                      {"total_bytes", plan.weight_bytes * frozen + plan.static_bytes(trainable, state_blocks)},
+                      {"qlora_nf4_total_bytes",
+                       plan.weight_bytes * (frozen - quantized) + nf4_bytes + plan.static_bytes(trainable, state_blocks)}});
   report["lora"] = {{"rank", lora.rank},
                     {"scale", lora.scale()},
                     {"adapter_tensors", adapters},
@@ -48,7 +51,7 @@ std::string format_lora_plan(const nlohmann::json& report) {
                                 l["trainable_parameters"].get<int64_t>(), 100 * l["trainable_fraction"].get<double>(),
                                 l["frozen_parameters"].get<int64_t>() + l["trainable_parameters"].get<int64_t>());
   for (const nlohmann::json& m : l["memory"])
-    out += fmt::format("  {:<26} {:>10.3f} GB static ({:.3f} GB with an NF4 base, QLoRA)\n", m["precision"].get<std::string>(),
+    out += fmt::format("  {:<30} {:>10.3f} GB static ({:.3f} GB with an NF4 base, QLoRA)\n", m["precision"].get<std::string>(),
                        m["total_bytes"].get<double>() / 1e9, m["qlora_nf4_total_bytes"].get<double>() / 1e9);
   return out;
 }

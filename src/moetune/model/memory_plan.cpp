@@ -11,6 +11,10 @@ const std::vector<PrecisionPlan>& precision_plans() {
       {"bf16_stochastic_rounding", "bf16 weights, gradients and moments, written with stochastic rounding", 2, 2, 0, 4},
       {"pure_bf16", "bf16 weights, gradients and moments (what HF does for a model loaded in bf16)", 2, 2, 0, 4},
       {"cpu_fp32", "fp32 throughout (the CPU engine)", 4, 4, 0, 8},
+      {"fp32_master+int8", "as fp32_master, AdamW moments in 8 bits (optimizer.state: int8)", 2, 2, 4, 2, true},
+      {"bf16_stochastic_rounding+int8", "as bf16_stochastic_rounding, AdamW moments in 8 bits", 2, 2, 0, 2, true},
+      {"pure_bf16+int8", "as pure_bf16, AdamW moments in 8 bits", 2, 2, 0, 2, true},
+      {"cpu_fp32+int8", "as cpu_fp32, AdamW moments in 8 bits", 4, 4, 0, 2, true},
   };
   return plans;
 }

@@ -10,14 +10,27 @@
 namespace moetune::model {
 
 struct PrecisionPlan {
-  std::string name;         // recipe spelling: fp32_master, bf16_stochastic_rounding, pure_bf16, cpu_fp32
+  // recipe spelling: fp32_master, bf16_stochastic_rounding, pure_bf16, cpu_fp32 (optimizer.precision), with
+  // "+int8" for optimizer.state: int8
+  std::string name;
   std::string description;
   int64_t weight_bytes;     // per parameter, for each part
   int64_t gradient_bytes;
   int64_t master_bytes;
-  int64_t optimizer_bytes;  // AdamW's two moments
+  int64_t optimizer_bytes;  // AdamW's two moments (with int8 state: their codes, 1 byte each)
+  bool int8_state = false;  // then each moment also holds an F32 absmax per block of 256 elements of a tensor
 
-  int64_t bytes_per_parameter() const { return weight_bytes + gradient_bytes + master_bytes + optimizer_bytes; }
+  // The moments of `parameters` elements in `blocks` blocks (the sum of ops::adamw_state_blocks over the
+  // tensors, or over the optimizer's flat runs: within a few blocks of each other).
+  int64_t optimizer_state_bytes(int64_t parameters, int64_t blocks) const {
+    return optimizer_bytes * parameters + (int8_state ? 2 * 4 * blocks : 0);
+  }
+  int64_t static_bytes(int64_t parameters, int64_t blocks) const {
+    return (weight_bytes + gradient_bytes + master_bytes) * parameters + optimizer_state_bytes(parameters, blocks);
+  }
+  double bytes_per_parameter() const {
+    return double(weight_bytes + gradient_bytes + master_bytes + optimizer_bytes) + (int8_state ? 8.0 / 256 : 0.0);
+  }
 };
 
 const std::vector<PrecisionPlan>& precision_plans();

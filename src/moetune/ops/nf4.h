@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "moetune/core/tensor.h"
+#include "moetune/ops/blockwise_quant.h"
 
 namespace moetune::ops {
 
@@ -16,16 +17,6 @@ inline constexpr int64_t kNf4BlockSize = 64;
 inline constexpr int64_t kNf4AbsmaxBlockSize = 256;
 
 const std::array<float, 16>& nf4_code();
-const std::array<float, 256>& dynamic_map_signed();  // bitsandbytes' create_dynamic_map(signed=True)
-
-// Codes of blocks of `block` values: per block its absmax (at least 1e-38 to divide by), each value times its
-// float32 reciprocal (the partial last block divides), clamped to [-1, 1], to the nearest entry of the sorted
-// `code` (ties to the lower: the count of float32 midpoints it exceeds).
-struct BlockCodes {
-  std::vector<uint8_t> codes;  // one per value
-  std::vector<float> absmax;   // one per block
-};
-BlockCodes quantize_blocks(const float* values, int64_t count, int64_t block, const float* code, int64_t code_size);
 
 struct Nf4Tensor {
   Shape shape;

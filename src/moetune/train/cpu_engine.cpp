@@ -16,11 +16,13 @@ namespace {
 // A tensor of a saved training state, which must have `like`'s shape and dtype: a checkpoint of another model
 // (or an edited one) is refused by name, not copied because its element count happens to match.
 Tensor state_tensor(const io::SafetensorsFile& file, const std::string& name, const Tensor& like) {
-  if (!file.contains(name)) fail("no tensor '{}' (a checkpoint of another model?)", name);
+  if (!file.contains(name))
+    fail("no tensor '{}' (a checkpoint of another model, or saved with another optimizer.state?)", name);
   Tensor tensor = file.tensor(name);
   if (tensor.shape() != like.shape() || tensor.dtype() != like.dtype())
-    fail("'{}' is {} {}, but the model's is {} {} (a checkpoint of another model?)", name, dtype_name(tensor.dtype()),
-         shape_str(tensor.shape()), dtype_name(like.dtype()), shape_str(like.shape()));
+    fail("'{}' is {} {}, but the model's is {} {} (a checkpoint of another model, or saved with another "
+         "optimizer.state?)",
+         name, dtype_name(tensor.dtype()), shape_str(tensor.shape()), dtype_name(like.dtype()), shape_str(like.shape()));
   return tensor;
 }
 
@@ -45,7 +47,8 @@ class CpuEngine final : public TrainingEngine {
         model_(model::CausalLM::from_weights(load_weights(r, *groups_), dispatcher_factory())) {
     if (r.optimizer.precision != "fp32")
       fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
-    const AdamWOptions options{r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay};
+    const AdamWOptions options{r.optimizer.lr,  r.optimizer.beta1,        r.optimizer.beta2,
+                               r.optimizer.eps, r.optimizer.weight_decay, r.optimizer.state == "int8"};
     if (router_bias_rate_ > 0) require_correction_biases();
     if (!parallel()) {
       optimizer_ = std::make_unique<AdamW>(model_.parameters().values(), model_.parameters().grads(), options);
@@ -100,22 +103,24 @@ class CpuEngine final : public TrainingEngine {
     for (size_t i = 0; i < specs.size(); ++i) {
       if (!specs[i].trainable) continue;  // frozen: unchanged since loading, and no optimizer state
       state.emplace_back("param." + specs[i].name, model_.weights().parameters[i]);
-      state.emplace_back("adam_m." + specs[i].name, optimizer_->first_moments()[i]);
-      state.emplace_back("adam_v." + specs[i].name, optimizer_->second_moments()[i]);
+      for (const auto& [prefix, tensors] : optimizer_->named_state()) state.emplace_back(prefix + "." + specs[i].name, tensors[i]);
     }
     return state;
   }
   void restore_training_state(const io::SafetensorsFile& file, int64_t optimizer_steps) override {
     if (sharded_) return sharded_->restore(file, optimizer_steps);
     const auto& specs = model_.weights().layout.parameters;
-    std::vector<Tensor> m, v;
+    const auto targets = optimizer_->named_state();
+    std::vector<std::vector<Tensor>> saved(targets.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       Tensor& parameter = model_.parameters().values()[i];
       if (specs[i].trainable) parameter.copy_from(state_tensor(file, "param." + specs[i].name, parameter));
-      m.push_back(specs[i].trainable ? state_tensor(file, "adam_m." + specs[i].name, parameter) : Tensor());
-      v.push_back(specs[i].trainable ? state_tensor(file, "adam_v." + specs[i].name, parameter) : Tensor());
+      for (size_t k = 0; k < targets.size(); ++k) {
+        const auto& [prefix, tensors] = targets[k];
+        saved[k].push_back(specs[i].trainable ? state_tensor(file, prefix + "." + specs[i].name, tensors[i]) : Tensor());
+      }
     }
-    optimizer_->restore(m, v, optimizer_steps);
+    optimizer_->restore(saved, optimizer_steps);
   }
   void finish_restore() override {
     if (sharded_) sharded_->gather_parameters();

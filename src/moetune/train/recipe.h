@@ -71,6 +71,10 @@ struct Recipe {
     double weight_decay = 0.0;
     double max_grad_norm = 1.0;           // 0 disables clipping
     std::string precision = "fp32";       // fp32 (CPU); GPU: fp32_master, bf16_stochastic_rounding, pure_bf16
+    // AdamW's moments: fp32 | int8. "fp32" keeps them as `precision` says (f32, or bf16 in the bf16 modes);
+    // "int8" keeps both as 8-bit blockwise codes (train/adamw.h) under any precision, whose weights and master
+    // copy stay as they are.
+    std::string state = "fp32";
   } optimizer;
 
   struct Schedule {

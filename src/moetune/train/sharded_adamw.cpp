@@ -56,8 +56,7 @@ io::NamedTensors ShardedAdamW::state() const {
   for (const Shard& shard : shards_) {
     const std::string prefix = "zero." + shard.run.name;
     state.emplace_back(prefix + ".param", shard.parameters);
-    state.emplace_back(prefix + ".adam_m", shard.optimizer->first_moments()[0]);
-    state.emplace_back(prefix + ".adam_v", shard.optimizer->second_moments()[0]);
+    for (const auto& [suffix, tensors] : shard.optimizer->named_state()) state.emplace_back(prefix + "." + suffix, tensors[0]);
   }
   return state;
 }
@@ -65,16 +64,20 @@ io::NamedTensors ShardedAdamW::state() const {
 void ShardedAdamW::restore(const io::SafetensorsFile& file, int64_t steps_taken) {
   for (Shard& shard : shards_) {
     const std::string prefix = "zero." + shard.run.name;
-    const auto take = [&](const std::string& name) {
-      if (!file.contains(name)) fail("no tensor '{}' (a checkpoint of another model or layout?)", name);
+    const auto take = [&](const std::string& name, const Tensor& like) {
+      if (!file.contains(name))
+        fail("no tensor '{}' (a checkpoint of another model or layout, or saved with another optimizer.state?)", name);
       const Tensor tensor = file.tensor(name);
-      if (tensor.shape() != shard.parameters.shape() || tensor.dtype() != DType::F32)
-        fail("'{}' is {}, but this rank's shard is {} (a checkpoint of another model or layout?)", name, tensor.str(),
-             shard.parameters.str());
+      if (tensor.shape() != like.shape() || tensor.dtype() != like.dtype())
+        fail("'{}' is {}, but this rank's shard is {} (a checkpoint of another model or layout, or saved with another "
+             "optimizer.state?)",
+             name, tensor.str(), like.str());
       return tensor;
     };
-    shard.parameters.copy_from(take(prefix + ".param"));
-    shard.optimizer->restore({take(prefix + ".adam_m")}, {take(prefix + ".adam_v")}, steps_taken);
+    shard.parameters.copy_from(take(prefix + ".param", shard.parameters));
+    std::vector<std::vector<Tensor>> saved;
+    for (const auto& [suffix, tensors] : shard.optimizer->named_state()) saved.push_back({take(prefix + "." + suffix, tensors[0])});
+    shard.optimizer->restore(saved, steps_taken);
   }
 }
 

@@ -29,7 +29,8 @@ class ShardedAdamW {
   double step(double lr, double max_grad_norm);
   int64_t steps_taken() const;
 
-  // This rank's shards: "zero.<run>.param", ".adam_m", ".adam_v"; and their restore, which is not collective:
+  // This rank's shards: "zero.<run>.param", ".adam_m", ".adam_v" (and ".adam_m_absmax", ".adam_v_absmax" with int8
+  // state); and their restore, which is not collective:
   // gather_parameters() then gives every rank the whole parameters.
   io::NamedTensors state() const;
   void restore(const io::SafetensorsFile& file, int64_t steps_taken);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/ops/blockwise_quant.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
 
 namespace moetune::ops::cuda {
@@ -25,21 +26,19 @@ void check_hyper(const AdamWHyper& hyper) {
                 hyper.weight_decay);
 }
 
-// Exactly train::AdamW's constants: double, then rounded to float once.
 AdamWScalars scalars_of(const AdamWHyper& hyper, uint64_t seed) {
-  const float beta1 = float(hyper.beta1), beta2 = float(hyper.beta2);
-  const double bias_correction1 = 1.0 - std::pow(hyper.beta1, double(hyper.step));
-  const double bias_correction2 = 1.0 - std::pow(hyper.beta2, double(hyper.step));
-  return {.beta1 = beta1,
-          .beta2 = beta2,
-          .one_minus_beta1 = 1.0f - beta1,
-          .one_minus_beta2 = 1.0f - beta2,
-          .step_size = float(hyper.lr / bias_correction1),
-          .decay = float(1.0 - hyper.lr * hyper.weight_decay),
-          .sqrt_correction2 = float(std::sqrt(bias_correction2)),
-          .eps = float(hyper.eps),
-          .seed = seed,
-          .step = hyper.step};
+  return {adamw_constants(hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.weight_decay, hyper.step), seed, hyper.step};
+}
+
+// bitsandbytes' signed and unsigned dynamic maps, one after the other, uploaded once and kept for the process
+// (the GPU engine drives one device).
+const float* dynamic_maps_on_device() {
+  static const Tensor* maps = [] {
+    std::vector<float> both(dynamic_map_signed().begin(), dynamic_map_signed().end());
+    both.insert(both.end(), dynamic_map_unsigned().begin(), dynamic_map_unsigned().end());
+    return new Tensor(Tensor::from_vector<float>(both, {int64_t(both.size())}).to(Device::cuda()));
+  }();
+  return static_cast<const float*>(maps->raw_data());
 }
 
 AdamWStorage storage_of(OptimizerPrecision precision) {
@@ -63,17 +62,17 @@ OptimizerPrecision parse_optimizer_precision(const std::string& name) {
 }
 
 void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, OptimizerPrecision precision,
-                const Tensor& grad_scale, uint64_t seed) {
+                const Tensor& grad_scale, uint64_t seed, bool int8_state) {
   check_hyper(hyper);
   const AdamWStorage storage = storage_of(precision);
   const bool has_master = precision == OptimizerPrecision::Fp32Master;
-  const DType moment_dtype = has_master ? DType::F32 : DType::BF16;
+  const DType moment_dtype = int8_state ? DType::U8 : has_master ? DType::F32 : DType::BF16;
   if (grad_scale.defined())
     MOETUNE_CHECK(grad_scale.device().is_cuda() && grad_scale.dtype() == DType::F32 && grad_scale.numel() == 1,
                   "adamw_step: grad_scale is {}, expected F32 with one element on cuda", grad_scale.str());
 
   std::vector<AdamWTensorPointers> pointers;
-  pointers.reserve(slots.size());
+  std::vector<AdamWInt8TensorPointers> int8_pointers;
   for (size_t i = 0; i < slots.size(); ++i) {
     const AdamWSlot& slot = slots[i];
     MOETUNE_CHECK(slot.param.defined(), "adamw_step: slot {}: param is undefined", i);
@@ -85,17 +84,30 @@ void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, Op
     if (has_master) check_state(slot.master, "master", i, DType::F32, shape);
     else MOETUNE_CHECK(!slot.master.defined(), "adamw_step: slot {}: a master copy ({}) is only kept in fp32 mode", i,
                        slot.master.str());
-    pointers.push_back({.param = static_cast<uint16_t*>(slot.param.raw_data()),
-                        .grad = static_cast<const uint16_t*>(slot.grad.raw_data()),
-                        .exp_avg = slot.exp_avg.raw_data(),
-                        .exp_avg_sq = slot.exp_avg_sq.raw_data(),
-                        .master = has_master ? static_cast<float*>(slot.master.raw_data()) : nullptr,
-                        .numel = slot.param.numel()});
+    auto* master = has_master ? static_cast<float*>(slot.master.raw_data()) : nullptr;
+    auto* param = static_cast<uint16_t*>(slot.param.raw_data());
+    const auto* grad = static_cast<const uint16_t*>(slot.grad.raw_data());
+    if (!int8_state) {
+      MOETUNE_CHECK(!slot.exp_avg_absmax.defined() && !slot.exp_avg_sq_absmax.defined(),
+                    "adamw_step: slot {}: absmax values are only kept with 8-bit state", i);
+      pointers.push_back({param, grad, slot.exp_avg.raw_data(), slot.exp_avg_sq.raw_data(), master, slot.param.numel()});
+      continue;
+    }
+    const Shape blocks = {adamw_state_blocks(slot.param.numel())};
+    check_state(slot.exp_avg_absmax, "exp_avg_absmax", i, DType::F32, blocks);
+    check_state(slot.exp_avg_sq_absmax, "exp_avg_sq_absmax", i, DType::F32, blocks);
+    int8_pointers.push_back({param, grad, static_cast<uint8_t*>(slot.exp_avg.raw_data()),
+                             static_cast<uint8_t*>(slot.exp_avg_sq.raw_data()),
+                             static_cast<float*>(slot.exp_avg_absmax.raw_data()),
+                             static_cast<float*>(slot.exp_avg_sq_absmax.raw_data()), master, slot.param.numel()});
   }
   const float* scale = grad_scale.defined() ? static_cast<const float*>(grad_scale.raw_data()) : nullptr;
-  gpu::check(launch_adamw(storage, pointers.data(), int64_t(pointers.size()), scalars_of(hyper, seed), scale,
-                          gpu::stream()),
-             fmt::format("adamw_step over {} tensors", pointers.size()));
+  const AdamWScalars scalars = scalars_of(hyper, seed);
+  const cudaError_t status =
+      int8_state ? launch_adamw_int8(storage, int8_pointers.data(), int64_t(int8_pointers.size()), scalars, scale,
+                                     dynamic_maps_on_device(), gpu::stream())
+                 : launch_adamw(storage, pointers.data(), int64_t(pointers.size()), scalars, scale, gpu::stream());
+  gpu::check(status, fmt::format("adamw_step over {} tensors{}", slots.size(), int8_state ? " (8-bit state)" : ""));
 }
 
 }  // namespace moetune::ops::cuda

@@ -1,6 +1,6 @@
 // Fused multi-tensor AdamW (torch.optim.AdamW: decoupled weight decay, bias correction), one pass over each
 // element: gradient scale, decay, both moments, the update, and the rounding back into storage. The per-element
-// arithmetic is train::AdamW's, in the same order, in fp32.
+// arithmetic is train::AdamW's (ops/adamw_math.h), in fp32.
 //
 // The step is memory-bound; bytes moved per element:
 //   F32Master: reads grad 2 + master 4 + exp_avg 4 + exp_avg_sq 4, writes master 4 + moments 8 + param 2 = 28 B
@@ -8,55 +8,15 @@
 // so 3.1 B parameters take ~20 ms (fp32 master) or ~10 ms (bf16) at the H200's ~4.3 TB/s.
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
+#include "moetune/ops/cuda/adamw_common.cuh"
 #include "moetune/ops/cuda/multi_tensor.cuh"
 
 namespace moetune::ops::cuda {
 namespace {
 
-struct AdamWTable {
-  static constexpr int kMaxTensors = 384;
-  AdamWTensorPointers tensors[kMaxTensors];
-  int64_t chunk_end[kMaxTensors];
-  int64_t position[kMaxTensors];  // index in the caller's list: keys the stochastic rounding of that tensor
-  int count;
-  int64_t total_chunks;
-};
+using AdamWTable = AdamWTableOf<AdamWTensorPointers, 384>;
 static_assert(sizeof(AdamWTable) + sizeof(AdamWScalars) + sizeof(const float*) <=
               multi_tensor::kMaxKernelParameterBytes);
-
-// splitmix64's finaliser: a bijection whose output bits all depend on all input bits.
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
-
-// Counter-based randomness: the same (seed, step, tensor, element) always gives the same bits, whatever the
-// launch geometry, so a run with stochastic rounding is reproducible and resumable.
-__device__ __forceinline__ uint64_t tensor_key(uint64_t seed, int64_t step, int64_t position) {
-  return mix64(seed ^ mix64(uint64_t(step) * kGolden ^ mix64(uint64_t(position) + kGolden)));
-}
-__device__ __forceinline__ uint64_t element_random(uint64_t key, int64_t index) {
-  return mix64(key + uint64_t(index) * kGolden);
-}
-
-// Rounds up with probability equal to the dropped fraction of an ulp (adds 16 random bits below the kept ones,
-// then truncates), so E[round(x)] = x and updates far below half an ulp still move the value on average.
-// NaN keeps the nearest-even path, which keeps it a NaN.
-__device__ __forceinline__ uint16_t f32_to_bf16_stochastic(float f, uint32_t random16) {
-  const uint32_t bits = float_bits(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return f32_to_bf16(f);
-  return uint16_t((bits + random16) >> 16);
-}
-
-__device__ __forceinline__ void adamw_update(float& p, float g, float& m, float& v, const AdamWScalars& s) {
-  p *= s.decay;  // decoupled weight decay, before the moments, as torch does
-  m += (g - m) * s.one_minus_beta1;
-  v = s.beta2 * v + s.one_minus_beta2 * g * g;
-  p -= s.step_size * m / (sqrtf(v) / s.sqrt_correction2 + s.eps);
-}
 
 // Loads and stores of kWidth consecutive elements: 8 with 16-byte accesses (the caller guarantees alignment),
 // or 1.
@@ -126,7 +86,7 @@ __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, in
     load_bf16<kWidth>(static_cast<const uint16_t*>(t.exp_avg_sq) + index, v);
   }
 #pragma unroll
-  for (int k = 0; k < kWidth; ++k) adamw_update(p[k], g[k] * grad_scale, m[k], v[k], s);
+  for (int k = 0; k < kWidth; ++k) adamw_element(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
 
   uint16_t p_bits[kWidth];
   if constexpr (kStorage == AdamWStorage::F32Master) {
@@ -163,13 +123,7 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
                  const float* __restrict__ grad_scale) {
   constexpr int kVector = multi_tensor::kVectorElements;
   const float scale = grad_scale ? *grad_scale : 1.0f;
-  for (int64_t chunk = blockIdx.x; chunk < table.total_chunks; chunk += gridDim.x) {
-    const int tensor = multi_tensor::tensor_of_chunk(table.chunk_end, table.count, chunk);
-    const AdamWTensorPointers& t = table.tensors[tensor];
-    const multi_tensor::Range range = multi_tensor::chunk_range(table.chunk_end, tensor, chunk, t.numel);
-    const uint64_t key = kStorage == AdamWStorage::Bf16StochasticRounding
-                             ? tensor_key(scalars.seed, scalars.step, table.position[tensor])
-                             : 0;
+  for_each_chunk<kStorage>(table, scalars, [&](const AdamWTensorPointers& t, multi_tensor::Range range, uint64_t key) {
     int64_t scalar_begin = range.begin;
     if (multi_tensor::all_aligned_16(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.master)) {
       const int64_t vector_end = range.begin + (range.end - range.begin) / kVector * kVector;
@@ -179,41 +133,16 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
     }
     for (int64_t i = scalar_begin + threadIdx.x; i < range.end; i += blockDim.x)
       update_elements<kStorage, 1>(t, i, scale, scalars, key);
-  }
-}
-
-template <AdamWStorage kStorage>
-cudaError_t launch_table(const AdamWTable& table, const AdamWScalars& scalars, const float* grad_scale,
-                         cudaStream_t stream) {
-  int max_blocks = 0;
-  if (cudaError_t status = multi_tensor::resident_blocks(adamw_kernel<kStorage>, max_blocks); status != cudaSuccess)
-    return status;
-  const int blocks = int(std::min<int64_t>(table.total_chunks, max_blocks));
-  adamw_kernel<kStorage><<<blocks, multi_tensor::kThreads, 0, stream>>>(table, scalars, grad_scale);
-  return cudaGetLastError();
+  });
 }
 
 }  // namespace
 
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
                          const AdamWScalars& scalars, const float* grad_scale, cudaStream_t stream) {
-  return multi_tensor::launch_in_batches<AdamWTable>(
-      count, [&](int64_t index) { return tensors[index].numel; },
-      [&](AdamWTable& table, int slot, int64_t index) {
-        table.tensors[slot] = tensors[index];
-        table.position[slot] = index;
-      },
-      [&](const AdamWTable& table) -> cudaError_t {
-        switch (storage) {
-          case AdamWStorage::F32Master:
-            return launch_table<AdamWStorage::F32Master>(table, scalars, grad_scale, stream);
-          case AdamWStorage::Bf16StochasticRounding:
-            return launch_table<AdamWStorage::Bf16StochasticRounding>(table, scalars, grad_scale, stream);
-          case AdamWStorage::Bf16NearestRounding:
-            return launch_table<AdamWStorage::Bf16NearestRounding>(table, scalars, grad_scale, stream);
-        }
-        return cudaErrorInvalidValue;
-      });
+  return launch_adamw_tables<AdamWTable>(
+      storage, tensors, count, [](auto storage_constant) { return adamw_kernel<decltype(storage_constant)::value>; },
+      stream, scalars, grad_scale);
 }
 
 }  // namespace moetune::ops::cuda

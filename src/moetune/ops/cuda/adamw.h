@@ -21,9 +21,12 @@ enum class OptimizerPrecision {
 OptimizerPrecision parse_optimizer_precision(const std::string& name);
 
 // One parameter's state, all CUDA tensors of one shape. param and grad are BF16; exp_avg and exp_avg_sq are F32
-// for Fp32Master and BF16 otherwise; master (F32) is defined for Fp32Master only.
+// for Fp32Master and BF16 otherwise; master (F32) is defined for Fp32Master only. With 8-bit state exp_avg and
+// exp_avg_sq are U8 codes (train/adamw.h's layout, whatever the precision) and the *_absmax tensors hold their
+// blocks' absmax values (F32 [ops::adamw_state_blocks(numel)]); they are undefined otherwise.
 struct AdamWSlot {
   Tensor param, grad, exp_avg, exp_avg_sq, master;
+  Tensor exp_avg_absmax, exp_avg_sq_absmax;
 };
 
 struct AdamWHyper {
@@ -34,8 +37,10 @@ struct AdamWHyper {
 // Updates every slot in place with a few multi-tensor launches on gpu::stream(); the host does not wait.
 // grad_scale: a CUDA F32 [1] tensor that multiplies every gradient first (the clip coefficient, so clipping
 // needs no host round trip), or undefined for 1. seed keys the stochastic rounding: the random bits are a hash
-// of (seed, step, slot position in `slots`, element index), so a run is reproducible.
+// of (seed, step, slot position in `slots`, element index), so a run is reproducible. int8_state: the moments are
+// 8-bit (optimizer.state: int8); the parameter (and master copy) is kept as `precision` says, the moments are
+// rounded to their nearest codes in every precision.
 void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, OptimizerPrecision precision,
-                const Tensor& grad_scale, uint64_t seed);
+                const Tensor& grad_scale, uint64_t seed, bool int8_state = false);
 
 }  // namespace moetune::ops::cuda

@@ -1,4 +1,4 @@
-// Launcher of the fused multi-tensor AdamW kernel: raw pointers in, a CUDA status out. Kept free of the engine's
+// Launchers of the fused multi-tensor AdamW kernels: raw pointers in, a CUDA status out. Kept free of the engine's
 // host headers so that adamw.cu compiles without fmt; ops/cuda/adamw.cpp checks the Tensors and calls it.
 #pragma once
 
@@ -6,7 +6,11 @@
 
 #include <cstdint>
 
+#include "moetune/ops/adamw_math.h"
+
 namespace moetune::ops::cuda {
+
+using ops::AdamWConstants;
 
 // How the optimizer state is stored and how results are rounded back into it.
 enum class AdamWStorage {
@@ -26,15 +30,9 @@ struct AdamWTensorPointers {
   int64_t numel;
 };
 
-// The step's constants, each computed on the host exactly as train::AdamW computes them (double, then float),
-// so that the per-element arithmetic is the CPU reference's, operation for operation.
+// The step's constants (computed on the host as train::AdamW computes them) and the stochastic rounding's key.
 struct AdamWScalars {
-  float beta1, beta2;
-  float one_minus_beta1, one_minus_beta2;
-  float step_size;         // lr / (1 - beta1^step)
-  float decay;             // 1 - lr * weight_decay
-  float sqrt_correction2;  // sqrt(1 - beta2^step)
-  float eps;
+  AdamWConstants constants;
   uint64_t seed;  // stochastic rounding: the random bits hash (seed, step, tensor position, element index)
   int64_t step;
 };
@@ -44,5 +42,25 @@ struct AdamWScalars {
 // Tensors with numel 0 are skipped; `count` may be 0.
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
                          const AdamWScalars& scalars, const float* grad_scale, cudaStream_t stream);
+
+// One tensor's state with 8-bit moments (optimizer.state: int8): `exp_avg` holds codes of the signed dynamic map,
+// `exp_avg_sq` of the unsigned one, one per element, and each block of kAdamWStateBlock elements its absmax.
+// `param`, `grad` and `master` are as above.
+struct AdamWInt8TensorPointers {
+  uint16_t* param;
+  const uint16_t* grad;
+  uint8_t* exp_avg;
+  uint8_t* exp_avg_sq;
+  float* exp_avg_absmax;
+  float* exp_avg_sq_absmax;
+  float* master;
+  int64_t numel;
+};
+
+// As launch_adamw, with 8-bit moments; `storage` says how the parameter is kept. `maps`: a device array of the
+// signed then the unsigned dynamic map (2 × 256 floats, ops/blockwise_quant.h).
+cudaError_t launch_adamw_int8(AdamWStorage storage, const AdamWInt8TensorPointers* tensors, int64_t count,
+                              const AdamWScalars& scalars, const float* grad_scale, const float* maps,
+                              cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

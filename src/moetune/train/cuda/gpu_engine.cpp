@@ -11,6 +11,7 @@
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/device_support.h"
 #include "moetune/model/model_description.h"
+#include "moetune/ops/adamw_math.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/adamw.h"
 #include "moetune/ops/cuda/grad_norm.h"
@@ -33,6 +34,7 @@ class GpuEngine final : public TrainingEngine {
         model_(model::cuda::CausalLM::from_weights(
             load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory())),
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
+        int8_state_(r.optimizer.state == "int8"),
         options_(r.optimizer),
         seed_(uint64_t(r.training.seed)) {
     auto& values = model_.parameters().values();
@@ -84,7 +86,7 @@ class GpuEngine final : public TrainingEngine {
     }
     ++steps_;
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
-                          precision_, scale, seed_);
+                          precision_, scale, seed_, int8_state_);
     phase.next("optimizer.gather");
     if (overlap_ && reduction_)
       reduction_->start_gathering_parameters();  // the next forward pass waits for each layer's part
@@ -111,6 +113,10 @@ class GpuEngine final : public TrainingEngine {
       state.emplace_back("adam_m." + name, slots_[i].exp_avg.to(Device::cpu()));
       state.emplace_back("adam_v." + name, slots_[i].exp_avg_sq.to(Device::cpu()));
       if (slots_[i].master.defined()) state.emplace_back("master." + name, slots_[i].master.to(Device::cpu()));
+      if (int8_state_) {
+        state.emplace_back("adam_m_absmax." + name, slots_[i].exp_avg_absmax.to(Device::cpu()));
+        state.emplace_back("adam_v_absmax." + name, slots_[i].exp_avg_sq_absmax.to(Device::cpu()));
+      }
     }
     return state;
   }
@@ -122,6 +128,10 @@ class GpuEngine final : public TrainingEngine {
       restore(slots_[i].exp_avg, file, "adam_m." + name);
       restore(slots_[i].exp_avg_sq, file, "adam_v." + name);
       if (slots_[i].master.defined()) restore(slots_[i].master, file, "master." + name);
+      if (int8_state_) {
+        restore(slots_[i].exp_avg_absmax, file, "adam_m_absmax." + name);
+        restore(slots_[i].exp_avg_sq_absmax, file, "adam_v_absmax." + name);
+      }
     }
     steps_ = optimizer_steps;
   }
@@ -154,20 +164,25 @@ class GpuEngine final : public TrainingEngine {
     return peaks;
   }
 
-  // AdamW's moments (and fp32 master weights) in flat buffers, one view per slot.
+  // AdamW's moments (and fp32 master weights) in flat buffers, one view per slot; 8-bit moments with their
+  // blocks' absmax values (zero: the moments start at zero).
   void make_slots(const std::vector<Tensor>& params, const std::vector<Tensor>& gradients) {
     const bool master = precision_ == ops::cuda::OptimizerPrecision::Fp32Master;
-    const DType moment_dtype = master ? DType::F32 : DType::BF16;
-    std::vector<FlatRequest> moments, masters;
+    const DType moment_dtype = int8_state_ ? DType::U8 : master ? DType::F32 : DType::BF16;
+    std::vector<FlatRequest> moments, masters, absmax;
     for (const Tensor& param : params) {
       moments.push_back({param.shape(), moment_dtype});
       masters.push_back({param.shape(), DType::F32, master});
+      absmax.push_back({{ops::adamw_state_blocks(param.numel())}, DType::F32, int8_state_});
     }
     exp_avg_ = allocate_flat(moments, Device::cuda(), /*zeroed=*/true);
     exp_avg_sq_ = allocate_flat(moments, Device::cuda(), /*zeroed=*/true);
     master_ = allocate_flat(masters, Device::cuda(), /*zeroed=*/false);
+    exp_avg_absmax_ = allocate_flat(absmax, Device::cuda(), /*zeroed=*/true);
+    exp_avg_sq_absmax_ = allocate_flat(absmax, Device::cuda(), /*zeroed=*/true);
     for (size_t i = 0; i < params.size(); ++i) {
-      ops::cuda::AdamWSlot slot{params[i], gradients[i], exp_avg_.views[i], exp_avg_sq_.views[i], master_.views[i]};
+      ops::cuda::AdamWSlot slot{params[i], gradients[i], exp_avg_.views[i], exp_avg_sq_.views[i], master_.views[i],
+                                exp_avg_absmax_.views[i], exp_avg_sq_absmax_.views[i]};
       // The checkpoint's own values would be more exact than their bf16 copy; the bf16 model is what we hold.
       if (master) ops::cast_into(params[i], slot.master);
       slots_.push_back(std::move(slot));
@@ -208,12 +223,17 @@ class GpuEngine final : public TrainingEngine {
     if (reduction_) reduction_->gather_parameters();
   }
 
-  // A checkpoint of another precision mode converts (an fp32 CPU checkpoint resumed on the GPU, say).
+  // A checkpoint of another precision mode converts (an fp32 CPU checkpoint resumed on the GPU, say); 8-bit
+  // codes do not convert to or from values.
   static void restore(Tensor target, const io::SafetensorsFile& file, const std::string& name) {
-    if (!file.contains(name)) fail("no tensor '{}' (a checkpoint of another model or layout?)", name);
+    if (!file.contains(name))
+      fail("no tensor '{}' (a checkpoint of another model or layout, or saved with another optimizer.state?)", name);
     const Tensor saved = file.tensor(name);
     MOETUNE_CHECK(saved.shape() == target.shape(), "{}: '{}' is {} in the checkpoint but {} in the model",
                   file.path().filename().string(), name, saved.str(), target.str());
+    if ((saved.dtype() == DType::U8) != (target.dtype() == DType::U8))
+      fail("{}: '{}' is {} in the checkpoint but {} here: resume with the optimizer.state the run was saved with",
+           file.path().filename().string(), name, dtype_name(saved.dtype()), dtype_name(target.dtype()));
     const Tensor converted = saved.dtype() == target.dtype() ? saved : ops::cast(saved, target.dtype());
     target.copy_from(converted);
   }
@@ -222,11 +242,12 @@ class GpuEngine final : public TrainingEngine {
   bool overlap_;  // parallel.overlap
   model::cuda::CausalLM model_;
   ops::cuda::OptimizerPrecision precision_;
+  bool int8_state_;  // optimizer.state: int8
   Recipe::Optimizer options_;
   uint64_t seed_;
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
-  FlatBuffers exp_avg_, exp_avg_sq_, master_;
+  FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
   std::vector<ops::cuda::AdamWSlot> slots_;
   std::vector<std::string> slot_names_;  // the training state's names: parameters, or "zero.<run>" shards
   Tensor norm_squared_, coefficient_;

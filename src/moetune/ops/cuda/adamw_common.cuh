@@ -1,0 +1,103 @@
+// What the fused AdamW kernels (adamw.cu, adamw_int8.cu) share: stochastic rounding of a bf16 parameter or moment
+// (counter-based random bits, so that a run is reproducible and resumable), and the launch of one kernel per table
+// of tensors with the storage as a compile-time constant. Included by .cu files only.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "moetune/core/half.h"
+#include "moetune/ops/cuda/adamw_kernels.h"
+#include "moetune/ops/cuda/multi_tensor.cuh"
+
+namespace moetune::ops::cuda {
+
+// splitmix64's finaliser: a bijection whose output bits all depend on all input bits.
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+// Counter-based randomness: the same (seed, step, tensor, element) always gives the same bits, whatever the
+// launch geometry, so a run with stochastic rounding is reproducible and resumable.
+__device__ __forceinline__ uint64_t tensor_key(uint64_t seed, int64_t step, int64_t position) {
+  return mix64(seed ^ mix64(uint64_t(step) * kGolden ^ mix64(uint64_t(position) + kGolden)));
+}
+__device__ __forceinline__ uint64_t element_random(uint64_t key, int64_t index) {
+  return mix64(key + uint64_t(index) * kGolden);
+}
+
+// Rounds up with probability equal to the dropped fraction of an ulp (adds 16 random bits below the kept ones,
+// then truncates), so E[round(x)] = x and updates far below half an ulp still move the value on average.
+// NaN keeps the nearest-even path, which keeps it a NaN.
+__device__ __forceinline__ uint16_t f32_to_bf16_stochastic(float f, uint32_t random16) {
+  const uint32_t bits = float_bits(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return f32_to_bf16(f);
+  return uint16_t((bits + random16) >> 16);
+}
+
+// A launch's table of tensors (multi_tensor.cuh), a kernel parameter.
+template <typename Pointers, int kTensors>
+struct AdamWTableOf {
+  static constexpr int kMaxTensors = kTensors;
+  Pointers tensors[kMaxTensors];
+  int64_t chunk_end[kMaxTensors];
+  int64_t position[kMaxTensors];  // index in the caller's list: keys the stochastic rounding of that tensor
+  int count;
+  int64_t total_chunks;
+};
+
+// A block's walk over a table's chunks, grid-stride: body(tensor, its elements in the chunk, its stochastic
+// rounding key).
+template <AdamWStorage kStorage, typename Table, typename Body>
+__device__ __forceinline__ void for_each_chunk(const Table& table, const AdamWScalars& scalars, Body body) {
+  for (int64_t chunk = blockIdx.x; chunk < table.total_chunks; chunk += gridDim.x) {
+    const int tensor = multi_tensor::tensor_of_chunk(table.chunk_end, table.count, chunk);
+    const auto& t = table.tensors[tensor];
+    const multi_tensor::Range range = multi_tensor::chunk_range(table.chunk_end, tensor, chunk, t.numel);
+    const uint64_t key = kStorage == AdamWStorage::Bf16StochasticRounding
+                             ? tensor_key(scalars.seed, scalars.step, table.position[tensor])
+                             : 0;
+    body(t, range, key);
+  }
+}
+
+template <AdamWStorage kStorage>
+using StorageConstant = std::integral_constant<AdamWStorage, kStorage>;
+
+// Fills tables (Table: multi_tensor's, with position[], the index of each tensor in the caller's list) with the
+// caller's tensors and launches kernel_for(StorageConstant<storage>{}) over each, with as many blocks as fill
+// the GPU: kernel(table, args...).
+template <typename Table, typename Pointers, typename KernelFor, typename... Args>
+cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, int64_t count, KernelFor kernel_for,
+                                cudaStream_t stream, const Args&... args) {
+  const auto launch = [&](const Table& table, auto kernel) -> cudaError_t {
+    int max_blocks = 0;
+    if (cudaError_t status = multi_tensor::resident_blocks(kernel, max_blocks); status != cudaSuccess) return status;
+    const int blocks = int(std::min<int64_t>(table.total_chunks, max_blocks));
+    kernel<<<blocks, multi_tensor::kThreads, 0, stream>>>(table, args...);
+    return cudaGetLastError();
+  };
+  return multi_tensor::launch_in_batches<Table>(
+      count, [&](int64_t index) { return tensors[index].numel; },
+      [&](Table& table, int slot, int64_t index) {
+        table.tensors[slot] = tensors[index];
+        table.position[slot] = index;
+      },
+      [&](const Table& table) -> cudaError_t {
+        switch (storage) {
+          case AdamWStorage::F32Master:
+            return launch(table, kernel_for(StorageConstant<AdamWStorage::F32Master>{}));
+          case AdamWStorage::Bf16StochasticRounding:
+            return launch(table, kernel_for(StorageConstant<AdamWStorage::Bf16StochasticRounding>{}));
+          case AdamWStorage::Bf16NearestRounding:
+            return launch(table, kernel_for(StorageConstant<AdamWStorage::Bf16NearestRounding>{}));
+        }
+        return cudaErrorInvalidValue;
+      });
+}
+
+}  // namespace moetune::ops::cuda
