@@ -42,6 +42,12 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color) = 0;
 };
 
+// The elements of one row (the first dimension) of an all-to-all's tensor, from its shape: a tensor with no
+// rows still has rows of that size (a rank may have nothing to send yet receive).
+inline int64_t elements_per_row(const Tensor& t) {
+  return t.dim() > 1 ? shape_numel(Shape(t.shape().begin() + 1, t.shape().end())) : 1;
+}
+
 // A job of one process: every collective is the identity.
 std::unique_ptr<Communicator> single_process_communicator();
 

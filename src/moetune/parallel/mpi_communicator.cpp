@@ -84,7 +84,7 @@ class MpiCommunicator final : public Communicator {
                   "all_to_all_rows: {} to {}", send.str(), recv.str());
     // From the shape, not numel / rows: a rank with no rows to send still receives full rows (EP's return trip
     // to a rank whose experts no token chose), and every rank's row type must have the same size.
-    const int64_t row_elements = send.dim() > 1 ? shape_numel(Shape(send.shape().begin() + 1, send.shape().end())) : 1;
+    const int64_t row_elements = elements_per_row(send);
     // Rows as one MPI type, so the counts are rows and stay small.
     MPI_Datatype row;
     check_mpi(MPI_Type_contiguous(int(row_elements * int64_t(dtype_size(send.dtype()))), MPI_BYTE, &row), "MPI_Type_contiguous");

@@ -1,6 +1,6 @@
 // Expert parallelism's dispatcher on the GPU: each token travels once to each rank that holds any of its
-// experts (model/token_exchange.h has the scheme; its CPU twin, which sends one row per choice, is
-// model/all_to_all_dispatcher.h). The exchange is planned on the GPU from the router's choices; the host waits
+// experts (model/token_exchange.h has the scheme; its CPU twin, model/all_to_all_dispatcher.h, exchanges the
+// same rows with host loops). The exchange is planned on the GPU from the router's choices; the host waits
 // once per layer in the forward pass for the per-rank counts (it must size the NCCL transfers, as Megatron's
 // all-to-all dispatcher does); the rows, the choices and the routing weights travel with NCCL; the receiving rank permutes what arrives into expert-major
 // order with one extra expert for choices made elsewhere (rows it never copies), and sends back one combined row

@@ -62,7 +62,16 @@ class NcclCommunicator final : public Communicator {
     MOETUNE_CHECK(send_rows.size() == size_t(size_) && recv_rows.size() == size_t(size_) && send.dtype() == recv.dtype(),
                   "all_to_all_rows: {} to {} with {}/{} counts on {} ranks", send.str(), recv.str(), send_rows.size(),
                   recv_rows.size(), size_);
-    const int64_t row = send.dim() > 1 ? send.numel() / std::max<int64_t>(send.size(0), 1) : 1;
+    const int64_t row = elements_per_row(send);
+    MOETUNE_CHECK(elements_per_row(recv) == row, "all_to_all_rows: rows of {} and {} differ", send.str(), recv.str());
+    int64_t sending = 0, receiving = 0;
+    for (int peer = 0; peer < size_; ++peer) {
+      sending += send_rows[size_t(peer)];
+      receiving += recv_rows[size_t(peer)];
+    }
+    MOETUNE_CHECK(sending * row <= send.numel() && receiving * row <= recv.numel(),
+                  "all_to_all_rows: {} rows to send from {}, {} to receive into {}", sending, send.str(), receiving,
+                  recv.str());
     const size_t row_bytes = size_t(row) * dtype_size(send.dtype());
     const ncclDataType_t type = nccl_type(send);
     const char* from = static_cast<const char*>(send.raw_data());
