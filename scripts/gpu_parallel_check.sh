@@ -128,6 +128,20 @@ PY
       echo "moetune 24 layers EP=2 rc=$?"; grep -E '^step|^profile|^  ' "$out/bench24_moetune_ep2.log" | tail -40
       cp "$scratch/b24/metrics.jsonl" "$out/bench24_moetune_ep2.metrics.jsonl" 2>/dev/null
       cp "$scratch/b24/profile.json" "$out/bench24_moetune_ep2.profile.json" 2>/dev/null ;;
+    single)
+      echo "== one GPU: the reference job (4 layers) profiled; the 8-layer job with 8-bit AdamW state =="
+      model4=$scratch/model4
+      [ -f "$model4/config.json" ] || python3 bench/make_reference_model.py "$model4" --skew none --layers 4 > "$out/make_model4.log" 2>&1
+      source scripts/bench8_inputs.sh
+      make_bench8_inputs || exit 1
+      rm -rf "$scratch"/s4 "$scratch"/s8
+      "$moetune" finetune -c bench/reference_job.yaml --set model=$model4 --set data.train=$data --set training.max_steps=12 \
+        --set training.profile=true --set output.dir=$scratch/s4 > "$out/single_ref4.log" 2>&1
+      echo "reference job rc=$?"; grep -E '^step 12|^profile|^  [a-z]' "$out/single_ref4.log"
+      python3 bench/moe_layer_tflops.py "$scratch/s4/profile.json" "$model4" 8192
+      "$moetune" finetune -c bench/reference_job.yaml --set model=$model --set data.train=$data --set training.max_steps=12 \
+        --set optimizer.state=int8 --set output.dir=$scratch/s8 > "$out/single_int8.log" 2>&1
+      echo "8 layers, int8 state rc=$?"; grep -E '^step (1|12)/' "$out/single_int8.log" ;;
     memcheck)
       echo "== compute-sanitizer memcheck: 3 steps on 2 GPUs with expert parallelism 2 (every rank) =="
       tiny_data 64
@@ -136,7 +150,9 @@ PY
         --set parallel.expert=2 --set model=tests/fixtures/qwen3_moe_tiny --set data.train=$scratch/tiny.jsonl \
         --set training.device=cuda --set training.micro_batch_size=2 --set data.max_length=48 --set training.max_steps=3 \
         --set logging.tensorboard=false --set output.dir=$scratch/memcheck > "$out/memcheck_ep2.log" 2>&1
-      echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|finished|error" "$out/memcheck_ep2.log" | head -10 ;;
+      echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|finished|rank .*error" "$out/memcheck_ep2.log" | head -10
+      echo "memcheck reports by kind (NCCL's own kernel-image probes at init are cudaErrorNoKernelImageForDevice):"
+      grep -E "^========= [A-Z]" "$out/memcheck_ep2.log" | sed -E 's/ at .*| on CUDA API call to .*//' | sort | uniq -c | sort -rn | head ;;
     *) echo "gpu_parallel_check.sh: unknown step '$step'" >&2; exit 2 ;;
   esac
 done

@@ -124,7 +124,7 @@ TEST_F(ParallelFinetune, Int8StateShardsAndResumesExactly) {
     EXPECT_LT(std::abs(x - y), 0.02 * std::abs(x)) << "step " << i + 1 << ": " << x << " vs " << y;
   }
   const io::SafetensorsFile state =
-      io::SafetensorsFile::open(dir_ / "two" / "checkpoint-000002" / "training_state-rank00000-of-00002.safetensors");
+      io::SafetensorsFile::open(dir_ / "two" / "checkpoint-000002" / "training_state" / "training_state-rank00000-of-00002.safetensors");
   EXPECT_EQ(state.tensor("zero.replicated.adam_m").dtype(), DType::U8);
   EXPECT_TRUE(state.contains("zero.experts.adam_v_absmax"));
 

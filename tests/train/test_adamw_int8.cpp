@@ -198,7 +198,7 @@ TEST_F(TrainerTest, Int8StateResumesExactly) {
     EXPECT_TRUE(first_half.run().interrupted);
   }
   const io::SafetensorsFile state =
-      io::SafetensorsFile::open(dir_ / "split" / "checkpoint-000003" / "training_state.safetensors");
+      io::SafetensorsFile::open(dir_ / "split" / "checkpoint-000003" / "training_state" / "training_state.safetensors");
   EXPECT_EQ(state.tensor("adam_m.embed_tokens").dtype(), DType::U8);
   EXPECT_TRUE(state.contains("adam_v_absmax.embed_tokens"));
   EXPECT_EQ(Trainer(recipe("split", {"optimizer.state=int8"}), {}, true).run().steps, 6);
