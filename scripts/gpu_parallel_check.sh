@@ -128,6 +128,19 @@ PY
       echo "moetune 24 layers EP=2 rc=$?"; grep -E '^step|^profile|^  ' "$out/bench24_moetune_ep2.log" | tail -40
       cp "$scratch/b24/metrics.jsonl" "$out/bench24_moetune_ep2.metrics.jsonl" 2>/dev/null
       cp "$scratch/b24/profile.json" "$out/bench24_moetune_ep2.profile.json" 2>/dev/null ;;
+    full48)
+      ranks=${RANKS:-4}
+      echo "== the full Qwen3-30B-A3B architecture (48 layers, random weights), EP=$ranks on $ranks GPUs, seq 4096, micro-batch 2 per GPU =="
+      model=$scratch/model48
+      [ -f "$model/config.json" ] || python3 bench/make_reference_model.py "$model" --skew none --layers 48 > "$out/make_model48.log" 2>&1 \
+        || { tail "$out/make_model48.log"; exit 1; }
+      vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/config.json"))["vocab_size"])' "$model")
+      [ -f "$scratch/data.jsonl" ] || python3 bench/make_data.py "$scratch/data.jsonl" --tokens-per-seq 4096 --sequences 64 --vocab "$vocab" > /dev/null 2>&1
+      rm -rf "$scratch/b48"
+      timeout -s KILL ${TIMEOUT48:-420} "$moetune" finetune -c bench/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl \
+        --set training.max_steps=${STEPS48:-6} --set training.profile=true --nproc-per-node $ranks --set parallel.expert=$ranks \
+        --set output.dir=$scratch/b48 > "$out/full48_moetune_ep$ranks.log" 2>&1
+      echo "moetune 48 layers EP=$ranks rc=$?"; grep -E '^training|^step|^profile|^  |error' "$out/full48_moetune_ep$ranks.log" | tail -40 ;;
     single)
       echo "== one GPU: the reference job (4 layers) profiled; the 8-layer job with 8-bit AdamW state =="
       model4=$scratch/model4
