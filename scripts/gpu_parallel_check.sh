@@ -4,8 +4,13 @@
 # check: the tiny Qwen3-MoE fixture for 50 steps on one GPU with accumulation 2, on 2 GPUs with expert
 #        parallelism 2, and on 2 GPUs data-parallel; the per-step losses and gradient norms side by side.
 # bench: issue 10's benchmark: the 8-layer cut of Qwen3-30B-A3B (random weights), seq 4096, micro-batch 2 per
-#        GPU: moetune on 1 GPU, moetune EP=2 on 2 GPUs, HF transformers grouped_mm + FSDP2 on 2 GPUs.
+#        GPU: moetune on 1 GPU, moetune EP=2 on 2 GPUs (profiled, and again with parallel.overlap=false), HF
+#        transformers grouped_mm + FSDP2 on 2 GPUs (BENCH_RUNS=ep2: the EP=2 run alone); NeMo's row is
+#        scripts/gpu_nemo_bench.sh, run after it in the same call.
 # memcheck: compute-sanitizer memcheck over a 3-step EP=2 run on both ranks (the dispatcher, NCCL, ZeRO).
+# bench24: the Qwen3-30B-A3B architecture cut to 24 layers, EP=2 (issue 17's "meanwhile"); full48: the whole
+#          48 layers with EP over RANKS GPUs (default 4: kind nvidia-h200-x4). Both profiled.
+# single: one GPU, the reference job (4 layers) profiled, and the 8-layer job with 8-bit AdamW state.
 # Logs and metrics go to $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh /tmp/gpu_parallel_check
@@ -114,33 +119,23 @@ except OSError:
     print("HF FSDP2: no result")
 PY
       ;;
-    bench24)
-      echo "== issue 17 on 2 GPUs: Qwen3-30B-A3B cut to 24 layers, EP=2, seq 4096, micro-batch 2 per GPU =="
-      model=$scratch/model24
-      [ -f "$model/config.json" ] || python3 bench/make_reference_model.py "$model" --skew none --layers 24 > "$out/make_model24.log" 2>&1 \
-        || { tail "$out/make_model24.log"; exit 1; }
+    bench24|full48)
+      # The Qwen3-30B-A3B architecture cut to 24 layers on 2 GPUs (EP=2), or whole (48 layers) with EP over RANKS
+      # GPUs (default 4, kind nvidia-h200-x4): random weights, seq 4096, micro-batch 2 per GPU, profiled.
+      if [ "$step" = bench24 ]; then layers=24 ranks=2 steps=${STEPS24:-8} limit=300; else layers=48 ranks=${RANKS:-4} steps=${STEPS48:-6} limit=${TIMEOUT48:-420}; fi
+      echo "== Qwen3-30B-A3B, $layers layers (random weights), EP=$ranks on $ranks GPUs, seq 4096, micro-batch 2 per GPU =="
+      model=$scratch/model$layers
+      [ -f "$model/config.json" ] || python3 bench/make_reference_model.py "$model" --skew none --layers $layers > "$out/make_model$layers.log" 2>&1 \
+        || { tail "$out/make_model$layers.log"; exit 1; }
       vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/config.json"))["vocab_size"])' "$model")
       [ -f "$scratch/data.jsonl" ] || python3 bench/make_data.py "$scratch/data.jsonl" --tokens-per-seq 4096 --sequences 64 --vocab "$vocab" > /dev/null 2>&1
-      rm -rf "$scratch/b24"
-      timeout -s KILL 300 "$moetune" finetune -c bench/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl \
-        --set training.max_steps=${STEPS24:-8} --set training.profile=true --nproc-per-node 2 --set parallel.expert=2 \
-        --set output.dir=$scratch/b24 > "$out/bench24_moetune_ep2.log" 2>&1
-      echo "moetune 24 layers EP=2 rc=$?"; grep -E '^step|^profile|^  ' "$out/bench24_moetune_ep2.log" | tail -40
-      cp "$scratch/b24/metrics.jsonl" "$out/bench24_moetune_ep2.metrics.jsonl" 2>/dev/null
-      cp "$scratch/b24/profile.json" "$out/bench24_moetune_ep2.profile.json" 2>/dev/null ;;
-    full48)
-      ranks=${RANKS:-4}
-      echo "== the full Qwen3-30B-A3B architecture (48 layers, random weights), EP=$ranks on $ranks GPUs, seq 4096, micro-batch 2 per GPU =="
-      model=$scratch/model48
-      [ -f "$model/config.json" ] || python3 bench/make_reference_model.py "$model" --skew none --layers 48 > "$out/make_model48.log" 2>&1 \
-        || { tail "$out/make_model48.log"; exit 1; }
-      vocab=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/config.json"))["vocab_size"])' "$model")
-      [ -f "$scratch/data.jsonl" ] || python3 bench/make_data.py "$scratch/data.jsonl" --tokens-per-seq 4096 --sequences 64 --vocab "$vocab" > /dev/null 2>&1
-      rm -rf "$scratch/b48"
-      timeout -s KILL ${TIMEOUT48:-420} "$moetune" finetune -c bench/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl \
-        --set training.max_steps=${STEPS48:-6} --set training.profile=true --nproc-per-node $ranks --set parallel.expert=$ranks \
-        --set output.dir=$scratch/b48 > "$out/full48_moetune_ep$ranks.log" 2>&1
-      echo "moetune 48 layers EP=$ranks rc=$?"; grep -E '^training|^step|^profile|^  |error' "$out/full48_moetune_ep$ranks.log" | tail -40 ;;
+      run=layers${layers}_ep$ranks
+      rm -rf "$scratch/$run"
+      timeout -s KILL $limit "$moetune" finetune -c bench/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl \
+        --set training.max_steps=$steps --set training.profile=true --nproc-per-node $ranks --set parallel.expert=$ranks \
+        --set output.dir=$scratch/$run > "$out/$run.log" 2>&1
+      echo "moetune $layers layers EP=$ranks rc=$?"; grep -E '^training|^step|^profile|^  |error' "$out/$run.log" | tail -40
+      cp "$scratch/$run/profile.json" "$out/$run.profile.json" 2>/dev/null ;;
     single)
       echo "== one GPU: the reference job (4 layers) profiled; the 8-layer job with 8-bit AdamW state =="
       model4=$scratch/model4
