@@ -24,7 +24,7 @@ TEST(TokenExchange, EachTokenGoesOnceToEachRankOfItsExperts) {
   EXPECT_EQ(s.local_choice, (std::vector<int32_t>{0, 4, 1, 2, 4, 3, 4, 1, 3, 0, 2, 4}));
   // Token t's row to rank r, or 6 (= rows) where it sends none.
   EXPECT_EQ(s.row_to_rank, (std::vector<int32_t>{0, 3, 1, 6, 6, 4, 2, 5}));
-  EXPECT_EQ(exchange_counts(s), (std::vector<int64_t>{3, 4, 3, 4}));
+  EXPECT_EQ(exchange_counts(s.tokens_to, s.choices_to), (std::vector<int64_t>{3, 4, 3, 4}));
 }
 
 TEST(TokenExchange, ReceiptsAddUpWhatArrives) {

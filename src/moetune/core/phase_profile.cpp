@@ -1,7 +1,6 @@
 #include "moetune/core/phase_profile.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 
 #if MOETUNE_HAVE_CUDA
@@ -12,11 +11,6 @@ namespace moetune {
 namespace {
 
 bool enabled = false;
-std::vector<PhaseTime> host_times;
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 #if MOETUNE_HAVE_CUDA
 struct Record {
@@ -68,23 +62,11 @@ void PhaseScope::end() {
 
 PhaseScope::~PhaseScope() { end(); }
 
-HostPhaseScope::HostPhaseScope(const char* name) {
-  if (!enabled) return;
-  name_ = name;
-  start_ = now_ms();
-}
-
-HostPhaseScope::~HostPhaseScope() {
-  if (name_) add_phase_times(host_times, {{std::string("host: ") + name_, now_ms() - start_, 1}});
-}
-
 std::vector<PhaseTime> take_phase_times() {
   std::vector<PhaseTime> times;
-  add_phase_times(times, host_times);
-  host_times.clear();
 #if MOETUNE_HAVE_CUDA
   if (records.empty()) return times;
-  gpu::check(cudaEventSynchronize(records.back().stop), "waiting for the profiled work");
+  // Every stream: phases also run on the collectives' own streams.
   gpu::check(cudaDeviceSynchronize(), "waiting for the profiled work");
   std::map<std::string, size_t> slot;
   for (const Record& r : records) {

@@ -34,20 +34,6 @@ class PhaseScope {
   int64_t index_ = -1;  // the phase's slot among this round's records; -1: not profiling
 };
 
-// The host's own time in a stretch of code (its waits for the GPU included), reported beside the GPU phases as
-// "host: <name>": where the GPU idles because the host is busy, this says on what.
-class HostPhaseScope {
- public:
-  explicit HostPhaseScope(const char* name);
-  ~HostPhaseScope();
-  HostPhaseScope(const HostPhaseScope&) = delete;
-  HostPhaseScope& operator=(const HostPhaseScope&) = delete;
-
- private:
-  const char* name_ = nullptr;  // null: not profiling
-  double start_ = 0;
-};
-
 // Waits for the GPU and returns the time of each phase recorded since the last call, summed by name, in the
 // order each name first appeared; then starts a new round.
 std::vector<PhaseTime> take_phase_times();

@@ -85,7 +85,7 @@ DispatchedTokens AllToAllDispatcher::dispatch(const Tensor& x, const ops::Routin
   MOETUNE_CHECK(int64_t(routing.expert.size()) == x.size(0) * routing.top_k,
                 "all-to-all dispatcher: {} choices for {} tokens at top-{}", routing.expert.size(), x.size(0), routing.top_k);
   sends_ = plan_token_sends(routing.expert.data(), x.size(0), routing.top_k, num_experts_, ranks);
-  receipts_ = receipts_from(group_->all_to_all(exchange_counts(sends_)), ranks);
+  receipts_ = receipts_from(group_->all_to_all(exchange_counts(sends_.tokens_to, sends_.choices_to)), ranks);
   received_ = receive_routing(routing);
   const int64_t local = sends_.local_experts;
   received_plan_ = ops::plan_permutation(received_, local + 1);

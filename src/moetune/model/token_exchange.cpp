@@ -67,12 +67,14 @@ TokenSends plan_token_sends(const int32_t* expert_ids, int64_t tokens, int64_t t
   return s;
 }
 
-std::vector<int64_t> exchange_counts(const TokenSends& sends) {
+std::vector<int64_t> exchange_counts(const std::vector<int64_t>& tokens_to, const std::vector<int64_t>& choices_to) {
+  MOETUNE_CHECK(tokens_to.size() == choices_to.size(), "token exchange: {} token counts, {} choice counts",
+                tokens_to.size(), choices_to.size());
   std::vector<int64_t> counts;
-  counts.reserve(size_t(2 * sends.ranks));
-  for (int64_t r = 0; r < sends.ranks; ++r) {
-    counts.push_back(sends.tokens_to[size_t(r)]);
-    counts.push_back(sends.choices_to[size_t(r)]);
+  counts.reserve(2 * tokens_to.size());
+  for (size_t r = 0; r < tokens_to.size(); ++r) {
+    counts.push_back(tokens_to[r]);
+    counts.push_back(choices_to[r]);
   }
   return counts;
 }

@@ -29,8 +29,9 @@ struct TokenSends {
 // expert_ids [T, k] (ids in [0, experts); expert e lives on rank e / (experts / ranks)) -> what to send.
 TokenSends plan_token_sends(const int32_t* expert_ids, int64_t tokens, int64_t top_k, int64_t experts, int64_t ranks);
 
-// The counts every rank sends each rank, as one all-to-all of [ranks · 2] values: block r = (tokens, choices) to r.
-std::vector<int64_t> exchange_counts(const TokenSends& sends);
+// The counts every rank sends each rank, as one all-to-all of [ranks · 2] values: block r = (tokens, choices) to r
+// (from TokenSends or the GPU's ops::cuda::DeviceTokenSends alike).
+std::vector<int64_t> exchange_counts(const std::vector<int64_t>& tokens_to, const std::vector<int64_t>& choices_to);
 
 struct TokenReceipts {
   std::vector<int64_t> tokens_from;  // [ranks]: rows (tokens) received from each rank

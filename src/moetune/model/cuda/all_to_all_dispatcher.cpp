@@ -56,7 +56,7 @@ DispatchedTokens AllToAllDispatcher::dispatch(const Tensor& x, const Tensor& exp
   // The one wait of the layer: the router's counts per rank come back to size the exchange.
   PhaseScope phase("ep.plan");
   sends_ = ops::cuda::plan_token_sends(expert_ids, num_experts_, ranks);
-  receipts_ = receipts_from(group_->all_to_all(sends_.exchange_counts()), ranks);
+  receipts_ = receipts_from(group_->all_to_all(exchange_counts(sends_.tokens_to, sends_.choices_to)), ranks);
   // The choices travel as the receiver numbers its experts; the extra expert `local` takes the others.
   const int64_t local = sends_.local_experts;
   Tensor received_choices = device_rows(receipts_.tokens, top_k, DType::I32);

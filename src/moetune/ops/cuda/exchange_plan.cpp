@@ -6,15 +6,6 @@
 
 namespace moetune::ops::cuda {
 
-std::vector<int64_t> DeviceTokenSends::exchange_counts() const {
-  std::vector<int64_t> counts;
-  for (int64_t r = 0; r < ranks; ++r) {
-    counts.push_back(tokens_to[size_t(r)]);
-    counts.push_back(choices_to[size_t(r)]);
-  }
-  return counts;
-}
-
 DeviceTokenSends plan_token_sends(const Tensor& expert_ids, int64_t experts, int64_t ranks) {
   constexpr std::string_view op = "plan_token_sends";
   check_gpu_tensor(op, "expert_ids", expert_ids);

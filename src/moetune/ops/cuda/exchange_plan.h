@@ -16,8 +16,6 @@ struct DeviceTokenSends {
   Tensor local_choice;                         // I32 [S, k]
   Tensor row_to_rank;                          // I32 [T, ranks]: S where a token sends nothing to a rank
   int64_t rows() const { return token_of_row.defined() ? token_of_row.numel() : 0; }
-  // (tokens, choices) to each rank: the values the ranks exchange (model::exchange_counts' layout).
-  std::vector<int64_t> exchange_counts() const;
 };
 
 // expert_ids I32 [T, k] on the GPU, ids in [0, experts) (not checked), expert e on rank e / (experts / ranks).

@@ -105,7 +105,10 @@ void BucketedReduction::start(GradientBucket& bucket) {
 }
 
 void BucketedReduction::layer_done(int64_t layer) {
-  if (!overlapping_) return;
+  if (overlapping_) start_ready(layer);
+}
+
+void BucketedReduction::start_ready(int64_t layer) {
   if (started_ == buckets_.size() || buckets_[started_].ready_layer < layer) return;
   // What the compute stream has queued so far (this layer's gradients) comes before the reductions.
   gpu::check(cudaEventRecord(compute_done_, gpu::stream()), "recording the backward pass's progress");
@@ -114,8 +117,7 @@ void BucketedReduction::layer_done(int64_t layer) {
 }
 
 void BucketedReduction::finish() {
-  overlapping_ = true;
-  layer_done(-1);
+  start_ready(-1);
   overlapping_ = false;
   started_ = 0;
   gpu::check(cudaEventRecord(reductions_done_, stream_), "recording the reductions");

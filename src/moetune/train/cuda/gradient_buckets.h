@@ -65,6 +65,8 @@ class BucketedReduction {
 
  private:
   void start(GradientBucket& bucket);
+  // Starts, in order, the buckets that the backward pass has finished down to `layer`.
+  void start_ready(int64_t layer);
 
   std::vector<GradientBucket> buckets_;  // in start order
   std::vector<size_t> gather_order_;      // buckets in the order the forward pass needs them
