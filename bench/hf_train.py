@@ -221,7 +221,7 @@ def main() -> int:
         result["parameters"] = sum(p.numel() for p in params)
         if any(p.dtype != torch.bfloat16 for p in params):
             raise RuntimeError("a parameter is not bf16")
-        coef = model.config.router_aux_loss_coef
+        coef = getattr(model.config, "router_aux_loss_coef", 0.0)  # DeepSeek-V3 trains no aux loss
         forward = torch.compile(model) if args.compile else model
         optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                                       foreach=True)
@@ -230,7 +230,7 @@ def main() -> int:
             synchronize(args.device)
             begin = time.perf_counter()
             out = forward(input_ids=input_ids, labels=input_ids, output_router_logits=True, use_cache=False)
-            loss, aux = out.loss, out.aux_loss
+            loss, aux = out.loss, getattr(out, "aux_loss", None)
             del out  # as transformers' Trainer does: the bf16 logits (2.5 GB here) are not held through backward
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm, foreach=True)

@@ -2,6 +2,10 @@
 """Builds the benchmark's reference model: the Qwen3-30B-A3B architecture cut to N layers, random weights.
 
     python3 bench/make_reference_model.py OUT_DIR [--layers 4] [--skew none|hot] [--tiny] [--seed 1234]
+                                          [--arch qwen3_moe|moonlight|deepseek_v3]
+
+--arch moonlight / deepseek_v3: Moonlight-16B-A3B's or DeepSeek-V3's widths (the DeepSeek-V3 family: latent
+attention, the sigmoid group-limited router, shared experts), cut to N layers of which the first is dense.
 
 Weights are drawn with transformers' own initialisation (initializer_range 0.02) from a fixed seed, on the
 GPU when there is one (seconds instead of minutes), and saved in bf16 with save_pretrained.
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, DeepseekV3Config, Qwen3MoeConfig
 
 
 def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
@@ -39,6 +43,35 @@ def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
         bos_token_id=151643 if not tiny else None, eos_token_id=151645 if not tiny else None, **sizes)
     config.architectures = ["Qwen3MoeForCausalLM"]
     return config
+
+
+def deepseek_config(arch: str, layers: int):
+    """Moonlight-16B-A3B's or DeepSeek-V3's published config, with `layers` layers of which the first is dense."""
+    common = dict(num_hidden_layers=layers, first_k_dense_replace=1, tie_word_embeddings=False, initializer_range=0.02,
+                  norm_topk_prob=True, hidden_act="silu", qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                  kv_lora_rank=512, rope_interleave=True, attention_bias=False)
+    if arch == "moonlight":
+        config = DeepseekV3Config(
+            vocab_size=163840, hidden_size=2048, intermediate_size=11264, moe_intermediate_size=1408,
+            num_attention_heads=16, num_key_value_heads=16, n_routed_experts=64, n_shared_experts=2,
+            num_experts_per_tok=6, n_group=1, topk_group=1, q_lora_rank=None, routed_scaling_factor=2.446,
+            rms_norm_eps=1e-5, max_position_embeddings=8192, bos_token_id=163584, eos_token_id=163585,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000.0}, **common)
+    else:
+        config = DeepseekV3Config(
+            vocab_size=129280, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+            num_attention_heads=128, num_key_value_heads=128, n_routed_experts=256, n_shared_experts=1,
+            num_experts_per_tok=8, n_group=8, topk_group=4, q_lora_rank=1536, routed_scaling_factor=2.5,
+            rms_norm_eps=1e-6, max_position_embeddings=163840, bos_token_id=0, eos_token_id=1,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                             "original_max_position_embeddings": 4096}, **common)
+    config.architectures = ["DeepseekV3ForCausalLM"]
+    return config
+
+
+def num_experts(config) -> int:
+    return getattr(config, "num_experts", None) or config.n_routed_experts
 
 
 class _Captured(Exception):
@@ -94,12 +127,12 @@ def calibrate_scale(x: torch.Tensor, weight: torch.Tensor, hot: torch.Tensor, to
 def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
     """Per MoE layer: load max/mean over experts and the share of choices the hot experts got, from the real router."""
     records, handles = [], []
-    num_experts = model.config.num_experts
+    experts = num_experts(model.config)
 
     def make_hook(layer):
         def hook(_module, _args, output):
             indices = output[2].reshape(-1)
-            load = torch.bincount(indices, minlength=num_experts).float()
+            load = torch.bincount(indices, minlength=experts).float()
             record = {"layer": layer, "load_max_over_mean": (load.max() / load.mean()).item(),
                       "load_min_over_mean": (load.min() / load.mean()).item()}
             if layer in hot_by_layer:
@@ -125,13 +158,16 @@ def main() -> int:
     parser.add_argument("--skew", choices=["none", "hot"], default="none")
     parser.add_argument("--tiny", action="store_true", help="hidden 64, 32 experts top-2, vocab 1024: for CPU tests")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--arch", choices=["qwen3_moe", "moonlight", "deepseek_v3"], default="qwen3_moe")
     parser.add_argument("--hot-experts", type=int, default=None, help="default: an eighth of the experts (16 of 128)")
     parser.add_argument("--hot-share", type=float, default=0.5, help="share of top-k choices the hot experts should get")
     parser.add_argument("--calibration-tokens", type=int, default=8192)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
-    config = reference_config(args.layers, args.tiny)
+    if args.arch != "qwen3_moe" and (args.tiny or args.skew != "none"):
+        raise SystemExit("--arch moonlight / deepseek_v3 take neither --tiny nor --skew")
+    config = reference_config(args.layers, args.tiny) if args.arch == "qwen3_moe" else deepseek_config(args.arch, args.layers)
     torch.manual_seed(args.seed)
     with torch.device(args.device):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -180,7 +216,7 @@ def main() -> int:
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out_dir)
-    summary = {"skew": args.skew, "seed": args.seed, "layers": args.layers, "tiny": args.tiny, "parameters": params,
+    summary = {"arch": args.arch, "skew": args.skew, "seed": args.seed, "layers": args.layers, "tiny": args.tiny, "parameters": params,
                "hot_share_target": args.hot_share if args.skew == "hot" else None,
                "hot_experts": {str(k): v.tolist() for k, v in hot_by_layer.items()},
                "router_scale": {str(k): v for k, v in scales.items()}, "routing": routing,

@@ -24,7 +24,30 @@ def is_moe_layer(config: dict, layer: int) -> bool:
     return experts > 0 and layer not in (config.get("mlp_only_layers") or []) and (layer + 1) % step == 0
 
 
+def deepseek_v3_flops_per_token(config: dict, seq: int) -> dict:
+    """DeepSeek-V3's family: latent attention's projections, (top-k + shared) experts, dense first layers;
+    attention scores with q/k's head dim for QK^T and v's for PV."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    nope, rope, dv = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+    q_rank, kv_rank = config.get("q_lora_rank"), config["kv_lora_rank"]
+    q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
+    attention = q + hidden * (kv_rank + rope) + kv_rank * heads * (nope + dv) + heads * dv * hidden
+    active = 0
+    for layer in range(config["num_hidden_layers"]):
+        active += attention
+        if layer >= config.get("first_k_dense_replace", 0):
+            experts = config["num_experts_per_tok"] + config.get("n_shared_experts", 0)
+            active += hidden * config["n_routed_experts"] + experts * 3 * hidden * config["moe_intermediate_size"]
+        else:
+            active += 3 * hidden * config["intermediate_size"]
+    active += hidden * config["vocab_size"]
+    attention_scores = 3 * heads * (nope + rope + dv) * seq * config["num_hidden_layers"]
+    return {"active_matmul_params": active, "flops_per_token": 6 * active + attention_scores}
+
+
 def flops_per_token(config: dict, seq: int) -> dict:
+    if config.get("model_type") == "deepseek_v3":
+        return deepseek_v3_flops_per_token(config, seq)
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     kv_heads = _get(config, "num_key_value_heads", default=heads)

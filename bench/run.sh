@@ -2,7 +2,7 @@
 # The side-by-side benchmark (shared DESIGN.md §5), one command on the GPU machine:
 #
 #   bench/run.sh [--quick] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
-#                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu]
+#                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu] [--arch qwen3_moe|moonlight|deepseek_v3]
 #
 # Makes the reference model (balanced and skewed routing) and the token data under $BENCH_SCRATCH, then runs,
 # each in its own process and one after another: HF grouped_mm, HF grouped_mm + torch.compile, HF eager,
@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-quick=0; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2
+quick=0; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2; arch=qwen3_moe
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -30,6 +30,7 @@ while [[ $# -gt 0 ]]; do
     --micro-batch) micro_batch="$2"; shift ;;
     --tiny) tiny=1 ;;
     --device) device="$2"; shift ;;
+    --arch) arch="$2"; shift ;;  # moonlight / deepseek_v3: bench/make_reference_model.py's DeepSeek-V3 family
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -53,7 +54,8 @@ if [[ $quick == 1 ]]; then
 else
   hf_steps=20; hf_warmup=3;  compile_steps=15; compile_warmup=5; eager_steps=6; eager_warmup=2; mt_steps=20; mt_warmup=3
 fi
-model_flags=(--layers "$layers")
+model_flags=(--layers "$layers" --arch "$arch")
+[[ $arch != qwen3_moe ]] && skew=0  # the hot-expert calibration is Qwen3-MoE's
 moetune_sets=()
 if [[ $tiny == 1 ]]; then
   seq=256; model_flags+=(--tiny)
@@ -68,7 +70,7 @@ log() { echo "[bench $(date +%H:%M:%S)] $*"; }
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files"
-  echo "options: quick=$quick layers=$layers tiny=$tiny device=$device seq=$seq micro_batch=$micro_batch"
+  echo "options: arch=$arch quick=$quick layers=$layers tiny=$tiny device=$device seq=$seq micro_batch=$micro_batch"
   "$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__,
 "| cuda", torch.version.cuda, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
   command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
@@ -78,10 +80,11 @@ cat "$OUT/environment.txt"
 # A model folder is reused when a finished one with the same options is already in the scratch folder.
 make_model() {  # NAME SKEW
   local dir="$SCRATCH/$1"
-  if [[ -f $dir/bench_routing.json ]] && "$PYTHON" - "$dir" "$2" "$layers" "$tiny" <<'PY'
+  if [[ -f $dir/bench_routing.json ]] && "$PYTHON" - "$dir" "$2" "$layers" "$tiny" "$arch" <<'PY'
 import json, sys
 info = json.load(open(sys.argv[1] + "/bench_routing.json"))
-sys.exit(0 if (info["skew"], info["layers"], info["tiny"]) == (sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1") else 1)
+same = (info["skew"], info["layers"], info["tiny"], info.get("arch", "qwen3_moe"))
+sys.exit(0 if same == (sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]) else 1)
 PY
   then
     log "reusing $dir"

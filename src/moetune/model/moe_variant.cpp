@@ -3,13 +3,9 @@
 #include "moetune/ops/sigmoid_router.h"
 
 namespace moetune::model {
-namespace {
-
 ops::GroupLimitedRouter group_limited(const RouterSpec& r) {
   return {r.top_k, r.num_groups, r.topk_groups, r.renormalize, r.scaling_factor};
 }
-
-}  // namespace
 
 bool is_sigmoid_group_limited(const RouterSpec& r) {
   return r.score == RouterScore::Sigmoid && !r.topk_before_softmax && !r.bias;

@@ -10,11 +10,14 @@
 #include "moetune/model/model_spec.h"
 #include "moetune/ops/experts.h"
 #include "moetune/ops/router.h"
+#include "moetune/ops/sigmoid_router.h"
 
 namespace moetune::model {
 
 // DeepSeek-V3's router: sigmoid scores, optional correction bias, groups, scaling.
 bool is_sigmoid_group_limited(const RouterSpec& router);
+// Its settings as both devices' ops take them.
+ops::GroupLimitedRouter group_limited(const RouterSpec& router);
 // Whether the CPU MoE block runs this router at all.
 bool cpu_runs_router(const RouterSpec& router);
 

@@ -15,7 +15,11 @@ Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empt
 
 AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
                                double norm_eps)
-    : spec_(*sublayer.attention()), eps_(norm_eps), p_(AttentionParams::lookup(store, layer, sublayer.norm)) {
+    : spec_(*sublayer.attention()),
+      eps_(norm_eps),
+      p_(spec_.mla ? AttentionParams{} : AttentionParams::lookup(store, layer, sublayer.norm)),
+      mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
+  if (mla_) return;
   MOETUNE_CHECK(!spec_.sliding_window && !spec_.sinks && spec_.qk_head_dim == spec_.v_head_dim,
                 "{}: sliding windows, sinks and differing q/k and v head dims are not implemented on the GPU", layer);
   const int64_t d = spec_.qk_head_dim;
@@ -23,6 +27,7 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
+  if (mla_) return mla_->forward(h, context);
   const PhaseScope phase("attention");
   const DeviceBatch& batch = context.batch;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
@@ -48,6 +53,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
 }
 
 Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) {
+  if (mla_) return mla_->backward(dout, context);
   const PhaseScope phase("attention.bwd");
   const DeviceBatch& batch = context.batch;
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
@@ -73,6 +79,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
 }
 
 size_t AttentionBlock::stash_bytes() const {
+  if (mla_) return mla_->stash_bytes();
   return held_bytes({&stash_.input, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats});
 }
 

@@ -3,6 +3,9 @@
 // (model/attention_block.h); the normalised input is recomputed in backward rather than kept.
 #pragma once
 
+#include <memory>
+
+#include "moetune/model/cuda/mla_attention_block.h"
 #include "moetune/model/cuda/step_context.h"
 #include "moetune/model/block_params.h"
 #include "moetune/model/model_spec.h"
@@ -16,7 +19,10 @@ class AttentionBlock {
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
-  void clear_stash() { stash_ = {}; }
+  void clear_stash() {
+    stash_ = {};
+    if (mla_) mla_->clear_stash();
+  }
 
  private:
   const AttentionSpec& spec_;
@@ -30,6 +36,7 @@ class AttentionBlock {
     Tensor attended;      // [T, nq, d]
     Tensor softmax_stats; // flash attention's log-sum-exp
   } stash_;
+  std::unique_ptr<MlaAttentionBlock> mla_;  // DeepSeek-V3's latent attention: every call goes there instead
 };
 
 }  // namespace moetune::model::cuda

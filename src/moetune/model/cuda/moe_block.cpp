@@ -3,6 +3,7 @@
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
+#include "moetune/model/moe_variant.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/activation.h"
 #include "moetune/ops/cuda/aux_loss.h"
@@ -12,6 +13,7 @@
 #include "moetune/ops/cuda/grouped_gemm.h"
 #include "moetune/ops/cuda/norm.h"
 #include "moetune/ops/cuda/router.h"
+#include "moetune/ops/cuda/sigmoid_router.h"
 
 namespace moetune::model::cuda {
 namespace {
@@ -23,8 +25,10 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
     : spec_(*sublayer.moe()),
       eps_(norm_eps),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
-      dispatcher_(std::move(dispatcher)) {
-  MOETUNE_CHECK(spec_.router.is_softmax_then_topk(), "{}: this router is not implemented on the GPU", layer);
+      dispatcher_(std::move(dispatcher)),
+      correction_bias_(store.find(layer + "moe.router_correction_bias")) {
+  MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || is_sigmoid_group_limited(spec_.router),
+                "{}: this router is not implemented on the GPU", layer);
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
@@ -40,7 +44,16 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::matmul(normed, false, p_.router.value, true, logits_);
   expert_ids_ = device_like({tokens, k}, DType::I32);
   weights_ = device_like({tokens, k}, DType::F32);
-  ops::cuda::router_topk_forward(logits_, k, spec_.router.renormalize, expert_ids_, weights_);
+  if (is_sigmoid_group_limited(spec_.router)) {
+    Tensor bias;  // the buffer is bf16 like every GPU parameter; the kernel adds it in fp32
+    if (correction_bias_.defined()) {
+      bias = device_like({experts}, DType::F32);
+      ops::cast_into(correction_bias_.value, bias);
+    }
+    ops::cuda::sigmoid_router_forward(logits_, bias, group_limited(spec_.router), expert_ids_, weights_);
+  } else {
+    ops::cuda::router_topk_forward(logits_, k, spec_.router.renormalize, expert_ids_, weights_);
+  }
   layer_counts_ = Tensor::zeros({experts}, DType::F32, Device::cuda());
   layer_prob_sums_ = Tensor::zeros({experts}, DType::F32, Device::cuda());
   ops::cuda::aux_loss_accumulate(logits_, expert_ids_, token_valid, layer_counts_, layer_prob_sums_);
@@ -130,7 +143,10 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   // The router: through the top-k weights, plus the aux loss; its GEMMs take the logits' gradient in bf16 (the
   // precision HF's router runs in).
   Tensor dlogits = device_like({tokens, experts}, DType::F32);
-  ops::cuda::router_topk_backward(logits_, expert_ids_, weights_, dweights, spec_.router.renormalize, dlogits);
+  if (is_sigmoid_group_limited(spec_.router))
+    ops::cuda::sigmoid_router_backward(logits_, expert_ids_, dweights, group_limited(spec_.router), dlogits);
+  else
+    ops::cuda::router_topk_backward(logits_, expert_ids_, weights_, dweights, spec_.router.renormalize, dlogits);
   if (aux_scale != 0)
     ops::cuda::aux_loss_backward(logits_, token_valid, context.aux.counts, context.aux_rows, aux_scale, dlogits);
   Tensor dlogits_bf16 = device_like({tokens, experts});

@@ -34,6 +34,7 @@ class MoeBlock {
   double eps_;
   MoeParams p_;
   std::unique_ptr<TokenDispatcher> dispatcher_;
+  Param correction_bias_;    // DeepSeek-V3's sigmoid router: a frozen buffer, read for the choice only
   Tensor input_;             // h
   Tensor logits_;            // F32 [T, E]
   Tensor expert_ids_;        // I32 [T, k]

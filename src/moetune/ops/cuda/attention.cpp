@@ -43,6 +43,7 @@ enum Uid : fe::graph::Tensor_attributes::uid_t {
 struct GraphKey {
   bool backward = false;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t v_head_dim = 0;  // v's and the output's (MLA's differs from q/k's)
   int64_t batch = 0;       // documents, rounded up to a power of two (the extra ones are empty)
   int64_t max_length = 0;  // the bound on a document's length
   int64_t max_tokens = 0;  // backward only: T rounded up to kTokenGranularity
@@ -53,8 +54,8 @@ constexpr int64_t kTokenGranularity = 128;
 constexpr size_t kScratchAlignment = 256;
 
 std::string describe(const GraphKey& key) {
-  return fmt::format("{} graph for {} heads, {} kv heads, head_dim {}, {} documents of at most {} tokens{}",
-                     key.backward ? "backward" : "forward", key.heads, key.kv_heads, key.head_dim, key.batch,
+  return fmt::format("{} graph for {} heads, {} kv heads, head_dim {} (v {}), {} documents of at most {} tokens{}",
+                     key.backward ? "backward" : "forward", key.heads, key.kv_heads, key.head_dim, key.v_head_dim, key.batch,
                      key.max_length, key.backward ? fmt::format(", {} tokens", key.max_tokens) : "");
 }
 
@@ -66,12 +67,13 @@ int64_t padded_document_count(int64_t documents) {
   return int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(documents, 1))));
 }
 
-GraphKey graph_key(bool backward, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t documents,
-                   int64_t max_document_length) {
+GraphKey graph_key(bool backward, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim,
+                   int64_t documents, int64_t max_document_length) {
   return {.backward = backward,
           .heads = heads,
           .kv_heads = kv_heads,
           .head_dim = head_dim,
+          .v_head_dim = v_head_dim,
           .batch = padded_document_count(documents),
           .max_length = max_document_length,
           .max_tokens = backward ? std::max<int64_t>(1, (tokens + kTokenGranularity - 1) / kTokenGranularity) *
@@ -149,7 +151,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const GraphKey& key) {
   const auto bf16 = fe::DataType_t::BFLOAT16;
   auto q = packed_input(*graph, "q", kQ, key, key.heads, d, in.q_offsets, bf16);
   auto k = packed_input(*graph, "k", kK, key, key.kv_heads, d, in.k_offsets, bf16);
-  auto v = packed_input(*graph, "v", kV, key, key.kv_heads, d, in.v_offsets, bf16);
+  auto v = packed_input(*graph, "v", kV, key, key.kv_heads, key.v_head_dim, in.v_offsets, bf16);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("causal_attention")
                      .set_generate_stats(true)
@@ -160,7 +162,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const GraphKey& key) {
                      .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                      .set_diagonal_band_right_bound(0);
   auto [o, stats] = graph->sdpa(q, k, v, options);
-  packed_output(o, "o", kO, key, key.heads, d, in.o_offsets, bf16);
+  packed_output(o, "o", kO, key, key.heads, key.v_head_dim, in.o_offsets, bf16);
   packed_output(stats, "stats", kStats, key, key.heads, 1, in.stats_offsets, fe::DataType_t::FLOAT);
   return graph;
 }
@@ -172,9 +174,10 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
   const auto bf16 = fe::DataType_t::BFLOAT16;
   auto q = packed_input(*graph, "q", kQ, key, key.heads, d, in.q_offsets, bf16);
   auto k = packed_input(*graph, "k", kK, key, key.kv_heads, d, in.k_offsets, bf16);
-  auto v = packed_input(*graph, "v", kV, key, key.kv_heads, d, in.v_offsets, bf16);
-  auto o = packed_input(*graph, "o", kO, key, key.heads, d, in.o_offsets, bf16);
-  auto dout = packed_input(*graph, "dout", kDO, key, key.heads, d, in.o_offsets, bf16);
+  const int64_t dv = key.v_head_dim;
+  auto v = packed_input(*graph, "v", kV, key, key.kv_heads, dv, in.v_offsets, bf16);
+  auto o = packed_input(*graph, "o", kO, key, key.heads, dv, in.o_offsets, bf16);
+  auto dout = packed_input(*graph, "dout", kDO, key, key.heads, dv, in.o_offsets, bf16);
   auto stats = packed_input(*graph, "stats", kStats, key, key.heads, 1, in.stats_offsets, fe::DataType_t::FLOAT);
   // max_total_seq_len sizes cuDNN's fp32 dQ (and GQA dK/dV) accumulators by the tokens present rather than by
   // batch × max_length, which would be far larger for many short documents.
@@ -188,10 +191,10 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
                      .set_diagonal_band_right_bound(0)
                      .set_max_total_seq_len_q(key.max_tokens)
                      .set_max_total_seq_len_kv(key.max_tokens);
-  auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
+  auto [dq, dk, dv_out] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
   packed_output(dq, "dq", kDQ, key, key.heads, d, in.q_offsets, bf16);
   packed_output(dk, "dk", kDK, key, key.kv_heads, d, in.k_offsets, bf16);
-  packed_output(dv, "dv", kDV, key, key.kv_heads, d, in.v_offsets, bf16);
+  packed_output(dv_out, "dv", kDV, key, key.kv_heads, dv, in.v_offsets, bf16);
   return graph;
 }
 
@@ -233,14 +236,15 @@ const BuiltGraph& cached_graph(const GraphKey& key) {
 
 size_t aligned(size_t bytes) { return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment; }
 
+// Two sets: q/k (and the statistics) by q/k's head dim, v and the output by v's.
 size_t ragged_bytes(int64_t batch) {
-  return 3 * aligned(size_t(batch + 1) * sizeof(int64_t)) + aligned(size_t(batch) * sizeof(int32_t));
+  return 2 * (3 * aligned(size_t(batch + 1) * sizeof(int64_t)) + aligned(size_t(batch) * sizeof(int32_t)));
 }
 
 // ---- argument checks ----
 
 struct Shapes {
-  int64_t tokens, heads, kv_heads, head_dim;
+  int64_t tokens, heads, kv_heads, head_dim, v_head_dim;
 };
 
 void check_tensor(const Tensor& t, std::string_view name, const Shape& shape, DType dtype) {
@@ -257,16 +261,21 @@ Shapes check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Pac
                 q.defined() ? q.str() : "undefined");
   MOETUNE_CHECK(k.defined() && k.dim() == 3, "flash attention: k must be [T, kv_heads, head_dim], got {}",
                 k.defined() ? k.str() : "undefined");
-  const Shapes s{q.size(0), q.size(1), k.size(1), q.size(2)};
+  MOETUNE_CHECK(v.defined() && v.dim() == 3, "flash attention: v must be [T, kv_heads, v_head_dim], got {}",
+                v.defined() ? v.str() : "undefined");
+  const Shapes s{q.size(0), q.size(1), k.size(1), q.size(2), v.size(2)};
   MOETUNE_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
                 "flash attention: {} query heads cannot be grouped over {} key/value heads (q {}, k {})", s.heads,
                 s.kv_heads, q.str(), k.str());
   MOETUNE_CHECK(s.head_dim > 0 && s.head_dim % 8 == 0 && s.head_dim <= 256,
                 "flash attention: head_dim {} is not supported by cuDNN (it needs a multiple of 8, at most 256)",
                 s.head_dim);
+  MOETUNE_CHECK(s.v_head_dim > 0 && s.v_head_dim % 8 == 0 && s.v_head_dim <= s.head_dim,
+                "flash attention: v head_dim {} is not supported (a multiple of 8, at most q/k's {})", s.v_head_dim,
+                s.head_dim);
   check_tensor(q, "q", {s.tokens, s.heads, s.head_dim}, DType::BF16);
   check_tensor(k, "k", {s.tokens, s.kv_heads, s.head_dim}, DType::BF16);
-  check_tensor(v, "v", {s.tokens, s.kv_heads, s.head_dim}, DType::BF16);
+  check_tensor(v, "v", {s.tokens, s.kv_heads, s.v_head_dim}, DType::BF16);
   MOETUNE_CHECK(docs.tokens == s.tokens, "flash attention: the documents cover {} tokens but q has {} ({})",
                 docs.tokens, s.tokens, q.str());
   check_tensor(docs.cu_seqlens, "cu_seqlens", {docs.num_documents + 1}, DType::I32);
@@ -293,15 +302,27 @@ void execute(const GraphKey& key, const PackedDocuments& docs, double scale,
                                    key.batch, key.heads * key.head_dim, key.kv_heads * key.head_dim, key.heads,
                                    offsets, gpu::stream()),
              fmt::format("ragged offsets for the {}", describe(key)));
+  // The output and v by v's head dim (the same offsets as q's and k's when the head dims agree).
+  char* v_base = base + offsets_bytes / 2;
+  const RaggedOffsets v_offsets{.lengths = reinterpret_cast<int32_t*>(v_base + 3 * offsets_array),
+                                .q_offsets = reinterpret_cast<int64_t*>(v_base),
+                                .kv_offsets = reinterpret_cast<int64_t*>(v_base + offsets_array),
+                                .stats_offsets = reinterpret_cast<int64_t*>(v_base + 2 * offsets_array)};
+  if (key.v_head_dim != key.head_dim)
+    gpu::check(launch_ragged_offsets(static_cast<const int32_t*>(docs.cu_seqlens.raw_data()), docs.num_documents,
+                                     key.batch, key.heads * key.v_head_dim, key.kv_heads * key.v_head_dim, key.heads,
+                                     v_offsets, gpu::stream()),
+               fmt::format("v's ragged offsets for the {}", describe(key)));
+  const bool same = key.v_head_dim == key.head_dim;
 
   float scale_value = float(scale);  // read by the host when the plan is queued
   pack[kScale] = &scale_value;
   pack[kSeqLenQ] = offsets.lengths;
   pack[kSeqLenKv] = offsets.lengths;
   pack[kQOffsets] = offsets.q_offsets;
-  pack[kOOffsets] = offsets.q_offsets;
+  pack[kOOffsets] = same ? offsets.q_offsets : v_offsets.q_offsets;
   pack[kKOffsets] = offsets.kv_offsets;
-  pack[kVOffsets] = offsets.kv_offsets;
+  pack[kVOffsets] = same ? offsets.kv_offsets : v_offsets.kv_offsets;
   pack[kStatsOffsets] = offsets.stats_offsets;
   check_frontend(built.graph->execute(cudnn_handle(), pack, base + offsets_bytes), "execution", key);
   gpu::check(cudaGetLastError(), fmt::format("flash attention {}", describe(key)));
@@ -343,11 +364,11 @@ PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64
 Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
                                double scale, const Tensor& out) {
   const Shapes s = check_inputs(q, k, v, docs);
-  check_tensor(out, "out", q.shape(), DType::BF16);
+  check_tensor(out, "out", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
   Tensor stats = Tensor::empty({s.tokens, s.heads}, DType::F32, Device::cuda());
   if (s.tokens == 0) return stats;
   const GraphKey key =
-      graph_key(false, s.tokens, s.heads, s.kv_heads, s.head_dim, docs.num_documents, docs.max_document_length);
+      graph_key(false, s.tokens, s.heads, s.kv_heads, s.head_dim, s.v_head_dim, docs.num_documents, docs.max_document_length);
   execute(key, docs, scale,
           {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, v.raw_data()}, {kO, out.raw_data()},
            {kStats, stats.raw_data()}});
@@ -358,26 +379,27 @@ void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor
                               const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv) {
   const Shapes s = check_inputs(q, k, v, docs);
-  check_tensor(dout, "dout", q.shape(), DType::BF16);
-  check_tensor(out, "out", q.shape(), DType::BF16);
+  check_tensor(dout, "dout", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
+  check_tensor(out, "out", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
   check_tensor(stats, "stats", {s.tokens, s.heads}, DType::F32);
   check_tensor(dq, "dq", q.shape(), DType::BF16);
   check_tensor(dk, "dk", k.shape(), DType::BF16);
   check_tensor(dv, "dv", v.shape(), DType::BF16);
   if (s.tokens == 0) return;
   const GraphKey key =
-      graph_key(true, s.tokens, s.heads, s.kv_heads, s.head_dim, docs.num_documents, docs.max_document_length);
+      graph_key(true, s.tokens, s.heads, s.kv_heads, s.head_dim, s.v_head_dim, docs.num_documents, docs.max_document_length);
   execute(key, docs, scale,
           {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, v.raw_data()}, {kO, out.raw_data()}, {kDO, dout.raw_data()},
            {kStats, stats.raw_data()}, {kDQ, dq.raw_data()}, {kDK, dk.raw_data()}, {kDV, dv.raw_data()}});
 }
 
 size_t causal_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                       int64_t num_documents, int64_t max_document_length) {
+                                       int64_t num_documents, int64_t max_document_length, int64_t v_head_dim) {
   if (tokens == 0) return 0;
   size_t bytes = 0;
   for (bool backward : {false, true}) {
-    const GraphKey key = graph_key(backward, tokens, heads, kv_heads, head_dim, num_documents, max_document_length);
+    const GraphKey key = graph_key(backward, tokens, heads, kv_heads, head_dim, v_head_dim > 0 ? v_head_dim : head_dim,
+                                   num_documents, max_document_length);
     bytes = std::max(bytes, ragged_bytes(key.batch) + cached_graph(key).workspace_bytes);
   }
   return bytes;

@@ -33,14 +33,15 @@ struct PackedDocuments {
 // or document_start does not describe consecutive documents.
 PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64_t max_document_length);
 
-// q [T, heads, d], k and v [T, kv_heads, d], out [T, heads, d], all BF16 on the GPU; heads % kv_heads == 0,
-// d % 8 == 0 and d <= 256. Writes out and returns the softmax statistics that the backward pass needs: the
+// q and k [T, heads or kv_heads, d], v [T, kv_heads, dv], out [T, heads, dv], all BF16 on the GPU;
+// heads % kv_heads == 0, d and dv multiples of 8, dv <= d <= 256 (dv < d: DeepSeek's latent attention).
+// Writes out and returns the softmax statistics that the backward pass needs: the
 // natural-log logsumexp of the scaled scores, F32 [T, heads].
 Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
                                double scale, const Tensor& out);
 
-// dout and out [T, heads, d] BF16 (out as the forward pass wrote it), stats from the forward pass. Overwrites
-// dq [T, heads, d], dk and dv [T, kv_heads, d] (BF16).
+// dout and out [T, heads, dv] BF16 (out as the forward pass wrote it), stats from the forward pass. Overwrites
+// dq [T, heads, d], dk [T, kv_heads, d] and dv [T, kv_heads, dv] (BF16).
 void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv);
@@ -49,6 +50,7 @@ void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor
 // shape: the larger of the two cuDNN workspaces plus the ragged offsets. Builds the graphs if they are not
 // cached yet, so it needs a GPU. The returned statistics ([T, heads] F32) are not included.
 size_t causal_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                       int64_t num_documents, int64_t max_document_length);
+                                       int64_t num_documents, int64_t max_document_length,
+                                       int64_t v_head_dim = 0);  // 0: head_dim
 
 }  // namespace moetune::ops::cuda

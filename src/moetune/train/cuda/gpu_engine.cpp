@@ -39,16 +39,27 @@ class GpuEngine final : public TrainingEngine {
         seed_(uint64_t(r.training.seed)) {
     auto& values = model_.parameters().values();
     auto& grads = model_.parameters().grads();
-    for (size_t i = 0; i < values.size(); ++i)
-      if (!grads[i].defined())
-        fail("parameter '{}' is frozen; the GPU engine trains every parameter so far (freezing runs on the CPU engine)",
-             model_.weights().layout.parameters[i].name);
-    if (parallel()) {
-      make_sharded_slots();
-    } else {
-      std::vector<Tensor> params(values.begin(), values.end()), gradients(grads.begin(), grads.end());
-      make_slots(params, gradients);
+    // A frozen buffer (DeepSeek-V3's router correction bias) has no gradient and no optimizer state. Other
+    // frozen parameters (training.freeze) and buffers on several ranks (the ZeRO buckets do not skip them) are
+    // not implemented here yet.
+    std::vector<Tensor> params, gradients;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const model::ParameterSpec& spec = model_.weights().layout.parameters[i];
+      if (grads[i].defined()) {
+        params.push_back(values[i]);
+        gradients.push_back(grads[i]);
+      } else if (spec.role != model::ParameterRole::Buffer) {
+        fail("parameter '{}' is frozen; the GPU engine trains every parameter so far (freezing runs on the CPU "
+             "engine)", spec.name);
+      } else if (parallel()) {
+        fail("'{}' is a frozen buffer; the GPU engine on several ranks does not carry frozen tensors yet (train on "
+             "one GPU, or on the CPU engine)", spec.name);
+      }
     }
+    if (parallel())
+      make_sharded_slots();
+    else
+      make_slots(params, gradients);
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
     coefficient_ = Tensor::empty({1}, DType::F32, Device::cuda());
   }
@@ -73,7 +84,8 @@ class GpuEngine final : public TrainingEngine {
       reduction_->finish();
       for (const cuda::GradientBucket& bucket : reduction_->buckets()) gradients.push_back(bucket.gradient_shard);
     } else {
-      gradients = model_.parameters().grads();
+      for (const Tensor& g : model_.parameters().grads())
+        if (g.defined()) gradients.push_back(g);  // frozen parameters have none
     }
     phase.next("optimizer.adamw");
     ops::cuda::grad_norm_squared(gradients, norm_squared_);
@@ -188,7 +200,8 @@ class GpuEngine final : public TrainingEngine {
       slots_.push_back(std::move(slot));
     }
     if (!parallel())
-      for (const model::ParameterSpec& p : model_.weights().layout.parameters) slot_names_.push_back(p.name);
+      for (const model::ParameterSpec& p : model_.weights().layout.parameters)
+        if (p.trainable) slot_names_.push_back(p.name);
   }
 
   // One slot per bucket: this rank's piece of its parameters (a view: the update lands in place, and the

@@ -1,0 +1,168 @@
+#include "moetune/model/cuda/mla_attention_block.h"
+
+#include <algorithm>
+
+#include "moetune/core/phase_profile.h"
+#include "moetune/model/block_util.h"
+#include "moetune/ops/cuda/attention.h"
+#include "moetune/ops/cuda/elementwise.h"
+#include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/cuda/norm.h"
+#include "moetune/ops/rope.h"
+
+namespace moetune::model::cuda {
+namespace {
+
+Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
+
+int64_t round_up_8(int64_t n) { return (n + 7) / 8 * 8; }
+
+// Rows [start, start + length) of a parameter's value and gradient (undefined stays undefined).
+Param rows(const Param& p, int64_t start, int64_t length) {
+  if (!p.defined()) return {};
+  return {p.value.narrow(start, length), p.grad.defined() ? p.grad.narrow(start, length) : Tensor()};
+}
+
+}  // namespace
+
+MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
+                                     double norm_eps)
+    : spec_(*sublayer.attention()),
+      mla_(*spec_.mla),
+      eps_(norm_eps),
+      qk_width_(std::max(round_up_8(mla_.qk_nope_head_dim + mla_.qk_rope_head_dim), round_up_8(spec_.v_head_dim))),
+      v_width_(round_up_8(spec_.v_head_dim)),
+      layout_{mla_.qk_nope_head_dim, mla_.qk_rope_head_dim, spec_.v_head_dim, mla_.rope_interleave, mla_.rope_scale},
+      p_(MlaParams::lookup(store, layer, sublayer.norm)) {
+  MOETUNE_CHECK(p_.q.defined() != mla_.q_lora_rank.has_value(), "{}: the q projections do not match q_lora_rank", layer);
+  MOETUNE_CHECK(spec_.num_kv_heads == spec_.num_heads, "{}: MLA expands k and v for every head", layer);
+  const int64_t latent = mla_.kv_lora_rank, rope = mla_.qk_rope_head_dim;
+  kv_latent_ = rows(p_.kv_a, 0, latent);
+  kv_rope_ = rows(p_.kv_a, latent, rope);
+  kv_latent_bias_ = rows(p_.kv_a_bias, 0, latent);
+  kv_rope_bias_ = rows(p_.kv_a_bias, latent, rope);
+  inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, rope), {rope / 2}).to(Device::cuda());
+}
+
+Tensor MlaAttentionBlock::project_q(const Tensor& x) {
+  const int64_t tokens = x.size(0), width = spec_.num_heads * (mla_.qk_nope_head_dim + mla_.qk_rope_head_dim);
+  Tensor q = device_like({tokens, width});
+  if (p_.q.defined()) {
+    ops::cuda::linear_forward(x, p_.q.value, {}, q);
+    return q;
+  }
+  stash_.q_latent = device_like({tokens, p_.q_a.value.size(0)});
+  ops::cuda::linear_forward(x, p_.q_a.value, p_.q_a_bias.value, stash_.q_latent);
+  Tensor normed = device_like(stash_.q_latent.shape());
+  ops::cuda::rms_norm_forward(stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, normed);
+  ops::cuda::linear_forward(normed, p_.q_b.value, {}, q);
+  return q;
+}
+
+Tensor MlaAttentionBlock::attended_for_o(const Tensor& attended) const {
+  const int64_t tokens = attended.size(0), heads = spec_.num_heads, dv = spec_.v_head_dim;
+  if (v_width_ == dv) return attended.view({tokens, heads * dv});
+  Tensor narrow = device_like({tokens, heads, dv});
+  ops::cuda::copy_leading_columns(attended, narrow);
+  return narrow.view({tokens, heads * dv});
+}
+
+Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
+  const PhaseScope phase("attention");
+  const DeviceBatch& batch = context.batch;
+  const int64_t tokens = h.size(0), heads = spec_.num_heads, nope = mla_.qk_nope_head_dim, rope = mla_.qk_rope_head_dim;
+  const int64_t latent = mla_.kv_lora_rank, dv = spec_.v_head_dim;
+  stash_.input = h;
+  Tensor x = device_like(h.shape());
+  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, x);
+  const Tensor q_proj = project_q(x);
+  stash_.kv_latent = device_like({tokens, latent});
+  ops::cuda::linear_forward(x, kv_latent_.value, kv_latent_bias_.value, stash_.kv_latent);
+  Tensor k_rope = device_like({tokens, rope});
+  ops::cuda::linear_forward(x, kv_rope_.value, kv_rope_bias_.value, k_rope);
+  x = Tensor();
+  Tensor kv_normed = device_like({tokens, latent});
+  ops::cuda::rms_norm_forward(stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
+  Tensor kv = device_like({tokens, heads * (nope + dv)});
+  ops::cuda::linear_forward(kv_normed, p_.kv_b.value, {}, kv);
+  kv_normed = Tensor();
+
+  stash_.q = device_like({tokens, heads, qk_width_});
+  stash_.k = device_like({tokens, heads, qk_width_});
+  stash_.v = device_like({tokens, heads, v_width_});
+  ops::cuda::mla_qkv_forward(q_proj.view({tokens, heads, nope + rope}), kv.view({tokens, heads, nope + dv}), k_rope,
+                             inv_freq_, batch.positions, layout_, stash_.q, stash_.k, stash_.v);
+  stash_.attended = device_like({tokens, heads, v_width_});
+  stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
+                                                            mla_.softmax_scale, stash_.attended);
+  Tensor out = device_like(h.shape());
+  ops::cuda::linear_forward(attended_for_o(stash_.attended), p_.o.value, p_.o_bias.value, out);
+  ops::cuda::add(out, h, out);
+  return out;
+}
+
+void MlaAttentionBlock::project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx) {
+  if (p_.q.defined()) {
+    ops::cuda::linear_backward(dq_proj, x, p_.q.value, dx, p_.q.grad, {}, /*accumulate_dx=*/true);
+    return;
+  }
+  Tensor normed = device_like(stash_.q_latent.shape());
+  ops::cuda::rms_norm_forward(stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, normed);
+  Tensor dlatent = device_like(stash_.q_latent.shape());
+  ops::cuda::linear_backward(dq_proj, normed, p_.q_b.value, dlatent, p_.q_b.grad);
+  ops::cuda::rms_norm_backward(dlatent, stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, dlatent,
+                               p_.q_a_norm.grad);
+  ops::cuda::linear_backward(dlatent, x, p_.q_a.value, dx, p_.q_a.grad, p_.q_a_bias.grad, /*accumulate_dx=*/true);
+}
+
+Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& context) {
+  const PhaseScope phase("attention.bwd");
+  const DeviceBatch& batch = context.batch;
+  const int64_t tokens = dout.size(0), heads = spec_.num_heads, nope = mla_.qk_nope_head_dim, rope = mla_.qk_rope_head_dim;
+  const int64_t latent = mla_.kv_lora_rank, dv = spec_.v_head_dim;
+  Tensor dattended_narrow = device_like({tokens, heads * dv});
+  ops::cuda::linear_backward(dout, attended_for_o(stash_.attended), p_.o.value, dattended_narrow, p_.o.grad,
+                             p_.o_bias.grad);
+  Tensor dattended = dattended_narrow.view({tokens, heads, dv});
+  if (v_width_ != dv) {
+    dattended = device_like({tokens, heads, v_width_});
+    ops::cuda::copy_leading_columns(dattended_narrow.view({tokens, heads, dv}), dattended);
+  }
+  dattended_narrow = Tensor();
+  Tensor dq = device_like(stash_.q.shape()), dk = device_like(stash_.k.shape()), dvv = device_like(stash_.v.shape());
+  ops::cuda::causal_attention_backward(dattended, stash_.q, stash_.k, stash_.v, stash_.attended, stash_.softmax_stats,
+                                      batch.documents, mla_.softmax_scale, dq, dk, dvv);
+  dattended = Tensor();
+  Tensor dq_proj = device_like({tokens, heads * (nope + rope)});
+  Tensor dkv = device_like({tokens, heads * (nope + dv)});
+  Tensor dk_rope = device_like({tokens, rope});
+  ops::cuda::mla_qkv_backward(dq, dk, dvv, inv_freq_, batch.positions, layout_, dq_proj.view({tokens, heads, nope + rope}),
+                              dkv.view({tokens, heads, nope + dv}), dk_rope);
+  dq = dk = dvv = Tensor();
+
+  Tensor kv_normed = device_like({tokens, latent});  // recomputed, not kept
+  ops::cuda::rms_norm_forward(stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
+  Tensor dlatent = device_like({tokens, latent});
+  ops::cuda::linear_backward(dkv, kv_normed, p_.kv_b.value, dlatent, p_.kv_b.grad);
+  dkv = kv_normed = Tensor();
+  ops::cuda::rms_norm_backward(dlatent, stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps, dlatent,
+                               p_.kv_a_norm.grad);
+
+  Tensor x = device_like(stash_.input.shape());  // recomputed, not kept
+  ops::cuda::rms_norm_forward(stash_.input, p_.norm.value, eps_, x);
+  Tensor dx = device_like(stash_.input.shape());
+  ops::cuda::linear_backward(dlatent, x, kv_latent_.value, dx, kv_latent_.grad, kv_latent_bias_.grad);
+  ops::cuda::linear_backward(dk_rope, x, kv_rope_.value, dx, kv_rope_.grad, kv_rope_bias_.grad, /*accumulate_dx=*/true);
+  project_q_backward(dq_proj, x, dx);
+  Tensor dh = device_like(stash_.input.shape());
+  ops::cuda::rms_norm_backward(dx, stash_.input, p_.norm.value, eps_, dh, p_.norm.grad, dout);
+  clear_stash();
+  return dh;
+}
+
+size_t MlaAttentionBlock::stash_bytes() const {
+  return held_bytes({&stash_.input, &stash_.q_latent, &stash_.kv_latent, &stash_.q, &stash_.k, &stash_.v,
+                     &stash_.attended, &stash_.softmax_stats});
+}
+
+}  // namespace moetune::model::cuda

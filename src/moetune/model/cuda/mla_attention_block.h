@@ -1,0 +1,50 @@
+// DeepSeek-V3's multi-head latent attention on the GPU, as the CPU block (model/mla_attention_block.h) and
+// transformers 5.17's DeepseekV3Attention compute it:
+//   x = rms_norm(h); q = q_b(rms_norm(q_a(x))) or q(x); c = kv_a(x)[:latent], k_rope = kv_a(x)[latent:]
+//   [k_nope | v] per head = kv_b(rms_norm(c)); h + o(flash_attention([q_nope | rope(q_rope)], [k_nope | rope(k_rope)], v))
+// kv_a runs as two GEMMs over its weight's row blocks, so that c and k_rope come out contiguous. q/k and v keep
+// their own head widths in cuDNN's attention (192 and 128 for DeepSeek-V3), each rounded up to a multiple of 8
+// with zero columns (and q/k's raised to v's if v's is wider), which changes no score and no kept output.
+#pragma once
+
+#include "moetune/model/cuda/step_context.h"
+#include "moetune/model/mla_attention_block.h"
+#include "moetune/model/model_spec.h"
+#include "moetune/ops/cuda/mla_qkv.h"
+
+namespace moetune::model::cuda {
+
+class MlaAttentionBlock {
+ public:
+  MlaAttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
+
+  Tensor forward(const Tensor& h, const StepContext& context);
+  Tensor backward(const Tensor& dout, const StepContext& context);
+  size_t stash_bytes() const;
+  void clear_stash() { stash_ = {}; }
+
+ private:
+  Tensor project_q(const Tensor& x);  // [T, heads·(nope + rope)]
+  void project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx);  // adds into dx
+  Tensor attended_for_o(const Tensor& attended) const;  // [T, heads·v_dim]: the padding dropped
+
+  const AttentionSpec& spec_;
+  const MlaSpec& mla_;
+  double eps_;
+  int64_t qk_width_, v_width_;  // the attention tensors' head widths
+  ops::cuda::MlaQkvLayout layout_;
+  Tensor inv_freq_;             // F32 [rope / 2] on the device
+  MlaParams p_;
+  Param kv_latent_, kv_rope_;   // kv_a's row blocks (weight, with bias and gradients alike)
+  Param kv_latent_bias_, kv_rope_bias_;
+  struct Stash {
+    Tensor input;          // h
+    Tensor q_latent;       // q_a(x) before its norm; undefined without q_lora_rank
+    Tensor kv_latent;      // c before kv_a_layernorm
+    Tensor q, k, v;        // attention's inputs [T, heads, width]
+    Tensor attended;       // [T, heads, v_width]
+    Tensor softmax_stats;  // flash attention's log-sum-exp
+  } stash_;
+};
+
+}  // namespace moetune::model::cuda

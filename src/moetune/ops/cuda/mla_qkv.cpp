@@ -1,0 +1,78 @@
+#include "moetune/ops/cuda/mla_qkv.h"
+
+#include "moetune/core/cuda_runtime.h"
+#include "moetune/ops/cuda/gpu_tensor_checks.h"
+#include "moetune/ops/cuda/mla_qkv_kernels.h"
+
+namespace moetune::ops::cuda {
+namespace {
+
+MlaQkvShape shape_of(std::string_view op, const Tensor& qk, const Tensor& v, const MlaQkvLayout& l) {
+  check_gpu_tensor(op, "q/k", qk);
+  check_gpu_tensor(op, "v", v);
+  MOETUNE_CHECK(qk.dim() == 3 && v.dim() == 3 && v.size(0) == qk.size(0) && v.size(1) == qk.size(1),
+                "{}: q/k {} and v {} must be [T, heads, width] with the same T and heads", op, qk.str(), v.str());
+  MlaQkvShape s{qk.size(0), int(qk.size(1)), int(l.nope), int(l.rope), int(l.v_dim), int(qk.size(2)), int(v.size(2)),
+                l.interleaved, float(l.scale)};
+  MOETUNE_CHECK(l.rope > 0 && l.rope % 2 == 0 && s.qk_width >= l.nope + l.rope && s.v_width >= l.v_dim,
+                "{}: head widths q/k {} and v {} for nope {}, rope {} (even), v {}", op, s.qk_width, s.v_width, l.nope,
+                l.rope, l.v_dim);
+  return s;
+}
+
+void check_common(std::string_view op, const MlaQkvShape& s, const Tensor& inv_freq, const Tensor& positions) {
+  check_gpu_tensor(op, "inv_freq", inv_freq, DType::F32, {s.rope / 2});
+  check_gpu_tensor(op, "positions", positions, DType::I32, {s.tokens});
+}
+
+}  // namespace
+
+void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
+                     const Tensor& positions, const MlaQkvLayout& layout, const Tensor& q, const Tensor& k,
+                     const Tensor& v) {
+  constexpr std::string_view op = "mla_qkv_forward";
+  const MlaQkvShape s = shape_of(op, q, v, layout);
+  check_common(op, s, inv_freq, positions);
+  check_gpu_tensor(op, "q_proj", q_proj, DType::BF16, {s.tokens, s.heads, s.nope + s.rope});
+  check_gpu_tensor(op, "kv", kv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
+  check_gpu_tensor(op, "k_rope", k_rope, DType::BF16, {s.tokens, s.rope});
+  check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_gpu_tensor(op, "k", k, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_gpu_tensor(op, "v", v, DType::BF16, {s.tokens, s.heads, s.v_width});
+  gpu::check(launch_mla_qkv_forward(q_proj.raw_data(), kv.raw_data(), k_rope.raw_data(), device_data<float>(inv_freq),
+                                    device_data<int32_t>(positions), q.raw_data(), k.raw_data(), v.raw_data(), s,
+                                    gpu::stream()),
+             fmt::format("{} of {}", op, q_proj.str()));
+}
+
+void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
+                      const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dq_proj, const Tensor& dkv,
+                      const Tensor& dk_rope) {
+  constexpr std::string_view op = "mla_qkv_backward";
+  const MlaQkvShape s = shape_of(op, dq, dv, layout);
+  check_common(op, s, inv_freq, positions);
+  check_gpu_tensor(op, "dq", dq, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_gpu_tensor(op, "dk", dk, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_gpu_tensor(op, "dv", dv, DType::BF16, {s.tokens, s.heads, s.v_width});
+  check_gpu_tensor(op, "dq_proj", dq_proj, DType::BF16, {s.tokens, s.heads, s.nope + s.rope});
+  check_gpu_tensor(op, "dkv", dkv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
+  check_gpu_tensor(op, "dk_rope", dk_rope, DType::BF16, {s.tokens, s.rope});
+  gpu::check(launch_mla_qkv_backward(dq.raw_data(), dk.raw_data(), dv.raw_data(), device_data<float>(inv_freq),
+                                     device_data<int32_t>(positions), dq_proj.raw_data(), dkv.raw_data(),
+                                     dk_rope.raw_data(), s, gpu::stream()),
+             fmt::format("{} of {}", op, dq.str()));
+}
+
+void copy_leading_columns(const Tensor& src, const Tensor& dst) {
+  constexpr std::string_view op = "copy_leading_columns";
+  check_gpu_tensor(op, "src", src, {DType::BF16});
+  check_gpu_tensor(op, "dst", dst, {DType::BF16});
+  MOETUNE_CHECK(src.dim() >= 1 && dst.dim() == src.dim() && src.numel() / std::max<int64_t>(src.size(-1), 1) ==
+                                                               dst.numel() / std::max<int64_t>(dst.size(-1), 1),
+                "{}: src {} and dst {} must differ only in their last dim", op, src.str(), dst.str());
+  const int64_t rows = dst.size(-1) > 0 ? dst.numel() / dst.size(-1) : 0;
+  gpu::check(launch_copy_leading_columns(src.raw_data(), src.size(-1), dst.raw_data(), dst.size(-1), rows, gpu::stream()),
+             fmt::format("{} of {} into {}", op, src.str(), dst.str()));
+}
+
+}  // namespace moetune::ops::cuda

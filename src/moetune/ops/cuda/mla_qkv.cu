@@ -1,0 +1,167 @@
+// MLA's q, k and v for flash attention, one block per token: the no-rope columns are copied, the rope columns
+// rotated (each head's own q part, and the one shared key broadcast to every head), everything past the real
+// columns zeroed so that padded head widths change no score and no kept output. The backward pass is the
+// transpose; the shared key's gradient is summed over the heads before the (linear) inverse rotation.
+#include <algorithm>
+#include <cstdint>
+
+#include "moetune/ops/cuda/mla_qkv_kernels.h"
+#include "moetune/ops/cuda/pointwise_common.cuh"
+
+namespace moetune::ops::cuda {
+namespace {
+
+using pointwise::bf16;
+using pointwise::from_float;
+using pointwise::to_float;
+
+constexpr int kThreads = 128;
+
+struct Rotation {
+  float cos, sin;
+};
+
+// Pair i's rotation at this position: cos and sin of the fp32 angle, times the attention factor.
+__device__ __forceinline__ Rotation rotation(int32_t position, const float* inv_freq, int pair, float scale) {
+  float s, c;
+  sincosf(float(position) * inv_freq[pair], &s, &c);
+  return {c * scale, s * scale};
+}
+
+// Pair i's input slots: (2i, 2i+1) interleaved, (i, i + half) rotate-half style. Outputs are always (i, i + half).
+__device__ __forceinline__ int first_slot(int pair, int half, bool interleaved) { return interleaved ? 2 * pair : pair; }
+__device__ __forceinline__ int second_slot(int pair, int half, bool interleaved) {
+  return interleaved ? 2 * pair + 1 : pair + half;
+}
+
+// Output column c (< rope) of the rotation of x[0..rope).
+__device__ __forceinline__ float rotated(const bf16* x, int c, const MlaQkvShape& s, int32_t position,
+                                         const float* inv_freq) {
+  const int half = s.rope / 2, pair = c % half;
+  const Rotation r = rotation(position, inv_freq, pair, s.scale);
+  const float a = to_float(x[first_slot(pair, half, s.interleaved)]);
+  const float b = to_float(x[second_slot(pair, half, s.interleaved)]);
+  return c < half ? a * r.cos - b * r.sin : b * r.cos + a * r.sin;
+}
+
+// Input slot j (< rope) of the transpose of the rotation, given dy[0..rope) as fp32 through `dy_at`.
+template <typename DyAt>
+__device__ __forceinline__ float unrotated(DyAt dy_at, int j, const MlaQkvShape& s, int32_t position,
+                                           const float* inv_freq) {
+  const int half = s.rope / 2;
+  const int pair = s.interleaved ? j / 2 : j % half;
+  const bool first = s.interleaved ? j % 2 == 0 : j < half;
+  const Rotation r = rotation(position, inv_freq, pair, s.scale);
+  const float da = dy_at(pair), db = dy_at(pair + half);
+  return first ? da * r.cos + db * r.sin : db * r.cos - da * r.sin;
+}
+
+__global__ void mla_qkv_forward_kernel(const bf16* __restrict__ q_proj, const bf16* __restrict__ kv,
+                                       const bf16* __restrict__ k_rope, const float* __restrict__ inv_freq,
+                                       const int32_t* __restrict__ positions, bf16* __restrict__ q,
+                                       bf16* __restrict__ k, bf16* __restrict__ v, MlaQkvShape s) {
+  const int64_t t = blockIdx.x;
+  const int32_t position = positions[t];
+  const int dqk = s.nope + s.rope, dkv = s.nope + s.v_dim;
+  const bf16* key_rope = k_rope + t * s.rope;
+  for (int idx = threadIdx.x; idx < s.heads * s.qk_width; idx += blockDim.x) {
+    const int h = idx / s.qk_width, c = idx % s.qk_width;
+    const bf16* q_head = q_proj + (t * s.heads + h) * dqk;
+    const bf16* kv_head = kv + (t * s.heads + h) * dkv;
+    float qv = 0.0f, kval = 0.0f;
+    if (c < s.nope) {
+      qv = to_float(q_head[c]);
+      kval = to_float(kv_head[c]);
+    } else if (c < dqk) {
+      qv = rotated(q_head + s.nope, c - s.nope, s, position, inv_freq);
+      kval = rotated(key_rope, c - s.nope, s, position, inv_freq);
+    }
+    const int64_t out = (t * s.heads + h) * s.qk_width + c;
+    q[out] = from_float<bf16>(qv);
+    k[out] = from_float<bf16>(kval);
+  }
+  for (int idx = threadIdx.x; idx < s.heads * s.v_width; idx += blockDim.x) {
+    const int h = idx / s.v_width, c = idx % s.v_width;
+    v[(t * s.heads + h) * s.v_width + c] = c < s.v_dim ? kv[(t * s.heads + h) * dkv + s.nope + c] : from_float<bf16>(0.0f);
+  }
+}
+
+__global__ void mla_qkv_backward_kernel(const bf16* __restrict__ dq, const bf16* __restrict__ dk,
+                                        const bf16* __restrict__ dv, const float* __restrict__ inv_freq,
+                                        const int32_t* __restrict__ positions, bf16* __restrict__ dq_proj,
+                                        bf16* __restrict__ dkv, bf16* __restrict__ dk_rope, MlaQkvShape s) {
+  const int64_t t = blockIdx.x;
+  const int32_t position = positions[t];
+  const int dqk = s.nope + s.rope, dkv_width = s.nope + s.v_dim;
+  for (int idx = threadIdx.x; idx < s.heads * dqk; idx += blockDim.x) {
+    const int h = idx / dqk, c = idx % dqk;
+    const bf16* dq_head = dq + (t * s.heads + h) * s.qk_width;
+    const float value =
+        c < s.nope ? to_float(dq_head[c])
+                   : unrotated([&](int i) { return to_float(dq_head[s.nope + i]); }, c - s.nope, s, position, inv_freq);
+    dq_proj[(t * s.heads + h) * dqk + c] = from_float<bf16>(value);
+  }
+  for (int idx = threadIdx.x; idx < s.heads * dkv_width; idx += blockDim.x) {
+    const int h = idx / dkv_width, c = idx % dkv_width;
+    const bf16 value = c < s.nope ? dk[(t * s.heads + h) * s.qk_width + c] : dv[(t * s.heads + h) * s.v_width + c - s.nope];
+    dkv[(t * s.heads + h) * dkv_width + c] = value;
+  }
+  // The shared key: Σ over heads, in fp32, then the transpose of the rotation.
+  const auto summed = [&](int i) {
+    float total = 0.0f;
+    for (int h = 0; h < s.heads; ++h) total += to_float(dk[(t * s.heads + h) * s.qk_width + s.nope + i]);
+    return total;
+  };
+  for (int j = threadIdx.x; j < s.rope; j += blockDim.x)
+    dk_rope[t * s.rope + j] = from_float<bf16>(unrotated(summed, j, s, position, inv_freq));
+}
+
+__global__ void copy_leading_columns_kernel(const bf16* __restrict__ src, int64_t src_width, bf16* __restrict__ dst,
+                                            int64_t dst_width, int64_t total) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / dst_width, c = i % dst_width;
+    dst[i] = c < src_width ? src[row * src_width + c] : from_float<bf16>(0.0f);
+  }
+}
+
+bool valid(const MlaQkvShape& s) {
+  return s.tokens >= 0 && s.tokens <= INT32_MAX && s.heads > 0 && s.nope >= 0 && s.rope > 0 && s.rope % 2 == 0 &&
+         s.v_dim > 0 && s.qk_width >= s.nope + s.rope && s.v_width >= s.v_dim;
+}
+
+}  // namespace
+
+cudaError_t launch_mla_qkv_forward(const void* q_proj, const void* kv, const void* k_rope, const float* inv_freq,
+                                   const int32_t* positions, void* q, void* k, void* v, MlaQkvShape shape,
+                                   cudaStream_t stream) {
+  if (!valid(shape)) return cudaErrorInvalidValue;
+  if (shape.tokens == 0) return cudaSuccess;
+  mla_qkv_forward_kernel<<<unsigned(shape.tokens), kThreads, 0, stream>>>(
+      static_cast<const bf16*>(q_proj), static_cast<const bf16*>(kv), static_cast<const bf16*>(k_rope), inv_freq,
+      positions, static_cast<bf16*>(q), static_cast<bf16*>(k), static_cast<bf16*>(v), shape);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mla_qkv_backward(const void* dq, const void* dk, const void* dv, const float* inv_freq,
+                                    const int32_t* positions, void* dq_proj, void* dkv, void* dk_rope, MlaQkvShape shape,
+                                    cudaStream_t stream) {
+  if (!valid(shape)) return cudaErrorInvalidValue;
+  if (shape.tokens == 0) return cudaSuccess;
+  mla_qkv_backward_kernel<<<unsigned(shape.tokens), kThreads, 0, stream>>>(
+      static_cast<const bf16*>(dq), static_cast<const bf16*>(dk), static_cast<const bf16*>(dv), inv_freq, positions,
+      static_cast<bf16*>(dq_proj), static_cast<bf16*>(dkv), static_cast<bf16*>(dk_rope), shape);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_copy_leading_columns(const void* src, int64_t src_width, void* dst, int64_t dst_width, int64_t rows,
+                                        cudaStream_t stream) {
+  if (src_width <= 0 || dst_width <= 0 || rows < 0) return cudaErrorInvalidValue;
+  const int64_t total = rows * dst_width;
+  if (total == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65535);
+  copy_leading_columns_kernel<<<unsigned(blocks), 256, 0, stream>>>(static_cast<const bf16*>(src), src_width,
+                                                                   static_cast<bf16*>(dst), dst_width, total);
+  return cudaGetLastError();
+}
+
+}  // namespace moetune::ops::cuda

@@ -1,0 +1,33 @@
+// DeepSeek-V3's latent attention on the GPU between its projections and flash attention: q, k and v from the q
+// projection, kv_b's per-head [k_nope | v] and the one shared rope key (RoPE on the rope columns only, as
+// ops/mla_rope.h does it on the CPU), padded to head widths cuDNN takes; and the gradients back. All BF16 on the
+// GPU but inv_freq (F32 [rope / 2]) and positions (I32 [T]); queued on gpu::stream().
+#pragma once
+
+#include "moetune/core/tensor.h"
+
+namespace moetune::ops::cuda {
+
+struct MlaQkvLayout {
+  int64_t nope = 0, rope = 0, v_dim = 0;
+  bool interleaved = false;
+  double scale = 1.0;  // YaRN's attention factor on cos and sin
+};
+
+// q_proj [T, heads, nope + rope], kv [T, heads, nope + v_dim], k_rope [T, rope] -> q, k [T, heads, Wqk] and
+// v [T, heads, Wv] (Wqk ≥ nope + rope, Wv ≥ v_dim: their shapes say; zero past the real columns).
+void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
+                     const Tensor& positions, const MlaQkvLayout& layout, const Tensor& q, const Tensor& k,
+                     const Tensor& v);
+
+// dq, dk [T, heads, Wqk], dv [T, heads, Wv] -> dq_proj [T, heads, nope + rope], dkv [T, heads, nope + v_dim],
+// dk_rope [T, rope] (overwritten).
+void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
+                      const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dq_proj, const Tensor& dkv,
+                      const Tensor& dk_rope);
+
+// dst [..., Wd] = src [..., Ws]'s first min(Ws, Wd) columns, zero past them (BF16; the leading dims agree):
+// attention's padded output narrowed for o_proj, and o_proj's input gradient padded back.
+void copy_leading_columns(const Tensor& src, const Tensor& dst);
+
+}  // namespace moetune::ops::cuda

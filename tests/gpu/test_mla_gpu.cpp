@@ -1,0 +1,279 @@
+// DeepSeek-V3's GPU pieces against their CPU references: flash attention with a v head dim below q/k's (the CPU
+// op takes one width: v zero-padded to it), MLA's q/k/v assembly with RoPE on the rope columns (ops/mla_rope.h)
+// and its transpose, the column copy that pads and narrows heads, and the sigmoid group-limited router
+// (ops/sigmoid_router.h). Router inputs are redrawn until no two biased scores or group scores nearly tie, so
+// the expert ids must match exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "moetune/ops/attention.h"
+#include "moetune/ops/cuda/attention.h"
+#include "moetune/ops/cuda/mla_qkv.h"
+#include "moetune/ops/cuda/sigmoid_router.h"
+#include "moetune/ops/mla_rope.h"
+#include "moetune/ops/rope.h"
+#include "moetune/ops/sigmoid_router.h"
+
+namespace moetune {
+namespace {
+
+using testing::kBf16Tolerance;
+using testing::poisoned;
+using testing::random_normal;
+using testing::relative_error;
+using testing::to_cpu_f32;
+
+const Device kGpu = Device::cuda();
+
+// out[t, h, offset + i] = in[t, h or 0, i] for a host f32 [T, heads_in, n] into [T, heads, width].
+void place(const Tensor& out, int64_t offset, const Tensor& in) {
+  const int64_t tokens = out.size(0), heads = out.size(1), width = out.size(2), heads_in = in.size(1), n = in.size(2);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < n; ++i)
+        out.data<float>()[(t * heads + h) * width + offset + i] = in.data<float>()[(t * heads_in + h % heads_in) * n + i];
+}
+
+// [T, heads, n] of columns [offset, offset + n) of a host f32 [T, heads, width].
+Tensor take(const Tensor& x, int64_t offset, int64_t n) {
+  const int64_t tokens = x.size(0), heads = x.size(1), width = x.size(2);
+  Tensor out = Tensor::empty({tokens, heads, n}, DType::F32);
+  for (int64_t r = 0; r < tokens * heads; ++r)
+    std::copy_n(x.data<float>() + r * width + offset, n, out.data<float>() + r * n);
+  return out;
+}
+
+std::vector<int64_t> document_starts(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> starts;
+  for (int64_t length : lengths)
+    for (int64_t i = 0; i < length; ++i) starts.push_back(int64_t(starts.size()) - i);
+  return starts;
+}
+
+class MlaGpu : public testing::GpuTest {};
+
+// ---- flash attention with v's head dim below q/k's ----
+
+struct AttentionCase {
+  std::vector<int64_t> lengths;
+  int64_t heads, head_dim, v_head_dim;
+};
+
+TEST_F(MlaGpu, AttentionWithNarrowerValuesMatchesCpu) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  for (const AttentionCase& c : {AttentionCase{{300}, 4, 192, 128}, AttentionCase{{1, 17, 64, 5}, 4, 192, 128},
+                                 AttentionCase{{33, 2, 40}, 4, 16, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "d " << c.head_dim << ", dv " << c.v_head_dim << ", " << c.lengths.size()
+                                      << " documents");
+    const std::vector<int64_t> starts = document_starts(c.lengths);
+    const int64_t tokens = int64_t(starts.size()), d = c.head_dim, dv = c.v_head_dim;
+    const double scale = 0.3 / std::sqrt(double(d));
+    const Tensor q = random_normal({tokens, c.heads, d}, DType::BF16, kGpu, rng());
+    const Tensor k = random_normal({tokens, c.heads, d}, DType::BF16, kGpu, rng());
+    const Tensor v = random_normal({tokens, c.heads, dv}, DType::BF16, kGpu, rng());
+    const Tensor dout = random_normal({tokens, c.heads, dv}, DType::BF16, kGpu, rng());
+
+    // The CPU op takes one width: v and dout zero-padded to d.
+    const Tensor vf = Tensor::zeros({tokens, c.heads, d}, DType::F32), doutf = Tensor::zeros({tokens, c.heads, d}, DType::F32);
+    place(vf, 0, to_cpu_f32(v));
+    place(doutf, 0, to_cpu_f32(dout));
+    const ops::AttentionMask mask{.document_start = starts};
+    const Tensor qf = to_cpu_f32(q), kf = to_cpu_f32(k);
+    const Tensor expected_out = ops::causal_attention_forward(qf, kf, vf, mask, scale);
+    const ops::AttentionGrads expected = ops::causal_attention_backward(doutf, qf, kf, vf, expected_out, mask, scale);
+
+    const int64_t longest = *std::max_element(c.lengths.begin(), c.lengths.end());
+    const ops::cuda::PackedDocuments docs = ops::cuda::pack_documents(starts, longest);
+    const Tensor out = poisoned({tokens, c.heads, dv}, DType::BF16, kGpu);
+    const Tensor stats = ops::cuda::causal_attention_forward(q, k, v, docs, scale, out);
+    const Tensor dq = poisoned(q.shape(), DType::BF16, kGpu), dk = poisoned(k.shape(), DType::BF16, kGpu);
+    const Tensor dvv = poisoned(v.shape(), DType::BF16, kGpu);
+    ops::cuda::causal_attention_backward(dout, q, k, v, out, stats, docs, scale, dq, dk, dvv);
+    EXPECT_LT(relative_error(out, take(expected_out, 0, dv)), kBf16Tolerance);
+    EXPECT_LT(relative_error(dq, expected.dq), kBf16Tolerance);
+    EXPECT_LT(relative_error(dk, expected.dk), kBf16Tolerance);
+    EXPECT_LT(relative_error(dvv, take(expected.dv, 0, dv)), kBf16Tolerance);
+  }
+}
+
+// ---- q/k/v assembly ----
+
+struct QkvCase {
+  int64_t tokens, heads, nope, rope, v_dim, qk_width, v_width;
+  bool interleaved;
+  double scale;
+};
+
+TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  for (const QkvCase& c : {QkvCase{37, 4, 8, 4, 6, 16, 8, true, 1.3}, QkvCase{29, 2, 4, 4, 10, 16, 16, false, 1.0},
+                           QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1}}) {
+    SCOPED_TRACE(::testing::Message() << "heads " << c.heads << ", nope " << c.nope << ", rope " << c.rope << ", v "
+                                      << c.v_dim << (c.interleaved ? ", interleaved" : ""));
+    const int64_t T = c.tokens, H = c.heads, dqk = c.nope + c.rope, kv_width = c.nope + c.v_dim;
+    ops::RopeSpec rope_spec;
+    rope_spec.theta = 10000.0;
+    const ops::MlaRope rope{ops::rope_inverse_frequencies(rope_spec, c.rope), c.interleaved, float(c.scale)};
+    std::vector<int64_t> positions(static_cast<size_t>(T));
+    std::vector<int32_t> positions32(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) positions32[size_t(t)] = int32_t(positions[size_t(t)] = (t * 7) % 23);
+    const Tensor inv_freq = Tensor::from_vector(rope.inverse_frequencies, {c.rope / 2}).to(kGpu);
+    const Tensor pos = Tensor::from_vector(positions32, {T}).to(kGpu);
+    const ops::cuda::MlaQkvLayout layout{c.nope, c.rope, c.v_dim, c.interleaved, c.scale};
+
+    const Tensor q_proj = random_normal({T, H, dqk}, DType::BF16, kGpu, rng());
+    const Tensor kv = random_normal({T, H, kv_width}, DType::BF16, kGpu, rng());
+    const Tensor k_rope = random_normal({T, c.rope}, DType::BF16, kGpu, rng());
+    const Tensor q = poisoned({T, H, c.qk_width}, DType::BF16, kGpu), k = poisoned({T, H, c.qk_width}, DType::BF16, kGpu);
+    const Tensor v = poisoned({T, H, c.v_width}, DType::BF16, kGpu);
+    ops::cuda::mla_qkv_forward(q_proj, kv, k_rope, inv_freq, pos, layout, q, k, v);
+
+    const Tensor qf = to_cpu_f32(q_proj), kvf = to_cpu_f32(kv), krf = to_cpu_f32(k_rope).view({T, 1, c.rope});
+    const Tensor eq = Tensor::zeros({T, H, c.qk_width}, DType::F32), ek = Tensor::zeros({T, H, c.qk_width}, DType::F32);
+    const Tensor ev = Tensor::zeros({T, H, c.v_width}, DType::F32);
+    place(eq, 0, take(qf, 0, c.nope));
+    place(eq, c.nope, ops::mla_rope_forward(take(qf, c.nope, c.rope), rope, positions));
+    place(ek, 0, take(kvf, 0, c.nope));
+    place(ek, c.nope, ops::mla_rope_forward(krf, rope, positions));
+    place(ev, 0, take(kvf, c.nope, c.v_dim));
+    EXPECT_LT(relative_error(q, eq), kBf16Tolerance);
+    EXPECT_LT(relative_error(k, ek), kBf16Tolerance);
+    EXPECT_LT(relative_error(v, ev), kBf16Tolerance);
+
+    const Tensor dq = random_normal(q.shape(), DType::BF16, kGpu, rng()), dk = random_normal(k.shape(), DType::BF16, kGpu, rng());
+    const Tensor dv = random_normal(v.shape(), DType::BF16, kGpu, rng());
+    const Tensor dq_proj = poisoned(q_proj.shape(), DType::BF16, kGpu), dkv = poisoned(kv.shape(), DType::BF16, kGpu);
+    const Tensor dk_rope = poisoned(k_rope.shape(), DType::BF16, kGpu);
+    ops::cuda::mla_qkv_backward(dq, dk, dv, inv_freq, pos, layout, dq_proj, dkv, dk_rope);
+
+    const Tensor dqf = to_cpu_f32(dq), dkf = to_cpu_f32(dk), dvf = to_cpu_f32(dv);
+    const Tensor edq = Tensor::zeros({T, H, dqk}, DType::F32), edkv = Tensor::zeros({T, H, kv_width}, DType::F32);
+    place(edq, 0, take(dqf, 0, c.nope));
+    place(edq, c.nope, ops::mla_rope_backward(take(dqf, c.nope, c.rope), rope, positions));
+    place(edkv, 0, take(dkf, 0, c.nope));
+    place(edkv, c.nope, take(dvf, 0, c.v_dim));
+    Tensor summed = Tensor::zeros({T, 1, c.rope}, DType::F32);
+    const Tensor dk_rope_heads = take(dkf, c.nope, c.rope);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < c.rope; ++i)
+          summed.data<float>()[t * c.rope + i] += dk_rope_heads.data<float>()[(t * H + h) * c.rope + i];
+    EXPECT_LT(relative_error(dq_proj, edq), kBf16Tolerance);
+    EXPECT_LT(relative_error(dkv, edkv), kBf16Tolerance);
+    EXPECT_LT(relative_error(dk_rope, ops::mla_rope_backward(summed, rope, positions).view({T, c.rope})), kBf16Tolerance);
+  }
+}
+
+TEST_F(MlaGpu, CopyLeadingColumnsPadsAndNarrows) {
+  const Tensor src = random_normal({5, 3, 6}, DType::BF16, kGpu, rng());
+  const Tensor wide = poisoned({5, 3, 8}, DType::BF16, kGpu), narrow = poisoned({5, 3, 4}, DType::BF16, kGpu);
+  ops::cuda::copy_leading_columns(src, wide);
+  ops::cuda::copy_leading_columns(src, narrow);
+  const Tensor s = to_cpu_f32(src);
+  const Tensor expected_wide = Tensor::zeros({5, 3, 8}, DType::F32);
+  place(expected_wide, 0, s);
+  EXPECT_EQ(relative_error(wide, expected_wide), 0.0);
+  EXPECT_EQ(relative_error(narrow, take(s, 0, 4)), 0.0);
+}
+
+// ---- the sigmoid group-limited router ----
+
+struct RouterCase {
+  int64_t tokens, experts;
+  ops::GroupLimitedRouter router;
+  bool bias;
+};
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Whether any two of `values` are within `gap` of each other.
+bool near_tie(std::vector<float> values, float gap) {
+  std::sort(values.begin(), values.end());
+  for (size_t i = 1; i < values.size(); ++i)
+    if (values[i] - values[i - 1] < gap) return true;
+  return false;
+}
+
+// Logits [T, E] and a bias [E] whose biased scores and group scores have no near-ties in any row.
+std::pair<Tensor, Tensor> router_inputs(const RouterCase& c, std::mt19937& rng) {
+  const int64_t E = c.experts, group = E / c.router.num_groups;
+  std::uniform_real_distribution<float> logit(-3.0f, 3.0f), bias_value(-0.3f, 0.3f);
+  Tensor bias = Tensor::zeros({E}, DType::F32);
+  if (c.bias)
+    for (int64_t e = 0; e < E; ++e) bias.data<float>()[e] = bias_value(rng);
+  Tensor logits = Tensor::empty({c.tokens, E}, DType::F32);
+  std::vector<float> choice(static_cast<size_t>(E)), groups(static_cast<size_t>(c.router.num_groups));
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    float* row = logits.data<float>() + t * E;
+    do {
+      for (int64_t e = 0; e < E; ++e) {
+        row[e] = logit(rng);
+        choice[size_t(e)] = sigmoid(row[e]) + bias.data<float>()[e];
+      }
+      for (int64_t g = 0; g < c.router.num_groups; ++g) {
+        std::vector<float> members(choice.begin() + g * group, choice.begin() + (g + 1) * group);
+        std::partial_sort(members.begin(), members.begin() + 2, members.end(), std::greater<float>());
+        groups[size_t(g)] = members[0] + members[1];
+      }
+    } while (near_tie(choice, 1e-4f) || near_tie(groups, 1e-4f));
+  }
+  return {logits, bias};
+}
+
+const std::vector<RouterCase> kRouterCases = {
+    {37, 8, {3, 4, 2, true, 2.5}, true},       // the tiny fixture's router
+    {41, 6, {2, 1, 1, false, 1.5}, false},     // one group, no renormalisation
+    {100, 64, {6, 1, 1, true, 2.446}, true},   // Moonlight
+    {70, 256, {8, 8, 4, true, 2.5}, true},     // DeepSeek-V3
+    {33, 20, {4, 5, 3, false, 1.0}, true},     // groups of 4, kept groups past one warp slot
+    {0, 8, {2, 2, 1, true, 1.0}, true},
+};
+
+TEST_F(MlaGpu, SigmoidRouterMatchesCpu) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  for (const RouterCase& c : kRouterCases) {
+    SCOPED_TRACE(::testing::Message() << "T " << c.tokens << ", E " << c.experts << ", groups " << c.router.num_groups
+                                      << ", top groups " << c.router.topk_groups << ", k " << c.router.top_k);
+    const auto [logits, bias] = router_inputs(c, rng());
+    const ops::Routing expected = ops::sigmoid_router_forward(logits, c.bias ? bias : Tensor(), c.router);
+    const int64_t k = c.router.top_k;
+    const Tensor ids = poisoned({c.tokens, k}, DType::I32, kGpu), weights = poisoned({c.tokens, k}, DType::F32, kGpu);
+    const Tensor device_logits = logits.to(kGpu);
+    ops::cuda::sigmoid_router_forward(device_logits, c.bias ? bias.to(kGpu) : Tensor(), c.router, ids, weights);
+    const Tensor host_ids = ids.to(Device::cpu());
+    EXPECT_EQ(std::vector<int32_t>(host_ids.data<int32_t>(), host_ids.data<int32_t>() + host_ids.numel()), expected.expert);
+    if (c.tokens > 0) {
+      EXPECT_LE(relative_error(weights, Tensor::from_vector(expected.weight, {c.tokens, k})), 1e-5);
+    }
+
+    const Tensor dweights = random_normal({c.tokens, k}, DType::F32, Device::cpu(), rng());
+    const std::vector<float> dweight(dweights.data<float>(), dweights.data<float>() + dweights.numel());
+    const Tensor expected_dlogits = ops::sigmoid_router_backward(expected, dweight, c.router);
+    const Tensor dlogits = poisoned({c.tokens, c.experts}, DType::F32, kGpu);
+    ops::cuda::sigmoid_router_backward(device_logits, ids, dweights.to(kGpu), c.router, dlogits);
+    if (c.tokens > 0) {
+      EXPECT_LE(relative_error(dlogits, expected_dlogits), 1e-4);
+    }
+  }
+}
+
+TEST_F(MlaGpu, SigmoidRouterRejectsWhatItCannotDo) {
+  const Tensor logits = Tensor::zeros({4, 8}, DType::F32, kGpu);
+  const Tensor ids = Tensor::empty({4, 2}, DType::I32, kGpu), weights = Tensor::empty({4, 2}, DType::F32, kGpu);
+  EXPECT_THROW(ops::cuda::sigmoid_router_forward(logits, {}, {2, 3, 1, true, 1.0}, ids, weights), Error);  // 8 % 3
+  EXPECT_THROW(ops::cuda::sigmoid_router_forward(logits, {}, {2, 8, 1, true, 1.0}, ids, weights), Error);  // groups of 1
+  EXPECT_THROW(ops::cuda::sigmoid_router_forward(logits, {}, {3, 4, 1, true, 1.0}, ids, weights), Error);  // k > kept
+  EXPECT_THROW(ops::cuda::sigmoid_router_forward(logits, Tensor::zeros({7}, DType::F32, kGpu), {2, 4, 2, true, 1.0},
+                                                 ids, weights),
+               Error);  // bias [7] for 8 experts
+}
+
+}  // namespace
+}  // namespace moetune
