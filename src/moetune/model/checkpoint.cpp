@@ -147,7 +147,10 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     if (!is_floating(weights.disk_dtypes.back()))
       fail("{}: tensor '{}' is {}; model weights must be floating point", where(files, first), first,
            dtype_name(weights.disk_dtypes.back()));
-    requests.push_back({spec.shape, options.dtype.value_or(weights.disk_dtypes.back())});
+    // A buffer stays fp32 whatever the engine's dtype, as transformers keeps e_score_correction_bias
+    // (_keep_in_fp32_modules_strict): rounded to bf16 it would change which experts the router picks.
+    const bool buffer = spec.role == ParameterRole::Buffer;
+    requests.push_back({spec.shape, buffer ? DType::F32 : options.dtype.value_or(weights.disk_dtypes.back())});
   }
   PlacedBuffers placed = allocate_by_placement(weights.layout, requests, options.device, /*zeroed=*/false, options.shards);
   weights.parameters = std::move(placed.views);

@@ -45,8 +45,8 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   expert_ids_ = device_like({tokens, k}, DType::I32);
   weights_ = device_like({tokens, k}, DType::F32);
   if (is_sigmoid_group_limited(spec_.router)) {
-    Tensor bias;  // the buffer is bf16 like every GPU parameter; the kernel adds it in fp32
-    if (correction_bias_.defined()) {
+    Tensor bias = correction_bias_.value;  // fp32, as the checkpoint loader keeps buffers
+    if (bias.defined() && bias.dtype() != DType::F32) {
       bias = device_like({experts}, DType::F32);
       ops::cast_into(correction_bias_.value, bias);
     }

@@ -12,15 +12,6 @@ using namespace routing;
 
 constexpr int kWarpsPerBlock = 8;
 
-// The better of two (probability, expert) candidates: higher probability, then the lower expert index, as the
-// CPU reference's partial_sort orders them.
-__device__ __forceinline__ void keep_better(float& prob, int& expert, float other_prob, int other_expert) {
-  if (other_prob > prob || (other_prob == prob && other_expert < expert)) {
-    prob = other_prob;
-    expert = other_expert;
-  }
-}
-
 template <int kSlots>
 __global__ void router_topk_forward_kernel(const float* __restrict__ logits, int64_t tokens, int experts, int top_k,
                                            bool normalize, int32_t* __restrict__ expert_ids,
@@ -38,19 +29,9 @@ __global__ void router_topk_forward_kernel(const float* __restrict__ logits, int
   int my_expert = 0;  // lane j keeps pick j
   float my_prob = 0.0f, chosen_total = 0.0f;
   for (int j = 0; j < top_k; ++j) {
-    // Slots ascend in expert index, so a strict '>' keeps the lower index among a lane's equal values.
-    float best = -INFINITY;
-    int best_expert = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i)
-      if (prob[i] > best) {
-        best = prob[i];
-        best_expert = lane + i * kWarpSize;
-      }
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
-      keep_better(best, best_expert, __shfl_xor_sync(kFullWarp, best, offset),
-                  __shfl_xor_sync(kFullWarp, best_expert, offset));
+    float best;
+    int best_expert;
+    warp_best(prob, lane, best, best_expert);
     chosen_total += best;  // in pick order, as the CPU sums them
     if (lane == j) {
       my_expert = best_expert;

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 namespace moetune::ops::cuda::routing {
@@ -31,6 +32,34 @@ __device__ __forceinline__ int lane_id() { return int(threadIdx.x) % kWarpSize; 
 // The token a warp works on: warps are numbered across the grid.
 __device__ __forceinline__ int64_t global_warp() {
   return int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+}
+
+// The CPU references' order of (value, expert) candidates: the higher value, then the lower expert index.
+__device__ __forceinline__ bool ranks_above(float value, int expert, float other_value, int other_expert) {
+  return value > other_value || (value == other_value && expert < other_expert);
+}
+
+// The warp's best candidate over every lane's slots (lane l's slot i is expert l + 32 i, -inf where none): each
+// lane's best slot, then a butterfly reduction, so that every lane gets the same (value, expert).
+template <int kSlots>
+__device__ __forceinline__ void warp_best(const float (&values)[kSlots], int lane, float& best, int& best_expert) {
+  best = -INFINITY;
+  best_expert = INT_MAX;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i)
+    if (values[i] > best) {  // slots ascend in expert index: '>' keeps the lower index among a lane's equals
+      best = values[i];
+      best_expert = lane + i * kWarpSize;
+    }
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(kFullWarp, best, offset);
+    const int other_expert = __shfl_xor_sync(kFullWarp, best_expert, offset);
+    if (ranks_above(other, other_expert, best, best_expert)) {
+      best = other;
+      best_expert = other_expert;
+    }
+  }
 }
 
 // Slots past the last expert hold probability 0, so sums over the slots need no bounds test.

@@ -16,11 +16,6 @@ constexpr int kWarpsPerBlock = 8;
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Higher value first, then the lower index, as the CPU reference's partial_sort orders them.
-__device__ __forceinline__ bool better(float value, int index, float other_value, int other_index) {
-  return other_value > value || (other_value == value && other_index < index);
-}
-
 template <int kSlots>
 __global__ void sigmoid_router_forward_kernel(const float* __restrict__ logits, const float* __restrict__ bias,
                                               SigmoidRouterShape s, int32_t* __restrict__ expert_ids,
@@ -60,7 +55,7 @@ __global__ void sigmoid_router_forward_kernel(const float* __restrict__ logits, 
   int rank = 0;
   for (int g = 0; g < s.num_groups; ++g) {
     const float other = __shfl_sync(kFullWarp, group_score, g);
-    if (g != lane && better(group_score, lane, other, g)) ++rank;
+    if (g != lane && ranks_above(other, g, group_score, lane)) ++rank;
   }
   const bool group_kept = lane < s.num_groups && rank < s.topk_groups;
 
@@ -76,23 +71,9 @@ __global__ void sigmoid_router_forward_kernel(const float* __restrict__ logits, 
   int my_expert = 0;  // lane j keeps pick j
   float my_score = 0.0f, chosen_total = 0.0f;
   for (int j = 0; j < s.top_k; ++j) {
-    float best = -INFINITY;
-    int best_expert = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i)
-      if (choice[i] > best) {  // slots ascend in expert index: '>' keeps the lower index among equals
-        best = choice[i];
-        best_expert = lane + i * kWarpSize;
-      }
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(kFullWarp, best, offset);
-      const int other_expert = __shfl_xor_sync(kFullWarp, best_expert, offset);
-      if (better(best, best_expert, other, other_expert)) {
-        best = other;
-        best_expert = other_expert;
-      }
-    }
+    float best;
+    int best_expert;
+    warp_best(choice, lane, best, best_expert);
     // best_expert is the same in every lane; its owner hands over the unbiased score.
     float owned = 0.0f;
 #pragma unroll
