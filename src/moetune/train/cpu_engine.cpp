@@ -168,8 +168,6 @@ std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe, std::shared_pt
   if (!uses_gpu_engine(recipe)) return make_cpu_engine(recipe, std::move(groups));
   if (lora_settings(recipe))
     fail("lora: the GPU engine does not run LoRA yet; set training.device=cpu (or lora.rank=0 for full fine-tuning)");
-  if (recipe.training.router_bias_update_rate > 0)
-    fail("training.router_bias_update_rate needs the CPU engine (training.device: cpu)");
   return make_gpu_engine(recipe, std::move(groups));
 }
 

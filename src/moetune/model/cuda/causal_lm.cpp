@@ -4,6 +4,7 @@
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/device_support.h"
 #include "moetune/model/model_description.h"
+#include "moetune/model/router_bias_balance.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
@@ -174,6 +175,40 @@ std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const
     stats.emplace_back(b.layer, s);
   }
   return stats;
+}
+
+void CausalLM::add_expert_load(std::vector<std::vector<double>>& load) const {
+  size_t moe_index = 0;
+  for (const auto& b : sublayers_) {
+    if (!b.moe || !b.moe->layer_counts().defined()) continue;
+    const Tensor counts = b.moe->layer_counts().to(Device::cpu());  // valid tokens only
+    if (load.size() <= moe_index) load.resize(moe_index + 1);
+    std::vector<double>& layer = load[moe_index++];
+    if (layer.empty()) layer.assign(size_t(counts.numel()), 0.0);
+    for (int64_t e = 0; e < counts.numel(); ++e) layer[size_t(e)] += counts.data<float>()[e];
+  }
+}
+
+void CausalLM::check_router_correction_biases() const {
+  for (const auto& b : sublayers_)
+    if (b.moe && !store_->find(fmt::format("layers.{}.moe.router_correction_bias", b.layer)).defined())
+      fail("training.router_bias_update_rate: layer {} of this {} has no router correction bias to move", b.layer,
+           spec().architecture);
+}
+
+void CausalLM::update_router_bias(double rate, const std::vector<std::vector<double>>& load) {
+  check_router_correction_biases();
+  size_t moe_index = 0;
+  for (const auto& b : sublayers_) {
+    if (!b.moe) continue;
+    if (moe_index < load.size()) {
+      Param bias = store_->get(fmt::format("layers.{}.moe.router_correction_bias", b.layer));
+      const Tensor host = bias.value.to(Device::cpu());
+      balance_correction_bias(host, load[moe_index], rate);
+      bias.value.copy_from(host);
+    }
+    ++moe_index;
+  }
 }
 
 }  // namespace moetune::model::cuda

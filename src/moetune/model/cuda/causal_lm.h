@@ -64,6 +64,13 @@ class CausalLM final : public LanguageModel {
   std::vector<std::pair<std::string, size_t>> stash_report() const override { return stash_report_; }
   // Per MoE layer: load statistics of the last forward pass (reads the counts back: call between steps).
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override;
+  // DeepSeek-V3's aux-loss-free balancing (model/router_bias_balance.h), as the CPU model does it: each MoE
+  // layer's top-k counts of the last forward pass added to `load` (host, per MoE layer in walk order; reads the
+  // counts back), then each fp32 correction bias moved by `rate` toward balance. Fails naming the key when a
+  // MoE layer has no correction bias (check_router_correction_biases alone checks that).
+  void add_expert_load(std::vector<std::vector<double>>& load) const;
+  void update_router_bias(double rate, const std::vector<std::vector<double>>& load);
+  void check_router_correction_biases() const;
 
  private:
   struct Forward {

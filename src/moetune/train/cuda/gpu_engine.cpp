@@ -36,7 +36,8 @@ class GpuEngine final : public TrainingEngine {
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
         int8_state_(r.optimizer.state == "int8"),
         options_(r.optimizer),
-        seed_(uint64_t(r.training.seed)) {
+        seed_(uint64_t(r.training.seed)),
+        router_bias_rate_(r.training.router_bias_update_rate) {
     auto& values = model_.parameters().values();
     auto& grads = model_.parameters().grads();
     // A frozen buffer (DeepSeek-V3's router correction bias) has no gradient and no optimizer state. Other
@@ -56,6 +57,10 @@ class GpuEngine final : public TrainingEngine {
              "one GPU, or on the CPU engine)", spec.name);
       }
     }
+    if (router_bias_rate_ > 0) {
+      if (parallel()) fail("training.router_bias_update_rate is not yet supported with several ranks");
+      model_.check_router_correction_biases();
+    }
     if (parallel())
       make_sharded_slots();
     else
@@ -72,7 +77,9 @@ class GpuEngine final : public TrainingEngine {
   }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override {
     if (reduction_) reduction_->begin_micro_batch(++micro_batch_ == micro_batches_);
-    return model_.forward_backward(batch);
+    model::CausalLMOutput out = model_.forward_backward(batch);
+    if (router_bias_rate_ > 0) model_.add_expert_load(pending_load_);
+    return out;
   }
   model::CausalLMOutput evaluate(const model::Batch& batch) override { return model_.loss(batch); }
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
@@ -99,6 +106,10 @@ class GpuEngine final : public TrainingEngine {
     ++steps_;
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
                           precision_, scale, seed_, int8_state_);
+    if (router_bias_rate_ > 0) {  // after the step, as the CPU engine moves them
+      model_.update_router_bias(router_bias_rate_, pending_load_);
+      pending_load_.clear();
+    }
     phase.next("optimizer.gather");
     if (overlap_ && reduction_)
       reduction_->start_gathering_parameters();  // the next forward pass waits for each layer's part
@@ -258,6 +269,8 @@ class GpuEngine final : public TrainingEngine {
   bool int8_state_;  // optimizer.state: int8
   Recipe::Optimizer options_;
   uint64_t seed_;
+  double router_bias_rate_;                        // 0: the correction biases stay as loaded
+  std::vector<std::vector<double>> pending_load_;  // per MoE layer, since the last optimizer step
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
