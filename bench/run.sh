@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark (shared DESIGN.md §5), one command on the GPU machine:
 #
-#   bench/run.sh [--quick] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
+#   bench/run.sh [--quick] [--no-grouped] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
 #                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu] [--arch qwen3_moe|moonlight|deepseek_v3]
 #
 # Makes the reference model (balanced and skewed routing) and the token data under $BENCH_SCRATCH, then runs,
@@ -17,10 +17,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-quick=0; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2; arch=qwen3_moe
+quick=0; grouped=1; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2; arch=qwen3_moe
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
+    --no-grouped) grouped=0 ;;  # leaves out HF grouped_mm (without compile) on the balanced model
     --no-compile) compile=0 ;;
     --no-eager) eager=0 ;;
     --no-skew) skew=0 ;;
@@ -151,7 +152,7 @@ DATA="$SCRATCH/data_${seq}.jsonl"
   > "$OUT/logs/make_data.log" 2>&1 || { cat "$OUT/logs/make_data.log"; exit 1; }
 
 if [[ $hf == 1 ]]; then
-  run_hf "HF grouped_mm" balanced model "$hf_steps" "$hf_warmup" --experts grouped_mm
+  [[ $grouped == 1 ]] && run_hf "HF grouped_mm" balanced model "$hf_steps" "$hf_warmup" --experts grouped_mm
   [[ $compile == 1 ]] && run_hf "HF grouped_mm + compile" balanced model "$compile_steps" "$compile_warmup" --experts grouped_mm --compile
   [[ $eager == 1 ]] && run_hf "HF eager" balanced model "$eager_steps" "$eager_warmup" --experts eager
 fi
