@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <thread>
@@ -55,6 +56,19 @@ inline std::vector<double> losses(const std::vector<nlohmann::json>& records) {
   for (const nlohmann::json& r : records)
     if (r.contains("grad_norm")) out.push_back(r["loss"]);
   return out;
+}
+
+// DeepSeek-V3's aux-loss-free balancing after `steps` optimizer steps at `rate`: each correction bias moved by a
+// whole number of rates, at most `steps`, and at least one moved.
+inline void expect_balanced_by_whole_steps(const Tensor& original, const Tensor& moved, double rate, int steps) {
+  bool any = false;
+  for (int64_t e = 0; e < moved.numel(); ++e) {
+    const double taken = (moved.data<float>()[e] - original.data<float>()[e]) / rate;
+    EXPECT_NEAR(taken, std::round(taken), 1e-4) << "expert " << e;
+    EXPECT_LE(std::fabs(taken), steps + 1e-4) << "expert " << e;
+    any |= std::round(taken) != 0;
+  }
+  EXPECT_TRUE(any);
 }
 
 // Raises SIGINT once the run has logged its first step, so that the signal lands while it trains.
