@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
   inspect->add_option("--tokens", plan_tokens,
                       "Tokens per micro-batch (micro-batch × sequence): adds the GPU step's activation plan and peak")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  std::string inspect_recompute = "none";
+  inspect->add_option("--recompute", inspect_recompute, "The activation plan with training.recompute: none, experts, attention, full")
+      ->capture_default_str();
+  bool inspect_update_in_backward = false;
+  inspect->add_flag("--update-in-backward", inspect_update_in_backward,
+                    "The plan with optimizer.update_in_backward: one decoder layer's gradients at a time");
 
   moetune::model::LoraConfig inspect_lora;
   inspect->add_option("--lora-rank", inspect_lora.rank, "Add the plan of a LoRA fine-tune of this rank");
@@ -134,7 +140,8 @@ int main(int argc, char** argv) {
     if (!model_dir.empty()) model_dir = moetune::io::resolve_model_folder(model_dir).string();
     if (!generate_model.empty()) generate_model = moetune::io::resolve_model_folder(generate_model).string();
     if (*inspect) {
-      nlohmann::json report = moetune::cli::inspect_model(model_dir, plan_tokens);
+      nlohmann::json report = moetune::cli::inspect_model(
+          model_dir, plan_tokens, moetune::model::parse_recompute(inspect_recompute, "--recompute"), inspect_update_in_backward);
       if (inspect_expert > 0 || inspect_world > 0)
         moetune::cli::add_expert_parallel_plan(report, model_dir, inspect_world > 0 ? inspect_world : inspect_expert,
                                                std::max(inspect_expert, 1), plan_tokens);

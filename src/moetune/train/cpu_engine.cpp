@@ -165,7 +165,14 @@ bool uses_gpu_engine(const Recipe& recipe) {
 }
 
 std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
-  if (!uses_gpu_engine(recipe)) return make_cpu_engine(recipe, std::move(groups));
+  if (!uses_gpu_engine(recipe)) {
+    // The CPU engine is the fp32 reference, where memory is rarely the limit; its MoE aux-loss gradient and
+    // LoRA dropout are not set up for a second forward pass.
+    if (recipe.training.recompute != "none")
+      fail("training.recompute '{}' runs on the GPU engine; the CPU engine keeps every activation (set it to none)",
+           recipe.training.recompute);
+    return make_cpu_engine(recipe, std::move(groups));
+  }
   if (lora_settings(recipe))
     fail("lora: the GPU engine does not run LoRA yet; set training.device=cpu (or lora.rank=0 for full fine-tuning)");
   if (recipe.training.router_bias_update_rate > 0)

@@ -17,6 +17,10 @@ struct StepContext {
   AuxLossSums aux;         // undefined without the aux loss
   double aux_rows = 0;     // rows counted over all MoE layers
   double aux_scale = 0;    // d(loss)/d(aux loss), set before the backward walk; 0 without the aux loss
+
+  // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux
+  // sums, so that the MoE layer does not count its routing twice.
+  StepContext recomputing() const { return StepContext{batch}; }
 };
 
 }  // namespace moetune::model::cuda

@@ -17,6 +17,8 @@
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/cuda/gradient_buckets.h"
+#include "moetune/train/cuda/update_in_backward.h"
+#include "moetune/train/update_in_backward_setting.h"
 #include "moetune/train/parallel_save.h"
 
 namespace moetune::train {
@@ -26,13 +28,16 @@ namespace {
 // small enough that the LM head's reduction starts while the layers' backward passes run.
 constexpr int64_t kBucketElements = int64_t(32) << 20;
 
+
 class GpuEngine final : public TrainingEngine {
  public:
   GpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : groups_(std::move(groups)),
         overlap_(r.parallel.overlap),
+        update_in_backward_(updates_in_backward(r, groups_->layout.world)),
         model_(model::cuda::CausalLM::from_weights(
-            load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory())),
+            load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory(),
+            update_in_backward_ ? model::GradientStorage::LayerArena : model::GradientStorage::Flat)),
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
         int8_state_(r.optimizer.state == "int8"),
         options_(r.optimizer),
@@ -48,16 +53,25 @@ class GpuEngine final : public TrainingEngine {
     } else {
       std::vector<Tensor> params(values.begin(), values.end()), gradients(grads.begin(), grads.end());
       make_slots(params, gradients);
+      if (update_in_backward_) {
+        update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, precision_, seed_, int8_state_);
+        model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
+      }
     }
+    model_.set_recompute(model::parse_recompute(r.training.recompute));
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
     coefficient_ = Tensor::empty({1}, DType::F32, Device::cuda());
   }
 
   const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cuda(); }
-  void begin_step(int64_t micro_batches) override {
+  void begin_step(int64_t micro_batches, double lr) override {
     micro_batches_ = micro_batches;
     micro_batch_ = 0;
+    if (update_) {
+      MOETUNE_CHECK(micro_batches == 1, "optimizer.update_in_backward with {} micro-batches in a step", micro_batches);
+      update_->begin_step({lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, ++steps_});
+    }
   }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override {
     if (reduction_) reduction_->begin_micro_batch(++micro_batch_ == micro_batches_);
@@ -67,6 +81,10 @@ class GpuEngine final : public TrainingEngine {
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
 
   double optimizer_step(double lr, double max_grad_norm) override {
+    if (update_) {  // the backward pass took the step
+      model_.zero_grad();
+      return update_->gradient_norm();
+    }
     PhaseScope phase("optimizer.reduce_wait");
     std::vector<Tensor> gradients;
     if (parallel()) {
@@ -240,12 +258,14 @@ class GpuEngine final : public TrainingEngine {
 
   std::shared_ptr<const parallel::ParallelGroups> groups_;
   bool overlap_;  // parallel.overlap
+  bool update_in_backward_;  // optimizer.update_in_backward, resolved
   model::cuda::CausalLM model_;
   ops::cuda::OptimizerPrecision precision_;
   bool int8_state_;  // optimizer.state: int8
   Recipe::Optimizer options_;
   uint64_t seed_;
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
+  std::unique_ptr<cuda::UpdateInBackward> update_;       // optimizer.update_in_backward only
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
   std::vector<ops::cuda::AdamWSlot> slots_;
