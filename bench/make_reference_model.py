@@ -58,7 +58,8 @@ def gpt_oss_config(layers: int, tiny: bool) -> GptOssConfig:
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
                          "beta_slow": 1.0, "original_max_position_embeddings": 4096, "truncate": False},
         rms_norm_eps=1e-5, output_router_logits=True, router_aux_loss_coef=0.9, swiglu_limit=7.0,
-        initializer_range=0.02, hidden_act="silu", eos_token_id=200002, pad_token_id=199999, **sizes)
+        initializer_range=0.02, hidden_act="silu", eos_token_id=None if tiny else 200002,
+        pad_token_id=None if tiny else 199999, **sizes)
     config.architectures = ["GptOssForCausalLM"]
     return config
 
