@@ -6,26 +6,17 @@
 #include <climits>
 
 #include "moetune/ops/cuda/attention_sinks_kernels.h"
+#include "moetune/ops/cuda/pointwise_common.cuh"
 
 namespace moetune::ops::cuda {
 namespace {
 
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
-constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ float read(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float read(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void add_into(float* p, int64_t i, float v) { p[i] += v; }
-__device__ __forceinline__ void add_into(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(__bfloat162float(p[i]) + v);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFull, v, offset);
-  return v;
-}
+using pointwise::from_float;
+using pointwise::to_float;
+using pointwise::warp_sum;
 
 template <typename Sink>
 __global__ void sinks_forward_kernel(const Sink* __restrict__ sinks, __nv_bfloat16* __restrict__ out,
@@ -33,7 +24,7 @@ __global__ void sinks_forward_kernel(const Sink* __restrict__ sinks, __nv_bfloat
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;  // (token, head)
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarp;
-  const float lse = stats[row], sink = read(sinks, row % heads);
+  const float lse = stats[row], sink = to_float(sinks[row % heads]);
   // σ(L − s) and logaddexp(L, s), written so that neither overflows.
   const float keep = 1.0f / (1.0f + expf(sink - lse));
   __nv_bfloat16* o = out + row * head_dim;
@@ -47,7 +38,7 @@ __global__ void sinks_backward_kernel(const Sink* __restrict__ sinks, const __nv
                                       int64_t tokens, int heads, int head_dim, Grad* __restrict__ dsinks) {
   __shared__ float partial[kWarpsPerBlock];
   const int head = blockIdx.x, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const float sink = read(sinks, head);
+  const float sink = to_float(sinks[head]);
   float sum = 0.0f;  // meaningful in lane 0
   for (int64_t t = warp; t < tokens; t += kWarpsPerBlock) {
     const int64_t row = t * heads + head;
@@ -62,7 +53,7 @@ __global__ void sinks_backward_kernel(const Sink* __restrict__ sinks, const __nv
   if (threadIdx.x == 0) {
     float total = 0.0f;
     for (int w = 0; w < kWarpsPerBlock; ++w) total += partial[w];
-    add_into(dsinks, head, total);
+    dsinks[head] = from_float<Grad>(to_float(dsinks[head]) + total);
   }
 }
 

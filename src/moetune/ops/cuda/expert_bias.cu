@@ -8,18 +8,17 @@
 #include <climits>
 
 #include "moetune/ops/cuda/expert_bias_kernels.h"
+#include "moetune/ops/cuda/pointwise_common.cuh"
 
 namespace moetune::ops::cuda {
 namespace {
 
+using pointwise::from_float;
+using pointwise::to_float;
+
 constexpr int kThreads = 256;
 constexpr int kColumnsPerBlock = 32;
 constexpr int kRowLanes = 16;
-
-__device__ __forceinline__ float load_float(const float* p) { return *p; }
-__device__ __forceinline__ float load_float(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store_float(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 // The group holding `row`, or -1 past offsets[experts]: the last e with offsets[e] <= row (empty groups skipped).
 __device__ __forceinline__ int group_of(const int32_t* __restrict__ offsets, int experts, int64_t row) {
@@ -41,7 +40,7 @@ __global__ void expert_bias_add_kernel(__nv_bfloat16* __restrict__ y, int64_t ro
     const int64_t row = i / cols, col = i - row * cols;
     const int e = group_of(offsets, experts, row);
     if (e < 0) continue;
-    y[i] = __float2bfloat16_rn(__bfloat162float(y[i]) + load_float(bias + int64_t(e) * cols + col));
+    y[i] = __float2bfloat16_rn(__bfloat162float(y[i]) + to_float(bias[int64_t(e) * cols + col]));
   }
 }
 
@@ -61,7 +60,7 @@ __global__ void expert_bias_grad_kernel(const __nv_bfloat16* __restrict__ dy, in
     float total = 0.0f;
     for (int lane = 0; lane < kRowLanes; ++lane) total += partial[lane][threadIdx.x];
     Grad* g = dbias + int64_t(e) * cols + col;
-    store_float(g, load_float(g) + total);
+    *g = from_float<Grad>(to_float(*g) + total);
   }
 }
 
