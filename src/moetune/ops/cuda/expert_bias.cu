@@ -85,7 +85,7 @@ cudaError_t launch_expert_bias_grad(const void* dy, int64_t cols, const int32_t*
   if (cols == 0 || experts == 0) return cudaSuccess;
   const int64_t column_blocks = (cols + kColumnsPerBlock - 1) / kColumnsPerBlock;
   if (column_blocks > INT_MAX || experts > 65535) return cudaErrorInvalidValue;
-  const dim3 grid(unsigned(column_blocks), unsigned(experts)), threads(kColumnsPerBlock, kRowLanes);
+  const dim3 grid{unsigned(column_blocks), unsigned(experts)}, threads{kColumnsPerBlock, kRowLanes};
   const auto* d = static_cast<const __nv_bfloat16*>(dy);
   if (dbias_is_bf16)
     expert_bias_grad_kernel<<<grid, threads, 0, stream>>>(d, cols, offsets, static_cast<__nv_bfloat16*>(dbias));
