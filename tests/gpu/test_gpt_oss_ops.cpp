@@ -116,7 +116,7 @@ TEST_F(GptOssAttentionGpu, SinksWithSlidingWindow) {
 // Logits with no near-ties among the top choices: each row a random permutation of evenly spaced levels.
 Tensor distinct_logits(int64_t tokens, int64_t experts, std::mt19937& rng) {
   Tensor logits = Tensor::empty({tokens, experts}, DType::F32);
-  std::vector<int> level(size_t(experts));
+  std::vector<int> level(static_cast<size_t>(experts));
   std::uniform_real_distribution<float> jitter(-0.25f, 0.25f);
   for (int64_t t = 0; t < tokens; ++t) {
     std::iota(level.begin(), level.end(), 0);
