@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Builds the benchmark's reference model: the Qwen3-30B-A3B architecture cut to N layers, random weights.
+"""Builds the benchmark's reference model: the Qwen3-30B-A3B architecture (or, with --family gpt_oss, gpt-oss-20b's)
+cut to N layers, random weights.
 
-    python3 bench/make_reference_model.py OUT_DIR [--layers 4] [--skew none|hot] [--tiny] [--seed 1234]
+    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss] [--layers 4] [--skew none|hot]
+                                          [--tiny] [--seed 1234]
 
 Weights are drawn with transformers' own initialisation (initializer_range 0.02) from a fixed seed, on the
 GPU when there is one (seconds instead of minutes), and saved in bf16 with save_pretrained.
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, GptOssConfig, Qwen3MoeConfig
 
 
 def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
@@ -41,6 +43,36 @@ def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
     return config
 
 
+def gpt_oss_config(layers: int, tiny: bool) -> GptOssConfig:
+    """openai/gpt-oss-20b's config.json (32 experts top-4, sliding window 128 on every other layer, YaRN x32)."""
+    if tiny:
+        sizes = dict(vocab_size=1024, hidden_size=64, intermediate_size=64, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=2, sliding_window=16)
+    else:
+        sizes = dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_attention_heads=64,
+                     num_key_value_heads=8, head_dim=64, num_local_experts=32, num_experts_per_tok=4,
+                     sliding_window=128)
+    config = GptOssConfig(
+        num_hidden_layers=layers, tie_word_embeddings=False, attention_bias=True, max_position_embeddings=131072,
+        layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "original_max_position_embeddings": 4096, "truncate": False},
+        rms_norm_eps=1e-5, output_router_logits=True, router_aux_loss_coef=0.9, swiglu_limit=7.0,
+        initializer_range=0.02, hidden_act="silu", eos_token_id=None if tiny else 200002,
+        pad_token_id=None if tiny else 199999, **sizes)
+    config.architectures = ["GptOssForCausalLM"]
+    return config
+
+
+def router_of(block):
+    """The MoE router module of a decoder layer (Qwen3-MoE's mlp.gate, GPT-OSS's mlp.router), or None."""
+    return getattr(block.mlp, "gate", None) or getattr(block.mlp, "router", None)
+
+
+def num_experts_of(config) -> int:
+    return getattr(config, "num_experts", None) or config.num_local_experts
+
+
 class _Captured(Exception):
     """Raised by a hook to stop the forward once the router input it wants is in hand."""
 
@@ -52,7 +84,7 @@ def router_input(model, layer: int, input_ids: torch.Tensor) -> torch.Tensor:
         captured["x"] = args[0].reshape(-1, args[0].shape[-1]).detach()
         raise _Captured
 
-    handle = model.model.layers[layer].mlp.gate.register_forward_pre_hook(hook)
+    handle = router_of(model.model.layers[layer]).register_forward_pre_hook(hook)
     try:
         model(input_ids=input_ids, use_cache=False)
     except _Captured:
@@ -94,7 +126,7 @@ def calibrate_scale(x: torch.Tensor, weight: torch.Tensor, hot: torch.Tensor, to
 def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
     """Per MoE layer: load max/mean over experts and the share of choices the hot experts got, from the real router."""
     records, handles = [], []
-    num_experts = model.config.num_experts
+    num_experts = num_experts_of(model.config)
 
     def make_hook(layer):
         def hook(_module, _args, output):
@@ -108,8 +140,8 @@ def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
         return hook
 
     for layer, block in enumerate(model.model.layers):
-        if hasattr(block.mlp, "gate"):
-            handles.append(block.mlp.gate.register_forward_hook(make_hook(layer)))
+        if router_of(block) is not None:
+            handles.append(router_of(block).register_forward_hook(make_hook(layer)))
     try:
         model(input_ids=input_ids, use_cache=False)
     finally:
@@ -121,6 +153,7 @@ def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss"], default="qwen3_moe")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--skew", choices=["none", "hot"], default="none")
     parser.add_argument("--tiny", action="store_true", help="hidden 64, 32 experts top-2, vocab 1024: for CPU tests")
@@ -131,7 +164,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
-    config = reference_config(args.layers, args.tiny)
+    config = (gpt_oss_config if args.family == "gpt_oss" else reference_config)(args.layers, args.tiny)
     torch.manual_seed(args.seed)
     with torch.device(args.device):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -150,6 +183,8 @@ def main() -> int:
     hot_by_layer, scales = {}, {}
     with torch.no_grad():
         if args.skew == "hot":
+            if args.family != "qwen3_moe":
+                raise SystemExit("--skew hot is calibrated for Qwen3-MoE's bias-free router only")
             count = args.hot_experts or max(1, config.num_experts // 8)
             if not 0 < count < config.num_experts:
                 raise SystemExit(f"--hot-experts must be in (0, {config.num_experts})")
@@ -180,7 +215,7 @@ def main() -> int:
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out_dir)
-    summary = {"skew": args.skew, "seed": args.seed, "layers": args.layers, "tiny": args.tiny, "parameters": params,
+    summary = {"family": args.family, "skew": args.skew, "seed": args.seed, "layers": args.layers, "tiny": args.tiny, "parameters": params,
                "hot_share_target": args.hot_share if args.skew == "hot" else None,
                "hot_experts": {str(k): v.tolist() for k, v in hot_by_layer.items()},
                "router_scale": {str(k): v for k, v in scales.items()}, "routing": routing,

@@ -2,6 +2,7 @@
 #include "moetune/core/phase_profile.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/ops/cuda/attention_sinks.h"
 #include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
@@ -11,13 +12,22 @@
 namespace moetune::model::cuda {
 namespace {
 Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
+
+// YaRN multiplies the rotated q and k by the attention scaling m (transformers scales cos and sin); the scores
+// then carry m², which the GPU folds into the softmax scale instead of scaling q and k (the same values and
+// gradients, one pass fewer).
+double scores_scale(const AttentionSpec& spec) {
+  const double m = ops::rope_attention_scaling(spec.rope);
+  return spec.softmax_scale() * m * m;
+}
 }  // namespace
 
 AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
                                double norm_eps)
     : spec_(*sublayer.attention()), eps_(norm_eps), p_(AttentionParams::lookup(store, layer, sublayer.norm)) {
-  MOETUNE_CHECK(!spec_.sliding_window && !spec_.sinks && spec_.qk_head_dim == spec_.v_head_dim,
-                "{}: sliding windows, sinks and differing q/k and v head dims are not implemented on the GPU", layer);
+  MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,
+                "{}: differing q/k and v head dims are not implemented on the GPU", layer);
+  MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
   const int64_t d = spec_.qk_head_dim;
   inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d), {d / 2}).to(Device::cuda());
 }
@@ -40,7 +50,8 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                    stash_.k, stash_.v);
   stash_.attended = device_like({tokens, nq, d});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
-                                                            spec_.softmax_scale(), stash_.attended);
+                                                            scores_scale(spec_), stash_.attended, window());
+  if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, stash_.attended, stash_.softmax_stats);
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
   ops::cuda::add(out, h, out);
@@ -55,8 +66,11 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   Tensor dattended = device_like({tokens, nq * d});
   ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad, p_.o_bias.grad);
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
+  if (spec_.sinks && p_.sinks.grad.defined())
+    ops::cuda::attention_sinks_backward(p_.sinks.value, dattended.view({tokens, nq, d}), stash_.attended,
+                                        stash_.softmax_stats, p_.sinks.grad);
   ops::cuda::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v, stash_.attended,
-                                      stash_.softmax_stats, batch.documents, spec_.softmax_scale(), dq, dk, dv);
+                                      stash_.softmax_stats, batch.documents, scores_scale(spec_), dq, dk, dv, window());
   dattended = Tensor();
   Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions,

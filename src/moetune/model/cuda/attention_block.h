@@ -1,5 +1,6 @@
 // The attention half of a decoder layer on the GPU: h + o_proj(flash_attention(rope(norm(q)), rope(norm(k)), v)),
-// with q, k, v from one fused projection of rms_norm(h). Same structure and stash as the CPU block
+// with q, k, v from one fused projection of rms_norm(h). GPT-OSS adds a sliding window (in the flash attention),
+// per-head sinks (ops/cuda/attention_sinks.h) and YaRN's attention scaling (folded into the softmax scale). Same structure and stash as the CPU block
 // (model/attention_block.h); the normalised input is recomputed in backward rather than kept.
 #pragma once
 
@@ -19,6 +20,8 @@ class AttentionBlock {
   void clear_stash() { stash_ = {}; }
 
  private:
+  int64_t window() const { return spec_.sliding_window.value_or(0); }
+
   const AttentionSpec& spec_;
   double eps_;
   Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device

@@ -7,11 +7,13 @@
 #include "moetune/ops/cuda/activation.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
+#include "moetune/ops/cuda/expert_bias.h"
 #include "moetune/ops/cuda/gate.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/grouped_gemm.h"
 #include "moetune/ops/cuda/norm.h"
 #include "moetune/ops/cuda/router.h"
+#include "moetune/ops/cuda/router_topk_softmax.h"
 
 namespace moetune::model::cuda {
 namespace {
@@ -24,7 +26,24 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       eps_(norm_eps),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
       dispatcher_(std::move(dispatcher)) {
-  MOETUNE_CHECK(spec_.router.is_softmax_then_topk(), "{}: this router is not implemented on the GPU", layer);
+  MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax(),
+                "{}: this router is not implemented on the GPU", layer);
+}
+
+void MoeBlock::activate(const Tensor& gate_up, const Tensor& out) const {
+  if (spec_.experts.activation == Activation::ClampedSwiGLU)
+    ops::cuda::clamped_swiglu_forward(gate_up, spec_.experts.clamp, out);
+  else
+    ops::cuda::swiglu_forward(gate_up, out);
+}
+
+void MoeBlock::add_expert_bias(const Param& bias, const Tensor& rows) const {
+  if (!bias.defined()) return;
+  MOETUNE_CHECK(dispatched_.offsets.size(0) == bias.value.size(0) + 1,
+                "expert biases with expert parallelism are not implemented on the GPU (the layer holds {} of {} "
+                "experts); train this model with ep 1",
+                dispatched_.offsets.size(0) - 1, bias.value.size(0));
+  ops::cuda::expert_bias_add(rows, bias.value, dispatched_.offsets);
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
@@ -37,10 +56,16 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
   logits_ = device_like({tokens, experts}, DType::F32);
-  ops::cuda::matmul(normed, false, p_.router.value, true, logits_);
+  if (p_.router_bias.defined())
+    ops::cuda::linear_forward(normed, p_.router.value, p_.router_bias.value, logits_);
+  else
+    ops::cuda::matmul(normed, false, p_.router.value, true, logits_);
   expert_ids_ = device_like({tokens, k}, DType::I32);
   weights_ = device_like({tokens, k}, DType::F32);
-  ops::cuda::router_topk_forward(logits_, k, spec_.router.renormalize, expert_ids_, weights_);
+  if (spec_.router.topk_before_softmax)
+    ops::cuda::router_topk_softmax_forward(logits_, k, expert_ids_, weights_);
+  else
+    ops::cuda::router_topk_forward(logits_, k, spec_.router.renormalize, expert_ids_, weights_);
   layer_counts_ = Tensor::zeros({experts}, DType::F32, Device::cuda());
   layer_prob_sums_ = Tensor::zeros({experts}, DType::F32, Device::cuda());
   ops::cuda::aux_loss_accumulate(logits_, expert_ids_, token_valid, layer_counts_, layer_prob_sums_);
@@ -63,10 +88,12 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   const int64_t rows = dispatched_.rows.size(0);
   gate_up_out_ = device_like({rows, 2 * inner});
   ops::cuda::grouped_matmul(dispatched_.rows, p_.gate_up.value, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
+  add_expert_bias(p_.gate_up_bias, gate_up_out_);
   Tensor activated = device_like({rows, inner});
-  ops::cuda::swiglu_forward(gate_up_out_, activated);
+  activate(gate_up_out_, activated);
   expert_out_ = device_like({rows, hidden});
   ops::cuda::grouped_matmul(activated, p_.down.value, /*transpose_w=*/true, dispatched_.offsets, expert_out_);
+  add_expert_bias(p_.down_bias, expert_out_);
   activated = Tensor();
   phase.next("moe.combine");
   Tensor out = device_like(h.shape());
@@ -88,6 +115,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   Tensor dexpert_out = device_like({rows, hidden});
   Tensor dweights = device_like({tokens, k}, DType::F32);
   dispatcher_->combine_backward(dout, expert_out_, weights_, dexpert_out, dweights);
+  if (p_.down_bias.grad.defined()) ops::cuda::expert_bias_grad(dexpert_out, dispatched_.offsets, p_.down_bias.grad);
   phase.next("moe.experts.bwd");
   // A dispatcher that transfers d(rows) back to the tokens' ranks does so while the weight gradients run (they
   // need nothing downstream); otherwise each weight gradient goes first, freeing its inputs early (the order
@@ -95,7 +123,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   const bool overlap = dispatcher_->transfers();
   const auto down_weight_gradient = [&] {
     Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
-    ops::cuda::swiglu_forward(gate_up_out_, activated);
+    activate(gate_up_out_, activated);
     ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
   };
   if (!overlap) down_weight_gradient();
@@ -103,7 +131,11 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   ops::cuda::grouped_matmul(dexpert_out, p_.down.value, /*transpose_w=*/false, dispatched_.offsets, dactivated);
   if (!overlap) dexpert_out = Tensor();
   Tensor dgate_up = device_like({rows, 2 * inner});
-  ops::cuda::swiglu_backward(dactivated, gate_up_out_, dgate_up);
+  if (spec_.experts.activation == Activation::ClampedSwiGLU)
+    ops::cuda::clamped_swiglu_backward(dactivated, gate_up_out_, spec_.experts.clamp, dgate_up);
+  else
+    ops::cuda::swiglu_backward(dactivated, gate_up_out_, dgate_up);
+  if (p_.gate_up_bias.grad.defined()) ops::cuda::expert_bias_grad(dgate_up, dispatched_.offsets, p_.gate_up_bias.grad);
   dactivated = Tensor();
   if (!overlap) {
     gate_up_out_ = Tensor();
@@ -130,14 +162,18 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   // The router: through the top-k weights, plus the aux loss; its GEMMs take the logits' gradient in bf16 (the
   // precision HF's router runs in).
   Tensor dlogits = device_like({tokens, experts}, DType::F32);
-  ops::cuda::router_topk_backward(logits_, expert_ids_, weights_, dweights, spec_.router.renormalize, dlogits);
+  if (spec_.router.topk_before_softmax)
+    ops::cuda::router_topk_softmax_backward(expert_ids_, weights_, dweights, dlogits);
+  else
+    ops::cuda::router_topk_backward(logits_, expert_ids_, weights_, dweights, spec_.router.renormalize, dlogits);
   if (aux_scale != 0)
     ops::cuda::aux_loss_backward(logits_, token_valid, context.aux.counts, context.aux_rows, aux_scale, dlogits);
   Tensor dlogits_bf16 = device_like({tokens, experts});
   ops::cast_into(dlogits, dlogits_bf16);
   Tensor normed = device_like(input_.shape());
   ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
-  ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, {}, /*accumulate_dx=*/true);
+  ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, p_.router_bias.grad,
+                             /*accumulate_dx=*/true);
   if (p_.shared.defined()) {
     Tensor dshared = dout;
     if (shared_gate_logits_.defined()) {

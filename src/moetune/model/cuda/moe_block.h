@@ -30,6 +30,11 @@ class MoeBlock {
   void clear_stash();
 
  private:
+  // The experts' activation (SwiGLU, or GPT-OSS's clamped one) on gate_up [R, 2I] into out [R, I].
+  void activate(const Tensor& gate_up, const Tensor& out) const;
+  // rows [R, N] += bias[e] per expert group (GPT-OSS); nothing when the bias is absent.
+  void add_expert_bias(const Param& bias, const Tensor& rows) const;
+
   const MoeSpec& spec_;
   double eps_;
   MoeParams p_;

@@ -278,7 +278,15 @@ class GpuEngine final : public TrainingEngine {
 
 std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
   if (cuda_device_count() == 0) fail("training.device 'cuda': {}", cuda_unavailable_reason());
-  model::require_gpu_support(model::load_model_spec(std::filesystem::path(recipe.model) / "config.json"));  // before loading
+  const model::ModelSpec spec = model::load_model_spec(std::filesystem::path(recipe.model) / "config.json");
+  model::require_gpu_support(spec);  // before loading
+  // GPT-OSS's expert biases are not sharded with the experts: expert parallelism would need that first.
+  for (const model::LayerSpec& layer : spec.layers)
+    for (const model::SublayerSpec& sublayer : layer.sublayers)
+      if (const model::MoeSpec* moe = sublayer.moe(); moe && moe->experts.bias && recipe.parallel.expert > 1)
+        fail("{}: expert parallelism (parallel.expert {}) is not implemented on the GPU for experts with biases; "
+             "set parallel.expert 1 (data parallelism still applies)",
+             spec.architecture, recipe.parallel.expert);
   if (!groups) groups = std::make_shared<parallel::ParallelGroups>(parallel::make_groups(parallel::single_process_communicator(), 1, 0));
   return std::make_unique<GpuEngine>(recipe, std::move(groups));
 }
