@@ -10,6 +10,7 @@
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/device_support.h"
+#include "moetune/model/lora_weights.h"
 #include "moetune/model/model_description.h"
 #include "moetune/ops/adamw_math.h"
 #include "moetune/ops/cast.h"
@@ -39,14 +40,22 @@ class GpuEngine final : public TrainingEngine {
         seed_(uint64_t(r.training.seed)) {
     auto& values = model_.parameters().values();
     auto& grads = model_.parameters().grads();
-    for (size_t i = 0; i < values.size(); ++i)
-      if (!grads[i].defined())
-        fail("parameter '{}' is frozen; the GPU engine trains every parameter so far (freezing runs on the CPU engine)",
-             model_.weights().layout.parameters[i].name);
     if (parallel()) {
+      for (size_t i = 0; i < values.size(); ++i)
+        if (!grads[i].defined())
+          fail("parameter '{}' is frozen: the GPU engine freezes parameters on one rank only so far (training.freeze "
+               "with several ranks runs nowhere yet; drop it or run one rank)",
+               model_.weights().layout.parameters[i].name);
       make_sharded_slots();
     } else {
-      std::vector<Tensor> params(values.begin(), values.end()), gradients(grads.begin(), grads.end());
+      // A frozen parameter (training.freeze, LoRA's base) has no gradient: no slot, no optimizer state.
+      std::vector<Tensor> params, gradients;
+      for (size_t i = 0; i < values.size(); ++i)
+        if (grads[i].defined()) {
+          params.push_back(values[i]);
+          gradients.push_back(grads[i]);
+          slot_names_.push_back(model_.weights().layout.parameters[i].name);
+        }
       make_slots(params, gradients);
     }
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
@@ -101,6 +110,7 @@ class GpuEngine final : public TrainingEngine {
   int64_t optimizer_steps() const override { return steps_; }
   void save_pretrained(const std::filesystem::path& folder) const override {
     if (reduction_) reduction_->wait_for_parameters();
+    if (model_.weights().lora) return save_adapter(folder);  // one rank: the adapter alone
     save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
@@ -187,8 +197,6 @@ class GpuEngine final : public TrainingEngine {
       if (master) ops::cast_into(params[i], slot.master);
       slots_.push_back(std::move(slot));
     }
-    if (!parallel())
-      for (const model::ParameterSpec& p : model_.weights().layout.parameters) slot_names_.push_back(p.name);
   }
 
   // One slot per bucket: this rank's piece of its parameters (a view: the update lands in place, and the
@@ -217,6 +225,14 @@ class GpuEngine final : public TrainingEngine {
       slot_names_.push_back("zero." + bucket.name);
     }
     make_slots(params, gradients);
+  }
+
+  // PEFT's files from the adapters' fp32 host copies (what the CPU engine writes; PEFT loads either precision).
+  void save_adapter(const std::filesystem::path& folder) const {
+    model::ModelWeights host = model_.weights();  // the tensors are shared handles: only the adapters are copied
+    for (size_t i = 0; i < host.parameters.size(); ++i)
+      if (host.layout.parameters[i].trainable) host.parameters[i] = ops::cast(host.parameters[i].to(Device::cpu()), DType::F32);
+    model::save_adapter(host, folder);
   }
 
   void gather_parameters() {
