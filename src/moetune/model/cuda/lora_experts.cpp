@@ -1,6 +1,7 @@
 #include "moetune/model/cuda/lora_experts.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/lora_config.h"
 #include "moetune/ops/cuda/lora.h"
 
 namespace moetune::model::cuda {

@@ -20,19 +20,25 @@ int64_t width_of(std::string_view op, std::string_view name, const Tensor& t) {
   return t.numel() / std::max<int64_t>(1, t.size(0));
 }
 
-void check_columns(std::string_view op, int64_t first, int64_t cols, int64_t width) {
-  MOETUNE_CHECK(first >= 0 && first + cols <= width, "{}: columns [{}, {}) of a {}-wide matrix", op, first, first + cols, width);
+// A move between a narrow [rows, cols] matrix and the columns [first, first + cols) of a wide [rows, width] one.
+struct ColumnMove {
+  int64_t rows, cols, width;
+};
+
+ColumnMove column_move(std::string_view op, const Tensor& narrow, const Tensor& wide, int64_t first) {
+  const ColumnMove m{narrow.size(0), width_of(op, "the narrow matrix", narrow), width_of(op, "the wide matrix", wide)};
+  MOETUNE_CHECK(wide.size(0) == m.rows, "{}: {} and {} differ in rows", op, narrow.str(), wide.str());
+  MOETUNE_CHECK(first >= 0 && first + m.cols <= m.width, "{}: columns [{}, {}) of a {}-wide matrix", op, first,
+                first + m.cols, m.width);
+  return m;
 }
 
 // dst = scale · src[:, first:first+cols].
 void copy_scaled_columns(const Tensor& src, double scale, const Tensor& dst, int64_t first) {
-  constexpr std::string_view op = "copy_scaled_columns";
-  const int64_t width = width_of(op, "src", src), cols = width_of(op, "dst", dst);
-  MOETUNE_CHECK(src.size(0) == dst.size(0), "{}: src {} and dst {} differ in rows", op, src.str(), dst.str());
-  check_columns(op, first, cols, width);
-  gpu::check(launch_copy_scaled_columns(src.raw_data(), float(scale), dst.raw_data(), src.size(0), cols, width, first,
+  const ColumnMove m = column_move("copy_scaled_columns", dst, src, first);
+  gpu::check(launch_copy_scaled_columns(src.raw_data(), float(scale), dst.raw_data(), m.rows, m.cols, m.width, first,
                                         gpu::stream()),
-             op);
+             "copy_scaled_columns");
 }
 
 // The experts and the rank of an expert adapter: A [E·r, in], B [out, r·E].
@@ -47,13 +53,10 @@ int64_t expert_rank(std::string_view op, const Tensor& offsets, const Tensor& a,
 }  // namespace
 
 void add_scaled_columns(const Tensor& src, double scale, const Tensor& dst, int64_t first) {
-  constexpr std::string_view op = "add_scaled_columns";
-  const int64_t cols = width_of(op, "src", src), width = width_of(op, "dst", dst);
-  MOETUNE_CHECK(src.size(0) == dst.size(0), "{}: src {} and dst {} differ in rows", op, src.str(), dst.str());
-  check_columns(op, first, cols, width);
-  gpu::check(launch_add_scaled_columns(src.raw_data(), float(scale), dst.raw_data(), src.size(0), cols, width, first,
+  const ColumnMove m = column_move("add_scaled_columns", src, dst, first);
+  gpu::check(launch_add_scaled_columns(src.raw_data(), float(scale), dst.raw_data(), m.rows, m.cols, m.width, first,
                                        gpu::stream()),
-             op);
+             "add_scaled_columns");
 }
 
 Tensor expert_b_grouped(const Tensor& packed, int64_t experts) {
