@@ -58,8 +58,8 @@ std::string format_lora_plan(const nlohmann::json& report) {
                                 l["rank"].get<int64_t>(), l["scale"].get<double>(), l["adapter_tensors"].get<int64_t>(),
                                 l["trainable_parameters"].get<int64_t>(), 100 * l["trainable_fraction"].get<double>(),
                                 l["frozen_parameters"].get<int64_t>() + l["trainable_parameters"].get<int64_t>());
-  out += fmt::format("  the GPU engine runs it in bf16 (QLoRA on the CPU engine only so far); its adapters keep {} bytes a "
-                     "token for the backward pass\n",
+  out += fmt::format("  on the GPU engine (bf16; built, refused until verified on a GPU; QLoRA CPU only) its adapters would "
+                     "keep {} bytes a token for the backward pass\n",
                      l["gpu_stash_bytes_per_token"].get<int64_t>());
   for (const nlohmann::json& m : l["memory"])
     out += fmt::format("  {:<30} {:>10.3f} GB static ({:.3f} GB with an NF4 base, QLoRA)\n", m["precision"].get<std::string>(),
