@@ -88,7 +88,8 @@ class GpuEngine final : public TrainingEngine {
       reduction_->finish();
       for (const cuda::GradientBucket& bucket : reduction_->buckets()) gradients.push_back(bucket.gradient_shard);
     } else {
-      gradients = model_.parameters().grads();
+      for (const Tensor& g : model_.parameters().grads())
+        if (g.defined()) gradients.push_back(g);  // a frozen parameter has none
     }
     phase.next("optimizer.adamw");
     ops::cuda::grad_norm_squared(gradients, norm_squared_);
