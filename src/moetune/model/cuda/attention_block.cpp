@@ -24,7 +24,9 @@ double scores_scale(const AttentionSpec& spec) {
 
 AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
                                double norm_eps)
-    : spec_(*sublayer.attention()), eps_(norm_eps), p_(AttentionParams::lookup(store, layer, sublayer.norm)) {
+    : spec_(*sublayer.attention()), eps_(norm_eps), p_(AttentionParams::lookup(store, layer, sublayer.norm)),
+      qkv_lora_(LoraLinear::lookup(store, layer + "attn.qkv")),
+      o_lora_(LoraLinear::lookup(store, layer + "attn.o")) {
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,
                 "{}: differing q/k and v head dims are not implemented on the GPU", layer);
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
@@ -42,6 +44,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps, normed);
   stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
+  qkv_lora_.forward(normed, stash_.qkv);
   normed = Tensor();
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
@@ -54,6 +57,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, stash_.attended, stash_.softmax_stats);
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
+  o_lora_.forward(stash_.attended.view({tokens, nq * d}), out);
   ops::cuda::add(out, h, out);
   return out;
 }
@@ -65,6 +69,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const double eps = eps_;
   Tensor dattended = device_like({tokens, nq * d});
   ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad, p_.o_bias.grad);
+  o_lora_.backward(dout, stash_.attended.view({tokens, nq * d}), dattended);
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
   if (spec_.sinks && p_.sinks.grad.defined())
     ops::cuda::attention_sinks_backward(p_.sinks.value, dattended.view({tokens, nq, d}), stash_.attended,
@@ -80,6 +85,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   ops::cuda::rms_norm_forward(stash_.input, p_.norm.value, eps, normed);
   Tensor dnormed = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dqkv, normed, p_.qkv.value, dnormed, p_.qkv.grad, p_.qkv_bias.grad);
+  qkv_lora_.backward(dqkv, normed, dnormed);
   Tensor dh = device_like(stash_.input.shape());
   ops::cuda::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps, dh, p_.norm.grad, dout);
   clear_stash();
@@ -87,7 +93,8 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
 }
 
 size_t AttentionBlock::stash_bytes() const {
-  return held_bytes({&stash_.input, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats});
+  return held_bytes({&stash_.input, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats}) +
+         qkv_lora_.stash_bytes() + o_lora_.stash_bytes();
 }
 
 }  // namespace moetune::model::cuda

@@ -4,6 +4,7 @@
 // (model/attention_block.h); the normalised input is recomputed in backward rather than kept.
 #pragma once
 
+#include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/step_context.h"
 #include "moetune/model/block_params.h"
 #include "moetune/model/model_spec.h"
@@ -17,7 +18,11 @@ class AttentionBlock {
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
-  void clear_stash() { stash_ = {}; }
+  void clear_stash() {
+    stash_ = {};
+    qkv_lora_.clear_stash();
+    o_lora_.clear_stash();
+  }
 
  private:
   int64_t window() const { return spec_.sliding_window.value_or(0); }
@@ -26,6 +31,7 @@ class AttentionBlock {
   double eps_;
   Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device
   AttentionParams p_;
+  LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
   struct Stash {
     Tensor input;         // h [T, H]
     Tensor qkv;           // the fused projection [T, (nq + 2 nkv) d], before norms and rotation

@@ -105,7 +105,7 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   phase.next("layers.bwd");
   dh = walk_backward(sublayers_, dh, context, gradients_done_);
   phase.next("embedding.bwd");
-  ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);
+  if (embed_.grad.defined()) ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);  // undefined: frozen
   if (gradients_done_) gradients_done_(-1);
   phase.end();
 

@@ -25,7 +25,9 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
     : spec_(*sublayer.moe()),
       eps_(norm_eps),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
-      dispatcher_(std::move(dispatcher)) {
+      dispatcher_(std::move(dispatcher)),
+      expert_lora_(ExpertLora::lookup(store, layer)),
+      shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")) {
   MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax(),
                 "{}: this router is not implemented on the GPU", layer);
 }
@@ -78,7 +80,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   phase.next("moe.experts");
   if (p_.shared.defined()) {
     shared_out_ = device_like(h.shape());
-    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_);
+    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_);
     if (p_.shared_gate.defined()) {
       shared_gate_logits_ = device_like({tokens, 1}, DType::F32);
       ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
@@ -89,11 +91,13 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   gate_up_out_ = device_like({rows, 2 * inner});
   ops::cuda::grouped_matmul(dispatched_.rows, p_.gate_up.value, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
   add_expert_bias(p_.gate_up_bias, gate_up_out_);
+  expert_lora_.gate_up_forward(dispatched_.rows, dispatched_.offsets, gate_up_out_);
   Tensor activated = device_like({rows, inner});
   activate(gate_up_out_, activated);
   expert_out_ = device_like({rows, hidden});
   ops::cuda::grouped_matmul(activated, p_.down.value, /*transpose_w=*/true, dispatched_.offsets, expert_out_);
   add_expert_bias(p_.down_bias, expert_out_);
+  expert_lora_.down_forward(activated, dispatched_.offsets, expert_out_);
   activated = Tensor();
   phase.next("moe.combine");
   Tensor out = device_like(h.shape());
@@ -121,7 +125,9 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   // need nothing downstream); otherwise each weight gradient goes first, freeing its inputs early (the order
   // the memory plan counts).
   const bool overlap = dispatcher_->transfers();
+  // Frozen experts (LoRA, training.freeze) have no weight gradients.
   const auto down_weight_gradient = [&] {
+    if (!p_.down.grad.defined()) return;
     Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
     activate(gate_up_out_, activated);
     ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
@@ -129,6 +135,11 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   if (!overlap) down_weight_gradient();
   Tensor dactivated = device_like({rows, inner});
   ops::cuda::grouped_matmul(dexpert_out, p_.down.value, /*transpose_w=*/false, dispatched_.offsets, dactivated);
+  if (expert_lora_.on_down()) {
+    Tensor activated = device_like({rows, inner});  // recomputed, as for the weight gradient
+    ops::cuda::swiglu_forward(gate_up_out_, activated);
+    expert_lora_.down_backward(dexpert_out, activated, dispatched_.offsets, dactivated);
+  }
   if (!overlap) dexpert_out = Tensor();
   Tensor dgate_up = device_like({rows, 2 * inner});
   if (spec_.experts.activation == Activation::ClampedSwiGLU)
@@ -139,19 +150,22 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   dactivated = Tensor();
   if (!overlap) {
     gate_up_out_ = Tensor();
-    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
-                                          /*accumulate=*/true);
+    if (p_.gate_up.grad.defined())
+      ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
+                                            /*accumulate=*/true);
   }
   Tensor drows = device_like({rows, hidden});
   ops::cuda::grouped_matmul(dgate_up, p_.gate_up.value, /*transpose_w=*/false, dispatched_.offsets, drows);
+  expert_lora_.gate_up_backward(dgate_up, dispatched_.rows, dispatched_.offsets, drows);
   phase.next("moe.dispatch.bwd");
   dispatcher_->begin_dispatch_backward(drows);
   drows = Tensor();
   if (overlap) {
     phase.next("moe.experts.bwd");
     down_weight_gradient();
-    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
-                                          /*accumulate=*/true);
+    if (p_.gate_up.grad.defined())
+      ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
+                                            /*accumulate=*/true);
     dexpert_out = gate_up_out_ = Tensor();
     phase.next("moe.dispatch.bwd");
   }
@@ -185,7 +199,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
       ops::cuda::linear_backward(dgate_bf16, normed, p_.shared_gate.value, dnormed, p_.shared_gate.grad, {},
                                  /*accumulate_dx=*/true);
     }
-    swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true);
+    swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true, &shared_lora_);
   }
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);
@@ -196,7 +210,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
 size_t MoeBlock::stash_bytes() const {
   return held_bytes({&input_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_, &expert_out_,
                      &shared_gate_up_, &shared_out_, &shared_gate_logits_}) +
-         dispatcher_->stash_bytes();
+         dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
@@ -204,6 +218,8 @@ void MoeBlock::clear_stash() {
   shared_gate_up_ = shared_out_ = shared_gate_logits_ = Tensor();
   dispatched_ = {};
   dispatcher_->clear();
+  expert_lora_.clear_stash();
+  shared_lora_.clear_stash();
 }
 
 }  // namespace moetune::model::cuda

@@ -7,6 +7,8 @@
 #include "moetune/model/block_params.h"
 #include <memory>
 
+#include "moetune/model/cuda/lora_experts.h"
+#include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/step_context.h"
 #include "moetune/model/cuda/token_dispatcher.h"
 #include "moetune/model/model_spec.h"
@@ -39,6 +41,8 @@ class MoeBlock {
   double eps_;
   MoeParams p_;
   std::unique_ptr<TokenDispatcher> dispatcher_;
+  ExpertLora expert_lora_;  // LoRA adapters on the experts, if any
+  SwigluLora shared_lora_;  // and on the shared expert
   Tensor input_;             // h
   Tensor logits_;            // F32 [T, E]
   Tensor expert_ids_;        // I32 [T, k]

@@ -10,6 +10,7 @@
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/device_support.h"
+#include "moetune/model/lora_weights.h"
 #include "moetune/model/model_description.h"
 #include "moetune/ops/adamw_math.h"
 #include "moetune/ops/cast.h"
@@ -44,17 +45,31 @@ class GpuEngine final : public TrainingEngine {
         seed_(uint64_t(r.training.seed)) {
     auto& values = model_.parameters().values();
     auto& grads = model_.parameters().grads();
+    // Frozen parameters on one GPU are built and tested (tests/gpu/test_lora_gpu.cpp) but not yet run on a GPU.
     for (size_t i = 0; i < values.size(); ++i)
-      if (!grads[i].defined())
-        fail("parameter '{}' is frozen; the GPU engine trains every parameter so far (freezing runs on the CPU engine)",
+      if (!grads[i].defined() && !model_.weights().lora)
+        fail("parameter '{}' is frozen: freezing on the GPU engine is not yet verified on a GPU (training.freeze runs "
+             "on the CPU engine: training.device cpu)",
              model_.weights().layout.parameters[i].name);
     if (parallel()) {
+      for (size_t i = 0; i < values.size(); ++i)
+        if (!grads[i].defined())
+          fail("parameter '{}' is frozen: the GPU engine freezes parameters on one rank only so far (training.freeze "
+               "with several ranks runs nowhere yet; drop it or run one rank)",
+               model_.weights().layout.parameters[i].name);
       make_sharded_slots();
     } else {
-      std::vector<Tensor> params(values.begin(), values.end()), gradients(grads.begin(), grads.end());
+      // A frozen parameter (training.freeze, LoRA's base) has no gradient: no slot, no optimizer state.
+      std::vector<Tensor> params, gradients;
+      for (size_t i = 0; i < values.size(); ++i)
+        if (grads[i].defined()) {
+          params.push_back(values[i]);
+          gradients.push_back(grads[i]);
+          slot_names_.push_back(model_.weights().layout.parameters[i].name);
+        }
       make_slots(params, gradients);
       if (update_in_backward_) {
-        update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, precision_, seed_, int8_state_);
+        update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, slot_names_, precision_, seed_, int8_state_);
         model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
       }
     }
@@ -91,7 +106,8 @@ class GpuEngine final : public TrainingEngine {
       reduction_->finish();
       for (const cuda::GradientBucket& bucket : reduction_->buckets()) gradients.push_back(bucket.gradient_shard);
     } else {
-      gradients = model_.parameters().grads();
+      for (const Tensor& g : model_.parameters().grads())
+        if (g.defined()) gradients.push_back(g);  // a frozen parameter has none
     }
     phase.next("optimizer.adamw");
     ops::cuda::grad_norm_squared(gradients, norm_squared_);
@@ -119,6 +135,7 @@ class GpuEngine final : public TrainingEngine {
   int64_t optimizer_steps() const override { return steps_; }
   void save_pretrained(const std::filesystem::path& folder) const override {
     if (reduction_) reduction_->wait_for_parameters();
+    if (model_.weights().lora) return save_adapter(folder);  // one rank: the adapter alone
     save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
@@ -205,8 +222,6 @@ class GpuEngine final : public TrainingEngine {
       if (master) ops::cast_into(params[i], slot.master);
       slots_.push_back(std::move(slot));
     }
-    if (!parallel())
-      for (const model::ParameterSpec& p : model_.weights().layout.parameters) slot_names_.push_back(p.name);
   }
 
   // One slot per bucket: this rank's piece of its parameters (a view: the update lands in place, and the
@@ -235,6 +250,14 @@ class GpuEngine final : public TrainingEngine {
       slot_names_.push_back("zero." + bucket.name);
     }
     make_slots(params, gradients);
+  }
+
+  // PEFT's files from the adapters' fp32 host copies (what the CPU engine writes; PEFT loads either precision).
+  void save_adapter(const std::filesystem::path& folder) const {
+    model::ModelWeights host = model_.weights();  // the tensors are shared handles: only the adapters are copied
+    for (size_t i = 0; i < host.parameters.size(); ++i)
+      if (host.layout.parameters[i].trainable) host.parameters[i] = ops::cast(host.parameters[i].to(Device::cpu()), DType::F32);
+    model::save_adapter(host, folder);
   }
 
   void gather_parameters() {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "moetune/core/error.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/gradient_ready_layer.h"
 #include "moetune/ops/cuda/grad_norm.h"
@@ -9,12 +10,12 @@
 namespace moetune::train::cuda {
 
 UpdateInBackward::UpdateInBackward(model::ParameterStore& store, std::vector<ops::cuda::AdamWSlot> slots,
-                                   ops::cuda::OptimizerPrecision precision, uint64_t seed, bool int8_state)
+                                   const std::vector<std::string>& names, ops::cuda::OptimizerPrecision precision, uint64_t seed, bool int8_state)
     : store_(store), num_layers_(store.weights().spec().num_layers()), precision_(precision), seed_(seed), int8_state_(int8_state) {
-  const auto& parameters = store.weights().layout.parameters;
+  MOETUNE_CHECK(names.size() == slots.size(), "{} slots but {} names", slots.size(), names.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     if (!slots[i].grad.defined()) continue;
-    const int64_t layer = model::gradient_ready_layer(parameters[i].name, num_layers_);
+    const int64_t layer = model::gradient_ready_layer(names[i], num_layers_);
     Group& group = groups_[layer];
     group.layer = layer;
     group.grads.push_back(slots[i].grad);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "moetune/model/parameter_store.h"
@@ -18,8 +19,8 @@ namespace moetune::train::cuda {
 
 class UpdateInBackward {
  public:
-  // `slots` parallel to the store's parameters (a frozen one's grad undefined: it has no slot update).
-  UpdateInBackward(model::ParameterStore& store, std::vector<ops::cuda::AdamWSlot> slots,
+  // `slots` and their parameters' engine names (`names`, parallel): the trainable parameters only.
+  UpdateInBackward(model::ParameterStore& store, std::vector<ops::cuda::AdamWSlot> slots, const std::vector<std::string>& names,
                    ops::cuda::OptimizerPrecision precision, uint64_t seed, bool int8_state);
 
   // Before the step's forward pass: its learning rate and (1-based) step number.
