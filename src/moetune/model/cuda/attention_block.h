@@ -13,12 +13,17 @@ class AttentionBlock {
  public:
   AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
+  // With the context's kv_cache (generation) the block runs forward_cached instead and keeps no stash.
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
   void clear_stash() { stash_ = {}; }
 
  private:
+  // The new tokens' keys and values go into the cache's rows; a pass over an empty cache (the prompt) is flash
+  // attention over one document, a later one attends to the whole cache (ops/cuda/decode_attention.h).
+  Tensor forward_cached(const Tensor& h, const StepContext& context);
+
   const AttentionSpec& spec_;
   double eps_;
   Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device
