@@ -124,7 +124,7 @@ TEST_F(GenerateGpu, FamiliesTheGpuDoesNotRunFallBackToTheCpu) {
   const auto model = cli::load_generation_model(testing::fixture("gpt_oss_tiny"), "auto");
   EXPECT_TRUE(model->device().is_cpu());
   EXPECT_THROW(cli::load_generation_model(testing::fixture("gpt_oss_tiny"), "cuda"), Error);
-  EXPECT_TRUE(cli::load_generation_model(testing::fixture("llama_tiny"), "auto")->device().is_cuda());
+  EXPECT_TRUE(cli::load_generation_model(testing::fixture("llama_tiny"), "cuda")->device().is_cuda());
 }
 
 TEST_F(GenerateGpu, TheCliGeneratesAndChatsOnTheGpu) {
