@@ -15,8 +15,8 @@
 
 namespace moetune::cli {
 namespace {
-// The GPU decode path (docs/gpu-decode.md) has not yet run on a GPU: until tests/gpu/test_generate_gpu.cpp and the
-// decode op tests pass there, --device auto keeps generation on the CPU engine and --device cuda opts in.
+// The GPU decode path (docs/gpu-decode.md) is not fully verified on a GPU yet: until tests/gpu/test_generate_gpu.cpp
+// and the decode op tests all pass there, --device auto keeps generation on the CPU engine; --device cuda opts in.
 constexpr bool kGpuDecodeVerified = false;
 }  // namespace
 
@@ -32,7 +32,7 @@ std::unique_ptr<model::LanguageModel> load_generation_model(const std::filesyste
                                                             const std::string& device) {
   if (device == "auto" && cuda_device_count() > 0) {
     if (!kGpuDecodeVerified) {
-      std::fprintf(stderr, "moetune: generation on the GPU has not been verified on a GPU yet, so this runs on the CPU "
+      std::fprintf(stderr, "moetune: generation on the GPU is not verified on a GPU yet, so this runs on the CPU "
                            "(fp32); --device cuda runs it on the GPU\n");
       return model::load_language_model(folder, "cpu");
     }
