@@ -21,6 +21,7 @@
 #include "moetune/train/checkpoint_layout.h"
 #include "moetune/train/micro_batch_fit.h"
 #include "moetune/train/update_in_backward_setting.h"
+#include "moetune/train/recipe_data.h"
 
 namespace moetune::train {
 
@@ -32,12 +33,6 @@ std::atomic<bool> Trainer::stop_requested{false};
 namespace {
 
 extern "C" void on_stop_signal(int) { Trainer::stop_requested.store(true); }
-
-data::LoaderOptions loader_options(const Recipe& r, bool shuffle) {
-  return {data::format_from_name(r.data.format), r.data.loss_on_prompt, r.data.max_length, r.data.packing,
-          shuffle,                                r.data.bad_lines == "skip", r.training.micro_batch_size,
-          uint64_t(r.training.seed),              data::LineMapping(r.data.columns, r.data.roles)};
-}
 
 // training.aux_loss: "config" leaves it to config.json's output_router_logits.
 std::optional<bool> aux_loss_setting(const std::string& aux_loss) {
@@ -59,7 +54,7 @@ struct DataSummary {
 // nothing (only the aux loss would move the weights) is refused.
 DataSummary read_every_line(const Recipe& r, const std::vector<fs::path>& files, const std::vector<data::LineRef>& lines,
                             const data::TextCodec& codec) {
-  data::DataLoader reader(files, lines, codec, loader_options(r, false));
+  data::DataLoader reader(files, lines, codec, recipe_loader_options(r, false));
   DataSummary summary;
   for (data::MicroBatch batch; (batch = reader.next(true)).input_ids.defined();) {
     ++summary.micro_batches;
@@ -209,17 +204,17 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
   total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec), groups_->layout.world);
-  data::LoaderOptions train_options = loader_options(r, r.data.shuffle);
+  data::LoaderOptions train_options = recipe_loader_options(r, r.data.shuffle);
   train_options.mixing = data::mixing_from_recipe(r.data.train, r.data.train_weights, train_entry_of_file);
   train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, train_options);
   if (!r.data.validation.empty()) {
     const std::vector<fs::path> files = data::resolve_data_files(r.data.validation, "data.validation", scratch);
     const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
     read_every_line(r, files, lines, codec);
-    validation_data_ = std::make_unique<data::DataLoader>(files, lines, codec, loader_options(r, false));
+    validation_data_ = std::make_unique<data::DataLoader>(files, lines, codec, recipe_loader_options(r, false));
   } else if (!split.validation.empty()) {
     read_every_line(r, train_files, split.validation, codec);
-    validation_data_ = std::make_unique<data::DataLoader>(train_files, split.validation, codec, loader_options(r, false));
+    validation_data_ = std::make_unique<data::DataLoader>(train_files, split.validation, codec, recipe_loader_options(r, false));
   }
   progress("start-up");
   schedule_ = {schedule_kind(r.schedule.type), r.optimizer.lr, r.schedule.warmup_steps, total_steps_, r.schedule.min_lr_ratio};

@@ -35,6 +35,7 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
+  if (context.kv_cache) return forward_cached(h, context);
   const PhaseScope phase("attention");
   const DeviceBatch& batch = context.batch;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;

@@ -15,6 +15,7 @@ class AttentionBlock {
  public:
   AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
+  // With the context's kv_cache (generation) the block runs forward_cached instead and keeps no stash.
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
@@ -26,6 +27,9 @@ class AttentionBlock {
 
  private:
   int64_t window() const { return spec_.sliding_window.value_or(0); }
+  // The new tokens' keys and values go into the cache's rows; a pass over an empty cache (the prompt) is flash
+  // attention over one document, a later one attends to the whole cache (ops/cuda/decode_attention.h).
+  Tensor forward_cached(const Tensor& h, const StepContext& context);
 
   const AttentionSpec& spec_;
   double eps_;

@@ -56,6 +56,10 @@ class CausalLM final : public LanguageModel {
   CausalLMOutput loss(const Batch& batch) override;
   // Full logits [B, S, V] as f32 on the host, for evaluation and tests.
   Tensor logits(const Batch& batch) override;
+  // Generation (language_model.h): the cache is a model/cuda/kv_cache.h KvCache; the LM head runs on the last
+  // row only.
+  std::unique_ptr<DecodeCache> new_decode_cache(int64_t max_tokens) override;
+  Tensor next_token_logits(const std::vector<int64_t>& ids, DecodeCache& cache) override;
 
   Device device() const override { return Device::cuda(); }
   void zero_grad() override { store_->zero_grad(); }

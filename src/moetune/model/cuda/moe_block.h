@@ -21,7 +21,7 @@ class MoeBlock {
            std::unique_ptr<TokenDispatcher> dispatcher);
 
   // Adds this layer's counts into the context's aux-loss sums when they are defined. Per-layer counts are kept
-  // for telemetry.
+  // for telemetry. One token of a generation (the context's kv_cache) runs forward_one_token.
   Tensor forward(const Tensor& h, const StepContext& context);
   // The context's aux_scale ≠ 0 adds the aux loss's gradient (counts over all layers, aux_rows rows) to the
   // router logits' gradient.
@@ -36,6 +36,9 @@ class MoeBlock {
   void activate(const Tensor& gate_up, const Tensor& out) const;
   // rows [R, N] += bias[e] per expert group (GPT-OSS); nothing when the bias is absent.
   void add_expert_bias(const Param& bias, const Tensor& rows) const;
+  // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows
+  // (ops/cuda/expert_gemv.h) instead of dispatch, grouped GEMMs and combine; keeps no stash or statistics.
+  Tensor forward_one_token(const Tensor& h);
 
   const MoeSpec& spec_;
   double eps_;
