@@ -92,8 +92,7 @@ TEST_F(LoraGpu, ExpertBRearrangesToGroupedLayout) {
     EXPECT_EQ(relative_error(grouped[e].clone(), ops::expert_lora_b(to_cpu_f32(packed), e, experts)), 0.0) << "expert " << e;
 }
 
-// DISABLED_ until run on a GPU: the engine refuses lora: and training.freeze on the GPU until then (lift the
-// refusals in train/cpu_engine.cpp's require_gpu_lora_support and train/cuda/gpu_engine.cpp, then enable these).
+// LoRA and training.freeze trained by the GPU engine against the CPU engine (first run on the H200 2026-12-01).
 class LoraTrainingGpu : public testing::TrainerTest {
  protected:
   void SetUp() override {
@@ -124,7 +123,7 @@ void expect_close(const std::vector<double>& gpu, const std::vector<double>& cpu
   EXPECT_LE(worst, tolerance);
 }
 
-TEST_F(LoraTrainingGpu, DISABLED_LossesTrackTheCpuEngineAndTheAdapterResumes) {
+TEST_F(LoraTrainingGpu, LossesTrackTheCpuEngineAndTheAdapterResumes) {
   const train::TrainResult gpu = train::Trainer(recipe("gpu", on("cuda")), {}, false).run();
   const train::TrainResult cpu = train::Trainer(recipe("cpu", on("cpu")), {}, false).run();
   ASSERT_EQ(gpu.steps, 6);
@@ -153,7 +152,7 @@ TEST_F(LoraTrainingGpu, DISABLED_LossesTrackTheCpuEngineAndTheAdapterResumes) {
 
 // The training state of a GPU LoRA run holds the adapters and their moments (no slot for the frozen base): a
 // run stopped after 3 steps and resumed ends where the uninterrupted one does.
-TEST_F(LoraTrainingGpu, DISABLED_ResumesFromItsTrainingState) {
+TEST_F(LoraTrainingGpu, ResumesFromItsTrainingState) {
   train::Trainer(recipe("whole", on("cuda")), {}, false).run();
   {
     train::Trainer first_half(recipe("split", on("cuda")), {}, false);
@@ -164,7 +163,7 @@ TEST_F(LoraTrainingGpu, DISABLED_ResumesFromItsTrainingState) {
   expect_close(testing::losses(metrics("split")), testing::losses(metrics("whole")), 1e-3);
 }
 
-TEST_F(LoraTrainingGpu, DISABLED_FrozenParametersTrainOnTheGpu) {
+TEST_F(LoraTrainingGpu, FrozenParametersTrainOnTheGpu) {
   const std::vector<std::string> freeze = {"training.freeze=[embed_tokens, layers.*.moe.router]"};
   std::vector<std::string> gpu_set = freeze, cpu_set = freeze;
   gpu_set.push_back("training.device=cuda");

@@ -58,7 +58,7 @@ std::string format_lora_plan(const nlohmann::json& report) {
                                 l["rank"].get<int64_t>(), l["scale"].get<double>(), l["adapter_tensors"].get<int64_t>(),
                                 l["trainable_parameters"].get<int64_t>(), 100 * l["trainable_fraction"].get<double>(),
                                 l["frozen_parameters"].get<int64_t>() + l["trainable_parameters"].get<int64_t>());
-  out += fmt::format("  on the GPU engine (bf16; built, refused until verified on a GPU; QLoRA CPU only) its adapters would "
+  out += fmt::format("  on the GPU engine (bf16, one GPU; QLoRA CPU only) its adapters would "
                      "keep {} bytes a token for the backward pass\n",
                      l["gpu_stash_bytes_per_token"].get<int64_t>());
   for (const nlohmann::json& m : l["memory"])

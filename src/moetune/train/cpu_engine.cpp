@@ -154,9 +154,6 @@ static void require_gpu_lora_support(const Recipe& recipe) {
          lora->dropout);
   if (recipe.lora.quantize == "nf4")
     fail("lora.quantize nf4: QLoRA does not run on the GPU engine yet; set training.device=cpu or lora.quantize=none");
-  // Built and tested against the CPU (tests/gpu/test_lora_gpu.cpp) but not yet run on a GPU: refused until it is.
-  fail("lora: the GPU engine's LoRA is not yet verified on a GPU; set training.device=cpu (or lora.rank=0 for full "
-       "fine-tuning)");
 }
 
 bool uses_gpu_engine(const Recipe& recipe) {

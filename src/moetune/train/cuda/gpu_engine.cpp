@@ -45,12 +45,6 @@ class GpuEngine final : public TrainingEngine {
         seed_(uint64_t(r.training.seed)) {
     auto& values = model_.parameters().values();
     auto& grads = model_.parameters().grads();
-    // Frozen parameters on one GPU are built and tested (tests/gpu/test_lora_gpu.cpp) but not yet run on a GPU.
-    for (size_t i = 0; i < values.size(); ++i)
-      if (!grads[i].defined() && !model_.weights().lora)
-        fail("parameter '{}' is frozen: freezing on the GPU engine is not yet verified on a GPU (training.freeze runs "
-             "on the CPU engine: training.device cpu)",
-             model_.weights().layout.parameters[i].name);
     if (parallel()) {
       for (size_t i = 0; i < values.size(); ++i)
         if (!grads[i].defined())
