@@ -46,8 +46,9 @@ TEST_F(RecomputeGpu, SameLossAndGradientsInEveryMode) {
       SCOPED_TRACE(model::recompute_name(mode));
       const Step step = run_step(model, batch, mode);
       EXPECT_NEAR(step.loss, reference.loss, 1e-6 * std::fabs(reference.loss));
-      if (!std::isnan(reference.aux_loss))  // MoE models only
+      if (!std::isnan(reference.aux_loss)) {  // MoE models only
         EXPECT_NEAR(step.aux_loss, reference.aux_loss, 1e-6 * std::fabs(reference.aux_loss) + 1e-9) << "aux counted once";
+      }
       double worst = 0;
       for (size_t i = 0; i < step.grads.size(); ++i)
         if (step.grads[i].defined()) worst = std::max(worst, testing::relative_error_f32(step.grads[i], reference.grads[i]));

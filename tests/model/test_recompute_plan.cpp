@@ -70,8 +70,9 @@ TEST(MicroBatchFit, LargestMicroBatchThatFitsThenRecomputation) {
   ASSERT_GE(fit.micro_batch_size, 1) << fit.reason;
   EXPECT_EQ(fit.recompute, Recompute::None);
   EXPECT_LE(fit.planned_bytes, fit.usable_bytes);
-  if (fit.micro_batch_size < 4)  // the cap: 16 K tokens
+  if (fit.micro_batch_size < 4) {  // the cap: 16 K tokens
     EXPECT_GT(train::planned_peak_bytes(layout, bf16, (fit.micro_batch_size + 1) * 4096, Recompute::None), fit.usable_bytes);
+  }
   EXPECT_NE(fit.reason.find("recompute none"), std::string::npos) << fit.reason;
 
   // A GPU where one row fits only with recomputation: the fit turns it on rather than fail.
