@@ -81,8 +81,8 @@ class Memory:
                 "device_total_bytes": torch.cuda.mem_get_info()[1]}
 
 
-def load_model(model_dir: Path, experts: str, device: str):
-    options = dict(dtype=torch.bfloat16, attn_implementation="sdpa", experts_implementation=experts)
+def load_model(model_dir: Path, experts: str, device: str, attn: str = "sdpa"):
+    options = dict(dtype=torch.bfloat16, attn_implementation=attn, experts_implementation=experts)
     if device != "cpu":
         try:  # straight onto the GPU; needs accelerate, which the GPU machine has
             return AutoModelForCausalLM.from_pretrained(model_dir, device_map=device, **options)
@@ -161,6 +161,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_arguments(parser)
     parser.add_argument("--experts", choices=["grouped_mm", "eager"], required=True)
+    parser.add_argument("--attn", default="sdpa",
+                        help="attn_implementation (GPT-OSS has no sdpa path: its default is eager, for the sinks)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (compile time is in warm-up)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun ranks")
@@ -204,7 +206,7 @@ def main() -> int:
     try:
         batches = load_batches(args.data, args.micro_batch, args.seq, args.steps * world, args.device)[rank::world]
         start = time.perf_counter()
-        model = load_model(args.model_dir, args.experts, args.device)
+        model = load_model(args.model_dir, args.experts, args.device, args.attn)
         result["load_seconds"] = time.perf_counter() - start
         chosen = model.config._experts_implementation
         if chosen != args.experts:

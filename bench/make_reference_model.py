@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Builds the benchmark's reference model: the Qwen3-30B-A3B architecture cut to N layers, random weights.
+"""Builds the benchmark's reference model: the Qwen3-30B-A3B architecture (or, with --family, gpt-oss-20b's,
+Moonlight-16B-A3B's or DeepSeek-V3's) cut to N layers, random weights.
 
-    python3 bench/make_reference_model.py OUT_DIR [--layers 4] [--skew none|hot] [--tiny] [--seed 1234]
-                                          [--arch qwen3_moe|moonlight|deepseek_v3]
+    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3] [--layers 4]
+                                          [--skew none|hot] [--tiny] [--seed 1234]
 
---arch moonlight / deepseek_v3: Moonlight-16B-A3B's or DeepSeek-V3's widths (the DeepSeek-V3 family: latent
+--family moonlight / deepseek_v3: Moonlight-16B-A3B's or DeepSeek-V3's widths (the DeepSeek-V3 family: latent
 attention, the sigmoid group-limited router, shared experts), cut to N layers of which the first is dense.
 
 Weights are drawn with transformers' own initialisation (initializer_range 0.02) from a fixed seed, on the
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, DeepseekV3Config, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, DeepseekV3Config, GptOssConfig, Qwen3MoeConfig
 
 
 def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
@@ -45,12 +46,12 @@ def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
     return config
 
 
-def deepseek_config(arch: str, layers: int):
+def deepseek_config(family: str, layers: int):
     """Moonlight-16B-A3B's or DeepSeek-V3's published config, with `layers` layers of which the first is dense."""
     common = dict(num_hidden_layers=layers, first_k_dense_replace=1, tie_word_embeddings=False, initializer_range=0.02,
                   norm_topk_prob=True, hidden_act="silu", qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                   kv_lora_rank=512, rope_interleave=True, attention_bias=False)
-    if arch == "moonlight":
+    if family == "moonlight":
         config = DeepseekV3Config(
             vocab_size=163840, hidden_size=2048, intermediate_size=11264, moe_intermediate_size=1408,
             num_attention_heads=16, num_key_value_heads=16, n_routed_experts=64, n_shared_experts=2,
@@ -70,8 +71,36 @@ def deepseek_config(arch: str, layers: int):
     return config
 
 
-def num_experts(config) -> int:
-    return getattr(config, "num_experts", None) or config.n_routed_experts
+def gpt_oss_config(layers: int, tiny: bool) -> GptOssConfig:
+    """openai/gpt-oss-20b's config.json (32 experts top-4, sliding window 128 on every other layer, YaRN x32)."""
+    if tiny:
+        sizes = dict(vocab_size=1024, hidden_size=64, intermediate_size=64, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=2, sliding_window=16)
+    else:
+        sizes = dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_attention_heads=64,
+                     num_key_value_heads=8, head_dim=64, num_local_experts=32, num_experts_per_tok=4,
+                     sliding_window=128)
+    config = GptOssConfig(
+        num_hidden_layers=layers, tie_word_embeddings=False, attention_bias=True, max_position_embeddings=131072,
+        layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "original_max_position_embeddings": 4096, "truncate": False},
+        rms_norm_eps=1e-5, output_router_logits=True, router_aux_loss_coef=0.9, swiglu_limit=7.0,
+        initializer_range=0.02, hidden_act="silu", eos_token_id=None if tiny else 200002,
+        pad_token_id=None if tiny else 199999, **sizes)
+    config.architectures = ["GptOssForCausalLM"]
+    return config
+
+
+def router_of(block):
+    """The MoE router module of a decoder layer (Qwen3-MoE's and DeepSeek-V3's mlp.gate, GPT-OSS's mlp.router), or
+    None."""
+    return getattr(block.mlp, "gate", None) or getattr(block.mlp, "router", None)
+
+
+def num_experts_of(config) -> int:
+    return (getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
+            or config.n_routed_experts)
 
 
 class _Captured(Exception):
@@ -85,7 +114,7 @@ def router_input(model, layer: int, input_ids: torch.Tensor) -> torch.Tensor:
         captured["x"] = args[0].reshape(-1, args[0].shape[-1]).detach()
         raise _Captured
 
-    handle = model.model.layers[layer].mlp.gate.register_forward_pre_hook(hook)
+    handle = router_of(model.model.layers[layer]).register_forward_pre_hook(hook)
     try:
         model(input_ids=input_ids, use_cache=False)
     except _Captured:
@@ -127,12 +156,12 @@ def calibrate_scale(x: torch.Tensor, weight: torch.Tensor, hot: torch.Tensor, to
 def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
     """Per MoE layer: load max/mean over experts and the share of choices the hot experts got, from the real router."""
     records, handles = [], []
-    experts = num_experts(model.config)
+    num_experts = num_experts_of(model.config)
 
     def make_hook(layer):
         def hook(_module, _args, output):
             indices = output[2].reshape(-1)
-            load = torch.bincount(indices, minlength=experts).float()
+            load = torch.bincount(indices, minlength=num_experts).float()
             record = {"layer": layer, "load_max_over_mean": (load.max() / load.mean()).item(),
                       "load_min_over_mean": (load.min() / load.mean()).item()}
             if layer in hot_by_layer:
@@ -141,8 +170,8 @@ def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
         return hook
 
     for layer, block in enumerate(model.model.layers):
-        if hasattr(block.mlp, "gate"):
-            handles.append(block.mlp.gate.register_forward_hook(make_hook(layer)))
+        if router_of(block) is not None:
+            handles.append(router_of(block).register_forward_hook(make_hook(layer)))
     try:
         model(input_ids=input_ids, use_cache=False)
     finally:
@@ -154,20 +183,23 @@ def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss", "moonlight", "deepseek_v3"], default="qwen3_moe")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--skew", choices=["none", "hot"], default="none")
     parser.add_argument("--tiny", action="store_true", help="hidden 64, 32 experts top-2, vocab 1024: for CPU tests")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--arch", choices=["qwen3_moe", "moonlight", "deepseek_v3"], default="qwen3_moe")
     parser.add_argument("--hot-experts", type=int, default=None, help="default: an eighth of the experts (16 of 128)")
     parser.add_argument("--hot-share", type=float, default=0.5, help="share of top-k choices the hot experts should get")
     parser.add_argument("--calibration-tokens", type=int, default=8192)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
-    if args.arch != "qwen3_moe" and (args.tiny or args.skew != "none"):
-        raise SystemExit("--arch moonlight / deepseek_v3 take neither --tiny nor --skew")
-    config = reference_config(args.layers, args.tiny) if args.arch == "qwen3_moe" else deepseek_config(args.arch, args.layers)
+    if args.family in ("moonlight", "deepseek_v3"):
+        if args.tiny or args.skew != "none":
+            raise SystemExit("--family moonlight / deepseek_v3 take neither --tiny nor --skew")
+        config = deepseek_config(args.family, args.layers)
+    else:
+        config = (gpt_oss_config if args.family == "gpt_oss" else reference_config)(args.layers, args.tiny)
     torch.manual_seed(args.seed)
     with torch.device(args.device):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -186,6 +218,8 @@ def main() -> int:
     hot_by_layer, scales = {}, {}
     with torch.no_grad():
         if args.skew == "hot":
+            if args.family != "qwen3_moe":
+                raise SystemExit("--skew hot is calibrated for Qwen3-MoE's bias-free router only")
             count = args.hot_experts or max(1, config.num_experts // 8)
             if not 0 < count < config.num_experts:
                 raise SystemExit(f"--hot-experts must be in (0, {config.num_experts})")
@@ -216,7 +250,7 @@ def main() -> int:
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out_dir)
-    summary = {"arch": args.arch, "skew": args.skew, "seed": args.seed, "layers": args.layers, "tiny": args.tiny, "parameters": params,
+    summary = {"family": args.family, "skew": args.skew, "seed": args.seed, "layers": args.layers, "tiny": args.tiny, "parameters": params,
                "hot_share_target": args.hot_share if args.skew == "hot" else None,
                "hot_experts": {str(k): v.tolist() for k, v in hot_by_layer.items()},
                "router_scale": {str(k): v for k, v in scales.items()}, "routing": routing,

@@ -1,8 +1,9 @@
-"""Model FLOPs per token for a Qwen3-MoE config, as DESIGN.md §5 counts them.
+"""Model FLOPs per token for a Qwen3-MoE (or GPT-OSS) config, as DESIGN.md §5 counts them.
 
 6 x (active matmul parameters: attention projections, router, the top-k experts or the dense MLP,
 lm_head; the embedding is a lookup, not a matmul) + 6 x n_heads x head_dim x seq per layer for causal
-attention (QK^T and PV: 2 matmuls x 2 FLOPs x 3 for forward+backward, halved by the causal mask).
+attention (QK^T and PV: 2 matmuls x 2 FLOPs x 3 for forward+backward, halved by the causal mask); a
+sliding_attention layer (GPT-OSS) sees about `sliding_window` keys per query instead of seq / 2.
 Shared by hf_train.py and report.py so that both sides are divided by the same number.
 """
 import json
@@ -59,11 +60,15 @@ def flops_per_token(config: dict, seq: int) -> dict:
     for layer in range(config["num_hidden_layers"]):
         active += attention
         if is_moe_layer(config, layer):
-            active += hidden * experts + top_k * 3 * hidden * config["moe_intermediate_size"]
+            inner = _get(config, "moe_intermediate_size", "intermediate_size")
+            active += hidden * experts + top_k * 3 * hidden * inner
         else:
             active += 3 * hidden * config["intermediate_size"]
     active += hidden * config["vocab_size"]  # lm_head (tied or not, it is a matmul)
-    attention_scores = 6 * heads * head_dim * seq * config["num_hidden_layers"]
+    layer_types = config.get("layer_types") or ["full_attention"] * config["num_hidden_layers"]
+    window = config.get("sliding_window") or seq
+    attention_scores = sum(6 * heads * head_dim * (min(seq, 2 * window) if kind == "sliding_attention" else seq)
+                           for kind in layer_types[:config["num_hidden_layers"]])
     return {"active_matmul_params": active, "flops_per_token": 6 * active + attention_scores}
 
 

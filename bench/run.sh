@@ -2,8 +2,13 @@
 # The side-by-side benchmark (shared DESIGN.md §5), one command on the GPU machine:
 #
 #   bench/run.sh [--quick] [--no-grouped] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
-#                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu] [--arch qwen3_moe|moonlight|deepseek_v3]
+#                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu]
+#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3]
 #
+# --family gpt_oss: gpt-oss-20b's architecture instead of Qwen3-30B-A3B's (models named model_gpt_oss*), HF with
+# its default eager attention (GPT-OSS has no SDPA path in transformers, for its sinks); no skewed runs.
+# --family moonlight / deepseek_v3: Moonlight-16B-A3B's or DeepSeek-V3's widths (bench/make_reference_model.py),
+# models named model_moonlight / model_deepseek_v3; no skewed runs.
 # Makes the reference model (balanced and skewed routing) and the token data under $BENCH_SCRATCH, then runs,
 # each in its own process and one after another: HF grouped_mm, HF grouped_mm + torch.compile, HF eager,
 # moetune; then, on the skewed model, moetune and HF grouped_mm. bench/report.py prints one table and writes
@@ -17,7 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-quick=0; grouped=1; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2; arch=qwen3_moe
+quick=0; grouped=1; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2; family=qwen3_moe
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -31,8 +36,8 @@ while [[ $# -gt 0 ]]; do
     --micro-batch) micro_batch="$2"; shift ;;
     --tiny) tiny=1 ;;
     --device) device="$2"; shift ;;
-    --arch) arch="$2"; shift ;;  # moonlight / deepseek_v3: bench/make_reference_model.py's DeepSeek-V3 family
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --family) family="$2"; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -55,8 +60,15 @@ if [[ $quick == 1 ]]; then
 else
   hf_steps=20; hf_warmup=3;  compile_steps=15; compile_warmup=5; eager_steps=6; eager_warmup=2; mt_steps=20; mt_warmup=3
 fi
-model_flags=(--layers "$layers" --arch "$arch")
-[[ $arch != qwen3_moe ]] && skew=0  # the hot-expert calibration is Qwen3-MoE's
+model_flags=(--layers "$layers" --family "$family")
+hf_flags=()
+model_name=model
+case "$family" in
+  qwen3_moe) ;;
+  gpt_oss) model_name=model_gpt_oss; skew=0; hf_flags+=(--attn eager) ;;
+  moonlight|deepseek_v3) model_name=model_$family; skew=0 ;;  # the hot-expert calibration is Qwen3-MoE's
+  *) echo "run.sh: unknown --family '$family' (qwen3_moe, gpt_oss, moonlight or deepseek_v3)" >&2; exit 2 ;;
+esac
 moetune_sets=()
 if [[ $tiny == 1 ]]; then
   seq=256; model_flags+=(--tiny)
@@ -71,7 +83,7 @@ log() { echo "[bench $(date +%H:%M:%S)] $*"; }
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | wc -l) changed files"
-  echo "options: arch=$arch quick=$quick layers=$layers tiny=$tiny device=$device seq=$seq micro_batch=$micro_batch"
+  echo "options: family=$family quick=$quick layers=$layers tiny=$tiny device=$device seq=$seq micro_batch=$micro_batch"
   "$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__,
 "| cuda", torch.version.cuda, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
   command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
@@ -81,10 +93,10 @@ cat "$OUT/environment.txt"
 # A model folder is reused when a finished one with the same options is already in the scratch folder.
 make_model() {  # NAME SKEW
   local dir="$SCRATCH/$1"
-  if [[ -f $dir/bench_routing.json ]] && "$PYTHON" - "$dir" "$2" "$layers" "$tiny" "$arch" <<'PY'
+  if [[ -f $dir/bench_routing.json ]] && "$PYTHON" - "$dir" "$2" "$layers" "$tiny" "$family" <<'PY'
 import json, sys
 info = json.load(open(sys.argv[1] + "/bench_routing.json"))
-same = (info["skew"], info["layers"], info["tiny"], info.get("arch", "qwen3_moe"))
+same = (info["skew"], info["layers"], info["tiny"], info.get("family", "qwen3_moe"))
 sys.exit(0 if same == (sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]) else 1)
 PY
   then
@@ -113,7 +125,8 @@ run_hf() {  # LABEL ROUTING MODEL_NAME STEPS WARMUP EXTRA...
   log "$label: $steps steps"
   local start=$SECONDS
   "$PYTHON" bench/hf_train.py "$SCRATCH/$model" "$DATA" --micro-batch "$micro_batch" --seq "$seq" --steps "$steps" \
-    --warmup "$warmup" --device "$device" --label "$label" --json "$OUT/$name.json" "$@" > "$OUT/logs/$name.log" 2>&1
+    --warmup "$warmup" --device "$device" --label "$label" --json "$OUT/$name.json" "${hf_flags[@]}" "$@" \
+    > "$OUT/logs/$name.log" 2>&1
   local rc=$?
   tail -n 3 "$OUT/logs/$name.log"
   record "$label" hf "$routing" "$name.json" "$model" "$warmup" "$rc" "$((SECONDS - start))" "logs/$name.log"
@@ -143,20 +156,20 @@ if [[ $moetune == 1 && ! -x $MOETUNE ]]; then
   log "no moetune binary at $MOETUNE (set MOETUNE=...): moetune runs skipped"; moetune=0
 fi
 
-make_model model none
+make_model "$model_name" none
 [[ $skew == 1 ]] && make_model model_hot hot
-vocab=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/config.json"))["vocab_size"])' "$SCRATCH/model")
+vocab=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/config.json"))["vocab_size"])' "$SCRATCH/$model_name")
 max_steps=$(printf '%s\n' "$hf_steps" "$compile_steps" "$eager_steps" "$mt_steps" | sort -n | tail -n 1)
 DATA="$SCRATCH/data_${seq}.jsonl"
 "$PYTHON" bench/make_data.py "$DATA" --tokens-per-seq "$seq" --sequences $(( max_steps * micro_batch )) --vocab "$vocab" \
   > "$OUT/logs/make_data.log" 2>&1 || { cat "$OUT/logs/make_data.log"; exit 1; }
 
 if [[ $hf == 1 ]]; then
-  [[ $grouped == 1 ]] && run_hf "HF grouped_mm" balanced model "$hf_steps" "$hf_warmup" --experts grouped_mm
-  [[ $compile == 1 ]] && run_hf "HF grouped_mm + compile" balanced model "$compile_steps" "$compile_warmup" --experts grouped_mm --compile
-  [[ $eager == 1 ]] && run_hf "HF eager" balanced model "$eager_steps" "$eager_warmup" --experts eager
+  [[ $grouped == 1 ]] && run_hf "HF grouped_mm" balanced "$model_name" "$hf_steps" "$hf_warmup" --experts grouped_mm
+  [[ $compile == 1 ]] && run_hf "HF grouped_mm + compile" balanced "$model_name" "$compile_steps" "$compile_warmup" --experts grouped_mm --compile
+  [[ $eager == 1 ]] && run_hf "HF eager" balanced "$model_name" "$eager_steps" "$eager_warmup" --experts eager
 fi
-[[ $moetune == 1 ]] && run_moetune "moetune" balanced model
+[[ $moetune == 1 ]] && run_moetune "moetune" balanced "$model_name"
 if [[ $skew == 1 ]]; then
   [[ $moetune == 1 ]] && run_moetune "moetune skewed" skewed model_hot
   [[ $hf == 1 ]] && run_hf "HF grouped_mm skewed" skewed model_hot "$hf_steps" "$hf_warmup" --experts grouped_mm

@@ -6,6 +6,7 @@
 
 #include "moetune/cli/chat.h"
 #include "moetune/cli/generate.h"
+#include "moetune/model/causal_lm.h"
 #include "test_util.h"
 
 namespace moetune {
@@ -29,11 +30,11 @@ TEST(Chat, KeepsTheConversationAndRendersItWholeEachTurn) {
 
   std::istringstream in(first + "\n\n/reset\n" + first + "\n" + second + "\n");
   std::ostringstream out;
-  cli::run_chat({.model = kChatModel, .options = options}, in, out, nullptr);
+  cli::run_chat({.model = kChatModel, .options = options, .device = "cpu"}, in, out, nullptr);
   EXPECT_EQ(out.str(), reply1 + "\n" + reply1 + "\n" + reply2 + "\n");
 
   const testing::RunResult piped = testing::run_shell("printf '" + first + "\\n" + second + "\\n' | " + MOETUNE_BINARY +
-                                                      " chat " + kChatModel.string() + " --max-new-tokens 6");
+                                                      " chat " + kChatModel.string() + " --max-new-tokens 6 --device cpu");
   ASSERT_EQ(piped.status, 0) << piped.output;
   EXPECT_EQ(piped.output, reply1 + "\n" + reply2 + "\n");
 }
@@ -43,6 +44,18 @@ TEST(Chat, AModelWithoutTokenizerIsNamed) {
       testing::run_shell("echo hello | " + std::string(MOETUNE_BINARY) + " chat " + testing::fixture("qwen3_moe_tiny").string());
   EXPECT_EQ(result.status, 1) << result.output;
   EXPECT_NE(result.output.find("qwen3_moe_tiny: no tokenizer.json"), std::string::npos) << result.output;
+}
+
+TEST(Generate, DeviceAndSpeedFlags) {
+  const testing::RunResult run = testing::run_moetune("generate " + kChatModel.string() +
+                                                      " --prompt 'Which is larger, 47 or 52?' --chat --max-new-tokens 4 "
+                                                      "--device cpu --speed");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("prefill: "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("tokens/s (cpu)"), std::string::npos) << run.output;
+  const testing::RunResult wrong = testing::run_moetune("generate " + kChatModel.string() + " --prompt hi --device tpu");
+  EXPECT_EQ(wrong.status, 1) << wrong.output;
+  EXPECT_NE(wrong.output.find("expected auto, cpu or cuda"), std::string::npos) << wrong.output;
 }
 
 }  // namespace

@@ -179,5 +179,45 @@ TEST(Eval, ChatShapesScoreTheTokensTrainingScores) {
   EXPECT_NE(forced.output.find("\"input_ids\" must be a list of token ids"), std::string::npos) << forced.output;
 }
 
+// A data set that spells messages its own way reads through the recipe's data.columns / data.roles as training
+// reads it (the same loader options, train/recipe_data.h): the same tokens and loss as the messages line, --data
+// defaulting to data.validation, --set overriding a data key; without the mapping the line is an error naming
+// the keys it has.
+TEST(Eval, TheRecipesColumnAndRoleMappingReadsLinesAsTrainingDoes) {
+  testing::ScratchDir dir;
+  const std::string chat_model = (testing::fixture("..") / ".." / "assets" / "default" / "model").string();
+  auto eval_report = [&](const std::string& flags) {
+    const testing::RunResult result = testing::run_moetune("eval " + chat_model + " --device cpu --json " + flags);
+    EXPECT_EQ(result.status, 0) << result.output;
+    return result.status == 0 ? nlohmann::json::parse(result.output) : nlohmann::json::object();
+  };
+  testing::write_file(dir / "messages.jsonl",
+                      R"({"messages": [{"role": "user", "content": "Which is larger, 47 or 52?"}, {"role": "assistant", "content": "52"}]})"
+                      "\n");
+  testing::write_file(dir / "custom.jsonl",
+                      R"({"chat": [{"speaker": "human", "text": "Which is larger, 47 or 52?"}, {"speaker": "bot", "text": "52"}]})"
+                      "\n");
+  testing::write_file(dir / "recipe.yaml", "data:\n  validation: [" + (dir / "custom.jsonl").string() +
+                                               "]\n  columns: {messages: chat, role: speaker, content: text}\n"
+                                               "  roles: {human: user, bot: assistant}\n");
+  const nlohmann::json reference = eval_report("--data " + (dir / "messages.jsonl").string());
+  ASSERT_TRUE(reference.contains("loss"));
+  const nlohmann::json mapped = eval_report("-c " + (dir / "recipe.yaml").string());
+  EXPECT_EQ(mapped.value("data", std::string()), (dir / "custom.jsonl").string());
+  EXPECT_EQ(mapped.value("tokens", int64_t(-1)), reference["tokens"].get<int64_t>());
+  EXPECT_DOUBLE_EQ(mapped.value("loss", -1.0), reference["loss"].get<double>());
+  // --set reaches the data section: with the prompt scored too, more tokens count.
+  const nlohmann::json with_prompt = eval_report("-c " + (dir / "recipe.yaml").string() + " --set data.loss_on_prompt=true");
+  EXPECT_GT(with_prompt.value("tokens", int64_t(-1)), reference["tokens"].get<int64_t>());
+
+  const testing::RunResult unmapped =
+      testing::run_moetune("eval " + chat_model + " --device cpu --data " + (dir / "custom.jsonl").string());
+  EXPECT_EQ(unmapped.status, 1) << unmapped.output;
+  EXPECT_NE(unmapped.output.find("chat"), std::string::npos) << unmapped.output;
+  const testing::RunResult no_data = testing::run_moetune("eval " + chat_model + " --device cpu");
+  EXPECT_EQ(no_data.status, 1) << no_data.output;
+  EXPECT_NE(no_data.output.find("data.validation"), std::string::npos) << no_data.output;
+}
+
 }  // namespace
 }  // namespace moetune

@@ -14,6 +14,7 @@
 #include "gpu_test_util.h"
 #include "moetune/io/safetensors.h"
 #include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/piece_transform.h"
 #include "moetune/ops/cast.h"
 #include "parity_batch.h"
 #include "test_util.h"
@@ -101,7 +102,8 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
       }
       int64_t offset = 0;
       for (const auto& piece : specs[i].pieces) {
-        check_grad(grad.flat_slice(offset, piece.shape), piece.name);
+        // In the checkpoint's layout (GPT-OSS's experts are transposed and interleaved there).
+        check_grad(piece_to_hf(grad.flat_slice(offset, engine_shape(piece)), piece, DType::F32), piece.name);
         offset += shape_numel(piece.shape);
       }
     }
@@ -135,7 +137,7 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
       }
       int64_t offset = 0;
       for (const auto& piece : specs[i].pieces) {
-        cpu_grads[piece.name] = grad.flat_slice(offset, piece.shape);
+        cpu_grads[piece.name] = piece_to_hf(grad.flat_slice(offset, engine_shape(piece)), piece, DType::F32);
         offset += shape_numel(piece.shape);
       }
     }

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moetune/model/causal_lm.h"
 #include "moetune/model/generate.h"
 #include "test_util.h"
 

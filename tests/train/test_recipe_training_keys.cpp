@@ -54,6 +54,36 @@ TEST(RecipeTrainingKeys, DefaultsAndChecks) {
             std::string::npos);
 }
 
+TEST(RecipeTrainingKeys, RecomputeAndAutoMicroBatch) {
+  const Recipe defaults = parse_recipe("", "recipe.yaml");
+  EXPECT_EQ(defaults.training.recompute, "none");
+  EXPECT_FALSE(defaults.training.micro_batch_auto);
+  const Recipe automatic = parse_recipe("", "r", {"training.micro_batch_size=auto", "training.recompute=experts"});
+  EXPECT_TRUE(automatic.training.micro_batch_auto);
+  EXPECT_EQ(automatic.training.recompute, "experts");
+  EXPECT_EQ(parse_recipe("", "r", {"training.micro_batch_size=3"}).training.micro_batch_size, 3);
+  EXPECT_NE(error_of({"training.recompute=moe"}).find("'training.recompute' is 'moe', not one of: none, experts, attention, full"),
+            std::string::npos);
+  EXPECT_NE(error_of({"training.micro_batch_size=most"}).find("'training.micro_batch_size' must be an integer"),
+            std::string::npos) << error_of({"training.micro_batch_size=most"});
+}
+
+TEST_F(TrainerTest, RecomputeAndAutoMicroBatchNeedTheGpuEngine) {
+  const auto error = [](const auto& attempt) -> std::string {
+    try {
+      attempt();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error([&] { make_engine(recipe("r", {"training.recompute=full"})); }).find("runs on the GPU engine"),
+            std::string::npos);
+  EXPECT_NE(error([&] { Trainer(recipe("a", {"training.micro_batch_size=auto"}), {}, false); })
+                .find("training.micro_batch_size auto sizes the micro-batch to the GPU's memory"),
+            std::string::npos);
+}
+
 TEST(RecipeTrainingKeys, FileErrorsNameTheLine) {
   const auto error_in = [](const std::string& yaml) {
     try {

@@ -1,5 +1,6 @@
 #include "moetune/cli/chat.h"
 
+#include <cstdio>
 #include <istream>
 #include <ostream>
 
@@ -15,7 +16,7 @@ void run_chat(const ChatArgs& args, std::istream& in, std::ostream& out, std::os
   if (!text.tokenizer) fail("{}: no tokenizer.json, so there is no text to chat with", args.model.string());
   if (!text.codec.render_chat) fail("{}: the model has no chat template (chat_template.jinja or tokenizer_config.json's "
                                     "chat_template); use `moetune generate --prompt` for plain text", args.model.string());
-  model::CausalLM model = model::CausalLM::from_pretrained(args.model);
+  const std::unique_ptr<model::LanguageModel> model = load_generation_model(args.model, args.device);
   const data::Json opening = args.system.empty() ? data::Json::array()
                                                  : data::Json::array({{{"role", "system"}, {"content", args.system}}});
   data::Json messages = opening;
@@ -28,7 +29,10 @@ void run_chat(const ChatArgs& args, std::istream& in, std::ostream& out, std::os
       continue;
     }
     messages.push_back({{"role", "user"}, {"content", line}});
-    const std::string reply = reply_text(model, text, text.codec.render_chat(messages, true, data::Json()), args.options);
+    model::GenerateTiming timing;
+    const std::string reply =
+        reply_text(*model, text, text.codec.render_chat(messages, true, data::Json()), args.options, &timing);
+    if (args.speed) std::fprintf(stderr, "%s\n", format_timing(timing, *model).c_str());
     messages.push_back({{"role", "assistant"}, {"content", reply}});
     out << reply << "\n" << std::flush;
   }

@@ -15,6 +15,8 @@ struct ChatArgs {
   std::filesystem::path model;
   std::string system;  // a system message that opens the conversation; empty: none
   model::GenerateOptions options;
+  std::string device = "auto";  // as generate's
+  bool speed = false;           // after each reply, its prefill time and decode speed on stderr
 };
 
 // Reads user turns from `in` (one a line; blank lines are skipped; "/reset" starts the conversation afresh) until

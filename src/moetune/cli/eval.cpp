@@ -13,6 +13,7 @@
 #include "moetune/model/language_model.h"
 #include "moetune/model/model_description.h"
 #include "moetune/ops/loss.h"
+#include "moetune/train/recipe_data.h"
 
 namespace moetune::cli {
 
@@ -47,16 +48,25 @@ json evaluate_model(const EvalArgs& args) {
   if (args.max_length < 0) fail("eval --max-length {}: expected 0 (whole lines) or more", args.max_length);
   // The data is found and read through before the weights load, so a mistyped path or a bad line fails at once
   // even for a large model.
+  const bool with_recipe = !args.recipe.empty() || !args.overrides.empty();
+  const train::Recipe recipe = train::load_recipe(args.recipe, args.overrides);
+  const std::vector<std::string> data = args.data.empty() ? recipe.data.validation : args.data;
+  if (data.empty())
+    fail("eval: no data; give --data FILE..., or a recipe (-c) whose data.validation names the held-out files");
   const ScratchFolder scratch;
-  const std::vector<fs::path> files = data::resolve_data_files(args.data, "--data", scratch.path());
-  data::TextCodec codec = data::load_model_text(args.model).codec;
+  const std::vector<fs::path> files =
+      data::resolve_data_files(data, args.data.empty() ? "data.validation" : "--data", scratch.path());
+  data::TextCodec codec = train::recipe_model_text(recipe, args.model).codec;
   codec.vocab_size = model::load_model_spec(args.model / "config.json").vocab_size;
   const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
-  data::LoaderOptions options{.format = data::format_from_name(args.format),
-                              .max_length = args.max_length > 0 ? args.max_length : std::numeric_limits<int32_t>::max(),
-                              .packing = false,
-                              .shuffle = false,
-                              .micro_batch_size = 1};
+  // Training's reading of the lines, one line a batch.
+  data::LoaderOptions options = train::recipe_loader_options(recipe, /*shuffle=*/false);
+  options.packing = false;
+  options.micro_batch_size = 1;
+  if (args.format != "auto") options.format = data::format_from_name(args.format);
+  options.max_length = args.max_length > 0 ? args.max_length
+                       : with_recipe       ? recipe.data.max_length
+                                           : std::numeric_limits<int32_t>::max();
   auto read_all = [&](auto&& each) {
     data::DataLoader loader(files, lines, codec, options);
     for (data::MicroBatch batch; (batch = loader.next(/*single_pass=*/true)).input_ids.defined();) each(batch);
@@ -66,7 +76,7 @@ json evaluate_model(const EvalArgs& args) {
     ++sequences;
     scored += batch.scored;
   });
-  if (scored == 0) fail("{}: no token of the data is scored (every line is fully masked)", fmt::join(args.data, ", "));
+  if (scored == 0) fail("{}: no token of the data is scored (every line is fully masked)", fmt::join(data, ", "));
 
   const std::unique_ptr<model::LanguageModel> model = model::load_language_model(args.model, args.device);
   // num_items_in_batch = 1 turns the mean into the sum (on the GPU the fused head + loss never holds the logits).
@@ -79,7 +89,7 @@ json evaluate_model(const EvalArgs& args) {
     tokens += out.num_tokens;
   });
   const double loss = loss_sum / double(tokens);
-  return {{"model", args.model.string()}, {"data", fmt::format("{}", fmt::join(args.data, ", "))},
+  return {{"model", args.model.string()}, {"data", fmt::format("{}", fmt::join(data, ", "))},
           {"device", model->device().is_cpu() ? "cpu" : "cuda"}, {"sequences", sequences}, {"tokens", tokens},
           {"loss", loss}, {"perplexity", std::exp(loss)}};
 }

@@ -10,6 +10,7 @@
 #include "moetune/core/error.h"
 #include "moetune/data/text_codec.h"
 #include "moetune/io/hub_cache.h"
+#include "moetune/train/recipe_data.h"
 #include "moetune/io/json_file.h"
 #include "moetune/model/generate.h"
 #include "moetune/model/lora_weights.h"
@@ -122,15 +123,11 @@ double chat_accuracy(const fs::path& model_folder, const fs::path& test_jsonl, i
 
 namespace {
 
-data::ModelText recipe_model_text(const train::Recipe& recipe) {
-  return data::load_model_text(recipe.model, {recipe.data.chat_template, recipe.data.chat_template_kwargs});
-}
-
 int run_recipe(const FinetuneArgs& args) {
   train::Recipe recipe = train::load_recipe(args.recipe, args.overrides);
   train::require_model_and_data(recipe);  // else load_model_text("") would read ./config.json
   recipe.model = io::resolve_model_folder(recipe.model).string();  // a hub id: its folder in the local HF cache
-  train::Trainer trainer(recipe, recipe_model_text(recipe).codec, args.resume);
+  train::Trainer trainer(recipe, train::recipe_model_text(recipe, recipe.model).codec, args.resume);
   const train::TrainResult result = trainer.run();
   if (parallel::detect_launch().rank == 0)
     std::printf("%s after %lld steps; model: %s\n", result.interrupted ? "stopped" : "finished",
@@ -157,7 +154,7 @@ int run_default(const FinetuneArgs& args) {
     std::fflush(stdout);  // before the trainer's progress lines on stderr
   }
   const auto start = std::chrono::steady_clock::now();
-  train::Trainer trainer(recipe, recipe_model_text(recipe).codec, args.resume);
+  train::Trainer trainer(recipe, train::recipe_model_text(recipe, recipe.model).codec, args.resume);
   const train::TrainResult result = trainer.run();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.final_model.empty()) {

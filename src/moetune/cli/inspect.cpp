@@ -61,7 +61,7 @@ std::string human_bytes(double bytes) {
 
 }  // namespace
 
-json inspect_model(const std::filesystem::path& folder, int64_t tokens) {
+json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::Recompute recompute, bool update_in_backward) {
   const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
   const model::ModelSpec& c = layout.spec;
   const model::AttentionSpec& attention = c.first_attention();
@@ -111,26 +111,29 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens) {
   report["total_parameters"] = total;
   report["active_parameters"] = layout.active_parameters();
   report["active_matmul_parameters"] = layout.active_matmul_parameters();
+  // The gradients the step holds at once: every parameter's, or one decoder layer's beside the rest.
+  const int64_t dropped = update_in_backward ? total - model::gradient_parameters_held(layout, true) : 0;
   json memory = json::array();
   for (const auto& plan : model::precision_plans())
     memory.push_back({{"precision", plan.name},
                       {"description", plan.description},
                       {"bytes_per_parameter", plan.bytes_per_parameter()},
                       {"weights_bytes", plan.weight_bytes * total},
-                      {"gradients_bytes", plan.gradient_bytes * total},
+                      {"gradients_bytes", plan.gradient_bytes * (total - dropped)},
                       {"master_weights_bytes", plan.master_bytes * total},
                       {"optimizer_state_bytes", plan.optimizer_state_bytes(total, state_blocks)},
-                      {"total_bytes", plan.static_bytes(total, state_blocks)}});
+                      {"total_bytes", plan.static_bytes(total, state_blocks) - plan.gradient_bytes * dropped}});
   report["memory"] = memory;
   report["memory_note"] = "static memory for the whole run; activations depend on the recipe and are added by the training step's plan";
+  report["update_in_backward"] = update_in_backward;
   if (tokens > 0) {
-    const model::ActivationPlan plan = model::gpu_activation_plan(c, tokens);
+    const model::ActivationPlan plan = model::gpu_activation_plan(c, tokens, recompute);
     json stash = json::object();
     for (const auto& [block, bytes] : plan.stash) stash[block] = bytes;
     json peaks = json::object();
     for (const json& m : memory)
       if (!m["precision"].get<std::string>().starts_with("cpu_fp32")) peaks[m["precision"].get<std::string>()] = m["total_bytes"].get<int64_t>() + plan.total();
-    report["gpu_step"] = {{"tokens", tokens},           {"stash_bytes", stash},
+    report["gpu_step"] = {{"tokens", tokens},           {"recompute", model::recompute_name(recompute)}, {"stash_bytes", stash},
                           {"stash_total_bytes", plan.stash_bytes}, {"peak_phase", plan.peak_phase},
                           {"transient_bytes", plan.transient_bytes}, {"workspace_bytes", plan.workspace_bytes},
                           {"activation_bytes", plan.total()},      {"predicted_peak_bytes", peaks}};
@@ -216,7 +219,8 @@ std::string format_inspection(const json& r) {
                      m["description"].get<std::string>()));
   if (r.contains("gpu_step")) {
     const json& g = r["gpu_step"];
-    line(fmt::format("GPU training step at {} tokens per micro-batch:", g["tokens"].get<int64_t>()));
+    line(fmt::format("GPU training step at {} tokens per micro-batch, recompute {}:", g["tokens"].get<int64_t>(),
+                     g["recompute"].get<std::string>()));
     for (const auto& [block, bytes] : g["stash_bytes"].items())
       line(fmt::format("  stash {:<20} {:>10}", block, human_bytes(bytes.get<double>())));
     line(fmt::format("  temporaries ({}) {:>10}", g["peak_phase"].get<std::string>(), human_bytes(g["transient_bytes"].get<double>())));

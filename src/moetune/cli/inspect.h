@@ -6,13 +6,17 @@
 #include <string>
 
 #include "moetune/model/lora_config.h"
+#include "moetune/model/recompute.h"
 
 namespace moetune::cli {
 
 // Reads config.json and checks the weights against it (headers only: no tensor bytes are read). With
 // `tokens` > 0 (micro-batch × sequence length) the report adds the GPU training step's activation plan and the
 // predicted peak per precision.
-nlohmann::json inspect_model(const std::filesystem::path& folder, int64_t tokens = 0);
+// `recompute` and `update_in_backward` (optimizer.update_in_backward: the decoder layers' gradients one layer at
+// a time) change the plan as those recipe keys change the step.
+nlohmann::json inspect_model(const std::filesystem::path& folder, int64_t tokens = 0,
+                             model::Recompute recompute = model::Recompute::None, bool update_in_backward = false);
 
 // The per-rank share under expert parallelism `expert` on `world` ranks (ZeRO-2 for the optimizer state), and
 // with `tokens` per micro-batch the token all-to-all's receive rows: balanced routing and the dropless worst

@@ -32,8 +32,12 @@ int end_job(int status, const char* kind, const char* message) {
   return status;
 }
 
-// The sampling flags `generate` and `chat` share.
-void add_sampling_options(CLI::App* command, moetune::model::GenerateOptions& options) {
+// The flags `generate` and `chat` share: sampling, the device and the speed report.
+void add_generation_options(CLI::App* command, moetune::model::GenerateOptions& options, std::string& device,
+                            bool& speed) {
+  command->add_option("--device", device, "auto (the GPU when one is visible and runs the family), cpu or cuda")
+      ->capture_default_str();
+  command->add_flag("--speed", speed, "Print the prompt's time and the decode speed (tokens/s) to stderr");
   command->add_option("--max-new-tokens", options.max_new_tokens, "How many tokens at most")->capture_default_str();
   command->add_option("--temperature", options.temperature, "0 for greedy; else sample")->capture_default_str();
   command->add_option("--top-p", options.top_p, "Nucleus sampling mass (with --temperature > 0)")->capture_default_str();
@@ -61,6 +65,12 @@ int main(int argc, char** argv) {
   inspect->add_option("--tokens", plan_tokens,
                       "Tokens per micro-batch (micro-batch × sequence): adds the GPU step's activation plan and peak")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  std::string inspect_recompute = "none";
+  inspect->add_option("--recompute", inspect_recompute, "The activation plan with training.recompute: none, experts, attention, full")
+      ->capture_default_str();
+  bool inspect_update_in_backward = false;
+  inspect->add_flag("--update-in-backward", inspect_update_in_backward,
+                    "The plan with optimizer.update_in_backward: one decoder layer's gradients at a time");
 
   moetune::model::LoraConfig inspect_lora;
   inspect->add_option("--lora-rank", inspect_lora.rank, "Add the plan of a LoRA fine-tune of this rank");
@@ -90,7 +100,12 @@ int main(int argc, char** argv) {
       "eval", "Mean cross-entropy and perplexity of an HF model folder on data of any shape training reads (the tokens "
       "training scores)");
   eval->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (config.json + *.safetensors)")->required();
-  eval->add_option("--data", eval_args.data, "JSONL files, folders or glob patterns, as data.train takes them")->required();
+  eval->add_option("--data", eval_args.data,
+                   "JSONL files, folders or glob patterns, as data.train takes them (default: the recipe's data.validation)");
+  eval->add_option("-c,--config", eval_args.recipe,
+                   "A training recipe: its data section reads the lines as training does (data.columns, data.roles, "
+                   "data.chat_template, ...)");
+  eval->add_option("--set", eval_args.overrides, "Override a recipe key: --set data.roles.bot=assistant (repeatable)");
   eval->add_option("--format", eval_args.format, "Line shape, as data.format: auto, text, prompt_completion, messages, "
                    "sharegpt, alpaca, input_ids")->capture_default_str();
   eval->add_option("--max-length", eval_args.max_length, "Tokens kept of each line, as data.max_length (0: all)")
@@ -118,7 +133,7 @@ int main(int argc, char** argv) {
   generate->add_option("MODEL_DIR", generate_model, "Hugging Face model folder")->required();
   generate->add_option("--prompt", generate_args.prompt, "The text to continue")->required();
   generate->add_flag("--chat", generate_args.chat, "Send the prompt as a user message through the chat template");
-  add_sampling_options(generate, generate_args.options);
+  add_generation_options(generate, generate_args.options, generate_args.device, generate_args.speed);
 
   moetune::cli::ChatArgs chat_args;
   CLI::App* chat = app.add_subcommand(
@@ -126,7 +141,7 @@ int main(int argc, char** argv) {
       "starts afresh) and rendered with the chat template each turn");
   chat->add_option("MODEL_DIR", model_dir, "Hugging Face model folder (with tokenizer.json and a chat template)")->required();
   chat->add_option("--system", chat_args.system, "A system message to open the conversation");
-  add_sampling_options(chat, chat_args.options);
+  add_generation_options(chat, chat_args.options, chat_args.device, chat_args.speed);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -134,7 +149,8 @@ int main(int argc, char** argv) {
     if (!model_dir.empty()) model_dir = moetune::io::resolve_model_folder(model_dir).string();
     if (!generate_model.empty()) generate_model = moetune::io::resolve_model_folder(generate_model).string();
     if (*inspect) {
-      nlohmann::json report = moetune::cli::inspect_model(model_dir, plan_tokens);
+      nlohmann::json report = moetune::cli::inspect_model(
+          model_dir, plan_tokens, moetune::model::parse_recompute(inspect_recompute, "--recompute"), inspect_update_in_backward);
       if (inspect_expert > 0 || inspect_world > 0)
         moetune::cli::add_expert_parallel_plan(report, model_dir, inspect_world > 0 ? inspect_world : inspect_expert,
                                                std::max(inspect_expert, 1), plan_tokens);

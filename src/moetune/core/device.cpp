@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "moetune/core/device_memory.h"
 #include "moetune/core/error.h"
 
 #if MOETUNE_HAVE_CUDA
@@ -36,7 +37,18 @@ std::string cuda_unavailable_reason() {
   }
   return count == 0 ? "no GPU is visible to this process" : "";
 }
+
+int64_t cuda_total_memory_bytes() {
+  if (cuda_device_count() == 0) return 0;
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return int64_t(total);
+}
 #else
+int64_t cuda_total_memory_bytes() { return 0; }
 int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() { return "moetune was built without CUDA (nvcc was not found)"; }
 #endif

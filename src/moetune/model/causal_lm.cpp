@@ -40,8 +40,11 @@ Tensor CausalLM::head_logits(const Tensor& final_hidden) const {
   return ops::linear_forward(ops::rms_norm_forward(final_hidden, store_->get("final_norm").value, c.norm_eps), head.value);
 }
 
-Tensor CausalLM::next_token_logits(const std::vector<int64_t>& ids, KvCache& cache) {
+Tensor CausalLM::next_token_logits(const std::vector<int64_t>& ids, DecodeCache& decode_cache) {
   MOETUNE_CHECK(!ids.empty(), "next_token_logits: no new tokens");
+  auto* kv = dynamic_cast<KvCache*>(&decode_cache);
+  MOETUNE_CHECK(kv, "next_token_logits: the cache was made by another device's model");
+  KvCache& cache = *kv;
   const int64_t count = int64_t(ids.size());
   std::vector<int64_t> positions(ids.size());
   std::iota(positions.begin(), positions.end(), cache.tokens());

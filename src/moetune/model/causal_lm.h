@@ -44,9 +44,9 @@ class CausalLM final : public LanguageModel {
   Tensor forward(const Tensor& input_ids, const Tensor& position_ids = {});
   // Adds d(loss)/d(parameter) of the last forward into the gradients, then drops the stash.
   void backward();
-  // Generation: the logits [V] of the token after `ids`, the next tokens of the sequence whose keys and values
-  // `cache` holds; the model runs on `ids` alone and adds their keys and values to the cache.
-  Tensor next_token_logits(const std::vector<int64_t>& ids, KvCache& cache);
+  // Generation (language_model.h); the cache is a KvCache.
+  std::unique_ptr<DecodeCache> new_decode_cache(int64_t) override { return std::make_unique<KvCache>(); }
+  Tensor next_token_logits(const std::vector<int64_t>& ids, DecodeCache& cache) override;
 
   // The device-neutral API (language_model.h).
   CausalLMOutput forward_backward(const Batch& batch) override;

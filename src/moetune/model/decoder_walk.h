@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "moetune/core/phase_profile.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/parameter_store.h"
@@ -24,6 +25,10 @@ struct Sublayer {
   std::unique_ptr<typename Blocks::Attention> attention;
   std::unique_ptr<typename Blocks::Mlp> mlp;
   std::unique_ptr<typename Blocks::Moe> moe;
+  // training.recompute (model/recompute.h): the forward pass keeps only the sublayer's input, and the backward
+  // pass runs the forward again from it first.
+  bool recompute = false;
+  Tensor recompute_input;
 
   // Every block takes the device's StepContext, so one walk serves both devices.
   template <typename Context>
@@ -34,8 +39,12 @@ struct Sublayer {
   Tensor backward(const Tensor& dout, Context& context) {
     return attention ? attention->backward(dout, context) : mlp ? mlp->backward(dout, context) : moe->backward(dout, context);
   }
-  size_t stash_bytes() const { return attention ? attention->stash_bytes() : mlp ? mlp->stash_bytes() : moe->stash_bytes(); }
+  size_t stash_bytes() const {
+    const size_t kept = recompute_input.defined() ? recompute_input.nbytes() : 0;
+    return kept + (attention ? attention->stash_bytes() : mlp ? mlp->stash_bytes() : moe->stash_bytes());
+  }
   void clear_stash() {
+    recompute_input = Tensor();
     if (attention) attention->clear_stash();
     if (mlp) mlp->clear_stash();
     if (moe) moe->clear_stash();
@@ -83,7 +92,12 @@ Tensor walk_forward(std::vector<Sublayer<Blocks>>& sublayers, Tensor h, Context&
                     const LayerStarting& layer_starting = {}) {
   for (size_t i = 0; i < sublayers.size(); ++i) {
     if (layer_starting && (i == 0 || sublayers[i - 1].layer != sublayers[i].layer)) layer_starting(sublayers[i].layer);
-    h = sublayers[i].forward(h, context);
+    Tensor output = sublayers[i].forward(h, context);
+    if (sublayers[i].recompute) {
+      sublayers[i].clear_stash();
+      sublayers[i].recompute_input = h;
+    }
+    h = std::move(output);
   }
   return h;
 }
@@ -96,6 +110,14 @@ template <typename Blocks, typename Context>
 Tensor walk_backward(std::vector<Sublayer<Blocks>>& sublayers, Tensor dh, Context& context,
                      const LayerGradientsDone& layer_done = {}) {
   for (auto sublayer = sublayers.rbegin(); sublayer != sublayers.rend(); ++sublayer) {
+    if (sublayer->recompute) {
+      // The same forward again (same input, weights and routing), minus its side effects on the step: the
+      // context's recomputing() copy leaves the aux loss's sums alone, which the first pass already counted.
+      const PhaseScope phase("recompute");
+      const Tensor input = std::move(sublayer->recompute_input);
+      auto again = context.recomputing();
+      sublayer->forward(input, again);
+    }
     dh = sublayer->backward(dh, context);
     sublayer->clear_stash();
     const auto next = std::next(sublayer);

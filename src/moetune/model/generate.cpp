@@ -1,6 +1,7 @@
 #include "moetune/model/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -29,25 +30,38 @@ int64_t sample(const float* logits, int64_t vocab, const GenerateOptions& option
 
 }  // namespace
 
-std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& prompt, const GenerateOptions& options) {
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& options,
+                              GenerateTiming* timing) {
   MOETUNE_CHECK(!prompt.empty(), "generate: the prompt is empty");
   MOETUNE_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: top_p must be in (0, 1], got {}", options.top_p);
   std::mt19937_64 rng(options.seed);
   std::vector<int64_t> sequence = prompt, produced;
   const int64_t vocab = model.spec().vocab_size;
-  KvCache cache;
+  std::unique_ptr<DecodeCache> cache;
+  if (options.kv_cache) cache = model.new_decode_cache(int64_t(prompt.size()) + std::max<int64_t>(options.max_new_tokens, 1));
   // The logits [V] of the token after `sequence`; with the cache the model runs on the tokens it has not seen.
   auto next_logits = [&] {
-    if (options.kv_cache)
-      return model.next_token_logits(std::vector<int64_t>(sequence.begin() + cache.tokens(), sequence.end()), cache);
+    if (cache)
+      return model.next_token_logits(std::vector<int64_t>(sequence.begin() + cache->tokens(), sequence.end()), *cache);
     const int64_t length = int64_t(sequence.size());
-    return model.forward(Tensor::from_vector(sequence, {1, length})).view({length, vocab}).narrow(length - 1, 1).view({-1});
+    return model.logits({.input_ids = Tensor::from_vector(sequence, {1, length})}).view({length, vocab}).narrow(length - 1, 1).view({-1});
   };
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first_token = start;
   for (int64_t n = 0; n < options.max_new_tokens; ++n) {
-    const int64_t next = sample(next_logits().data<float>(), vocab, options, rng);
+    const int64_t next = sample(next_logits().data<float>(), vocab, options, rng);  // the logits are on the host
+    if (n == 0) first_token = Clock::now();
     sequence.push_back(next);
     produced.push_back(next);
     if (std::find(options.stop_ids.begin(), options.stop_ids.end(), next) != options.stop_ids.end()) break;
+  }
+  if (timing) {
+    const Clock::time_point end = Clock::now();
+    *timing = {.prompt_tokens = int64_t(prompt.size()),
+               .new_tokens = int64_t(produced.size()),
+               .prefill_seconds = std::chrono::duration<double>(first_token - start).count(),
+               .decode_seconds = std::chrono::duration<double>(end - first_token).count()};
   }
   return produced;
 }

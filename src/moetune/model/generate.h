@@ -1,11 +1,12 @@
-// Text continuation for a quick look at what a model says: greedy or nucleus (top-p) sampling, on the CPU engine.
-// A KV cache keeps each layer's keys and values, so each new token runs the model on itself alone.
+// Text continuation for a quick look at what a model says: greedy or nucleus (top-p) sampling, on either engine
+// (language_model.h). A KV cache keeps each layer's keys and values, so each new token runs the model on itself
+// alone; the logits come to the host, where one sampler serves both devices.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "moetune/model/causal_lm.h"
+#include "moetune/model/language_model.h"
 
 namespace moetune::model {
 
@@ -18,7 +19,15 @@ struct GenerateOptions {
   bool kv_cache = true;           // false: each token re-runs the whole sequence (the reference the cache is tested by)
 };
 
-// Returns the new tokens only.
-std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& prompt, const GenerateOptions& options);
+// Where a generation's time went: the prompt's pass (which gives the first new token) and the passes after it.
+struct GenerateTiming {
+  int64_t prompt_tokens = 0, new_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  double decode_tokens_per_second() const { return new_tokens > 1 ? double(new_tokens - 1) / decode_seconds : 0.0; }
+};
+
+// Returns the new tokens only; fills `timing` when given.
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& options,
+                              GenerateTiming* timing = nullptr);
 
 }  // namespace moetune::model

@@ -1,18 +1,19 @@
 // The keys and values of the tokens a generation has run so far, per attention sublayer, so that each new token
-// runs the model on itself alone (the CPU engine's; the GPU decode path does not exist yet).
+// runs the model on itself alone: the CPU engine's decode cache (the GPU's is model/cuda/kv_cache.h).
 #pragma once
 
 #include <utility>
 #include <vector>
 
 #include "moetune/core/tensor.h"
+#include "moetune/model/decode_cache.h"
 #include "moetune/ops/attention.h"
 
 namespace moetune::model {
 
-class KvCache {
+class KvCache final : public DecodeCache {
  public:
-  int64_t tokens() const { return tokens_; }  // of the sequence so far
+  int64_t tokens() const override { return tokens_; }
   // Before a forward pass over `count` new tokens: the attention sublayers take their entries in walk order.
   void start_pass(int64_t count) {
     next_ = 0;

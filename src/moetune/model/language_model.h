@@ -11,6 +11,7 @@
 
 #include "moetune/model/batch.h"
 #include "moetune/model/checkpoint.h"
+#include "moetune/model/decode_cache.h"
 #include "moetune/model/parameter_store.h"
 #include "moetune/ops/router.h"
 
@@ -36,6 +37,12 @@ class LanguageModel {
   virtual std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const = 0;
   // What each block held for the backward pass in the last forward_backward ("layers.0.attention", ...).
   virtual std::vector<std::pair<std::string, size_t>> stash_report() const = 0;
+
+  // Generation: a cache for a sequence of at most `max_tokens` tokens (the GPU's is allocated for all of them),
+  // and the logits [V] (f32, on the host) of the token after `ids`, the next tokens of the sequence `cache` holds;
+  // the model runs on `ids` alone and adds their keys and values to the cache.
+  virtual std::unique_ptr<DecodeCache> new_decode_cache(int64_t max_tokens) = 0;
+  virtual Tensor next_token_logits(const std::vector<int64_t>& ids, DecodeCache& cache) = 0;
 };
 
 // `device`: "cpu", "cuda", or "auto" (the GPU when one is visible). The CPU model is fp32, the GPU one bf16.

@@ -32,15 +32,21 @@ Tensor grouped_linear_backward(const Tensor& dy, const Tensor& x, const std::vec
 
 }  // namespace
 
+ExpertLoraParams ExpertLoraParams::lookup(const ParameterStore& store, const std::string& layer) {
+  ExpertLoraParams p;
+  if (!store.weights().lora) return p;
+  const auto find = [&](const char* weight, const char* which) { return store.find(lora_parameter_name(layer + weight, which, 0)); };
+  p.gate_up_a = find("moe.experts_gate_up", "lora_A");
+  p.gate_up_b = find("moe.experts_gate_up", "lora_B");
+  p.down_a = find("moe.experts_down", "lora_A");
+  p.down_b = find("moe.experts_down", "lora_B");
+  p.scale = store.weights().lora->scale();
+  return p;
+}
+
 ExpertLora ExpertLora::lookup(const ParameterStore& store, const std::string& layer) {
   ExpertLora lora;
-  if (!store.weights().lora) return lora;
-  const auto find = [&](const char* weight, const char* which) { return store.find(lora_parameter_name(layer + weight, which, 0)); };
-  lora.gate_up_a_ = find("moe.experts_gate_up", "lora_A");
-  lora.gate_up_b_ = find("moe.experts_gate_up", "lora_B");
-  lora.down_a_ = find("moe.experts_down", "lora_A");
-  lora.down_b_ = find("moe.experts_down", "lora_B");
-  lora.scale_ = store.weights().lora->scale();
+  lora.p_ = ExpertLoraParams::lookup(store, layer);
   return lora;
 }
 
@@ -48,10 +54,10 @@ ops::ExpertActivations ExpertLora::forward(const Tensor& rows, const std::vector
                                            const Param& down) {
   ops::ExpertActivations a;
   a.gate_up = grouped_linear(rows, offsets, gate_up.value);
-  if (gate_up_a_.defined()) gate_up_u_ = ops::lora_grouped_forward(rows, offsets, gate_up_a_.value, gate_up_b_.value, scale_, a.gate_up);
+  if (p_.gate_up_a.defined()) gate_up_u_ = ops::lora_grouped_forward(rows, offsets, p_.gate_up_a.value, p_.gate_up_b.value, p_.scale, a.gate_up);
   const Tensor inner = ops::swiglu_forward(a.gate_up);
   a.out = grouped_linear(inner, offsets, down.value);
-  if (down_a_.defined()) down_u_ = ops::lora_grouped_forward(inner, offsets, down_a_.value, down_b_.value, scale_, a.out);
+  if (p_.down_a.defined()) down_u_ = ops::lora_grouped_forward(inner, offsets, p_.down_a.value, p_.down_b.value, p_.scale, a.out);
   return a;
 }
 
@@ -60,13 +66,13 @@ Tensor ExpertLora::backward(const Tensor& dout, const Tensor& rows, const ops::E
   MOETUNE_CHECK(!gate_up.grad.defined() && !down.grad.defined(), "expert LoRA: the base expert weights must be frozen");
   const Tensor inner = ops::swiglu_forward(activations.gate_up);  // recomputed, not kept
   Tensor dinner = grouped_linear_backward(dout, inner, offsets, down.value);
-  if (down_a_.defined())
-    ops::lora_grouped_backward(dout, inner, down_u_, offsets, down_a_.value, down_b_.value, scale_, down_a_.grad, down_b_.grad, dinner);
+  if (p_.down_a.defined())
+    ops::lora_grouped_backward(dout, inner, down_u_, offsets, p_.down_a.value, p_.down_b.value, p_.scale, p_.down_a.grad, p_.down_b.grad, dinner);
   const Tensor dpre = ops::swiglu_backward(dinner, activations.gate_up);
   Tensor drows = grouped_linear_backward(dpre, rows, offsets, gate_up.value);
-  if (gate_up_a_.defined())
-    ops::lora_grouped_backward(dpre, rows, gate_up_u_, offsets, gate_up_a_.value, gate_up_b_.value, scale_, gate_up_a_.grad,
-                               gate_up_b_.grad, drows);
+  if (p_.gate_up_a.defined())
+    ops::lora_grouped_backward(dpre, rows, gate_up_u_, offsets, p_.gate_up_a.value, p_.gate_up_b.value, p_.scale, p_.gate_up_a.grad,
+                               p_.gate_up_b.grad, drows);
   return drows;
 }
 

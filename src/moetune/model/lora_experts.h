@@ -10,13 +10,22 @@
 
 namespace moetune::model {
 
+// A layer's expert adapters (on "layers.N.moe.experts_gate_up" / "experts_down"; `layer` is "layers.N."), each
+// pair undefined when not targeted; the CPU and GPU blocks both look them up so.
+struct ExpertLoraParams {
+  Param gate_up_a, gate_up_b, down_a, down_b;
+  double scale = 0;
+  static ExpertLoraParams lookup(const ParameterStore& store, const std::string& layer);
+  bool empty() const { return !gate_up_a.defined() && !down_a.defined(); }
+};
+
 class ExpertLora {
  public:
   ExpertLora() = default;
   // The adapters on "layers.N.moe.experts_gate_up" / "experts_down" (`layer` is "layers.N."); empty when none.
   static ExpertLora lookup(const ParameterStore& store, const std::string& layer);
 
-  bool empty() const { return !gate_up_a_.defined() && !down_a_.defined(); }
+  bool empty() const { return p_.empty(); }
   ops::ExpertActivations forward(const Tensor& rows, const std::vector<int64_t>& offsets, const Param& gate_up, const Param& down);
   // Accumulates the adapters' gradients (the frozen base weights get none); returns d(rows).
   Tensor backward(const Tensor& dout, const Tensor& rows, const ops::ExpertActivations& activations,
@@ -25,8 +34,7 @@ class ExpertLora {
   void clear_stash() { gate_up_u_ = down_u_ = Tensor(); }
 
  private:
-  Param gate_up_a_, gate_up_b_, down_a_, down_b_;
-  double scale_ = 0;
+  ExpertLoraParams p_;
   Tensor gate_up_u_, down_u_;  // X Aᵀ per row, for the backward pass
 };
 

@@ -12,6 +12,15 @@
 
 namespace moetune::model {
 
+// One adapter of a projection: its A and B, and the first of the projection's output columns it writes.
+struct LoraPiece {
+  Param a, b;
+  int64_t first_column = 0;
+};
+// The adapters on engine weight `weight`, in piece order (the CPU and GPU blocks both look them up so); none when
+// the model has no LoRA on it.
+std::vector<LoraPiece> lora_pieces(const ParameterStore& store, const std::string& weight);
+
 class LoraLinear {
  public:
   LoraLinear() = default;
@@ -28,8 +37,7 @@ class LoraLinear {
 
  private:
   struct Adapter {
-    Param a, b;
-    int64_t first_column = 0;
+    LoraPiece piece;
     Tensor u;     // x Aᵀ of the last forward
     Tensor keep;  // dropout: the kept inputs' scale (0 or 1/(1-p)) per element of x; undefined without dropout
   };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "moetune/model/gradient_ready_layer.h"
+
 
 namespace moetune::model {
 
@@ -59,43 +61,79 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
   return bytes;
 }
 
-ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens) {
+namespace {
+
+// The temporaries of a sublayer's backward pass at their largest, beyond the stashes: the feed-forward ones
+// at the first step of the backward (the incoming gradient and the output gradient beside the kept output,
+// plus the routing weights' gradient), attention's while its q/k/v gradients and their fused projection's meet.
+int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_t T) {
+  if (const AttentionSpec* a = sublayer.attention()) {
+    const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
+    const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
+    return T * (H + attended + 2 * (q + k + v)) * kBf16;
+  }
+  if (const MlpSpec* m = sublayer.mlp()) return T * H * kBf16 + T * (m->intermediate * 3) * kBf16;
+  const int64_t rows = T * sublayer.moe()->router.top_k;
+  return T * H * kBf16 + rows * H * kBf16 + rows * kF32;
+}
+
+}  // namespace
+
+int64_t gradient_parameters_held(const ParameterLayout& layout, bool update_in_backward) {
+  const int64_t layers = layout.spec.num_layers();
+  int64_t outside = 0;
+  std::vector<int64_t> per_layer(size_t(std::max<int64_t>(layers, 1)), 0);
+  for (const ParameterSpec& p : layout.parameters) {
+    if (!p.trainable) continue;
+    const int64_t layer = update_in_backward ? gradient_ready_layer(p.name, layers) : -1;
+    (layer >= 0 && layer < layers ? per_layer[size_t(layer)] : outside) += shape_numel(p.shape);
+  }
+  return outside + *std::max_element(per_layer.begin(), per_layer.end());
+}
+
+ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute) {
   const int64_t T = tokens, H = spec.hidden_size;
   ActivationPlan plan;
-  int64_t widest_mlp = 0, widest_rows = 0;
+  int64_t moe_backward = 0, mlp_backward = 0;  // the largest such backward's temporaries (not recomputed)
+  int64_t recomputed_backward = 0;    // the largest recomputed sublayer's stash (beyond its input) + backward's
+  std::string recomputed_kind;
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers) {
       const std::string kind = block_kind(sublayer);
       auto entry = std::find_if(plan.stash.begin(), plan.stash.end(), [&](const auto& e) { return e.first == kind; });
       if (entry == plan.stash.end()) entry = plan.stash.insert(plan.stash.end(), {kind, 0});
-      entry->second += gpu_stash_bytes(sublayer, H, T);
-      if (const MlpSpec* m = sublayer.mlp()) widest_mlp = std::max(widest_mlp, m->intermediate);
-      if (const MoeSpec* m = sublayer.moe()) {
-        widest_rows = std::max(widest_rows, T * m->router.top_k);
-        entry->second += 2 * m->router.num_experts * kF32;  // the per-layer counts kept for telemetry
+      const int64_t stash = gpu_stash_bytes(sublayer, H, T), input = T * H * kBf16;
+      const int64_t backward = backward_transient_bytes(sublayer, H, T);
+      if (recomputes(recompute, sublayer)) {
+        entry->second += input;
+        if (stash - input + backward > recomputed_backward) {
+          recomputed_backward = stash - input + backward;
+          recomputed_kind = kind;
+        }
+      } else {
+        entry->second += stash;
+        if (sublayer.moe()) moe_backward = std::max(moe_backward, backward);
+        if (sublayer.mlp()) mlp_backward = std::max(mlp_backward, backward);
       }
+      if (const MoeSpec* m = sublayer.moe()) entry->second += 2 * m->router.num_experts * kF32;  // counts kept for telemetry
     }
   plan.stash.emplace_back("head", T * H * kBf16);  // the final hidden state, until the final norm's backward
   for (const auto& [name, bytes] : plan.stash) plan.stash_bytes += bytes;
 
   // The largest sets of temporaries on top of the stashes: the fused head + loss at the end of the forward
-  // pass (normalised hidden state, its gradient, one chunk of logits), and the first step of the last MoE
-  // layer's backward (the layer's incoming gradient and the experts' output gradient beside their kept
-  // output, plus the routing weights' gradient).
+  // pass (normalised hidden state, its gradient, one chunk of logits), an MoE or MLP sublayer's backward, and
+  // a recomputed sublayer's stash with its backward.
   const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(T, kCrossEntropyChunkBytes / (spec.vocab_size * kBf16)));
-  const int64_t head = 2 * T * H * kBf16 + chunk_rows * spec.vocab_size * kBf16;
-  const int64_t moe_backward = widest_rows > 0 ? T * H * kBf16 + widest_rows * H * kBf16 + widest_rows * kF32 : 0;
-  const int64_t dense_backward = widest_mlp > 0 ? T * H * kBf16 + T * (widest_mlp * 3) * kBf16 : 0;
-  plan.peak_phase = "lm head + loss";
-  plan.transient_bytes = head;
-  if (moe_backward > plan.transient_bytes) {
-    plan.peak_phase = "moe backward";
-    plan.transient_bytes = moe_backward;
-  }
-  if (dense_backward > plan.transient_bytes) {
-    plan.peak_phase = "mlp backward";
-    plan.transient_bytes = dense_backward;
-  }
+  const std::vector<std::pair<std::string, int64_t>> candidates = {
+      {"lm head + loss", 2 * T * H * kBf16 + chunk_rows * spec.vocab_size * kBf16},
+      {"moe backward", moe_backward},
+      {"mlp backward", mlp_backward},
+      {"recomputed " + recomputed_kind + " backward", recomputed_backward}};
+  for (const auto& [phase, bytes] : candidates)
+    if (bytes > plan.transient_bytes) {
+      plan.peak_phase = phase;
+      plan.transient_bytes = bytes;
+    }
   plan.workspace_bytes = kGemmWorkspaceBytes;
   return plan;
 }

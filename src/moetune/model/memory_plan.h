@@ -38,6 +38,8 @@ const std::vector<PrecisionPlan>& precision_plans();
 }  // namespace moetune::model
 
 #include "moetune/model/model_spec.h"
+#include "moetune/model/parameter_layout.h"
+#include "moetune/model/recompute.h"
 
 namespace moetune::model {
 
@@ -55,7 +57,14 @@ struct ActivationPlan {
   int64_t total() const { return stash_bytes + transient_bytes + workspace_bytes; }
 };
 
-ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens);
+// With recomputation (training.recompute) a recomputed sublayer keeps only its input, and its whole stash comes
+// back, on top of its backward pass's temporaries, while that backward runs.
+ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute = Recompute::None);
+
+// The trainable parameters whose gradients exist at once: all of them, or with the update during the backward
+// pass (optimizer.update_in_backward) those outside the decoder layers plus the largest layer's (they share one
+// buffer: model::GradientStorage::LayerArena).
+int64_t gradient_parameters_held(const ParameterLayout& layout, bool update_in_backward);
 
 // What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens.
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens);

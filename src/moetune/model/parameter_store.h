@@ -17,13 +17,23 @@ struct Param {
   bool defined() const { return value.defined(); }
 };
 
+// Where the gradients live. Flat: one run per placement and dtype (what ZeRO reduces). LayerArena: every decoder
+// layer's gradients in one shared buffer the size of the largest layer's, the rest (embedding, final norm, LM
+// head) in flat runs. Only right when each layer's gradients are consumed (the update during the backward pass,
+// train/cuda/update_in_backward.h) and the arena zeroed before the next layer's backward pass writes it.
+enum class GradientStorage { Flat, LayerArena };
+
 class ParameterStore {
  public:
-  explicit ParameterStore(model::ModelWeights weights);  // gradients start at zero, same dtype and device
+  // Gradients start at zero, same dtype and device.
+  explicit ParameterStore(model::ModelWeights weights, GradientStorage storage = GradientStorage::Flat);
 
   Param get(const std::string& name) const;   // fails naming the parameter when absent
   Param find(const std::string& name) const;  // undefined Param when absent
   void zero_grad();
+  // LayerArena: zeroes the layers' shared buffer (queued on the GPU's stream), for the next layer.
+  void zero_layer_arena();
+  size_t layer_arena_bytes() const { return layer_arena_.defined() ? layer_arena_.nbytes() : 0; }
 
   const model::ModelWeights& weights() const { return weights_; }
   std::vector<Tensor>& values() { return weights_.parameters; }
@@ -37,6 +47,7 @@ class ParameterStore {
  private:
   model::ModelWeights weights_;
   PlacedBuffers grad_storage_;
+  Tensor layer_arena_;  // U8; undefined unless LayerArena
   std::map<std::string, size_t> index_;
 };
 

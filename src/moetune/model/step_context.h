@@ -16,6 +16,10 @@ struct StepContext {
   bool training = false;               // a training step (forward_backward): LoRA dropout applies
   KvCache* kv_cache = nullptr;         // generation: the attention reads and extends the sequence's keys and values
 
+  // training.recompute runs on the GPU engine only; the CPU engine refuses it (the CPU MoE layer's aux-loss
+  // gradient and LoRA dropout are not set up for a second forward pass), so this is never called there.
+  StepContext recomputing() const { return StepContext{layout}; }
+
   // The gradient for the MoE sublayer the backward walk is at (it walks in reverse, so the last one left);
   // undefined without the aux loss.
   Tensor take_drouter_logits() {

@@ -3,7 +3,6 @@
 
 #include "moetune/model/all_to_all_dispatcher.h"
 #include "moetune/model/lora_weights.h"
-#include "moetune/model/nf4_weights.h"
 #include "moetune/train/adamw.h"
 #include "moetune/train/sharded_adamw.h"
 #include "moetune/train/engine.h"
@@ -26,25 +25,12 @@ Tensor state_tensor(const io::SafetensorsFile& file, const std::string& name, co
   return tensor;
 }
 
-// The base model as the recipe trains it (load_for_training), with the recipe's LoRA adapters attached (the base
-// then frozen).
-model::ModelWeights load_weights(const Recipe& r, const parallel::ParallelGroups& groups) {
-  model::ModelWeights weights = load_for_training(r, groups.layout, DType::F32, Device::cpu());
-  const std::optional<model::LoraConfig> lora = lora_settings(r);
-  if (!lora) return weights;
-  if (groups.layout.world > 1) fail("lora: LoRA does not run with several ranks yet; run one rank");
-  model::attach_lora(weights, *lora);
-  if (!r.lora.adapter.empty()) model::load_adapter_weights(weights, r.lora.adapter);
-  if (r.lora.quantize == "nf4") model::round_frozen_weights_to_nf4(weights);
-  return weights;
-}
-
 class CpuEngine final : public TrainingEngine {
  public:
   CpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : router_bias_rate_(r.training.router_bias_update_rate),
         groups_(std::move(groups)),
-        model_(model::CausalLM::from_weights(load_weights(r, *groups_), dispatcher_factory())) {
+        model_(model::CausalLM::from_weights(load_for_training(r, groups_->layout, DType::F32, Device::cpu()), dispatcher_factory())) {
     if (r.optimizer.precision != "fp32")
       fail("optimizer.precision '{}' needs the GPU engine; the CPU engine trains in fp32", r.optimizer.precision);
     const AdamWOptions options{r.optimizer.lr,  r.optimizer.beta1,        r.optimizer.beta2,
@@ -159,15 +145,32 @@ std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe, std::share
   return std::make_unique<CpuEngine>(recipe, std::move(groups));
 }
 
+// What of LoRA the GPU engine does not run yet, refused before anything is loaded.
+static void require_gpu_lora_support(const Recipe& recipe) {
+  const std::optional<model::LoraConfig> lora = lora_settings(recipe);
+  if (!lora) return;
+  if (lora->dropout > 0)
+    fail("lora.dropout is {}: LoRA dropout does not run on the GPU engine yet; set lora.dropout=0 or training.device=cpu",
+         lora->dropout);
+  if (recipe.lora.quantize == "nf4")
+    fail("lora.quantize nf4: QLoRA does not run on the GPU engine yet; set training.device=cpu or lora.quantize=none");
+}
+
 bool uses_gpu_engine(const Recipe& recipe) {
   const std::string& device = recipe.training.device;
   return device == "cuda" || (device == "auto" && cuda_device_count() > 0);
 }
 
 std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
-  if (!uses_gpu_engine(recipe)) return make_cpu_engine(recipe, std::move(groups));
-  if (lora_settings(recipe))
-    fail("lora: the GPU engine does not run LoRA yet; set training.device=cpu (or lora.rank=0 for full fine-tuning)");
+  if (!uses_gpu_engine(recipe)) {
+    // The CPU engine is the fp32 reference, where memory is rarely the limit; its MoE aux-loss gradient and
+    // LoRA dropout are not set up for a second forward pass.
+    if (recipe.training.recompute != "none")
+      fail("training.recompute '{}' runs on the GPU engine; the CPU engine keeps every activation (set it to none)",
+           recipe.training.recompute);
+    return make_cpu_engine(recipe, std::move(groups));
+  }
+  require_gpu_lora_support(recipe);
   return make_gpu_engine(recipe, std::move(groups));
 }
 

@@ -22,17 +22,18 @@ class TrainingEngine {
   virtual ~TrainingEngine() = default;
   virtual const model::ModelSpec& spec() const = 0;
   virtual Device device() const = 0;
-  // The next `micro_batches` calls of forward_backward make up one optimizer step (so the last may start
-  // reducing gradients between ranks while its backward pass runs). Without it, reductions wait for the step.
-  virtual void begin_step(int64_t micro_batches) { (void)micro_batches; }
+  // The next `micro_batches` calls of forward_backward make up one optimizer step at learning rate `lr` (so the
+  // last may start reducing gradients between ranks while its backward pass runs, or update the parameters
+  // there: optimizer.update_in_backward). Without it, reductions wait for the step.
+  virtual void begin_step(int64_t micro_batches, double lr) { (void)micro_batches, (void)lr; }
   // Forward and backward of one micro-batch; gradients accumulate until optimizer_step().
   virtual model::CausalLMOutput forward_backward(const model::Batch& batch) = 0;
   // The loss without gradients (labels required).
   virtual model::CausalLMOutput evaluate(const model::Batch& batch) = 0;
   // Router telemetry of the last forward_backward, per MoE layer.
   virtual std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const = 0;
-  // Clips to max_grad_norm (when > 0), takes one AdamW step at `lr` and zeroes the gradients. Returns the
-  // gradient norm before clipping. The CPU engine takes no step when that norm is NaN or infinite.
+  // Clips to max_grad_norm (when > 0), takes one AdamW step at `lr` (unless the backward pass took it already)
+  // and zeroes the gradients. Returns the gradient norm before clipping. The CPU engine takes no step when that norm is NaN or infinite.
   virtual double optimizer_step(double lr, double max_grad_norm) = 0;
   virtual int64_t optimizer_steps() const = 0;
   virtual void save_pretrained(const std::filesystem::path& folder) const = 0;

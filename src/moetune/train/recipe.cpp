@@ -24,9 +24,10 @@ constexpr const char* kDefaultRecipe = R"({
            "chat_template_kwargs": {}, "columns": {}, "roles": {}, "train_weights": {}},
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
                "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config",
-               "aux_loss_coef": "config", "freeze": [], "router_bias_update_rate": 0.0, "profile": false},
+               "aux_loss_coef": "config", "freeze": [], "router_bias_update_rate": 0.0, "profile": false,
+               "recompute": "none"},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
-                "precision": "fp32", "state": "fp32"},
+                "precision": "fp32", "state": "fp32", "update_in_backward": "auto"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
   "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
@@ -139,6 +140,8 @@ void merge(json& target, const json& given, const std::string& path, const std::
       for (const json& item : list)
         if (!item.is_string()) fail("{}: '{}' must list strings, got {}", source, key_path, io::abbreviated_dump(item));
       slot = list;
+    } else if (key_path == "training.micro_batch_size" && value == "auto") {  // chosen by the memory plan
+      slot = value;
     } else if (slot == "config" && value.is_number()) {  // a key whose default defers to config.json
       slot = value.get<double>();
     } else if (slot.is_number_float() && value.is_number()) {
@@ -186,14 +189,16 @@ Recipe to_recipe(const json& j, const std::string& source) {
             d["packing"], d["shuffle"], d["bad_lines"], d["chat_template"], d["chat_template_kwargs"],
             d["columns"], d["roles"], d["train_weights"]};
   const json& t = j["training"];
-  r.training = {t["micro_batch_size"], t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
+  const bool micro_batch_auto = t["micro_batch_size"] == "auto";
+  r.training = {micro_batch_auto ? int64_t(1) : t["micro_batch_size"].get<int64_t>(), t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
                 t["device"], t["max_nonfinite_steps"], t["aux_loss"], std::nullopt, t["freeze"],
-                t["router_bias_update_rate"], t["profile"]};
+                t["router_bias_update_rate"], t["profile"], t["recompute"], micro_batch_auto};
   if (t["aux_loss_coef"].is_number()) r.training.aux_loss_coef = t["aux_loss_coef"].get<double>();
   else if (t["aux_loss_coef"] != "config")
     fail("{}: 'training.aux_loss_coef' must be config or a number, got {}", source, io::abbreviated_dump(t["aux_loss_coef"]));
   const json& o = j["optimizer"];
-  r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"], o["state"]};
+  r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"], o["state"],
+                 o["update_in_backward"]};
   const json& s = j["schedule"];
   r.schedule = {s["type"], s["warmup_steps"], s["min_lr_ratio"]};
   const json& out = j["output"];
@@ -220,6 +225,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   one_of("data.bad_lines", r.data.bad_lines, {"error", "skip"});
   one_of("training.device", r.training.device, {"auto", "cpu", "cuda"});
   one_of("training.aux_loss", r.training.aux_loss, {"config", "on", "off"});
+  one_of("training.recompute", r.training.recompute, {"none", "experts", "attention", "full"});
   require(!r.training.aux_loss_coef || (*r.training.aux_loss_coef >= 0 && std::isfinite(*r.training.aux_loss_coef)),
           source, "'training.aux_loss_coef' must be config or a number >= 0");
   with_context(source, [&] {
@@ -228,6 +234,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   });
   one_of("optimizer.precision", r.optimizer.precision, {"fp32", "fp32_master", "bf16_stochastic_rounding", "pure_bf16"});
   one_of("optimizer.state", r.optimizer.state, {"fp32", "int8"});
+  one_of("optimizer.update_in_backward", r.optimizer.update_in_backward, {"auto", "on", "off"});
   one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
   one_of("lora.quantize", r.lora.quantize, {"none", "nf4"});
   require(r.lora.quantize == "none" || r.lora.settings.enabled() || !r.lora.adapter.empty(), source,

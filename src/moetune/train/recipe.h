@@ -38,7 +38,7 @@ struct Recipe {
   } data;
 
   struct Training {
-    int64_t micro_batch_size = 4;         // rows per forward/backward
+    int64_t micro_batch_size = 4;         // rows per forward/backward (with micro_batch_auto: set by the trainer)
     int64_t gradient_accumulation_steps = 1;
     int64_t max_steps = 0;                // optimizer steps; 0: run `epochs` epochs
     double epochs = 1;
@@ -63,6 +63,11 @@ struct Recipe {
     // The GPU engine times each phase of the step with CUDA events (core/phase_profile.h) and writes the table
     // to output.dir/profile.json and the log at the end; the first step (warm-up) is left out.
     bool profile = false;
+    // Activation recomputation on the GPU engine (model/recompute.h): none, experts, attention, full.
+    std::string recompute = "none";
+    // micro_batch_size: auto. The trainer picks the largest micro-batch the memory plan fits on the GPU
+    // (train/micro_batch_fit.h), turning recomputation on when not even one row fits without it.
+    bool micro_batch_auto = false;
   } training;
 
   struct Optimizer {
@@ -75,6 +80,11 @@ struct Recipe {
     // "int8" keeps both as 8-bit blockwise codes (train/adamw.h) under any precision, whose weights and master
     // copy stay as they are.
     std::string state = "fp32";
+    // The GPU engine on one rank: AdamW applied to each layer as soon as the backward pass has its gradients,
+    // which are then dropped (train/cuda/update_in_backward.h): the model's gradients never all exist at once.
+    // Exact only without clipping (max_grad_norm 0) and without gradient accumulation. auto: on exactly then;
+    // on: fails naming what stands in the way; off: the step after the backward pass.
+    std::string update_in_backward = "auto";
   } optimizer;
 
   struct Schedule {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "moetune/core/device_memory.h"
 #include "moetune/data/chat_template_setting.h"
 #include "moetune/data/data_files.h"
 #include "moetune/io/atomic_file.h"
@@ -15,8 +16,12 @@
 #include "moetune/model/expert_shard.h"
 #include "moetune/model/model_description.h"
 #include "moetune/model/model_flops.h"
+#include "moetune/model/recompute.h"
 #include "moetune/parallel/world.h"
 #include "moetune/train/checkpoint_layout.h"
+#include "moetune/train/micro_batch_fit.h"
+#include "moetune/train/update_in_backward_setting.h"
+#include "moetune/train/recipe_data.h"
 
 namespace moetune::train {
 
@@ -28,12 +33,6 @@ std::atomic<bool> Trainer::stop_requested{false};
 namespace {
 
 extern "C" void on_stop_signal(int) { Trainer::stop_requested.store(true); }
-
-data::LoaderOptions loader_options(const Recipe& r, bool shuffle) {
-  return {data::format_from_name(r.data.format), r.data.loss_on_prompt, r.data.max_length, r.data.packing,
-          shuffle,                                r.data.bad_lines == "skip", r.training.micro_batch_size,
-          uint64_t(r.training.seed),              data::LineMapping(r.data.columns, r.data.roles)};
-}
 
 // training.aux_loss: "config" leaves it to config.json's output_router_logits.
 std::optional<bool> aux_loss_setting(const std::string& aux_loss) {
@@ -55,7 +54,7 @@ struct DataSummary {
 // nothing (only the aux loss would move the weights) is refused.
 DataSummary read_every_line(const Recipe& r, const std::vector<fs::path>& files, const std::vector<data::LineRef>& lines,
                             const data::TextCodec& codec) {
-  data::DataLoader reader(files, lines, codec, loader_options(r, false));
+  data::DataLoader reader(files, lines, codec, recipe_loader_options(r, false));
   DataSummary summary;
   for (data::MicroBatch batch; (batch = reader.next(true)).input_ids.defined();) {
     ++summary.micro_batches;
@@ -117,6 +116,26 @@ std::string gpu_progress(const json& record) {
   return fmt::format(" | {:.1f} TFLOP/s | GPU peak {:.1f} GB", record["model_tflops_per_second"].get<double>(), peak / 1e9);
 }
 
+// training.micro_batch_size: auto (train/micro_batch_fit.h): the micro-batch, and recomputation if needed, from the
+// memory plan and this GPU's memory.
+void fit_micro_batch_to_gpu(Recipe& r, int world, bool log) {
+  if (!uses_gpu_engine(r))
+    fail("training.micro_batch_size auto sizes the micro-batch to the GPU's memory, so it needs the GPU engine "
+         "(training.device cuda); on the CPU set a number");
+  if (world > 1)
+    fail("training.micro_batch_size auto plans one GPU so far; with {} ranks set a number (`moetune inspect MODEL "
+         "--tokens N --expert-parallel E` prints the per-rank plan)",
+         world);
+  const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(fs::path(r.model) / "config.json"));
+  const MicroBatchFit fit = fit_micro_batch(layout, precision_plan(r.optimizer.precision, r.optimizer.state),
+                                            r.data.max_length, cuda_total_memory_bytes(),
+                                            model::parse_recompute(r.training.recompute), updates_in_backward(r, world));
+  if (fit.micro_batch_size == 0) fail("{}", fit.reason);
+  r.training.micro_batch_size = fit.micro_batch_size;
+  r.training.recompute = model::recompute_name(fit.recompute);
+  if (log) std::fprintf(stderr, "%s\n", fit.reason.c_str());
+}
+
 std::string format_duration(double seconds) {
   const int64_t s = int64_t(seconds);
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
@@ -162,6 +181,7 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   if (groups_->layout.world > 1) watchdog_ = std::make_unique<parallel::Watchdog>(r.parallel.timeout_seconds);
   if (is_main()) lock_ = std::make_unique<OutputLock>(output_);
   groups_->world->barrier();  // the folder exists and is this run's before any rank uses it
+  if (r.training.micro_batch_auto) fit_micro_batch_to_gpu(recipe_, groups_->layout.world, is_main());
   engine_ = make_engine(r, groups_);
   flops_per_token_ = model::training_flops_per_token(model::parameter_layout(engine_->spec()), r.data.max_length);
   progress("reading the data");
@@ -184,17 +204,17 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   data::SplitLines split = data::index_lines(train_files, r.data.validation.empty() ? r.data.validation_fraction : 0.0,
                                              uint64_t(r.training.seed));
   total_steps_ = count_steps(r, read_every_line(r, train_files, split.train, codec), groups_->layout.world);
-  data::LoaderOptions train_options = loader_options(r, r.data.shuffle);
+  data::LoaderOptions train_options = recipe_loader_options(r, r.data.shuffle);
   train_options.mixing = data::mixing_from_recipe(r.data.train, r.data.train_weights, train_entry_of_file);
   train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, train_options);
   if (!r.data.validation.empty()) {
     const std::vector<fs::path> files = data::resolve_data_files(r.data.validation, "data.validation", scratch);
     const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
     read_every_line(r, files, lines, codec);
-    validation_data_ = std::make_unique<data::DataLoader>(files, lines, codec, loader_options(r, false));
+    validation_data_ = std::make_unique<data::DataLoader>(files, lines, codec, recipe_loader_options(r, false));
   } else if (!split.validation.empty()) {
     read_every_line(r, train_files, split.validation, codec);
-    validation_data_ = std::make_unique<data::DataLoader>(train_files, split.validation, codec, loader_options(r, false));
+    validation_data_ = std::make_unique<data::DataLoader>(train_files, split.validation, codec, recipe_loader_options(r, false));
   }
   progress("start-up");
   schedule_ = {schedule_kind(r.schedule.type), r.optimizer.lr, r.schedule.warmup_steps, total_steps_, r.schedule.min_lr_ratio};
@@ -237,7 +257,7 @@ Trainer::StepStats Trainer::train_step() {
                  static_cast<long long>(step_ + 1));
   StepStats stats;
   stats.lr = schedule_.lr(step_);
-  engine_->begin_step(int64_t(batches.size()));
+  engine_->begin_step(int64_t(batches.size()), stats.lr);
   for (const data::MicroBatch& micro : batches) {
     model::Batch batch{micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, double(std::max<int64_t>(scored, 1)),
                        aux_loss_setting(recipe_.training.aux_loss)};

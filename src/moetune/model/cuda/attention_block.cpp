@@ -2,6 +2,7 @@
 #include "moetune/core/phase_profile.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/ops/cuda/attention_sinks.h"
 #include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
@@ -11,6 +12,14 @@
 namespace moetune::model::cuda {
 namespace {
 Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
+
+// YaRN multiplies the rotated q and k by the attention scaling m (transformers scales cos and sin); the scores
+// then carry m², which the GPU folds into the softmax scale instead of scaling q and k (the same values and
+// gradients, one pass fewer).
+double scores_scale(const AttentionSpec& spec) {
+  const double m = ops::rope_attention_scaling(spec.rope);
+  return spec.softmax_scale() * m * m;
+}
 }  // namespace
 
 AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
@@ -18,16 +27,25 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
     : spec_(*sublayer.attention()),
       eps_(norm_eps),
       p_(spec_.mla ? AttentionParams{} : AttentionParams::lookup(store, layer, sublayer.norm)),
+      qkv_lora_(LoraLinear::lookup(store, layer + "attn.qkv")),
+      o_lora_(LoraLinear::lookup(store, layer + "attn.o")),
       mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
   if (mla_) return;
-  MOETUNE_CHECK(!spec_.sliding_window && !spec_.sinks && spec_.qk_head_dim == spec_.v_head_dim,
-                "{}: sliding windows, sinks and differing q/k and v head dims are not implemented on the GPU", layer);
+  MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,
+                "{}: differing q/k and v head dims are not implemented on the GPU outside latent attention", layer);
+  MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
   const int64_t d = spec_.qk_head_dim;
   inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d), {d / 2}).to(Device::cuda());
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
-  if (mla_) return mla_->forward(h, context);
+  if (mla_) {
+    // The latent attention keeps no KV cache on the GPU yet (generation refuses DeepSeek-V3 there).
+    MOETUNE_CHECK(!context.kv_cache, "generation with latent attention (DeepSeek-V3) does not run on the GPU yet: "
+                  "use --device cpu");
+    return mla_->forward(h, context);
+  }
+  if (context.kv_cache) return forward_cached(h, context);
   const PhaseScope phase("attention");
   const DeviceBatch& batch = context.batch;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
@@ -37,6 +55,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps, normed);
   stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
+  qkv_lora_.forward(normed, stash_.qkv);
   normed = Tensor();
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
@@ -45,9 +64,11 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                    stash_.k, stash_.v);
   stash_.attended = device_like({tokens, nq, d});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
-                                                            spec_.softmax_scale(), stash_.attended);
+                                                            scores_scale(spec_), stash_.attended, window());
+  if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, stash_.attended, stash_.softmax_stats);
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
+  o_lora_.forward(stash_.attended.view({tokens, nq * d}), out);
   ops::cuda::add(out, h, out);
   return out;
 }
@@ -60,9 +81,13 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const double eps = eps_;
   Tensor dattended = device_like({tokens, nq * d});
   ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad, p_.o_bias.grad);
+  o_lora_.backward(dout, stash_.attended.view({tokens, nq * d}), dattended);
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
+  if (spec_.sinks && p_.sinks.grad.defined())
+    ops::cuda::attention_sinks_backward(p_.sinks.value, dattended.view({tokens, nq, d}), stash_.attended,
+                                        stash_.softmax_stats, p_.sinks.grad);
   ops::cuda::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v, stash_.attended,
-                                      stash_.softmax_stats, batch.documents, spec_.softmax_scale(), dq, dk, dv);
+                                      stash_.softmax_stats, batch.documents, scores_scale(spec_), dq, dk, dv, window());
   dattended = Tensor();
   Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions,
@@ -72,6 +97,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   ops::cuda::rms_norm_forward(stash_.input, p_.norm.value, eps, normed);
   Tensor dnormed = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dqkv, normed, p_.qkv.value, dnormed, p_.qkv.grad, p_.qkv_bias.grad);
+  qkv_lora_.backward(dqkv, normed, dnormed);
   Tensor dh = device_like(stash_.input.shape());
   ops::cuda::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps, dh, p_.norm.grad, dout);
   clear_stash();
@@ -80,7 +106,8 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
 
 size_t AttentionBlock::stash_bytes() const {
   if (mla_) return mla_->stash_bytes();
-  return held_bytes({&stash_.input, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats});
+  return held_bytes({&stash_.input, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats}) +
+         qkv_lora_.stash_bytes() + o_lora_.stash_bytes();
 }
 
 }  // namespace moetune::model::cuda

@@ -1,10 +1,12 @@
 // The attention half of a decoder layer on the GPU: h + o_proj(flash_attention(rope(norm(q)), rope(norm(k)), v)),
-// with q, k, v from one fused projection of rms_norm(h). Same structure and stash as the CPU block
+// with q, k, v from one fused projection of rms_norm(h). GPT-OSS adds a sliding window (in the flash attention),
+// per-head sinks (ops/cuda/attention_sinks.h) and YaRN's attention scaling (folded into the softmax scale). Same structure and stash as the CPU block
 // (model/attention_block.h); the normalised input is recomputed in backward rather than kept.
 #pragma once
 
 #include <memory>
 
+#include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/mla_attention_block.h"
 #include "moetune/model/cuda/step_context.h"
 #include "moetune/model/block_params.h"
@@ -16,19 +18,28 @@ class AttentionBlock {
  public:
   AttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
+  // With the context's kv_cache (generation) the block runs forward_cached instead and keeps no stash.
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
   void clear_stash() {
     stash_ = {};
+    qkv_lora_.clear_stash();
+    o_lora_.clear_stash();
     if (mla_) mla_->clear_stash();
   }
 
  private:
+  int64_t window() const { return spec_.sliding_window.value_or(0); }
+  // The new tokens' keys and values go into the cache's rows; a pass over an empty cache (the prompt) is flash
+  // attention over one document, a later one attends to the whole cache (ops/cuda/decode_attention.h).
+  Tensor forward_cached(const Tensor& h, const StepContext& context);
+
   const AttentionSpec& spec_;
   double eps_;
   Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device
   AttentionParams p_;
+  LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
   struct Stash {
     Tensor input;         // h [T, H]
     Tensor qkv;           // the fused projection [T, (nq + 2 nkv) d], before norms and rotation

@@ -25,17 +25,22 @@ float read_scalar(const Tensor& t) {
 
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
   require_gpu_support(load_model_spec(folder / "config.json"));  // before the weights go to the GPU
-  return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}), {});
+  return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}), {}, GradientStorage::Flat);
 }
 
-CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher)
-    : store_((require_gpu_support(weights.spec()), std::make_unique<ParameterStore>(std::move(weights)))) {
+CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher, GradientStorage gradients)
+    : store_((require_gpu_support(weights.spec()), std::make_unique<ParameterStore>(std::move(weights), gradients))) {
   const ModelSpec& s = spec();
   require_gpu_support(s);
   sublayers_ = build_sublayers<GpuBlocks>(s, *store_, make_dispatcher);
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");
+}
+
+void CausalLM::set_recompute(Recompute mode) {
+  for (size_t i = 0, s = 0; i < spec().layers.size(); ++i)
+    for (const SublayerSpec& sublayer : spec().layers[i].sublayers) sublayers_[s++].recompute = recomputes(mode, sublayer);
 }
 
 bool CausalLM::wants_aux(const Batch& batch) const {
@@ -101,7 +106,7 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   phase.next("layers.bwd");
   dh = walk_backward(sublayers_, dh, context, gradients_done_);
   phase.next("embedding.bwd");
-  ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);
+  if (embed_.grad.defined()) ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);  // undefined: frozen
   if (gradients_done_) gradients_done_(-1);
   phase.end();
 

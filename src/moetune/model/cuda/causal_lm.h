@@ -13,6 +13,7 @@
 #include "moetune/model/causal_lm.h"
 #include "moetune/model/cuda/attention_block.h"
 #include "moetune/model/decoder_walk.h"
+#include "moetune/model/recompute.h"
 #include "moetune/model/cuda/device_batch.h"
 #include "moetune/model/cuda/mlp_block.h"
 #include "moetune/model/cuda/moe_block.h"
@@ -33,8 +34,10 @@ class CausalLM final : public LanguageModel {
   static CausalLM from_pretrained(const std::filesystem::path& folder);
   // From weights already on the GPU in bf16; expert parallelism loads its share of the experts and passes its
   // all-to-all dispatcher.
-  static CausalLM from_weights(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher = {}) {
-    return CausalLM(std::move(weights), make_dispatcher);
+  // `gradients`: LayerArena for the update during the backward pass (train/cuda/update_in_backward.h).
+  static CausalLM from_weights(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher = {},
+                               GradientStorage gradients = GradientStorage::Flat) {
+    return CausalLM(std::move(weights), make_dispatcher, gradients);
   }
 
   // One micro-batch: forward, loss, backward (gradients accumulate into the parameters' .grad). Waits for the
@@ -47,10 +50,16 @@ class CausalLM final : public LanguageModel {
   // Told, in every forward pass, before parameters are used: -1 (the embedding), then each layer L, then
   // num_layers() (the final norm and the LM head). ZeRO's all-gather of the parameters overlaps the forward pass.
   void on_parameters_needed(LayerStarting hook) { parameters_needed_ = std::move(hook); }
+  // training.recompute: which sublayers keep only their input for the backward pass (model/recompute.h).
+  void set_recompute(Recompute mode);
   // Loss without gradients (labels required): lm_loss, aux_loss, num_tokens.
   CausalLMOutput loss(const Batch& batch) override;
   // Full logits [B, S, V] as f32 on the host, for evaluation and tests.
   Tensor logits(const Batch& batch) override;
+  // Generation (language_model.h): the cache is a model/cuda/kv_cache.h KvCache; the LM head runs on the last
+  // row only.
+  std::unique_ptr<DecodeCache> new_decode_cache(int64_t max_tokens) override;
+  Tensor next_token_logits(const std::vector<int64_t>& ids, DecodeCache& cache) override;
 
   Device device() const override { return Device::cuda(); }
   void zero_grad() override { store_->zero_grad(); }
@@ -78,7 +87,7 @@ class CausalLM final : public LanguageModel {
     Tensor normed;         // after it
   };
 
-  CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher);
+  CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& make_dispatcher, GradientStorage gradients);
   // Starts the context's aux-loss sums when `with_aux`.
   Forward run_layers(StepContext& context, bool with_aux);
   void clear_stashes();  // evaluation keeps nothing for a backward pass

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/step_context.h"
 #include "moetune/model/model_spec.h"
 
@@ -15,11 +16,15 @@ class DenseMlpBlock {
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
-  void clear_stash() { input_ = gate_up_out_ = Tensor(); }
+  void clear_stash() {
+    input_ = gate_up_out_ = Tensor();
+    lora_.clear_stash();
+  }
 
  private:
   double eps_;
   MlpParams p_;
+  SwigluLora lora_;  // LoRA adapters, if any
   Tensor input_, gate_up_out_;
 };
 

@@ -8,11 +8,13 @@
 #include "moetune/ops/cuda/activation.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
+#include "moetune/ops/cuda/expert_bias.h"
 #include "moetune/ops/cuda/gate.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/grouped_gemm.h"
 #include "moetune/ops/cuda/norm.h"
 #include "moetune/ops/cuda/router.h"
+#include "moetune/ops/cuda/router_topk_softmax.h"
 #include "moetune/ops/cuda/sigmoid_router.h"
 
 namespace moetune::model::cuda {
@@ -26,12 +28,32 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       eps_(norm_eps),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
       dispatcher_(std::move(dispatcher)),
-      correction_bias_(store.find(layer + "moe.router_correction_bias")) {
-  MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || is_sigmoid_group_limited(spec_.router),
+      correction_bias_(store.find(layer + "moe.router_correction_bias")),
+      expert_lora_(ExpertLora::lookup(store, layer)),
+      shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")) {
+  MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax() ||
+                    is_sigmoid_group_limited(spec_.router),
                 "{}: this router is not implemented on the GPU", layer);
 }
 
+void MoeBlock::activate(const Tensor& gate_up, const Tensor& out) const {
+  if (spec_.experts.activation == Activation::ClampedSwiGLU)
+    ops::cuda::clamped_swiglu_forward(gate_up, spec_.experts.clamp, out);
+  else
+    ops::cuda::swiglu_forward(gate_up, out);
+}
+
+void MoeBlock::add_expert_bias(const Param& bias, const Tensor& rows) const {
+  if (!bias.defined()) return;
+  MOETUNE_CHECK(dispatched_.offsets.size(0) == bias.value.size(0) + 1,
+                "expert biases with expert parallelism are not implemented on the GPU (the layer holds {} of {} "
+                "experts); train this model with ep 1",
+                dispatched_.offsets.size(0) - 1, bias.value.size(0));
+  ops::cuda::expert_bias_add(rows, bias.value, dispatched_.offsets);
+}
+
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
+  if (context.kv_cache && h.size(0) == 1 && !dispatcher_->transfers()) return forward_one_token(h);
   const Tensor& token_valid = context.batch.token_valid;
   const AuxLossSums& aux = context.aux;
   const int64_t tokens = h.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
@@ -41,7 +63,10 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
   logits_ = device_like({tokens, experts}, DType::F32);
-  ops::cuda::matmul(normed, false, p_.router.value, true, logits_);
+  if (p_.router_bias.defined())
+    ops::cuda::linear_forward(normed, p_.router.value, p_.router_bias.value, logits_);
+  else
+    ops::cuda::matmul(normed, false, p_.router.value, true, logits_);
   expert_ids_ = device_like({tokens, k}, DType::I32);
   weights_ = device_like({tokens, k}, DType::F32);
   if (is_sigmoid_group_limited(spec_.router)) {
@@ -51,6 +76,8 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
       ops::cast_into(correction_bias_.value, bias);
     }
     ops::cuda::sigmoid_router_forward(logits_, bias, group_limited(spec_.router), expert_ids_, weights_);
+  } else if (spec_.router.topk_before_softmax) {
+    ops::cuda::router_topk_softmax_forward(logits_, k, expert_ids_, weights_);
   } else {
     ops::cuda::router_topk_forward(logits_, k, spec_.router.renormalize, expert_ids_, weights_);
   }
@@ -66,7 +93,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   phase.next("moe.experts");
   if (p_.shared.defined()) {
     shared_out_ = device_like(h.shape());
-    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_);
+    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_);
     if (p_.shared_gate.defined()) {
       shared_gate_logits_ = device_like({tokens, 1}, DType::F32);
       ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
@@ -76,10 +103,14 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   const int64_t rows = dispatched_.rows.size(0);
   gate_up_out_ = device_like({rows, 2 * inner});
   ops::cuda::grouped_matmul(dispatched_.rows, p_.gate_up.value, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
+  add_expert_bias(p_.gate_up_bias, gate_up_out_);
+  expert_lora_.gate_up_forward(dispatched_.rows, dispatched_.offsets, gate_up_out_);
   Tensor activated = device_like({rows, inner});
-  ops::cuda::swiglu_forward(gate_up_out_, activated);
+  activate(gate_up_out_, activated);
   expert_out_ = device_like({rows, hidden});
   ops::cuda::grouped_matmul(activated, p_.down.value, /*transpose_w=*/true, dispatched_.offsets, expert_out_);
+  add_expert_bias(p_.down_bias, expert_out_);
+  expert_lora_.down_forward(activated, dispatched_.offsets, expert_out_);
   activated = Tensor();
   phase.next("moe.combine");
   Tensor out = device_like(h.shape());
@@ -101,38 +132,53 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   Tensor dexpert_out = device_like({rows, hidden});
   Tensor dweights = device_like({tokens, k}, DType::F32);
   dispatcher_->combine_backward(dout, expert_out_, weights_, dexpert_out, dweights);
+  if (p_.down_bias.grad.defined()) ops::cuda::expert_bias_grad(dexpert_out, dispatched_.offsets, p_.down_bias.grad);
   phase.next("moe.experts.bwd");
   // A dispatcher that transfers d(rows) back to the tokens' ranks does so while the weight gradients run (they
   // need nothing downstream); otherwise each weight gradient goes first, freeing its inputs early (the order
   // the memory plan counts).
   const bool overlap = dispatcher_->transfers();
+  // Frozen experts (LoRA, training.freeze) have no weight gradients.
   const auto down_weight_gradient = [&] {
+    if (!p_.down.grad.defined()) return;
     Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
-    ops::cuda::swiglu_forward(gate_up_out_, activated);
+    activate(gate_up_out_, activated);
     ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
   };
   if (!overlap) down_weight_gradient();
   Tensor dactivated = device_like({rows, inner});
   ops::cuda::grouped_matmul(dexpert_out, p_.down.value, /*transpose_w=*/false, dispatched_.offsets, dactivated);
+  if (expert_lora_.on_down()) {
+    Tensor activated = device_like({rows, inner});  // recomputed, as for the weight gradient
+    ops::cuda::swiglu_forward(gate_up_out_, activated);
+    expert_lora_.down_backward(dexpert_out, activated, dispatched_.offsets, dactivated);
+  }
   if (!overlap) dexpert_out = Tensor();
   Tensor dgate_up = device_like({rows, 2 * inner});
-  ops::cuda::swiglu_backward(dactivated, gate_up_out_, dgate_up);
+  if (spec_.experts.activation == Activation::ClampedSwiGLU)
+    ops::cuda::clamped_swiglu_backward(dactivated, gate_up_out_, spec_.experts.clamp, dgate_up);
+  else
+    ops::cuda::swiglu_backward(dactivated, gate_up_out_, dgate_up);
+  if (p_.gate_up_bias.grad.defined()) ops::cuda::expert_bias_grad(dgate_up, dispatched_.offsets, p_.gate_up_bias.grad);
   dactivated = Tensor();
   if (!overlap) {
     gate_up_out_ = Tensor();
-    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
-                                          /*accumulate=*/true);
+    if (p_.gate_up.grad.defined())
+      ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
+                                            /*accumulate=*/true);
   }
   Tensor drows = device_like({rows, hidden});
   ops::cuda::grouped_matmul(dgate_up, p_.gate_up.value, /*transpose_w=*/false, dispatched_.offsets, drows);
+  expert_lora_.gate_up_backward(dgate_up, dispatched_.rows, dispatched_.offsets, drows);
   phase.next("moe.dispatch.bwd");
   dispatcher_->begin_dispatch_backward(drows);
   drows = Tensor();
   if (overlap) {
     phase.next("moe.experts.bwd");
     down_weight_gradient();
-    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
-                                          /*accumulate=*/true);
+    if (p_.gate_up.grad.defined())
+      ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
+                                            /*accumulate=*/true);
     dexpert_out = gate_up_out_ = Tensor();
     phase.next("moe.dispatch.bwd");
   }
@@ -145,6 +191,8 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   Tensor dlogits = device_like({tokens, experts}, DType::F32);
   if (is_sigmoid_group_limited(spec_.router))
     ops::cuda::sigmoid_router_backward(logits_, expert_ids_, dweights, group_limited(spec_.router), dlogits);
+  else if (spec_.router.topk_before_softmax)
+    ops::cuda::router_topk_softmax_backward(expert_ids_, weights_, dweights, dlogits);
   else
     ops::cuda::router_topk_backward(logits_, expert_ids_, weights_, dweights, spec_.router.renormalize, dlogits);
   if (aux_scale != 0)
@@ -153,7 +201,8 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   ops::cast_into(dlogits, dlogits_bf16);
   Tensor normed = device_like(input_.shape());
   ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
-  ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, {}, /*accumulate_dx=*/true);
+  ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, p_.router_bias.grad,
+                             /*accumulate_dx=*/true);
   if (p_.shared.defined()) {
     Tensor dshared = dout;
     if (shared_gate_logits_.defined()) {
@@ -165,7 +214,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
       ops::cuda::linear_backward(dgate_bf16, normed, p_.shared_gate.value, dnormed, p_.shared_gate.grad, {},
                                  /*accumulate_dx=*/true);
     }
-    swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true);
+    swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true, &shared_lora_);
   }
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);
@@ -176,7 +225,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
 size_t MoeBlock::stash_bytes() const {
   return held_bytes({&input_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_, &expert_out_,
                      &shared_gate_up_, &shared_out_, &shared_gate_logits_}) +
-         dispatcher_->stash_bytes();
+         dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
@@ -184,6 +233,8 @@ void MoeBlock::clear_stash() {
   shared_gate_up_ = shared_out_ = shared_gate_logits_ = Tensor();
   dispatched_ = {};
   dispatcher_->clear();
+  expert_lora_.clear_stash();
+  shared_lora_.clear_stash();
 }
 
 }  // namespace moetune::model::cuda

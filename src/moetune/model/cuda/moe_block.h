@@ -7,6 +7,8 @@
 #include "moetune/model/block_params.h"
 #include <memory>
 
+#include "moetune/model/cuda/lora_experts.h"
+#include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/step_context.h"
 #include "moetune/model/cuda/token_dispatcher.h"
 #include "moetune/model/model_spec.h"
@@ -19,22 +21,34 @@ class MoeBlock {
            std::unique_ptr<TokenDispatcher> dispatcher);
 
   // Adds this layer's counts into the context's aux-loss sums when they are defined. Per-layer counts are kept
-  // for telemetry.
+  // for telemetry. One token of a generation (the context's kv_cache) runs forward_one_token.
   Tensor forward(const Tensor& h, const StepContext& context);
   // The context's aux_scale ≠ 0 adds the aux loss's gradient (counts over all layers, aux_rows rows) to the
   // router logits' gradient.
   Tensor backward(const Tensor& dout, const StepContext& context);
   // This layer's top-k counts per expert from the last forward (F32 [E] on the device).
   const Tensor& layer_counts() const { return layer_counts_; }
+  // The last forward's choices, I32 [T, k] on the device, while its stash is held.
+  const Tensor& expert_ids() const { return expert_ids_; }
   size_t stash_bytes() const;
   void clear_stash();
 
  private:
+  // The experts' activation (SwiGLU, or GPT-OSS's clamped one) on gate_up [R, 2I] into out [R, I].
+  void activate(const Tensor& gate_up, const Tensor& out) const;
+  // rows [R, N] += bias[e] per expert group (GPT-OSS); nothing when the bias is absent.
+  void add_expert_bias(const Param& bias, const Tensor& rows) const;
+  // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows
+  // (ops/cuda/expert_gemv.h) instead of dispatch, grouped GEMMs and combine; keeps no stash or statistics.
+  Tensor forward_one_token(const Tensor& h);
+
   const MoeSpec& spec_;
   double eps_;
   MoeParams p_;
   std::unique_ptr<TokenDispatcher> dispatcher_;
   Param correction_bias_;    // DeepSeek-V3's sigmoid router: a frozen buffer, read for the choice only
+  ExpertLora expert_lora_;  // LoRA adapters on the experts, if any
+  SwigluLora shared_lora_;  // and on the shared expert
   Tensor input_;             // h
   Tensor logits_;            // F32 [T, E]
   Tensor expert_ids_;        // I32 [T, k]

@@ -7,6 +7,8 @@
 
 namespace moetune::model::cuda {
 
+class KvCache;
+
 // The load-balancing loss's running sums over the MoE layers of one forward pass (device F32 [E] each).
 struct AuxLossSums {
   Tensor counts, prob_sums;
@@ -17,6 +19,11 @@ struct StepContext {
   AuxLossSums aux;         // undefined without the aux loss
   double aux_rows = 0;     // rows counted over all MoE layers
   double aux_scale = 0;    // d(loss)/d(aux loss), set before the backward walk; 0 without the aux loss
+
+  // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux
+  // sums, so that the MoE layer does not count its routing twice.
+  StepContext recomputing() const { return StepContext{batch}; }
+  KvCache* kv_cache = nullptr;  // generation: attention reads and extends the sequence's keys and values
 };
 
 }  // namespace moetune::model::cuda

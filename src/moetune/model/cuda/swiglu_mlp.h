@@ -3,13 +3,15 @@
 #pragma once
 
 #include "moetune/model/block_params.h"
+#include "moetune/model/cuda/lora_linear.h"
 
 namespace moetune::model::cuda {
 
 // Writes out [T, H]; returns the pre-activation [T, 2I], what the backward pass needs besides x.
-Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out);
+// `lora`: the adapters on its weights, if any.
+Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora = nullptr);
 // Accumulates the weight gradients; writes d(x) into dx, or adds it there when accumulate_dx.
 void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
-                         const Tensor& dx, bool accumulate_dx);
+                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora = nullptr);
 
 }  // namespace moetune::model::cuda

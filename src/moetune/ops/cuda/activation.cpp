@@ -15,20 +15,14 @@ std::pair<int64_t, int64_t> checked_gate_up(std::string_view op, const Tensor& g
   return {gate_up.size(0), gate_up.size(1) / 2};
 }
 
-}  // namespace
-
-void swiglu_forward(const Tensor& gate_up, const Tensor& out) {
-  constexpr std::string_view op = "swiglu_forward";
+void check_forward(std::string_view op, const Tensor& gate_up, const Tensor& out) {
   const auto [rows, inner] = checked_gate_up(op, gate_up);
   check_gpu_tensor(op, "out", out, {DType::BF16});
   check_shape(op, "out", out, {rows, inner});
   MOETUNE_CHECK(!overlaps(out, gate_up), "{}: out {} overlaps gate_up", op, out.str());
-  gpu::check(launch_swiglu_forward(gate_up.raw_data(), out.raw_data(), rows, inner, gpu::stream()),
-             "swiglu_forward kernel");
 }
 
-void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
-  constexpr std::string_view op = "swiglu_backward";
+void check_backward(std::string_view op, const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
   const auto [rows, inner] = checked_gate_up(op, gate_up);
   check_gpu_tensor(op, "dout", dout, {DType::BF16});
   check_shape(op, "dout", dout, {rows, inner});
@@ -36,9 +30,38 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dg
   check_shape(op, "dgate_up", dgate_up, gate_up.shape());
   MOETUNE_CHECK(!overlaps(dgate_up, gate_up) && !overlaps(dgate_up, dout), "{}: dgate_up {} overlaps an input", op,
                 dgate_up.str());
-  gpu::check(launch_swiglu_backward(dout.raw_data(), gate_up.raw_data(), dgate_up.raw_data(), rows, inner,
-                                    gpu::stream()),
+}
+
+}  // namespace
+
+void swiglu_forward(const Tensor& gate_up, const Tensor& out) {
+  check_forward("swiglu_forward", gate_up, out);
+  gpu::check(launch_swiglu_forward(gate_up.raw_data(), out.raw_data(), gate_up.size(0), gate_up.size(1) / 2,
+                                   gpu::stream()),
+             "swiglu_forward kernel");
+}
+
+void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
+  check_backward("swiglu_backward", dout, gate_up, dgate_up);
+  gpu::check(launch_swiglu_backward(dout.raw_data(), gate_up.raw_data(), dgate_up.raw_data(), gate_up.size(0),
+                                    gate_up.size(1) / 2, gpu::stream()),
              "swiglu_backward kernel");
+}
+
+void clamped_swiglu_forward(const Tensor& gate_up, const SwigluClamp& clamp, const Tensor& out) {
+  check_forward("clamped_swiglu_forward", gate_up, out);
+  gpu::check(launch_clamped_swiglu_forward(gate_up.raw_data(), out.raw_data(), gate_up.size(0), gate_up.size(1) / 2,
+                                           clamp.alpha, clamp.limit, gpu::stream()),
+             "clamped_swiglu_forward kernel");
+}
+
+void clamped_swiglu_backward(const Tensor& dout, const Tensor& gate_up, const SwigluClamp& clamp,
+                             const Tensor& dgate_up) {
+  check_backward("clamped_swiglu_backward", dout, gate_up, dgate_up);
+  gpu::check(launch_clamped_swiglu_backward(dout.raw_data(), gate_up.raw_data(), dgate_up.raw_data(),
+                                            gate_up.size(0), gate_up.size(1) / 2, clamp.alpha, clamp.limit,
+                                            gpu::stream()),
+             "clamped_swiglu_backward kernel");
 }
 
 }  // namespace moetune::ops::cuda

@@ -1,4 +1,4 @@
-// SwiGLU forward and backward on a fused [gate | up] row, fp32 math on BF16 storage. Grid-stride over kVec-wide
+// SwiGLU and GPT-OSS's clamped SwiGLU, forward and backward, on a fused [gate | up] row, fp32 math on BF16 storage. Grid-stride over kVec-wide
 // column chunks of every row: kVec = 8 (16-byte accesses) when the inner width and the pointers allow it, else 1.
 #include <algorithm>
 #include <initializer_list>
@@ -16,9 +16,34 @@ constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride beyond this: bo
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-template <int kVec>
-__global__ void swiglu_forward_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out, int64_t rows,
-                                      int64_t inner) {
+// The gated activations the kernels below apply per (gate, up) pair.
+struct Silu {
+  __device__ __forceinline__ float forward(float g, float u) const { return g * sigmoid(g) * u; }
+  __device__ __forceinline__ void backward(float g, float u, float d, float& dg, float& du) const {
+    const float s = sigmoid(g);
+    du = d * g * s;
+    dg = d * u * s * (1.0f + g * (1.0f - s));  // d silu = s (1 + g (1 - s))
+  }
+};
+
+// GPT-OSS (ops/activation.h's clamped_swiglu_*): a clamped value passes no gradient, as torch's clamp.
+struct ClampedSilu {
+  float alpha, limit;
+  __device__ __forceinline__ float forward(float gate, float up) const {
+    const float g = fminf(gate, limit), u = fminf(fmaxf(up, -limit), limit);
+    return (u + 1.0f) * (g * sigmoid(g * alpha));
+  }
+  __device__ __forceinline__ void backward(float gate, float up, float d, float& dg, float& du) const {
+    const float g = fminf(gate, limit), u = fminf(fmaxf(up, -limit), limit);
+    const float s = sigmoid(g * alpha);
+    du = up >= -limit && up <= limit ? d * g * s : 0.0f;
+    dg = gate <= limit ? d * (u + 1.0f) * (s + alpha * g * s * (1.0f - s)) : 0.0f;
+  }
+};
+
+template <int kVec, typename Act>
+__global__ void gated_forward_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out, int64_t rows,
+                                     int64_t inner, Act act) {
   const int64_t chunks_per_row = inner / kVec, chunks = rows * chunks_per_row;
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
        chunk += int64_t(gridDim.x) * blockDim.x) {
@@ -28,14 +53,14 @@ __global__ void swiglu_forward_kernel(const bf16* __restrict__ gate_up, bf16* __
     load<kVec>(gate, g);
     load<kVec>(gate + inner, u);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) o[k] = g[k] * sigmoid(g[k]) * u[k];
+    for (int k = 0; k < kVec; ++k) o[k] = act.forward(g[k], u[k]);
     store<kVec>(out + row * inner + column, o);
   }
 }
 
-template <int kVec>
-__global__ void swiglu_backward_kernel(const bf16* __restrict__ dout, const bf16* __restrict__ gate_up,
-                                       bf16* __restrict__ dgate_up, int64_t rows, int64_t inner) {
+template <int kVec, typename Act>
+__global__ void gated_backward_kernel(const bf16* __restrict__ dout, const bf16* __restrict__ gate_up,
+                                      bf16* __restrict__ dgate_up, int64_t rows, int64_t inner, Act act) {
   const int64_t chunks_per_row = inner / kVec, chunks = rows * chunks_per_row;
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
        chunk += int64_t(gridDim.x) * blockDim.x) {
@@ -46,11 +71,7 @@ __global__ void swiglu_backward_kernel(const bf16* __restrict__ dout, const bf16
     load<kVec>(gate_up + gate_offset + inner, u);
     load<kVec>(dout + row * inner + column, d);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const float s = sigmoid(g[k]);
-      du[k] = d[k] * g[k] * s;
-      dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));  // d silu = s (1 + g (1 - s))
-    }
+    for (int k = 0; k < kVec; ++k) act.backward(g[k], u[k], d[k], dg[k], du[k]);
     store<kVec>(dgate_up + gate_offset, dg);
     store<kVec>(dgate_up + gate_offset + inner, du);
   }
@@ -65,30 +86,51 @@ bool vectorizable(int64_t inner, std::initializer_list<const void*> pointers) {
 
 unsigned blocks_for(int64_t chunks) { return unsigned(std::min((chunks + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-}  // namespace
-
-cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, cudaStream_t stream) {
+template <typename Act>
+cudaError_t launch_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, Act act, cudaStream_t stream) {
   if (rows == 0 || inner == 0) return cudaSuccess;
   const auto* in = static_cast<const bf16*>(gate_up);
   auto* o = static_cast<bf16*>(out);
   if (vectorizable(inner, {gate_up, out}))
-    swiglu_forward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(in, o, rows, inner);
+    gated_forward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(in, o, rows, inner, act);
   else
-    swiglu_forward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(in, o, rows, inner);
+    gated_forward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(in, o, rows, inner, act);
   return cudaGetLastError();
 }
 
-cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
-                                   cudaStream_t stream) {
+template <typename Act>
+cudaError_t launch_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
+                            Act act, cudaStream_t stream) {
   if (rows == 0 || inner == 0) return cudaSuccess;
   const auto* d = static_cast<const bf16*>(dout);
   const auto* in = static_cast<const bf16*>(gate_up);
   auto* dg = static_cast<bf16*>(dgate_up);
   if (vectorizable(inner, {dout, gate_up, dgate_up}))
-    swiglu_backward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(d, in, dg, rows, inner);
+    gated_backward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(d, in, dg, rows, inner, act);
   else
-    swiglu_backward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(d, in, dg, rows, inner);
+    gated_backward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(d, in, dg, rows, inner, act);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, cudaStream_t stream) {
+  return launch_forward(gate_up, out, rows, inner, Silu{}, stream);
+}
+
+cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
+                                   cudaStream_t stream) {
+  return launch_backward(dout, gate_up, dgate_up, rows, inner, Silu{}, stream);
+}
+
+cudaError_t launch_clamped_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, float alpha,
+                                          float limit, cudaStream_t stream) {
+  return launch_forward(gate_up, out, rows, inner, ClampedSilu{alpha, limit}, stream);
+}
+
+cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows,
+                                           int64_t inner, float alpha, float limit, cudaStream_t stream) {
+  return launch_backward(dout, gate_up, dgate_up, rows, inner, ClampedSilu{alpha, limit}, stream);
 }
 
 }  // namespace moetune::ops::cuda

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "moetune/core/tensor.h"
+#include "moetune/ops/activation.h"
 
 namespace moetune::ops::cuda {
 
@@ -9,5 +10,10 @@ namespace moetune::ops::cuda {
 void swiglu_forward(const Tensor& gate_up, const Tensor& out);
 // dout BF16 [R, I] and the forward input gate_up -> dgate_up BF16 [R, 2I] (must not overlap the inputs).
 void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up);
+
+// GPT-OSS's clamped SwiGLU (ops/activation.h), same shapes and rules as swiglu_forward / swiglu_backward.
+void clamped_swiglu_forward(const Tensor& gate_up, const SwigluClamp& clamp, const Tensor& out);
+void clamped_swiglu_backward(const Tensor& dout, const Tensor& gate_up, const SwigluClamp& clamp,
+                             const Tensor& dgate_up);
 
 }  // namespace moetune::ops::cuda

@@ -15,4 +15,10 @@ cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, 
 cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
                                    cudaStream_t stream);
 
+// The same for GPT-OSS's clamped SwiGLU (ops/activation.h: clamped_swiglu_forward/backward).
+cudaError_t launch_clamped_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, float alpha,
+                                          float limit, cudaStream_t stream);
+cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows,
+                                           int64_t inner, float alpha, float limit, cudaStream_t stream);
+
 }  // namespace moetune::ops::cuda

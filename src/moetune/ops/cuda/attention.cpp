@@ -47,6 +47,7 @@ struct GraphKey {
   int64_t batch = 0;       // documents, rounded up to a power of two (the extra ones are empty)
   int64_t max_length = 0;  // the bound on a document's length
   int64_t max_tokens = 0;  // backward only: T rounded up to kTokenGranularity
+  int64_t window = 0;      // sliding window (0: none)
   auto operator<=>(const GraphKey&) const = default;
 };
 
@@ -54,9 +55,10 @@ constexpr int64_t kTokenGranularity = 128;
 constexpr size_t kScratchAlignment = 256;
 
 std::string describe(const GraphKey& key) {
-  return fmt::format("{} graph for {} heads, {} kv heads, head_dim {} (v {}), {} documents of at most {} tokens{}",
-                     key.backward ? "backward" : "forward", key.heads, key.kv_heads, key.head_dim, key.v_head_dim, key.batch,
-                     key.max_length, key.backward ? fmt::format(", {} tokens", key.max_tokens) : "");
+  return fmt::format("{} graph for {} heads, {} kv heads, head_dim {} (v {}), {} documents of at most {} tokens{}{}",
+                     key.backward ? "backward" : "forward", key.heads, key.kv_heads, key.head_dim, key.v_head_dim,
+                     key.batch, key.max_length, key.backward ? fmt::format(", {} tokens", key.max_tokens) : "",
+                     key.window > 0 ? fmt::format(", sliding window {}", key.window) : "");
 }
 
 void check_frontend(fe::error_t status, std::string_view step, const GraphKey& key) {
@@ -68,7 +70,9 @@ int64_t padded_document_count(int64_t documents) {
 }
 
 GraphKey graph_key(bool backward, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim,
-                   int64_t documents, int64_t max_document_length) {
+                   int64_t documents, int64_t max_document_length, int64_t window) {
+  MOETUNE_CHECK(window >= 0 && window <= INT_MAX, "flash attention: sliding window {} must be in [0, {}]", window,
+                INT_MAX);
   return {.backward = backward,
           .heads = heads,
           .kv_heads = kv_heads,
@@ -78,7 +82,8 @@ GraphKey graph_key(bool backward, int64_t tokens, int64_t heads, int64_t kv_head
           .max_length = max_document_length,
           .max_tokens = backward ? std::max<int64_t>(1, (tokens + kTokenGranularity - 1) / kTokenGranularity) *
                                        kTokenGranularity
-                                 : 0};
+                                 : 0,
+          .window = window};
 }
 
 // ---- graph construction ----
@@ -161,6 +166,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const GraphKey& key) {
                      .set_seq_len_kv(in.seq_len_kv)
                      .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                      .set_diagonal_band_right_bound(0);
+  if (key.window > 0) options.set_diagonal_band_left_bound(int(key.window));  // keeps kv > q - window
   auto [o, stats] = graph->sdpa(q, k, v, options);
   packed_output(o, "o", kO, key, key.heads, key.v_head_dim, in.o_offsets, bf16);
   packed_output(stats, "stats", kStats, key, key.heads, 1, in.stats_offsets, fe::DataType_t::FLOAT);
@@ -191,6 +197,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
                      .set_diagonal_band_right_bound(0)
                      .set_max_total_seq_len_q(key.max_tokens)
                      .set_max_total_seq_len_kv(key.max_tokens);
+  if (key.window > 0) options.set_diagonal_band_left_bound(int(key.window));
   auto [dq, dk, dv_out] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
   packed_output(dq, "dq", kDQ, key, key.heads, d, in.q_offsets, bf16);
   packed_output(dk, "dk", kDK, key, key.kv_heads, d, in.k_offsets, bf16);
@@ -362,13 +369,14 @@ PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64
 }
 
 Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
-                               double scale, const Tensor& out) {
+                               double scale, const Tensor& out, int64_t sliding_window) {
   const Shapes s = check_inputs(q, k, v, docs);
   check_tensor(out, "out", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
   Tensor stats = Tensor::empty({s.tokens, s.heads}, DType::F32, Device::cuda());
   if (s.tokens == 0) return stats;
   const GraphKey key =
-      graph_key(false, s.tokens, s.heads, s.kv_heads, s.head_dim, s.v_head_dim, docs.num_documents, docs.max_document_length);
+      graph_key(false, s.tokens, s.heads, s.kv_heads, s.head_dim, s.v_head_dim, docs.num_documents,
+                docs.max_document_length, sliding_window);
   execute(key, docs, scale,
           {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, v.raw_data()}, {kO, out.raw_data()},
            {kStats, stats.raw_data()}});
@@ -377,7 +385,7 @@ Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& 
 
 void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv) {
+                              const Tensor& dk, const Tensor& dv, int64_t sliding_window) {
   const Shapes s = check_inputs(q, k, v, docs);
   check_tensor(dout, "dout", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
   check_tensor(out, "out", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
@@ -387,19 +395,21 @@ void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor
   check_tensor(dv, "dv", v.shape(), DType::BF16);
   if (s.tokens == 0) return;
   const GraphKey key =
-      graph_key(true, s.tokens, s.heads, s.kv_heads, s.head_dim, s.v_head_dim, docs.num_documents, docs.max_document_length);
+      graph_key(true, s.tokens, s.heads, s.kv_heads, s.head_dim, s.v_head_dim, docs.num_documents,
+                docs.max_document_length, sliding_window);
   execute(key, docs, scale,
           {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, v.raw_data()}, {kO, out.raw_data()}, {kDO, dout.raw_data()},
            {kStats, stats.raw_data()}, {kDQ, dq.raw_data()}, {kDK, dk.raw_data()}, {kDV, dv.raw_data()}});
 }
 
 size_t causal_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                       int64_t num_documents, int64_t max_document_length, int64_t v_head_dim) {
+                                       int64_t num_documents, int64_t max_document_length, int64_t sliding_window,
+                                       int64_t v_head_dim) {
   if (tokens == 0) return 0;
   size_t bytes = 0;
   for (bool backward : {false, true}) {
     const GraphKey key = graph_key(backward, tokens, heads, kv_heads, head_dim, v_head_dim > 0 ? v_head_dim : head_dim,
-                                   num_documents, max_document_length);
+                                   num_documents, max_document_length, sliding_window);
     bytes = std::max(bytes, ragged_bytes(key.batch) + cached_graph(key).workspace_bytes);
   }
   return bytes;

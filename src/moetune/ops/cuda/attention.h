@@ -7,8 +7,12 @@
 // Inputs are BF16 with fp32 accumulation; the softmax statistics are F32. cuDNN reads the packed tokens through
 // its ragged (THD) layout: documents become batch entries of at most max_document_length tokens, with element
 // offsets and lengths computed on the device from cu_seqlens. Graphs are built once per shape (heads, kv_heads,
-// head_dim, max_document_length, document count rounded up to a power of two, and for the backward pass the
-// token count rounded up to 128) and cached for the life of the process, so a training run builds a few.
+// head_dim, max_document_length, document count rounded up to a power of two, the sliding window, and for the
+// backward pass the token count rounded up to 128) and cached for the life of the process, so a training run
+// builds a few.
+//
+// sliding_window > 0 (GPT-OSS's sliding_attention layers): query t sees only keys t - window + 1 .. t of its
+// document (transformers: kv_idx > q_idx - window), through cuDNN's diagonal band (left bound = window). 0: none.
 #pragma once
 
 #include <cstddef>
@@ -38,19 +42,19 @@ PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64
 // Writes out and returns the softmax statistics that the backward pass needs: the
 // natural-log logsumexp of the scaled scores, F32 [T, heads].
 Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
-                               double scale, const Tensor& out);
+                               double scale, const Tensor& out, int64_t sliding_window = 0);
 
 // dout and out [T, heads, dv] BF16 (out as the forward pass wrote it), stats from the forward pass. Overwrites
 // dq [T, heads, d], dk [T, kv_heads, d] and dv [T, kv_heads, dv] (BF16).
 void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv);
+                              const Tensor& dk, const Tensor& dv, int64_t sliding_window = 0);
 
 // Bytes of scratch GPU memory one forward or backward call allocates (and frees when its work is done) for this
 // shape: the larger of the two cuDNN workspaces plus the ragged offsets. Builds the graphs if they are not
 // cached yet, so it needs a GPU. The returned statistics ([T, heads] F32) are not included.
 size_t causal_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                       int64_t num_documents, int64_t max_document_length,
+                                       int64_t num_documents, int64_t max_document_length, int64_t sliding_window = 0,
                                        int64_t v_head_dim = 0);  // 0: head_dim
 
 }  // namespace moetune::ops::cuda

@@ -43,8 +43,10 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
   check_shape(op, "dy", dy, x.shape());
   check_gpu_tensor(op, "dx", dx, {DType::BF16});
   check_shape(op, "dx", dx, x.shape());
-  check_gpu_tensor(op, "dweight", dweight, {DType::BF16, DType::F32});
-  check_shape(op, "dweight", dweight, weight.shape());
+  if (dweight.defined()) {  // undefined: a frozen norm weight
+    check_gpu_tensor(op, "dweight", dweight, {DType::BF16, DType::F32});
+    check_shape(op, "dweight", dweight, weight.shape());
+  }
   if (residual.defined()) {
     check_gpu_tensor(op, "residual", residual, {DType::BF16});
     check_shape(op, "residual", residual, x.shape());
@@ -65,7 +67,7 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
   void* workspace = gpu::allocate(workspace_bytes);
   const cudaError_t status = launch_rms_norm_backward(
       dy.raw_data(), x.raw_data(), weight.raw_data(), residual.defined() ? residual.raw_data() : nullptr,
-      dx.raw_data(), dweight.raw_data(), dweight.dtype() == DType::BF16, rows, width, float(eps), workspace,
+      dx.raw_data(), device_data<void>(dweight), dweight.defined() && dweight.dtype() == DType::BF16, rows, width, float(eps), workspace,
       gpu::stream());
   gpu::release(workspace);  // stream-ordered: freed only after the kernels above have run
   gpu::check(status, "rms_norm_backward kernels");

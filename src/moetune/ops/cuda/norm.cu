@@ -155,7 +155,7 @@ cudaError_t launch_rms_norm_backward(const void* dy, const void* x, const void* 
       vectorizable(width, {dy, x, weight, residual, dx})
           ? backward<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream)
           : backward<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream);
-  if (status != cudaSuccess) return status;
+  if (status != cudaSuccess || dweight == nullptr) return status;  // no dweight: a frozen norm
   return launch_add_column_sums(partial, backward_blocks(rows), width, width, dweight, dweight_is_bf16, stream);
 }
 

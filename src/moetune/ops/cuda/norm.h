@@ -10,7 +10,7 @@ namespace moetune::ops::cuda {
 void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y);
 
 // dx = residual + d(norm)/dx, with residual undefined (no add) or any BF16 tensor of x's shape, dx itself
-// included; dx may also be dy itself. dweight (BF16 or F32 [W]) += Σ_rows dy ⊙ x̂, summed in fp32 and added
+// included; dx may also be dy itself. dweight (BF16 or F32 [W]; undefined for a frozen weight) += Σ_rows dy ⊙ x̂, summed in fp32 and added
 // once per element. The statistics are recomputed from x.
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, double eps, const Tensor& dx,
                        const Tensor& dweight, const Tensor& residual = {});

@@ -10,6 +10,7 @@
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/device_support.h"
+#include "moetune/model/lora_weights.h"
 #include "moetune/model/model_description.h"
 #include "moetune/ops/adamw_math.h"
 #include "moetune/ops/cast.h"
@@ -17,6 +18,8 @@
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/cuda/gradient_buckets.h"
+#include "moetune/train/cuda/update_in_backward.h"
+#include "moetune/train/update_in_backward_setting.h"
 #include "moetune/train/parallel_save.h"
 
 namespace moetune::train {
@@ -26,13 +29,16 @@ namespace {
 // small enough that the LM head's reduction starts while the layers' backward passes run.
 constexpr int64_t kBucketElements = int64_t(32) << 20;
 
+
 class GpuEngine final : public TrainingEngine {
  public:
   GpuEngine(const Recipe& r, std::shared_ptr<const parallel::ParallelGroups> groups)
       : groups_(std::move(groups)),
         overlap_(r.parallel.overlap),
+        update_in_backward_(updates_in_backward(r, groups_->layout.world)),
         model_(model::cuda::CausalLM::from_weights(
-            load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory())),
+            load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory(),
+            update_in_backward_ ? model::GradientStorage::LayerArena : model::GradientStorage::Flat)),
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
         int8_state_(r.optimizer.state == "int8"),
         options_(r.optimizer),
@@ -40,40 +46,52 @@ class GpuEngine final : public TrainingEngine {
         router_bias_rate_(r.training.router_bias_update_rate) {
     auto& values = model_.parameters().values();
     auto& grads = model_.parameters().grads();
-    // A frozen buffer (DeepSeek-V3's router correction bias) has no gradient and no optimizer state. Other
-    // frozen parameters (training.freeze) and buffers on several ranks (the ZeRO buckets do not skip them) are
-    // not implemented here yet.
-    std::vector<Tensor> params, gradients;
-    for (size_t i = 0; i < values.size(); ++i) {
-      const model::ParameterSpec& spec = model_.weights().layout.parameters[i];
-      if (grads[i].defined()) {
-        params.push_back(values[i]);
-        gradients.push_back(grads[i]);
-      } else if (spec.role != model::ParameterRole::Buffer) {
-        fail("parameter '{}' is frozen; the GPU engine trains every parameter so far (freezing runs on the CPU "
-             "engine)", spec.name);
-      } else if (parallel()) {
-        fail("'{}' is a frozen buffer; the GPU engine on several ranks does not carry frozen tensors yet (train on "
-             "one GPU, or on the CPU engine)", spec.name);
+    if (parallel()) {
+      for (size_t i = 0; i < values.size(); ++i)
+        if (!grads[i].defined()) {
+          const model::ParameterSpec& spec = model_.weights().layout.parameters[i];
+          if (spec.role == model::ParameterRole::Buffer)
+            fail("'{}' is a frozen buffer; the GPU engine on several ranks does not carry frozen tensors yet (train "
+                 "on one GPU, or on the CPU engine)", spec.name);
+          fail("parameter '{}' is frozen: the GPU engine freezes parameters on one rank only so far (training.freeze "
+               "with several ranks runs nowhere yet; drop it or run one rank)",
+               spec.name);
+        }
+      make_sharded_slots();
+    } else {
+      // A frozen parameter (training.freeze, LoRA's base) or buffer (DeepSeek-V3's router correction bias) has no
+      // gradient: no slot, no optimizer state.
+      std::vector<Tensor> params, gradients;
+      for (size_t i = 0; i < values.size(); ++i)
+        if (grads[i].defined()) {
+          params.push_back(values[i]);
+          gradients.push_back(grads[i]);
+          slot_names_.push_back(model_.weights().layout.parameters[i].name);
+        }
+      make_slots(params, gradients);
+      if (update_in_backward_) {
+        update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, slot_names_, precision_, seed_, int8_state_);
+        model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
       }
     }
     if (router_bias_rate_ > 0) {
       if (parallel()) fail("training.router_bias_update_rate is not yet supported with several ranks");
       model_.check_router_correction_biases();
     }
-    if (parallel())
-      make_sharded_slots();
-    else
-      make_slots(params, gradients);
+    model_.set_recompute(model::parse_recompute(r.training.recompute));
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
     coefficient_ = Tensor::empty({1}, DType::F32, Device::cuda());
   }
 
   const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cuda(); }
-  void begin_step(int64_t micro_batches) override {
+  void begin_step(int64_t micro_batches, double lr) override {
     micro_batches_ = micro_batches;
     micro_batch_ = 0;
+    if (update_) {
+      MOETUNE_CHECK(micro_batches == 1, "optimizer.update_in_backward with {} micro-batches in a step", micro_batches);
+      update_->begin_step({lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, ++steps_});
+    }
   }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override {
     if (reduction_) reduction_->begin_micro_batch(++micro_batch_ == micro_batches_);
@@ -85,6 +103,11 @@ class GpuEngine final : public TrainingEngine {
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
 
   double optimizer_step(double lr, double max_grad_norm) override {
+    if (update_) {  // the backward pass took the step
+      model_.zero_grad();
+      move_router_biases();
+      return update_->gradient_norm();
+    }
     PhaseScope phase("optimizer.reduce_wait");
     std::vector<Tensor> gradients;
     if (parallel()) {
@@ -92,7 +115,7 @@ class GpuEngine final : public TrainingEngine {
       for (const cuda::GradientBucket& bucket : reduction_->buckets()) gradients.push_back(bucket.gradient_shard);
     } else {
       for (const Tensor& g : model_.parameters().grads())
-        if (g.defined()) gradients.push_back(g);  // frozen parameters have none
+        if (g.defined()) gradients.push_back(g);  // a frozen parameter has none
     }
     phase.next("optimizer.adamw");
     ops::cuda::grad_norm_squared(gradients, norm_squared_);
@@ -106,10 +129,7 @@ class GpuEngine final : public TrainingEngine {
     ++steps_;
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
                           precision_, scale, seed_, int8_state_);
-    if (router_bias_rate_ > 0) {  // after the step, as the CPU engine moves them
-      model_.update_router_bias(router_bias_rate_, pending_load_);
-      pending_load_.clear();
-    }
+    move_router_biases();
     phase.next("optimizer.gather");
     if (overlap_ && reduction_)
       reduction_->start_gathering_parameters();  // the next forward pass waits for each layer's part
@@ -124,6 +144,7 @@ class GpuEngine final : public TrainingEngine {
   int64_t optimizer_steps() const override { return steps_; }
   void save_pretrained(const std::filesystem::path& folder) const override {
     if (reduction_) reduction_->wait_for_parameters();
+    if (model_.weights().lora) return save_adapter(folder);  // one rank: the adapter alone
     save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
@@ -189,6 +210,13 @@ class GpuEngine final : public TrainingEngine {
 
   // AdamW's moments (and fp32 master weights) in flat buffers, one view per slot; 8-bit moments with their
   // blocks' absmax values (zero: the moments start at zero).
+  // After each optimizer step (in the backward pass or here), as the CPU engine moves them.
+  void move_router_biases() {
+    if (router_bias_rate_ <= 0) return;
+    model_.update_router_bias(router_bias_rate_, pending_load_);
+    pending_load_.clear();
+  }
+
   void make_slots(const std::vector<Tensor>& params, const std::vector<Tensor>& gradients) {
     const bool master = precision_ == ops::cuda::OptimizerPrecision::Fp32Master;
     const DType moment_dtype = int8_state_ ? DType::U8 : master ? DType::F32 : DType::BF16;
@@ -210,9 +238,6 @@ class GpuEngine final : public TrainingEngine {
       if (master) ops::cast_into(params[i], slot.master);
       slots_.push_back(std::move(slot));
     }
-    if (!parallel())
-      for (const model::ParameterSpec& p : model_.weights().layout.parameters)
-        if (p.trainable) slot_names_.push_back(p.name);
   }
 
   // One slot per bucket: this rank's piece of its parameters (a view: the update lands in place, and the
@@ -243,6 +268,14 @@ class GpuEngine final : public TrainingEngine {
     make_slots(params, gradients);
   }
 
+  // PEFT's files from the adapters' fp32 host copies (what the CPU engine writes; PEFT loads either precision).
+  void save_adapter(const std::filesystem::path& folder) const {
+    model::ModelWeights host = model_.weights();  // the tensors are shared handles: only the adapters are copied
+    for (size_t i = 0; i < host.parameters.size(); ++i)
+      if (host.layout.parameters[i].trainable) host.parameters[i] = ops::cast(host.parameters[i].to(Device::cpu()), DType::F32);
+    model::save_adapter(host, folder);
+  }
+
   void gather_parameters() {
     if (reduction_) reduction_->gather_parameters();
   }
@@ -264,6 +297,7 @@ class GpuEngine final : public TrainingEngine {
 
   std::shared_ptr<const parallel::ParallelGroups> groups_;
   bool overlap_;  // parallel.overlap
+  bool update_in_backward_;  // optimizer.update_in_backward, resolved
   model::cuda::CausalLM model_;
   ops::cuda::OptimizerPrecision precision_;
   bool int8_state_;  // optimizer.state: int8
@@ -272,6 +306,7 @@ class GpuEngine final : public TrainingEngine {
   double router_bias_rate_;                        // 0: the correction biases stay as loaded
   std::vector<std::vector<double>> pending_load_;  // per MoE layer, since the last optimizer step
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
+  std::unique_ptr<cuda::UpdateInBackward> update_;       // optimizer.update_in_backward only
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
   std::vector<ops::cuda::AdamWSlot> slots_;
@@ -284,7 +319,15 @@ class GpuEngine final : public TrainingEngine {
 
 std::unique_ptr<TrainingEngine> make_gpu_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
   if (cuda_device_count() == 0) fail("training.device 'cuda': {}", cuda_unavailable_reason());
-  model::require_gpu_support(model::load_model_spec(std::filesystem::path(recipe.model) / "config.json"));  // before loading
+  const model::ModelSpec spec = model::load_model_spec(std::filesystem::path(recipe.model) / "config.json");
+  model::require_gpu_support(spec);  // before loading
+  // GPT-OSS's expert biases are not sharded with the experts: expert parallelism would need that first.
+  for (const model::LayerSpec& layer : spec.layers)
+    for (const model::SublayerSpec& sublayer : layer.sublayers)
+      if (const model::MoeSpec* moe = sublayer.moe(); moe && moe->experts.bias && recipe.parallel.expert > 1)
+        fail("{}: expert parallelism (parallel.expert {}) is not implemented on the GPU for experts with biases; "
+             "set parallel.expert 1 (data parallelism still applies)",
+             spec.architecture, recipe.parallel.expert);
   if (!groups) groups = std::make_shared<parallel::ParallelGroups>(parallel::make_groups(parallel::single_process_communicator(), 1, 0));
   return std::make_unique<GpuEngine>(recipe, std::move(groups));
 }

@@ -7,19 +7,9 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/error.h"
 #include "moetune/core/phase_profile.h"
+#include "moetune/model/gradient_ready_layer.h"
 
 namespace moetune::train::cuda {
-
-int64_t ready_layer_of(const std::string& name, int64_t num_layers) {
-  if (name.rfind("embed_tokens", 0) == 0) return -1;
-  constexpr std::string_view prefix = "layers.";
-  if (name.rfind(prefix, 0) != 0) return num_layers;
-  int64_t layer = 0;
-  const char* begin = name.data() + prefix.size();
-  const auto [end, error] = std::from_chars(begin, name.data() + name.size(), layer);
-  MOETUNE_CHECK(error == std::errc() && end != begin, "parameter '{}': no layer number after 'layers.'", name);
-  return layer;
-}
 
 std::vector<GradientBucket> make_gradient_buckets(const std::string& run_name, const Tensor& parameters,
                                                   const Tensor& gradients, std::shared_ptr<parallel::Communicator> group,
@@ -41,7 +31,7 @@ std::vector<GradientBucket> make_gradient_buckets(const std::string& run_name, c
     const auto* at = static_cast<const char*>(view.raw_data());
     if (at < base || at >= base + size_t(length) * element) continue;
     const int64_t begin = int64_t(size_t(at - base) / element);
-    stretches.push_back({begin, begin + view.numel(), ready_layer_of(layout.parameters[i].name, layout.spec.num_layers())});
+    stretches.push_back({begin, begin + view.numel(), model::gradient_ready_layer(layout.parameters[i].name, layout.spec.num_layers())});
   }
   // Buckets of about bucket_elements, a multiple of the ranks so that each splits evenly.
   const int64_t step = std::max<int64_t>(ranks, bucket_elements / ranks * ranks);

@@ -36,10 +36,6 @@ std::vector<GradientBucket> make_gradient_buckets(const std::string& run_name, c
                                                   const model::ParameterLayout& layout,
                                                   const std::vector<Tensor>& gradient_views, int64_t bucket_elements);
 
-// The layer whose backward pass finishes a parameter: N for "layers.N.*", -1 for the embedding (its gradient
-// is complete only after the whole backward pass), num_layers for the rest (final norm, LM head).
-int64_t ready_layer_of(const std::string& parameter_name, int64_t num_layers);
-
 class BucketedReduction {
  public:
   explicit BucketedReduction(std::vector<GradientBucket> buckets);

@@ -1,0 +1,46 @@
+// AttentionBlock::forward_cached: the attention half of a decoder layer in a generation, reading and extending the
+// KV cache (model/cuda/kv_cache.h).
+#include "moetune/core/phase_profile.h"
+#include "moetune/model/cuda/attention_block.h"
+#include "moetune/model/cuda/kv_cache.h"
+#include "moetune/ops/cuda/attention.h"
+#include "moetune/ops/cuda/decode_attention.h"
+#include "moetune/ops/cuda/elementwise.h"
+#include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/cuda/norm.h"
+#include "moetune/ops/cuda/qkv_rope.h"
+
+namespace moetune::model::cuda {
+namespace {
+Tensor device_like(Shape shape) { return Tensor::empty(std::move(shape), DType::BF16, Device::cuda()); }
+}  // namespace
+
+Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& context) {
+  const PhaseScope phase("attention");
+  KvCache& cache = *context.kv_cache;
+  const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
+  const int64_t past = cache.tokens();
+  Tensor normed = device_like(h.shape());
+  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
+  Tensor qkv = device_like({tokens, (nq + 2 * nkv) * d});
+  ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, qkv);
+  normed = Tensor();
+  const auto [keys, values] = cache.next_layer(nkv, d);
+  Tensor q = device_like({tokens, nq, d});
+  const Tensor k = keys.narrow(past, tokens), v = values.narrow(past, tokens);
+  ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq_, context.batch.positions, q,
+                                   k, v);
+  qkv = Tensor();
+  Tensor attended = device_like({tokens, nq, d});
+  if (past == 0)
+    ops::cuda::causal_attention_forward(q, k, v, context.batch.documents, spec_.softmax_scale(), attended);
+  else
+    ops::cuda::decode_attention_forward(q, keys.narrow(0, past + tokens), values.narrow(0, past + tokens),
+                                        spec_.softmax_scale(), attended);
+  Tensor out = device_like(h.shape());
+  ops::cuda::linear_forward(attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
+  ops::cuda::add(out, h, out);
+  return out;
+}
+
+}  // namespace moetune::model::cuda

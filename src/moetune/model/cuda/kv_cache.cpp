@@ -1,0 +1,32 @@
+#include "moetune/model/cuda/kv_cache.h"
+
+namespace moetune::model::cuda {
+
+void KvCache::start_pass(int64_t count) {
+  if (tokens_ + count > capacity_)
+    fail("the KV cache holds {} tokens and {} more do not fit its {} (made for the prompt and --max-new-tokens)",
+         tokens_, count, capacity_);
+  next_ = 0;
+  pending_ = count;
+}
+
+std::pair<Tensor, Tensor> KvCache::next_layer(int64_t kv_heads, int64_t head_dim) {
+  if (next_ == layers_.size()) {
+    MOETUNE_CHECK(tokens_ == 0, "KvCache: a new attention sublayer after {} tokens", tokens_);
+    layers_.emplace_back(Tensor::empty({capacity_, kv_heads, head_dim}, DType::BF16, Device::cuda()),
+                         Tensor::empty({capacity_, kv_heads, head_dim}, DType::BF16, Device::cuda()));
+  }
+  const auto& layer = layers_[next_++];
+  MOETUNE_CHECK(layer.first.size(1) == kv_heads && layer.first.size(2) == head_dim,
+                "KvCache: sublayer {} holds {} but was asked for {} kv heads of {}", next_ - 1, layer.first.str(),
+                kv_heads, head_dim);
+  return layer;
+}
+
+size_t KvCache::bytes() const {
+  size_t total = 0;
+  for (const auto& [k, v] : layers_) total += k.nbytes() + v.nbytes();
+  return total;
+}
+
+}  // namespace moetune::model::cuda

@@ -1,0 +1,37 @@
+// The GPU engine's decode cache: per attention sublayer, the rotated keys and the values of every token of the
+// sequence so far, bf16 [capacity, kv_heads, head_dim] each, allocated once (at the sublayer's first pass) for the
+// whole generation, so that a new token writes its row in place instead of growing a buffer (a copy of the whole
+// cache per token). The attention block's q/k-norm + RoPE kernel writes the new tokens' k and v straight into
+// their rows.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "moetune/core/tensor.h"
+#include "moetune/model/decode_cache.h"
+
+namespace moetune::model::cuda {
+
+class KvCache final : public DecodeCache {
+ public:
+  explicit KvCache(int64_t capacity) : capacity_(capacity) {}
+  int64_t tokens() const override { return tokens_; }
+  int64_t capacity() const { return capacity_; }
+  // Before a forward pass over `count` new tokens (fails when they do not fit); the attention sublayers then take
+  // their buffers in walk order.
+  void start_pass(int64_t count);
+  // After it: the new tokens are part of the sequence.
+  void finish_pass() { tokens_ += pending_; }
+  // The next attention sublayer's key and value buffers, each [capacity, kv_heads, head_dim]: rows [0, tokens())
+  // hold the sequence so far, the pass writes rows [tokens(), tokens() + count).
+  std::pair<Tensor, Tensor> next_layer(int64_t kv_heads, int64_t head_dim);
+  size_t bytes() const;  // allocated so far
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> layers_;  // per attention sublayer, in walk order
+  size_t next_ = 0;
+  int64_t capacity_ = 0, tokens_ = 0, pending_ = 0;
+};
+
+}  // namespace moetune::model::cuda

@@ -1,0 +1,43 @@
+// MoeBlock::forward_one_token: one token of a generation through the MoE sublayer without dispatch.
+#include "moetune/core/phase_profile.h"
+#include "moetune/model/cuda/moe_block.h"
+#include "moetune/model/cuda/swiglu_mlp.h"
+#include "moetune/ops/cuda/elementwise.h"
+#include "moetune/ops/cuda/expert_gemv.h"
+#include "moetune/ops/cuda/gate.h"
+#include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/cuda/norm.h"
+#include "moetune/ops/cuda/router.h"
+
+namespace moetune::model::cuda {
+namespace {
+Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
+}  // namespace
+
+Tensor MoeBlock::forward_one_token(const Tensor& h) {
+  const PhaseScope phase("moe");
+  const int64_t experts = spec_.router.num_experts, k = spec_.router.top_k, inner = p_.gate_up.value.size(1) / 2;
+  Tensor normed = device_like(h.shape());
+  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
+  Tensor logits = device_like({1, experts}, DType::F32);
+  ops::cuda::matmul(normed, false, p_.router.value, true, logits);
+  Tensor expert_ids = device_like({1, k}, DType::I32), weights = device_like({1, k}, DType::F32);
+  ops::cuda::router_topk_forward(logits, k, spec_.router.renormalize, expert_ids, weights);
+  Tensor activated = device_like({k, inner});
+  ops::cuda::expert_gate_up_swiglu(normed, p_.gate_up.value, expert_ids, activated);
+  Tensor out = device_like(h.shape());
+  ops::cuda::expert_down_combine(activated, p_.down.value, expert_ids, weights, h, out);
+  if (!p_.shared.defined()) return out;
+  Tensor shared = device_like(h.shape());
+  swiglu_mlp(normed, p_.shared, shared);
+  if (!p_.shared_gate.defined()) {
+    ops::cuda::add(out, shared, out);
+    return out;
+  }
+  Tensor gate_logits = device_like({1, 1}, DType::F32);
+  ops::cuda::matmul(normed, false, p_.shared_gate.value, true, gate_logits);
+  ops::cuda::sigmoid_gated_add(out, shared, gate_logits, out);
+  return out;
+}
+
+}  // namespace moetune::model::cuda

@@ -1,0 +1,92 @@
+// LoRA's data movement around its GEMMs: one element per thread, grid-stride, bf16 storage with fp32 math.
+// These are small next to the GEMMs (a rank-r matrix, or one adapter's columns of a projection's output).
+#include <algorithm>
+
+#include "moetune/core/half.h"
+#include "moetune/ops/cuda/lora_kernels.h"
+
+namespace moetune::ops::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n) { return int(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+#define MOETUNE_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void add_scaled_columns_kernel(const uint16_t* __restrict__ src, float scale, uint16_t* __restrict__ dst,
+                                          int64_t rows, int64_t cols, int64_t width, int64_t first) {
+  MOETUNE_GRID_STRIDE(i, rows * cols) {
+    const int64_t t = i / cols, j = i % cols;
+    uint16_t& d = dst[t * width + first + j];
+    d = f32_to_bf16(bf16_to_f32(d) + scale * bf16_to_f32(src[i]));
+  }
+}
+
+__global__ void copy_scaled_columns_kernel(const uint16_t* __restrict__ src, float scale, uint16_t* __restrict__ dst,
+                                           int64_t rows, int64_t cols, int64_t width, int64_t first) {
+  MOETUNE_GRID_STRIDE(i, rows * cols) {
+    const int64_t t = i / cols, j = i % cols;
+    dst[i] = f32_to_bf16(scale * bf16_to_f32(src[t * width + first + j]));
+  }
+}
+
+// i indexes grouped [E, out, r]; the same element of the packed [out, r·E].
+__device__ int64_t packed_index(int64_t i, int64_t experts, int64_t out, int64_t rank) {
+  const int64_t e = i / (out * rank), o = i / rank % out, k = i % rank;
+  return o * rank * experts + k * experts + e;
+}
+
+__global__ void expert_b_to_grouped_kernel(const uint16_t* __restrict__ packed, uint16_t* __restrict__ grouped,
+                                           int64_t experts, int64_t out, int64_t rank) {
+  MOETUNE_GRID_STRIDE(i, experts * out * rank) grouped[i] = packed[packed_index(i, experts, out, rank)];
+}
+
+__global__ void add_grouped_to_expert_b_kernel(const uint16_t* __restrict__ grouped, float scale,
+                                               uint16_t* __restrict__ packed, int64_t experts, int64_t out, int64_t rank) {
+  MOETUNE_GRID_STRIDE(i, experts * out * rank) {
+    uint16_t& p = packed[packed_index(i, experts, out, rank)];
+    p = f32_to_bf16(bf16_to_f32(p) + scale * bf16_to_f32(grouped[i]));
+  }
+}
+
+#undef MOETUNE_GRID_STRIDE
+
+}  // namespace
+
+cudaError_t launch_add_scaled_columns(const void* src, float scale, void* dst, int64_t rows, int64_t cols, int64_t width,
+                                      int64_t first, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  add_scaled_columns_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+      static_cast<const uint16_t*>(src), scale, static_cast<uint16_t*>(dst), rows, cols, width, first);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_copy_scaled_columns(const void* src, float scale, void* dst, int64_t rows, int64_t cols, int64_t width,
+                                       int64_t first, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  copy_scaled_columns_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+      static_cast<const uint16_t*>(src), scale, static_cast<uint16_t*>(dst), rows, cols, width, first);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_expert_b_to_grouped(const void* packed, void* grouped, int64_t experts, int64_t out, int64_t rank,
+                                       cudaStream_t stream) {
+  const int64_t n = experts * out * rank;
+  if (n == 0) return cudaSuccess;
+  expert_b_to_grouped_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(packed),
+                                                                     static_cast<uint16_t*>(grouped), experts, out, rank);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_grouped_to_expert_b(const void* grouped, float scale, void* packed, int64_t experts, int64_t out,
+                                           int64_t rank, cudaStream_t stream) {
+  const int64_t n = experts * out * rank;
+  if (n == 0) return cudaSuccess;
+  add_grouped_to_expert_b_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+      static_cast<const uint16_t*>(grouped), scale, static_cast<uint16_t*>(packed), experts, out, rank);
+  return cudaGetLastError();
+}
+
+}  // namespace moetune::ops::cuda

@@ -1,0 +1,45 @@
+// NF4 dequantization, one value per thread, grid-stride: a block's absmax is decoded from its 8-bit code with
+// the same float operations, in the same order, as ops/cpu/nf4.cpp (explicit _rn intrinsics keep nvcc from
+// fusing them into an FMA), so the f32 result is bit-identical to the CPU's and the bf16 one its rounding.
+#include <algorithm>
+
+#include "moetune/core/half.h"
+#include "moetune/ops/cuda/nf4_kernels.h"
+
+namespace moetune::ops::cuda {
+namespace {
+
+constexpr int64_t kBlock = 64, kAbsmaxBlock = 256;
+
+template <typename Out>
+__global__ void nf4_dequantize_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ absmax_codes,
+                                      const float* __restrict__ absmax_scales, const float* __restrict__ absmax_map,
+                                      const float* __restrict__ code, float offset, Out* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t block = i / kBlock;
+    const float absmax = __fadd_rn(__fmul_rn(absmax_map[absmax_codes[block]], absmax_scales[block / kAbsmaxBlock]), offset);
+    const uint8_t byte = packed[i / 2];
+    const float value = __fmul_rn(code[i % 2 ? byte & 15 : byte >> 4], absmax);
+    if constexpr (sizeof(Out) == 2) out[i] = f32_to_bf16(value);
+    else out[i] = value;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_nf4_dequantize(const uint8_t* packed, const uint8_t* absmax_codes, const float* absmax_scales,
+                                  const float* absmax_map, const float* code, float offset, void* out, bool out_is_bf16,
+                                  int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  const int blocks = int(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+  if (out_is_bf16)
+    nf4_dequantize_kernel<<<blocks, kThreads, 0, stream>>>(packed, absmax_codes, absmax_scales, absmax_map, code, offset,
+                                                           static_cast<uint16_t*>(out), n);
+  else
+    nf4_dequantize_kernel<<<blocks, kThreads, 0, stream>>>(packed, absmax_codes, absmax_scales, absmax_map, code, offset,
+                                                           static_cast<float*>(out), n);
+  return cudaGetLastError();
+}
+
+}  // namespace moetune::ops::cuda
