@@ -5,8 +5,10 @@
 //    bound is wider than bf16 arithmetic alone would need;
 //  - the CPU fp32 reference on the same bf16-rounded weights: the same model, so only the GPU's bf16
 //    activations and fp32 accumulation differ.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -14,6 +16,7 @@
 #include "gpu_test_util.h"
 #include "moetune/io/safetensors.h"
 #include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/moe_variant.h"
 #include "moetune/model/piece_transform.h"
 #include "moetune/ops/cast.h"
 #include "parity_batch.h"
@@ -36,6 +39,86 @@ constexpr Tolerances kAgainstCpuOnBf16Weights{5e-2, 2e-2, 1.5e-1};
 // k_proj.bias's gradient is nearly zero by symmetry (tests/model/test_parity.cpp says why), so its relative
 // error is noise-sized on every device: 6–12e-2 here.
 constexpr double kNearSymmetricGradientTolerance = 2e-1;
+
+// DeepSeek-V3's sigmoid router chooses by biased scores that can sit within bf16 noise of each other: on
+// deepseek_v3_tiny's plain batch a near-tie token goes to another expert on the GPU than on the CPU, a discrete
+// change of the model that moves the logits far more than rounding does (0.107 once). So for this router the
+// CPU reference runs with the GPU's own choices forced on it (CausalLM::force_routing; the weights still come
+// from the CPU's own scores): a flip cannot fail that comparison, while a wrong expert output, weight or
+// gradient still would. The choices themselves are checked apart: every token where the GPU and the CPU
+// (on the same bf16 weights) choose different sets must be a near-tie, its CPU decision margin below
+// kNearTieMargin; a routing bug (wrong groups, bias or order) flips tokens with large margins.
+constexpr double kNearTieMargin = 2e-2;
+
+bool forces_routing(const ModelSpec& spec) {
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers)
+      if (sublayer.moe() && is_sigmoid_group_limited(sublayer.moe()->router)) return true;
+  return false;
+}
+
+// How far token `row`'s choice is from another: the biased score of the last kept group over the best dropped
+// one's, and of the last chosen expert over the best unchosen one in the kept groups; the smaller of the two.
+double choice_margin(const float* logits, const Tensor& bias, int64_t experts, const ops::GroupLimitedRouter& r) {
+  std::vector<float> biased(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e)
+    biased[size_t(e)] = 1.0f / (1.0f + std::exp(-logits[e])) + (bias.defined() ? bias.data<float>()[e] : 0.0f);
+  const int64_t size = experts / r.num_groups;
+  std::vector<std::pair<float, int64_t>> groups;
+  for (int64_t g = 0; g < r.num_groups; ++g) {
+    std::vector<float> in(biased.begin() + g * size, biased.begin() + (g + 1) * size);
+    std::sort(in.rbegin(), in.rend());
+    groups.emplace_back(in[0] + in[1], g);
+  }
+  std::sort(groups.rbegin(), groups.rend());
+  double margin = INFINITY;
+  if (r.topk_groups < r.num_groups) margin = groups[size_t(r.topk_groups - 1)].first - groups[size_t(r.topk_groups)].first;
+  std::vector<float> kept;
+  for (int64_t i = 0; i < r.topk_groups; ++i)
+    kept.insert(kept.end(), biased.begin() + groups[size_t(i)].second * size, biased.begin() + (groups[size_t(i)].second + 1) * size);
+  std::sort(kept.rbegin(), kept.rend());
+  if (int64_t(kept.size()) > r.top_k) margin = std::min<double>(margin, kept[size_t(r.top_k - 1)] - kept[size_t(r.top_k)]);
+  return margin;
+}
+
+// Prints, per MoE layer and token, where the GPU's and the CPU's choice sets differ and the CPU's margin there,
+// checks each is a near-tie, and returns how many tokens differ.
+int64_t check_choices(const std::string& label, const std::vector<std::vector<int32_t>>& gpu, CausalLM& cpu) {
+  const std::vector<ops::Routing> routings = cpu.routings();
+  EXPECT_EQ(gpu.size(), routings.size()) << label;
+  int64_t flips = 0;
+  size_t moe_index = 0;
+  double smallest = INFINITY;
+  for (size_t index = 0; index < cpu.spec().layers.size(); ++index)
+    for (const SublayerSpec& sublayer : cpu.spec().layers[index].sublayers) {
+      if (!sublayer.moe() || moe_index >= std::min(gpu.size(), routings.size())) continue;
+      const ops::Routing& routing = routings[moe_index];
+      const std::vector<int32_t>& on_gpu = gpu[moe_index];
+      const int64_t k = routing.top_k, experts = routing.logits.size(1), tokens = routing.logits.size(0);
+      const Tensor bias = cpu.parameters().find(fmt::format("layers.{}.moe.router_correction_bias", index)).value;
+      EXPECT_EQ(int64_t(on_gpu.size()), tokens * k) << label << " layer " << index;
+      for (int64_t t = 0; t < tokens && int64_t(on_gpu.size()) == tokens * k; ++t) {
+        std::vector<int32_t> a(on_gpu.begin() + t * k, on_gpu.begin() + (t + 1) * k);
+        std::vector<int32_t> b(routing.expert.begin() + t * k, routing.expert.begin() + (t + 1) * k);
+        const double margin =
+            choice_margin(routing.logits.data<float>() + t * experts, bias, experts, group_limited(sublayer.moe()->router));
+        smallest = std::min(smallest, margin);
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        if (a == b) continue;
+        ++flips;
+        std::printf("%s: layer %lld token %lld: gpu {%s} cpu {%s}, cpu margin %.3e\n", label.c_str(),
+                    (long long)index, (long long)t, fmt::format("{}", fmt::join(a, ",")).c_str(),
+                    fmt::format("{}", fmt::join(b, ",")).c_str(), margin);
+        EXPECT_LT(margin, kNearTieMargin) << label << ": layer " << index << " token " << t
+                                          << " chose another set far from a tie";
+      }
+      ++moe_index;
+    }
+  std::printf("%s: %lld tokens choose another set on the GPU; the smallest cpu margin %.3e\n", label.c_str(),
+              (long long)flips, smallest);
+  return flips;
+}
 
 // The CPU reference model on the fixture's weights rounded to bf16 and widened back to fp32.
 CausalLM cpu_on_bf16_weights(const std::filesystem::path& folder) {
@@ -115,14 +198,26 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
     cuda::CausalLM model = cuda::CausalLM::from_pretrained(folder_);
     const Batch b = batch(name);
     const Tensor logits = model.logits(b);
+    CausalLM cpu = cpu_on_bf16_weights(folder_);
+    int64_t flips = 0;
+    if (forces_routing(cpu.spec())) {
+      const std::vector<std::vector<int32_t>> choices = model.routing_choices(b);
+      cpu.forward(b);
+      flips = check_choices(GetParam() + " " + name, choices, cpu);
+      cpu.clear_stash();
+      cpu.force_routing(choices);
+    }
     const CausalLMOutput out = model.forward_backward(b);
 
-    compare(name + " transformers", kAgainstHf, logits, out, ref(name + ".logits"), ref(name + ".loss").data<float>()[0],
-            ref(name + ".lm_loss").data<float>()[0],
+    // With a flipped near-tie the GPU runs another model than transformers (one token at another expert), so
+    // transformers' numbers are printed but not held to the bound; the CPU engine matches transformers at 1e-5
+    // (tests/model/test_parity.cpp) and follows the GPU's choices below.
+    const std::string hf_label = name + (flips > 0 ? " transformers (near-tie flips: not checked)" : " transformers");
+    compare(hf_label, flips > 0 ? Tolerances{INFINITY, INFINITY, INFINITY} : kAgainstHf, logits, out,
+            ref(name + ".logits"), ref(name + ".loss").data<float>()[0], ref(name + ".lm_loss").data<float>()[0],
             model.spec().aux_loss != AuxLoss::None ? ref(name + ".aux_loss").data<float>()[0] : NAN,
             [&](const std::string& hf) { return ref(name + ".grad." + hf); }, model, b);
 
-    CausalLM cpu = cpu_on_bf16_weights(folder_);
     const CausalLMOutput cpu_out = cpu.forward(b);
     cpu.backward();
     // The CPU engine's gradients by HF name, cut from its fused parameters the same way.

@@ -34,6 +34,17 @@ std::vector<ops::Routing> CausalLM::routings() const {
   return routings;
 }
 
+void CausalLM::force_routing(const std::vector<std::vector<int32_t>>& chosen_per_moe_layer) {
+  size_t moe_index = 0;
+  for (auto& b : sublayers_) {
+    if (!b.moe) continue;
+    b.moe->force_choices(moe_index < chosen_per_moe_layer.size() ? chosen_per_moe_layer[moe_index] : std::vector<int32_t>{});
+    ++moe_index;
+  }
+  MOETUNE_CHECK(chosen_per_moe_layer.empty() || chosen_per_moe_layer.size() == moe_index,
+                "force_routing: {} choice lists for {} MoE layers", chosen_per_moe_layer.size(), moe_index);
+}
+
 Tensor CausalLM::head_logits(const Tensor& final_hidden) const {
   const ModelSpec& c = spec();
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");

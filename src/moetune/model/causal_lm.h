@@ -74,6 +74,11 @@ class CausalLM final : public LanguageModel {
   // Moves every MoE layer's correction bias by `rate` toward balance and starts counting afresh; fails for a
   // model whose routers have no correction bias.
   void update_router_bias(double rate);
+  // Of every MoE sublayer, in walk order: the last forward's routing (logits, choices, weights).
+  std::vector<ops::Routing> routings() const;
+  // Tests: each MoE sublayer's later forwards take its entry's choices (MoeBlock::force_choices), so that this
+  // reference follows another engine's routing; an empty list restores the routers' own choice.
+  void force_routing(const std::vector<std::vector<int32_t>>& chosen_per_moe_layer);
 
  private:
   struct Stash {
@@ -88,7 +93,6 @@ class CausalLM final : public LanguageModel {
   };
 
   CausalLM(ModelWeights weights, const DispatcherFactory<CpuBlocks>& make_dispatcher);
-  std::vector<ops::Routing> routings() const;  // of every MoE sublayer, in order
   Tensor run_layers(const Tensor& input_ids, StepContext& context);
   Tensor head_logits(const Tensor& final_hidden) const;  // final norm and LM head: [T, V]
 

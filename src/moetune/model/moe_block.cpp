@@ -30,7 +30,9 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
   shared_lora_.training = context.training;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
-  routing_ = route(spec_.router, ops::linear_forward(normed, p_.router.value, p_.router_bias.value), correction_bias_.value);
+  const Tensor logits = ops::linear_forward(normed, p_.router.value, p_.router_bias.value);
+  routing_ = forced_choices_.empty() ? route(spec_.router, logits, correction_bias_.value)
+                                     : route_chosen(spec_.router, logits, forced_choices_);
   dispatched_ = dispatcher_->dispatch(normed, routing_);
   activations_ = expert_lora_.empty() ? ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value,
                                                         expert_variant(spec_.experts, p_))

@@ -24,6 +24,9 @@ class MoeBlock {
   // d(h), residual included; takes the aux loss's gradient for this layer's router logits from the context.
   Tensor backward(const Tensor& dout, StepContext& context);
   const ops::Routing& routing() const { return routing_; }
+  // Tests: every later forward takes these choices (token t's k experts at [t·k, t·k + k)) instead of making its
+  // own, with the weights its router gives them; empty restores the router's choice.
+  void force_choices(std::vector<int32_t> chosen) { forced_choices_ = std::move(chosen); }
   size_t stash_bytes() const;
   void clear_stash();
 
@@ -41,6 +44,7 @@ class MoeBlock {
   Tensor shared_gate_up_, shared_out_;  // the shared expert's pre-activation and output
   Tensor shared_gate_logits_;           // [T, 1]
   Param correction_bias_;               // DeepSeek-V3's e_score_correction_bias [E] (frozen); else undefined
+  std::vector<int32_t> forced_choices_;  // tests only (force_choices)
 };
 
 }  // namespace moetune::model

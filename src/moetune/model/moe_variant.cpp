@@ -21,6 +21,11 @@ ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor&
   return ops::router_topk_forward(logits, router.top_k, router.renormalize);
 }
 
+ops::Routing route_chosen(const RouterSpec& router, const Tensor& logits, const std::vector<int32_t>& chosen) {
+  MOETUNE_CHECK(is_sigmoid_group_limited(router), "forced routing is implemented for DeepSeek-V3's router only");
+  return ops::sigmoid_router_weigh(logits, chosen, group_limited(router));
+}
+
 Tensor route_backward(const RouterSpec& router, const ops::Routing& routing, const std::vector<float>& dweight) {
   if (is_sigmoid_group_limited(router)) return ops::sigmoid_router_backward(routing, dweight, group_limited(router));
   if (router.is_topk_then_softmax()) return ops::router_topk_then_softmax_backward(routing, dweight);

@@ -22,6 +22,11 @@ struct GroupLimitedRouter {
 // ties go to the lower index.
 Routing sigmoid_router_forward(const Tensor& logits, const Tensor& correction_bias, const GroupLimitedRouter& router);
 
+// The routing sigmoid_router_forward gives when it makes these choices (chosen [T * k], each token's k experts):
+// the same combine weights, from the unbiased scores. Tests force one engine's choices on another this way, so
+// that a choice flipped at a near-tie by rounding does not hide or fake a difference.
+Routing sigmoid_router_weigh(const Tensor& logits, const std::vector<int32_t>& chosen, const GroupLimitedRouter& router);
+
 // Given d(weight) [T * k]: d(logits) [T, E] (non-zero only at the chosen experts).
 Tensor sigmoid_router_backward(const Routing& routing, const std::vector<float>& dweight, const GroupLimitedRouter& router);
 

@@ -1,5 +1,7 @@
 #include "moetune/model/cuda/causal_lm.h"
 
+#include <algorithm>
+
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/device_support.h"
@@ -21,6 +23,23 @@ float read_scalar(const Tensor& t) {
   const Tensor host = t.to(Device::cpu());
   return host.data<float>()[0];
 }
+// DeepSeek-V3 on the GPU is verified for full fine-tuning (tests/gpu: parity, training, recompute, the update in
+// the backward pass); its latent attention block applies no LoRA adapters, and freezing parts of it is untested.
+void require_full_fine_tuning_for_latent_attention(const ModelWeights& weights) {
+  const ModelSpec& spec = weights.spec();
+  const bool mla = std::any_of(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& layer) {
+    return std::any_of(layer.sublayers.begin(), layer.sublayers.end(),
+                       [](const SublayerSpec& s) { return s.attention() && s.attention()->mla; });
+  });
+  if (!mla) return;
+  if (weights.lora)
+    fail("lora: LoRA on {} (latent attention) does not run on the GPU engine yet; train it with training.device=cpu, "
+         "or drop lora: for full fine-tuning on the GPU", spec.architecture);
+  for (const ParameterSpec& p : weights.layout.parameters)
+    if (!p.trainable && p.role != ParameterRole::Buffer)
+      fail("training.freeze: '{}' is frozen, and freezing parameters of {} (latent attention) does not run on the GPU "
+           "engine yet; drop training.freeze or set training.device=cpu", p.name, spec.architecture);
+}
 }  // namespace
 
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
@@ -32,6 +51,7 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
     : store_((require_gpu_support(weights.spec()), std::make_unique<ParameterStore>(std::move(weights), gradients))) {
   const ModelSpec& s = spec();
   require_gpu_support(s);
+  require_full_fine_tuning_for_latent_attention(store_->weights());
   sublayers_ = build_sublayers<GpuBlocks>(s, *store_, make_dispatcher);
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
@@ -154,6 +174,20 @@ Tensor CausalLM::logits(const Batch& batch) {
   Tensor logits = device_like({device_batch.tokens, c.vocab_size});
   ops::cuda::linear_forward(f.normed, head_.value, {}, logits);
   return ops::cast(logits.to(Device::cpu()), DType::F32).view({device_batch.rows, device_batch.seq, c.vocab_size});
+}
+
+std::vector<std::vector<int32_t>> CausalLM::routing_choices(const Batch& batch) {
+  const DeviceBatch device_batch = upload_batch(spec().vocab_size, batch);
+  StepContext context{device_batch};
+  run_layers(context, /*with_aux=*/false);
+  std::vector<std::vector<int32_t>> choices;
+  for (const auto& b : sublayers_) {
+    if (!b.moe) continue;
+    const Tensor ids = b.moe->expert_ids().to(Device::cpu());
+    choices.emplace_back(ids.data<int32_t>(), ids.data<int32_t>() + ids.numel());
+  }
+  clear_stashes();
+  return choices;
 }
 
 void CausalLM::save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options) const {

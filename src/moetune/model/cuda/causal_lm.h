@@ -56,6 +56,9 @@ class CausalLM final : public LanguageModel {
   CausalLMOutput loss(const Batch& batch) override;
   // Full logits [B, S, V] as f32 on the host, for evaluation and tests.
   Tensor logits(const Batch& batch) override;
+  // Each MoE sublayer's choices for this batch (host, token t's k experts at [t·k, t·k + k)), in walk order; a
+  // forward pass without gradients, like logits(). Tests compare them with the CPU engine's.
+  std::vector<std::vector<int32_t>> routing_choices(const Batch& batch);
   // Generation (language_model.h): the cache is a model/cuda/kv_cache.h KvCache; the LM head runs on the last
   // row only.
   std::unique_ptr<DecodeCache> new_decode_cache(int64_t max_tokens) override;

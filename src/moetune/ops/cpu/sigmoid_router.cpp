@@ -29,6 +29,19 @@ std::vector<int32_t> top_indices(const float* values, int64_t n, int64_t k) {
   return order;
 }
 
+// One token's k choices and their combine weights: the unbiased scores, renormalised when asked, scaled.
+void append_choice(Routing& routing, const std::vector<float>& scores, const int32_t* chosen, const GroupLimitedRouter& r) {
+  float total = 0.0f;
+  for (int64_t j = 0; j < r.top_k; ++j) total += scores[size_t(chosen[j])];
+  const float denominator = total + 1e-20f;
+  for (int64_t j = 0; j < r.top_k; ++j) {
+    const int32_t e = chosen[j];
+    routing.expert.push_back(e);
+    const float w = r.renormalize ? scores[size_t(e)] / denominator : scores[size_t(e)];
+    routing.weight.push_back(w * float(r.scaling_factor));
+  }
+}
+
 }  // namespace
 
 Routing sigmoid_router_forward(const Tensor& logits, const Tensor& correction_bias, const GroupLimitedRouter& r) {
@@ -55,15 +68,25 @@ Routing sigmoid_router_forward(const Tensor& logits, const Tensor& correction_bi
     std::vector<float> masked(static_cast<size_t>(experts), -std::numeric_limits<float>::infinity());
     for (int32_t g : top_indices(group_score.data(), r.num_groups, r.topk_groups))
       std::copy_n(choice.begin() + g * group_size, group_size, masked.begin() + g * group_size);
-    const std::vector<int32_t> chosen = top_indices(masked.data(), experts, k);
-    float total = 0.0f;
-    for (int32_t e : chosen) total += scores[size_t(e)];
-    const float denominator = total + 1e-20f;
-    for (int32_t e : chosen) {
-      routing.expert.push_back(e);
-      const float w = r.renormalize ? scores[size_t(e)] / denominator : scores[size_t(e)];
-      routing.weight.push_back(w * float(r.scaling_factor));
-    }
+    append_choice(routing, scores, top_indices(masked.data(), experts, k).data(), r);
+  }
+  return routing;
+}
+
+Routing sigmoid_router_weigh(const Tensor& logits, const std::vector<int32_t>& chosen, const GroupLimitedRouter& r) {
+  check(logits, r);
+  const int64_t tokens = logits.size(0), experts = logits.size(1), k = r.top_k;
+  MOETUNE_CHECK(int64_t(chosen.size()) == tokens * k, "sigmoid_router_weigh: {} choices for {} tokens x top-{}",
+                chosen.size(), tokens, k);
+  Routing routing{logits, {}, {}, k, r.renormalize};
+  std::vector<float> scores(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = logits.data<float>() + t * experts;
+    for (int64_t e = 0; e < experts; ++e) scores[size_t(e)] = sigmoid(row[e]);
+    for (int64_t j = 0; j < k; ++j)
+      MOETUNE_CHECK(chosen[size_t(t * k + j)] >= 0 && chosen[size_t(t * k + j)] < experts,
+                    "sigmoid_router_weigh: token {} chose expert {} of {}", t, chosen[size_t(t * k + j)], experts);
+    append_choice(routing, scores, chosen.data() + t * k, r);
   }
   return routing;
 }
