@@ -28,7 +28,8 @@ TEST(DeviceSupport, GpuRefusesGptOssNamingWhatIsMissing) {
 }
 
 TEST(DeviceSupport, GpuRunsTheOtherFamilies) {
-  for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"}) {
+  for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
+                           "deepseek_v3_tiny", "deepseek_v3_qproj_tied"}) {
     const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
     EXPECT_TRUE(features_missing_on_gpu(spec).empty()) << name;
     EXPECT_NO_THROW(require_gpu_support(spec)) << name;

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "moetune/core/error.h"
+#include "moetune/model/moe_variant.h"
 
 namespace moetune::model {
 namespace {
@@ -21,21 +22,38 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers) {
       if (const AttentionSpec* a = sublayer.attention()) {
-        if (a->mla) note(missing, "multi-head latent attention (MLA: kv_lora_rank, q/k head dim != v head dim)");
         if (a->sinks) note(missing, "attention sinks");
         if (a->sliding_window) note(missing, "sliding-window attention");
-        if (a->rope.type == "yarn") note(missing, "YaRN RoPE");
+        if (a->rope.type == "yarn" && !a->mla) note(missing, "YaRN RoPE");  // MLA's block applies YaRN's factor
       }
       if (const MoeSpec* m = sublayer.moe()) {
-        if (m->router.score == RouterScore::Sigmoid)
-          note(missing, "the sigmoid group-limited router (n_group / topk_group, e_score_correction_bias)");
-        else if (!m->router.is_softmax_then_topk())
+        if (m->router.score == RouterScore::Sigmoid && !is_sigmoid_group_limited(m->router))
+          note(missing, "this sigmoid router");
+        else if (m->router.score != RouterScore::Sigmoid && !m->router.is_softmax_then_topk())
           note(missing, m->router.is_topk_then_softmax() ? "the top-k-then-softmax router (with a bias)" : "this router");
+        if (m->router.num_experts > 256)  // the one-warp-per-token router kernels (Kimi-K2 has 384)
+          note(missing, "routers over more than 256 experts");
         if (m->experts.bias) note(missing, "expert biases");
         if (m->experts.activation == Activation::ClampedSwiGLU) note(missing, "the clamped SwiGLU experts");
       }
     }
   return missing;
+}
+
+std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec) {
+  std::vector<std::string> missing = features_missing_on_gpu(spec);
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers)
+      if (const AttentionSpec* a = sublayer.attention(); a && a->mla)
+        note(missing, "a KV cache for multi-head latent attention (generation)");
+  return missing;
+}
+
+void require_gpu_generation_support(const ModelSpec& spec) {
+  const std::vector<std::string> missing = features_missing_for_gpu_generation(spec);
+  if (!missing.empty())
+    fail("{}: the GPU engine does not generate with {} yet; run it on the CPU (--device cpu)", spec.architecture,
+         fmt::join(missing, ", "));
 }
 
 void require_gpu_support(const ModelSpec& spec) {

@@ -1,8 +1,8 @@
 // What only the CPU engine runs so far. GPT-OSS brought attention sinks, sliding windows, YaRN, a biased
 // top-k-then-softmax router and biased experts with a clamped SwiGLU to the CPU reference; the GPU blocks have
 // none of them yet, so the GPU model refuses such a spec by naming what is missing instead of training something
-// else than transformers does. DeepSeek-V3's multi-head latent attention and sigmoid group-limited router are
-// CPU-only too.
+// else than transformers does. DeepSeek-V3 trains on the GPU, but generates on the CPU only (its latent attention
+// has no GPU KV cache yet).
 #pragma once
 
 #include <string>
@@ -17,5 +17,10 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec);
 
 // Fails naming the architecture and every missing feature (and how to train it anyway: on the CPU).
 void require_gpu_support(const ModelSpec& spec);
+
+// For generation (generate, chat): the above, and DeepSeek-V3's latent attention, which trains on the GPU but
+// has no KV cache there yet.
+std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec);
+void require_gpu_generation_support(const ModelSpec& spec);
 
 }  // namespace moetune::model
