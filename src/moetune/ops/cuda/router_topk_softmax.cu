@@ -29,23 +29,9 @@ __global__ void topk_softmax_forward_kernel(const float* __restrict__ logits, in
   int my_expert = 0;
   float my_logit = 0.0f, first = 0.0f;
   for (int j = 0; j < top_k; ++j) {
-    float best = -INFINITY;
-    int best_expert = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i)  // slots ascend in expert index: '>' keeps the lower index among equals
-      if (value[i] > best) {
-        best = value[i];
-        best_expert = lane + i * kWarpSize;
-      }
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(kFullWarp, best, offset);
-      const int other_expert = __shfl_xor_sync(kFullWarp, best_expert, offset);
-      if (other > best || (other == best && other_expert < best_expert)) {
-        best = other;
-        best_expert = other_expert;
-      }
-    }
+    float best;
+    int best_expert;
+    warp_best(value, lane, best, best_expert);
     if (j == 0) first = best;
     if (lane == j) {
       my_expert = best_expert;
