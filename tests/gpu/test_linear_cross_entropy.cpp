@@ -3,10 +3,12 @@
 // GPU holds them in bf16 (as HF does), so what remains is accumulation order.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/linear_cross_entropy.h"
 #include "moetune/ops/linear.h"
@@ -191,6 +193,32 @@ TEST(LinearCrossEntropyGpuPlan, ChunkAndWorkspaceSizes) {
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(10, 1000, 0), 10);
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(0, 1000, 0), 0);
   EXPECT_EQ(ops::cuda::linear_cross_entropy_workspace_bytes(0, 1000), 0u);
+}
+
+
+// Not a check: the LM head + loss (forward and backward) timed per chunk height at Moonlight's shape (8192
+// tokens, hidden 2048, vocabulary 163840), to choose the chunk budget. Run with --gtest_also_run_disabled_tests.
+TEST_F(LinearCrossEntropyGpu, DISABLED_TimesChunkHeights) {
+  std::mt19937 rng(7);
+  const Problem p{8192, 2048, 163840, 0.0};
+  const Inputs in = make_inputs(p, rng);
+  const Tensor loss = Tensor::zeros({1}, DType::F32, Device::cuda());
+  const Tensor dhidden = Tensor::empty({p.rows, p.width}, DType::BF16, Device::cuda());
+  const Tensor dweight = Tensor::zeros({p.vocab, p.width}, DType::BF16, Device::cuda());
+  for (const int64_t chunk : {0, 512, 1024, 2048, 4096, 8192}) {
+    for (int i = 0; i < 2; ++i) ops::cuda::linear_cross_entropy(in.hidden, in.weight, in.targets, 1e-4, loss, dhidden, dweight, chunk);
+    gpu::synchronize();
+    const int repeats = 5;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < repeats; ++i)
+      ops::cuda::linear_cross_entropy(in.hidden, in.weight, in.targets, 1e-4, loss, dhidden, dweight, chunk);
+    gpu::synchronize();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / repeats;
+    const double flops = 6.0 * double(p.rows) * double(p.width) * double(p.vocab);
+    std::printf("lm head chunk %lld rows (asked %lld): %.2f ms, %.0f TFLOP/s\n",
+                (long long)ops::cuda::linear_cross_entropy_chunk_rows(p.rows, p.vocab, chunk), (long long)chunk, ms,
+                flops / ms / 1e9);
+  }
 }
 
 }  // namespace

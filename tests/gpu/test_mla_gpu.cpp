@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/attention.h"
 #include "moetune/ops/cuda/attention.h"
 #include "moetune/ops/cuda/mla_qkv.h"
@@ -100,6 +102,46 @@ TEST_F(MlaGpu, AttentionWithNarrowerValuesMatchesCpu) {
     EXPECT_LT(relative_error(dq, expected.dq), kBf16Tolerance);
     EXPECT_LT(relative_error(dk, expected.dk), kBf16Tolerance);
     EXPECT_LT(relative_error(dvv, take(expected.dv, 0, dv)), kBf16Tolerance);
+  }
+}
+
+// Not a check: cuDNN's attention forward + backward at Moonlight's widths (16 heads, q/k 192, v 128; two
+// documents of 4096) beside the same with q/k 128 and Qwen3-MoE's (32 heads, 4 kv heads, 128), to see what the
+// wider q/k costs. Run with --gtest_also_run_disabled_tests.
+TEST_F(MlaGpu, DISABLED_TimesAttentionWidths) {
+  struct Shape {
+    int64_t heads, kv_heads, d, dv;
+  };
+  const std::vector<int64_t> starts = document_starts({4096, 4096});
+  const ops::cuda::PackedDocuments docs = ops::cuda::pack_documents(starts, 4096);
+  const int64_t tokens = int64_t(starts.size());
+  for (const Shape& c : {Shape{16, 16, 192, 128}, Shape{16, 16, 128, 128}, Shape{32, 4, 128, 128}, Shape{16, 16, 192, 192}}) {
+    const Tensor q = random_normal({tokens, c.heads, c.d}, DType::BF16, kGpu, rng());
+    const Tensor k = random_normal({tokens, c.kv_heads, c.d}, DType::BF16, kGpu, rng());
+    const Tensor v = random_normal({tokens, c.kv_heads, c.dv}, DType::BF16, kGpu, rng());
+    const Tensor dout = random_normal({tokens, c.heads, c.dv}, DType::BF16, kGpu, rng());
+    const Tensor out = Tensor::empty({tokens, c.heads, c.dv}, DType::BF16, kGpu);
+    const Tensor dq = Tensor::empty(q.shape(), DType::BF16, kGpu), dk = Tensor::empty(k.shape(), DType::BF16, kGpu);
+    const Tensor dvv = Tensor::empty(v.shape(), DType::BF16, kGpu);
+    double forward_ms = 0, backward_ms = 0;
+    for (int i = 0; i < 7; ++i) {
+      gpu::synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      const Tensor stats = ops::cuda::causal_attention_forward(q, k, v, docs, 0.07, out);
+      gpu::synchronize();
+      const auto t1 = std::chrono::steady_clock::now();
+      ops::cuda::causal_attention_backward(dout, q, k, v, out, stats, docs, 0.07, dq, dk, dvv);
+      gpu::synchronize();
+      const auto t2 = std::chrono::steady_clock::now();
+      if (i < 2) continue;  // graph building and warm-up
+      forward_ms += std::chrono::duration<double, std::milli>(t1 - t0).count() / 5;
+      backward_ms += std::chrono::duration<double, std::milli>(t2 - t1).count() / 5;
+    }
+    // Causal: half the score matrix of each document.
+    const double flops = 2.0 * c.heads * double(c.d + c.dv) * 2 * 4096.0 * 4096.0 / 2;
+    std::printf("attention heads %lld/%lld d %lld dv %lld: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n",
+                (long long)c.heads, (long long)c.kv_heads, (long long)c.d, (long long)c.dv, forward_ms,
+                flops / forward_ms / 1e9, backward_ms, 2.5 * flops / backward_ms / 1e9);
   }
 }
 
