@@ -43,4 +43,11 @@ double relative_error(const Tensor& actual, const Tensor& expected) {
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
+std::vector<int64_t> document_starts(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> starts;
+  for (int64_t length : lengths)
+    for (int64_t i = 0; i < length; ++i) starts.push_back(int64_t(starts.size()) - i);
+  return starts;
+}
+
 }  // namespace moetune::testing

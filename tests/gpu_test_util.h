@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
 #include "moetune/core/tensor.h"
 
@@ -34,6 +35,9 @@ Tensor poisoned(const Shape& shape, DType dtype, Device device);
 Tensor to_cpu_f32(const Tensor& t);
 // ‖actual − expected‖₂ / ‖expected‖₂ in double; +inf when `actual` holds a NaN or Inf, or the shapes differ.
 double relative_error(const Tensor& actual, const Tensor& expected);
+
+// Each token's document start for documents of these lengths laid end to end (flash attention's input).
+std::vector<int64_t> document_starts(const std::vector<int64_t>& lengths);
 
 // Tolerances for a GPU result in bf16 (or bf16 inputs, fp32 accumulation) against the fp32 CPU reference.
 inline constexpr double kBf16Tolerance = 1e-2;

@@ -15,6 +15,7 @@
 namespace moetune {
 namespace {
 
+using testing::document_starts;
 using testing::kBf16Tolerance;
 using testing::poisoned;
 using testing::random_normal;
@@ -26,13 +27,6 @@ struct Case {
   int64_t heads = 8, kv_heads = 2, head_dim = 128;
   int64_t max_document_length = 0;  // 0: the longest document
 };
-
-std::vector<int64_t> document_starts(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> starts;
-  for (int64_t length : lengths)
-    for (int64_t i = 0; i < length; ++i) starts.push_back(int64_t(starts.size()) - i);
-  return starts;
-}
 
 // Natural-log logsumexp of each query's scaled scores over the keys it sees, in double: what cuDNN's statistics
 // hold. q [T, heads, d], k [T, kv_heads, d] in f32; returns F32 [T, heads].

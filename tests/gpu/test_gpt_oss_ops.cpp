@@ -25,6 +25,7 @@
 namespace moetune {
 namespace {
 
+using testing::document_starts;
 using testing::kBf16Tolerance;
 using testing::poisoned;
 using testing::random_normal;
@@ -32,13 +33,6 @@ using testing::relative_error;
 using testing::to_cpu_f32;
 
 const Device kGpu = Device::cuda();
-
-std::vector<int64_t> document_starts(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> starts;
-  for (int64_t length : lengths)
-    for (int64_t i = 0; i < length; ++i) starts.push_back(int64_t(starts.size()) - i);
-  return starts;
-}
 
 struct AttentionCase {
   std::vector<int64_t> lengths;

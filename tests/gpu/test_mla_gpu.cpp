@@ -26,6 +26,7 @@
 namespace moetune {
 namespace {
 
+using testing::document_starts;
 using testing::kBf16Tolerance;
 using testing::poisoned;
 using testing::random_normal;
@@ -50,13 +51,6 @@ Tensor take(const Tensor& x, int64_t offset, int64_t n) {
   for (int64_t r = 0; r < tokens * heads; ++r)
     std::copy_n(x.data<float>() + r * width + offset, n, out.data<float>() + r * n);
   return out;
-}
-
-std::vector<int64_t> document_starts(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> starts;
-  for (int64_t length : lengths)
-    for (int64_t i = 0; i < length; ++i) starts.push_back(int64_t(starts.size()) - i);
-  return starts;
 }
 
 class MlaGpu : public testing::GpuTest {};
