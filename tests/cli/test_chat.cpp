@@ -6,6 +6,7 @@
 
 #include "moetune/cli/chat.h"
 #include "moetune/cli/generate.h"
+#include "moetune/core/error.h"
 #include "moetune/model/causal_lm.h"
 #include "test_util.h"
 
@@ -56,6 +57,18 @@ TEST(Generate, DeviceAndSpeedFlags) {
   const testing::RunResult wrong = testing::run_moetune("generate " + kChatModel.string() + " --prompt hi --device tpu");
   EXPECT_EQ(wrong.status, 1) << wrong.output;
   EXPECT_NE(wrong.output.find("expected auto, cpu or cuda"), std::string::npos) << wrong.output;
+}
+
+// DeepSeek-V3 trains on the GPU but has no latent-attention KV cache there: generation on cuda is refused naming
+// that, before anything is loaded (so this holds on a machine without a GPU too).
+TEST(Generate, LatentAttentionGeneratesOnTheCpuOnly) {
+  try {
+    cli::load_generation_model(testing::fixture("deepseek_v3_tiny"), "cuda");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a KV cache for multi-head latent attention"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

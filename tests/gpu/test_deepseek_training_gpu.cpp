@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "moetune/core/device.h"
+#include "moetune/core/error.h"
 #include "moetune/model/checkpoint.h"
 #include "test_util.h"
 #include "train/trainer_fixture.h"
@@ -42,6 +43,26 @@ TEST_F(DeepseekTrainingGpu, TrainsTracksTheCpuAndBalancesTheRouterBiasOnlyWhenAs
       Trainer(recipe("rate", {model, "training.device=cuda", "training.router_bias_update_rate=0.125"}), {}, false).run();
   const Tensor moved = model::load_checkpoint(on.final_model).parameter(bias);
   testing::expect_balanced_by_whole_steps(original, moved, 0.125, 6);
+}
+
+// What the GPU engine does not verify for latent attention is refused before training, naming the key.
+TEST_F(DeepseekTrainingGpu, RefusesLoraAndFreezingOnTheGpu) {
+  const std::string model = "model=" + testing::fixture("deepseek_v3_tiny").string();
+  const auto message = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> overrides = {model, "training.device=cuda"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    try {
+      Trainer(recipe("refused", overrides), {}, false).run();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string frozen = message({"training.freeze=[embed_tokens]"});
+  EXPECT_NE(frozen.find("training.freeze: 'embed_tokens' is frozen"), std::string::npos) << frozen;
+  const std::string lora = message({"lora.rank=4", "lora.alpha=8", "lora.target_modules=[o_proj]"});
+  EXPECT_NE(lora.find("lora"), std::string::npos) << lora;
+  std::printf("refused on the GPU: %s | %s\n", frozen.c_str(), lora.c_str());
 }
 
 }  // namespace
