@@ -22,20 +22,34 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
     for (const SublayerSpec& sublayer : layer.sublayers) {
       if (const AttentionSpec* a = sublayer.attention()) {
         if (a->mla) note(missing, "multi-head latent attention (MLA: kv_lora_rank, q/k head dim != v head dim)");
-        if (a->sinks) note(missing, "attention sinks");
-        if (a->sliding_window) note(missing, "sliding-window attention");
-        if (a->rope.type == "yarn") note(missing, "YaRN RoPE");
       }
       if (const MoeSpec* m = sublayer.moe()) {
         if (m->router.score == RouterScore::Sigmoid)
           note(missing, "the sigmoid group-limited router (n_group / topk_group, e_score_correction_bias)");
-        else if (!m->router.is_softmax_then_topk())
-          note(missing, m->router.is_topk_then_softmax() ? "the top-k-then-softmax router (with a bias)" : "this router");
-        if (m->experts.bias) note(missing, "expert biases");
-        if (m->experts.activation == Activation::ClampedSwiGLU) note(missing, "the clamped SwiGLU experts");
+        else if (!m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
+          note(missing, "this router");
       }
     }
   return missing;
+}
+
+std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec) {
+  std::vector<std::string> missing = features_missing_on_gpu(spec);
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers)
+      if (const AttentionSpec* a = sublayer.attention()) {
+        if (a->sinks) note(missing, "attention sinks (in generation)");
+        if (a->sliding_window) note(missing, "sliding-window attention (in generation)");
+        if (a->rope.type == "yarn") note(missing, "YaRN's attention scaling (in generation)");
+      }
+  return missing;
+}
+
+void require_gpu_generation_support(const ModelSpec& spec) {
+  const std::vector<std::string> missing = features_missing_for_gpu_generation(spec);
+  if (!missing.empty())
+    fail("{}: GPU generation does not implement {} yet; generate on the CPU (--device cpu)", spec.architecture,
+         fmt::join(missing, ", "));
 }
 
 void require_gpu_support(const ModelSpec& spec) {
