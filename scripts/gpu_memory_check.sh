@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # There (one H200), after scripts/stage_gpu_binaries.sh here:
-#   run(command="bash scripts/gpu_memory_check.sh [tests] [ref4] [layers12] [long]", carry=[".devcarry"])
+#   run(command="bash scripts/gpu_memory_check.sh [tests] [ref4] [layers12] [layers12x] [long]", carry=[".devcarry"])
 # Issue 11's memory work, measured against the plan:
 # tests:    the GPU tests of recomputation, the update during the backward pass and the memory plan.
 # ref4:     the reference job (Qwen3-30B-A3B cut to 4 layers, 2 x 4096 tokens, pure bf16) as it is, with each
 #           training.recompute mode, and with clipping off (which turns optimizer.update_in_backward on).
 # layers12: the 12-layer cut at micro-batch 2: as it is, then with 8-bit state + the update in the backward pass
 #           + recompute experts, then training.micro_batch_size: auto.
+# layers12x: the 12-layer cut at micro-batch 4 without clipping (so the update runs in the backward pass), with
+#           recompute experts in pure bf16, and with 8-bit state and no recomputation.
 # long:     the 4-layer cut at sequence 32768, micro-batch 1, with recomputation.
 # Each run prints its step line (tokens/s, peak) and the plan's prediction; logs go to $OUT.
 set -uo pipefail
@@ -71,6 +73,15 @@ for step in "$@"; do
       timeout 240 "$moetune" finetune -c bench/reference_job.yaml --set model=$model --set data.train=$data --set training.max_steps=6 \
         --set training.micro_batch_size=auto --set output.dir=$scratch/run > "$out/l12_auto.log" 2>&1
       echo "l12 micro_batch_size auto rc=$?"; grep -E "micro_batch_size auto|^step 6/" "$out/l12_auto.log" ;;
+    layers12x)
+      echo "== 12-layer cut, micro-batch 4 x 4096: the issue's 12-layer targets (>= 54 k tokens/s, <= 65 GB) =="
+      model_and_data 12 4096 || continue
+      PRECISION=pure_bf16
+      measure "l12 mb4 no clip (upd-bwd) + recompute experts" 16384 "--update-in-backward --recompute experts" -- \
+        --set training.micro_batch_size=4 --set optimizer.max_grad_norm=0 --set training.recompute=experts
+      PRECISION=pure_bf16+int8
+      measure "l12 mb4 int8 + no clip (upd-bwd)" 16384 "--update-in-backward" -- --set training.micro_batch_size=4 \
+        --set optimizer.state=int8 --set optimizer.max_grad_norm=0 ;;
     long)
       echo "== 4 layers at sequence 32768, micro-batch 1 =="
       model_and_data 4 32768 || continue

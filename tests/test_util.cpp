@@ -1,4 +1,5 @@
 #include "test_util.h"
+#include "json_lines.h"
 
 #include <unistd.h>
 
@@ -73,6 +74,14 @@ RunResult run_shell(const std::string& command_line) {
 void copy_folder(const fs::path& from, const fs::path& to) {
   fs::create_directories(to);
   fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+}
+
+std::vector<nlohmann::json> read_json_lines(const std::filesystem::path& file) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  return records;
 }
 
 }  // namespace moetune::testing

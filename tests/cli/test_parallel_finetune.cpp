@@ -11,6 +11,7 @@
 #include "moetune/io/safetensors.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/parallel/world.h"
+#include "json_lines.h"
 #include "test_util.h"
 
 namespace moetune {
@@ -18,12 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<nlohmann::json> metrics(const fs::path& run) {
-  std::vector<nlohmann::json> records;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-  return records;
-}
+std::vector<nlohmann::json> metrics(const fs::path& run) { return testing::read_json_lines(run / "metrics.jsonl"); }
 
 double max_difference(const fs::path& a, const fs::path& b) {
   const model::ModelWeights x = model::load_checkpoint(a), y = model::load_checkpoint(b, {DType::F32});

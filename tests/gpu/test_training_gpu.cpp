@@ -7,20 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_test_util.h"
+#include "json_lines.h"
 #include "test_util.h"
 
 namespace moetune {
 namespace {
 
 class TrainingGpu : public testing::GpuTest {};
-
-std::vector<nlohmann::json> read_metrics(const std::filesystem::path& file) {
-  std::vector<nlohmann::json> records;
-  std::ifstream in(file);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
-  return records;
-}
 
 TEST_F(TrainingGpu, LossCurveTracksTheCpu) {
   testing::ScratchDir dir;
@@ -34,7 +27,7 @@ TEST_F(TrainingGpu, LossCurveTracksTheCpu) {
     const bool shown = result.output.find(" TFLOP/s | GPU peak ") != std::string::npos;
     EXPECT_EQ(shown, device == "cuda") << result.output;
     std::vector<double> losses;
-    for (const auto& record : read_metrics(dir / device / "metrics.jsonl")) {
+    for (const auto& record : testing::read_json_lines(dir / device / "metrics.jsonl")) {
       losses.push_back(record["loss"].get<double>());
       if (device == "cuda") {
         EXPECT_TRUE(record.contains("gpu_peak_bytes")) << record.dump();

@@ -8,20 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_test_util.h"
+#include "json_lines.h"
 #include "test_util.h"
 
 namespace moetune {
 namespace {
 
 class UpdateInBackwardGpu : public testing::GpuTest {};
-
-std::vector<nlohmann::json> read_records(const std::filesystem::path& file) {
-  std::vector<nlohmann::json> records;
-  std::ifstream in(file);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
-  return records;
-}
 
 TEST_F(UpdateInBackwardGpu, SameStepsAsTheUpdateAfterTheBackwardPass) {
   testing::ScratchDir dir;
@@ -36,7 +29,7 @@ TEST_F(UpdateInBackwardGpu, SameStepsAsTheUpdateAfterTheBackwardPass) {
           " --set optimizer.update_in_backward=" + setting + " --set output.dir=" + run);
       ASSERT_EQ(result.status, 0) << result.output;
       std::vector<nlohmann::json> steps;
-      for (const auto& record : read_records(std::filesystem::path(run) / "metrics.jsonl"))
+      for (const auto& record : testing::read_json_lines(std::filesystem::path(run) / "metrics.jsonl"))
         if (record.contains("grad_norm")) steps.push_back(record);
       ASSERT_EQ(steps.size(), 20u) << result.output;
       runs.push_back(steps);

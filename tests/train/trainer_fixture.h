@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moetune/train/trainer.h"
+#include "json_lines.h"
 #include "test_util.h"
 
 namespace moetune::testing {
@@ -41,12 +42,7 @@ class TrainerTest : public ::testing::Test {
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return train::parse_recipe("", "test", overrides);
   }
-  std::vector<json> metrics(const std::string& output) {
-    std::vector<json> records;
-    std::ifstream stream(dir_ / output / "metrics.jsonl");
-    for (std::string line; std::getline(stream, line);) records.push_back(json::parse(line));
-    return records;
-  }
+  std::vector<json> metrics(const std::string& output) { return testing::read_json_lines(dir_ / output / "metrics.jsonl"); }
   ScratchDir dir_;
 };
 

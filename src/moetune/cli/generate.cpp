@@ -28,11 +28,12 @@ std::unique_ptr<model::LanguageModel> load_generation_model(const std::filesyste
     const model::ModelSpec spec = model::load_model_spec(folder / "config.json");
     const std::vector<std::string> missing = model::features_missing_for_gpu_generation(spec);
     if (!missing.empty()) {
-      std::fprintf(stderr, "moetune: the GPU engine does not run %s's %s yet, so this runs on the CPU (fp32)\n",
+      std::fprintf(stderr, "moetune: GPU generation does not run %s's %s yet, so this runs on the CPU (fp32)\n",
                    spec.architecture.c_str(), fmt::format("{}", fmt::join(missing, ", ")).c_str());
       return model::load_language_model(folder, "cpu");
     }
   }
+  // Before anything else, also on a machine without a GPU: the user learns what is missing, not that no GPU is there.
   if (device == "cuda") model::require_gpu_generation_support(model::load_model_spec(folder / "config.json"));
   return model::load_language_model(folder, device);
 }

@@ -20,23 +20,14 @@ void note(std::vector<std::string>& missing, std::string feature) {
 std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   std::vector<std::string> missing;
   for (const LayerSpec& layer : spec.layers)
-    for (const SublayerSpec& sublayer : layer.sublayers) {
-      if (const AttentionSpec* a = sublayer.attention()) {
-        if (a->sinks) note(missing, "attention sinks");
-        if (a->sliding_window) note(missing, "sliding-window attention");
-        if (a->rope.type == "yarn" && !a->mla) note(missing, "YaRN RoPE");  // MLA's block applies YaRN's factor
-      }
+    for (const SublayerSpec& sublayer : layer.sublayers)
       if (const MoeSpec* m = sublayer.moe()) {
-        if (m->router.score == RouterScore::Sigmoid && !is_sigmoid_group_limited(m->router))
-          note(missing, "this sigmoid router");
-        else if (m->router.score != RouterScore::Sigmoid && !m->router.is_softmax_then_topk())
-          note(missing, m->router.is_topk_then_softmax() ? "the top-k-then-softmax router (with a bias)" : "this router");
+        if (m->router.score == RouterScore::Sigmoid ? !is_sigmoid_group_limited(m->router)
+                                                     : !m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
+          note(missing, "this router");
         if (m->router.num_experts > 256)  // the one-warp-per-token router kernels (Kimi-K2 has 384)
           note(missing, "routers over more than 256 experts");
-        if (m->experts.bias) note(missing, "expert biases");
-        if (m->experts.activation == Activation::ClampedSwiGLU) note(missing, "the clamped SwiGLU experts");
       }
-    }
   return missing;
 }
 
@@ -44,15 +35,22 @@ std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& sp
   std::vector<std::string> missing = features_missing_on_gpu(spec);
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers)
-      if (const AttentionSpec* a = sublayer.attention(); a && a->mla)
-        note(missing, "a KV cache for multi-head latent attention (generation)");
+      if (const AttentionSpec* a = sublayer.attention()) {
+        if (a->mla) {  // its whole KV cache is missing: the rest would say less
+          note(missing, "a KV cache for multi-head latent attention (generation)");
+          continue;
+        }
+        if (a->sinks) note(missing, "attention sinks (in generation)");
+        if (a->sliding_window) note(missing, "sliding-window attention (in generation)");
+        if (a->rope.type == "yarn") note(missing, "YaRN's attention scaling (in generation)");
+      }
   return missing;
 }
 
 void require_gpu_generation_support(const ModelSpec& spec) {
   const std::vector<std::string> missing = features_missing_for_gpu_generation(spec);
   if (!missing.empty())
-    fail("{}: the GPU engine does not generate with {} yet; run it on the CPU (--device cpu)", spec.architecture,
+    fail("{}: GPU generation does not implement {} yet; generate on the CPU (--device cpu)", spec.architecture,
          fmt::join(missing, ", "));
 }
 

@@ -1,8 +1,7 @@
-// What only the CPU engine runs so far. GPT-OSS brought attention sinks, sliding windows, YaRN, a biased
-// top-k-then-softmax router and biased experts with a clamped SwiGLU to the CPU reference; the GPU blocks have
-// none of them yet, so the GPU model refuses such a spec by naming what is missing instead of training something
-// else than transformers does. DeepSeek-V3 trains on the GPU, but generates on the CPU only (its latent attention
-// has no GPU KV cache yet).
+// What only the CPU engine runs so far, so that the GPU model refuses such a spec by naming what is missing instead
+// of computing something else than transformers does. GPT-OSS and DeepSeek-V3 train on the GPU, but the GPU's
+// generation path (the KV-cached attention and its decode kernel) has no sinks, sliding window or YaRN scaling
+// yet, and no latent-attention cache: generation refuses them.
 #pragma once
 
 #include <string>
@@ -18,9 +17,10 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec);
 // Fails naming the architecture and every missing feature (and how to train it anyway: on the CPU).
 void require_gpu_support(const ModelSpec& spec);
 
-// For generation (generate, chat): the above, and DeepSeek-V3's latent attention, which trains on the GPU but
-// has no KV cache there yet.
+// As features_missing_on_gpu, for generation (prefill and decode with the KV cache) rather than training.
 std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec);
+
+// Fails naming the architecture and what GPU generation lacks (and how to generate anyway: on the CPU).
 void require_gpu_generation_support(const ModelSpec& spec);
 
 }  // namespace moetune::model
