@@ -10,21 +10,37 @@
 namespace moetune::model {
 namespace {
 
+// require_gpu_support's error names the architecture and a missing feature, and says how to train it anyway.
+void expect_refused(const ModelSpec& spec, const std::string& architecture, const std::string& feature) {
+  try {
+    require_gpu_support(spec);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(architecture), std::string::npos) << message;
+    EXPECT_NE(message.find(feature), std::string::npos) << message;
+    EXPECT_NE(message.find("on the CPU"), std::string::npos) << message;
+  }
+}
+
 TEST(DeviceSupport, GpuRefusesGptOssNamingWhatIsMissing) {
   const ModelSpec spec = load_model_spec(testing::fixture("gpt_oss_tiny") / "config.json");
   EXPECT_EQ(features_missing_on_gpu(spec),
             std::vector<std::string>({"attention sinks", "sliding-window attention", "YaRN RoPE",
                                       "the top-k-then-softmax router (with a bias)", "expert biases",
                                       "the clamped SwiGLU experts"}));
-  try {
-    require_gpu_support(spec);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("GptOssForCausalLM"), std::string::npos) << message;
-    EXPECT_NE(message.find("attention sinks"), std::string::npos) << message;
-    EXPECT_NE(message.find("on the CPU"), std::string::npos) << message;
-  }
+  expect_refused(spec, "GptOssForCausalLM", "attention sinks");
+}
+
+// Nemotron-H runs on the CPU only until its Mamba2 ops and blocks have passed on a GPU.
+TEST(DeviceSupport, GpuRefusesNemotronHNamingWhatIsMissing) {
+  const ModelSpec spec = load_model_spec(testing::fixture("nemotron_h_tiny") / "config.json");
+  EXPECT_EQ(features_missing_on_gpu(spec),
+            std::vector<std::string>({"Mamba2 mixers (the chunked selective scan, its conv and gated norm)",
+                                      "the sigmoid group-limited router (n_group / topk_group, e_score_correction_bias)",
+                                      "relu² experts", "a relu² shared expert", "latent MoE (moe_latent_size)",
+                                      "attention without RoPE", "relu² MLPs"}));
+  expect_refused(spec, "NemotronHForCausalLM", "Mamba2");
 }
 
 TEST(DeviceSupport, GpuRunsTheOtherFamilies) {

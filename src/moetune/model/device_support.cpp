@@ -25,7 +25,10 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
         if (a->sinks) note(missing, "attention sinks");
         if (a->sliding_window) note(missing, "sliding-window attention");
         if (a->rope.type == "yarn") note(missing, "YaRN RoPE");
+        if (a->rope.type == "none") note(missing, "attention without RoPE");
       }
+      if (sublayer.mamba2()) note(missing, "Mamba2 mixers (the chunked selective scan, its conv and gated norm)");
+      if (const MlpSpec* m = sublayer.mlp(); m && m->activation != Activation::SwiGLU) note(missing, "relu² MLPs");
       if (const MoeSpec* m = sublayer.moe()) {
         if (m->router.score == RouterScore::Sigmoid)
           note(missing, "the sigmoid group-limited router (n_group / topk_group, e_score_correction_bias)");
@@ -33,6 +36,9 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
           note(missing, m->router.is_topk_then_softmax() ? "the top-k-then-softmax router (with a bias)" : "this router");
         if (m->experts.bias) note(missing, "expert biases");
         if (m->experts.activation == Activation::ClampedSwiGLU) note(missing, "the clamped SwiGLU experts");
+        if (m->experts.activation == Activation::ReluSquared) note(missing, "relu² experts");
+        if (m->shared_expert && m->shared_expert->mlp.activation != Activation::SwiGLU) note(missing, "a relu² shared expert");
+        if (m->latent_size) note(missing, "latent MoE (moe_latent_size)");
       }
     }
   return missing;

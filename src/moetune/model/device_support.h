@@ -2,7 +2,7 @@
 // top-k-then-softmax router and biased experts with a clamped SwiGLU to the CPU reference; the GPU blocks have
 // none of them yet, so the GPU model refuses such a spec by naming what is missing instead of training something
 // else than transformers does. DeepSeek-V3's multi-head latent attention and sigmoid group-limited router are
-// CPU-only too.
+// CPU-only too, as are Nemotron-H's Mamba2 mixers, relu² MLPs and experts, latent MoE and attention without RoPE.
 #pragma once
 
 #include <string>
