@@ -51,12 +51,18 @@ Mamba2Block::Mamba2Block(const ParameterStore& store, const std::string& layer, 
 }
 
 Tensor Mamba2Block::forward(const Tensor& h, const StepContext& context) {
-  // A cached decode step sees only its new tokens; the Mamba2 state would have to be carried between steps.
-  MOETUNE_CHECK(!context.kv_cache,
-                "generate / chat with Mamba2 layers (Nemotron-H) is not implemented yet (no recurrent-state cache); "
-                "use eval, or transformers, to sample from this model");
-  input_ = h;
   const Tensor normed = ops::rms_norm_forward(h, norm_.value, eps_);
+  if (context.kv_cache) {
+    // A cached decode step: the recurrence runs again over the sequence's inputs so far (one document, no
+    // padding), O(sequence) per token like the attention beside it; the new tokens' rows are the last ones.
+    const Tensor inputs = context.kv_cache->append_inputs(normed);
+    const int64_t total = inputs.size(0), fresh = h.size(0);
+    ops::DocumentStarts starts(size_t(total), 0);
+    starts[0] = 1;
+    const Tensor out = mamba2_mixer_forward(spec_, weights_, inputs, {starts, {}}, nullptr);
+    return add(h, out.narrow(total - fresh, fresh));
+  }
+  input_ = h;
   return add(h, mamba2_mixer_forward(spec_, weights_, normed, mamba2_rows(context.layout), &stash_));
 }
 
