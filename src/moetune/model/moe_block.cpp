@@ -24,12 +24,18 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       latent_out_bias_(store.find(layer + "moe.latent_out_bias")) {
   MOETUNE_CHECK(spec_.latent_size.has_value() == latent_in_.defined() && latent_in_.defined() == latent_out_.defined(),
                 "{}: the spec and the parameters disagree on the latent projections", layer);
+  // LoRA adapters there would be made and never used: refuse them rather than train without them.
+  for (const char* weight : {"moe.latent_in", "moe.latent_out"})
+    MOETUNE_CHECK(LoraLinear::lookup(store, layer + weight).empty(),
+                  "{}{}: LoRA on the latent MoE projections is not implemented; leave fc1_latent_proj / "
+                  "fc2_latent_proj out of lora.target_modules",
+                  layer, weight);
   MOETUNE_CHECK(cpu_runs_router(spec_.router), "{}: this router is not implemented on the CPU", layer);
   MOETUNE_CHECK(spec_.router.bias == p_.router_bias.defined() && spec_.experts.bias == p_.gate_up_bias.defined(),
                 "{}: the spec and the parameters disagree on the router's or the experts' biases", layer);
   // The experts' LoRA path is plain SwiGLU without biases (GPT-OSS's experts are refused by the LoRA loader).
   MOETUNE_CHECK(expert_lora_.empty() || (!spec_.experts.bias && spec_.experts.activation == Activation::SwiGLU),
-                "{}: LoRA on these experts (biases or clamped SwiGLU) is not implemented", layer);
+                "{}: LoRA on these experts (biases, clamped SwiGLU or relu²) is not implemented", layer);
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
