@@ -7,6 +7,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/model/families/nemotron_h_config.h"
+#include "moetune/model/model_description.h"
 #include "test_util.h"
 
 namespace moetune::model {
@@ -30,6 +31,26 @@ TEST(NemotronHConfig, ParameterCountsEqualTransformers) {
     EXPECT_EQ(config.mamba.num_groups, counts[name]["n_groups"].get<int64_t>()) << name;
     EXPECT_EQ(config.mamba.conv_kernel, counts[name]["conv_kernel"].get<int64_t>()) << name;
     EXPECT_EQ(config.num_experts, counts[name]["n_routed_experts"].get<int64_t>()) << name;
+  }
+}
+
+// The family's engine layout holds exactly these tensors (names and shapes, e_score_correction_bias a buffer),
+// and counts what transformers counts: 31,577,937,344 for Nano's architecture.
+TEST(NemotronHConfig, FamilyLayoutIsTheTensorInventory) {
+  const json counts = fixture_json("counts.json");
+  for (const char* name : {"nano_30b_a3b", "latent"}) {
+    json config = fixture_json(std::string(name) + ".json");
+    config["architectures"] = {"NemotronHForCausalLM"};
+    config["model_type"] = "nemotron_h";
+    const ParameterLayout layout = parameter_layout(describe_model(config, name));
+    EXPECT_EQ(layout.total_parameters(), counts[name]["num_parameters"].get<int64_t>()) << name;
+    std::vector<std::pair<std::string, Shape>> pieces, inventory;
+    for (const ParameterSpec& p : layout.parameters)
+      for (const HfTensor& piece : p.pieces) pieces.emplace_back(piece.name, piece.shape);
+    for (const NemotronHTensor& t : nemotron_h_tensors(read(config))) inventory.emplace_back(t.name, t.shape);
+    std::sort(pieces.begin(), pieces.end());
+    std::sort(inventory.begin(), inventory.end());
+    EXPECT_EQ(pieces, inventory) << name;
   }
 }
 
