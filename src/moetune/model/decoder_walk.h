@@ -56,7 +56,6 @@ struct Sublayer {
   bool recompute = false;
   Tensor recompute_input;
 
-  // Every block takes the device's StepContext, so one walk serves both devices.
   // Calls `f` with the one block this sublayer holds.
   template <typename F>
   decltype(auto) with_block(F&& f) const {
@@ -66,6 +65,7 @@ struct Sublayer {
     return f(*moe);
   }
 
+  // Every block takes the device's StepContext, so one walk serves both devices.
   template <typename Context>
   Tensor forward(const Tensor& h, Context& context) {
     return with_block([&](auto& block) { return block.forward(h, context); });
