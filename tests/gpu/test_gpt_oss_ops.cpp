@@ -46,6 +46,8 @@ struct AttentionCase {
   int64_t window = 0;  // 0: none
   bool sinks = false;
   DType sink_dtype = DType::F32;
+  double scale_factor = 1.0;  // YaRN's attention scaling m² multiplies the softmax scale
+  float sink_std = 2.0f;
 };
 
 class GptOssAttentionGpu : public testing::GpuTest {
@@ -57,13 +59,13 @@ class GptOssAttentionGpu : public testing::GpuTest {
     const std::vector<int64_t> starts = document_starts(c.lengths);
     const int64_t tokens = int64_t(starts.size()), d = c.head_dim;
     const int64_t longest = *std::max_element(c.lengths.begin(), c.lengths.end());
-    const double scale = 1.0 / std::sqrt(double(d));
+    const double scale = c.scale_factor / std::sqrt(double(d));
     const Tensor q = random_normal({tokens, c.heads, d}, DType::BF16, kGpu, rng());
     const Tensor k = random_normal({tokens, c.kv_heads, d}, DType::BF16, kGpu, rng());
     const Tensor v = random_normal({tokens, c.kv_heads, d}, DType::BF16, kGpu, rng());
     const Tensor dout = random_normal({tokens, c.heads, d}, DType::BF16, kGpu, rng());
     // Sinks around the typical log-sum-exp (a few nats), so that they take a real share of the softmax.
-    const Tensor sinks = c.sinks ? random_normal({c.heads}, c.sink_dtype, kGpu, rng(), 2.0f) : Tensor();
+    const Tensor sinks = c.sinks ? random_normal({c.heads}, c.sink_dtype, kGpu, rng(), c.sink_std) : Tensor();
 
     ops::AttentionVariant variant;
     if (c.window > 0) variant.sliding_window = c.window;
@@ -101,6 +103,15 @@ TEST_F(GptOssAttentionGpu, SlidingWindowSmallerThanTheDocuments) {
   check({.lengths = {300}, .window = 128});
   check({.lengths = {1, 17, 64, 5, 130}, .window = 16});
   check({.lengths = {40, 3, 90}, .heads = 4, .kv_heads = 4, .head_dim = 128, .window = 7});
+}
+
+// gpt_oss_tiny's shapes (head_dim 8, documents of equal length, all longer than the window), and YaRN's
+// attention scaling m² (1.81 for factor 32) folded into the softmax scale beside the sinks, which it does not scale.
+TEST_F(GptOssAttentionGpu, TinyShapesAndYarnScaledSoftmax) {
+  check({.lengths = {8, 8}, .heads = 4, .kv_heads = 2, .head_dim = 8, .window = 4});
+  check({.lengths = {8, 5}, .heads = 4, .kv_heads = 2, .head_dim = 8, .window = 4});
+  check({.lengths = {64, 64}, .window = 16, .sinks = true, .scale_factor = 1.813});
+  check({.lengths = {300}, .window = 128, .sinks = true, .scale_factor = 1.813, .sink_std = 0.5f});
 }
 
 TEST_F(GptOssAttentionGpu, SinksOnFullAttention) {

@@ -33,9 +33,14 @@ struct Tolerances {
 // flipping under bf16 activations: a discrete change the bounds below must admit.
 constexpr Tolerances kAgainstHf{5e-2, 2e-2, 1.5e-1};
 constexpr Tolerances kAgainstCpuOnBf16Weights{5e-2, 2e-2, 1.5e-1};
-// k_proj.bias's gradient is nearly zero by symmetry (tests/model/test_parity.cpp says why), so its relative
-// error is noise-sized on every device: 6–12e-2 here.
-constexpr double kNearSymmetricGradientTolerance = 2e-1;
+// Gradients that are short sums of cancelling terms carry the most relative bf16 noise: k_proj.bias's (nearly zero
+// by symmetry, tests/model/test_parity.cpp says why; 6–12e-2 here) and GPT-OSS's sinks' (ds_h = −Σ_t p_sink·D_t
+// over a few tokens: gpt_oss_tiny's packed layer 1 sinks gradient is 4e-3 in norm, and transformers' own bf16 run
+// is 0.13 off it, tests/reference/bf16_gradient_noise.py; the GPU 0.15–0.18).
+constexpr double kCancellingGradientTolerance = 2e-1;
+bool cancelling_gradient(const std::string& hf_name) {
+  return hf_name.ends_with("k_proj.bias") || hf_name.ends_with("self_attn.sinks");
+}
 
 // The CPU reference model on the fixture's weights rounded to bf16 and widened back to fp32.
 CausalLM cpu_on_bf16_weights(const std::filesystem::path& folder) {
@@ -90,7 +95,7 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
     auto check_grad = [&](const Tensor& actual, const std::string& hf_name) {
       const double error = testing::relative_error(actual, ref_grad(hf_name));
       if (error > worst) worst = error, worst_name = hf_name;
-      EXPECT_LE(error, hf_name.ends_with("k_proj.bias") ? kNearSymmetricGradientTolerance : tolerance.gradient)
+      EXPECT_LE(error, cancelling_gradient(hf_name) ? kCancellingGradientTolerance : tolerance.gradient)
           << label << " grad " << hf_name;
     };
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -153,7 +158,7 @@ TEST_P(ModelParityGpu, PackedRowWithRestartingPositions) { check_case("packed");
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
                          ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny",
-                                           "qwen2_moe_tiny"));
+                                           "qwen2_moe_tiny", "gpt_oss_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

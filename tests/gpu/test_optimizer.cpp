@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <random>
 #include <set>
 
 #include "gpu_test_util.h"
+#include "moetune/core/cuda_runtime.h"
 #include "moetune/core/half.h"
 #include "moetune/ops/adamw_math.h"
 #include "moetune/ops/cast.h"
@@ -466,6 +468,42 @@ TEST_F(AdamWInt8Gpu, MatchesCpuBitForBitInEveryPrecision) {
 TEST_F(AdamWInt8Gpu, ManySmallTensorsWithoutGradScaleMatchCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
   run_against_cpu(OptimizerPrecision::Fp32Master, many_small_shapes(rng(), 1000), {0, 319, 320, 999}, false);
+}
+
+// The step's time over one 128M-element tensor with bf16 moments and with 8-bit moments (printed for
+// docs/benchmarks.md; AdamW is bandwidth-bound: ~14 B per element with bf16 moments, ~8 B with 8-bit ones).
+TEST_F(AdamWInt8Gpu, SpeedBesideBf16Moments) {
+  const int64_t n = int64_t(1) << 27;
+  const Shape shape = {n}, blocks = {ops::adamw_state_blocks(n)};
+  const Tensor grad = on_gpu(testing::random_normal(shape, DType::F32, Device::cpu(), rng(), 1e-3f), DType::BF16, false);
+  const auto time_steps = [&](std::vector<AdamWSlot>& slots, bool int8_state) {
+    constexpr int kWarmup = 2, kSteps = 10;
+    const auto step = [&](int k) {
+      ops::cuda::adamw_step(slots, TwinOptimizers::hyper(1e-3, k), OptimizerPrecision::PureBf16, Tensor(), seed(),
+                            int8_state);
+    };
+    for (int k = 1; k <= kWarmup; ++k) step(k);
+    gpu::synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = kWarmup + 1; k <= kWarmup + kSteps; ++k) step(k);
+    gpu::synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kSteps;
+  };
+  std::vector<AdamWSlot> bf16 = {{.param = Tensor::zeros(shape, DType::BF16, Device::cuda()), .grad = grad,
+                                  .exp_avg = Tensor::zeros(shape, DType::BF16, Device::cuda()),
+                                  .exp_avg_sq = Tensor::zeros(shape, DType::BF16, Device::cuda())}};
+  const double bf16_ms = time_steps(bf16, false);
+  bf16.clear();
+  std::vector<AdamWSlot> int8 = {{.param = Tensor::zeros(shape, DType::BF16, Device::cuda()), .grad = grad,
+                                  .exp_avg = Tensor::zeros(shape, DType::U8, Device::cuda()),
+                                  .exp_avg_sq = Tensor::zeros(shape, DType::U8, Device::cuda()),
+                                  .exp_avg_absmax = Tensor::zeros(blocks, DType::F32, Device::cuda()),
+                                  .exp_avg_sq_absmax = Tensor::zeros(blocks, DType::F32, Device::cuda())}};
+  const double int8_ms = time_steps(int8, true);
+  std::printf("AdamW step over %lld elements (pure bf16 weights): bf16 moments %.3f ms (%.0f GB/s at 14 B), 8-bit "
+              "moments %.3f ms (%.0f GB/s at 8 B)\n",
+              static_cast<long long>(n), bf16_ms, 14.0 * double(n) / bf16_ms / 1e6, int8_ms,
+              8.0 * double(n) / int8_ms / 1e6);
 }
 
 TEST_F(AdamWInt8Gpu, RejectsMismatchedState) {

@@ -1,4 +1,4 @@
-// What only the CPU engine runs is named, so the GPU model refuses GPT-OSS with the features it lacks instead of
+// What only the CPU engine runs is named, so the GPU model refuses a model with the features it lacks instead of
 // training something else than transformers does; the families the GPU runs pass.
 #include <gtest/gtest.h>
 
@@ -10,26 +10,30 @@
 namespace moetune::model {
 namespace {
 
-// require_gpu_support's error names the architecture and a missing feature, and says how to train it anyway.
-void expect_refused(const ModelSpec& spec, const std::string& architecture, const std::string& feature) {
-  try {
-    require_gpu_support(spec);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(architecture), std::string::npos) << message;
-    EXPECT_NE(message.find(feature), std::string::npos) << message;
-    EXPECT_NE(message.find("on the CPU"), std::string::npos) << message;
+TEST(DeviceSupport, GpuRunsTheSupportedFamilies) {
+  for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny"}) {
+    const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
+    EXPECT_TRUE(features_missing_on_gpu(spec).empty()) << name;
+    EXPECT_NO_THROW(require_gpu_support(spec)) << name;
   }
 }
 
-TEST(DeviceSupport, GpuRefusesGptOssNamingWhatIsMissing) {
+// GPT-OSS trains on the GPU, but the KV-cached generation path has no sinks, window or YaRN scaling: it names them.
+TEST(DeviceSupport, GpuGenerationRefusesGptOssNamingWhatIsMissing) {
   const ModelSpec spec = load_model_spec(testing::fixture("gpt_oss_tiny") / "config.json");
-  EXPECT_EQ(features_missing_on_gpu(spec),
-            std::vector<std::string>({"attention sinks", "sliding-window attention", "YaRN RoPE",
-                                      "the top-k-then-softmax router (with a bias)", "expert biases",
-                                      "the clamped SwiGLU experts"}));
-  expect_refused(spec, "GptOssForCausalLM", "attention sinks");
+  EXPECT_EQ(features_missing_for_gpu_generation(spec),
+            std::vector<std::string>({"attention sinks (in generation)", "sliding-window attention (in generation)",
+                                      "YaRN's attention scaling (in generation)"}));
+  try {
+    require_gpu_generation_support(spec);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("GptOssForCausalLM"), std::string::npos) << message;
+    EXPECT_NE(message.find("--device cpu"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(features_missing_for_gpu_generation(load_model_spec(testing::fixture("qwen3_moe_tiny") / "config.json"))
+                  .empty());
 }
 
 // Nemotron-H runs on the CPU only until its Mamba2 ops and blocks have passed on a GPU.
@@ -40,14 +44,14 @@ TEST(DeviceSupport, GpuRefusesNemotronHNamingWhatIsMissing) {
                                       "the sigmoid group-limited router (n_group / topk_group, e_score_correction_bias)",
                                       "relu² experts", "a relu² shared expert", "latent MoE (moe_latent_size)",
                                       "attention without RoPE", "relu² MLPs"}));
-  expect_refused(spec, "NemotronHForCausalLM", "Mamba2");
-}
-
-TEST(DeviceSupport, GpuRunsTheOtherFamilies) {
-  for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"}) {
-    const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
-    EXPECT_TRUE(features_missing_on_gpu(spec).empty()) << name;
-    EXPECT_NO_THROW(require_gpu_support(spec)) << name;
+  try {
+    require_gpu_support(spec);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("NemotronHForCausalLM"), std::string::npos) << message;
+    EXPECT_NE(message.find("Mamba2"), std::string::npos) << message;
+    EXPECT_NE(message.find("on the CPU"), std::string::npos) << message;
   }
 }
 

@@ -91,5 +91,36 @@ TEST(BlockwiseQuant, EachValueGetsItsNearestCodeAndRoundTripsWithinHalfAGap) {
   }
 }
 
+// The GPU's bucketed search gives nearest_code's answer: on both sides of every bucket edge, at every midpoint and
+// its float neighbours, at 0, -0, ±1, NaN, and on a million random values spread over the magnitudes.
+TEST(BlockwiseQuant, BucketedNearestCodeEqualsTheFullSearch) {
+  std::mt19937 rng(7);
+  for (const auto* map : {&dynamic_map_signed(), &dynamic_map_unsigned()}) {
+    const std::vector<float> midpoints = code_midpoints(map->data(), 256);
+    const CodeBuckets buckets = CodeBuckets::build(midpoints);
+    int widest = 0;
+    for (const CodeBucket& b : buckets.positive) widest = std::max(widest, int(b.span));
+    for (const CodeBucket& b : buckets.negative) widest = std::max(widest, int(b.span));
+    EXPECT_LE(widest, 3) << "buckets this wide make the search slow; add mantissa bits";
+    const auto check = [&](float unit) {
+      const uint8_t expected = nearest_code(midpoints.data(), 255, unit);
+      ASSERT_EQ(bucketed_nearest_code(midpoints.data(), buckets.positive.data(), buckets.negative.data(), unit),
+                expected)
+          << "unit " << unit;
+    };
+    std::vector<float> units = {0.0f, -0.0f, 1.0f, -1.0f, std::nanf(""), 1e-45f, -1e-45f, 0x1p-32f, -0x1p-32f};
+    for (float m : midpoints)
+      for (float v : {m, std::nextafter(m, -2.0f), std::nextafter(m, 2.0f)}) units.push_back(v);
+    for (uint32_t key = kFirstCodeBucketKey; key <= (127u << kCodeBucketMantissaBits); ++key) {
+      const float edge = bits_float(key << (23 - kCodeBucketMantissaBits));
+      for (float v : {edge, std::nextafter(edge, 0.0f)}) units.insert(units.end(), {v, -v});
+    }
+    std::uniform_real_distribution<float> exponent(-40.0f, 0.0f), sign(-1.0f, 1.0f);
+    for (int i = 0; i < 1000000; ++i) units.push_back(std::copysign(std::exp2(exponent(rng)), sign(rng)));
+    for (float unit : units)
+      if ((unit >= -1.0f && unit <= 1.0f) || std::isnan(unit)) check(unit);
+  }
+}
+
 }  // namespace
 }  // namespace moetune::ops

@@ -26,9 +26,9 @@ std::unique_ptr<model::LanguageModel> load_generation_model(const std::filesyste
                                                             const std::string& device) {
   if (device == "auto" && cuda_device_count() > 0) {
     const model::ModelSpec spec = model::load_model_spec(folder / "config.json");
-    const std::vector<std::string> missing = model::features_missing_on_gpu(spec);
+    const std::vector<std::string> missing = model::features_missing_for_gpu_generation(spec);
     if (!missing.empty()) {
-      std::fprintf(stderr, "moetune: the GPU engine does not run %s's %s yet, so this runs on the CPU (fp32)\n",
+      std::fprintf(stderr, "moetune: GPU generation does not run %s's %s yet, so this runs on the CPU (fp32)\n",
                    spec.architecture.c_str(), fmt::format("{}", fmt::join(missing, ", ")).c_str());
       return model::load_language_model(folder, "cpu");
     }

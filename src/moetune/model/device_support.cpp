@@ -22,9 +22,6 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
     for (const SublayerSpec& sublayer : layer.sublayers) {
       if (const AttentionSpec* a = sublayer.attention()) {
         if (a->mla) note(missing, "multi-head latent attention (MLA: kv_lora_rank, q/k head dim != v head dim)");
-        if (a->sinks) note(missing, "attention sinks");
-        if (a->sliding_window) note(missing, "sliding-window attention");
-        if (a->rope.type == "yarn") note(missing, "YaRN RoPE");
         if (a->rope.type == "none") note(missing, "attention without RoPE");
       }
       if (sublayer.mamba2()) note(missing, "Mamba2 mixers (the chunked selective scan, its conv and gated norm)");
@@ -32,16 +29,33 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
       if (const MoeSpec* m = sublayer.moe()) {
         if (m->router.score == RouterScore::Sigmoid)
           note(missing, "the sigmoid group-limited router (n_group / topk_group, e_score_correction_bias)");
-        else if (!m->router.is_softmax_then_topk())
-          note(missing, m->router.is_topk_then_softmax() ? "the top-k-then-softmax router (with a bias)" : "this router");
-        if (m->experts.bias) note(missing, "expert biases");
-        if (m->experts.activation == Activation::ClampedSwiGLU) note(missing, "the clamped SwiGLU experts");
+        else if (!m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
+          note(missing, "this router");
         if (m->experts.activation == Activation::ReluSquared) note(missing, "relu² experts");
         if (m->shared_expert && m->shared_expert->mlp.activation != Activation::SwiGLU) note(missing, "a relu² shared expert");
         if (m->latent_size) note(missing, "latent MoE (moe_latent_size)");
       }
     }
   return missing;
+}
+
+std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec) {
+  std::vector<std::string> missing = features_missing_on_gpu(spec);
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers)
+      if (const AttentionSpec* a = sublayer.attention()) {
+        if (a->sinks) note(missing, "attention sinks (in generation)");
+        if (a->sliding_window) note(missing, "sliding-window attention (in generation)");
+        if (a->rope.type == "yarn") note(missing, "YaRN's attention scaling (in generation)");
+      }
+  return missing;
+}
+
+void require_gpu_generation_support(const ModelSpec& spec) {
+  const std::vector<std::string> missing = features_missing_for_gpu_generation(spec);
+  if (!missing.empty())
+    fail("{}: GPU generation does not implement {} yet; generate on the CPU (--device cpu)", spec.architecture,
+         fmt::join(missing, ", "));
 }
 
 void require_gpu_support(const ModelSpec& spec) {

@@ -1,8 +1,8 @@
-// What only the CPU engine runs so far. GPT-OSS brought attention sinks, sliding windows, YaRN, a biased
-// top-k-then-softmax router and biased experts with a clamped SwiGLU to the CPU reference; the GPU blocks have
-// none of them yet, so the GPU model refuses such a spec by naming what is missing instead of training something
-// else than transformers does. DeepSeek-V3's multi-head latent attention and sigmoid group-limited router are
-// CPU-only too, as are Nemotron-H's Mamba2 mixers, relu² MLPs and experts, latent MoE and attention without RoPE.
+// What only the CPU engine runs so far, so that the GPU model refuses such a spec by naming what is missing instead
+// of computing something else than transformers does. DeepSeek-V3's multi-head latent attention and sigmoid
+// group-limited router are CPU-only, as are Nemotron-H's Mamba2 mixers, relu² MLPs and experts, latent MoE and
+// attention without RoPE. GPT-OSS trains on the GPU, but the GPU's generation path (the KV-cached
+// attention and its decode kernel) has no sinks, sliding window or YaRN scaling yet: generation refuses them.
 #pragma once
 
 #include <string>
@@ -17,5 +17,11 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec);
 
 // Fails naming the architecture and every missing feature (and how to train it anyway: on the CPU).
 void require_gpu_support(const ModelSpec& spec);
+
+// As features_missing_on_gpu, for generation (prefill and decode with the KV cache) rather than training.
+std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec);
+
+// Fails naming the architecture and what GPU generation lacks (and how to generate anyway: on the CPU).
+void require_gpu_generation_support(const ModelSpec& spec);
 
 }  // namespace moetune::model

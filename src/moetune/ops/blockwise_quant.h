@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "moetune/ops/blockwise_quant_math.h"
+
 namespace moetune::ops {
 
 // bitsandbytes' create_dynamic_map(signed=True) and create_dynamic_map(signed=False) (256 float32 values each,
@@ -32,6 +34,13 @@ struct BlockCodes {
   std::vector<float> absmax;   // one per block
 };
 BlockCodes quantize_blocks(const float* values, int64_t count, int64_t block, const float* code, int64_t code_size);
+
+// The buckets bucketed_nearest_code (ops/blockwise_quant_math.h) reads for a code's sorted midpoints: for each
+// bucket of each sign, the codes of its smallest and largest magnitude, as nearest_code gives them.
+struct CodeBuckets {
+  std::vector<CodeBucket> positive, negative;  // kCodeBuckets each
+  static CodeBuckets build(const std::vector<float>& midpoints);
+};
 
 // The values back: code[codes[i]] * absmax[i / block].
 void dequantize_blocks(const uint8_t* codes, const float* absmax, int64_t count, int64_t block, const float* code, float* out);

@@ -80,7 +80,7 @@ constexpr uint32_t kUnsignedMapBits[256] = {
     0x3f65e666, 0x3f67b334, 0x3f698000, 0x3f6b4ccc, 0x3f6d199a, 0x3f6ee666, 0x3f70b334, 0x3f728000,
     0x3f744ccc, 0x3f76199a, 0x3f77e666, 0x3f79b334, 0x3f7b8000, 0x3f7d4ccc, 0x3f7f199a, 0x3f800000};
 
-std::array<float, 256> from_bits(const uint32_t (&bits)[256]) {
+std::array<float, 256> bits_float(const uint32_t (&bits)[256]) {
   std::array<float, 256> values{};
   for (size_t i = 0; i < 256; ++i) values[i] = std::bit_cast<float>(bits[i]);
   return values;
@@ -89,12 +89,12 @@ std::array<float, 256> from_bits(const uint32_t (&bits)[256]) {
 }  // namespace
 
 const std::array<float, 256>& dynamic_map_signed() {
-  static const std::array<float, 256> map = from_bits(kSignedMapBits);
+  static const std::array<float, 256> map = bits_float(kSignedMapBits);
   return map;
 }
 
 const std::array<float, 256>& dynamic_map_unsigned() {
-  static const std::array<float, 256> map = from_bits(kUnsignedMapBits);
+  static const std::array<float, 256> map = bits_float(kUnsignedMapBits);
   return map;
 }
 
@@ -102,6 +102,24 @@ std::vector<float> code_midpoints(const float* code, int64_t code_size) {
   std::vector<float> midpoints(size_t(code_size - 1));
   for (int64_t i = 0; i + 1 < code_size; ++i) midpoints[size_t(i)] = code_midpoint(code[i], code[i + 1]);
   return midpoints;
+}
+
+CodeBuckets CodeBuckets::build(const std::vector<float>& midpoints) {
+  const int count = int(midpoints.size());
+  const auto bucket = [&](float low, float high) {  // the codes of values in [low, high], by monotonicity
+    const uint8_t first = nearest_code(midpoints.data(), count, low);
+    return CodeBucket{first, uint8_t(nearest_code(midpoints.data(), count, high) - first)};
+  };
+  CodeBuckets out{std::vector<CodeBucket>(kCodeBuckets), std::vector<CodeBucket>(kCodeBuckets)};
+  constexpr int kShift = 23 - kCodeBucketMantissaBits;
+  for (int b = 0; b < kCodeBuckets; ++b) {
+    const uint32_t key = kFirstCodeBucketKey + uint32_t(b) - 1;
+    const float smallest = b == 0 ? 0.0f : moetune::bits_float(key << kShift);
+    const float largest = std::min(1.0f, moetune::bits_float(((b == 0 ? kFirstCodeBucketKey : key + 1) << kShift) - 1));
+    out.positive[size_t(b)] = bucket(smallest, largest);
+    out.negative[size_t(b)] = bucket(-largest, -smallest);
+  }
+  return out;
 }
 
 float quantize_block(const float* values, int64_t size, bool full, const std::vector<float>& midpoints, uint8_t* codes,

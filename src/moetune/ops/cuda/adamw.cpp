@@ -1,6 +1,8 @@
 #include "moetune/ops/cuda/adamw.h"
 
 #include <cmath>
+#include <cstring>
+#include <utility>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/blockwise_quant.h"
@@ -30,15 +32,23 @@ AdamWScalars scalars_of(const AdamWHyper& hyper, uint64_t seed) {
   return {adamw_constants(hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.weight_decay, hyper.step), seed, hyper.step};
 }
 
-// bitsandbytes' signed and unsigned dynamic maps, one after the other, uploaded once and kept for the process
-// (the GPU engine drives one device).
-const float* dynamic_maps_on_device() {
-  static const Tensor* maps = [] {
+// bitsandbytes' signed and unsigned dynamic maps, one after the other, and the buckets of their midpoints, uploaded
+// once and kept for the process (the GPU engine drives one device).
+DynamicCodes dynamic_codes_on_device() {
+  static const std::pair<Tensor, Tensor>* codes = [] {
     std::vector<float> both(dynamic_map_signed().begin(), dynamic_map_signed().end());
     both.insert(both.end(), dynamic_map_unsigned().begin(), dynamic_map_unsigned().end());
-    return new Tensor(Tensor::from_vector<float>(both, {int64_t(both.size())}).to(Device::cuda()));
+    const CodeBuckets signed_buckets = CodeBuckets::build(code_midpoints(dynamic_map_signed().data(), 256));
+    const CodeBuckets unsigned_buckets = CodeBuckets::build(code_midpoints(dynamic_map_unsigned().data(), 256));
+    std::vector<CodeBucket> buckets = signed_buckets.positive;
+    buckets.insert(buckets.end(), signed_buckets.negative.begin(), signed_buckets.negative.end());
+    buckets.insert(buckets.end(), unsigned_buckets.positive.begin(), unsigned_buckets.positive.end());
+    std::vector<uint8_t> bytes(buckets.size() * sizeof(CodeBucket));
+    std::memcpy(bytes.data(), buckets.data(), bytes.size());
+    return new std::pair<Tensor, Tensor>(Tensor::from_vector<float>(both, {int64_t(both.size())}).to(Device::cuda()),
+                                         Tensor::from_vector<uint8_t>(bytes, {int64_t(bytes.size())}).to(Device::cuda()));
   }();
-  return static_cast<const float*>(maps->raw_data());
+  return {static_cast<const float*>(codes->first.raw_data()), static_cast<const CodeBucket*>(codes->second.raw_data())};
 }
 
 AdamWStorage storage_of(OptimizerPrecision precision) {
@@ -105,7 +115,7 @@ void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, Op
   const AdamWScalars scalars = scalars_of(hyper, seed);
   const cudaError_t status =
       int8_state ? launch_adamw_int8(storage, int8_pointers.data(), int64_t(int8_pointers.size()), scalars, scale,
-                                     dynamic_maps_on_device(), gpu::stream())
+                                     dynamic_codes_on_device(), gpu::stream())
                  : launch_adamw(storage, pointers.data(), int64_t(pointers.size()), scalars, scale, gpu::stream());
   gpu::check(status, fmt::format("adamw_step over {} tensors{}", slots.size(), int8_state ? " (8-bit state)" : ""));
 }

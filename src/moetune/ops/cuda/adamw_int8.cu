@@ -1,7 +1,9 @@
 // Fused multi-tensor AdamW with 8-bit moments (bitsandbytes' blockwise 8-bit AdamW): per block of
 // kAdamWStateBlock elements one warp dequantizes both moments, updates them and the parameter in fp32
 // (ops/adamw_math.h), takes the block's new absmax values with a warp reduction and writes the nearest codes
-// (ops/blockwise_quant_math.h). This file is compiled without FMA contraction (src/moetune/CMakeLists.txt), so
+// (ops/blockwise_quant_math.h), found by bucket (bucketed_nearest_code: one table load and a comparison or two per
+// moment, where the binary search over 255 midpoints made 8 dependent shared-memory loads; measured on the H200,
+// see docs/benchmarks.md). This file is compiled without FMA contraction (src/moetune/CMakeLists.txt), so
 // each element's arithmetic is train::AdamW's, operation for operation, and the codes, absmax values and fp32
 // master weights match the CPU reference bit for bit.
 //
@@ -32,17 +34,19 @@ __device__ __forceinline__ float warp_max(float value) {
   return value;
 }
 
-// The maps and their midpoints, in shared memory for the searches.
+// The maps, their midpoints and the midpoints' buckets, in shared memory for the searches (16 KB).
 struct Codes {
   float signed_map[kMapSize], unsigned_map[kMapSize];
   float signed_midpoints[kMapSize - 1], unsigned_midpoints[kMapSize - 1];
+  CodeBucket buckets[3 * kCodeBuckets];  // signed map: positive, negative side; unsigned map: positive side
 };
 
-__device__ void load_codes(Codes& codes, const float* maps) {
+__device__ void load_codes(Codes& codes, DynamicCodes source) {
   for (int i = threadIdx.x; i < kMapSize; i += blockDim.x) {
-    codes.signed_map[i] = maps[i];
-    codes.unsigned_map[i] = maps[kMapSize + i];
+    codes.signed_map[i] = source.maps[i];
+    codes.unsigned_map[i] = source.maps[kMapSize + i];
   }
+  for (int i = threadIdx.x; i < 3 * kCodeBuckets; i += blockDim.x) codes.buckets[i] = source.buckets[i];
   __syncthreads();
   for (int i = threadIdx.x; i < kMapSize - 1; i += blockDim.x) {
     codes.signed_midpoints[i] = code_midpoint(codes.signed_map[i], codes.signed_map[i + 1]);
@@ -83,8 +87,11 @@ __device__ void update_block(const AdamWInt8TensorPointers& t, int64_t first, fl
     const int i = lane + k * kWarp;
     if (i >= size) continue;
     const int64_t index = first + i;
-    t.exp_avg[index] = nearest_code(codes.signed_midpoints, kMapSize - 1, m_scale.unit(m[k]));
-    t.exp_avg_sq[index] = nearest_nonzero_code(codes.unsigned_midpoints, kMapSize - 1, v_scale.unit(v[k]));
+    t.exp_avg[index] = bucketed_nearest_code(codes.signed_midpoints, codes.buckets, codes.buckets + kCodeBuckets,
+                                             m_scale.unit(m[k]));
+    const float v_unit = v_scale.unit(v[k]);
+    t.exp_avg_sq[index] = nonzero_for_positive(
+        bucketed_nearest_code(codes.unsigned_midpoints, codes.buckets + 2 * kCodeBuckets, nullptr, v_unit), v_unit);
     if constexpr (kStorage == AdamWStorage::F32Master) {
       t.master[index] = p[k];
       t.param[index] = f32_to_bf16(p[k]);
@@ -103,9 +110,9 @@ __device__ void update_block(const AdamWInt8TensorPointers& t, int64_t first, fl
 template <AdamWStorage kStorage>
 __global__ void __launch_bounds__(multi_tensor::kThreads)
     adamw_int8_kernel(const __grid_constant__ AdamWInt8Table table, const AdamWScalars scalars,
-                      const float* __restrict__ grad_scale, const float* __restrict__ maps) {
+                      const float* __restrict__ grad_scale, const DynamicCodes source) {
   __shared__ Codes codes;
-  load_codes(codes, maps);
+  load_codes(codes, source);
   const float scale = grad_scale ? *grad_scale : 1.0f;
   const int warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   for_each_chunk<kStorage>(table, scalars, [&](const AdamWInt8TensorPointers& t, multi_tensor::Range range, uint64_t key) {
@@ -118,12 +125,12 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
 }  // namespace
 
 cudaError_t launch_adamw_int8(AdamWStorage storage, const AdamWInt8TensorPointers* tensors, int64_t count,
-                              const AdamWScalars& scalars, const float* grad_scale, const float* maps,
+                              const AdamWScalars& scalars, const float* grad_scale, DynamicCodes codes,
                               cudaStream_t stream) {
   return launch_adamw_tables<AdamWInt8Table>(
       storage, tensors, count,
       [](auto storage_constant) { return adamw_int8_kernel<decltype(storage_constant)::value>; }, stream, scalars,
-      grad_scale, maps);
+      grad_scale, codes);
 }
 
 }  // namespace moetune::ops::cuda

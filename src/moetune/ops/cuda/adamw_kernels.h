@@ -2,6 +2,8 @@
 // host headers so that adamw.cu compiles without fmt; ops/cuda/adamw.cpp checks the Tensors and calls it.
 #pragma once
 
+#include "moetune/ops/blockwise_quant_math.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -57,10 +59,17 @@ struct AdamWInt8TensorPointers {
   int64_t numel;
 };
 
-// As launch_adamw, with 8-bit moments; `storage` says how the parameter is kept. `maps`: a device array of the
-// signed then the unsigned dynamic map (2 × 256 floats, ops/blockwise_quant.h).
+// The dynamic maps on the device: `maps` the signed then the unsigned map (2 × 256 floats, ops/blockwise_quant.h),
+// `buckets` the CodeBuckets of the signed map's midpoints (positive then negative side) and of the unsigned map's
+// (positive side): 3 × kCodeBuckets entries.
+struct DynamicCodes {
+  const float* maps;
+  const CodeBucket* buckets;
+};
+
+// As launch_adamw, with 8-bit moments; `storage` says how the parameter is kept.
 cudaError_t launch_adamw_int8(AdamWStorage storage, const AdamWInt8TensorPointers* tensors, int64_t count,
-                              const AdamWScalars& scalars, const float* grad_scale, const float* maps,
+                              const AdamWScalars& scalars, const float* grad_scale, DynamicCodes codes,
                               cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda
