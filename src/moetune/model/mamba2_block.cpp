@@ -2,7 +2,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/model/block_util.h"
-#include "moetune/model/lora_linear.h"
+#include "moetune/model/lora_refusal.h"
 #include "moetune/ops/norm.h"
 
 namespace moetune::model {
@@ -40,12 +40,7 @@ Mamba2Block::Mamba2Block(const ParameterStore& store, const std::string& layer, 
   const Mamba2Params p = Mamba2Params::lookup(store, layer);
   MOETUNE_CHECK(spec_.proj_bias == p.in_proj_bias.defined() && spec_.conv_bias == p.conv_bias.defined(),
                 "{}: the spec and the parameters disagree on the Mamba2 biases", layer);
-  // LoRA adapters on in_proj / out_proj would be made and never used: refuse them rather than train without them.
-  for (const char* weight : {"mamba.in_proj", "mamba.out_proj"})
-    MOETUNE_CHECK(LoraLinear::lookup(store, layer + weight).empty(),
-                  "{}{}: LoRA on Mamba2 projections is not implemented; leave in_proj / out_proj out of "
-                  "lora.target_modules",
-                  layer, weight);
+  refuse_lora_on(store, layer, {"mamba.in_proj", "mamba.out_proj"}, "Mamba2 projections", "in_proj / out_proj");
   weights_ = values(p);
   grads_ = gradients(p);
 }

@@ -1,6 +1,7 @@
 #include "moetune/model/moe_block.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/lora_refusal.h"
 #include "moetune/model/moe_variant.h"
 #include "moetune/model/swiglu_mlp.h"
 #include "moetune/ops/gate.h"
@@ -24,12 +25,8 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       latent_out_bias_(store.find(layer + "moe.latent_out_bias")) {
   MOETUNE_CHECK(spec_.latent_size.has_value() == latent_in_.defined() && latent_in_.defined() == latent_out_.defined(),
                 "{}: the spec and the parameters disagree on the latent projections", layer);
-  // LoRA adapters there would be made and never used: refuse them rather than train without them.
-  for (const char* weight : {"moe.latent_in", "moe.latent_out"})
-    MOETUNE_CHECK(LoraLinear::lookup(store, layer + weight).empty(),
-                  "{}{}: LoRA on the latent MoE projections is not implemented; leave fc1_latent_proj / "
-                  "fc2_latent_proj out of lora.target_modules",
-                  layer, weight);
+  refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",
+                 "fc1_latent_proj / fc2_latent_proj");
   MOETUNE_CHECK(cpu_runs_router(spec_.router), "{}: this router is not implemented on the CPU", layer);
   MOETUNE_CHECK(spec_.router.bias == p_.router_bias.defined() && spec_.experts.bias == p_.gate_up_bias.defined(),
                 "{}: the spec and the parameters disagree on the router's or the experts' biases", layer);
