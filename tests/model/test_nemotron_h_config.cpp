@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
 #include "moetune/model/families/nemotron_h_config.h"
 #include "moetune/model/model_description.h"
 #include "test_util.h"
@@ -107,6 +108,20 @@ void expect_refused(const json& config, const std::string& names) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
   }
+}
+
+// Python's json writes time_step_limit's inf as a bare Infinity, which is not JSON: the error says how to write it
+// (transformers 5's {"__float__": "Infinity"}, which the reader takes, as nemotron_h_tiny's config.json shows).
+TEST(NemotronHConfig, PythonInfinityIsNamedWithItsFix) {
+  try {
+    io::parse_json_text(R"({"hidden_size": 32, "time_step_limit": [0.0, Infinity]})", "config.json");
+    FAIL() << "bare Infinity parsed";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("config.json: not JSON"), std::string::npos) << message;
+    EXPECT_NE(message.find("__float__"), std::string::npos) << message;
+  }
+  EXPECT_NO_THROW(read(json::parse(R"({"time_step_limit": [0.0, {"__float__": "Infinity"}]})")));
 }
 
 TEST(NemotronHConfig, RefusalsNameTheKey) {
