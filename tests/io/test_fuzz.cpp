@@ -47,7 +47,7 @@ TEST(Fuzz, SafetensorsParserNeverCrashes) {
 TEST(Fuzz, ConfigParserNeverCrashes) {
   std::vector<std::string> seeds;
   for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny",
-                           "gpt_oss_mxfp4_tiny"})
+                           "gpt_oss_mxfp4_tiny", "nemotron_h_tiny"})
     seeds.push_back(testing::read_file(testing::fixture(name) / "config.json"));
   std::mt19937 rng(seed() + 1);
   int parsed = 0;

@@ -2,6 +2,8 @@
 // training something else than transformers does; the families the GPU runs pass.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "moetune/core/error.h"
 #include "moetune/model/device_support.h"
 #include "moetune/model/model_description.h"
@@ -9,6 +11,17 @@
 
 namespace moetune::model {
 namespace {
+
+// `refuse` throws, and its message holds every one of `phrases`.
+void expect_refusal(const std::function<void()>& refuse, std::initializer_list<const char*> phrases) {
+  try {
+    refuse();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const char* phrase : phrases) EXPECT_NE(message.find(phrase), std::string::npos) << message;
+  }
+}
 
 TEST(DeviceSupport, GpuRunsTheSupportedFamilies) {
   for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny",
@@ -25,16 +38,19 @@ TEST(DeviceSupport, GpuGenerationRefusesGptOssNamingWhatIsMissing) {
   EXPECT_EQ(features_missing_for_gpu_generation(spec),
             std::vector<std::string>({"attention sinks (in generation)", "sliding-window attention (in generation)",
                                       "YaRN's attention scaling (in generation)"}));
-  try {
-    require_gpu_generation_support(spec);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("GptOssForCausalLM"), std::string::npos) << message;
-    EXPECT_NE(message.find("--device cpu"), std::string::npos) << message;
-  }
+  expect_refusal([&] { require_gpu_generation_support(spec); }, {"GptOssForCausalLM", "--device cpu"});
   EXPECT_TRUE(features_missing_for_gpu_generation(load_model_spec(testing::fixture("qwen3_moe_tiny") / "config.json"))
                   .empty());
+}
+
+// Nemotron-H runs on the CPU only until its Mamba2 ops and blocks have passed on a GPU.
+TEST(DeviceSupport, GpuRefusesNemotronHNamingWhatIsMissing) {
+  const ModelSpec spec = load_model_spec(testing::fixture("nemotron_h_tiny") / "config.json");
+  EXPECT_EQ(features_missing_on_gpu(spec),
+            std::vector<std::string>({"Mamba2 mixers (the chunked selective scan, its conv and gated norm)",
+                                      "relu² experts", "a relu² shared expert", "latent MoE (moe_latent_size)",
+                                      "attention without RoPE", "relu² MLPs"}));
+  expect_refusal([&] { require_gpu_support(spec); }, {"NemotronHForCausalLM", "Mamba2", "on the CPU"});
 }
 
 }  // namespace

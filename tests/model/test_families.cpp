@@ -337,7 +337,7 @@ TEST(Families, HostileFilesAreCleanErrors) {
 
 TEST(Families, EveryFixtureParses) {
   for (const char* name : {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
-                           "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied"})
+                           "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "nemotron_h_tiny"})
     EXPECT_NO_THROW(load_model_spec(testing::fixture(name) / "config.json")) << name;
 }
 

@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "moetune/core/error.h"
+#include "moetune/io/json_file.h"
 #include "moetune/model/families/nemotron_h_config.h"
+#include "moetune/model/model_description.h"
 #include "test_util.h"
 
 namespace moetune::model {
@@ -30,6 +32,26 @@ TEST(NemotronHConfig, ParameterCountsEqualTransformers) {
     EXPECT_EQ(config.mamba.num_groups, counts[name]["n_groups"].get<int64_t>()) << name;
     EXPECT_EQ(config.mamba.conv_kernel, counts[name]["conv_kernel"].get<int64_t>()) << name;
     EXPECT_EQ(config.num_experts, counts[name]["n_routed_experts"].get<int64_t>()) << name;
+  }
+}
+
+// The family's engine layout holds exactly these tensors (names and shapes, e_score_correction_bias a buffer),
+// and counts what transformers counts: 31,577,937,344 for Nano's architecture.
+TEST(NemotronHConfig, FamilyLayoutIsTheTensorInventory) {
+  const json counts = fixture_json("counts.json");
+  for (const char* name : {"nano_30b_a3b", "latent"}) {
+    json config = fixture_json(std::string(name) + ".json");
+    config["architectures"] = {"NemotronHForCausalLM"};
+    config["model_type"] = "nemotron_h";
+    const ParameterLayout layout = parameter_layout(describe_model(config, name));
+    EXPECT_EQ(layout.total_parameters(), counts[name]["num_parameters"].get<int64_t>()) << name;
+    std::vector<std::pair<std::string, Shape>> pieces, inventory;
+    for (const ParameterSpec& p : layout.parameters)
+      for (const HfTensor& piece : p.pieces) pieces.emplace_back(piece.name, piece.shape);
+    for (const NemotronHTensor& t : nemotron_h_tensors(read(config))) inventory.emplace_back(t.name, t.shape);
+    std::sort(pieces.begin(), pieces.end());
+    std::sort(inventory.begin(), inventory.end());
+    EXPECT_EQ(pieces, inventory) << name;
   }
 }
 
@@ -86,6 +108,20 @@ void expect_refused(const json& config, const std::string& names) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
   }
+}
+
+// Python's json writes time_step_limit's inf as a bare Infinity, which is not JSON: the error says how to write it
+// (transformers 5's {"__float__": "Infinity"}, which the reader takes, as nemotron_h_tiny's config.json shows).
+TEST(NemotronHConfig, PythonInfinityIsNamedWithItsFix) {
+  try {
+    io::parse_json_text(R"({"hidden_size": 32, "time_step_limit": [0.0, Infinity]})", "config.json");
+    FAIL() << "bare Infinity parsed";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("config.json: not JSON"), std::string::npos) << message;
+    EXPECT_NE(message.find("__float__"), std::string::npos) << message;
+  }
+  EXPECT_NO_THROW(read(json::parse(R"({"time_step_limit": [0.0, {"__float__": "Infinity"}]})")));
 }
 
 TEST(NemotronHConfig, RefusalsNameTheKey) {

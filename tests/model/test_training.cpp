@@ -47,7 +47,8 @@ TEST_P(Training, LossFallsAndTheSavedModelReloads) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Training, ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny",
                                                                    "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny",
-                                                                   "deepseek_v3_tiny", "deepseek_v3_qproj_tied"));
+                                                                   "deepseek_v3_tiny", "deepseek_v3_qproj_tied",
+                                                                   "nemotron_h_tiny"));
 
 TEST(TrainingApi, StashIsCountedPerBlock) {
   auto model = AutoModelForCausalLM::from_pretrained(testing::fixture("qwen3_moe_tiny"));

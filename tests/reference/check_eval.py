@@ -19,7 +19,8 @@ from transformers import AutoModelForCausalLM
 
 # Every fixture; transformers loads the bf16 ones in fp32, as moetune does, so both sides compute in fp32.
 FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_moe_tied_f32", "qwen3_tiny", "qwen3_f32", "llama_tiny", "mixtral_tiny",
-            "qwen2_moe_tiny", "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied"]
+            "qwen2_moe_tiny", "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied",
+            "nemotron_h_tiny"]
 TOLERANCE = 1e-5
 LENGTHS = [2, 5, 17, 40]  # unequal, so a mean of per-line means would not match; within every max_position
 VOCAB = 96

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 import transformers
 
-FIXTURES = ["llama_tiny", "qwen3_moe_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny"]
+FIXTURES = ["llama_tiny", "qwen3_moe_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny",
+            "nemotron_h_tiny"]
 PROMPT = [3, 17, 42, 5, 88, 9]  # longer than gpt_oss_tiny's sliding window (4), so the cache slides past it
 NEW_TOKENS = 20
 

@@ -7,6 +7,7 @@ time_step_min 0.05, 8 experts top-2 in 2 groups (topk_group 1) of width 12, rout
 expert 20, moe_latent_size 16 (latent MoE), mlp_bias false, untied (NemotronH never ties). Weights: transformers'
 init, then A_log / D / dt_bias / the gated norm / e_score_correction_bias drawn at random so none is special.
   model.safetensors, config.json   save_pretrained's output (backbone.* names, one tensor per expert)
+  expected.json                    num_parameters() and the versions (what `moetune inspect` must count)
   parity.safetensors, parity.json  as make_parity.py writes them (plain, padded, packed; 3 AdamW steps), names as
                                    transformers holds them in memory (model.*, experts stacked)
 
@@ -119,6 +120,9 @@ def main(root: Path):
         "seed": make_parity.SEED, "pad_token_id": make_parity.PAD_ID, "num_parameters": count,
     }
     (folder / "parity.json").write_text(json.dumps(meta, indent=2) + "\n")
+    expected = {"num_parameters": count, "architecture": "NemotronHForCausalLM", "dtype": "float32",
+                "made_with": meta["made_with"]}
+    (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
     print(f"{NAME}: {count} parameters; packed max diff {diff:.2g}; losses "
           + "/".join(f"{stats[c]['loss']:.6f}" for c in ("plain", "padded", "packed"))
           + "; train " + "/".join(f"{x:.6f}" for x in losses))

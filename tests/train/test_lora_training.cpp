@@ -89,5 +89,27 @@ TEST_F(TrainerTest, LoraDropoutTrains) {
   for (double loss : losses(metrics("dropout"))) EXPECT_TRUE(std::isfinite(loss));
 }
 
+// Nemotron-H: adapters on attention and the relu² MLPs (dense and shared expert) train and are named by the
+// modules' in-memory names, model.* (transformers renames the checkpoint's backbone.*), which PEFT looks up (checked
+// by hand: PEFT 0.21.2 places every tensor, and its LoRA forward is 3e-7 from `moetune merge`'s model). LoRA on
+// the Mamba2 projections is refused by name rather than left unused.
+TEST_F(TrainerTest, LoraOnNemotronHNamesModulesAsPeftDoes) {
+  const std::string model = "model=" + testing::fixture("nemotron_h_tiny").string();
+  const TrainResult result =
+      Trainer(recipe("nemotron", {model, "lora.rank=4", "lora.target_modules=[q_proj, v_proj, up_proj, down_proj]"}), {}, false).run();
+  EXPECT_EQ(result.steps, 6);
+  for (double loss : losses(metrics("nemotron"))) EXPECT_TRUE(std::isfinite(loss));
+  const io::SafetensorsFile adapter = io::SafetensorsFile::open(result.final_model / "adapter_model.safetensors");
+  ASSERT_FALSE(adapter.entries().empty());
+  for (const io::SafetensorsEntry& entry : adapter.entries())
+    EXPECT_TRUE(entry.name.starts_with("base_model.model.model.layers.")) << entry.name;
+  try {
+    Trainer(recipe("mamba", {model, "lora.rank=4", "lora.target_modules=all-linear"}), {}, false).run();
+    FAIL() << "LoRA on in_proj was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LoRA on Mamba2 projections"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace moetune::train

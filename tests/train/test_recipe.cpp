@@ -98,7 +98,7 @@ namespace moetune::train {
 namespace {
 
 TEST(Recipe, ExamplesParse) {
-  for (const char* name : {"tiny-default.yaml", "qwen3-30b-a3b.yaml"})
+  for (const char* name : {"tiny-default.yaml", "qwen3-30b-a3b.yaml", "tiny-nemotron-h.yaml"})
     EXPECT_NO_THROW(load_recipe(std::filesystem::path(MOETUNE_FIXTURES_DIR) / ".." / ".." / "examples" / name)) << name;
 }
 

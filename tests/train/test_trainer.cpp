@@ -67,11 +67,12 @@ TEST_F(TrainerTest, LogsAndCheckpointsAnHfFolder) {
 }
 
 // The fine-tuning job on the families added with the model description (Mixtral; Qwen2-MoE with its shared
-// expert; DeepSeek-V3 with its frozen correction-bias buffer): it trains, the loss falls, and the final folder loads again.
+// expert; DeepSeek-V3 with its frozen correction-bias buffer; Nemotron-H with Mamba2 and latent MoE layers): it trains, the loss falls, and the final folder loads again.
 TEST_F(TrainerTest, FinetunesTheNewFamilies) {
   for (const auto& [family, architecture] : {std::pair{"mixtral_tiny", "MixtralForCausalLM"},
                                             std::pair{"qwen2_moe_tiny", "Qwen2MoeForCausalLM"},
-                                            std::pair{"deepseek_v3_tiny", "DeepseekV3ForCausalLM"}}) {
+                                            std::pair{"deepseek_v3_tiny", "DeepseekV3ForCausalLM"},
+                                            std::pair{"nemotron_h_tiny", "NemotronHForCausalLM"}}) {
     SCOPED_TRACE(family);
     Trainer trainer(recipe(family, {"model=" + testing::fixture(family).string()}), {}, false);
     TrainResult result = trainer.run();

@@ -25,7 +25,12 @@ std::string sublayer_kind(const model::SublayerSpec& sublayer) {
   if (const model::AttentionSpec* a = sublayer.attention())
     return (a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention") +
            (a->sinks ? " with sinks" : "");
-  if (const model::MlpSpec* m = sublayer.mlp()) return fmt::format("dense mlp (intermediate {})", m->intermediate);
+  if (const model::MlpSpec* m = sublayer.mlp())
+    return fmt::format("dense mlp (intermediate {}{})", m->intermediate,
+                       m->activation == model::Activation::ReluSquared ? ", relu²" : "");
+  if (const model::Mamba2Spec* m = sublayer.mamba2())
+    return fmt::format("mamba2 ({} heads of {}, state {}, {} groups, conv {})", m->num_heads, m->head_dim, m->state_size,
+                       m->num_groups, m->conv_kernel);
   const model::MoeSpec& m = *sublayer.moe();
   std::string text = fmt::format("moe (experts {}, top-{}, moe_intermediate {}", m.router.num_experts, m.router.top_k,
                                  m.experts.intermediate);
@@ -37,6 +42,8 @@ std::string sublayer_kind(const model::SublayerSpec& sublayer) {
   if (m.router.topk_before_softmax) text += ", softmax over the top-k";
   if (m.experts.activation == model::Activation::ClampedSwiGLU)
     text += fmt::format(", clamped swiglu (limit {})", m.experts.clamp.limit);
+  if (m.experts.activation == model::Activation::ReluSquared) text += ", relu²";
+  if (m.latent_size) text += fmt::format(", latent {}", *m.latent_size);
   return text + ")";
 }
 
@@ -64,17 +71,20 @@ std::string human_bytes(double bytes) {
 json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::Recompute recompute, bool update_in_backward) {
   const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
   const model::ModelSpec& c = layout.spec;
-  const model::AttentionSpec& attention = c.first_attention();
+  static const model::AttentionSpec kNoAttention{};  // a model of Mamba2 and feed-forward layers only
+  const model::AttentionSpec* first_attention = nullptr;
   const model::MoeSpec* moe = nullptr;
   int64_t intermediate = 0;
   for (const model::LayerSpec& layer : c.layers)
     for (const model::SublayerSpec& sublayer : layer.sublayers) {
+      if (!first_attention) first_attention = sublayer.attention();
       if (!moe) moe = sublayer.moe();
       if (sublayer.mlp() && !intermediate) intermediate = sublayer.mlp()->intermediate;
     }
   const io::SafetensorsFolder files = io::SafetensorsFolder::open(folder);
   model::match_checkpoint(layout, files);
 
+  const model::AttentionSpec& attention = first_attention ? *first_attention : kNoAttention;
   json report;
   report["model"] = folder.string();
   report["architecture"] = c.architecture;
@@ -188,11 +198,12 @@ std::string format_inspection(const json& r) {
   line(fmt::format("{}  ({}, {} weights in {} file(s))", r["model"].get<std::string>(),
                    r["architecture"].get<std::string>(), r["checkpoint_dtype"].get<std::string>(),
                    r["weight_files"].get<int64_t>()));
-  line(fmt::format("  hidden {}, {} layers, {} q / {} kv heads of {}, vocab {}, rope {} (theta {}){}",
-                   c["hidden_size"].get<int64_t>(), c["num_hidden_layers"].get<int64_t>(),
-                   c["num_attention_heads"].get<int64_t>(), c["num_key_value_heads"].get<int64_t>(),
-                   c["head_dim"].get<int64_t>(), c["vocab_size"].get<int64_t>(), c["rope_type"].get<std::string>(),
-                   c["rope_theta"].get<double>(), c["tie_word_embeddings"].get<bool>() ? ", tied embeddings" : ""));
+  const std::string rope = c["rope_type"].get<std::string>();
+  line(fmt::format("  hidden {}, {} layers, {} q / {} kv heads of {}, vocab {}, {}{}", c["hidden_size"].get<int64_t>(),
+                   c["num_hidden_layers"].get<int64_t>(), c["num_attention_heads"].get<int64_t>(),
+                   c["num_key_value_heads"].get<int64_t>(), c["head_dim"].get<int64_t>(), c["vocab_size"].get<int64_t>(),
+                   rope == "none" ? "no rope" : fmt::format("rope {} (theta {})", rope, c["rope_theta"].get<double>()),
+                   c["tie_word_embeddings"].get<bool>() ? ", tied embeddings" : ""));
   line("layers:");
   // Runs of identical layers print as one line.
   const json& layers = r["layers"];

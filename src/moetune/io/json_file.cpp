@@ -1,5 +1,7 @@
 #include "moetune/io/json_file.h"
 
+#include <algorithm>
+
 #include "moetune/core/error.h"
 #include "moetune/io/regular_file.h"
 
@@ -47,7 +49,15 @@ Json parse_json_text(std::string_view text, const std::string& source) {
   try {
     return Json::parse(text);
   } catch (const typename Json::parse_error& e) {
-    throw Error(fmt::format("{}not JSON (syntax error at byte {})", prefix(source), e.byte));
+    // Python's json.dump writes float('inf') and NaN as bare Infinity / NaN, which JSON has no spelling for (some
+    // published Mamba2 / Nemotron-H configs hold "time_step_limit": [0.0, Infinity]); say how to fix the file.
+    const size_t from = e.byte > 16 ? size_t(e.byte) - 16 : 0;
+    const std::string_view near = text.substr(std::min(from, text.size()), 32);
+    const bool python_float = near.find("Infinity") != std::string_view::npos || near.find("NaN") != std::string_view::npos;
+    throw Error(fmt::format("{}not JSON (syntax error at byte {}){}", prefix(source), e.byte,
+                            python_float ? ": Infinity and NaN are Python's, not JSON; write the value as a number or as "
+                                           "{\"__float__\": \"Infinity\"} (how transformers 5 saves it)"
+                                         : ""));
   } catch (const typename Json::exception& e) {  // a number past double's range (1e309)
     throw Error(fmt::format("{}not JSON ({})", prefix(source), e.what()));
   }

@@ -13,6 +13,7 @@
 #include "moetune/model/attention_block.h"
 #include "moetune/model/decoder_walk.h"
 #include "moetune/model/language_model.h"
+#include "moetune/model/mamba2_block.h"
 #include "moetune/model/mlp_block.h"
 #include "moetune/model/moe_block.h"
 #include "moetune/model/parameter_store.h"
@@ -25,6 +26,7 @@ struct CpuBlocks {
   using Attention = AttentionBlock;
   using Mlp = DenseMlpBlock;
   using Moe = MoeBlock;
+  using Mamba2 = Mamba2Block;
   using Dispatcher = LocalDispatcher;
   using DispatcherBase = TokenDispatcher;
 };

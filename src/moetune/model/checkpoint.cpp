@@ -31,7 +31,10 @@ bool is_ignored_buffer(const std::string& name) { return name.ends_with(".rotary
 
 // model.layers.K.* with K >= num_hidden_layers: DeepSeek-V3's multi-token-prediction layers, which the model
 // does not run (transformers ignores them on load too).
+// Multi-token-prediction tensors: DeepSeek-V3's layers past the last, Nemotron-H's mtp.* (both skipped by
+// transformers on load).
 bool is_layer_past_last(const std::string& name, int64_t num_layers) {
+  if (name.starts_with("mtp.")) return true;
   const std::string prefix = "model.layers.";
   if (!name.starts_with(prefix)) return false;
   const size_t end = name.find('.', prefix.size());

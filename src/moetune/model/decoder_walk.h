@@ -1,7 +1,7 @@
 // The one walk over the model description that both devices' models are built by: a residual sublayer per
 // SublayerSpec, in order, each made of the block its mixer kind maps to on that device. `Blocks` names the
-// device's block types (Attention, Mlp, Moe and the MoE's Dispatcher); the CPU and GPU CausalLMs differ only
-// there, so a new mixer kind is added to this walk once.
+// device's block types (Attention, Mlp, Moe and the MoE's Dispatcher, and Mamba2 where the device has it); the
+// CPU and GPU CausalLMs differ only there, so a new mixer kind is added to this walk once.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,12 +11,37 @@
 #include <string>
 #include <vector>
 
+#include "moetune/core/error.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/parameter_store.h"
 
 namespace moetune::model {
+
+// The block of a mixer kind a device does not implement: never built, because model/device_support.h refuses
+// such a spec before the model is made.
+struct AbsentBlock {
+  template <typename... Args>
+  explicit AbsentBlock(Args&&...) {}
+  template <typename Context>
+  Tensor forward(const Tensor&, Context&) { fail("this device has no block for this mixer kind"); }
+  template <typename Context>
+  Tensor backward(const Tensor&, Context&) { fail("this device has no block for this mixer kind"); }
+  size_t stash_bytes() const { return 0; }
+  void clear_stash() {}
+};
+
+// Blocks::Mamba2 where the device has one, else AbsentBlock.
+template <typename Blocks>
+struct Mamba2BlockOf {
+  using type = AbsentBlock;
+};
+template <typename Blocks>
+  requires requires { typename Blocks::Mamba2; }
+struct Mamba2BlockOf<Blocks> {
+  using type = typename Blocks::Mamba2;
+};
 
 template <typename Blocks>
 struct Sublayer {
@@ -25,29 +50,37 @@ struct Sublayer {
   std::unique_ptr<typename Blocks::Attention> attention;
   std::unique_ptr<typename Blocks::Mlp> mlp;
   std::unique_ptr<typename Blocks::Moe> moe;
+  std::unique_ptr<typename Mamba2BlockOf<Blocks>::type> mamba2;
   // training.recompute (model/recompute.h): the forward pass keeps only the sublayer's input, and the backward
   // pass runs the forward again from it first.
   bool recompute = false;
   Tensor recompute_input;
 
+  // Calls `f` with the one block this sublayer holds.
+  template <typename F>
+  decltype(auto) with_block(F&& f) const {
+    if (attention) return f(*attention);
+    if (mlp) return f(*mlp);
+    if (mamba2) return f(*mamba2);
+    return f(*moe);
+  }
+
   // Every block takes the device's StepContext, so one walk serves both devices.
   template <typename Context>
   Tensor forward(const Tensor& h, Context& context) {
-    return attention ? attention->forward(h, context) : mlp ? mlp->forward(h, context) : moe->forward(h, context);
+    return with_block([&](auto& block) { return block.forward(h, context); });
   }
   template <typename Context>
   Tensor backward(const Tensor& dout, Context& context) {
-    return attention ? attention->backward(dout, context) : mlp ? mlp->backward(dout, context) : moe->backward(dout, context);
+    return with_block([&](auto& block) { return block.backward(dout, context); });
   }
   size_t stash_bytes() const {
     const size_t kept = recompute_input.defined() ? recompute_input.nbytes() : 0;
-    return kept + (attention ? attention->stash_bytes() : mlp ? mlp->stash_bytes() : moe->stash_bytes());
+    return kept + with_block([](const auto& block) { return block.stash_bytes(); });
   }
   void clear_stash() {
     recompute_input = Tensor();
-    if (attention) attention->clear_stash();
-    if (mlp) mlp->clear_stash();
-    if (moe) moe->clear_stash();
+    with_block([](auto& block) { block.clear_stash(); });
   }
 };
 
@@ -70,6 +103,8 @@ std::vector<Sublayer<Blocks>> build_sublayers(const ModelSpec& spec, const Param
         b.attention = std::make_unique<typename Blocks::Attention>(store, prefix, sublayer, spec.norm_eps);
       else if (sublayer.mlp())
         b.mlp = std::make_unique<typename Blocks::Mlp>(store, prefix, sublayer, spec.norm_eps);
+      else if (sublayer.mamba2())
+        b.mamba2 = std::make_unique<typename Mamba2BlockOf<Blocks>::type>(store, prefix, sublayer, spec.norm_eps);
       else {
         const int64_t experts = sublayer.moe()->router.num_experts;
         b.moe = std::make_unique<typename Blocks::Moe>(

@@ -31,6 +31,16 @@ std::pair<Tensor, Tensor> KvCache::append(const Tensor& k, const Tensor& v) {
   return {keys, values};
 }
 
+Tensor KvCache::append_inputs(const Tensor& x) {
+  MOETUNE_CHECK(x.size(0) == pending_, "KvCache: {} new rows in a pass of {} tokens", x.size(0), pending_);
+  if (next_inputs_ == inputs_.size()) inputs_.emplace_back();
+  Tensor& rows = inputs_[next_inputs_++];
+  MOETUNE_CHECK(!rows.defined() || rows.size(0) == tokens_, "KvCache: a sublayer holds {} rows of {} tokens", rows.size(0),
+                tokens_);
+  rows = concatenate_tokens(rows, x);
+  return rows;
+}
+
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionMask& mask, double scale,
                          const ops::AttentionVariant& variant, KvCache* cache) {
   if (!cache) return ops::causal_attention_forward(q, k, v, mask, scale, variant);

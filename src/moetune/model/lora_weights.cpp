@@ -18,7 +18,12 @@ namespace {
 
 constexpr const char* kPeftPrefix = "base_model.model.";
 
-std::string module_of(const std::string& tensor_name) { return tensor_name.substr(0, tensor_name.rfind('.')); }
+// The module as PEFT addresses it: by its in-memory name, which for Nemotron-H is model.* where the checkpoint says
+// backbone.* (transformers 5 renames it on load, conversion_mapping.py).
+std::string module_of(const std::string& tensor_name) {
+  const std::string module = tensor_name.substr(0, tensor_name.rfind('.'));
+  return module.starts_with("backbone.") ? "model." + module.substr(9) : module;
+}
 std::string leaf_of(const std::string& module) { return module.substr(module.rfind('.') + 1); }
 
 // The MLP module names PEFT 0.21 rewrites, on these model types, into the fused experts' target_parameters

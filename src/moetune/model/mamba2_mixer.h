@@ -9,23 +9,11 @@
 #include <vector>
 
 #include "moetune/core/tensor.h"
+#include "moetune/model/model_spec.h"
 #include "moetune/model/sequence_layout.h"
 #include "moetune/ops/mamba2.h"
 
 namespace moetune::model {
-
-struct Mamba2Spec {
-  int64_t num_heads = 0, head_dim = 0, num_groups = 1, state_size = 0, conv_kernel = 4;
-  bool conv_bias = true;    // use_conv_bias
-  bool proj_bias = false;   // use_bias: in_proj and out_proj
-  double dt_min = 0, dt_max = INFINITY;
-  double norm_eps = 1e-5;   // layer_norm_epsilon, the gated norm's too
-
-  int64_t inner() const { return num_heads * head_dim; }
-  int64_t conv_channels() const { return inner() + 2 * num_groups * state_size; }
-  int64_t projection() const { return inner() + conv_channels() + num_heads; }  // in_proj's rows
-  ops::Mamba2Scan scan() const { return {num_heads, head_dim, num_groups, state_size, dt_min, dt_max}; }
-};
 
 // The mixer's tensors, HF shapes: in_proj [projection, hidden], conv [conv_channels, K], conv_bias
 // [conv_channels], dt_bias / a_log / d [heads], norm [inner], out_proj [hidden, inner]; biases undefined when

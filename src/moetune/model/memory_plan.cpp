@@ -36,7 +36,7 @@ constexpr int64_t kGemmWorkspaceBytes = 32ll << 20;
 }  // namespace
 
 const char* block_kind(const SublayerSpec& sublayer) {
-  return sublayer.attention() ? "attention" : sublayer.mlp() ? "mlp" : "moe";
+  return sublayer.attention() ? "attention" : sublayer.mlp() ? "mlp" : sublayer.mamba2() ? "mamba2" : "moe";
 }
 
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens) {
@@ -47,15 +47,21 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
     return T * (H + (q + k + v) + q + k + v + attended) * kBf16 + T * a->num_heads * kF32;
   }
-  if (const MlpSpec* m = sublayer.mlp()) return T * (H + 2 * m->intermediate) * kBf16;  // input, pre-activation
+  if (const MlpSpec* m = sublayer.mlp()) return T * (H + m->first_projection()) * kBf16;  // input, pre-activation
+  if (const Mamba2Spec* m = sublayer.mamba2()) {
+    // input, in_proj's output, the conv's, the scan's; the chunked scan's states at chunk ends (f32).
+    const int64_t chunks = (T + m->chunk_size - 1) / m->chunk_size;
+    return T * (H + m->projection() + m->conv_channels() + m->inner()) * kBf16 + chunks * m->inner() * m->state_size * kF32;
+  }
   const MoeSpec& m = *sublayer.moe();
-  const int64_t k = m.router.top_k, E = m.router.num_experts, rows = T * k, I = m.experts.intermediate;
+  const int64_t k = m.router.top_k, E = m.router.num_experts, rows = T * k, D = m.expert_width(H);
   // input, router logits (f32), choices and weights, the dispatcher's plan, the experts' input, pre-activation
-  // and output.
+  // and output; with a latent, the projected input and the weighted sum before the projection back.
   int64_t bytes = T * H * kBf16 + T * E * kF32 + T * k * (kI32 + kF32) + (E + 1) * kI32 + 2 * rows * kI32 +
-                  rows * (H + 2 * I + H) * kBf16;
+                  rows * (D + m.experts.first_projection() + D) * kBf16;
+  if (m.latent_size) bytes += 2 * T * D * kBf16;
   if (m.shared_expert) {
-    bytes += T * 2 * m.shared_expert->mlp.intermediate * kBf16;                   // its pre-activation
+    bytes += T * m.shared_expert->mlp.first_projection() * kBf16;             // its pre-activation
     if (m.shared_expert->sigmoid_gate) bytes += T * H * kBf16 + T * kF32;         // its output, the gate logits
   }
   return bytes;
@@ -73,6 +79,7 @@ int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_
     return T * (H + attended + 2 * (q + k + v)) * kBf16;
   }
   if (const MlpSpec* m = sublayer.mlp()) return T * H * kBf16 + T * (m->intermediate * 3) * kBf16;
+  if (const Mamba2Spec* m = sublayer.mamba2()) return T * (H + 2 * m->projection()) * kBf16;
   const int64_t rows = T * sublayer.moe()->router.top_k;
   return T * H * kBf16 + rows * H * kBf16 + rows * kF32;
 }

@@ -1,4 +1,4 @@
-// A dense feed-forward sublayer: h + swiglu_mlp(rms_norm(h)).
+// A dense feed-forward sublayer: h + swiglu_mlp(rms_norm(h)) (relu² for Nemotron-H).
 #pragma once
 
 #include "moetune/model/block_params.h"
@@ -22,6 +22,7 @@ class DenseMlpBlock {
 
  private:
   double eps_;
+  Activation activation_;
   MlpParams p_;
   SwigluLora lora_;  // LoRA adapters, if any
   Tensor input_;        // h, the norm's input

@@ -18,6 +18,7 @@
 
 #include "moetune/core/dtype.h"
 #include "moetune/ops/activation.h"
+#include "moetune/ops/mamba2.h"
 #include "moetune/ops/rope.h"
 
 namespace moetune::model {
@@ -43,19 +44,23 @@ struct AttentionSpec {
   bool qk_norm = false;                     // RMSNorm over head_dim on q and k before RoPE (Qwen3)
   std::optional<int64_t> sliding_window;    // GPT-OSS's sliding_attention layers (CPU only so far)
   bool sinks = false;                       // a learned per-head softmax sink, GPT-OSS (CPU only so far)
-  ops::RopeSpec rope;
+  ops::RopeSpec rope;                       // type "none": no positional embedding at all (Nemotron-H)
   std::optional<MlaSpec> mla;               // DeepSeek-V3: multi-head latent attention instead of q/k/v
   double softmax_scale() const;             // 1 / sqrt(qk_head_dim)
 };
 
 // ClampedSwiGLU: GPT-OSS's experts, with `MlpSpec::clamp`'s constants (CPU only so far).
-enum class Activation { SwiGLU, ClampedSwiGLU };
+// ReluSquared: Nemotron-H's MLPs and experts, down(relu(up x)²) with no gate: the first projection (the engine's
+// `gate_up` parameter) holds up alone, [I, H] instead of [2I, H].
+enum class Activation { SwiGLU, ClampedSwiGLU, ReluSquared };
 
 struct MlpSpec {
   int64_t intermediate = 0;
   bool bias = false;
   Activation activation = Activation::SwiGLU;
   ops::SwigluClamp clamp;  // read only for ClampedSwiGLU
+  // The rows of the first projection: gate and up (2I), or up alone (I) for relu².
+  int64_t first_projection() const { return activation == Activation::ReluSquared ? intermediate : 2 * intermediate; }
 };
 
 enum class RouterScore { Softmax, Sigmoid };
@@ -85,17 +90,38 @@ struct MoeSpec {
   RouterSpec router;
   MlpSpec experts;  // each expert's width, activation and biases
   std::optional<SharedExpertSpec> shared_expert;
+  // Nemotron-H's latent MoE (moe_latent_size): the routed experts run in this width, between a projection into
+  // it (`moe.latent_in`) and one back (`moe.latent_out`); the router and the shared expert read the hidden state.
+  std::optional<int64_t> latent_size;
+  int64_t expert_width(int64_t hidden_size) const { return latent_size.value_or(hidden_size); }
+};
+
+// Nemotron-H's Mamba2 mixer (model/mamba2_mixer.h): in_proj to [z | xBC | dt], causal depthwise conv + SiLU over
+// xBC, the selective scan with num_groups groups of B and C, the gated RMSNorm per group, out_proj.
+struct Mamba2Spec {
+  int64_t num_heads = 0, head_dim = 0, num_groups = 1, state_size = 0, conv_kernel = 4;
+  bool conv_bias = true;    // use_conv_bias
+  bool proj_bias = false;   // use_bias: in_proj and out_proj
+  double dt_min = 0, dt_max = INFINITY;
+  double norm_eps = 1e-5;   // layer_norm_epsilon, the gated norm's too
+  int64_t chunk_size = 128; // the chunked (SSD) scan's block; the CPU recurrence does not need it
+
+  int64_t inner() const { return num_heads * head_dim; }
+  int64_t conv_channels() const { return inner() + 2 * num_groups * state_size; }
+  int64_t projection() const { return inner() + conv_channels() + num_heads; }  // in_proj's rows
+  ops::Mamba2Scan scan() const { return {num_heads, head_dim, num_groups, state_size, dt_min, dt_max}; }
 };
 
 // A residual sublayer: h + mixer(rms_norm(h)). `name` is the engine's prefix for its parameters ("attn", "mlp",
-// "moe"); `norm` the engine name of its RMSNorm weight.
+// "moe", "mamba"); `norm` the engine name of its RMSNorm weight.
 struct SublayerSpec {
   std::string norm;
-  std::variant<AttentionSpec, MlpSpec, MoeSpec> mixer;
+  std::variant<AttentionSpec, MlpSpec, MoeSpec, Mamba2Spec> mixer;
 
   const AttentionSpec* attention() const { return std::get_if<AttentionSpec>(&mixer); }
   const MlpSpec* mlp() const { return std::get_if<MlpSpec>(&mixer); }
   const MoeSpec* moe() const { return std::get_if<MoeSpec>(&mixer); }
+  const Mamba2Spec* mamba2() const { return std::get_if<Mamba2Spec>(&mixer); }
 };
 
 struct LayerSpec {

@@ -1,6 +1,7 @@
 #include "moetune/model/moe_block.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/lora_refusal.h"
 #include "moetune/model/moe_variant.h"
 #include "moetune/model/swiglu_mlp.h"
 #include "moetune/ops/gate.h"
@@ -17,13 +18,21 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       dispatcher_(std::move(dispatcher)),
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
-      correction_bias_(store.find(layer + "moe.router_correction_bias")) {
+      correction_bias_(store.find(layer + "moe.router_correction_bias")),
+      latent_in_(store.find(layer + "moe.latent_in")),
+      latent_in_bias_(store.find(layer + "moe.latent_in_bias")),
+      latent_out_(store.find(layer + "moe.latent_out")),
+      latent_out_bias_(store.find(layer + "moe.latent_out_bias")) {
+  MOETUNE_CHECK(spec_.latent_size.has_value() == latent_in_.defined() && latent_in_.defined() == latent_out_.defined(),
+                "{}: the spec and the parameters disagree on the latent projections", layer);
+  refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",
+                 "fc1_latent_proj / fc2_latent_proj");
   MOETUNE_CHECK(cpu_runs_router(spec_.router), "{}: this router is not implemented on the CPU", layer);
   MOETUNE_CHECK(spec_.router.bias == p_.router_bias.defined() && spec_.experts.bias == p_.gate_up_bias.defined(),
                 "{}: the spec and the parameters disagree on the router's or the experts' biases", layer);
   // The experts' LoRA path is plain SwiGLU without biases (GPT-OSS's experts are refused by the LoRA loader).
   MOETUNE_CHECK(expert_lora_.empty() || (!spec_.experts.bias && spec_.experts.activation == Activation::SwiGLU),
-                "{}: LoRA on these experts (biases or clamped SwiGLU) is not implemented", layer);
+                "{}: LoRA on these experts (biases, clamped SwiGLU or relu²) is not implemented", layer);
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
@@ -33,13 +42,20 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   const Tensor logits = ops::linear_forward(normed, p_.router.value, p_.router_bias.value);
   routing_ = forced_choices_.empty() ? route(spec_.router, logits, correction_bias_.value)
                                      : route_chosen(spec_.router, logits, forced_choices_);
-  dispatched_ = dispatcher_->dispatch(normed, routing_);
+  // Nemotron-H's latent MoE: the experts' rows are the projection of the normed hidden state.
+  const Tensor experts_input = latent_in_.defined() ? ops::linear_forward(normed, latent_in_.value, latent_in_bias_.value) : normed;
+  dispatched_ = dispatcher_->dispatch(experts_input, routing_);
   activations_ = expert_lora_.empty() ? ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value,
                                                         expert_variant(spec_.experts, p_))
                                       : expert_lora_.forward(dispatched_.rows, dispatched_.offsets, p_.gate_up, p_.down);
-  Tensor out = add(h, dispatcher_->combine(activations_.out, routing_));
+  Tensor routed = dispatcher_->combine(activations_.out, routing_);
+  if (latent_out_.defined()) {
+    latent_combined_ = routed;
+    routed = ops::linear_forward(latent_combined_, latent_out_.value, latent_out_bias_.value);
+  }
+  Tensor out = add(h, routed);
   if (!p_.shared.defined()) return out;
-  SwigluOutput shared = swiglu_mlp(normed, p_.shared, &shared_lora_);
+  SwigluOutput shared = swiglu_mlp(normed, p_.shared, &shared_lora_, spec_.shared_expert->mlp.activation);
   shared_gate_up_ = shared.gate_up;
   shared_out_ = shared.out;
   if (!p_.shared_gate.defined()) return add(out, shared_out_);
@@ -51,7 +67,10 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   const Tensor drouter_logits = context.take_drouter_logits();
   const int64_t tokens = dout.size(0);
   const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
-  ops::CombineGrads combine = dispatcher_->combine_backward(dout, activations_.out, routing_);
+  const Tensor drouted = latent_out_.defined() ? ops::linear_backward(dout, latent_combined_, latent_out_.value,
+                                                                      latent_out_.grad, latent_out_bias_.grad)
+                                               : dout;
+  ops::CombineGrads combine = dispatcher_->combine_backward(drouted, activations_.out, routing_);
   Tensor ddispatched =
       expert_lora_.empty()
           ? ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up.value,
@@ -59,6 +78,8 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
                                      expert_bias_grads(p_))
           : expert_lora_.backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up, p_.down);
   Tensor dnormed = dispatcher_->dispatch_backward(ddispatched, tokens);
+  if (latent_in_.defined())
+    dnormed = ops::linear_backward(dnormed, normed, latent_in_.value, latent_in_.grad, latent_in_bias_.grad);
   Tensor dlogits = route_backward(spec_.router, routing_, combine.dweight);
   if (drouter_logits.defined()) dlogits = add(dlogits, drouter_logits);
   dnormed = add(dnormed, ops::linear_backward(dlogits, normed, p_.router.value, p_.router.grad, p_.router_bias.grad));
@@ -69,21 +90,22 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
       dshared = gate.dy;
       dnormed = add(dnormed, ops::linear_backward(gate.dlogits, normed, p_.shared_gate.value, p_.shared_gate.grad));
     }
-    dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, &shared_lora_));
+    dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, &shared_lora_,
+                                               spec_.shared_expert->mlp.activation));
   }
   return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, p_.norm.grad));
 }
 
 size_t MoeBlock::stash_bytes() const {
   return held_bytes({&input_, &routing_.logits, &dispatched_.rows, &activations_.gate_up, &activations_.out, &shared_gate_up_,
-                     &shared_out_, &shared_gate_logits_}) +
+                     &shared_out_, &shared_gate_logits_, &latent_combined_}) +
          routing_.expert.size() * sizeof(int32_t) + routing_.weight.size() * sizeof(float) + dispatched_.offsets.size() * sizeof(int64_t) +
          dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
   dispatched_ = {};
-  input_ = shared_gate_up_ = shared_out_ = shared_gate_logits_ = Tensor();
+  input_ = shared_gate_up_ = shared_out_ = shared_gate_logits_ = latent_combined_ = Tensor();
   routing_ = {};
   activations_ = {};
   dispatcher_->clear();

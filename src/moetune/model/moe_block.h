@@ -1,6 +1,7 @@
 // A mixture-of-experts feed-forward sublayer: h + experts(rms_norm(h)) as router -> token dispatcher -> grouped
-// SwiGLU experts -> combine, plus an optional shared expert (scaled by a per-token sigmoid gate when the spec
-// says so). The dispatcher decides where the experts run; the block does not know.
+// SwiGLU (or relu²) experts -> combine, plus an optional shared expert (scaled by a per-token sigmoid gate when
+// the spec says so). With a latent (Nemotron-H), the experts run between a projection into the latent width and
+// one back. The dispatcher decides where the experts run; the block does not know.
 #pragma once
 
 #include <memory>
@@ -45,6 +46,9 @@ class MoeBlock {
   Tensor shared_gate_logits_;           // [T, 1]
   Param correction_bias_;               // DeepSeek-V3's e_score_correction_bias [E] (frozen); else undefined
   std::vector<int32_t> forced_choices_;  // tests only (force_choices)
+  // Nemotron-H's latent MoE: into the experts' width [D, H] and back [H, D], biases optional; else undefined.
+  Param latent_in_, latent_in_bias_, latent_out_, latent_out_bias_;
+  Tensor latent_combined_;              // the experts' weighted sum [T, D], latent_out's input
 };
 
 }  // namespace moetune::model

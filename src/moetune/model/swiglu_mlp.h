@@ -1,9 +1,11 @@
 // A SwiGLU MLP over already-normalised rows, down(swiglu(gate_up(x))), with its backward: the dense MLP block
-// and a MoE layer's shared expert both run it (CPU, fp32).
+// and a MoE layer's shared expert both run it (CPU, fp32). With Activation::ReluSquared (Nemotron-H) it is
+// down(relu(up(x))²), `gate_up` holding up alone.
 #pragma once
 
 #include "moetune/model/block_params.h"
 #include "moetune/model/lora_linear.h"
+#include "moetune/model/model_spec.h"
 
 namespace moetune::model {
 
@@ -26,9 +28,10 @@ struct SwigluLora {
   }
 };
 
-SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p, SwigluLora* lora = nullptr);
+SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p, SwigluLora* lora = nullptr,
+                        Activation activation = Activation::SwiGLU);
 // Accumulates the weight gradients; returns d(x).
 Tensor swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
-                           SwigluLora* lora = nullptr);
+                           SwigluLora* lora = nullptr, Activation activation = Activation::SwiGLU);
 
 }  // namespace moetune::model

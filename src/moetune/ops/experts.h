@@ -20,6 +20,8 @@ struct ExpertActivations {
 struct ExpertVariant {
   Tensor gate_up_bias, down_bias;    // [E, 2I], [E, H]; undefined: no bias
   std::optional<SwigluClamp> clamp;  // GPT-OSS's clamped SwiGLU instead of SwiGLU
+  // Nemotron-H's relu² experts: gate_up_weight holds up alone [E, I, H] and the activation is relu(up x)².
+  bool relu_squared = false;
 };
 
 // The biases' gradients (each undefined when absent or frozen).

@@ -12,7 +12,7 @@ namespace moetune::ops {
 
 // The RoPE frequency schedule as config.json's rope_parameters (v5) or rope_theta + rope_scaling (v4) give it.
 struct RopeSpec {
-  std::string type = "default";  // default, linear, llama3, yarn (others are refused by the families)
+  std::string type = "default";  // default, linear, llama3, yarn; "none": no RoPE at all (Nemotron-H)
   double theta = 10000.0;
   double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3

@@ -107,6 +107,11 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   if (r.integer("pretraining_tp", 1) != 1)
     refuse("pretraining_tp", fmt::format("{}", r.integer("pretraining_tp", 1)), "tensor-parallel slicing");
 
+  read_dtype_and_token_ids(r, spec);
+  return out;
+}
+
+void read_dtype_and_token_ids(const io::ConfigReader& r, ModelSpec& spec) {
   const std::string dtype_text = r.string("dtype", r.string("torch_dtype", ""));
   if (!dtype_text.empty()) {
     spec.dtype = dtype_from_torch_name(dtype_text);
@@ -115,10 +120,9 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   spec.bos_token_id = r.optional_integer("bos_token_id");
   spec.pad_token_id = r.optional_integer("pad_token_id");
   spec.eos_token_ids = r.integers("eos_token_id");
-  return out;
 }
 
-LayerSpec attention_then(const AttentionSpec& attention, std::variant<AttentionSpec, MlpSpec, MoeSpec> ffn) {
+LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn) {
   return LayerSpec{{SublayerSpec{"input_norm", attention}, SublayerSpec{"post_attn_norm", std::move(ffn)}}};
 }
 

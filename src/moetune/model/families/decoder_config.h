@@ -32,9 +32,11 @@ struct DecoderConfig {
 };
 
 DecoderConfig read_decoder_config(const io::ConfigReader& config, const DecoderDefaults& defaults);
+// The part of it every family shares, whatever its layers: dtype, bos / pad / eos token ids.
+void read_dtype_and_token_ids(const io::ConfigReader& config, ModelSpec& spec);
 
 // One layer of the usual shape: h + attention(input_norm(h)), then h + ffn(post_attn_norm(h)).
-LayerSpec attention_then(const AttentionSpec& attention, std::variant<AttentionSpec, MlpSpec, MoeSpec> ffn);
+LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn);
 
 // The Qwen MoE rule: a layer is sparse unless listed in mlp_only_layers, then every decoder_sparse_step-th.
 std::vector<bool> qwen_sparse_layers(const io::ConfigReader& config, int64_t num_layers);

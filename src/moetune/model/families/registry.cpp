@@ -3,11 +3,12 @@
 namespace moetune::model {
 
 extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily, kGptOssFamily,
-    kDeepseekV3Family;
+    kDeepseekV3Family, kNemotronHFamily;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {&kLlamaFamily, &kQwen3Family, &kQwen3MoeFamily, &kMixtralFamily,
-                                                 &kQwen2MoeFamily, &kGptOssFamily, &kDeepseekV3Family};
+                                                 &kQwen2MoeFamily, &kGptOssFamily, &kDeepseekV3Family,
+                                                 &kNemotronHFamily};
   return all;
 }
 

@@ -3,6 +3,7 @@
 #include "moetune/ops/activation.h"
 #include "moetune/ops/experts.h"
 #include "moetune/ops/linear.h"
+#include "moetune/ops/relu_squared.h"
 
 namespace moetune::ops {
 namespace {
@@ -15,10 +16,12 @@ void copy_rows(const Tensor& source, const Tensor& destination, int64_t first) {
 Tensor expert_slice(const Tensor& t, int64_t e) { return t.defined() ? t[e] : Tensor(); }
 
 Tensor activate(const Tensor& pre, const ExpertVariant& variant) {
+  if (variant.relu_squared) return relu_squared_forward(pre);
   return variant.clamp ? clamped_swiglu_forward(pre, *variant.clamp) : swiglu_forward(pre);
 }
 
 Tensor activate_backward(const Tensor& dinner, const Tensor& pre, const ExpertVariant& variant) {
+  if (variant.relu_squared) return relu_squared_backward(dinner, pre);
   return variant.clamp ? clamped_swiglu_backward(dinner, pre, *variant.clamp) : swiglu_backward(dinner, pre);
 }
 

@@ -49,6 +49,7 @@ double rope_attention_scaling(const RopeSpec& rope) {
 }
 
 std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim) {
+  if (rope.type == "none") return {};  // no positional embedding (Nemotron-H): apply_rope leaves x alone
   const int64_t rotary_dim = int64_t(double(head_dim) * rope.partial_rotary_factor);
   MOETUNE_CHECK(rotary_dim == head_dim, "RoPE with partial_rotary_factor {} is not supported", rope.partial_rotary_factor);
   std::vector<float> inv(size_t(head_dim / 2));
@@ -84,6 +85,7 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
 
 void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int64_t>& positions, bool inverse,
                 double scaling) {
+  if (inv.empty()) return;  // RopeSpec type "none"
   const int64_t tokens = x.size(0), heads = x.size(1), head_dim = x.size(2), half = head_dim / 2;
   MOETUNE_CHECK(int64_t(positions.size()) == tokens && int64_t(inv.size()) == half, "apply_rope: x {} with {} positions",
                 x.str(), positions.size());

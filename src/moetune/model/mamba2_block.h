@@ -1,0 +1,35 @@
+// A Mamba2 sublayer on the CPU (Nemotron-H's linear_attention layers): h + mamba2_mixer(rms_norm(h)), the mixer
+// being model/mamba2_mixer.h's composition of the ops. The conv window and the scan's state restart at every
+// document start and padding edge of the step's sequence layout. In a cached decode step (generate) it keeps its
+// inputs in the KvCache and runs the recurrence over the whole sequence again.
+#pragma once
+
+#include "moetune/model/mamba2_mixer.h"
+#include "moetune/model/model_spec.h"
+#include "moetune/model/parameter_store.h"
+#include "moetune/model/step_context.h"
+
+namespace moetune::model {
+
+class Mamba2Block {
+ public:
+  Mamba2Block(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
+
+  Tensor forward(const Tensor& h, const StepContext& context);
+  Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
+  size_t stash_bytes() const;
+  void clear_stash() {
+    input_ = Tensor();
+    stash_ = {};
+  }
+
+ private:
+  const Mamba2Spec& spec_;
+  double eps_;
+  Param norm_;
+  Mamba2Weights weights_, grads_;  // values and gradients (undefined where absent or frozen)
+  Tensor input_;                   // h, the norm's input
+  Mamba2Stash stash_;
+};
+
+}  // namespace moetune::model
