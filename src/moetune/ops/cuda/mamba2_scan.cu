@@ -1,0 +1,536 @@
+// The Mamba2 selective scan as the chunked "state space duality" algorithm (Mamba-2 paper, section 6), forward
+// and backward, fp32 inside, BF16 in and out.
+//
+// Per head h and row n: a_n = dt_n·A, u_n = dt_n·x_n, state_n = e^{a_n}·state_{n-1} + u_n ⊗ B_n,
+// y_n = state_n·C_n + D·x_n. Within a chunk, with cs the chunk-local cumulative sum of a:
+//   y_i = Σ_{j≤i, same document} e^{cs_i−cs_j} (C_i·B_j) u_j  +  [i carries] e^{cs_i} C_i·Sin_c  +  D x_i
+// where Sin_c is the state entering chunk c and "i carries" means no document starts in the chunk up to i (the
+// mask e^{-inf} across a document start). The chunk's own end state S_c (the first sum's state form) and the
+// carried one give Sin_{c+1} = S_c + [end carries] e^{cs_end} Sin_c: a short recurrence over chunks.
+//
+// The backward runs the same chunks in reverse. With dS_c = d Sin_{c+1} (itself the recurrence
+//   d Sin_c = Σ_{i carries} e^{cs_i} dy_i ⊗ C_i + [end carries] e^{cs_end} d Sin_{c+1}),
+// "stuff" = dL/du (intra-chunk and through S_c) gives dx = D dy + dt·stuff, and the decays' gradient comes from
+// the identity d/dcs_i = dy_i·y_ssm_i − u_i·stuff_i (+ ⟨d Sin_{c+1}, Sin_{c+1}⟩ at the chunk's last row), summed
+// backwards within the chunk into da. dB and dC are the same masked products transposed, one head at a time,
+// then summed over the heads of a group.
+//
+// Every chunk-level product is a small matmul on shared memory (tile_matmul: 4×4 fp32 register tiles on the CUDA
+// cores); the block of a (chunk, head) stages both operands whole, which bounds chunk and widths by the
+// shared memory (mamba2_scan_shared_bytes).
+#include <algorithm>
+#include <cmath>
+
+#include "moetune/ops/cuda/column_sum_kernels.h"
+#include "moetune/ops/cuda/mamba2_scan_kernels.h"
+#include "moetune/ops/cuda/pointwise_common.cuh"
+
+namespace moetune::ops::cuda {
+namespace {
+
+using namespace pointwise;
+
+constexpr int kThreads = 256;
+
+// The scratch, carved from one workspace (floats unless said).
+struct Scratch {
+  float *dt, *cs;          // [N, H]: dt after softplus/clamp, chunk-local cumulative Σ dt·A
+  int* seg;                // [N]: the row's document's first row when it lies in the row's chunk, else -1
+  float* cb;               // [chunks, G, L, L]: C_i·B_j per chunk and group
+  float* states;           // [chunks + 1, H, P, S]: Sin_c, the state entering chunk c (Sin_0 = 0)
+  // backward only
+  float* dstates;          // [chunks + 1, H, P, S]: d Sin_c
+  float* ydot;             // [N, H]: dy·y_ssm
+  float *db_head, *dc_head;  // [N, H, S]: each head's share of dB and dC
+  float *part_dt_bias, *part_a_log, *part_d;  // [chunks, H]
+};
+
+size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+struct Carver {
+  char* base;
+  size_t used = 0;
+  template <typename T>
+  T* take(int64_t count) {
+    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += align_up(size_t(count) * sizeof(T));
+    return p;
+  }
+};
+
+Scratch carve(const Mamba2ScanDims& d, void* workspace, bool backward, size_t* bytes) {
+  Carver c{static_cast<char*>(workspace)};
+  const int64_t n = d.rows, h = d.heads, chunks = d.chunks(), state_elems = (chunks + 1) * h * d.head_dim * d.state;
+  Scratch s{};
+  s.dt = c.take<float>(n * h);
+  s.cs = c.take<float>(n * h);
+  s.seg = c.take<int>(n);
+  s.cb = c.take<float>(chunks * d.groups * d.chunk * d.chunk);
+  s.states = c.take<float>(state_elems);
+  if (backward) {
+    s.dstates = c.take<float>(state_elems);
+    s.ydot = c.take<float>(n * h);
+    s.db_head = c.take<float>(n * h * d.state);
+    s.dc_head = c.take<float>(n * h * d.state);
+    s.part_dt_bias = c.take<float>(chunks * h);
+    s.part_a_log = c.take<float>(chunks * h);
+    s.part_d = c.take<float>(chunks * h);
+  }
+  if (bytes) *bytes = c.used;
+  return s;
+}
+
+__device__ __forceinline__ float param(const void* p, bool is_bf16, int64_t i) {
+  return is_bf16 ? to_float(static_cast<const bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+
+__device__ __forceinline__ float bf(const StridedBf16& m, int64_t row, int64_t col) {
+  return to_float(static_cast<const bf16*>(m.data)[row * m.ld + col]);
+}
+
+// torch's softplus (threshold 20).
+__device__ __forceinline__ float softplus(float u) { return u > 20.0f ? u : log1pf(expf(u)); }
+
+// The rows of chunk c: [first, first + count).
+struct ChunkRows {
+  int64_t first;
+  int count;
+};
+__device__ __forceinline__ ChunkRows chunk_rows(const Mamba2ScanDims& d, int64_t c) {
+  const int64_t first = c * d.chunk;
+  return {first, int(min(d.chunk, d.rows - first))};
+}
+
+// Local index of the first row of i's document that lies in the chunk (0 when the document began before it).
+__device__ __forceinline__ int local_first(const int* seg, ChunkRows ch, int i) {
+  const int s = seg[ch.first + i];
+  return s < 0 ? 0 : int(s - ch.first);
+}
+
+// The intra-chunk decay mask: e^{cs_i − cs_j} for j ≤ i in the same document, else 0 (e^{-inf}).
+__device__ __forceinline__ float decay(const Scratch& s, const Mamba2ScanDims& d, ChunkRows ch, int64_t h, int i,
+                                      int j) {
+  if (j > i || j < local_first(s.seg, ch, i)) return 0.0f;
+  return expf(s.cs[(ch.first + i) * d.heads + h] - s.cs[(ch.first + j) * d.heads + h]);
+}
+
+// Weight of row i's state-carried term: e^{cs_i} when the state entering the chunk reaches i, else 0.
+__device__ __forceinline__ float carried(const Scratch& s, const Mamba2ScanDims& d, ChunkRows ch, int64_t h, int i) {
+  return s.seg[ch.first + i] < 0 ? expf(s.cs[(ch.first + i) * d.heads + h]) : 0.0f;
+}
+
+// Weight of row j in the chunk's end state: e^{cs_end − cs_j} when j is in the end row's document, else 0.
+__device__ __forceinline__ float to_end(const Scratch& s, const Mamba2ScanDims& d, ChunkRows ch, int64_t h, int j) {
+  return decay(s, d, ch, h, ch.count - 1, j);
+}
+
+// For every 4×4 register tile of the M×N product Σ_k a(m, k)·b(k, n), with a(m, k) = a[m·am + k·ak] and
+// b(k, n) = b[k·bk + n·bn] in shared memory: visit(m, n, tn, value) for each element inside M×N. A thread's tile
+// holds m = tm + r·⌈M/4⌉ and n = tn + r·⌈N/4⌉, so a warp reads consecutive columns of b (no bank conflicts) and
+// few rows of a (broadcasts).
+template <typename Visit>
+__device__ void tile_matmul(int M, int N, int K, const float* a, int am, int ak, const float* b, int bk, int bn,
+                            Visit visit) {
+  const int mq = (M + 3) / 4, nq = (N + 3) / 4;
+  for (int t = threadIdx.x; t < mq * nq; t += blockDim.x) {
+    const int tm = t / nq, tn = t % nq;
+    int a_at[4], b_at[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      a_at[r] = min(tm + r * mq, M - 1) * am;
+      b_at[r] = min(tn + r * nq, N - 1) * bn;
+    }
+    float acc[4][4] = {};
+    for (int k = 0; k < K; ++k) {
+      float av[4], bv[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        av[r] = a[a_at[r] + k * ak];
+        bv[r] = b[k * bk + b_at[r]];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int m = tm + i * mq, n = tn + j * nq;
+        if (m < M && n < N) visit(m, n, tn, acc[i][j]);
+      }
+  }
+}
+
+// dt (softplus of dt_raw + dt_bias, clamped), its chunk-local cumulative Σ dt·A, and each row's document first
+// row within its chunk. One block per chunk, a thread per head walking the chunk's rows.
+__global__ void discretize_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch s) {
+  const ChunkRows ch = chunk_rows(d, blockIdx.x);
+  for (int64_t h = threadIdx.x; h < d.heads; h += blockDim.x) {
+    const float a = -expf(param(in.a_log, in.params_bf16, h)), bias = param(in.dt_bias, in.params_bf16, h);
+    float sum = 0.0f;
+    for (int i = 0; i < ch.count; ++i) {
+      const int64_t n = ch.first + i;
+      const float dt = fminf(fmaxf(softplus(bf(in.dt, n, h) + bias), d.dt_min), d.dt_max);
+      s.dt[n * d.heads + h] = dt;
+      sum += dt * a;
+      s.cs[n * d.heads + h] = sum;
+    }
+  }
+  if (threadIdx.x == 0) {
+    int64_t first = -1;
+    for (int i = 0; i < ch.count; ++i) {
+      const int64_t n = ch.first + i;
+      if (n == 0 || in.starts[n]) first = n;
+      s.seg[n] = int(first);
+    }
+  }
+}
+
+// C_i·B_j for every pair of rows of a chunk, per group. Block (chunk, group).
+__global__ void chunk_cb_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch s) {
+  extern __shared__ float smem[];
+  const ChunkRows ch = chunk_rows(d, blockIdx.x);
+  const int64_t g = blockIdx.y;
+  const int L = ch.count, S = int(d.state), bt_ld = L + 1;
+  float* cs = smem;            // [L, S]
+  float* bt = smem + L * S;    // [S, L + 1]: B transposed, so that the product reads it by consecutive rows
+  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
+    const int i = e / S, k = e % S;
+    cs[e] = bf(in.c, ch.first + i, g * S + k);
+    bt[k * bt_ld + i] = bf(in.b, ch.first + i, g * S + k);
+  }
+  __syncthreads();
+  float* out = s.cb + (int64_t(blockIdx.x) * d.groups + g) * d.chunk * d.chunk;
+  const int ld = int(d.chunk);
+  tile_matmul(L, L, S, cs, S, 1, bt, bt_ld, 1, [&](int i, int j, int, float v) { out[i * ld + j] = v; });
+}
+
+// Σ_r f_r · X[r, p] · Y[r, s] over a chunk's rows, per head: the chunk's end state (X = dt·x, Y = B, f = weight
+// in the end state; into states[c + 1]) or the local part of d Sin_c (X = dy, Y = C, f = carried weight; into
+// dstates[c]). Block (chunk, head).
+template <bool kLocalGrad>
+__global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
+  extern __shared__ float smem[];
+  const ChunkRows ch = chunk_rows(d, blockIdx.x);
+  const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
+  const int L = ch.count, P = int(d.head_dim), S = int(d.state);
+  float* xs = smem;            // [L, P]
+  float* ys = smem + L * P;    // [L, S]
+  for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
+    const int r = e / P, p = e % P;
+    const int64_t n = ch.first + r;
+    xs[e] = kLocalGrad ? carried(s, d, ch, h, r) * bf(dy, n, h * P + p)
+                       : to_end(s, d, ch, h, r) * s.dt[n * d.heads + h] * bf(in.x, n, h * P + p);
+  }
+  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
+    const int r = e / S, k = e % S;
+    ys[e] = bf(kLocalGrad ? in.c : in.b, ch.first + r, g * S + k);
+  }
+  __syncthreads();
+  const int64_t per_chunk = d.heads * P * S;
+  float* out = (kLocalGrad ? s.dstates + blockIdx.x * per_chunk : s.states + (blockIdx.x + 1) * per_chunk) + h * P * S;
+  tile_matmul(P, S, L, xs, 1, P, ys, S, 1, [&](int p, int k, int, float v) { out[p * S + k] = v; });
+}
+
+// Sin_{c+1} = S_c + [end carries] e^{cs_end} Sin_c over the chunks in order (forward), or
+// d Sin_c = local_c + [end carries] e^{cs_end} d Sin_{c+1} in reverse. One thread per state element.
+template <bool kReverse>
+__global__ void pass_states_kernel(Mamba2ScanDims d, Scratch s) {
+  const int64_t per_chunk = d.heads * d.head_dim * d.state;
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= per_chunk) return;
+  const int64_t h = e / (d.head_dim * d.state), chunks = (d.rows + d.chunk - 1) / d.chunk;
+  auto factor = [&](int64_t c) {
+    const int64_t end = min((c + 1) * d.chunk, d.rows) - 1;
+    return s.seg[end] < 0 ? expf(s.cs[end * d.heads + h]) : 0.0f;
+  };
+  if (!kReverse) {
+    float* st = s.states + e;
+    float state = 0.0f;
+    st[0] = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      state = st[(c + 1) * per_chunk] + factor(c) * state;
+      st[(c + 1) * per_chunk] = state;
+    }
+  } else {
+    float* ds = s.dstates + e;
+    float grad = 0.0f;
+    ds[chunks * per_chunk] = 0.0f;
+    for (int64_t c = chunks - 1; c >= 0; --c) {
+      grad = ds[c * per_chunk] + factor(c) * grad;
+      ds[c * per_chunk] = grad;
+    }
+  }
+}
+
+// y = [decay ⊙ CB | carried·C] · [u ; Sinᵀ] per (chunk, head). The forward writes y + D·x; the backward
+// (kDot) writes dy·(y − D·x) per row and head instead, for the decays' gradient.
+template <bool kDot>
+__global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 y, Scratch s) {
+  extern __shared__ float smem[];
+  const ChunkRows ch = chunk_rows(d, blockIdx.x);
+  const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
+  const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + S, nq = (P + 3) / 4;
+  float* lhs = smem;              // [L, L + S]
+  float* rhs = lhs + L * K;       // [L + S, P]
+  float* part = rhs + K * P;      // [⌈P/4⌉, L] (kDot)
+  const float* cb = s.cb + (int64_t(blockIdx.x) * d.groups + g) * d.chunk * d.chunk;
+  for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
+    const int i = e / L, j = e % L;
+    lhs[i * K + j] = decay(s, d, ch, h, i, j) * cb[i * d.chunk + j];
+  }
+  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
+    const int i = e / S, k = e % S;
+    lhs[i * K + L + k] = carried(s, d, ch, h, i) * bf(in.c, ch.first + i, g * S + k);
+  }
+  for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
+    const int j = e / P, p = e % P;
+    rhs[e] = s.dt[(ch.first + j) * d.heads + h] * bf(in.x, ch.first + j, h * P + p);
+  }
+  const float* state = s.states + (int64_t(blockIdx.x) * d.heads + h) * P * S;
+  for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[(L + e % S) * P + e / S] = state[e];
+  if (kDot)
+    for (int e = threadIdx.x; e < nq * L; e += blockDim.x) part[e] = 0.0f;
+  __syncthreads();
+  auto* out = static_cast<bf16*>(y.data);
+  if (!kDot) {
+    const float skip = param(in.d, in.params_bf16, h);
+    tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1, [&](int i, int p, int, float v) {
+      const int64_t n = ch.first + i;
+      out[n * y.ld + h * P + p] = from_float<bf16>(v + skip * bf(in.x, n, h * P + p));
+    });
+    return;
+  }
+  // kDot: y holds dy.
+  tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1,
+              [&](int i, int p, int tn, float v) { part[tn * L + i] += v * bf(y, ch.first + i, h * P + p); });
+  __syncthreads();
+  for (int i = threadIdx.x; i < L; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int t = 0; t < nq; ++t) sum += part[t * L + i];
+    s.ydot[(ch.first + i) * d.heads + h] = sum;
+  }
+}
+
+// Per (chunk, head): stuff = [maskedCBᵀ | to_end·B] · [dy ; dSᵀ], then dx, and the dt chain for the chunk's rows
+// (the decays' gradient summed backwards, softplus and clamp), with the chunk's shares of d dt_bias, d A_log, dD.
+__global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy,
+                                   Mamba2ScanGradPointers grads, Scratch s) {
+  extern __shared__ float smem[];
+  const ChunkRows ch = chunk_rows(d, blockIdx.x);
+  const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
+  const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + S, nq = (P + 3) / 4;
+  float* lhs = smem;              // [L, L + S]
+  float* rhs = lhs + L * K;       // [L + S, P]
+  float* part = rhs + K * P;      // [⌈P/4⌉, L]
+  float* r_row = part + nq * L;   // [L]: Σ_p x·stuff
+  const float* cb = s.cb + (int64_t(blockIdx.x) * d.groups + g) * d.chunk * d.chunk;
+  const int64_t per_chunk = d.heads * P * S;
+  const float* dstate = s.dstates + (blockIdx.x + 1) * per_chunk + h * P * S;  // dS_c = d Sin_{c+1}
+  const float* state_next = s.states + (blockIdx.x + 1) * per_chunk + h * P * S;
+  for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
+    const int j = e / L, i = e % L;
+    lhs[j * K + i] = decay(s, d, ch, h, i, j) * cb[i * d.chunk + j];
+  }
+  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
+    const int j = e / S, k = e % S;
+    lhs[j * K + L + k] = to_end(s, d, ch, h, j) * bf(in.b, ch.first + j, g * S + k);
+  }
+  for (int e = threadIdx.x; e < L * P; e += blockDim.x) rhs[e] = bf(dy, ch.first + e / P, h * P + e % P);
+  for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[(L + e % S) * P + e / S] = dstate[e];
+  for (int e = threadIdx.x; e < nq * L; e += blockDim.x) part[e] = 0.0f;
+  // ⟨dS_c, Sin_{c+1}⟩ (the end row's decay gradient) and Σ dy·x (dD), in a fixed order.
+  float sums[2] = {0.0f, 0.0f};
+  for (int e = threadIdx.x; e < P * S; e += blockDim.x) sums[0] += dstate[e] * state_next[e];
+  for (int e = threadIdx.x; e < L * P; e += blockDim.x)
+    sums[1] += bf(dy, ch.first + e / P, h * P + e % P) * bf(in.x, ch.first + e / P, h * P + e % P);
+  block_sum(sums);  // its barriers also publish the shared operands above
+  const float skip = param(in.d, in.params_bf16, h);
+  auto* dx = static_cast<bf16*>(grads.x.data);
+  tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1, [&](int j, int p, int tn, float v) {
+    const int64_t n = ch.first + j;
+    const float dt = s.dt[n * d.heads + h];
+    dx[n * grads.x.ld + h * P + p] = from_float<bf16>(skip * bf(dy, n, h * P + p) + dt * v);
+    part[tn * L + j] += bf(in.x, n, h * P + p) * v;
+  });
+  __syncthreads();
+  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    float sum = 0.0f;
+    for (int t = 0; t < nq; ++t) sum += part[t * L + j];
+    r_row[j] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  // The decays' gradient, summed from the chunk's end: a_m feeds cs_k for every k ≥ m.
+  const float a = -expf(param(in.a_log, in.params_bf16, h)), bias = param(in.dt_bias, in.params_bf16, h);
+  float da = 0.0f, sum_dt_bias = 0.0f, sum_da_dt = 0.0f;
+  auto* ddt_out = static_cast<bf16*>(grads.dt.data);
+  for (int j = L - 1; j >= 0; --j) {
+    const int64_t n = ch.first + j;
+    const float dt = s.dt[n * d.heads + h];
+    da += s.ydot[n * d.heads + h] - dt * r_row[j] + (j == L - 1 ? sums[0] : 0.0f);
+    const float u = bf(in.dt, n, h) + bias, soft = softplus(u);
+    // torch.clamp passes the gradient where min <= x <= max.
+    const float slope = (soft >= d.dt_min && soft <= d.dt_max) ? (u > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-u))) : 0.0f;
+    const float ddt_raw = (r_row[j] + a * da) * slope;
+    ddt_out[n * grads.dt.ld + h] = from_float<bf16>(ddt_raw);
+    sum_dt_bias += ddt_raw;
+    sum_da_dt += da * dt;
+  }
+  const int64_t at = int64_t(blockIdx.x) * d.heads + h;
+  s.part_dt_bias[at] = sum_dt_bias;
+  s.part_a_log[at] = sum_da_dt * a;  // dA/dA_log = A
+  s.part_d[at] = sums[1];
+}
+
+// One head's share of dC (kForB false: rows i, Q[i][j] = decay·(dy_i·u_j), [Q | carried·dy]·[B ; Sin_c]) or of
+// dB (kForB true: rows j, Qᵀ, [Qᵀ | to_end·u]·[C ; dS_c]), into fp32 [N, H, S]. Block (chunk, head).
+template <bool kForB>
+__global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
+  extern __shared__ float smem[];
+  const ChunkRows ch = chunk_rows(d, blockIdx.x);
+  const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
+  const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + P;
+  float* lhs = smem;          // [L, L + P]: Q, then the row operand scaled
+  float* rhs = lhs + L * K;   // [L + P, S]; first the column operand transposed [P, L]
+  // Row operand R (dy for dC, u for dB) and column operand (u for dC, dy for dB).
+  auto u = [&](int r, int p) { return s.dt[(ch.first + r) * d.heads + h] * bf(in.x, ch.first + r, h * P + p); };
+  auto grad = [&](int r, int p) { return bf(dy, ch.first + r, h * P + p); };
+  for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
+    const int r = e / P, p = e % P;
+    lhs[r * K + L + p] = kForB ? u(r, p) : grad(r, p);
+    rhs[p * L + r] = kForB ? grad(r, p) : u(r, p);
+  }
+  __syncthreads();
+  tile_matmul(L, L, P, lhs + L, K, 1, rhs, L, 1, [&](int r, int q, int, float v) {
+    lhs[r * K + q] = (kForB ? decay(s, d, ch, h, q, r) : decay(s, d, ch, h, r, q)) * v;
+  });
+  __syncthreads();
+  for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
+    const int r = e / P, p = e % P;
+    lhs[r * K + L + p] *= kForB ? to_end(s, d, ch, h, r) : carried(s, d, ch, h, r);
+  }
+  for (int e = threadIdx.x; e < L * S; e += blockDim.x)
+    rhs[e] = bf(kForB ? in.c : in.b, ch.first + e / S, g * S + e % S);
+  const int64_t per_chunk = d.heads * P * S;
+  const float* state = kForB ? s.dstates + (blockIdx.x + 1) * per_chunk + h * P * S
+                             : s.states + blockIdx.x * per_chunk + h * P * S;
+  for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[L * S + e] = state[e];
+  __syncthreads();
+  float* out = kForB ? s.db_head : s.dc_head;
+  tile_matmul(L, S, K, lhs, K, 1, rhs, S, 1, [&](int r, int k, int, float v) {
+    out[((ch.first + r) * d.heads + h) * S + k] = v;
+  });
+}
+
+// dB or dC [N, G·S] (BF16, strided) = Σ over the heads of each group of their shares, in head order.
+__global__ void sum_group_heads_kernel(Mamba2ScanDims d, const float* __restrict__ per_head, StridedBf16 out) {
+  const int64_t width = d.groups * d.state;
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= d.rows * width) return;
+  const int64_t n = e / width, g = (e % width) / d.state, k = e % d.state, per_group = d.heads / d.groups;
+  float sum = 0.0f;
+  for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h) sum += per_head[(n * d.heads + h) * d.state + k];
+  static_cast<bf16*>(out.data)[n * out.ld + g * d.state + k] = from_float<bf16>(sum);
+}
+
+struct SharedSizes {
+  size_t cb, outer, output, dx_dt, dbc;
+};
+
+SharedSizes shared_sizes(const Mamba2ScanDims& d) {
+  const size_t L = size_t(d.chunk), P = size_t(d.head_dim), S = size_t(d.state), f = sizeof(float);
+  const size_t nq = (P + 3) / 4;
+  return {(L * S + S * (L + 1)) * f, (L * P + L * S) * f, (L * (L + S) + (L + S) * P + nq * L) * f,
+          (L * (L + S) + (L + S) * P + nq * L + L) * f, (L * (L + P) + std::max((L + P) * S, P * L)) * f};
+}
+
+template <typename Kernel>
+cudaError_t allow_shared(Kernel kernel, size_t bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+// Chunk states and Sin_c for every chunk: what both passes need first.
+cudaError_t run_states(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, const Scratch& s, cudaStream_t stream) {
+  const SharedSizes sh = shared_sizes(d);
+  const int chunks = int(d.chunks());
+  cudaError_t status;
+  discretize_kernel<<<chunks, 128, 0, stream>>>(d, in, s);
+  if ((status = allow_shared(chunk_cb_kernel, sh.cb)) != cudaSuccess) return status;
+  chunk_cb_kernel<<<dim3(chunks, unsigned(d.groups)), kThreads, sh.cb, stream>>>(d, in, s);
+  if ((status = allow_shared(chunk_outer_kernel<false>, sh.outer)) != cudaSuccess) return status;
+  chunk_outer_kernel<false><<<dim3(chunks, unsigned(d.heads)), kThreads, sh.outer, stream>>>(d, in, {}, s);
+  const int64_t elems = d.heads * d.head_dim * d.state;
+  pass_states_kernel<false><<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(d, s);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t mamba2_scan_shared_bytes(const Mamba2ScanDims& dims) {
+  const SharedSizes s = shared_sizes(dims);
+  return std::max({s.cb, s.outer, s.output, s.dx_dt, s.dbc});
+}
+
+size_t mamba2_scan_forward_workspace_bytes(const Mamba2ScanDims& dims) {
+  size_t bytes = 0;
+  carve(dims, nullptr, false, &bytes);
+  return bytes;
+}
+
+size_t mamba2_scan_backward_workspace_bytes(const Mamba2ScanDims& dims) {
+  size_t bytes = 0;
+  carve(dims, nullptr, true, &bytes);
+  return bytes;
+}
+
+cudaError_t launch_mamba2_scan_forward(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, StridedBf16 y,
+                                       void* workspace, cudaStream_t stream) {
+  if (d.rows == 0) return cudaSuccess;
+  const Scratch s = carve(d, workspace, false, nullptr);
+  cudaError_t status = run_states(d, in, s, stream);
+  if (status != cudaSuccess) return status;
+  const size_t shared = shared_sizes(d).output;
+  if ((status = allow_shared(chunk_output_kernel<false>, shared)) != cudaSuccess) return status;
+  chunk_output_kernel<false><<<dim3(unsigned(d.chunks()), unsigned(d.heads)), kThreads, shared, stream>>>(d, in, y, s);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mamba2_scan_backward(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, StridedBf16 dy,
+                                        const Mamba2ScanGradPointers& grads, void* workspace, cudaStream_t stream) {
+  if (d.rows == 0) return cudaSuccess;
+  const Scratch s = carve(d, workspace, true, nullptr);
+  cudaError_t status = run_states(d, in, s, stream);
+  if (status != cudaSuccess) return status;
+  const SharedSizes sh = shared_sizes(d);
+  const dim3 per_head(unsigned(d.chunks()), unsigned(d.heads));
+  if ((status = allow_shared(chunk_output_kernel<true>, sh.output)) != cudaSuccess) return status;
+  chunk_output_kernel<true><<<per_head, kThreads, sh.output, stream>>>(d, in, dy, s);
+  if ((status = allow_shared(chunk_outer_kernel<true>, sh.outer)) != cudaSuccess) return status;
+  chunk_outer_kernel<true><<<per_head, kThreads, sh.outer, stream>>>(d, in, dy, s);
+  const int64_t elems = d.heads * d.head_dim * d.state;
+  pass_states_kernel<true><<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(d, s);
+  if ((status = allow_shared(chunk_dx_dt_kernel, sh.dx_dt)) != cudaSuccess) return status;
+  chunk_dx_dt_kernel<<<per_head, kThreads, sh.dx_dt, stream>>>(d, in, dy, grads, s);
+  if ((status = allow_shared(chunk_dbc_kernel<false>, sh.dbc)) != cudaSuccess) return status;
+  if ((status = allow_shared(chunk_dbc_kernel<true>, sh.dbc)) != cudaSuccess) return status;
+  chunk_dbc_kernel<false><<<per_head, kThreads, sh.dbc, stream>>>(d, in, dy, s);
+  chunk_dbc_kernel<true><<<per_head, kThreads, sh.dbc, stream>>>(d, in, dy, s);
+  const int64_t bc = d.rows * d.groups * d.state;
+  const unsigned bc_blocks = unsigned((bc + kThreads - 1) / kThreads);
+  sum_group_heads_kernel<<<bc_blocks, kThreads, 0, stream>>>(d, s.dc_head, grads.c);
+  sum_group_heads_kernel<<<bc_blocks, kThreads, 0, stream>>>(d, s.db_head, grads.b);
+  if ((status = cudaGetLastError()) != cudaSuccess) return status;
+  const int64_t chunks = d.chunks();
+  const std::pair<const float*, void*> params[] = {
+      {s.part_dt_bias, grads.dt_bias}, {s.part_a_log, grads.a_log}, {s.part_d, grads.d}};
+  for (const auto& [partial, out] : params)
+    if (out && (status = launch_add_column_sums(partial, chunks, d.heads, d.heads, out, grads.grads_bf16, stream)) !=
+                   cudaSuccess)
+      return status;
+  return cudaSuccess;
+}
+
+}  // namespace moetune::ops::cuda
