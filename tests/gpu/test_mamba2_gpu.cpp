@@ -114,7 +114,9 @@ TEST_F(Mamba2Gpu, ConvForwardAndBackwardMatchCpu) {
     ops::cuda::mamba2_conv_backward(dout, xbc, weight, bias, starts_gpu, valid_gpu, dx, dweight, dbias);
     EXPECT_LT(relative_error(cpu_block(dx), expected_dx), kBf16Tolerance);
     EXPECT_LT(relative_error(dweight, expected_dweight), kBf16Tolerance);
-    if (c.bias) EXPECT_LT(relative_error(dbias, expected_dbias), kBf16Tolerance);
+    if (c.bias) {
+      EXPECT_LT(relative_error(dbias, expected_dbias), kBf16Tolerance);
+    }
   }
 }
 
@@ -244,6 +246,10 @@ std::vector<Tensor*> mixer_slots(model::Mamba2Weights& w) {
   return {&w.in_proj, &w.conv, &w.conv_bias, &w.dt_bias, &w.a_log, &w.d, &w.norm, &w.out_proj};
 }
 
+// The GPU mixer rounds four intermediates to bf16 in series (in_proj's output, the conv's, the scan's, the norm's),
+// the CPU mixer none: a whole-mixer tolerance of a few bf16 roundings.
+constexpr double kMixerTolerance = 3e-2;
+
 class Mamba2MixerGpu : public Mamba2Gpu {
  protected:
   void check_case(const std::string& name, int64_t chunk_size) {
@@ -281,11 +287,11 @@ class Mamba2MixerGpu : public Mamba2Gpu {
     const model::cuda::Mamba2GpuRows gpu_rows = model::cuda::upload_mamba2_rows(rows);
     model::cuda::Mamba2GpuStash stash;
     const Tensor out = model::cuda::mamba2_mixer_forward_gpu(spec, chunk_size, gpu, x, gpu_rows, &stash);
-    EXPECT_LT(relative_error(out, expected), kBf16Tolerance) << "out";
+    EXPECT_LT(relative_error(out, expected), kMixerTolerance) << "out";
     const Tensor dx = model::cuda::mamba2_mixer_backward_gpu(spec, chunk_size, gpu, dy, stash, gpu_rows, gpu_grads);
-    EXPECT_LT(relative_error(dx, expected_dx), kBf16Tolerance) << "dx";
+    EXPECT_LT(relative_error(dx, expected_dx), kMixerTolerance) << "dx";
     for (size_t i = 0; i < gg.size(); ++i)
-      EXPECT_LT(relative_error(*gg[i], *cg[i]), 2 * kBf16Tolerance) << "d " << kMixerNames[i];
+      EXPECT_LT(relative_error(*gg[i], *cg[i]), kMixerTolerance) << "d " << kMixerNames[i];
   }
 };
 

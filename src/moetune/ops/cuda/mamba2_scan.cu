@@ -15,11 +15,16 @@
 // backwards within the chunk into da. dB and dC are the same masked products transposed, one head at a time,
 // then summed over the heads of a group.
 //
-// Every chunk-level product is a small matmul on shared memory (tile_matmul: 4×4 fp32 register tiles on the CUDA
-// cores); the block of a (chunk, head) stages both operands whole, which bounds chunk and widths by the
-// shared memory (mamba2_scan_shared_bytes).
+// Every chunk-level product is a small matmul on shared memory (tile_matmul: TF32 tensor cores for whole 16×16
+// tiles, else 4×4 fp32 register tiles on the CUDA cores); the block of a (chunk, head) stages both operands whole,
+// which bounds chunk and widths by the shared memory (mamba2_scan_shared_bytes).
+#include <mma.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/mamba2_scan_kernels.h"
@@ -124,13 +129,66 @@ __device__ __forceinline__ float to_end(const Scratch& s, const Mamba2ScanDims& 
   return decay(s, d, ch, h, ch.count - 1, j);
 }
 
-// For every 4×4 register tile of the M×N product Σ_k a(m, k)·b(k, n), with a(m, k) = a[m·am + k·ak] and
-// b(k, n) = b[k·bk + n·bn] in shared memory: visit(m, n, tn, value) for each element inside M×N. A thread's tile
-// holds m = tm + r·⌈M/4⌉ and n = tn + r·⌈N/4⌉, so a warp reads consecutive columns of b (no bank conflicts) and
-// few rows of a (broadcasts).
+// Per-warp staging of a 16×16 fp32 accumulator tile, at the start of every kernel's shared memory.
+constexpr int kStageFloats = (kThreads / 32) * 256;
+
+// The tensor-core path of tile_matmul: TF32 operands (10-bit mantissa, rounded from the fp32 shared operands),
+// fp32 accumulation, one warp per 16×16 output tile; the tile goes through the warp's staging area so that
+// visit sees plain elements. Slot (the `tn` of visit) is 2·(tile column) + the lane's half of the row.
+template <typename LayoutA, typename LayoutB, typename Visit>
+__device__ void wmma_matmul(int M, int N, int K, const float* a, int lda, const float* b, int ldb, float* stage,
+                            Visit visit) {
+  using namespace nvcuda;
+  constexpr bool kRowA = std::is_same_v<LayoutA, wmma::row_major>, kRowB = std::is_same_v<LayoutB, wmma::row_major>;
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  float* tile = stage + warp * 256;
+  const int tiles_n = N / 16, tiles = (M / 16) * tiles_n;
+  for (int t = warp; t < tiles; t += warps) {
+    const int m0 = (t / tiles_n) * 16, n0 = (t % tiles_n) * 16;
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int k = 0; k < K; k += 8) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb;
+      wmma::load_matrix_sync(fa, kRowA ? a + m0 * lda + k : a + m0 + k * lda, lda);
+      wmma::load_matrix_sync(fb, kRowB ? b + k * ldb + n0 : b + k + n0 * ldb, ldb);
+#pragma unroll
+      for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
+#pragma unroll
+      for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(tile, acc, 16, wmma::mem_row_major);
+    __syncwarp();
+    const int r = lane / 2, c0 = (lane % 2) * 8;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) visit(m0 + r, n0 + c0 + c, (n0 / 16) * 2 + lane % 2, tile[r * 16 + c0 + c]);
+    __syncwarp();
+  }
+}
+
+// For every element of the M×N product Σ_k a(m, k)·b(k, n), with a(m, k) = a[m·am + k·ak] and
+// b(k, n) = b[k·bk + n·bn] in shared memory: visit(m, n, slot, value), where the pairs (slot, m) of one call are
+// each visited by one thread only and slot < ⌈N/4⌉ (the kernels sum per-row partials by slot).
+// On the tensor cores when the product is whole 16×16×8 tiles of row- or column-major operands with 16-byte
+// aligned rows; else on the CUDA cores in 4×4 register tiles holding m = tm + r·⌈M/4⌉ and n = tn + r·⌈N/4⌉ (slot
+// tn), so that a warp reads consecutive columns of b (no bank conflicts) and few rows of a (broadcasts).
 template <typename Visit>
 __device__ void tile_matmul(int M, int N, int K, const float* a, int am, int ak, const float* b, int bk, int bn,
-                            Visit visit) {
+                            float* stage, Visit visit) {
+  using namespace nvcuda;
+  const bool a_row = ak == 1, b_row = bn == 1;
+  const int lda = a_row ? am : ak, ldb = b_row ? bk : bn;
+  const bool tensor_cores = M % 16 == 0 && N % 16 == 0 && K % 8 == 0 && (a_row || am == 1) && (b_row || bk == 1) &&
+                            lda % 4 == 0 && ldb % 4 == 0 && reinterpret_cast<uintptr_t>(a) % 32 == 0 &&
+                            reinterpret_cast<uintptr_t>(b) % 32 == 0;
+  if (tensor_cores) {
+    if (a_row && b_row) wmma_matmul<wmma::row_major, wmma::row_major>(M, N, K, a, lda, b, ldb, stage, visit);
+    else if (a_row) wmma_matmul<wmma::row_major, wmma::col_major>(M, N, K, a, lda, b, ldb, stage, visit);
+    else if (b_row) wmma_matmul<wmma::col_major, wmma::row_major>(M, N, K, a, lda, b, ldb, stage, visit);
+    else wmma_matmul<wmma::col_major, wmma::col_major>(M, N, K, a, lda, b, ldb, stage, visit);
+    return;
+  }
   const int mq = (M + 3) / 4, nq = (N + 3) / 4;
   for (int t = threadIdx.x; t < mq * nq; t += blockDim.x) {
     const int tm = t / nq, tn = t % nq;
@@ -190,12 +248,14 @@ __global__ void discretize_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scrat
 
 // C_i·B_j for every pair of rows of a chunk, per group. Block (chunk, group).
 __global__ void chunk_cb_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch s) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(128) float shared[];
+  float* stage = shared;
+  float* smem = shared + kStageFloats;
   const ChunkRows ch = chunk_rows(d, blockIdx.x);
   const int64_t g = blockIdx.y;
-  const int L = ch.count, S = int(d.state), bt_ld = L + 1;
+  const int L = ch.count, S = int(d.state), bt_ld = L + 4;
   float* cs = smem;            // [L, S]
-  float* bt = smem + L * S;    // [S, L + 1]: B transposed, so that the product reads it by consecutive rows
+  float* bt = smem + L * S;    // [S, L + 4]: B transposed, so that the product reads it by consecutive rows
   for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
     const int i = e / S, k = e % S;
     cs[e] = bf(in.c, ch.first + i, g * S + k);
@@ -204,7 +264,7 @@ __global__ void chunk_cb_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch
   __syncthreads();
   float* out = s.cb + (int64_t(blockIdx.x) * d.groups + g) * d.chunk * d.chunk;
   const int ld = int(d.chunk);
-  tile_matmul(L, L, S, cs, S, 1, bt, bt_ld, 1, [&](int i, int j, int, float v) { out[i * ld + j] = v; });
+  tile_matmul(L, L, S, cs, S, 1, bt, bt_ld, 1, stage, [&](int i, int j, int, float v) { out[i * ld + j] = v; });
 }
 
 // Σ_r f_r · X[r, p] · Y[r, s] over a chunk's rows, per head: the chunk's end state (X = dt·x, Y = B, f = weight
@@ -212,7 +272,9 @@ __global__ void chunk_cb_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch
 // dstates[c]). Block (chunk, head).
 template <bool kLocalGrad>
 __global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(128) float shared[];
+  float* stage = shared;
+  float* smem = shared + kStageFloats;
   const ChunkRows ch = chunk_rows(d, blockIdx.x);
   const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
   const int L = ch.count, P = int(d.head_dim), S = int(d.state);
@@ -231,7 +293,7 @@ __global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
   __syncthreads();
   const int64_t per_chunk = d.heads * P * S;
   float* out = (kLocalGrad ? s.dstates + blockIdx.x * per_chunk : s.states + (blockIdx.x + 1) * per_chunk) + h * P * S;
-  tile_matmul(P, S, L, xs, 1, P, ys, S, 1, [&](int p, int k, int, float v) { out[p * S + k] = v; });
+  tile_matmul(P, S, L, xs, 1, P, ys, S, 1, stage, [&](int p, int k, int, float v) { out[p * S + k] = v; });
 }
 
 // Sin_{c+1} = S_c + [end carries] e^{cs_end} Sin_c over the chunks in order (forward), or
@@ -269,7 +331,9 @@ __global__ void pass_states_kernel(Mamba2ScanDims d, Scratch s) {
 // (kDot) writes dy·(y − D·x) per row and head instead, for the decays' gradient.
 template <bool kDot>
 __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 y, Scratch s) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(128) float shared[];
+  float* stage = shared;
+  float* smem = shared + kStageFloats;
   const ChunkRows ch = chunk_rows(d, blockIdx.x);
   const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
   const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + S, nq = (P + 3) / 4;
@@ -297,14 +361,14 @@ __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Str
   auto* out = static_cast<bf16*>(y.data);
   if (!kDot) {
     const float skip = param(in.d, in.params_bf16, h);
-    tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1, [&](int i, int p, int, float v) {
+    tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1, stage, [&](int i, int p, int, float v) {
       const int64_t n = ch.first + i;
       out[n * y.ld + h * P + p] = from_float<bf16>(v + skip * bf(in.x, n, h * P + p));
     });
     return;
   }
   // kDot: y holds dy.
-  tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1,
+  tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1, stage,
               [&](int i, int p, int tn, float v) { part[tn * L + i] += v * bf(y, ch.first + i, h * P + p); });
   __syncthreads();
   for (int i = threadIdx.x; i < L; i += blockDim.x) {
@@ -318,7 +382,9 @@ __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Str
 // (the decays' gradient summed backwards, softplus and clamp), with the chunk's shares of d dt_bias, d A_log, dD.
 __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy,
                                    Mamba2ScanGradPointers grads, Scratch s) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(128) float shared[];
+  float* stage = shared;
+  float* smem = shared + kStageFloats;
   const ChunkRows ch = chunk_rows(d, blockIdx.x);
   const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
   const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + S, nq = (P + 3) / 4;
@@ -349,7 +415,7 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
   block_sum(sums);  // its barriers also publish the shared operands above
   const float skip = param(in.d, in.params_bf16, h);
   auto* dx = static_cast<bf16*>(grads.x.data);
-  tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1, [&](int j, int p, int tn, float v) {
+  tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1, stage, [&](int j, int p, int tn, float v) {
     const int64_t n = ch.first + j;
     const float dt = s.dt[n * d.heads + h];
     dx[n * grads.x.ld + h * P + p] = from_float<bf16>(skip * bf(dy, n, h * P + p) + dt * v);
@@ -389,7 +455,9 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
 // dB (kForB true: rows j, Qᵀ, [Qᵀ | to_end·u]·[C ; dS_c]), into fp32 [N, H, S]. Block (chunk, head).
 template <bool kForB>
 __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(128) float shared[];
+  float* stage = shared;
+  float* smem = shared + kStageFloats;
   const ChunkRows ch = chunk_rows(d, blockIdx.x);
   const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
   const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + P;
@@ -404,7 +472,7 @@ __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stride
     rhs[p * L + r] = kForB ? grad(r, p) : u(r, p);
   }
   __syncthreads();
-  tile_matmul(L, L, P, lhs + L, K, 1, rhs, L, 1, [&](int r, int q, int, float v) {
+  tile_matmul(L, L, P, lhs + L, K, 1, rhs, L, 1, stage, [&](int r, int q, int, float v) {
     lhs[r * K + q] = (kForB ? decay(s, d, ch, h, q, r) : decay(s, d, ch, h, r, q)) * v;
   });
   __syncthreads();
@@ -420,7 +488,7 @@ __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stride
   for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[L * S + e] = state[e];
   __syncthreads();
   float* out = kForB ? s.db_head : s.dc_head;
-  tile_matmul(L, S, K, lhs, K, 1, rhs, S, 1, [&](int r, int k, int, float v) {
+  tile_matmul(L, S, K, lhs, K, 1, rhs, S, 1, stage, [&](int r, int k, int, float v) {
     out[((ch.first + r) * d.heads + h) * S + k] = v;
   });
 }
@@ -443,8 +511,10 @@ struct SharedSizes {
 SharedSizes shared_sizes(const Mamba2ScanDims& d) {
   const size_t L = size_t(d.chunk), P = size_t(d.head_dim), S = size_t(d.state), f = sizeof(float);
   const size_t nq = (P + 3) / 4;
-  return {(L * S + S * (L + 1)) * f, (L * P + L * S) * f, (L * (L + S) + (L + S) * P + nq * L) * f,
-          (L * (L + S) + (L + S) * P + nq * L + L) * f, (L * (L + P) + std::max((L + P) * S, P * L)) * f};
+  const size_t stage = kStageFloats * f;
+  return {stage + (L * S + S * (L + 4)) * f, stage + (L * P + L * S) * f,
+          stage + (L * (L + S) + (L + S) * P + nq * L) * f, stage + (L * (L + S) + (L + S) * P + nq * L + L) * f,
+          stage + (L * (L + P) + std::max((L + P) * S, P * L)) * f};
 }
 
 template <typename Kernel>
