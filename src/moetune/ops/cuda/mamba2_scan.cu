@@ -267,17 +267,28 @@ __global__ void chunk_cb_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch
   tile_matmul(L, L, S, cs, S, 1, bt, bt_ld, 1, stage, [&](int i, int j, int, float v) { out[i * ld + j] = v; });
 }
 
+// Where a (chunk, head) block works: the chunk's rows, the head and its group, and the block's shared memory
+// (the staging area of tile_matmul first).
+struct ChunkHead {
+  ChunkRows ch;
+  int64_t h, g;
+  int L, P, S;  // the chunk's rows, head_dim, state
+  float *stage, *smem;
+};
+
+__device__ ChunkHead chunk_head(const Mamba2ScanDims& d) {
+  extern __shared__ __align__(128) float shared[];
+  const int64_t h = blockIdx.y;
+  const ChunkRows ch = chunk_rows(d, blockIdx.x);
+  return {ch, h, h / (d.heads / d.groups), ch.count, int(d.head_dim), int(d.state), shared, shared + kStageFloats};
+}
+
 // Σ_r f_r · X[r, p] · Y[r, s] over a chunk's rows, per head: the chunk's end state (X = dt·x, Y = B, f = weight
 // in the end state; into states[c + 1]) or the local part of d Sin_c (X = dy, Y = C, f = carried weight; into
 // dstates[c]). Block (chunk, head).
 template <bool kLocalGrad>
 __global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
-  extern __shared__ __align__(128) float shared[];
-  float* stage = shared;
-  float* smem = shared + kStageFloats;
-  const ChunkRows ch = chunk_rows(d, blockIdx.x);
-  const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
-  const int L = ch.count, P = int(d.head_dim), S = int(d.state);
+  const auto [ch, h, g, L, P, S, stage, smem] = chunk_head(d);
   float* xs = smem;            // [L, P]
   float* ys = smem + L * P;    // [L, S]
   for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
@@ -327,28 +338,56 @@ __global__ void pass_states_kernel(Mamba2ScanDims d, Scratch s) {
   }
 }
 
+// The shared memory of a (chunk, head) block that multiplies [L, L + S] · [L + S, P]: the staging area, lhs,
+// rhs and per-row partial sums [⌈P/4⌉, L]; and the chunk's C·B of the head's group.
+struct ChunkProduct {
+  ChunkRows ch;
+  int64_t h, g;
+  int L, P, S, K, nq;
+  float *stage, *lhs, *rhs, *part;
+  const float* cb;
+};
+
+__device__ ChunkProduct chunk_product(const Mamba2ScanDims& d, const Scratch& s) {
+  const ChunkHead at = chunk_head(d);
+  ChunkProduct cp;
+  cp.ch = at.ch;
+  cp.h = at.h, cp.g = at.g;
+  cp.L = at.L, cp.P = at.P, cp.S = at.S, cp.K = cp.L + cp.S, cp.nq = (cp.P + 3) / 4;
+  cp.stage = at.stage;
+  cp.lhs = at.smem;
+  cp.rhs = cp.lhs + cp.L * cp.K;
+  cp.part = cp.rhs + cp.K * cp.P;
+  cp.cb = s.cb + (int64_t(blockIdx.x) * d.groups + cp.g) * d.chunk * d.chunk;
+  return cp;
+}
+
+// lhs = [masked decay ⊙ CB | weight(r)·M[r, :]] with M (B or C) of the head's group: the forward's products
+// row by row (i, j), the backward's dL/du transposed (row j, column i).
+template <bool kTransposed, typename Weight>
+__device__ void fill_lhs(const ChunkProduct& cp, const Mamba2ScanDims& d, const Scratch& s, StridedBf16 m,
+                         Weight weight) {
+  const int L = cp.L, K = cp.K, S = cp.S;
+  for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
+    const int r = e / L, q = e % L, i = kTransposed ? q : r, j = kTransposed ? r : q;
+    cp.lhs[r * K + q] = decay(s, d, cp.ch, cp.h, i, j) * cp.cb[i * d.chunk + j];
+  }
+  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
+    const int r = e / S, k = e % S;
+    cp.lhs[r * K + L + k] = weight(r) * bf(m, cp.ch.first + r, cp.g * S + k);
+  }
+}
+
 // y = [decay ⊙ CB | carried·C] · [u ; Sinᵀ] per (chunk, head). The forward writes y + D·x; the backward
 // (kDot) writes dy·(y − D·x) per row and head instead, for the decays' gradient.
 template <bool kDot>
 __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 y, Scratch s) {
-  extern __shared__ __align__(128) float shared[];
-  float* stage = shared;
-  float* smem = shared + kStageFloats;
-  const ChunkRows ch = chunk_rows(d, blockIdx.x);
-  const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
-  const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + S, nq = (P + 3) / 4;
-  float* lhs = smem;              // [L, L + S]
-  float* rhs = lhs + L * K;       // [L + S, P]
-  float* part = rhs + K * P;      // [⌈P/4⌉, L] (kDot)
-  const float* cb = s.cb + (int64_t(blockIdx.x) * d.groups + g) * d.chunk * d.chunk;
-  for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
-    const int i = e / L, j = e % L;
-    lhs[i * K + j] = decay(s, d, ch, h, i, j) * cb[i * d.chunk + j];
-  }
-  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
-    const int i = e / S, k = e % S;
-    lhs[i * K + L + k] = carried(s, d, ch, h, i) * bf(in.c, ch.first + i, g * S + k);
-  }
+  const ChunkProduct cp = chunk_product(d, s);
+  const ChunkRows ch = cp.ch;
+  const int64_t h = cp.h;
+  const int L = cp.L, P = cp.P, S = cp.S, K = cp.K, nq = cp.nq;
+  float *stage = cp.stage, *lhs = cp.lhs, *rhs = cp.rhs, *part = cp.part;
+  fill_lhs<false>(cp, d, s, in.c, [&](int i) { return carried(s, d, ch, h, i); });
   for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
     const int j = e / P, p = e % P;
     rhs[e] = s.dt[(ch.first + j) * d.heads + h] * bf(in.x, ch.first + j, h * P + p);
@@ -382,28 +421,16 @@ __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Str
 // (the decays' gradient summed backwards, softplus and clamp), with the chunk's shares of d dt_bias, d A_log, dD.
 __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy,
                                    Mamba2ScanGradPointers grads, Scratch s) {
-  extern __shared__ __align__(128) float shared[];
-  float* stage = shared;
-  float* smem = shared + kStageFloats;
-  const ChunkRows ch = chunk_rows(d, blockIdx.x);
-  const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
-  const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + S, nq = (P + 3) / 4;
-  float* lhs = smem;              // [L, L + S]
-  float* rhs = lhs + L * K;       // [L + S, P]
-  float* part = rhs + K * P;      // [⌈P/4⌉, L]
+  const ChunkProduct cp = chunk_product(d, s);
+  const ChunkRows ch = cp.ch;
+  const int64_t h = cp.h;
+  const int L = cp.L, P = cp.P, S = cp.S, K = cp.K, nq = cp.nq;
+  float *stage = cp.stage, *lhs = cp.lhs, *rhs = cp.rhs, *part = cp.part;
   float* r_row = part + nq * L;   // [L]: Σ_p x·stuff
-  const float* cb = s.cb + (int64_t(blockIdx.x) * d.groups + g) * d.chunk * d.chunk;
   const int64_t per_chunk = d.heads * P * S;
   const float* dstate = s.dstates + (blockIdx.x + 1) * per_chunk + h * P * S;  // dS_c = d Sin_{c+1}
   const float* state_next = s.states + (blockIdx.x + 1) * per_chunk + h * P * S;
-  for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
-    const int j = e / L, i = e % L;
-    lhs[j * K + i] = decay(s, d, ch, h, i, j) * cb[i * d.chunk + j];
-  }
-  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
-    const int j = e / S, k = e % S;
-    lhs[j * K + L + k] = to_end(s, d, ch, h, j) * bf(in.b, ch.first + j, g * S + k);
-  }
+  fill_lhs<true>(cp, d, s, in.b, [&](int j) { return to_end(s, d, ch, h, j); });
   for (int e = threadIdx.x; e < L * P; e += blockDim.x) rhs[e] = bf(dy, ch.first + e / P, h * P + e % P);
   for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[(L + e % S) * P + e / S] = dstate[e];
   for (int e = threadIdx.x; e < nq * L; e += blockDim.x) part[e] = 0.0f;
@@ -455,12 +482,8 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
 // dB (kForB true: rows j, Qᵀ, [Qᵀ | to_end·u]·[C ; dS_c]), into fp32 [N, H, S]. Block (chunk, head).
 template <bool kForB>
 __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
-  extern __shared__ __align__(128) float shared[];
-  float* stage = shared;
-  float* smem = shared + kStageFloats;
-  const ChunkRows ch = chunk_rows(d, blockIdx.x);
-  const int64_t h = blockIdx.y, g = h / (d.heads / d.groups);
-  const int L = ch.count, P = int(d.head_dim), S = int(d.state), K = L + P;
+  const auto [ch, h, g, L, P, S, stage, smem] = chunk_head(d);
+  const int K = L + P;
   float* lhs = smem;          // [L, L + P]: Q, then the row operand scaled
   float* rhs = lhs + L * K;   // [L + P, S]; first the column operand transposed [P, L]
   // Row operand R (dy for dC, u for dB) and column operand (u for dC, dy for dB).
