@@ -427,6 +427,7 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
   const int L = cp.L, P = cp.P, S = cp.S, K = cp.K, nq = cp.nq;
   float *stage = cp.stage, *lhs = cp.lhs, *rhs = cp.rhs, *part = cp.part;
   float* r_row = part + nq * L;   // [L]: Σ_p x·stuff
+  float* da_row = r_row + L;      // [L]: d/dcs, then d(dt·A)
   const int64_t per_chunk = d.heads * P * S;
   const float* dstate = s.dstates + (blockIdx.x + 1) * per_chunk + h * P * S;  // dS_c = d Sin_{c+1}
   const float* state_next = s.states + (blockIdx.x + 1) * per_chunk + h * P * S;
@@ -449,32 +450,38 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
     part[tn * L + j] += bf(in.x, n, h * P + p) * v;
   });
   __syncthreads();
+  // Per row: r = Σ_p x·stuff and d/dcs = dy·y_ssm − dt·r (+ the end state's term on the last row), in parallel.
   for (int j = threadIdx.x; j < L; j += blockDim.x) {
     float sum = 0.0f;
     for (int t = 0; t < nq; ++t) sum += part[t * L + j];
     r_row[j] = sum;
+    const int64_t n = ch.first + j;
+    da_row[j] = s.ydot[n * d.heads + h] - s.dt[n * d.heads + h] * sum + (j == L - 1 ? sums[0] : 0.0f);
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  // The decays' gradient, summed from the chunk's end: a_m feeds cs_k for every k ≥ m.
+  // The decays' gradient summed from the chunk's end (a_m feeds cs_k for every k ≥ m): a short serial pass over
+  // shared memory.
+  if (threadIdx.x == 0)
+    for (int j = L - 2; j >= 0; --j) da_row[j] += da_row[j + 1];
+  __syncthreads();
   const float a = -expf(param(in.a_log, in.params_bf16, h)), bias = param(in.dt_bias, in.params_bf16, h);
-  float da = 0.0f, sum_dt_bias = 0.0f, sum_da_dt = 0.0f;
   auto* ddt_out = static_cast<bf16*>(grads.dt.data);
-  for (int j = L - 1; j >= 0; --j) {
+  float totals[2] = {0.0f, 0.0f};  // Σ d dt_raw (d dt_bias), Σ da·dt (dA)
+  for (int j = threadIdx.x; j < L; j += blockDim.x) {
     const int64_t n = ch.first + j;
-    const float dt = s.dt[n * d.heads + h];
-    da += s.ydot[n * d.heads + h] - dt * r_row[j] + (j == L - 1 ? sums[0] : 0.0f);
     const float u = bf(in.dt, n, h) + bias, soft = softplus(u);
     // torch.clamp passes the gradient where min <= x <= max.
     const float slope = (soft >= d.dt_min && soft <= d.dt_max) ? (u > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-u))) : 0.0f;
-    const float ddt_raw = (r_row[j] + a * da) * slope;
+    const float ddt_raw = (r_row[j] + a * da_row[j]) * slope;
     ddt_out[n * grads.dt.ld + h] = from_float<bf16>(ddt_raw);
-    sum_dt_bias += ddt_raw;
-    sum_da_dt += da * dt;
+    totals[0] += ddt_raw;
+    totals[1] += da_row[j] * s.dt[n * d.heads + h];
   }
+  block_sum(totals);
+  if (threadIdx.x != 0) return;
   const int64_t at = int64_t(blockIdx.x) * d.heads + h;
-  s.part_dt_bias[at] = sum_dt_bias;
-  s.part_a_log[at] = sum_da_dt * a;  // dA/dA_log = A
+  s.part_dt_bias[at] = totals[0];
+  s.part_a_log[at] = totals[1] * a;  // dA/dA_log = A
   s.part_d[at] = sums[1];
 }
 
@@ -536,7 +543,7 @@ SharedSizes shared_sizes(const Mamba2ScanDims& d) {
   const size_t nq = (P + 3) / 4;
   const size_t stage = kStageFloats * f;
   return {stage + (L * S + S * (L + 4)) * f, stage + (L * P + L * S) * f,
-          stage + (L * (L + S) + (L + S) * P + nq * L) * f, stage + (L * (L + S) + (L + S) * P + nq * L + L) * f,
+          stage + (L * (L + S) + (L + S) * P + nq * L) * f, stage + (L * (L + S) + (L + S) * P + nq * L + 2 * L) * f,
           stage + (L * (L + P) + std::max((L + P) * S, P * L)) * f};
 }
 
