@@ -106,28 +106,26 @@ __device__ __forceinline__ ChunkRows chunk_rows(const Mamba2ScanDims& d, int64_t
   return {first, int(min(d.chunk, d.rows - first))};
 }
 
-// Local index of the first row of i's document that lies in the chunk (0 when the document began before it).
-__device__ __forceinline__ int local_first(const int* seg, ChunkRows ch, int i) {
-  const int s = seg[ch.first + i];
-  return s < 0 ? 0 : int(s - ch.first);
-}
+// One head's view of a chunk's rows, staged in shared memory by chunk_head: cs and, per row, the local index of
+// its document's first row in the chunk, or -1 when the document began before the chunk (the state entering
+// the chunk reaches the row).
+struct HeadRows {
+  const float* cs;
+  const int* first;
+  int count;
+};
 
 // The intra-chunk decay mask: e^{cs_i − cs_j} for j ≤ i in the same document, else 0 (e^{-inf}).
-__device__ __forceinline__ float decay(const Scratch& s, const Mamba2ScanDims& d, ChunkRows ch, int64_t h, int i,
-                                      int j) {
-  if (j > i || j < local_first(s.seg, ch, i)) return 0.0f;
-  return expf(s.cs[(ch.first + i) * d.heads + h] - s.cs[(ch.first + j) * d.heads + h]);
+__device__ __forceinline__ float decay(const HeadRows& hr, int i, int j) {
+  if (j > i || j < max(hr.first[i], 0)) return 0.0f;
+  return expf(hr.cs[i] - hr.cs[j]);
 }
 
 // Weight of row i's state-carried term: e^{cs_i} when the state entering the chunk reaches i, else 0.
-__device__ __forceinline__ float carried(const Scratch& s, const Mamba2ScanDims& d, ChunkRows ch, int64_t h, int i) {
-  return s.seg[ch.first + i] < 0 ? expf(s.cs[(ch.first + i) * d.heads + h]) : 0.0f;
-}
+__device__ __forceinline__ float carried(const HeadRows& hr, int i) { return hr.first[i] < 0 ? expf(hr.cs[i]) : 0.0f; }
 
 // Weight of row j in the chunk's end state: e^{cs_end − cs_j} when j is in the end row's document, else 0.
-__device__ __forceinline__ float to_end(const Scratch& s, const Mamba2ScanDims& d, ChunkRows ch, int64_t h, int j) {
-  return decay(s, d, ch, h, ch.count - 1, j);
-}
+__device__ __forceinline__ float to_end(const HeadRows& hr, int j) { return decay(hr, hr.count - 1, j); }
 
 // Per-warp staging of a 16×16 fp32 accumulator tile, at the start of every kernel's shared memory.
 constexpr int kStageFloats = (kThreads / 32) * 256;
@@ -267,20 +265,36 @@ __global__ void chunk_cb_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch
   tile_matmul(L, L, S, cs, S, 1, bt, bt_ld, 1, stage, [&](int i, int j, int, float v) { out[i * ld + j] = v; });
 }
 
-// Where a (chunk, head) block works: the chunk's rows, the head and its group, and the block's shared memory
-// (the staging area of tile_matmul first).
+// Where a (chunk, head) block works: the chunk's rows, the head and its group, the head's view of the rows, and
+// the block's free shared memory. Shared memory holds tile_matmul's staging area, then HeadRows, then `smem`.
 struct ChunkHead {
   ChunkRows ch;
   int64_t h, g;
   int L, P, S;  // the chunk's rows, head_dim, state
   float *stage, *smem;
+  HeadRows rows;
 };
 
-__device__ ChunkHead chunk_head(const Mamba2ScanDims& d) {
+// Floats of shared memory before a kernel's own: the staging area and HeadRows (32-byte aligned).
+__host__ __device__ constexpr int64_t head_prefix_floats(int64_t chunk) {
+  return kStageFloats + (2 * chunk + 7) / 8 * 8;
+}
+
+// Every thread of the block calls it (it stages HeadRows and synchronises).
+__device__ ChunkHead chunk_head(const Mamba2ScanDims& d, const Scratch& s) {
   extern __shared__ __align__(128) float shared[];
   const int64_t h = blockIdx.y;
   const ChunkRows ch = chunk_rows(d, blockIdx.x);
-  return {ch, h, h / (d.heads / d.groups), ch.count, int(d.head_dim), int(d.state), shared, shared + kStageFloats};
+  float* cs = shared + kStageFloats;
+  int* first = reinterpret_cast<int*>(cs + d.chunk);
+  for (int i = threadIdx.x; i < ch.count; i += blockDim.x) {
+    cs[i] = s.cs[(ch.first + i) * d.heads + h];
+    const int seg = s.seg[ch.first + i];
+    first[i] = seg < 0 ? -1 : int(seg - ch.first);
+  }
+  __syncthreads();
+  return {ch,    h, h / (d.heads / d.groups), ch.count, int(d.head_dim), int(d.state), shared,
+          shared + head_prefix_floats(d.chunk), {cs, first, ch.count}};
 }
 
 // Σ_r f_r · X[r, p] · Y[r, s] over a chunk's rows, per head: the chunk's end state (X = dt·x, Y = B, f = weight
@@ -288,14 +302,14 @@ __device__ ChunkHead chunk_head(const Mamba2ScanDims& d) {
 // dstates[c]). Block (chunk, head).
 template <bool kLocalGrad>
 __global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
-  const auto [ch, h, g, L, P, S, stage, smem] = chunk_head(d);
+  const auto [ch, h, g, L, P, S, stage, smem, hr] = chunk_head(d, s);
   float* xs = smem;            // [L, P]
   float* ys = smem + L * P;    // [L, S]
   for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
     const int r = e / P, p = e % P;
     const int64_t n = ch.first + r;
-    xs[e] = kLocalGrad ? carried(s, d, ch, h, r) * bf(dy, n, h * P + p)
-                       : to_end(s, d, ch, h, r) * s.dt[n * d.heads + h] * bf(in.x, n, h * P + p);
+    xs[e] = kLocalGrad ? carried(hr, r) * bf(dy, n, h * P + p)
+                       : to_end(hr, r) * s.dt[n * d.heads + h] * bf(in.x, n, h * P + p);
   }
   for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
     const int r = e / S, k = e % S;
@@ -346,11 +360,13 @@ struct ChunkProduct {
   int L, P, S, K, nq;
   float *stage, *lhs, *rhs, *part;
   const float* cb;
+  HeadRows rows;
 };
 
 __device__ ChunkProduct chunk_product(const Mamba2ScanDims& d, const Scratch& s) {
-  const ChunkHead at = chunk_head(d);
+  const ChunkHead at = chunk_head(d, s);
   ChunkProduct cp;
+  cp.rows = at.rows;
   cp.ch = at.ch;
   cp.h = at.h, cp.g = at.g;
   cp.L = at.L, cp.P = at.P, cp.S = at.S, cp.K = cp.L + cp.S, cp.nq = (cp.P + 3) / 4;
@@ -365,12 +381,11 @@ __device__ ChunkProduct chunk_product(const Mamba2ScanDims& d, const Scratch& s)
 // lhs = [masked decay ⊙ CB | weight(r)·M[r, :]] with M (B or C) of the head's group: the forward's products
 // row by row (i, j), the backward's dL/du transposed (row j, column i).
 template <bool kTransposed, typename Weight>
-__device__ void fill_lhs(const ChunkProduct& cp, const Mamba2ScanDims& d, const Scratch& s, StridedBf16 m,
-                         Weight weight) {
+__device__ void fill_lhs(const ChunkProduct& cp, const Mamba2ScanDims& d, StridedBf16 m, Weight weight) {
   const int L = cp.L, K = cp.K, S = cp.S;
   for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
     const int r = e / L, q = e % L, i = kTransposed ? q : r, j = kTransposed ? r : q;
-    cp.lhs[r * K + q] = decay(s, d, cp.ch, cp.h, i, j) * cp.cb[i * d.chunk + j];
+    cp.lhs[r * K + q] = decay(cp.rows, i, j) * cp.cb[i * d.chunk + j];
   }
   for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
     const int r = e / S, k = e % S;
@@ -387,7 +402,7 @@ __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Str
   const int64_t h = cp.h;
   const int L = cp.L, P = cp.P, S = cp.S, K = cp.K, nq = cp.nq;
   float *stage = cp.stage, *lhs = cp.lhs, *rhs = cp.rhs, *part = cp.part;
-  fill_lhs<false>(cp, d, s, in.c, [&](int i) { return carried(s, d, ch, h, i); });
+  fill_lhs<false>(cp, d, in.c, [&](int i) { return carried(cp.rows, i); });
   for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
     const int j = e / P, p = e % P;
     rhs[e] = s.dt[(ch.first + j) * d.heads + h] * bf(in.x, ch.first + j, h * P + p);
@@ -431,7 +446,7 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
   const int64_t per_chunk = d.heads * P * S;
   const float* dstate = s.dstates + (blockIdx.x + 1) * per_chunk + h * P * S;  // dS_c = d Sin_{c+1}
   const float* state_next = s.states + (blockIdx.x + 1) * per_chunk + h * P * S;
-  fill_lhs<true>(cp, d, s, in.b, [&](int j) { return to_end(s, d, ch, h, j); });
+  fill_lhs<true>(cp, d, in.b, [&](int j) { return to_end(cp.rows, j); });
   for (int e = threadIdx.x; e < L * P; e += blockDim.x) rhs[e] = bf(dy, ch.first + e / P, h * P + e % P);
   for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[(L + e % S) * P + e / S] = dstate[e];
   for (int e = threadIdx.x; e < nq * L; e += blockDim.x) part[e] = 0.0f;
@@ -489,7 +504,7 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
 // dB (kForB true: rows j, Qᵀ, [Qᵀ | to_end·u]·[C ; dS_c]), into fp32 [N, H, S]. Block (chunk, head).
 template <bool kForB>
 __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
-  const auto [ch, h, g, L, P, S, stage, smem] = chunk_head(d);
+  const auto [ch, h, g, L, P, S, stage, smem, hr] = chunk_head(d, s);
   const int K = L + P;
   float* lhs = smem;          // [L, L + P]: Q, then the row operand scaled
   float* rhs = lhs + L * K;   // [L + P, S]; first the column operand transposed [P, L]
@@ -503,12 +518,12 @@ __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stride
   }
   __syncthreads();
   tile_matmul(L, L, P, lhs + L, K, 1, rhs, L, 1, stage, [&](int r, int q, int, float v) {
-    lhs[r * K + q] = (kForB ? decay(s, d, ch, h, q, r) : decay(s, d, ch, h, r, q)) * v;
+    lhs[r * K + q] = (kForB ? decay(hr, q, r) : decay(hr, r, q)) * v;
   });
   __syncthreads();
   for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
     const int r = e / P, p = e % P;
-    lhs[r * K + L + p] *= kForB ? to_end(s, d, ch, h, r) : carried(s, d, ch, h, r);
+    lhs[r * K + L + p] *= kForB ? to_end(hr, r) : carried(hr, r);
   }
   for (int e = threadIdx.x; e < L * S; e += blockDim.x)
     rhs[e] = bf(kForB ? in.c : in.b, ch.first + e / S, g * S + e % S);
@@ -541,10 +556,10 @@ struct SharedSizes {
 SharedSizes shared_sizes(const Mamba2ScanDims& d) {
   const size_t L = size_t(d.chunk), P = size_t(d.head_dim), S = size_t(d.state), f = sizeof(float);
   const size_t nq = (P + 3) / 4;
-  const size_t stage = kStageFloats * f;
-  return {stage + (L * S + S * (L + 4)) * f, stage + (L * P + L * S) * f,
-          stage + (L * (L + S) + (L + S) * P + nq * L) * f, stage + (L * (L + S) + (L + S) * P + nq * L + 2 * L) * f,
-          stage + (L * (L + P) + std::max((L + P) * S, P * L)) * f};
+  const size_t stage = kStageFloats * f, head = size_t(head_prefix_floats(d.chunk)) * f;
+  return {stage + (L * S + S * (L + 4)) * f, head + (L * P + L * S) * f,
+          head + (L * (L + S) + (L + S) * P + nq * L) * f, head + (L * (L + S) + (L + S) * P + nq * L + 2 * L) * f,
+          head + (L * (L + P) + std::max((L + P) * S, P * L)) * f};
 }
 
 template <typename Kernel>
