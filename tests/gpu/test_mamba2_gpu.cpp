@@ -247,8 +247,11 @@ std::vector<Tensor*> mixer_slots(model::Mamba2Weights& w) {
 }
 
 // The GPU mixer rounds four intermediates to bf16 in series (in_proj's output, the conv's, the scan's, the norm's),
-// the CPU mixer none: a whole-mixer tolerance of a few bf16 roundings.
+// the CPU mixer none: a whole-mixer tolerance of a few bf16 roundings. The per-head parameters' and the conv
+// bias's gradients are sums over every token of terms of both signs, whose relative error the cancellation
+// multiplies (the padded case, with fewer tokens, shows it most).
 constexpr double kMixerTolerance = 3e-2;
+constexpr double kMixerSummedTolerance = 6e-2;
 
 class Mamba2MixerGpu : public Mamba2Gpu {
  protected:
@@ -290,8 +293,11 @@ class Mamba2MixerGpu : public Mamba2Gpu {
     EXPECT_LT(relative_error(out, expected), kMixerTolerance) << "out";
     const Tensor dx = model::cuda::mamba2_mixer_backward_gpu(spec, chunk_size, gpu, dy, stash, gpu_rows, gpu_grads);
     EXPECT_LT(relative_error(dx, expected_dx), kMixerTolerance) << "dx";
-    for (size_t i = 0; i < gg.size(); ++i)
-      EXPECT_LT(relative_error(*gg[i], *cg[i]), kMixerTolerance) << "d " << kMixerNames[i];
+    for (size_t i = 0; i < gg.size(); ++i) {
+      const bool summed = gg[i]->dim() == 1 && std::string(kMixerNames[i]) != "norm.weight";
+      EXPECT_LT(relative_error(*gg[i], *cg[i]), summed ? kMixerSummedTolerance : kMixerTolerance)
+          << "d " << kMixerNames[i];
+    }
   }
 };
 

@@ -1,6 +1,7 @@
 // Mamba2's causal depthwise conv1d + SiLU over BF16 rows, fp32 inside. A row's window reads back at most K−1
-// rows and stops at its document's start, so packed documents and padding edges restart it. The backward
-// recomputes the pre-activation (K multiply-adds) wherever it needs it rather than storing it.
+// rows and stops at its document's start, so packed documents and padding edges restart it. The backward first
+// writes d(pre-activation) to fp32 scratch (recomputing the pre-activation), then the input and weight gradients
+// each read it K times.
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/mamba2_conv_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
@@ -54,8 +55,15 @@ __global__ void conv_forward_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, Str
   static_cast<bf16*>(out.data)[n * out.ld + c] = from_float<bf16>(v);
 }
 
+__global__ void conv_preactivation_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, StridedBf16 dout,
+                                               float* dpre) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= d.rows * d.channels) return;
+  dpre[e] = preactivation_grad(d, in, dout, e / d.channels, e % d.channels);
+}
+
 // dxbc[s, c] = Σ over the rows n whose window holds s of dpre[n, c] · weight[c, K−1−(n−s)].
-__global__ void conv_input_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, StridedBf16 dout, StridedBf16 dxbc) {
+__global__ void conv_input_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, const float* dpre, StridedBf16 dxbc) {
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= d.rows * d.channels) return;
   const int64_t s = e / d.channels, c = e % d.channels;
@@ -63,14 +71,14 @@ __global__ void conv_input_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, 
   for (int64_t back = 0; back < d.kernel && s + back < d.rows; ++back) {
     const int64_t n = s + back;
     if (back > 0 && in.starts[n]) break;  // n and later rows start after s's document
-    acc += preactivation_grad(d, in, dout, n, c) * load_bf16(in.weight, c * d.kernel + d.kernel - 1 - back);
+    acc += dpre[n * d.channels + c] * load_bf16(in.weight, c * d.kernel + d.kernel - 1 - back);
   }
   static_cast<bf16*>(dxbc.data)[s * dxbc.ld + c] = from_float<bf16>(acc);
 }
 
 // Per split of rows: Σ dpre · xbc[source] per (c, k) into weight_part[split, C·K], Σ dpre into
 // bias_part[split, C]. A block is 32 channels × 8 lanes of rows, combined in a fixed order.
-__global__ void conv_weight_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, StridedBf16 dout,
+__global__ void conv_weight_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, const float* dpre,
                                         float* weight_part, float* bias_part) {
   __shared__ float lanes[kLanes][kColumns][kMamba2MaxConvKernel + 1];
   const int64_t c = int64_t(blockIdx.x) * kColumns + threadIdx.x % kColumns;
@@ -80,7 +88,7 @@ __global__ void conv_weight_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in,
   float acc[kMamba2MaxConvKernel + 1] = {};
   if (c < d.channels) {
     for (int64_t n = begin + lane; n < end; n += kLanes) {
-      const float g = preactivation_grad(d, in, dout, n, c);
+      const float g = dpre[n * d.channels + c];
       acc[kMamba2MaxConvKernel] += g;
       for (int64_t back = 0; back < d.kernel && back <= n; ++back) {
         const int64_t source = n - back;
@@ -131,7 +139,7 @@ cudaError_t launch_mamba2_conv_forward(const Mamba2ConvDims& d, const Mamba2Conv
 }
 
 size_t mamba2_conv_backward_workspace_bytes(const Mamba2ConvDims& d) {
-  return size_t(kWeightGradSplits * d.channels * (d.kernel + 1)) * sizeof(float);
+  return size_t(d.rows * d.channels + kWeightGradSplits * d.channels * (d.kernel + 1)) * sizeof(float);
 }
 
 cudaError_t launch_mamba2_conv_backward(const Mamba2ConvDims& d, const Mamba2ConvPointers& in, StridedBf16 dout,
@@ -139,13 +147,16 @@ cudaError_t launch_mamba2_conv_backward(const Mamba2ConvDims& d, const Mamba2Con
                                         void* workspace, cudaStream_t stream) {
   const int64_t elems = d.rows * d.channels;
   if (elems == 0) return cudaSuccess;
-  conv_input_grad_kernel<<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(d, in, dout, dxbc);
+  auto* dpre = static_cast<float*>(workspace);
+  const unsigned blocks = unsigned((elems + kThreads - 1) / kThreads);
+  conv_preactivation_grad_kernel<<<blocks, kThreads, 0, stream>>>(d, in, dout, dpre);
+  conv_input_grad_kernel<<<blocks, kThreads, 0, stream>>>(d, in, dpre, dxbc);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess || (!dweight && !dbias)) return status;
-  auto* weight_part = static_cast<float*>(workspace);
+  float* weight_part = dpre + elems;
   float* bias_part = weight_part + kWeightGradSplits * d.channels * d.kernel;
   const dim3 grid(unsigned((d.channels + kColumns - 1) / kColumns), unsigned(kWeightGradSplits));
-  conv_weight_grad_kernel<<<grid, kColumns * kLanes, 0, stream>>>(d, in, dout, weight_part, bias_part);
+  conv_weight_grad_kernel<<<grid, kColumns * kLanes, 0, stream>>>(d, in, dpre, weight_part, bias_part);
   if ((status = cudaGetLastError()) != cudaSuccess) return status;
   if (dweight && (status = launch_add_column_sums(weight_part, kWeightGradSplits, d.channels * d.kernel,
                                                   d.channels * d.kernel, dweight, grads_bf16, stream)) != cudaSuccess)

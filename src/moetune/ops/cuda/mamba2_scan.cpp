@@ -22,7 +22,8 @@ Mamba2ScanDims checked_dims(std::string_view op, const Mamba2ScanBlocks& in, con
                     scan.num_heads % scan.num_groups == 0,
                 "{}: {} heads of {} with {} groups of state {} (mamba_num_heads must be a multiple of n_groups)", op,
                 scan.num_heads, scan.head_dim, scan.num_groups, scan.state_size);
-  MOETUNE_CHECK(chunk_size > 0, "{}: chunk_size {} must be positive", op, chunk_size);
+  MOETUNE_CHECK(chunk_size > 0 && chunk_size <= kMamba2MaxChunk, "{}: chunk_size {} is outside what the GPU scan takes (1..{})",
+                op, chunk_size, kMamba2MaxChunk);
   const int64_t rows = in.x.tensor.defined() && in.x.tensor.dim() == 2 ? in.x.tensor.size(0) : -1;
   Mamba2ScanDims dims{rows, scan.num_heads, scan.head_dim, scan.num_groups, scan.state_size, chunk_size,
                       float(scan.dt_min), float(scan.dt_max)};

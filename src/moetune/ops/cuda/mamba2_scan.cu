@@ -35,7 +35,8 @@ namespace {
 
 using namespace pointwise;
 
-constexpr int kThreads = 256;
+// 16 warps: the (chunk, head) blocks run one per SM (their shared memory), so their loads need many threads.
+constexpr int kThreads = 512;
 
 // The scratch, carved from one workspace (floats unless said).
 struct Scratch {
@@ -106,6 +107,33 @@ __device__ __forceinline__ ChunkRows chunk_rows(const Mamba2ScanDims& d, int64_t
   return {first, int(min(d.chunk, d.rows - first))};
 }
 
+// For e in [0, count) across the block: store(e, load(e)), kUnroll loads in flight per thread before their
+// stores (a plain loop would wait out one global-memory latency per element).
+template <int kUnroll = 8, typename Load, typename Store>
+__device__ __forceinline__ void fill(int count, Load load, Store store) {
+  for (int base = threadIdx.x; base < count; base += blockDim.x * kUnroll) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int e = base + u * int(blockDim.x);
+      v[u] = e < count ? load(e) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int e = base + u * int(blockDim.x);
+      if (e < count) store(e, v[u]);
+    }
+  }
+}
+
+// Σ load(e) over this thread's share of [0, count), loads overlapped as in fill.
+template <int kUnroll = 8, typename Load>
+__device__ __forceinline__ float thread_sum(int count, Load load) {
+  float total = 0.0f;
+  fill<kUnroll>(count, load, [&](int, float v) { total += v; });
+  return total;
+}
+
 // One head's view of a chunk's rows, staged in shared memory by chunk_head: cs and, per row, the local index of
 // its document's first row in the chunk, or -1 when the document began before the chunk (the state entering
 // the chunk reaches the row).
@@ -130,9 +158,9 @@ __device__ __forceinline__ float to_end(const HeadRows& hr, int j) { return deca
 // Per-warp staging of a 16×16 fp32 accumulator tile, at the start of every kernel's shared memory.
 constexpr int kStageFloats = (kThreads / 32) * 256;
 
-// The tensor-core path of tile_matmul: TF32 operands (10-bit mantissa, rounded from the fp32 shared operands),
-// fp32 accumulation, one warp per 16×16 output tile; the tile goes through the warp's staging area so that
-// visit sees plain elements. Slot (the `tn` of visit) is 2·(tile column) + the lane's half of the row.
+// The tensor-core path of tile_matmul: the fp32 shared operands split into TF32 pairs (3xTF32), fp32
+// accumulation, one warp per 16×16 output tile; the tile goes through the warp's staging area so that visit sees
+// plain elements. Slot (the `tn` of visit) is 2·(tile column) + the lane's half of the row.
 template <typename LayoutA, typename LayoutB, typename Visit>
 __device__ void wmma_matmul(int M, int N, int K, const float* a, int lda, const float* b, int ldb, float* stage,
                             Visit visit) {
@@ -146,14 +174,26 @@ __device__ void wmma_matmul(int M, int N, int K, const float* a, int lda, const 
     wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
     wmma::fill_fragment(acc, 0.0f);
     for (int k = 0; k < K; k += 8) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb;
+      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> fa, fa_low;
+      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb, fb_low;
       wmma::load_matrix_sync(fa, kRowA ? a + m0 * lda + k : a + m0 + k * lda, lda);
       wmma::load_matrix_sync(fb, kRowB ? b + k * ldb + n0 : b + k + n0 * ldb, ldb);
+      // 3xTF32: each operand as a TF32 high part plus a TF32 remainder, the remainders' product dropped; fp32
+      // accuracy (the sums of many signed terms in the dt gradient lose too much with plain TF32).
 #pragma unroll
-      for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
+      for (int i = 0; i < fa.num_elements; ++i) {
+        const float high = wmma::__float_to_tf32(fa.x[i]);
+        fa_low.x[i] = wmma::__float_to_tf32(fa.x[i] - high);
+        fa.x[i] = high;
+      }
 #pragma unroll
-      for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
+      for (int i = 0; i < fb.num_elements; ++i) {
+        const float high = wmma::__float_to_tf32(fb.x[i]);
+        fb_low.x[i] = wmma::__float_to_tf32(fb.x[i] - high);
+        fb.x[i] = high;
+      }
+      wmma::mma_sync(acc, fa_low, fb, acc);
+      wmma::mma_sync(acc, fa, fb_low, acc);
       wmma::mma_sync(acc, fa, fb, acc);
     }
     wmma::store_matrix_sync(tile, acc, 16, wmma::mem_row_major);
@@ -219,27 +259,45 @@ __device__ void tile_matmul(int M, int N, int K, const float* a, int am, int ak,
   }
 }
 
+constexpr int kMaxChunk = int(kMamba2MaxChunk);
+
 // dt (softplus of dt_raw + dt_bias, clamped), its chunk-local cumulative Σ dt·A, and each row's document first
-// row within its chunk. One block per chunk, a thread per head walking the chunk's rows.
+// row within its chunk. One block per chunk: dt and dt·A for every (row, head) in parallel, then a thread per
+// head sums its column (loads batched), and one thread walks the chunk's start flags in shared memory.
 __global__ void discretize_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch s) {
+  __shared__ uint8_t starts[kMaxChunk];
   const ChunkRows ch = chunk_rows(d, blockIdx.x);
-  for (int64_t h = threadIdx.x; h < d.heads; h += blockDim.x) {
-    const float a = -expf(param(in.a_log, in.params_bf16, h)), bias = param(in.dt_bias, in.params_bf16, h);
+  const int H = int(d.heads);
+  fill(ch.count * H, [&](int e) {
+    const int64_t n = ch.first + e / H, h = e % H;
+    return fminf(fmaxf(softplus(bf(in.dt, n, h) + param(in.dt_bias, in.params_bf16, h)), d.dt_min), d.dt_max);
+  }, [&](int e, float dt) {
+    const int64_t at = (ch.first + e / H) * H + e % H;
+    s.dt[at] = dt;
+    s.cs[at] = dt * -expf(param(in.a_log, in.params_bf16, e % H));
+  });
+  for (int i = threadIdx.x; i < ch.count; i += blockDim.x) starts[i] = ch.first + i == 0 || in.starts[ch.first + i];
+  __syncthreads();  // also makes the global writes above visible to the block
+  for (int h = threadIdx.x; h < H; h += blockDim.x) {
     float sum = 0.0f;
-    for (int i = 0; i < ch.count; ++i) {
-      const int64_t n = ch.first + i;
-      const float dt = fminf(fmaxf(softplus(bf(in.dt, n, h) + bias), d.dt_min), d.dt_max);
-      s.dt[n * d.heads + h] = dt;
-      sum += dt * a;
-      s.cs[n * d.heads + h] = sum;
+    constexpr int kBatch = 8;
+    for (int i0 = 0; i0 < ch.count; i0 += kBatch) {
+      float a[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) a[u] = i0 + u < ch.count ? s.cs[(ch.first + i0 + u) * H + h] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (i0 + u < ch.count) {
+          sum += a[u];
+          s.cs[(ch.first + i0 + u) * H + h] = sum;
+        }
     }
   }
   if (threadIdx.x == 0) {
     int64_t first = -1;
     for (int i = 0; i < ch.count; ++i) {
-      const int64_t n = ch.first + i;
-      if (n == 0 || in.starts[n]) first = n;
-      s.seg[n] = int(first);
+      if (starts[i]) first = ch.first + i;
+      s.seg[ch.first + i] = int(first);
     }
   }
 }
@@ -254,11 +312,9 @@ __global__ void chunk_cb_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch
   const int L = ch.count, S = int(d.state), bt_ld = L + 4;
   float* cs = smem;            // [L, S]
   float* bt = smem + L * S;    // [S, L + 4]: B transposed, so that the product reads it by consecutive rows
-  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
-    const int i = e / S, k = e % S;
-    cs[e] = bf(in.c, ch.first + i, g * S + k);
-    bt[k * bt_ld + i] = bf(in.b, ch.first + i, g * S + k);
-  }
+  fill(L * S, [&](int e) { return bf(in.c, ch.first + e / S, g * S + e % S); }, [&](int e, float v) { cs[e] = v; });
+  fill(L * S, [&](int e) { return bf(in.b, ch.first + e / S, g * S + e % S); },
+       [&](int e, float v) { bt[(e % S) * bt_ld + e / S] = v; });
   __syncthreads();
   float* out = s.cb + (int64_t(blockIdx.x) * d.groups + g) * d.chunk * d.chunk;
   const int ld = int(d.chunk);
@@ -305,16 +361,14 @@ __global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
   const auto [ch, h, g, L, P, S, stage, smem, hr] = chunk_head(d, s);
   float* xs = smem;            // [L, P]
   float* ys = smem + L * P;    // [L, S]
-  for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
+  fill(L * P, [&](int e) {
     const int r = e / P, p = e % P;
     const int64_t n = ch.first + r;
-    xs[e] = kLocalGrad ? carried(hr, r) * bf(dy, n, h * P + p)
-                       : to_end(hr, r) * s.dt[n * d.heads + h] * bf(in.x, n, h * P + p);
-  }
-  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
-    const int r = e / S, k = e % S;
-    ys[e] = bf(kLocalGrad ? in.c : in.b, ch.first + r, g * S + k);
-  }
+    return kLocalGrad ? carried(hr, r) * bf(dy, n, h * P + p)
+                      : to_end(hr, r) * s.dt[n * d.heads + h] * bf(in.x, n, h * P + p);
+  }, [&](int e, float v) { xs[e] = v; });
+  fill(L * S, [&](int e) { return bf(kLocalGrad ? in.c : in.b, ch.first + e / S, g * S + e % S); },
+       [&](int e, float v) { ys[e] = v; });
   __syncthreads();
   const int64_t per_chunk = d.heads * P * S;
   float* out = (kLocalGrad ? s.dstates + blockIdx.x * per_chunk : s.states + (blockIdx.x + 1) * per_chunk) + h * P * S;
@@ -383,14 +437,12 @@ __device__ ChunkProduct chunk_product(const Mamba2ScanDims& d, const Scratch& s)
 template <bool kTransposed, typename Weight>
 __device__ void fill_lhs(const ChunkProduct& cp, const Mamba2ScanDims& d, StridedBf16 m, Weight weight) {
   const int L = cp.L, K = cp.K, S = cp.S;
-  for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
+  fill(L * L, [&](int e) {
     const int r = e / L, q = e % L, i = kTransposed ? q : r, j = kTransposed ? r : q;
-    cp.lhs[r * K + q] = decay(cp.rows, i, j) * cp.cb[i * d.chunk + j];
-  }
-  for (int e = threadIdx.x; e < L * S; e += blockDim.x) {
-    const int r = e / S, k = e % S;
-    cp.lhs[r * K + L + k] = weight(r) * bf(m, cp.ch.first + r, cp.g * S + k);
-  }
+    return decay(cp.rows, i, j) * cp.cb[i * d.chunk + j];
+  }, [&](int e, float v) { cp.lhs[(e / L) * K + e % L] = v; });
+  fill(L * S, [&](int e) { return weight(e / S) * bf(m, cp.ch.first + e / S, cp.g * S + e % S); },
+       [&](int e, float v) { cp.lhs[(e / S) * K + L + e % S] = v; });
 }
 
 // y = [decay ⊙ CB | carried·C] · [u ; Sinᵀ] per (chunk, head). The forward writes y + D·x; the backward
@@ -403,12 +455,10 @@ __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Str
   const int L = cp.L, P = cp.P, S = cp.S, K = cp.K, nq = cp.nq;
   float *stage = cp.stage, *lhs = cp.lhs, *rhs = cp.rhs, *part = cp.part;
   fill_lhs<false>(cp, d, in.c, [&](int i) { return carried(cp.rows, i); });
-  for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-    const int j = e / P, p = e % P;
-    rhs[e] = s.dt[(ch.first + j) * d.heads + h] * bf(in.x, ch.first + j, h * P + p);
-  }
+  fill(L * P, [&](int e) { return s.dt[(ch.first + e / P) * d.heads + h] * bf(in.x, ch.first + e / P, h * P + e % P); },
+       [&](int e, float v) { rhs[e] = v; });
   const float* state = s.states + (int64_t(blockIdx.x) * d.heads + h) * P * S;
-  for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[(L + e % S) * P + e / S] = state[e];
+  fill(P * S, [&](int e) { return state[e]; }, [&](int e, float v) { rhs[(L + e % S) * P + e / S] = v; });
   if (kDot)
     for (int e = threadIdx.x; e < nq * L; e += blockDim.x) part[e] = 0.0f;
   __syncthreads();
@@ -447,14 +497,15 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
   const float* dstate = s.dstates + (blockIdx.x + 1) * per_chunk + h * P * S;  // dS_c = d Sin_{c+1}
   const float* state_next = s.states + (blockIdx.x + 1) * per_chunk + h * P * S;
   fill_lhs<true>(cp, d, in.b, [&](int j) { return to_end(cp.rows, j); });
-  for (int e = threadIdx.x; e < L * P; e += blockDim.x) rhs[e] = bf(dy, ch.first + e / P, h * P + e % P);
-  for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[(L + e % S) * P + e / S] = dstate[e];
+  fill(L * P, [&](int e) { return bf(dy, ch.first + e / P, h * P + e % P); }, [&](int e, float v) { rhs[e] = v; });
+  fill(P * S, [&](int e) { return dstate[e]; }, [&](int e, float v) { rhs[(L + e % S) * P + e / S] = v; });
   for (int e = threadIdx.x; e < nq * L; e += blockDim.x) part[e] = 0.0f;
   // ⟨dS_c, Sin_{c+1}⟩ (the end row's decay gradient) and Σ dy·x (dD), in a fixed order.
   float sums[2] = {0.0f, 0.0f};
-  for (int e = threadIdx.x; e < P * S; e += blockDim.x) sums[0] += dstate[e] * state_next[e];
-  for (int e = threadIdx.x; e < L * P; e += blockDim.x)
-    sums[1] += bf(dy, ch.first + e / P, h * P + e % P) * bf(in.x, ch.first + e / P, h * P + e % P);
+  sums[0] = thread_sum(P * S, [&](int e) { return dstate[e] * state_next[e]; });
+  sums[1] = thread_sum(L * P, [&](int e) {
+    return bf(dy, ch.first + e / P, h * P + e % P) * bf(in.x, ch.first + e / P, h * P + e % P);
+  });
   block_sum(sums);  // its barriers also publish the shared operands above
   const float skip = param(in.d, in.params_bf16, h);
   auto* dx = static_cast<bf16*>(grads.x.data);
@@ -511,11 +562,10 @@ __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stride
   // Row operand R (dy for dC, u for dB) and column operand (u for dC, dy for dB).
   auto u = [&](int r, int p) { return s.dt[(ch.first + r) * d.heads + h] * bf(in.x, ch.first + r, h * P + p); };
   auto grad = [&](int r, int p) { return bf(dy, ch.first + r, h * P + p); };
-  for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-    const int r = e / P, p = e % P;
-    lhs[r * K + L + p] = kForB ? u(r, p) : grad(r, p);
-    rhs[p * L + r] = kForB ? grad(r, p) : u(r, p);
-  }
+  fill(L * P, [&](int e) { return kForB ? u(e / P, e % P) : grad(e / P, e % P); },
+       [&](int e, float v) { lhs[(e / P) * K + L + e % P] = v; });
+  fill(L * P, [&](int e) { return kForB ? grad(e / P, e % P) : u(e / P, e % P); },
+       [&](int e, float v) { rhs[(e % P) * L + e / P] = v; });
   __syncthreads();
   tile_matmul(L, L, P, lhs + L, K, 1, rhs, L, 1, stage, [&](int r, int q, int, float v) {
     lhs[r * K + q] = (kForB ? decay(hr, q, r) : decay(hr, r, q)) * v;
@@ -525,12 +575,12 @@ __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stride
     const int r = e / P, p = e % P;
     lhs[r * K + L + p] *= kForB ? to_end(hr, r) : carried(hr, r);
   }
-  for (int e = threadIdx.x; e < L * S; e += blockDim.x)
-    rhs[e] = bf(kForB ? in.c : in.b, ch.first + e / S, g * S + e % S);
+  fill(L * S, [&](int e) { return bf(kForB ? in.c : in.b, ch.first + e / S, g * S + e % S); },
+       [&](int e, float v) { rhs[e] = v; });
   const int64_t per_chunk = d.heads * P * S;
   const float* state = kForB ? s.dstates + (blockIdx.x + 1) * per_chunk + h * P * S
                              : s.states + blockIdx.x * per_chunk + h * P * S;
-  for (int e = threadIdx.x; e < P * S; e += blockDim.x) rhs[L * S + e] = state[e];
+  fill(P * S, [&](int e) { return state[e]; }, [&](int e, float v) { rhs[L * S + e] = v; });
   __syncthreads();
   float* out = kForB ? s.db_head : s.dc_head;
   tile_matmul(L, S, K, lhs, K, 1, rhs, S, 1, stage, [&](int r, int k, int, float v) {
@@ -572,7 +622,7 @@ cudaError_t run_states(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, co
   const SharedSizes sh = shared_sizes(d);
   const int chunks = int(d.chunks());
   cudaError_t status;
-  discretize_kernel<<<chunks, 128, 0, stream>>>(d, in, s);
+  discretize_kernel<<<chunks, kThreads, 0, stream>>>(d, in, s);
   if ((status = allow_shared(chunk_cb_kernel, sh.cb)) != cudaSuccess) return status;
   chunk_cb_kernel<<<dim3(chunks, unsigned(d.groups)), kThreads, sh.cb, stream>>>(d, in, s);
   if ((status = allow_shared(chunk_outer_kernel<false>, sh.outer)) != cudaSuccess) return status;

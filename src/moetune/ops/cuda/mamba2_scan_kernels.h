@@ -13,6 +13,9 @@
 
 namespace moetune::ops::cuda {
 
+// The longest chunk_size the scan takes.
+inline constexpr int64_t kMamba2MaxChunk = 256;
+
 struct Mamba2ScanDims {
   int64_t rows = 0, heads = 0, head_dim = 0, groups = 1, state = 0, chunk = 0;
   float dt_min = 0, dt_max = 0;  // dt_max may be +inf
