@@ -22,6 +22,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -617,18 +620,55 @@ cudaError_t allow_shared(Kernel kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
+// With MOETUNE_MAMBA2_PROFILE set, the kernels of a launcher's second call (the first warms up) are timed by
+// events and printed as "MAMBA2_BENCH kernel <name> <ms>": the benchmark's breakdown. Off otherwise.
+class KernelTimes {
+ public:
+  KernelTimes(int* calls, cudaStream_t stream) : stream_(stream) {
+    active_ = std::getenv("MOETUNE_MAMBA2_PROFILE") != nullptr && ++*calls == 2;
+    mark(nullptr);
+  }
+  void mark(const char* name) {
+    if (!active_) return;
+    cudaEvent_t event;
+    cudaEventCreate(&event);
+    cudaEventRecord(event, stream_);
+    marks_.push_back({name, event});
+  }
+  ~KernelTimes() {
+    if (!active_) return;
+    cudaEventSynchronize(marks_.back().second);
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second);
+      std::printf("MAMBA2_BENCH kernel %-26s %8.3f ms\n", marks_[i].first, ms);
+    }
+    for (auto& m : marks_) cudaEventDestroy(m.second);
+  }
+
+ private:
+  cudaStream_t stream_;
+  bool active_ = false;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
+};
+
 // Chunk states and Sin_c for every chunk: what both passes need first.
-cudaError_t run_states(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, const Scratch& s, cudaStream_t stream) {
+cudaError_t run_states(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, const Scratch& s, cudaStream_t stream,
+                       KernelTimes& times) {
   const SharedSizes sh = shared_sizes(d);
   const int chunks = int(d.chunks());
   cudaError_t status;
   discretize_kernel<<<chunks, kThreads, 0, stream>>>(d, in, s);
+  times.mark("discretize");
   if ((status = allow_shared(chunk_cb_kernel, sh.cb)) != cudaSuccess) return status;
   chunk_cb_kernel<<<dim3(chunks, unsigned(d.groups)), kThreads, sh.cb, stream>>>(d, in, s);
+  times.mark("chunk_cb");
   if ((status = allow_shared(chunk_outer_kernel<false>, sh.outer)) != cudaSuccess) return status;
   chunk_outer_kernel<false><<<dim3(chunks, unsigned(d.heads)), kThreads, sh.outer, stream>>>(d, in, {}, s);
+  times.mark("chunk_states");
   const int64_t elems = d.heads * d.head_dim * d.state;
   pass_states_kernel<false><<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(d, s);
+  times.mark("pass_states");
   return cudaGetLastError();
 }
 
@@ -655,11 +695,14 @@ cudaError_t launch_mamba2_scan_forward(const Mamba2ScanDims& d, const Mamba2Scan
                                        void* workspace, cudaStream_t stream) {
   if (d.rows == 0) return cudaSuccess;
   const Scratch s = carve(d, workspace, false, nullptr);
-  cudaError_t status = run_states(d, in, s, stream);
+  static int calls = 0;
+  KernelTimes times(&calls, stream);
+  cudaError_t status = run_states(d, in, s, stream, times);
   if (status != cudaSuccess) return status;
   const size_t shared = shared_sizes(d).output;
   if ((status = allow_shared(chunk_output_kernel<false>, shared)) != cudaSuccess) return status;
   chunk_output_kernel<false><<<dim3(unsigned(d.chunks()), unsigned(d.heads)), kThreads, shared, stream>>>(d, in, y, s);
+  times.mark("chunk_output");
   return cudaGetLastError();
 }
 
@@ -667,26 +710,35 @@ cudaError_t launch_mamba2_scan_backward(const Mamba2ScanDims& d, const Mamba2Sca
                                         const Mamba2ScanGradPointers& grads, void* workspace, cudaStream_t stream) {
   if (d.rows == 0) return cudaSuccess;
   const Scratch s = carve(d, workspace, true, nullptr);
-  cudaError_t status = run_states(d, in, s, stream);
+  static int calls = 0;
+  KernelTimes times(&calls, stream);
+  cudaError_t status = run_states(d, in, s, stream, times);
   if (status != cudaSuccess) return status;
   const SharedSizes sh = shared_sizes(d);
   const dim3 per_head(unsigned(d.chunks()), unsigned(d.heads));
   if ((status = allow_shared(chunk_output_kernel<true>, sh.output)) != cudaSuccess) return status;
   chunk_output_kernel<true><<<per_head, kThreads, sh.output, stream>>>(d, in, dy, s);
+  times.mark("chunk_output (dy.y)");
   if ((status = allow_shared(chunk_outer_kernel<true>, sh.outer)) != cudaSuccess) return status;
   chunk_outer_kernel<true><<<per_head, kThreads, sh.outer, stream>>>(d, in, dy, s);
+  times.mark("chunk_dstates");
   const int64_t elems = d.heads * d.head_dim * d.state;
   pass_states_kernel<true><<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(d, s);
+  times.mark("pass_dstates");
   if ((status = allow_shared(chunk_dx_dt_kernel, sh.dx_dt)) != cudaSuccess) return status;
   chunk_dx_dt_kernel<<<per_head, kThreads, sh.dx_dt, stream>>>(d, in, dy, grads, s);
+  times.mark("chunk_dx_dt");
   if ((status = allow_shared(chunk_dbc_kernel<false>, sh.dbc)) != cudaSuccess) return status;
   if ((status = allow_shared(chunk_dbc_kernel<true>, sh.dbc)) != cudaSuccess) return status;
   chunk_dbc_kernel<false><<<per_head, kThreads, sh.dbc, stream>>>(d, in, dy, s);
+  times.mark("chunk_dC");
   chunk_dbc_kernel<true><<<per_head, kThreads, sh.dbc, stream>>>(d, in, dy, s);
+  times.mark("chunk_dB");
   const int64_t bc = d.rows * d.groups * d.state;
   const unsigned bc_blocks = unsigned((bc + kThreads - 1) / kThreads);
   sum_group_heads_kernel<<<bc_blocks, kThreads, 0, stream>>>(d, s.dc_head, grads.c);
   sum_group_heads_kernel<<<bc_blocks, kThreads, 0, stream>>>(d, s.db_head, grads.b);
+  times.mark("sum_group_heads");
   if ((status = cudaGetLastError()) != cudaSuccess) return status;
   const int64_t chunks = d.chunks();
   const std::pair<const float*, void*> params[] = {
