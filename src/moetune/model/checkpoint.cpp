@@ -136,6 +136,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   for (size_t i = 0; i < whole_fused.size(); ++i)
     if (weights.layout.parameters[i].fused_hf_name.empty()) weights.stored_fused[i] = false;  // a share: per expert
 
+  const auto held = [&](const ParameterSpec& spec) { return options.held_elsewhere && options.held_elsewhere(spec); };
   std::vector<FlatRequest> requests;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
@@ -147,7 +148,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     if (!is_floating(weights.disk_dtypes.back()))
       fail("{}: tensor '{}' is {}; model weights must be floating point", where(files, first), first,
            dtype_name(weights.disk_dtypes.back()));
-    requests.push_back({spec.shape, options.dtype.value_or(weights.disk_dtypes.back())});
+    requests.push_back({spec.shape, options.dtype.value_or(weights.disk_dtypes.back()), !held(spec)});
   }
   PlacedBuffers placed = allocate_by_placement(weights.layout, requests, options.device, /*zeroed=*/false, options.shards);
   weights.parameters = std::move(placed.views);
@@ -157,7 +158,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
     // Assembled on the host (casting as it goes), then copied into its place in the device's flat buffer.
-    Tensor parameter = options.device.is_cpu() ? weights.parameters[i] : Tensor::empty(spec.shape, requests[i].dtype);
+    Tensor parameter = options.device.is_cpu() && requests[i].wanted ? weights.parameters[i] : Tensor::empty(spec.shape, requests[i].dtype);
     if (whole_fused[i]) {
       // A share of a fused [E, ...] tensor is a contiguous run of it: only those pages of the file are read.
       const Tensor fused = files.tensor(whole.parameters[i].fused_hf_name);
@@ -182,7 +183,10 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
         offset += shape_numel(piece.shape);
       }
     }
-    if (!options.device.is_cpu()) weights.parameters[i].copy_from(parameter);
+    if (!requests[i].wanted)
+      options.take(i, parameter);
+    else if (!options.device.is_cpu())
+      weights.parameters[i].copy_from(parameter);
   }
   // The weights are held (and will be saved) dequantized: transformers drops quantization_config the same way.
   if (dequantized) weights.layout.spec.json.erase("quantization_config");

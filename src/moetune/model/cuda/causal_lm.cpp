@@ -103,7 +103,7 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   dnormed = f.final_hidden = Tensor();
   if (gradients_done_) gradients_done_(c.num_layers());
   phase.next("layers.bwd");
-  dh = walk_backward(sublayers_, dh, context, gradients_done_);
+  dh = walk_backward(sublayers_, dh, context, gradients_done_, layer_backward_);
   phase.next("embedding.bwd");
   if (embed_.grad.defined()) ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);  // undefined: frozen
   if (gradients_done_) gradients_done_(-1);

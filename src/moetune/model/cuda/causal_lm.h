@@ -50,6 +50,9 @@ class CausalLM final : public LanguageModel {
   // Told, in every forward pass, before parameters are used: -1 (the embedding), then each layer L, then
   // num_layers() (the final norm and the LM head). ZeRO's all-gather of the parameters overlaps the forward pass.
   void on_parameters_needed(LayerStarting hook) { parameters_needed_ = std::move(hook); }
+  // Told, in forward_backward's backward pass, before layer L's backward (and recomputation) runs: QLoRA
+  // dequantizes the layer's frozen base there again (model/cuda/nf4_base.h).
+  void on_layer_backward(LayerStarting hook) { layer_backward_ = std::move(hook); }
   // training.recompute: which sublayers keep only their input for the backward pass (model/recompute.h).
   void set_recompute(Recompute mode);
   // Loss without gradients (labels required): lm_loss, aux_loss, num_tokens.
@@ -92,6 +95,7 @@ class CausalLM final : public LanguageModel {
   Param head_, final_norm_, embed_;
   LayerGradientsDone gradients_done_;
   LayerStarting parameters_needed_;
+  LayerStarting layer_backward_;
 };
 
 }  // namespace moetune::model::cuda
