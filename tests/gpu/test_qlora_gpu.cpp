@@ -1,9 +1,7 @@
-// LoRA with training.recompute, and QLoRA (lora.quantize: nf4), on the GPU engine. A recomputed sublayer runs its
-// forward again before its backward, so its adapters' u = x·Aᵀ must come back with it: the gradients with
-// recomputation equal those without. QLoRA holds the frozen base in NF4 (model/cuda/nf4_base.h) and dequantizes
-// a layer's weights into a bf16 scratch before each pass over it: the scratch holds exactly the CPU's NF4 values
-// rounded to bf16, training tracks the CPU engine's QLoRA, and on the embedded default QLoRA's losses track bf16
-// LoRA's.
+// QLoRA (lora.quantize: nf4) on the GPU engine: the frozen base is held in NF4 (model/cuda/nf4_base.h) and a
+// layer's weights are dequantized into a bf16 scratch before each pass over it. The scratch holds exactly the
+// CPU's NF4 values rounded to bf16, training tracks the CPU engine's QLoRA (and recomputes exactly), and on the
+// embedded default QLoRA's losses track bf16 LoRA's. (LoRA with training.recompute: test_recompute_gpu.cpp.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,11 +11,8 @@
 
 #include "gpu_test_util.h"
 #include "moetune/core/cuda_runtime.h"
-#include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/cuda/nf4_base.h"
 #include "moetune/model/lora_config.h"
-#include "moetune/model/lora_memory_plan.h"
-#include "moetune/model/memory_plan.h"
 #include "moetune/model/lora_weights.h"
 #include "moetune/model/nf4_weights.h"
 #include "moetune/ops/cast.h"
@@ -27,94 +22,16 @@
 namespace moetune {
 namespace {
 
-class LoraRecomputeGpu : public testing::GpuTest {};
+class QloraGpu : public testing::GpuTest {};
 
-model::LoraConfig lora_config(int64_t rank) {
+// A QLoRA model's adapters (rank 8 on the attention projections and the experts): attaching them freezes the base.
+model::LoraConfig rank8() {
   model::LoraConfig config;
-  config.rank = rank;
-  config.alpha = 2.0 * double(rank);
+  config.rank = 8;
   config.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
   config.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
-  config.seed = 5;
   return config;
 }
-
-// The fixture on the GPU in bf16 with LoRA attached; B random (PEFT starts it at zero, which would leave A's
-// gradient and the adapters' part of d(x) at zero and test nothing).
-model::ModelWeights lora_weights_on_gpu(const std::string& fixture, std::mt19937& rng) {
-  model::ModelWeights weights = model::load_checkpoint(testing::fixture(fixture), {DType::BF16, Device::cuda()});
-  const size_t base = weights.parameters.size();
-  model::attach_lora(weights, lora_config(8));
-  for (size_t i = base; i < weights.parameters.size(); ++i) {
-    Tensor& adapter = weights.parameters[i];
-    if (weights.layout.parameters[i].name.find(".lora_B.") != std::string::npos)
-      adapter = testing::random_normal(adapter.shape(), DType::F32, Device::cpu(), rng, 0.05f);
-    adapter = ops::cast(adapter, DType::BF16).to(Device::cuda());
-  }
-  return weights;
-}
-
-// The plan's stash for a mode (model/memory_plan.h, model/lora_memory_plan.h): every block's declaration, or the
-// input alone where recomputed, and the adapters' u where not.
-int64_t planned_stash(const model::cuda::CausalLM& model, model::Recompute mode, int64_t tokens) {
-  const model::ModelSpec& spec = model.spec();
-  int64_t planned = 0;
-  for (const model::LayerSpec& layer : spec.layers)
-    for (const model::SublayerSpec& sublayer : layer.sublayers)
-      planned += model::recomputes(mode, sublayer) ? tokens * spec.hidden_size * 2
-                                                   : model::gpu_stash_bytes(sublayer, spec.hidden_size, tokens);
-  return planned + model::lora_gpu_stash_bytes(model.weights().layout, 8, tokens, mode);
-}
-
-TEST_F(LoraRecomputeGpu, SameGradientsInEveryMode) {
-  SCOPED_TRACE(seed());
-  auto model = model::cuda::CausalLM::from_weights(lora_weights_on_gpu("qwen3_moe_tiny", rng()));
-  const model::ModelSpec& spec = model.spec();
-  const int64_t rows = 2, seq = 24;
-  std::vector<int64_t> ids;
-  for (int64_t i = 0; i < rows * seq; ++i) ids.push_back((i * 7 + 3) % spec.vocab_size);
-  const Tensor input_ids = Tensor::from_vector(ids, {rows, seq});
-  const model::Batch batch{.input_ids = input_ids, .labels = input_ids, .output_router_logits = true};
-  auto step = [&](model::Recompute mode, std::vector<Tensor>& grads, int64_t& stash) {
-    model.set_recompute(mode);
-    model.zero_grad();
-    const double loss = model.forward_backward(batch).lm_loss;
-    grads.clear();
-    for (const Tensor& g : model.parameters().grads()) grads.push_back(g.defined() ? testing::to_cpu_f32(g) : Tensor());
-    stash = 0;
-    for (const auto& [name, bytes] : model.stash_report()) stash += int64_t(bytes);
-    return loss;
-  };
-  std::vector<Tensor> reference;
-  int64_t reference_stash = 0;
-  const double reference_loss = step(model::Recompute::None, reference, reference_stash);
-  size_t adapters = 0;
-  for (const Tensor& g : reference) adapters += g.defined();
-  ASSERT_GT(adapters, 0u);
-  for (const model::Recompute mode : {model::Recompute::Experts, model::Recompute::Attention, model::Recompute::Full}) {
-    SCOPED_TRACE(model::recompute_name(mode));
-    std::vector<Tensor> grads;
-    int64_t stash = 0;
-    const double loss = step(mode, grads, stash);
-    EXPECT_EQ(loss, reference_loss) << "the same forward";
-    double worst = 0;
-    size_t identical = 0, compared = 0;
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (!grads[i].defined()) continue;
-      ++compared;
-      identical += std::memcmp(grads[i].raw_data(), reference[i].raw_data(), grads[i].nbytes()) == 0;
-      worst = std::max(worst, testing::relative_error_f32(grads[i], reference[i]));
-    }
-    std::printf("recompute %s: %zu of %zu LoRA gradients bit-identical, largest relative error %.2e; stash %ld vs %ld bytes\n",
-                model::recompute_name(mode), identical, compared, worst, long(stash), long(reference_stash));
-    EXPECT_LE(worst, 1e-2) << "bf16 gradients, summed in another order at most";
-    EXPECT_LT(stash, reference_stash);
-    EXPECT_EQ(stash, planned_stash(model, mode, rows * seq)) << "the plan's stash, adapters included";
-  }
-  EXPECT_EQ(reference_stash, planned_stash(model, model::Recompute::None, rows * seq));
-}
-
-class QloraGpu : public testing::GpuTest {};
 
 // The GPU's NF4 base, dequantized layer by layer, against the CPU engine's: the CPU rounds each frozen weight
 // through NF4 in fp32; the scratch must hold those values rounded to bf16, bit for bit.
@@ -125,12 +42,12 @@ TEST_F(QloraGpu, ScratchHoldsTheCpusNf4WeightsBitForBit) {
   options.held_elsewhere = &model::cuda::Nf4Base::holds;
   options.take = [&](size_t index, const Tensor& host) { base.take(index, host); };
   model::ModelWeights gpu = model::load_checkpoint(folder, options);
-  model::attach_lora(gpu, lora_config(8));  // freezes the base, as a QLoRA run does
+  model::attach_lora(gpu, rank8());  // freezes the base, as a QLoRA run does
   base.place(gpu);
   ASSERT_GT(base.weights_held(), 0u);
 
   model::ModelWeights cpu = model::load_checkpoint(folder, {DType::F32, Device::cpu()});
-  model::attach_lora(cpu, lora_config(8));
+  model::attach_lora(cpu, rank8());
   const size_t nf4_bytes = model::round_frozen_weights_to_nf4(cpu);
   EXPECT_LE(base.nf4_bytes(), nf4_bytes + base.weights_held() * 272 * sizeof(float)) << "the GPU's NF4 is the CPU's size";
   std::printf("NF4 base: %zu weights, %zu bytes (+ %zu bytes of bf16 scratch)\n", base.weights_held(), base.nf4_bytes(),
@@ -153,13 +70,7 @@ TEST_F(QloraGpu, ScratchHoldsTheCpusNf4WeightsBitForBit) {
   EXPECT_EQ(checked, base.weights_held());
 }
 
-class QloraTrainingGpu : public testing::TrainerTest {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_unavailable_reason();
-    TrainerTest::SetUp();
-  }
-};
+class QloraTrainingGpu : public testing::GpuTrainerTest {};
 
 const std::vector<std::string> kQlora = {"lora.rank=8", "lora.alpha=16", "lora.target_modules=[q_proj, k_proj, v_proj, o_proj]",
                                          "lora.target_parameters=[mlp.experts.gate_up_proj, mlp.experts.down_proj]",

@@ -10,6 +10,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "moetune/core/device.h"
 #include "moetune/train/trainer.h"
 #include "test_util.h"
 
@@ -47,6 +48,15 @@ class TrainerTest : public ::testing::Test {
     return records;
   }
   ScratchDir dir_;
+};
+
+// The same job for the GPU engine's tests (tests/gpu/): skipped without a GPU.
+class GpuTrainerTest : public TrainerTest {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_unavailable_reason();
+    TrainerTest::SetUp();
+  }
 };
 
 // The training steps' losses of a metrics.jsonl (its records with a grad_norm; validation records have none).

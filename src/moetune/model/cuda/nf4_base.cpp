@@ -27,6 +27,11 @@ void Nf4Base::place(ModelWeights& weights) {
   for (Held& held : held_) {
     const ParameterSpec& spec = weights.layout.parameters[held.index];
     held.layer = gradient_ready_layer(spec.name, weights.spec().num_layers());
+    // The hooks dequantize per decoder layer; a projection outside them would need its own moment.
+    if (held.layer < 0 || held.layer >= weights.spec().num_layers())
+      fail("lora.quantize nf4: '{}' is outside the decoder layers, where the GPU engine does not dequantize NF4 yet; "
+           "set lora.quantize none or train on the CPU (training.device cpu)",
+           spec.name);
     if (spec.trainable)
       fail("lora.quantize nf4: '{}' is trainable (lora.modules_to_save?) but QLoRA holds it in NF4 on the GPU; "
            "leave it out of modules_to_save, or set lora.quantize none",
