@@ -39,7 +39,7 @@ run_moetune() {  # LABEL RECOMPUTE QUANTIZE [more finetune arguments]
   shift 3
   rm -rf "$scratch/$label"
   mark "moetune $label (recompute $recompute, base $quantize $*)"
-  timeout -s KILL ${MOETUNE_LIMIT:-90} "$moetune" finetune -c $here/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl \
+  timeout -s KILL ${MOETUNE_LIMIT:-100} "$moetune" finetune -c $here/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl \
     --set training.micro_batch_size=1 --set training.max_steps=$steps --set optimizer.lr=1e-4 --set training.profile=true \
     --set training.recompute=$recompute --set lora.quantize=$quantize "${lora[@]}" "$@" --set output.dir=$scratch/$label \
     > "$out/$label.log" 2>&1
@@ -48,13 +48,13 @@ run_moetune() {  # LABEL RECOMPUTE QUANTIZE [more finetune arguments]
   grep -A16 '^profile' "$out/$label.log" | head -18
   cp "$scratch/$label/metrics.jsonl" "$out/$label.metrics.jsonl" 2>/dev/null
 }
-run_moetune lora "${RECOMPUTE:-experts}" none
 run_moetune qlora "${QLORA_RECOMPUTE:-full}" nf4
 # QLoRA at its leanest: 8-bit AdamW state, the update in the backward pass (so no clipping, which needs every
 # gradient first): the adapters' optimizer state and gradients are most of what is left beside the NF4 base.
 if [ $(($(date +%s) - start)) -lt ${LEAN_BEFORE:-150} ]; then
   run_moetune qlora_lean full nf4 --set optimizer.state=int8 --set optimizer.update_in_backward=on --set optimizer.max_grad_norm=0
 fi
+run_moetune lora "${RECOMPUTE:-experts}" none
 rm -rf "$shm" "$scratch/shards"
 mark "HF + PEFT"
 timeout -s KILL ${HF_LIMIT:-120} python3 $here/peft_train.py --layers 48 --seq 4096 --steps ${HF_STEPS:-5} --warmup 2 --rank 16 --alpha 32 \

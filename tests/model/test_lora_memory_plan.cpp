@@ -73,7 +73,7 @@ TEST(LoraMemoryPlan, PeaksOfTheBenchmark) {
   std::printf("  activations with full recomputation: stash %.2f GB, transient %.2f GB (%s), workspaces %.2f GB\n",
               gb(activations.stash_bytes), gb(activations.transient_bytes), activations.peak_phase.c_str(),
               gb(activations.workspace_bytes));
-  EXPECT_LT(none, full_ft / 2.5);
+  EXPECT_LT(double(none), double(full_ft) / 2.5);
   EXPECT_LT(experts, int64_t(78.5e9)) << "HF + PEFT's peak";
   EXPECT_LT(qlora, none - int64_t(40e9)) << "1.5 of bf16's 2 bytes saved on ~30 G weights";
   EXPECT_LT(qlora_full, qlora_experts);
