@@ -44,7 +44,7 @@ run_moetune() {  # LABEL RECOMPUTE QUANTIZE [more finetune arguments]
     --set training.recompute=$recompute --set lora.quantize=$quantize "${lora[@]}" "$@" --set output.dir=$scratch/$label \
     > "$out/$label.log" 2>&1
   echo "  rc=$?; $(grep -c '^step' "$out/$label.log") step lines"
-  grep -E '^step (1|'$steps')/|error|Error|planned' "$out/$label.log" | head -6
+  grep -E '^step (1|'$steps')/|error|Error|planned|^QLoRA:' "$out/$label.log" | head -6
   grep -A16 '^profile' "$out/$label.log" | head -18
   cp "$scratch/$label/metrics.jsonl" "$out/$label.metrics.jsonl" 2>/dev/null
 }

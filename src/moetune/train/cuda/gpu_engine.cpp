@@ -4,6 +4,9 @@
 // run of gradients is reduce-scattered over its group (the world for dense parameters, the expert's replicas
 // for the experts), AdamW updates this rank's shard with state for the shard alone, and the run is
 // all-gathered back in place.
+#include <chrono>
+#include <cstdio>
+
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/flat_buffers.h"
 #include "moetune/core/phase_profile.h"
@@ -191,11 +194,16 @@ class GpuEngine final : public TrainingEngine {
     if (r.lora.quantize != "nf4") return load_for_training(r, groups_->layout, DType::BF16, Device::cuda());
     if (parallel()) fail("lora.quantize nf4 (QLoRA) runs on one GPU so far; run one rank");
     nf4_ = std::make_unique<model::cuda::Nf4Base>();
+    const auto start = std::chrono::steady_clock::now();
     model::ModelWeights weights = load_for_training(r, groups_->layout, DType::BF16, Device::cuda(), [this](model::LoadOptions& o) {
       o.held_elsewhere = &model::cuda::Nf4Base::holds;
       o.take = [this](size_t index, const Tensor& host) { nf4_->take(index, host); };
     });
     nf4_->place(weights);
+    if (groups_->layout.rank == 0)
+      std::fprintf(stderr, "QLoRA: %zu frozen weights read and held in NF4 (%.2f GB on the GPU, + %.2f GB of bf16 scratch for one layer) in %.1f s\n",
+                   nf4_->weights_held(), double(nf4_->nf4_bytes()) / 1e9, double(nf4_->scratch_bytes()) / 1e9,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return weights;
   }
   model::DispatcherFactory<model::cuda::GpuBlocks> dispatcher_factory() const {
