@@ -2,9 +2,10 @@
 # The LoRA benchmark of issue 12 on one H200, in one run: the whole Qwen3-30B-A3B architecture (48 layers, random
 # weights written here: 61 GB of bf16, to /dev/shm and, past its room, to local disk), LoRA rank 16, alpha 32 on
 # q/k/v/o and the experts, seq 4096, micro-batch 1, pure bf16 AdamW lr 1e-4, aux loss on: moetune with LoRA
-# (training.recompute as RECOMPUTE, default experts) and QLoRA (NF4 base, QLORA_RECOMPUTE, default full), then
-# HF + PEFT (bench/peft_train.py: the model built from the config on the GPU, gradient checkpointing). Each part
-# timed; the table at the end (bench/lora_table.py). The weights are removed at the end (they live in RAM).
+# (training.recompute as RECOMPUTE, default experts; with the last KEEP layers kept, then none) and QLoRA (NF4
+# base, QLORA_RECOMPUTE, default full; then with int8 AdamW state), then HF + PEFT (bench/peft_train.py: the model
+# built from the config on the GPU, gradient checkpointing). Each part timed; the table at the end
+# (bench/lora_table.py). The weights are removed at the end (they live in RAM).
 #   OUT=dir MOETUNE=path bench/lora48.sh        (PEFT_WHEELS=dir of wheels if peft is missing)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,18 +50,23 @@ run_moetune() {  # LABEL RECOMPUTE QUANTIZE [more finetune arguments]
   cp "$scratch/$label/metrics.jsonl" "$out/$label.metrics.jsonl" 2>/dev/null
 }
 run_moetune qlora "${QLORA_RECOMPUTE:-full}" nf4
-# QLoRA at its leanest: 8-bit AdamW state, the update in the backward pass (so no clipping, which needs every
-# gradient first): the adapters' optimizer state and gradients are most of what is left beside the NF4 base.
-if [ $(($(date +%s) - start)) -lt ${LEAN_BEFORE:-150} ]; then
+# LoRA with the experts recomputed, the last KEEP layers keeping their stash (the memory left under HF + PEFT's
+# peak spent on speed), then without keeping any, and QLoRA at its leanest, as time allows.
+run_moetune lora_keep "${RECOMPUTE:-experts}" none --set training.recompute_keep_layers=${KEEP:-10}
+elapsed() { echo $(($(date +%s) - start)); }
+[ $(elapsed) -lt ${LORA_BEFORE:-175} ] && run_moetune lora "${RECOMPUTE:-experts}" none
+# 8-bit AdamW state and the update in the backward pass (so no clipping, which needs every gradient first): the
+# adapters' optimizer state and gradients are most of what is left beside the NF4 base.
+[ $(elapsed) -lt ${LEAN_BEFORE:-215} ] &&
   run_moetune qlora_lean full nf4 --set optimizer.state=int8 --set optimizer.update_in_backward=on --set optimizer.max_grad_norm=0
-fi
-run_moetune lora "${RECOMPUTE:-experts}" none
 rm -rf "$shm" "$scratch/shards"
 mark "HF + PEFT"
 timeout -s KILL ${HF_LIMIT:-120} python3 $here/peft_train.py --layers 48 --seq 4096 --steps ${HF_STEPS:-5} --warmup 2 --rank 16 --alpha 32 \
   --json "$out/hf_peft.json" > "$out/hf_peft.log" 2>&1
 echo "  rc=$?"; grep -E '^step|status' "$out/hf_peft.log" | cut -c1-300 | tail -7
 mark "done"
-python3 $here/lora_table.py --hf "$out/hf_peft.json" --moetune "moetune LoRA (recompute ${RECOMPUTE:-experts})=$out/lora.metrics.jsonl" \
+python3 $here/lora_table.py --hf "$out/hf_peft.json" \
+  --moetune "moetune LoRA (recompute experts, the last ${KEEP:-10} layers kept)=$out/lora_keep.metrics.jsonl" \
+  "moetune LoRA (recompute ${RECOMPUTE:-experts})=$out/lora.metrics.jsonl" \
   "moetune QLoRA, NF4 base (recompute ${QLORA_RECOMPUTE:-full})=$out/qlora.metrics.jsonl" \
   "moetune QLoRA, int8 AdamW state, update in backward, no clipping (recompute full)=$out/qlora_lean.metrics.jsonl" | tee "$out/table.md"

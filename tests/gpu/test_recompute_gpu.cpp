@@ -100,12 +100,13 @@ TEST_F(RecomputeGpu, LoraAdaptersAreRecomputedToo) {
   auto model = model::cuda::CausalLM::from_weights(std::move(weights));
   const model::ModelSpec& spec = model.spec();
   const model::Batch batch = cyclic_batch(spec.vocab_size);
-  const auto planned = [&](model::Recompute mode) {
-    int64_t bytes = model::lora_gpu_stash_bytes(model.weights().layout, lora.rank, kRows * kSeq, mode);
-    for (const model::LayerSpec& layer : spec.layers)
-      for (const model::SublayerSpec& sublayer : layer.sublayers)
-        bytes += model::recomputes(mode, sublayer) ? kRows * kSeq * spec.hidden_size * 2
-                                                   : model::gpu_stash_bytes(sublayer, spec.hidden_size, kRows * kSeq);
+  const auto planned = [&](model::Recompute mode, int64_t keep_last_layers = 0) {
+    int64_t bytes = model::lora_gpu_stash_bytes(model.weights().layout, lora.rank, kRows * kSeq, mode, keep_last_layers);
+    for (int64_t layer = 0; layer < spec.num_layers(); ++layer)
+      for (const model::SublayerSpec& sublayer : spec.layers[size_t(layer)].sublayers)
+        bytes += model::recomputes(mode, sublayer, layer, spec.num_layers(), keep_last_layers)
+                     ? kRows * kSeq * spec.hidden_size * 2
+                     : model::gpu_stash_bytes(sublayer, spec.hidden_size, kRows * kSeq);
     return bytes;
   };
   const Step reference = run_step(model, batch, model::Recompute::None);
@@ -129,6 +130,19 @@ TEST_F(RecomputeGpu, LoraAdaptersAreRecomputedToo) {
     EXPECT_EQ(step.stash, planned(mode));
     EXPECT_LT(step.stash, reference.stash);
   }
+  // training.recompute_keep_layers: the last layer keeps its stash; the same gradients again.
+  model.set_recompute(model::Recompute::Full, 1);
+  model.zero_grad();
+  EXPECT_EQ(model.forward_backward(batch).lm_loss, reference.loss);
+  int64_t stash = 0;
+  for (const auto& [name, bytes] : model.stash_report()) stash += int64_t(bytes);
+  EXPECT_EQ(stash, planned(model::Recompute::Full, 1));
+  EXPECT_GT(stash, planned(model::Recompute::Full));
+  double worst = 0;
+  for (size_t i = 0; i < reference.grads.size(); ++i)
+    if (reference.grads[i].defined())
+      worst = std::max(worst, testing::relative_error_f32(testing::to_cpu_f32(model.parameters().grads()[i]), reference.grads[i]));
+  EXPECT_LE(worst, 1e-2);
 }
 
 }  // namespace

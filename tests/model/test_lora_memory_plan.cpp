@@ -42,6 +42,7 @@ TEST(LoraMemoryPlan, AdaptersStashUnlessRecomputed) {
   EXPECT_EQ(lora_gpu_stash_bytes(layout, r, T, Recompute::Experts), 48 * attention);
   EXPECT_EQ(lora_gpu_stash_bytes(layout, r, T, Recompute::Attention), 48 * experts);
   EXPECT_EQ(lora_gpu_stash_bytes(layout, r, T, Recompute::Full), 0);
+  EXPECT_EQ(lora_gpu_stash_bytes(layout, r, T, Recompute::Experts, 10), 48 * attention + 10 * experts) << "keep 10 layers";
 }
 
 TEST(LoraMemoryPlan, Nf4BaseHoldsHalfAByteAWeightAndOneLayersScratch) {
@@ -63,18 +64,21 @@ TEST(LoraMemoryPlan, PeaksOfTheBenchmark) {
   const int64_t full_ft = train::planned_peak_bytes(full, bf16, T, Recompute::None);
   const int64_t none = train::planned_peak_bytes(lora, bf16, T, Recompute::None, false, {16, false});
   const int64_t experts = train::planned_peak_bytes(lora, bf16, T, Recompute::Experts, false, {16, false});
+  const int64_t keep10 = train::planned_peak_bytes(lora, bf16, T, Recompute::Experts, false, {16, false}, 10);
   const int64_t qlora = train::planned_peak_bytes(lora, bf16, T, Recompute::None, false, {16, true});
   const int64_t qlora_experts = train::planned_peak_bytes(lora, bf16, T, Recompute::Experts, false, {16, true});
   const int64_t qlora_full = train::planned_peak_bytes(lora, bf16, T, Recompute::Full, false, {16, true});
-  std::printf("48 layers, 4096 tokens: full fine-tune %.1f GB; LoRA r16 %.1f GB, recompute experts %.1f GB; QLoRA %.1f GB, "
-              "recompute experts %.1f GB, full %.1f GB\n",
-              gb(full_ft), gb(none), gb(experts), gb(qlora), gb(qlora_experts), gb(qlora_full));
+  std::printf("48 layers, 4096 tokens: full fine-tune %.1f GB; LoRA r16 %.1f GB, recompute experts %.1f GB (keeping the last "
+              "10 layers' %.1f GB); QLoRA %.1f GB, recompute experts %.1f GB, full %.1f GB\n",
+              gb(full_ft), gb(none), gb(experts), gb(keep10), gb(qlora), gb(qlora_experts), gb(qlora_full));
   const ActivationPlan activations = gpu_activation_plan(lora.spec, T, Recompute::Full);
   std::printf("  activations with full recomputation: stash %.2f GB, transient %.2f GB (%s), workspaces %.2f GB\n",
               gb(activations.stash_bytes), gb(activations.transient_bytes), activations.peak_phase.c_str(),
               gb(activations.workspace_bytes));
   EXPECT_LT(double(none), double(full_ft) / 2.5);
   EXPECT_LT(experts, int64_t(78.5e9)) << "HF + PEFT's peak";
+  EXPECT_LT(keep10, int64_t(78.5e9));
+  EXPECT_GT(keep10, experts + 10 * int64_t(0.3e9)) << "ten MoE stashes back";
   EXPECT_LT(qlora, none - int64_t(40e9)) << "1.5 of bf16's 2 bytes saved on ~30 G weights";
   EXPECT_LT(qlora_full, qlora_experts);
 }

@@ -36,14 +36,16 @@ ParameterLayout with_lora(ParameterLayout layout, const LoraConfig& config) {
   return layout;
 }
 
-int64_t lora_gpu_stash_bytes(const ParameterLayout& layout, int64_t rank, int64_t tokens, Recompute recompute) {
+int64_t lora_gpu_stash_bytes(const ParameterLayout& layout, int64_t rank, int64_t tokens, Recompute recompute,
+                             int64_t keep_last_layers) {
   const ModelSpec& spec = layout.spec;
   int64_t bytes = 0;
   for (const ParameterSpec& p : layout.parameters) {
     if (p.name.find(".lora_A.") == std::string::npos) continue;
     const std::string kind = kind_of(p.name);
-    const SublayerSpec* sublayer = sublayer_of(spec, gradient_ready_layer(p.name, spec.num_layers()), kind);
-    if (!sublayer || recomputes(recompute, *sublayer)) continue;
+    const int64_t layer = gradient_ready_layer(p.name, spec.num_layers());
+    const SublayerSpec* sublayer = sublayer_of(spec, layer, kind);
+    if (!sublayer || recomputes(recompute, *sublayer, layer, spec.num_layers(), keep_last_layers)) continue;
     const int64_t rows = kind == "moe" ? tokens * sublayer->moe()->router.top_k : tokens;
     bytes += rows * rank * 2;
   }

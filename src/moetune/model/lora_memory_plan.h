@@ -19,7 +19,8 @@ struct LoraConfig;
 ParameterLayout with_lora(ParameterLayout layout, const LoraConfig& config);
 
 // What the adapters of a with_lora() layout keep for the backward pass for `tokens` tokens per micro-batch.
-int64_t lora_gpu_stash_bytes(const ParameterLayout& layout, int64_t rank, int64_t tokens, Recompute recompute);
+int64_t lora_gpu_stash_bytes(const ParameterLayout& layout, int64_t rank, int64_t tokens, Recompute recompute,
+                             int64_t keep_last_layers = 0);
 
 // QLoRA's frozen base on the GPU: the NF4 bytes of the weights it quantizes (frozen Matmul / Experts), and the
 // bf16 scratch that the largest layer's weights are dequantized into.
