@@ -93,13 +93,7 @@ TEST_F(LoraGpu, ExpertBRearrangesToGroupedLayout) {
 }
 
 // LoRA and training.freeze trained by the GPU engine against the CPU engine (first run on the H200 2026-12-01).
-class LoraTrainingGpu : public testing::TrainerTest {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_unavailable_reason();
-    TrainerTest::SetUp();
-  }
-};
+class LoraTrainingGpu : public testing::GpuTrainerTest {};
 
 const std::vector<std::string> kLora = {"lora.rank=8", "lora.alpha=16", "lora.target_modules=[q_proj, k_proj, v_proj, o_proj]",
                                         "lora.target_parameters=[mlp.experts.gate_up_proj, mlp.experts.down_proj]",

@@ -1,13 +1,19 @@
 // training.recompute: a recomputed sublayer keeps only its input and runs its forward again before its backward.
 // The step must compute the same loss and the same gradients as without recomputation (the same kernels on the
-// same inputs: equal up to the few atomics some backward kernels sum with), and keep what the plan says.
+// same inputs: equal up to the few atomics some backward kernels sum with), and keep what the plan says; with
+// LoRA adapters too.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "gpu_test_util.h"
 #include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/lora_config.h"
+#include "moetune/model/lora_memory_plan.h"
+#include "moetune/model/lora_weights.h"
 #include "moetune/model/memory_plan.h"
+#include "moetune/ops/cast.h"
 #include "test_util.h"
 
 namespace moetune {
@@ -26,9 +32,18 @@ Step run_step(model::cuda::CausalLM& model, const model::Batch& batch, model::Re
   model.zero_grad();
   const model::CausalLMOutput out = model.forward_backward(batch);
   Step step{out.lm_loss, out.aux_loss, {}, 0};
-  for (const Tensor& g : model.parameters().grads()) step.grads.push_back(testing::to_cpu_f32(g));
+  for (const Tensor& g : model.parameters().grads()) step.grads.push_back(g.defined() ? testing::to_cpu_f32(g) : Tensor());  // frozen: none
   for (const auto& [name, bytes] : model.stash_report()) step.stash += int64_t(bytes);
   return step;
+}
+
+constexpr int64_t kRows = 2, kSeq = 24;
+
+model::Batch cyclic_batch(int64_t vocab_size) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < kRows * kSeq; ++i) ids.push_back((i * 7 + 3) % vocab_size);
+  const Tensor input_ids = Tensor::from_vector(ids, {kRows, kSeq});
+  return {.input_ids = input_ids, .labels = input_ids, .output_router_logits = true};
 }
 
 TEST_F(RecomputeGpu, SameLossAndGradientsInEveryMode) {
@@ -36,11 +51,8 @@ TEST_F(RecomputeGpu, SameLossAndGradientsInEveryMode) {
     SCOPED_TRACE(name);
     auto model = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
     const model::ModelSpec& spec = model.spec();
-    const int64_t rows = 2, seq = 24;
-    std::vector<int64_t> ids;
-    for (int64_t i = 0; i < rows * seq; ++i) ids.push_back((i * 7 + 3) % spec.vocab_size);
-    const Tensor input_ids = Tensor::from_vector(ids, {rows, seq});
-    const model::Batch batch{.input_ids = input_ids, .labels = input_ids, .output_router_logits = true};
+    const int64_t rows = kRows, seq = kSeq;
+    const model::Batch batch = cyclic_batch(spec.vocab_size);
     const Step reference = run_step(model, batch, model::Recompute::None);
     for (const model::Recompute mode : {model::Recompute::Experts, model::Recompute::Attention, model::Recompute::Full}) {
       SCOPED_TRACE(model::recompute_name(mode));
@@ -64,6 +76,73 @@ TEST_F(RecomputeGpu, SameLossAndGradientsInEveryMode) {
       EXPECT_LT(step.stash, reference.stash);
     }
   }
+}
+
+// LoRA (issue 12): a recomputed sublayer's forward runs its adapters again, so their u = x·Aᵀ comes back for
+// the backward pass; the gradients with recomputation equal those without, and the stash is the plan's
+// (model/lora_memory_plan.h: the adapters keep u only where their sublayer is not recomputed). B is random here:
+// PEFT starts it at zero, which would leave A's gradient and the adapters' part of d(x) at zero and test nothing.
+TEST_F(RecomputeGpu, LoraAdaptersAreRecomputedToo) {
+  SCOPED_TRACE(seed());
+  model::ModelWeights weights = model::load_checkpoint(testing::fixture("qwen3_moe_tiny"), {DType::BF16, Device::cuda()});
+  model::LoraConfig lora;
+  lora.rank = 8;
+  lora.target_modules = {"all-linear"};
+  lora.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  const size_t base = weights.parameters.size();
+  model::attach_lora(weights, lora);
+  for (size_t i = base; i < weights.parameters.size(); ++i) {
+    Tensor& adapter = weights.parameters[i];
+    if (weights.layout.parameters[i].name.find(".lora_B.") != std::string::npos)
+      adapter = testing::random_normal(adapter.shape(), DType::F32, Device::cpu(), rng(), 0.05f);
+    adapter = ops::cast(adapter, DType::BF16).to(Device::cuda());
+  }
+  auto model = model::cuda::CausalLM::from_weights(std::move(weights));
+  const model::ModelSpec& spec = model.spec();
+  const model::Batch batch = cyclic_batch(spec.vocab_size);
+  const auto planned = [&](model::Recompute mode, int64_t keep_last_layers = 0) {
+    int64_t bytes = model::lora_gpu_stash_bytes(model.weights().layout, lora.rank, kRows * kSeq, mode, keep_last_layers);
+    for (int64_t layer = 0; layer < spec.num_layers(); ++layer)
+      for (const model::SublayerSpec& sublayer : spec.layers[size_t(layer)].sublayers)
+        bytes += model::recomputes(mode, sublayer, layer, spec.num_layers(), keep_last_layers)
+                     ? kRows * kSeq * spec.hidden_size * 2
+                     : model::gpu_stash_bytes(sublayer, spec.hidden_size, kRows * kSeq);
+    return bytes;
+  };
+  const Step reference = run_step(model, batch, model::Recompute::None);
+  EXPECT_EQ(reference.stash, planned(model::Recompute::None));
+  for (const model::Recompute mode : {model::Recompute::Experts, model::Recompute::Attention, model::Recompute::Full}) {
+    SCOPED_TRACE(model::recompute_name(mode));
+    const Step step = run_step(model, batch, mode);
+    EXPECT_EQ(step.loss, reference.loss) << "the same forward";
+    double worst = 0;
+    size_t identical = 0, adapters = 0;
+    for (size_t i = 0; i < step.grads.size(); ++i) {
+      if (!step.grads[i].defined()) continue;  // the frozen base
+      ++adapters;
+      identical += std::memcmp(step.grads[i].raw_data(), reference.grads[i].raw_data(), step.grads[i].nbytes()) == 0;
+      worst = std::max(worst, testing::relative_error_f32(step.grads[i], reference.grads[i]));
+    }
+    std::printf("LoRA, recompute %s: %zu of %zu adapter gradients bit-identical, largest relative error %.2e; stash %ld vs %ld\n",
+                model::recompute_name(mode), identical, adapters, worst, long(step.stash), long(reference.stash));
+    EXPECT_GT(adapters, 0u);
+    EXPECT_LE(worst, 1e-2) << "bf16 gradients, summed in another order at most";
+    EXPECT_EQ(step.stash, planned(mode));
+    EXPECT_LT(step.stash, reference.stash);
+  }
+  // training.recompute_keep_layers: the last layer keeps its stash; the same gradients again.
+  model.set_recompute(model::Recompute::Full, 1);
+  model.zero_grad();
+  EXPECT_EQ(model.forward_backward(batch).lm_loss, reference.loss);
+  int64_t stash = 0;
+  for (const auto& [name, bytes] : model.stash_report()) stash += int64_t(bytes);
+  EXPECT_EQ(stash, planned(model::Recompute::Full, 1));
+  EXPECT_GT(stash, planned(model::Recompute::Full));
+  double worst = 0;
+  for (size_t i = 0; i < reference.grads.size(); ++i)
+    if (reference.grads[i].defined())
+      worst = std::max(worst, testing::relative_error_f32(testing::to_cpu_f32(model.parameters().grads()[i]), reference.grads[i]));
+  EXPECT_LE(worst, 1e-2);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "moetune/io/safetensors.h"
+#include "moetune/ops/cast.h"
 #include "moetune/ops/nf4.h"
 #include "test_util.h"
 
@@ -47,6 +48,27 @@ TEST_F(Nf4, SingleQuantizedMatchesBitForBit) {
   EXPECT_EQ(nf4_pack(codes.codes), values<uint8_t>(ref("small.packed")));
   EXPECT_EQ(codes.absmax, values<float>(ref("small.absmax")));
   EXPECT_TRUE(same_bits(nf4_dequantize(nf4_pack(codes.codes), codes.absmax, x.shape()), ref("small.dequantized")));
+}
+
+// QLoRA's GPU engine quantizes its base on several threads, from the bf16 values the loader assembles: the same
+// bytes as one thread from their f32 values.
+TEST_F(Nf4, ThreadsAndBf16InputGiveTheSameBytes) {
+  const Tensor x = ref("x");
+  const Tensor bf16 = cast(x, DType::BF16), rounded = cast(bf16, DType::F32);
+  const Nf4Tensor one = nf4_quantize(rounded);
+  for (int threads : {2, 7}) {
+    SCOPED_TRACE(threads);
+    for (const Tensor* input : {&rounded, &bf16}) {
+      const Nf4Tensor q = nf4_quantize(*input, threads);
+      EXPECT_EQ(q.packed, one.packed);
+      EXPECT_EQ(q.absmax_codes, one.absmax_codes);
+      EXPECT_EQ(q.absmax_scales, one.absmax_scales);
+      EXPECT_EQ(q.offset, one.offset);
+    }
+  }
+  const Nf4Tensor fixture = nf4_quantize(x, 3);  // and the fixture's own values, on threads
+  EXPECT_EQ(fixture.packed, values<uint8_t>(ref("packed")));
+  EXPECT_EQ(fixture.absmax_codes, values<uint8_t>(ref("absmax_codes")));
 }
 
 }  // namespace

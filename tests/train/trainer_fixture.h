@@ -11,6 +11,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "moetune/core/device.h"
 #include "moetune/train/trainer.h"
 #include "json_lines.h"
 #include "test_util.h"
@@ -44,6 +45,15 @@ class TrainerTest : public ::testing::Test {
   }
   std::vector<json> metrics(const std::string& output) { return testing::read_json_lines(dir_ / output / "metrics.jsonl"); }
   ScratchDir dir_;
+};
+
+// The same job for the GPU engine's tests (tests/gpu/): skipped without a GPU.
+class GpuTrainerTest : public TrainerTest {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_unavailable_reason();
+    TrainerTest::SetUp();
+  }
 };
 
 // The training steps' losses of a metrics.jsonl (its records with a grad_norm; validation records have none).

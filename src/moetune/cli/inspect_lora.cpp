@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include "moetune/cli/inspect.h"
+#include "moetune/model/lora_memory_plan.h"
 #include "moetune/model/lora_weights.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/model_description.h"
-#include "moetune/model/nf4_weights.h"
 #include "moetune/ops/adamw_math.h"
-#include "moetune/ops/nf4.h"
 
 namespace moetune::cli {
 
@@ -29,12 +28,10 @@ void add_lora_plan(nlohmann::json& report, const std::filesystem::path& folder, 
     if (const model::MoeSpec* moe = layer.moe()) top_k = moe->router.top_k;
   const int64_t stash_per_token = 2 * lora.rank * (dense_adapters + top_k * expert_adapters);
   const int64_t frozen = layout.total_parameters();
-  // QLoRA: the projections and experts in NF4 (4 bits, an 8-bit absmax code per 64, a float scale per 64·256).
-  int64_t quantized = 0;
-  for (const model::ParameterSpec& spec : layout.parameters)
-    if (model::quantized_by_qlora(spec)) quantized += shape_numel(spec.shape);
-  const int64_t blocks = (quantized + ops::kNf4BlockSize - 1) / ops::kNf4BlockSize;
-  const int64_t nf4_bytes = (quantized + 1) / 2 + blocks + (blocks + ops::kNf4AbsmaxBlockSize - 1) / ops::kNf4AbsmaxBlockSize * 4;
+  // QLoRA: the projections and experts in NF4 (4 bits, an 8-bit absmax code per 64, a float scale per 64·256),
+  // and on the GPU one layer's bf16 scratch they are dequantized into (model/cuda/nf4_base.h).
+  const model::Nf4BasePlan base = model::nf4_base_plan(model::with_lora(layout, lora));
+  const int64_t quantized = base.quantized_parameters, nf4_bytes = base.nf4_bytes + base.scratch_bytes;
   nlohmann::json memory = nlohmann::json::array();
   for (const auto& plan : model::precision_plans())
     memory.push_back({{"precision", plan.name},
@@ -48,6 +45,7 @@ void add_lora_plan(nlohmann::json& report, const std::filesystem::path& folder, 
                     {"frozen_parameters", frozen},
                     {"trainable_fraction", double(trainable) / double(trainable + frozen)},
                     {"gpu_stash_bytes_per_token", stash_per_token},
+                    {"qlora_gpu_scratch_bytes", base.scratch_bytes},
                     {"memory", memory}};
 }
 
@@ -58,9 +56,10 @@ std::string format_lora_plan(const nlohmann::json& report) {
                                 l["rank"].get<int64_t>(), l["scale"].get<double>(), l["adapter_tensors"].get<int64_t>(),
                                 l["trainable_parameters"].get<int64_t>(), 100 * l["trainable_fraction"].get<double>(),
                                 l["frozen_parameters"].get<int64_t>() + l["trainable_parameters"].get<int64_t>());
-  out += fmt::format("  on the GPU engine (bf16, one GPU; QLoRA CPU only) its adapters would "
-                     "keep {} bytes a token for the backward pass\n",
-                     l["gpu_stash_bytes_per_token"].get<int64_t>());
+  out += fmt::format("  on the GPU engine (bf16, one GPU) its adapters keep {} bytes a token for the backward pass (none "
+                     "in a sublayer that training.recompute recomputes); QLoRA's NF4 base adds a {:.3f} GB bf16 scratch "
+                     "for one layer's weights, counted below\n",
+                     l["gpu_stash_bytes_per_token"].get<int64_t>(), l["qlora_gpu_scratch_bytes"].get<double>() / 1e9);
   for (const nlohmann::json& m : l["memory"])
     out += fmt::format("  {:<30} {:>10.3f} GB static ({:.3f} GB with an NF4 base, QLoRA)\n", m["precision"].get<std::string>(),
                        m["total_bytes"].get<double>() / 1e9, m["qlora_nf4_total_bytes"].get<double>() / 1e9);

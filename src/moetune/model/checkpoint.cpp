@@ -139,6 +139,7 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   for (size_t i = 0; i < whole_fused.size(); ++i)
     if (weights.layout.parameters[i].fused_hf_name.empty()) weights.stored_fused[i] = false;  // a share: per expert
 
+  const auto held_elsewhere = [&](const ParameterSpec& spec) { return options.held_elsewhere && options.held_elsewhere(spec); };
   std::vector<FlatRequest> requests;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
@@ -153,7 +154,8 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     // A buffer stays fp32 whatever the engine's dtype, as transformers keeps e_score_correction_bias
     // (_keep_in_fp32_modules_strict): rounded to bf16 it would change which experts the router picks.
     const bool buffer = spec.role == ParameterRole::Buffer;
-    requests.push_back({spec.shape, buffer ? DType::F32 : options.dtype.value_or(weights.disk_dtypes.back())});
+    requests.push_back({spec.shape, buffer ? DType::F32 : options.dtype.value_or(weights.disk_dtypes.back()),
+                        !held_elsewhere(spec)});
   }
   PlacedBuffers placed = allocate_by_placement(weights.layout, requests, options.device, /*zeroed=*/false, options.shards);
   weights.parameters = std::move(placed.views);
@@ -162,15 +164,27 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
   bool dequantized = false;
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i) {
     const auto& spec = weights.layout.parameters[i];
-    // Assembled on the host (casting as it goes), then copied into its place in the device's flat buffer.
-    Tensor parameter = options.device.is_cpu() ? weights.parameters[i] : Tensor::empty(spec.shape, requests[i].dtype);
+    // Assembled on the host (casting as it goes), then copied into its place in the device's flat buffer. A held
+    // parameter is assembled in the checkpoint's own precision (bf16 or f32; f32 for any other), so that its taker
+    // sees the values the CPU engine computes with.
+    const bool held = !requests[i].wanted;
+    const DType held_dtype = weights.disk_dtypes[i] == DType::BF16 ? DType::BF16 : DType::F32;
+    Tensor share;  // a fused checkpoint tensor's run for this parameter
     if (whole_fused[i]) {
       // A share of a fused [E, ...] tensor is a contiguous run of it: only those pages of the file are read.
       const Tensor fused = files.tensor(whole.parameters[i].fused_hf_name);
       const int64_t per_expert = fused.numel() / whole.parameters[i].shape[0];
       const int64_t first_expert = expert_range(whole.parameters[i].shape[0], options.experts).first;
-      ops::cast_into(spec.placement == Placement::ExpertSharded ? fused.flat_slice(first_expert * per_expert, spec.shape) : fused,
-                     parameter);
+      share = spec.placement == Placement::ExpertSharded ? fused.flat_slice(first_expert * per_expert, spec.shape) : fused;
+      if (held && share.dtype() == held_dtype) {  // the file's pages as they are: the taker reads them once
+        options.take(i, share);
+        continue;
+      }
+    }
+    Tensor parameter = options.device.is_cpu() && !held ? weights.parameters[i]
+                                                         : Tensor::empty(spec.shape, held ? held_dtype : requests[i].dtype);
+    if (share.defined()) {
+      ops::cast_into(share, parameter);
     } else {
       int64_t offset = 0;
       for (const auto& piece : spec.pieces) {
@@ -188,7 +202,10 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
         offset += shape_numel(piece.shape);
       }
     }
-    if (!options.device.is_cpu()) weights.parameters[i].copy_from(parameter);
+    if (held)
+      options.take(i, parameter);
+    else if (!options.device.is_cpu())
+      weights.parameters[i].copy_from(parameter);
   }
   // The weights are held (and will be saved) dequantized: transformers drops quantization_config the same way.
   if (dequantized) weights.layout.spec.json.erase("quantization_config");

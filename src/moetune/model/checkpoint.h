@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,12 @@ struct LoadOptions {
   ExpertShard experts;
   // ZeRO: how many ranks each flat run of parameters (and the gradients made like them) is split over.
   ShardCounts shards;
+  // QLoRA on the GPU (model/cuda/nf4_base.h): the parameters `held_elsewhere` selects are read on the host in
+  // their checkpoint's precision (bf16 or f32; f32 for any other dtype), not `dtype`, and handed to `take` (their
+  // index, the host tensor: maybe a view of the file's mapped pages, valid during the call) instead of being
+  // placed; their views in ModelWeights::parameters stay undefined until the taker fills them.
+  std::function<bool(const ParameterSpec&)> held_elsewhere;
+  std::function<void(size_t index, const Tensor& host)> take;
 };
 
 // The parameters live in flat runs by placement and dtype (model/placed_buffers.h); `parameters` are views

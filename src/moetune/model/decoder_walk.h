@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -141,10 +142,14 @@ Tensor walk_forward(std::vector<Sublayer<Blocks>>& sublayers, Tensor h, Context&
 // its gradient for this micro-batch (so its reduction between ranks may start).
 using LayerGradientsDone = std::function<void(int64_t layer)>;
 
+// `layer_starting`: called before a layer's backward pass (and its recomputation) begins, as in the forward walk:
+// QLoRA dequantizes the layer's frozen weights there (model/cuda/nf4_base.h).
 template <typename Blocks, typename Context>
 Tensor walk_backward(std::vector<Sublayer<Blocks>>& sublayers, Tensor dh, Context& context,
-                     const LayerGradientsDone& layer_done = {}) {
+                     const LayerGradientsDone& layer_done = {}, const LayerStarting& layer_starting = {}) {
   for (auto sublayer = sublayers.rbegin(); sublayer != sublayers.rend(); ++sublayer) {
+    if (layer_starting && (sublayer == sublayers.rbegin() || std::prev(sublayer)->layer != sublayer->layer))
+      layer_starting(sublayer->layer);
     if (sublayer->recompute) {
       // The same forward again (same input, weights and routing), minus its side effects on the step: the
       // context's recomputing() copy leaves the aux loss's sums alone, which the first pass already counted.

@@ -98,20 +98,20 @@ int64_t gradient_parameters_held(const ParameterLayout& layout, bool update_in_b
   return outside + *std::max_element(per_layer.begin(), per_layer.end());
 }
 
-ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute) {
+ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute, int64_t keep_last_layers) {
   const int64_t T = tokens, H = spec.hidden_size;
   ActivationPlan plan;
   int64_t moe_backward = 0, mlp_backward = 0;  // the largest such backward's temporaries (not recomputed)
   int64_t recomputed_backward = 0;    // the largest recomputed sublayer's stash (beyond its input) + backward's
   std::string recomputed_kind;
-  for (const LayerSpec& layer : spec.layers)
-    for (const SublayerSpec& sublayer : layer.sublayers) {
+  for (int64_t layer = 0; layer < spec.num_layers(); ++layer)
+    for (const SublayerSpec& sublayer : spec.layers[size_t(layer)].sublayers) {
       const std::string kind = block_kind(sublayer);
       auto entry = std::find_if(plan.stash.begin(), plan.stash.end(), [&](const auto& e) { return e.first == kind; });
       if (entry == plan.stash.end()) entry = plan.stash.insert(plan.stash.end(), {kind, 0});
       const int64_t stash = gpu_stash_bytes(sublayer, H, T), input = T * H * kBf16;
       const int64_t backward = backward_transient_bytes(sublayer, H, T);
-      if (recomputes(recompute, sublayer)) {
+      if (recomputes(recompute, sublayer, layer, spec.num_layers(), keep_last_layers)) {
         entry->second += input;
         if (stash - input + backward > recomputed_backward) {
           recomputed_backward = stash - input + backward;

@@ -32,4 +32,8 @@ bool recomputes(Recompute mode, const SublayerSpec& sublayer) {
   return false;
 }
 
+bool recomputes(Recompute mode, const SublayerSpec& sublayer, int64_t layer, int64_t num_layers, int64_t keep_last_layers) {
+  return layer < num_layers - keep_last_layers && recomputes(mode, sublayer);
+}
+
 }  // namespace moetune::model

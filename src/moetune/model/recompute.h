@@ -16,5 +16,8 @@ enum class Recompute { None, Experts, Attention, Full };
 Recompute parse_recompute(const std::string& value, const std::string& key = "training.recompute");
 const char* recompute_name(Recompute mode);
 bool recomputes(Recompute mode, const SublayerSpec& sublayer);
+// With training.recompute_keep_layers: the last `keep_last_layers` of the model's `num_layers` layers keep their
+// stash even where `mode` recomputes (memory left after recomputing, spent on speed).
+bool recomputes(Recompute mode, const SublayerSpec& sublayer, int64_t layer, int64_t num_layers, int64_t keep_last_layers);
 
 }  // namespace moetune::model

@@ -28,8 +28,10 @@ struct Nf4Tensor {
   size_t bytes() const { return packed.size() + absmax_codes.size() + absmax_scales.size() * sizeof(float) + sizeof(float); }
 };
 
-// x: f32. Double-quantized, as bitsandbytes' quantize_4bit(..., compress_statistics=True, quant_type="nf4").
-Nf4Tensor nf4_quantize(const Tensor& x);
+// x: f32 (or bf16, read as its exact f32 values) on the CPU. Double-quantized, as bitsandbytes'
+// quantize_4bit(..., compress_statistics=True, quant_type="nf4"). `threads` > 1 codes the blocks on that many
+// threads (QLoRA quantizes a 30B base at load): the same bytes, since every block is coded on its own.
+Nf4Tensor nf4_quantize(const Tensor& x, int threads = 1);
 Tensor nf4_dequantize(const Nf4Tensor& q);
 // The blocks' absmax values as double quantization stores them.
 std::vector<float> nf4_absmax(const Nf4Tensor& q);

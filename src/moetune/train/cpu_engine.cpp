@@ -152,8 +152,6 @@ static void require_gpu_lora_support(const Recipe& recipe) {
   if (lora->dropout > 0)
     fail("lora.dropout is {}: LoRA dropout does not run on the GPU engine yet; set lora.dropout=0 or training.device=cpu",
          lora->dropout);
-  if (recipe.lora.quantize == "nf4")
-    fail("lora.quantize nf4: QLoRA does not run on the GPU engine yet; set training.device=cpu or lora.quantize=none");
 }
 
 bool uses_gpu_engine(const Recipe& recipe) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,8 @@ std::optional<model::LoraConfig> lora_settings(const Recipe& recipe);
 model::LoadOptions load_options(const parallel::ParallelLayout& layout, DType dtype, Device device);
 // What an engine trains: the recipe's model loaded with load_options, training.freeze's parameters frozen and
 // training.aux_loss_coef (when a number) as the aux loss's weight.
-model::ModelWeights load_for_training(const Recipe& recipe, const parallel::ParallelLayout& layout, DType dtype, Device device);
+// `adjust` may change the load options first (the GPU engine's QLoRA takes its NF4 base there).
+model::ModelWeights load_for_training(const Recipe& recipe, const parallel::ParallelLayout& layout, DType dtype, Device device,
+                                      const std::function<void(model::LoadOptions&)>& adjust = {});
 
 }  // namespace moetune::train

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "moetune/core/error.h"
+#include "moetune/model/lora_memory_plan.h"
 #include "moetune/ops/adamw_math.h"
 
 namespace moetune::train {
@@ -32,18 +33,27 @@ const model::PrecisionPlan& precision_plan(const std::string& precision, const s
 }
 
 int64_t planned_peak_bytes(const model::ParameterLayout& layout, const model::PrecisionPlan& precision, int64_t tokens,
-                           model::Recompute recompute, bool update_in_backward) {
-  int64_t blocks = 0;
-  for (const model::ParameterSpec& p : layout.parameters) blocks += ops::adamw_state_blocks(shape_numel(p.shape));
-  const int64_t total = layout.total_parameters();
-  const int64_t gradients_dropped = total - model::gradient_parameters_held(layout, update_in_backward);
-  return precision.static_bytes(total, blocks) - precision.gradient_bytes * gradients_dropped +
-         model::gpu_activation_plan(layout.spec, tokens, recompute).total();
+                           model::Recompute recompute, bool update_in_backward, LoraFit lora, int64_t keep_last_layers) {
+  int64_t blocks = 0, trainable = 0, frozen = 0;
+  for (const model::ParameterSpec& p : layout.parameters) {
+    (p.trainable ? trainable : frozen) += shape_numel(p.shape);
+    if (p.trainable) blocks += ops::adamw_state_blocks(shape_numel(p.shape));
+  }
+  const int64_t gradients_dropped = trainable - model::gradient_parameters_held(layout, update_in_backward);
+  int64_t frozen_bytes = precision.weight_bytes * frozen;
+  if (lora.nf4_base) {
+    const model::Nf4BasePlan base = model::nf4_base_plan(layout);
+    frozen_bytes += base.nf4_bytes + base.scratch_bytes - precision.weight_bytes * base.quantized_parameters;
+  }
+  const int64_t adapters =
+      lora.rank > 0 ? model::lora_gpu_stash_bytes(layout, lora.rank, tokens, recompute, keep_last_layers) : 0;
+  return precision.static_bytes(trainable, blocks) - precision.gradient_bytes * gradients_dropped + frozen_bytes +
+         model::gpu_activation_plan(layout.spec, tokens, recompute, keep_last_layers).total() + adapters;
 }
 
 MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model::PrecisionPlan& precision,
                               int64_t sequence_length, int64_t device_bytes, model::Recompute recompute,
-                              bool update_in_backward) {
+                              bool update_in_backward, LoraFit lora, int64_t keep_last_layers) {
   MicroBatchFit fit;
   fit.usable_bytes = usable_gpu_bytes(device_bytes);
   const int64_t cap = std::clamp<int64_t>(kMaxTokensPerMicroBatch / std::max<int64_t>(sequence_length, 1), 1, kMaxMicroBatch);
@@ -54,7 +64,7 @@ MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model:
   for (const model::Recompute tried : order) {
     int64_t best = 0;
     for (int64_t rows = 1; rows <= cap; ++rows) {
-      const int64_t peak = planned_peak_bytes(layout, precision, rows * sequence_length, tried, update_in_backward);
+      const int64_t peak = planned_peak_bytes(layout, precision, rows * sequence_length, tried, update_in_backward, lora, keep_last_layers);
       if (peak > fit.usable_bytes) break;
       best = rows;
       fit.planned_bytes = peak;
@@ -65,7 +75,7 @@ MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model:
     const std::string limit =
         best == cap ? fmt::format("the cap of {} tokens per micro-batch", kMaxTokensPerMicroBatch)
                     : fmt::format("{} rows would plan {:.1f} GB", best + 1,
-                                  gb(planned_peak_bytes(layout, precision, (best + 1) * sequence_length, tried, update_in_backward)));
+                                  gb(planned_peak_bytes(layout, precision, (best + 1) * sequence_length, tried, update_in_backward, lora, keep_last_layers)));
     fit.reason = fmt::format(
         "training.micro_batch_size auto: {} row(s) of {} tokens, recompute {} (planned peak {:.1f} GB of {:.1f} GB usable "
         "on this {:.1f} GB GPU, {} precision; {})",
@@ -73,7 +83,7 @@ MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model:
         precision.name, limit);
     return fit;
   }
-  const int64_t smallest = planned_peak_bytes(layout, precision, sequence_length, model::Recompute::Full, update_in_backward);
+  const int64_t smallest = planned_peak_bytes(layout, precision, sequence_length, model::Recompute::Full, update_in_backward, lora, keep_last_layers);
   fit.reason = fmt::format(
       "training.micro_batch_size auto: not even one row of {} tokens fits: the plan needs {:.1f} GB with full "
       "recomputation, {:.1f} GB are usable on this {:.1f} GB GPU ({} precision). Use several GPUs (parallel.expert), "

@@ -65,6 +65,9 @@ struct Recipe {
     bool profile = false;
     // Activation recomputation on the GPU engine (model/recompute.h): none, experts, attention, full.
     std::string recompute = "none";
+    // With recomputation on, the last this many layers keep their stash anyway: the memory recomputing saved,
+    // spent back on speed where the GPU has room (`moetune inspect --tokens N --recompute MODE` sizes a layer's).
+    int64_t recompute_keep_layers = 0;
     // micro_batch_size: auto. The trainer picks the largest micro-batch the memory plan fits on the GPU
     // (train/micro_batch_fit.h), turning recomputation on when not even one row fits without it.
     bool micro_batch_auto = false;

@@ -14,6 +14,8 @@
 #include "moetune/io/json_file.h"
 #include "moetune/io/safetensors.h"
 #include "moetune/model/expert_shard.h"
+#include "moetune/model/lora_config.h"
+#include "moetune/model/lora_memory_plan.h"
 #include "moetune/model/model_description.h"
 #include "moetune/model/model_flops.h"
 #include "moetune/model/recompute.h"
@@ -126,10 +128,16 @@ void fit_micro_batch_to_gpu(Recipe& r, int world, bool log) {
     fail("training.micro_batch_size auto plans one GPU so far; with {} ranks set a number (`moetune inspect MODEL "
          "--tokens N --expert-parallel E` prints the per-rank plan)",
          world);
-  const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(fs::path(r.model) / "config.json"));
+  model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(fs::path(r.model) / "config.json"));
+  LoraFit lora;
+  if (const std::optional<model::LoraConfig> settings = lora_settings(r)) {  // a frozen base, maybe in NF4
+    layout = model::with_lora(std::move(layout), *settings);
+    lora = {settings->rank, r.lora.quantize == "nf4"};
+  }
   const MicroBatchFit fit = fit_micro_batch(layout, precision_plan(r.optimizer.precision, r.optimizer.state),
                                             r.data.max_length, cuda_total_memory_bytes(),
-                                            model::parse_recompute(r.training.recompute), updates_in_backward(r, world));
+                                            model::parse_recompute(r.training.recompute), updates_in_backward(r, world), lora,
+                                            r.training.recompute_keep_layers);
   if (fit.micro_batch_size == 0) fail("{}", fit.reason);
   r.training.micro_batch_size = fit.micro_batch_size;
   r.training.recompute = model::recompute_name(fit.recompute);

@@ -17,8 +17,9 @@ void attach_adapters(model::ModelWeights& weights, const Recipe& recipe, const m
   const size_t base_count = weights.parameters.size();
   model::attach_lora(weights, lora);
   if (!recipe.lora.adapter.empty()) model::load_adapter_weights(weights, recipe.lora.adapter);
-  if (recipe.lora.quantize == "nf4") {
-    MOETUNE_CHECK(device.is_cpu() && dtype == DType::F32, "QLoRA's NF4 base is rounded on the CPU engine only");
+  // The GPU engine holds its NF4 base itself (model/cuda/nf4_base.h), taken from the loader.
+  if (recipe.lora.quantize == "nf4" && device.is_cpu()) {
+    MOETUNE_CHECK(dtype == DType::F32, "QLoRA's NF4 base is rounded in fp32 on the CPU engine");
     model::round_frozen_weights_to_nf4(weights);
   }
   for (size_t i = base_count; i < weights.parameters.size(); ++i) {
@@ -30,9 +31,11 @@ void attach_adapters(model::ModelWeights& weights, const Recipe& recipe, const m
 
 }  // namespace
 
-model::ModelWeights load_for_training(const Recipe& recipe, const parallel::ParallelLayout& layout, DType dtype, Device device) {
+model::ModelWeights load_for_training(const Recipe& recipe, const parallel::ParallelLayout& layout, DType dtype, Device device,
+                                      const std::function<void(model::LoadOptions&)>& adjust) {
   model::LoadOptions options = load_options(layout, dtype, device);
   options.frozen = recipe.training.freeze;
+  if (adjust) adjust(options);
   // The loader names a pattern that matches nothing; say which recipe key it came from.
   model::ModelWeights weights = recipe.training.freeze.empty()
                                     ? model::load_checkpoint(recipe.model, options)

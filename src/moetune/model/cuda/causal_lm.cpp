@@ -58,9 +58,11 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
   final_norm_ = store_->get("final_norm");
 }
 
-void CausalLM::set_recompute(Recompute mode) {
-  for (size_t i = 0, s = 0; i < spec().layers.size(); ++i)
-    for (const SublayerSpec& sublayer : spec().layers[i].sublayers) sublayers_[s++].recompute = recomputes(mode, sublayer);
+void CausalLM::set_recompute(Recompute mode, int64_t keep_last_layers) {
+  const int64_t layers = spec().num_layers();
+  for (int64_t i = 0, s = 0; i < layers; ++i)
+    for (const SublayerSpec& sublayer : spec().layers[size_t(i)].sublayers)
+      sublayers_[size_t(s++)].recompute = recomputes(mode, sublayer, i, layers, keep_last_layers);
 }
 
 bool CausalLM::wants_aux(const Batch& batch) const {
@@ -124,7 +126,7 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   dnormed = f.final_hidden = Tensor();
   if (gradients_done_) gradients_done_(c.num_layers());
   phase.next("layers.bwd");
-  dh = walk_backward(sublayers_, dh, context, gradients_done_);
+  dh = walk_backward(sublayers_, dh, context, gradients_done_, layer_backward_);
   phase.next("embedding.bwd");
   if (embed_.grad.defined()) ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);  // undefined: frozen
   if (gradients_done_) gradients_done_(-1);

@@ -50,8 +50,12 @@ class CausalLM final : public LanguageModel {
   // Told, in every forward pass, before parameters are used: -1 (the embedding), then each layer L, then
   // num_layers() (the final norm and the LM head). ZeRO's all-gather of the parameters overlaps the forward pass.
   void on_parameters_needed(LayerStarting hook) { parameters_needed_ = std::move(hook); }
-  // training.recompute: which sublayers keep only their input for the backward pass (model/recompute.h).
-  void set_recompute(Recompute mode);
+  // Told, in forward_backward's backward pass, before layer L's backward (and recomputation) runs: QLoRA
+  // dequantizes the layer's frozen base there again (model/cuda/nf4_base.h).
+  void on_layer_backward(LayerStarting hook) { layer_backward_ = std::move(hook); }
+  // training.recompute: which sublayers keep only their input for the backward pass (model/recompute.h); the
+  // last `keep_last_layers` layers keep their stash anyway (training.recompute_keep_layers).
+  void set_recompute(Recompute mode, int64_t keep_last_layers = 0);
   // Loss without gradients (labels required): lm_loss, aux_loss, num_tokens.
   CausalLMOutput loss(const Batch& batch) override;
   // Full logits [B, S, V] as f32 on the host, for evaluation and tests.
@@ -102,6 +106,7 @@ class CausalLM final : public LanguageModel {
   Param head_, final_norm_, embed_;
   LayerGradientsDone gradients_done_;
   LayerStarting parameters_needed_;
+  LayerStarting layer_backward_;
 };
 
 }  // namespace moetune::model::cuda

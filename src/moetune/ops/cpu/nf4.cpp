@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
+
+#include "moetune/core/half.h"
 
 namespace moetune::ops {
 namespace {
@@ -27,6 +30,41 @@ float pairwise_sum(const float* a, int64_t n) {
   int64_t half = n / 2;
   half -= half % 8;
   return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
+}
+
+// The NF4 codes of x (f32 or bf16) packed two a byte, and the blocks' absmax values: `threads` runs of whole
+// blocks (an even count of values each, so no byte is shared between runs) coded at once.
+struct PackedBlocks {
+  std::vector<uint8_t> packed;
+  std::vector<float> absmax;
+};
+
+PackedBlocks code_blocks(const Tensor& x, int threads) {
+  const int64_t n = x.numel(), blocks = (n + kNf4BlockSize - 1) / kNf4BlockSize;
+  PackedBlocks out{std::vector<uint8_t>(size_t((n + 1) / 2)), std::vector<float>(size_t(blocks))};
+  const std::vector<float> midpoints = code_midpoints(nf4_code().data(), 16);
+  const int64_t per_run = (blocks + threads - 1) / std::max(threads, 1);
+  auto run = [&](int64_t first_block, int64_t end_block) {
+    std::vector<float> block(static_cast<size_t>(kNf4BlockSize));
+    std::vector<uint8_t> codes(size_t(kNf4BlockSize) + 1, 7);  // a padded odd tail codes 0.0
+    for (int64_t b = first_block; b < end_block; ++b) {
+      const int64_t first = b * kNf4BlockSize, size = std::min(kNf4BlockSize, n - first);
+      if (x.dtype() == DType::F32) {
+        std::copy_n(x.data<float>() + first, size, block.begin());
+      } else {
+        const uint16_t* bits = static_cast<const uint16_t*>(x.raw_data()) + first;
+        for (int64_t i = 0; i < size; ++i) block[size_t(i)] = bf16_to_f32(bits[i]);
+      }
+      codes[size_t(size)] = 7;
+      out.absmax[size_t(b)] = quantize_block(block.data(), size, size == kNf4BlockSize, midpoints, codes.data());
+      for (int64_t i = 0; i < size; i += 2) out.packed[size_t((first + i) / 2)] = uint8_t(codes[size_t(i)] << 4 | codes[size_t(i + 1)]);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int64_t first = per_run; first < blocks; first += per_run) workers.emplace_back(run, first, std::min(blocks, first + per_run));
+  run(0, std::min(blocks, per_run));
+  for (std::thread& worker : workers) worker.join();
+  return out;
 }
 
 }  // namespace
@@ -57,12 +95,13 @@ Tensor nf4_dequantize(const std::vector<uint8_t>& packed, const std::vector<floa
   return out;
 }
 
-Nf4Tensor nf4_quantize(const Tensor& x) {
-  MOETUNE_CHECK(x.dtype() == DType::F32 && x.device().is_cpu(), "nf4_quantize: needs a CPU f32 tensor, got {}", x.str());
+Nf4Tensor nf4_quantize(const Tensor& x, int threads) {
+  MOETUNE_CHECK((x.dtype() == DType::F32 || x.dtype() == DType::BF16) && x.device().is_cpu(),
+                "nf4_quantize: needs a CPU f32 or bf16 tensor, got {}", x.str());
   Nf4Tensor q;
   q.shape = x.shape();
-  const BlockCodes values = quantize_blocks(x.data<float>(), x.numel(), kNf4BlockSize, nf4_code().data(), 16);
-  q.packed = nf4_pack(values.codes);
+  PackedBlocks values = code_blocks(x, threads);
+  q.packed = std::move(values.packed);
   q.offset = pairwise_sum(values.absmax.data(), int64_t(values.absmax.size())) / float(values.absmax.size());
   std::vector<float> centred(values.absmax.size());
   for (size_t i = 0; i < centred.size(); ++i) centred[i] = values.absmax[i] - q.offset;

@@ -4,11 +4,15 @@
 // run of gradients is reduce-scattered over its group (the world for dense parameters, the expert's replicas
 // for the experts), AdamW updates this rank's shard with state for the shard alone, and the run is
 // all-gathered back in place.
+#include <chrono>
+#include <cstdio>
+
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/flat_buffers.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/cuda/nf4_base.h"
 #include "moetune/model/device_support.h"
 #include "moetune/model/lora_weights.h"
 #include "moetune/model/model_description.h"
@@ -37,7 +41,7 @@ class GpuEngine final : public TrainingEngine {
         overlap_(r.parallel.overlap),
         update_in_backward_(updates_in_backward(r, groups_->layout.world)),
         model_(model::cuda::CausalLM::from_weights(
-            load_for_training(r, groups_->layout, DType::BF16, Device::cuda()), dispatcher_factory(),
+            load_weights(r), dispatcher_factory(),
             update_in_backward_ ? model::GradientStorage::LayerArena : model::GradientStorage::Flat)),
         precision_(ops::cuda::parse_optimizer_precision(r.optimizer.precision)),
         int8_state_(r.optimizer.state == "int8"),
@@ -78,7 +82,11 @@ class GpuEngine final : public TrainingEngine {
       if (parallel()) fail("training.router_bias_update_rate is not yet supported with several ranks");
       model_.check_router_correction_biases();
     }
-    model_.set_recompute(model::parse_recompute(r.training.recompute));
+    if (nf4_) {  // QLoRA: each layer's base dequantized before its forward and again before its backward
+      model_.on_parameters_needed([this](int64_t layer) { nf4_->dequantize_layer(layer); });
+      model_.on_layer_backward([this](int64_t layer) { nf4_->dequantize_layer(layer); });
+    }
+    model_.set_recompute(model::parse_recompute(r.training.recompute), r.training.recompute_keep_layers);
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
     coefficient_ = Tensor::empty({1}, DType::F32, Device::cuda());
   }
@@ -195,6 +203,24 @@ class GpuEngine final : public TrainingEngine {
 
  private:
   bool parallel() const { return groups_->layout.world > 1; }
+  // The recipe's weights in bf16 on this GPU; with lora.quantize nf4 (QLoRA) the frozen base goes to nf4_ as it
+  // is read, and its parameters become views of nf4_'s scratch.
+  model::ModelWeights load_weights(const Recipe& r) {
+    if (r.lora.quantize != "nf4") return load_for_training(r, groups_->layout, DType::BF16, Device::cuda());
+    if (parallel()) fail("lora.quantize nf4 (QLoRA) runs on one GPU so far; run one rank");
+    nf4_ = std::make_unique<model::cuda::Nf4Base>();
+    const auto start = std::chrono::steady_clock::now();
+    model::ModelWeights weights = load_for_training(r, groups_->layout, DType::BF16, Device::cuda(), [this](model::LoadOptions& o) {
+      o.held_elsewhere = &model::cuda::Nf4Base::holds;
+      o.take = [this](size_t index, const Tensor& host) { nf4_->take(index, host); };
+    });
+    nf4_->place(weights);
+    if (groups_->layout.rank == 0)
+      std::fprintf(stderr, "QLoRA: %zu frozen weights read and held in NF4 (%.2f GB on the GPU, + %.2f GB of bf16 scratch for one layer) in %.1f s\n",
+                   nf4_->weights_held(), double(nf4_->nf4_bytes()) / 1e9, double(nf4_->scratch_bytes()) / 1e9,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return weights;
+  }
   model::DispatcherFactory<model::cuda::GpuBlocks> dispatcher_factory() const {
     if (groups_->layout.expert == 1) return {};
     return [group = groups_->expert_parallel, overlap = overlap_](int64_t experts) {
@@ -298,6 +324,7 @@ class GpuEngine final : public TrainingEngine {
   std::shared_ptr<const parallel::ParallelGroups> groups_;
   bool overlap_;  // parallel.overlap
   bool update_in_backward_;  // optimizer.update_in_backward, resolved
+  std::unique_ptr<model::cuda::Nf4Base> nf4_;  // QLoRA's base (before model_: load_weights makes it)
   model::cuda::CausalLM model_;
   ops::cuda::OptimizerPrecision precision_;
   bool int8_state_;  // optimizer.state: int8

@@ -1,0 +1,72 @@
+#!/bin/bash
+# The LoRA benchmark of issue 12 on one H200, in one run: the whole Qwen3-30B-A3B architecture (48 layers, random
+# weights written here: 61 GB of bf16, to /dev/shm and, past its room, to local disk), LoRA rank 16, alpha 32 on
+# q/k/v/o and the experts, seq 4096, micro-batch 1, pure bf16 AdamW lr 1e-4, aux loss on: moetune with LoRA
+# (training.recompute as RECOMPUTE, default experts; with the last KEEP layers kept, then none) and QLoRA (NF4
+# base, QLORA_RECOMPUTE, default full; then with int8 AdamW state), then HF + PEFT (bench/peft_train.py: the model
+# built from the config on the GPU, gradient checkpointing). Each part timed; the table at the end
+# (bench/lora_table.py). The weights are removed at the end (they live in RAM).
+#   OUT=dir MOETUNE=path bench/lora48.sh        (PEFT_WHEELS=dir of wheels if peft is missing)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/lora48-out}
+moetune=${MOETUNE:-build/src/moetune/moetune}
+scratch=${SCRATCH:-/tmp/lora48}
+shm=/dev/shm/lora48
+steps=${STEPS:-6}
+mkdir -p "$out" "$scratch"
+trap 'rm -rf "$shm" "$scratch/shards"' EXIT
+start=$(date +%s)
+mark() { echo "[$(($(date +%s) - start)) s] $*"; }
+
+if ! python3 -c "import peft" 2>/dev/null && [ -n "${PEFT_WHEELS:-}" ]; then
+  mkdir -p /tmp/peft-site
+  for w in "$PEFT_WHEELS"/*.whl; do
+    name=$(basename "$w" | cut -d- -f1)
+    python3 -c "import $name" 2>/dev/null || python3 -m zipfile -e "$w" /tmp/peft-site
+  done
+  export PYTHONPATH=/tmp/peft-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+echo "room: $(df -h --output=avail /dev/shm | tail -1) in /dev/shm, $(df -h --output=avail "$scratch" | tail -1) on disk, $(free -g | awk '/Mem/ {print $7}') GB RAM available"
+
+model=$scratch/model48
+mark "writing the model"
+python3 $here/make_random_checkpoint.py "$model" --layers 48 --dirs "$shm" "$scratch/shards" 2>&1 | tail -2
+python3 $here/make_data.py "$scratch/data.jsonl" --tokens-per-seq 4096 --sequences 16 --vocab 151936 > /dev/null 2>&1
+lora=(--set lora.rank=16 --set lora.alpha=32 --set "lora.target_modules=[q_proj, k_proj, v_proj, o_proj]"
+      --set "lora.target_parameters=[mlp.experts.gate_up_proj, mlp.experts.down_proj]")
+run_moetune() {  # LABEL RECOMPUTE QUANTIZE [more finetune arguments]
+  local label=$1 recompute=$2 quantize=$3
+  shift 3
+  rm -rf "$scratch/$label"
+  mark "moetune $label (recompute $recompute, base $quantize $*)"
+  timeout -s KILL ${MOETUNE_LIMIT:-100} "$moetune" finetune -c $here/reference_job.yaml --set model=$model --set data.train=$scratch/data.jsonl \
+    --set training.micro_batch_size=1 --set training.max_steps=$steps --set optimizer.lr=1e-4 --set training.profile=true \
+    --set training.recompute=$recompute --set lora.quantize=$quantize "${lora[@]}" "$@" --set output.dir=$scratch/$label \
+    > "$out/$label.log" 2>&1
+  echo "  rc=$?; $(grep -c '^step' "$out/$label.log") step lines"
+  grep -E '^step (1|'$steps')/|error|Error|planned|^QLoRA:' "$out/$label.log" | head -6
+  grep -A16 '^profile' "$out/$label.log" | head -18
+  cp "$scratch/$label/metrics.jsonl" "$out/$label.metrics.jsonl" 2>/dev/null
+}
+run_moetune qlora "${QLORA_RECOMPUTE:-full}" nf4
+# LoRA with the experts recomputed, the last KEEP layers keeping their stash (the memory left under HF + PEFT's
+# peak spent on speed), then without keeping any, and QLoRA at its leanest, as time allows.
+run_moetune lora_keep "${RECOMPUTE:-experts}" none --set training.recompute_keep_layers=${KEEP:-10}
+elapsed() { echo $(($(date +%s) - start)); }
+[ $(elapsed) -lt ${LORA_BEFORE:-175} ] && run_moetune lora "${RECOMPUTE:-experts}" none
+# 8-bit AdamW state and the update in the backward pass (so no clipping, which needs every gradient first): the
+# adapters' optimizer state and gradients are most of what is left beside the NF4 base.
+[ $(elapsed) -lt ${LEAN_BEFORE:-215} ] &&
+  run_moetune qlora_lean full nf4 --set optimizer.state=int8 --set optimizer.update_in_backward=on --set optimizer.max_grad_norm=0
+rm -rf "$shm" "$scratch/shards"
+mark "HF + PEFT"
+timeout -s KILL ${HF_LIMIT:-120} python3 $here/peft_train.py --layers 48 --seq 4096 --steps ${HF_STEPS:-5} --warmup 2 --rank 16 --alpha 32 \
+  --json "$out/hf_peft.json" > "$out/hf_peft.log" 2>&1
+echo "  rc=$?"; grep -E '^step|status' "$out/hf_peft.log" | cut -c1-300 | tail -7
+mark "done"
+python3 $here/lora_table.py --hf "$out/hf_peft.json" \
+  --moetune "moetune LoRA (recompute experts, the last ${KEEP:-10} layers kept)=$out/lora_keep.metrics.jsonl" \
+  "moetune LoRA (recompute ${RECOMPUTE:-experts})=$out/lora.metrics.jsonl" \
+  "moetune QLoRA, NF4 base (recompute ${QLORA_RECOMPUTE:-full})=$out/qlora.metrics.jsonl" \
+  "moetune QLoRA, int8 AdamW state, update in backward, no clipping (recompute full)=$out/qlora_lean.metrics.jsonl" | tee "$out/table.md"
