@@ -127,8 +127,8 @@ def smallest_routing_gap(model, inputs: dict) -> float:
         for hook in hooks:
             hook.remove()
     k = model.config.num_experts_per_tok
-    return min((torch.sort(l.float(), dim=-1, descending=True).values[:, k - 1] -
-                torch.sort(l.float(), dim=-1, descending=True).values[:, k]).min().item() for l in logits)
+    ranked = [torch.sort(l.float(), dim=-1, descending=True).values for l in logits]
+    return min((r[:, k - 1] - r[:, k]).min().item() for r in ranked)
 
 
 def inputs_without_routing_near_ties(model) -> tuple[dict, int, float]:
