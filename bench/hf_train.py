@@ -212,6 +212,11 @@ def main() -> int:
         if chosen != args.experts:
             raise RuntimeError(f"asked for experts_implementation={args.experts!r}, transformers chose {chosen!r}")
         result["attn_implementation"] = model.config._attn_implementation
+        if model.config.model_type == "nemotron_h":  # which Mamba2 path runs: the CUDA kernels or the PyTorch one
+            from transformers.models.nemotron_h import modeling_nemotron_h
+            result["mamba_fast_path"] = bool(modeling_nemotron_h.is_fast_path_available)
+            print(f"Mamba2 path: {'mamba_ssm kernels' if result['mamba_fast_path'] else 'PyTorch (torch_forward)'}",
+                  flush=True)
         model.config.use_cache = False
         model.train()
         if args.fsdp:

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """Builds the benchmark's reference model: the Qwen3-30B-A3B architecture (or, with --family, gpt-oss-20b's,
-Moonlight-16B-A3B's or DeepSeek-V3's) cut to N layers, random weights.
+Moonlight-16B-A3B's, DeepSeek-V3's or Nemotron-3-Nano-30B-A3B's) cut to N layers, random weights.
 
-    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3] [--layers 4]
-                                          [--skew none|hot] [--tiny] [--seed 1234]
+    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|nemotron_h]
+                                          [--layers 4] [--skew none|hot] [--tiny] [--seed 1234]
 
 --family moonlight / deepseek_v3: Moonlight-16B-A3B's or DeepSeek-V3's widths (the DeepSeek-V3 family: latent
 attention, the sigmoid group-limited router, shared experts), cut to N layers of which the first is dense.
+
+--family nemotron_h: Nemotron-3-Nano-30B-A3B's published config.json (as tests/fixtures/nemotron_h_configs/
+nano_30b_a3b.json and /work/shared/notes/hf-formats.md quote it: hidden 2688, Mamba2 64 heads of 64, state 128,
+8 groups; 128 relu² experts top-6 of 1856, a shared expert of 3712; attention 32 heads / 2 kv of 128 without
+RoPE; vocab 131072) with the first N letters of its layer pattern "MEMEM*EM..." (8 layers: 4 Mamba2, 3 MoE,
+1 attention). Its routing is not measured (the router returns logits only).
 
 Weights are drawn with transformers' own initialisation (initializer_range 0.02) from a fixed seed, on the
 GPU when there is one (seconds instead of minutes), and saved in bf16 with save_pretrained.
@@ -24,7 +30,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, DeepseekV3Config, GptOssConfig, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, DeepseekV3Config, GptOssConfig, NemotronHConfig, Qwen3MoeConfig
 
 
 def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
@@ -89,6 +95,33 @@ def gpt_oss_config(layers: int, tiny: bool) -> GptOssConfig:
         initializer_range=0.02, hidden_act="silu", eos_token_id=None if tiny else 200002,
         pad_token_id=None if tiny else 199999, **sizes)
     config.architectures = ["GptOssForCausalLM"]
+    return config
+
+
+NEMOTRON_3_NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+
+
+def nemotron_h_config(layers: int, tiny: bool) -> NemotronHConfig:
+    """Nemotron-3-Nano-30B-A3B's config.json with its first `layers` layers (tiny: the same pattern, small widths)."""
+    if layers > len(NEMOTRON_3_NANO_PATTERN):
+        raise SystemExit(f"--family nemotron_h has {len(NEMOTRON_3_NANO_PATTERN)} layers at most")
+    if tiny:
+        sizes = dict(vocab_size=1024, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                     mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16, n_groups=2, chunk_size=64,
+                     n_routed_experts=32, num_experts_per_tok=2, moe_intermediate_size=32,
+                     moe_shared_expert_intermediate_size=64, intermediate_size=32)
+    else:
+        sizes = dict(vocab_size=131072, hidden_size=2688, num_attention_heads=32, num_key_value_heads=2, head_dim=128,
+                     mamba_num_heads=64, mamba_head_dim=64, ssm_state_size=128, n_groups=8, chunk_size=128,
+                     n_routed_experts=128, num_experts_per_tok=6, moe_intermediate_size=1856,
+                     moe_shared_expert_intermediate_size=3712, intermediate_size=1856)
+    config = NemotronHConfig(
+        num_hidden_layers=layers, hybrid_override_pattern=NEMOTRON_3_NANO_PATTERN[:layers], tie_word_embeddings=False,
+        max_position_embeddings=262144, layer_norm_epsilon=1e-5, conv_kernel=4, mamba_hidden_act="silu",
+        use_conv_bias=True, use_bias=False, mlp_bias=False, attention_bias=False, mlp_hidden_act="relu2",
+        n_shared_experts=1, n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+        time_step_min=0.001, time_step_max=0.1, initializer_range=0.02, use_cache=False, **sizes)
+    config.architectures = ["NemotronHForCausalLM"]
     return config
 
 
@@ -183,7 +216,8 @@ def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss", "moonlight", "deepseek_v3"], default="qwen3_moe")
+    parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss", "moonlight", "deepseek_v3", "nemotron_h"],
+                        default="qwen3_moe")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--skew", choices=["none", "hot"], default="none")
     parser.add_argument("--tiny", action="store_true", help="hidden 64, 32 experts top-2, vocab 1024: for CPU tests")
@@ -198,6 +232,10 @@ def main() -> int:
         if args.tiny or args.skew != "none":
             raise SystemExit("--family moonlight / deepseek_v3 take neither --tiny nor --skew")
         config = deepseek_config(args.family, args.layers)
+    elif args.family == "nemotron_h":
+        if args.skew != "none":
+            raise SystemExit("--family nemotron_h takes no --skew")
+        config = nemotron_h_config(args.layers, args.tiny)
     else:
         config = (gpt_oss_config if args.family == "gpt_oss" else reference_config)(args.layers, args.tiny)
     torch.manual_seed(args.seed)
@@ -236,7 +274,7 @@ def main() -> int:
                 weight[hot] *= scale
                 block.mlp.gate.weight.copy_(weight.to(block.mlp.gate.weight.dtype))
                 hot_by_layer[layer], scales[layer] = hot, scale
-        routing = measure_routing(model, random_ids(), hot_by_layer)
+        routing = [] if args.family == "nemotron_h" else measure_routing(model, random_ids(), hot_by_layer)
 
     for record in routing:
         layer = record["layer"]

@@ -1,4 +1,4 @@
-"""Model FLOPs per token for a Qwen3-MoE (or GPT-OSS) config, as DESIGN.md §5 counts them.
+"""Model FLOPs per token for a Qwen3-MoE (or GPT-OSS, DeepSeek-V3, Nemotron-H) config, as DESIGN.md §5 counts them.
 
 6 x (active matmul parameters: attention projections, router, the top-k experts or the dense MLP,
 lm_head; the embedding is a lookup, not a matmul) + 6 x n_heads x head_dim x seq per layer for causal
@@ -46,9 +46,47 @@ def deepseek_v3_flops_per_token(config: dict, seq: int) -> dict:
     return {"active_matmul_params": active, "flops_per_token": 6 * active + attention_scores}
 
 
+# Nemotron-H's layer kinds: hybrid_override_pattern's letters and layers_block_type's names (old and new spellings).
+NEMOTRON_H_KINDS = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp", "linear_attention": "mamba",
+                    "full_attention": "attention", "mamba": "mamba", "moe": "moe", "attention": "attention", "mlp": "mlp"}
+
+
+def nemotron_h_layer_kinds(config: dict) -> list:
+    kinds = config.get("layers_block_type") or list(config["hybrid_override_pattern"])
+    return [NEMOTRON_H_KINDS[k] for k in kinds][:config["num_hidden_layers"]]
+
+
+def nemotron_h_flops_per_token(config: dict, seq: int) -> dict:
+    """Nemotron-H: Mamba2 layers count their in_proj and out_proj (the scan, the conv and the gated norm are not
+    matmuls with parameters, as moetune counts them too); attention without RoPE; relu² experts (two matrices,
+    no gate) in the latent width when moe_latent_size is set, a relu² shared expert; relu² MLPs."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim = _get(config, "head_dim", default=hidden // heads)
+    kv_heads = _get(config, "num_key_value_heads", default=heads)
+    inner = config["mamba_num_heads"] * config["mamba_head_dim"]
+    state, groups = config["ssm_state_size"], _get(config, "n_groups", "mamba_n_groups", default=1)
+    projection = inner + (inner + 2 * groups * state) + config["mamba_num_heads"]
+    width = config.get("moe_latent_size") or hidden
+    experts = _get(config, "n_routed_experts", "num_local_experts")
+    per_kind = {
+        "mamba": hidden * projection + inner * hidden,
+        "attention": hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2,
+        "mlp": 2 * hidden * config["intermediate_size"],
+        "moe": hidden * experts + config["num_experts_per_tok"] * 2 * width * config["moe_intermediate_size"]
+               + 2 * hidden * config["moe_shared_expert_intermediate_size"]
+               + (2 * hidden * width if config.get("moe_latent_size") else 0),
+    }
+    kinds = nemotron_h_layer_kinds(config)
+    active = sum(per_kind[k] for k in kinds) + hidden * config["vocab_size"]
+    attention_scores = 6 * heads * head_dim * seq * kinds.count("attention")
+    return {"active_matmul_params": active, "flops_per_token": 6 * active + attention_scores}
+
+
 def flops_per_token(config: dict, seq: int) -> dict:
     if config.get("model_type") == "deepseek_v3":
         return deepseek_v3_flops_per_token(config, seq)
+    if config.get("model_type") == "nemotron_h":
+        return nemotron_h_flops_per_token(config, seq)
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     kv_heads = _get(config, "num_key_value_heads", default=heads)

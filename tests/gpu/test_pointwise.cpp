@@ -19,6 +19,7 @@
 #include "moetune/ops/cuda/qkv_rope.h"
 #include "moetune/ops/embedding.h"
 #include "moetune/ops/norm.h"
+#include "moetune/ops/relu_squared.h"
 #include "moetune/ops/rope.h"
 
 namespace moetune {
@@ -172,21 +173,23 @@ class QkvRopeGpu : public PointwiseGpuTest {
   struct Case {
     int64_t tokens, q_heads, kv_heads, head_dim;
     bool with_norms;
+    bool with_rope = true;  // false: no inv_freq (Nemotron-H's attention), the split and the norms alone
   };
 
   void run(const Case& c) {
     SCOPED_TRACE(::testing::Message() << "T " << c.tokens << " nq " << c.q_heads << " nkv " << c.kv_heads << " d "
-                                      << c.head_dim << " norms " << c.with_norms);
+                                      << c.head_dim << " norms " << c.with_norms << " rope " << c.with_rope);
     const int64_t heads = c.q_heads + 2 * c.kv_heads, d = c.head_dim;
     const Tensor qkv = random_gpu({c.tokens, heads * d});
     const Tensor q_norm = c.with_norms ? random_weight(d) : Tensor();
     const Tensor k_norm = c.with_norms ? random_weight(d) : Tensor();
-    const std::vector<float> inv = ops::rope_inverse_frequencies(ops::RopeSpec{.theta = 1e6}, d);
+    const std::vector<float> inv =
+        ops::rope_inverse_frequencies(ops::RopeSpec{.type = c.with_rope ? "default" : "none", .theta = 1e6}, d);
     std::vector<int64_t> positions(static_cast<size_t>(c.tokens));
     std::vector<int32_t> positions_i32(static_cast<size_t>(c.tokens));
     std::uniform_int_distribution<int32_t> position_of(0, 16383);
     for (size_t t = 0; t < positions.size(); ++t) positions[t] = positions_i32[t] = position_of(rng());
-    const Tensor inv_gpu = Tensor::from_vector(inv, {d / 2}).to(Device::cuda());
+    const Tensor inv_gpu = c.with_rope ? Tensor::from_vector(inv, {d / 2}).to(Device::cuda()) : Tensor();
     const Tensor positions_gpu = upload_i32(positions_i32);
 
     // Forward.
@@ -269,6 +272,15 @@ TEST_F(QkvRopeGpu, WithoutNormsMatchesCpu) {
   run({.tokens = 5, .q_heads = 2, .kv_heads = 2, .head_dim = 128, .with_norms = false});
 }
 
+// Nemotron-H: no inv_freq, so q and k are split off (and normed) without any rotation; without norms they are
+// exact copies.
+TEST_F(QkvRopeGpu, WithoutRopeMatchesCpu) {
+  SCOPED_TRACE(seed());
+  run({.tokens = 37, .q_heads = 4, .kv_heads = 2, .head_dim = 64, .with_norms = false, .with_rope = false});
+  run({.tokens = 13, .q_heads = 4, .kv_heads = 2, .head_dim = 8, .with_norms = true, .with_rope = false});
+  run({.tokens = 11, .q_heads = 3, .kv_heads = 1, .head_dim = 6, .with_norms = false, .with_rope = false});
+}
+
 TEST_F(QkvRopeGpu, OddHalfHeadDimTakesTheScalarPath) {
   SCOPED_TRACE(seed());
   run({.tokens = 11, .q_heads = 3, .kv_heads = 1, .head_dim = 6, .with_norms = true});
@@ -340,6 +352,46 @@ TEST_F(SwigluGpu, MisalignedViewTakesTheScalarPath) {
 TEST_F(SwigluGpu, NoRows) {
   SCOPED_TRACE(seed());
   run(random_gpu({0, 2 * 64}));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// relu² (Nemotron-H's MLPs and experts): elementwise, no gate
+
+class ReluSquaredGpu : public PointwiseGpuTest {
+ protected:
+  void run(const Tensor& x) {
+    SCOPED_TRACE(x.str());
+    const Tensor out = poisoned(x.shape(), DType::BF16, Device::cuda());
+    ops::cuda::relu_squared_forward(x, out);
+    const Tensor x32 = to_cpu_f32(x);
+    EXPECT_LT(relative_error(out, ops::relu_squared_forward(x32)), kBf16Tolerance);
+
+    const Tensor dout = random_gpu(x.shape());
+    const Tensor dx = poisoned(x.shape(), DType::BF16, Device::cuda());
+    ops::cuda::relu_squared_backward(dout, x, dx);
+    EXPECT_LT(relative_error(dx, ops::relu_squared_backward(to_cpu_f32(dout), x32)), kBf16Tolerance);
+  }
+};
+
+TEST_F(ReluSquaredGpu, MatchesCpu) {
+  SCOPED_TRACE(seed());
+  run(random_gpu({33, 768}, DType::BF16, 2.0f));
+  run(random_gpu({17, 37}, DType::BF16, 2.0f));
+  run(random_gpu({3, 8}, DType::BF16, 2.0f));
+}
+
+TEST_F(ReluSquaredGpu, MisalignedViewTakesTheScalarPath) {
+  SCOPED_TRACE(seed());
+  const Tensor storage = random_gpu({1 + 9 * 64}, DType::BF16, 2.0f);
+  run(storage.flat_slice(1, {9, 64}));
+}
+
+TEST_F(ReluSquaredGpu, NoRowsAndBadArguments) {
+  SCOPED_TRACE(seed());
+  run(random_gpu({0, 64}));
+  const Tensor x = random_gpu({4, 64});
+  EXPECT_THROW(ops::cuda::relu_squared_forward(x, poisoned({4, 32}, DType::BF16, Device::cuda())), Error);
+  EXPECT_THROW(ops::cuda::relu_squared_backward(x, x, x), Error);  // dx overlaps the inputs
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ struct MoeParams {
   Param shared_gate;    // [1, H]; undefined without its sigmoid gate
   Param router_bias;                  // [E], GPT-OSS
   Param gate_up_bias, down_bias;      // [E, 2I], [E, H], GPT-OSS
+  // Nemotron-H's latent MoE: into the experts' width D [D, H] and back [H, D], biases optional; else undefined.
+  Param latent_in, latent_in_bias, latent_out, latent_out_bias;
   static MoeParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm,
                           bool shared_expert) {
     return {store.get(layer + norm),
@@ -53,7 +55,11 @@ struct MoeParams {
             store.find(layer + "moe.shared_gate"),
             store.find(layer + "moe.router_bias"),
             store.find(layer + "moe.experts_gate_up_bias"),
-            store.find(layer + "moe.experts_down_bias")};
+            store.find(layer + "moe.experts_down_bias"),
+            store.find(layer + "moe.latent_in"),
+            store.find(layer + "moe.latent_in_bias"),
+            store.find(layer + "moe.latent_out"),
+            store.find(layer + "moe.latent_out_bias")};
   }
 };
 

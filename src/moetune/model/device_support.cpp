@@ -20,29 +20,22 @@ void note(std::vector<std::string>& missing, std::string feature) {
 std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   std::vector<std::string> missing;
   for (const LayerSpec& layer : spec.layers)
-    for (const SublayerSpec& sublayer : layer.sublayers) {
-      if (const AttentionSpec* a = sublayer.attention(); a && a->rope.type == "none")
-        note(missing, "attention without RoPE");
-      if (sublayer.mamba2()) note(missing, "Mamba2 mixers (the chunked selective scan, its conv and gated norm)");
-      if (const MlpSpec* m = sublayer.mlp(); m && m->activation != Activation::SwiGLU) note(missing, "relu² MLPs");
+    for (const SublayerSpec& sublayer : layer.sublayers)
       if (const MoeSpec* m = sublayer.moe()) {
         if (m->router.score == RouterScore::Sigmoid ? !is_sigmoid_group_limited(m->router)
                                                      : !m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
           note(missing, "this router");
         if (m->router.num_experts > 256)  // the one-warp-per-token router kernels (Kimi-K2 has 384)
           note(missing, "routers over more than 256 experts");
-        if (m->experts.activation == Activation::ReluSquared) note(missing, "relu² experts");
-        if (m->shared_expert && m->shared_expert->mlp.activation != Activation::SwiGLU) note(missing, "a relu² shared expert");
-        if (m->latent_size) note(missing, "latent MoE (moe_latent_size)");
       }
-    }
   return missing;
 }
 
 std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec) {
   std::vector<std::string> missing = features_missing_on_gpu(spec);
   for (const LayerSpec& layer : spec.layers)
-    for (const SublayerSpec& sublayer : layer.sublayers)
+    for (const SublayerSpec& sublayer : layer.sublayers) {
+      if (sublayer.mamba2()) note(missing, "Mamba2 mixers (in generation: their conv and SSM state cache)");
       if (const AttentionSpec* a = sublayer.attention()) {
         if (a->mla) {  // its whole KV cache is missing: the rest would say less
           note(missing, "a KV cache for multi-head latent attention (generation)");
@@ -52,6 +45,7 @@ std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& sp
         if (a->sliding_window) note(missing, "sliding-window attention (in generation)");
         if (a->rope.type == "yarn") note(missing, "YaRN's attention scaling (in generation)");
       }
+    }
   return missing;
 }
 

@@ -49,17 +49,18 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
   }
   if (const MlpSpec* m = sublayer.mlp()) return T * (H + m->first_projection()) * kBf16;  // input, pre-activation
   if (const Mamba2Spec* m = sublayer.mamba2()) {
-    // input, in_proj's output, the conv's, the scan's; the chunked scan's states at chunk ends (f32).
-    const int64_t chunks = (T + m->chunk_size - 1) / m->chunk_size;
-    return T * (H + m->projection() + m->conv_channels() + m->inner()) * kBf16 + chunks * m->inner() * m->state_size * kF32;
+    // input, in_proj's output, the conv's, the scan's (the normed input and the scan's chunk states are
+    // recomputed in the backward pass).
+    return T * (H + m->projection() + m->conv_channels() + m->inner()) * kBf16;
   }
   const MoeSpec& m = *sublayer.moe();
   const int64_t k = m.router.top_k, E = m.router.num_experts, rows = T * k, D = m.expert_width(H);
   // input, router logits (f32), choices and weights, the dispatcher's plan, the experts' input, pre-activation
-  // and output; with a latent, the projected input and the weighted sum before the projection back.
+  // and output; with a latent, the weighted sum before the projection back (the experts' input rows are the
+  // projected ones).
   int64_t bytes = T * H * kBf16 + T * E * kF32 + T * k * (kI32 + kF32) + (E + 1) * kI32 + 2 * rows * kI32 +
                   rows * (D + m.experts.first_projection() + D) * kBf16;
-  if (m.latent_size) bytes += 2 * T * D * kBf16;
+  if (m.latent_size) bytes += T * D * kBf16;
   if (m.shared_expert) {
     bytes += T * m.shared_expert->mlp.first_projection() * kBf16;             // its pre-activation
     if (m.shared_expert->sigmoid_gate) bytes += T * H * kBf16 + T * kF32;         // its output, the gate logits
@@ -68,6 +69,16 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
 }
 
 namespace {
+
+// The chunked scan's fp32 workspace in its backward pass (ops/cuda/mamba2_scan.cu's Scratch): per row dt, the
+// cumulative decay and dy·y; per chunk C·B per group and the entering state and its gradient; per row and head
+// the heads' shares of dB and dC.
+int64_t mamba2_scan_backward_workspace(const Mamba2Spec& m, int64_t T) {
+  const int64_t chunks = (T + m.chunk_size - 1) / m.chunk_size, heads = m.num_heads;
+  const int64_t states = (chunks + 1) * heads * m.head_dim * m.state_size;
+  return (3 * T * heads + T + chunks * m.num_groups * m.chunk_size * m.chunk_size + 2 * states +
+          2 * T * heads * m.state_size + 3 * chunks * heads) * kF32;
+}
 
 // The temporaries of a sublayer's backward pass at their largest, beyond the stashes: the feed-forward ones
 // at the first step of the backward (the incoming gradient and the output gradient beside the kept output,
@@ -79,7 +90,9 @@ int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_
     return T * (H + attended + 2 * (q + k + v)) * kBf16;
   }
   if (const MlpSpec* m = sublayer.mlp()) return T * H * kBf16 + T * (m->intermediate * 3) * kBf16;
-  if (const Mamba2Spec* m = sublayer.mamba2()) return T * (H + 2 * m->projection()) * kBf16;
+  if (const Mamba2Spec* m = sublayer.mamba2())  // at the scan's backward: the recomputed input, the gated norm's
+    // output and gradient, d(in_proj's output), d(scan), d(conv) beside the scan's workspace
+    return T * (H + 3 * m->inner() + m->projection() + m->conv_channels()) * kBf16 + mamba2_scan_backward_workspace(*m, T);
   const int64_t rows = T * sublayer.moe()->router.top_k;
   return T * H * kBf16 + rows * H * kBf16 + rows * kF32;
 }
@@ -101,7 +114,7 @@ int64_t gradient_parameters_held(const ParameterLayout& layout, bool update_in_b
 ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute, int64_t keep_last_layers) {
   const int64_t T = tokens, H = spec.hidden_size;
   ActivationPlan plan;
-  int64_t moe_backward = 0, mlp_backward = 0;  // the largest such backward's temporaries (not recomputed)
+  int64_t moe_backward = 0, mlp_backward = 0, mamba2_backward = 0;  // the largest such backward's temporaries (not recomputed)
   int64_t recomputed_backward = 0;    // the largest recomputed sublayer's stash (beyond its input) + backward's
   std::string recomputed_kind;
   for (int64_t layer = 0; layer < spec.num_layers(); ++layer)
@@ -121,6 +134,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
         entry->second += stash;
         if (sublayer.moe()) moe_backward = std::max(moe_backward, backward);
         if (sublayer.mlp()) mlp_backward = std::max(mlp_backward, backward);
+        if (sublayer.mamba2()) mamba2_backward = std::max(mamba2_backward, backward);
       }
       if (const MoeSpec* m = sublayer.moe()) entry->second += 2 * m->router.num_experts * kF32;  // counts kept for telemetry
     }
@@ -135,6 +149,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
       {"lm head + loss", 2 * T * H * kBf16 + chunk_rows * spec.vocab_size * kBf16},
       {"moe backward", moe_backward},
       {"mlp backward", mlp_backward},
+      {"mamba2 backward", mamba2_backward},
       {"recomputed " + recomputed_kind + " backward", recomputed_backward}};
   for (const auto& [phase, bytes] : candidates)
     if (bytes > plan.transient_bytes) {

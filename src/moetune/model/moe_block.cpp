@@ -18,12 +18,8 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       dispatcher_(std::move(dispatcher)),
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
-      correction_bias_(store.find(layer + "moe.router_correction_bias")),
-      latent_in_(store.find(layer + "moe.latent_in")),
-      latent_in_bias_(store.find(layer + "moe.latent_in_bias")),
-      latent_out_(store.find(layer + "moe.latent_out")),
-      latent_out_bias_(store.find(layer + "moe.latent_out_bias")) {
-  MOETUNE_CHECK(spec_.latent_size.has_value() == latent_in_.defined() && latent_in_.defined() == latent_out_.defined(),
+      correction_bias_(store.find(layer + "moe.router_correction_bias")) {
+  MOETUNE_CHECK(spec_.latent_size.has_value() == p_.latent_in.defined() && p_.latent_in.defined() == p_.latent_out.defined(),
                 "{}: the spec and the parameters disagree on the latent projections", layer);
   refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",
                  "fc1_latent_proj / fc2_latent_proj");
@@ -43,15 +39,15 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   routing_ = forced_choices_.empty() ? route(spec_.router, logits, correction_bias_.value)
                                      : route_chosen(spec_.router, logits, forced_choices_);
   // Nemotron-H's latent MoE: the experts' rows are the projection of the normed hidden state.
-  const Tensor experts_input = latent_in_.defined() ? ops::linear_forward(normed, latent_in_.value, latent_in_bias_.value) : normed;
+  const Tensor experts_input = p_.latent_in.defined() ? ops::linear_forward(normed, p_.latent_in.value, p_.latent_in_bias.value) : normed;
   dispatched_ = dispatcher_->dispatch(experts_input, routing_);
   activations_ = expert_lora_.empty() ? ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value,
                                                         expert_variant(spec_.experts, p_))
                                       : expert_lora_.forward(dispatched_.rows, dispatched_.offsets, p_.gate_up, p_.down);
   Tensor routed = dispatcher_->combine(activations_.out, routing_);
-  if (latent_out_.defined()) {
+  if (p_.latent_out.defined()) {
     latent_combined_ = routed;
-    routed = ops::linear_forward(latent_combined_, latent_out_.value, latent_out_bias_.value);
+    routed = ops::linear_forward(latent_combined_, p_.latent_out.value, p_.latent_out_bias.value);
   }
   Tensor out = add(h, routed);
   if (!p_.shared.defined()) return out;
@@ -67,8 +63,8 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   const Tensor drouter_logits = context.take_drouter_logits();
   const int64_t tokens = dout.size(0);
   const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
-  const Tensor drouted = latent_out_.defined() ? ops::linear_backward(dout, latent_combined_, latent_out_.value,
-                                                                      latent_out_.grad, latent_out_bias_.grad)
+  const Tensor drouted = p_.latent_out.defined() ? ops::linear_backward(dout, latent_combined_, p_.latent_out.value,
+                                                                      p_.latent_out.grad, p_.latent_out_bias.grad)
                                                : dout;
   ops::CombineGrads combine = dispatcher_->combine_backward(drouted, activations_.out, routing_);
   Tensor ddispatched =
@@ -78,8 +74,8 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
                                      expert_bias_grads(p_))
           : expert_lora_.backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up, p_.down);
   Tensor dnormed = dispatcher_->dispatch_backward(ddispatched, tokens);
-  if (latent_in_.defined())
-    dnormed = ops::linear_backward(dnormed, normed, latent_in_.value, latent_in_.grad, latent_in_bias_.grad);
+  if (p_.latent_in.defined())
+    dnormed = ops::linear_backward(dnormed, normed, p_.latent_in.value, p_.latent_in.grad, p_.latent_in_bias.grad);
   Tensor dlogits = route_backward(spec_.router, routing_, combine.dweight);
   if (drouter_logits.defined()) dlogits = add(dlogits, drouter_logits);
   dnormed = add(dnormed, ops::linear_backward(dlogits, normed, p_.router.value, p_.router.grad, p_.router_bias.grad));

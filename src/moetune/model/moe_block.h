@@ -46,8 +46,6 @@ class MoeBlock {
   Tensor shared_gate_logits_;           // [T, 1]
   Param correction_bias_;               // DeepSeek-V3's e_score_correction_bias [E] (frozen); else undefined
   std::vector<int32_t> forced_choices_;  // tests only (force_choices)
-  // Nemotron-H's latent MoE: into the experts' width [D, H] and back [H, D], biases optional; else undefined.
-  Param latent_in_, latent_in_bias_, latent_out_, latent_out_bias_;
   Tensor latent_combined_;              // the experts' weighted sum [T, D], latent_out's input
 };
 

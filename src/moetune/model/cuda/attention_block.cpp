@@ -35,7 +35,8 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
                 "{}: differing q/k and v head dims are not implemented on the GPU outside latent attention", layer);
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
   const int64_t d = spec_.qk_head_dim;
-  inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d), {d / 2}).to(Device::cuda());
+  if (spec_.rope.type != "none")  // Nemotron-H's attention has no positional embedding: inv_freq_ stays undefined
+    inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d), {d / 2}).to(Device::cuda());
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {

@@ -37,7 +37,7 @@ class AttentionBlock {
 
   const AttentionSpec& spec_;
   double eps_;
-  Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device
+  Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device; undefined without RoPE (Nemotron-H)
   AttentionParams p_;
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
   struct Stash {

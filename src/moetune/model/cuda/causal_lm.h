@@ -15,6 +15,7 @@
 #include "moetune/model/decoder_walk.h"
 #include "moetune/model/recompute.h"
 #include "moetune/model/cuda/device_batch.h"
+#include "moetune/model/cuda/mamba2_block.h"
 #include "moetune/model/cuda/mlp_block.h"
 #include "moetune/model/cuda/moe_block.h"
 
@@ -25,6 +26,7 @@ struct GpuBlocks {
   using Attention = AttentionBlock;
   using Mlp = DenseMlpBlock;
   using Moe = MoeBlock;
+  using Mamba2 = Mamba2Block;
   using Dispatcher = LocalDispatcher;
   using DispatcherBase = TokenDispatcher;
 };

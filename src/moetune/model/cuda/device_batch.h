@@ -3,9 +3,11 @@
 // the CPU reference uses, so both paths agree on positions, documents and what counts.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "moetune/model/causal_lm.h"
+#include "moetune/model/cuda/mamba2_mixer_gpu.h"
 #include "moetune/ops/cuda/attention.h"
 
 namespace moetune::model::cuda {
@@ -20,6 +22,16 @@ struct DeviceBatch {
   int64_t scored = 0;     // targets that are not -100
   int64_t valid_tokens = 0;
   SequenceLayout layout;  // the host copy (the router statistics read token_valid)
+
+  // Where the Mamba2 layers' conv window and scan restart, and the padding they zero: uploaded by the step's
+  // first Mamba2 layer, shared by the others (a model without Mamba2 layers never uploads them).
+  const Mamba2GpuRows& mamba2_rows() const {
+    if (!mamba2_rows_) mamba2_rows_ = upload_mamba2_rows(model::mamba2_rows(layout));
+    return *mamba2_rows_;
+  }
+
+ private:
+  mutable std::optional<Mamba2GpuRows> mamba2_rows_;
 };
 
 // Padding cannot sit inside a document on the GPU (flash attention sees whole documents): each run of padding

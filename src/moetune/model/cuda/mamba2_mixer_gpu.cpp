@@ -1,5 +1,6 @@
 #include "moetune/model/cuda/mamba2_mixer_gpu.h"
 
+#include "moetune/core/phase_profile.h"
 #include "moetune/ops/cuda/gated_rms_norm.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/mamba2_conv.h"
@@ -49,13 +50,17 @@ Tensor mamba2_mixer_forward_gpu(const Mamba2Spec& spec, int64_t chunk_size, cons
     input = device_bf16(x.shape());
     ops::cuda::mask_padding_rows(x, rows.valid, input);
   }
+  PhaseScope phase("mamba2.in_proj");
   Tensor projected = device_bf16({tokens, spec.projection()});
   ops::cuda::linear_forward(input, w.in_proj, w.in_proj_bias, projected);
+  phase.next("mamba2.conv");
   Tensor conv = device_bf16({tokens, spec.conv_channels()});
   ops::cuda::mamba2_conv_forward(split.xbc(projected), w.conv, w.conv_bias, rows.starts, rows.valid, conv);
+  phase.next("mamba2.scan");
   Tensor scan = device_bf16({tokens, spec.inner()});
   ops::cuda::mamba2_scan_forward(split.scan(projected, conv), {w.dt_bias, w.a_log, w.d}, spec.scan(), chunk_size,
                                  rows.starts, scan);
+  phase.next("mamba2.norm+out_proj");
   const Tensor normed = gated_norm(spec, w, scan, projected);
   Tensor out = device_bf16({tokens, w.out_proj.size(0)});
   ops::cuda::linear_forward(normed, w.out_proj, w.out_proj_bias, out);
@@ -68,6 +73,7 @@ Tensor mamba2_mixer_backward_gpu(const Mamba2Spec& spec, int64_t chunk_size, con
                                  const Mamba2Weights& grads) {
   const Split split{spec};
   const int64_t tokens = dy.size(0);
+  PhaseScope phase("mamba2.norm+out_proj.bwd");
   const Tensor normed = gated_norm(spec, w, stash.scan, stash.projected);
   Tensor dnormed = device_bf16({tokens, spec.inner()});
   ops::cuda::linear_backward(dy, normed, w.out_proj, dnormed, grads.out_proj, grads.out_proj_bias);
@@ -77,13 +83,16 @@ Tensor mamba2_mixer_backward_gpu(const Mamba2Spec& spec, int64_t chunk_size, con
   Tensor dscan = device_bf16({tokens, spec.inner()});
   ops::cuda::gated_rms_norm_backward(dnormed, stash.scan, split.z(stash.projected), w.norm, split.group_size(),
                                      spec.norm_eps, dscan, split.z(dprojected), grads.norm);
+  phase.next("mamba2.scan.bwd");
   Tensor dconv = device_bf16(stash.conv.shape());
   ops::cuda::mamba2_scan_backward(dscan, split.scan(stash.projected, stash.conv), {w.dt_bias, w.a_log, w.d},
                                   spec.scan(), chunk_size, rows.starts, split.scan(dprojected, dconv),
                                   {grads.dt_bias, grads.a_log, grads.d});
   // Padding rows of the conv output were zeroed: the conv backward reads their gradient as 0.
+  phase.next("mamba2.conv.bwd");
   ops::cuda::mamba2_conv_backward(dconv, split.xbc(stash.projected), w.conv, w.conv_bias, rows.starts, rows.valid,
                                   split.xbc(dprojected), grads.conv, grads.conv_bias);
+  phase.next("mamba2.in_proj.bwd");
   Tensor dx = device_bf16(stash.input.shape());
   ops::cuda::linear_backward(dprojected, stash.input, w.in_proj, dx, grads.in_proj, grads.in_proj_bias);
   if (rows.valid.defined()) ops::cuda::mask_padding_rows(dx, rows.valid, dx);

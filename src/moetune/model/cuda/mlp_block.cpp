@@ -13,7 +13,7 @@ Tensor device_like(Shape shape) { return Tensor::empty(std::move(shape), DType::
 
 DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
                              double norm_eps)
-    : eps_(norm_eps), p_(MlpParams::lookup(store, layer, sublayer.norm)), lora_(SwigluLora::lookup(store, layer + "mlp.")) {}
+    : spec_(*sublayer.mlp()), eps_(norm_eps), p_(MlpParams::lookup(store, layer, sublayer.norm)), lora_(SwigluLora::lookup(store, layer + "mlp.")) {}
 
 Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext&) {
   const PhaseScope phase("mlp");
@@ -21,7 +21,7 @@ Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext&) {
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
   Tensor out = device_like(h.shape());
-  gate_up_out_ = swiglu_mlp(normed, p_.mlp, out, &lora_);
+  gate_up_out_ = swiglu_mlp(normed, p_.mlp, out, &lora_, spec_);
   ops::cuda::add(out, h, out);
   return out;
 }
@@ -31,7 +31,7 @@ Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext&) {
   Tensor normed = device_like(input_.shape());  // recomputed, not kept
   ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
   Tensor dnormed = device_like(input_.shape());
-  swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp, dnormed, /*accumulate_dx=*/false, &lora_);
+  swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp, dnormed, /*accumulate_dx=*/false, &lora_, spec_);
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);
   clear_stash();

@@ -1,5 +1,5 @@
-// A dense SwiGLU feed-forward sublayer on the GPU: h + swiglu_mlp(rms_norm(h)). Keeps h and the gate/up
-// pre-activation; the rest is recomputed.
+// A dense SwiGLU (or relu², Nemotron-H) feed-forward sublayer on the GPU: h + swiglu_mlp(rms_norm(h)). Keeps h
+// and the pre-activation; the rest is recomputed.
 #pragma once
 
 #include "moetune/model/block_params.h"
@@ -22,6 +22,7 @@ class DenseMlpBlock {
   }
 
  private:
+  const MlpSpec& spec_;
   double eps_;
   MlpParams p_;
   SwigluLora lora_;  // LoRA adapters, if any

@@ -2,10 +2,11 @@
 
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
+#include "moetune/model/cuda/mlp_activation.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
+#include "moetune/model/lora_refusal.h"
 #include "moetune/model/moe_variant.h"
 #include "moetune/ops/cast.h"
-#include "moetune/ops/cuda/activation.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/expert_bias.h"
@@ -34,13 +35,13 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
   MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax() ||
                     is_sigmoid_group_limited(spec_.router),
                 "{}: this router is not implemented on the GPU", layer);
-}
-
-void MoeBlock::activate(const Tensor& gate_up, const Tensor& out) const {
-  if (spec_.experts.activation == Activation::ClampedSwiGLU)
-    ops::cuda::clamped_swiglu_forward(gate_up, spec_.experts.clamp, out);
-  else
-    ops::cuda::swiglu_forward(gate_up, out);
+  MOETUNE_CHECK(spec_.latent_size.has_value() == p_.latent_in.defined() && p_.latent_in.defined() == p_.latent_out.defined(),
+                "{}: the spec and the parameters disagree on the latent projections", layer);
+  refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",
+                 "fc1_latent_proj / fc2_latent_proj");
+  // The experts' LoRA path recomputes SwiGLU (as the CPU's, it is not written for relu² experts).
+  MOETUNE_CHECK(expert_lora_.empty() || spec_.experts.activation != Activation::ReluSquared,
+                "{}: LoRA on relu² experts is not implemented", layer);
 }
 
 void MoeBlock::add_expert_bias(const Param& bias, const Tensor& rows) const {
@@ -57,7 +58,8 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   const Tensor& token_valid = context.batch.token_valid;
   const AuxLossSums& aux = context.aux;
   const int64_t tokens = h.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
-  const int64_t inner = p_.gate_up.value.size(1) / 2, hidden = h.size(1);
+  const int64_t first = p_.gate_up.value.size(1), inner = activated_width(spec_.experts, first);
+  const int64_t width = p_.down.value.size(1);  // the experts' rows: the latent width, else hidden
   PhaseScope phase("moe.router");
   input_ = h;
   Tensor normed = device_like(h.shape());
@@ -89,11 +91,17 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
     ops::cuda::add(aux.prob_sums, layer_prob_sums_, aux.prob_sums);
   }
   phase.next("moe.dispatch");
-  dispatched_ = dispatcher_->dispatch(normed, expert_ids_);
+  Tensor experts_input = normed;
+  if (p_.latent_in.defined()) {
+    experts_input = device_like({tokens, width});
+    ops::cuda::linear_forward(normed, p_.latent_in.value, p_.latent_in_bias.value, experts_input);
+  }
+  dispatched_ = dispatcher_->dispatch(experts_input, expert_ids_);
+  experts_input = Tensor();
   phase.next("moe.experts");
   if (p_.shared.defined()) {
     shared_out_ = device_like(h.shape());
-    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_);
+    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp);
     if (p_.shared_gate.defined()) {
       shared_gate_logits_ = device_like({tokens, 1}, DType::F32);
       ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
@@ -101,20 +109,27 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   }
   normed = Tensor();
   const int64_t rows = dispatched_.rows.size(0);
-  gate_up_out_ = device_like({rows, 2 * inner});
+  gate_up_out_ = device_like({rows, first});
   ops::cuda::grouped_matmul(dispatched_.rows, p_.gate_up.value, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
   add_expert_bias(p_.gate_up_bias, gate_up_out_);
   expert_lora_.gate_up_forward(dispatched_.rows, dispatched_.offsets, gate_up_out_);
   Tensor activated = device_like({rows, inner});
-  activate(gate_up_out_, activated);
-  expert_out_ = device_like({rows, hidden});
+  activation_forward(spec_.experts, gate_up_out_, activated);
+  expert_out_ = device_like({rows, width});
   ops::cuda::grouped_matmul(activated, p_.down.value, /*transpose_w=*/true, dispatched_.offsets, expert_out_);
   add_expert_bias(p_.down_bias, expert_out_);
   expert_lora_.down_forward(activated, dispatched_.offsets, expert_out_);
   activated = Tensor();
   phase.next("moe.combine");
   Tensor out = device_like(h.shape());
-  dispatcher_->combine(expert_out_, weights_, out, h);
+  if (p_.latent_out.defined()) {
+    latent_combined_ = device_like({tokens, width});
+    dispatcher_->combine(expert_out_, weights_, latent_combined_, {});
+    ops::cuda::linear_forward(latent_combined_, p_.latent_out.value, p_.latent_out_bias.value, out);
+    ops::cuda::add(out, h, out);
+  } else {
+    dispatcher_->combine(expert_out_, weights_, out, h);
+  }
   if (shared_gate_logits_.defined())
     ops::cuda::sigmoid_gated_add(out, shared_out_, shared_gate_logits_, out);
   else if (shared_out_.defined())
@@ -127,11 +142,20 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   const Tensor& token_valid = context.batch.token_valid;
   const double aux_scale = context.aux_scale;
   const int64_t tokens = dout.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
-  const int64_t inner = p_.gate_up.value.size(1) / 2, hidden = dout.size(1), rows = dispatched_.rows.size(0);
+  const int64_t first = p_.gate_up.value.size(1), inner = activated_width(spec_.experts, first);
+  const int64_t hidden = dout.size(1), width = p_.down.value.size(1), rows = dispatched_.rows.size(0);
   PhaseScope phase("moe.combine.bwd");
-  Tensor dexpert_out = device_like({rows, hidden});
+  Tensor dcombined = dout;  // d(the experts' weighted sum)
+  if (p_.latent_out.defined()) {
+    dcombined = device_like({tokens, width});
+    ops::cuda::linear_backward(dout, latent_combined_, p_.latent_out.value, dcombined, p_.latent_out.grad,
+                               p_.latent_out_bias.grad);
+    latent_combined_ = Tensor();
+  }
+  Tensor dexpert_out = device_like({rows, width});
   Tensor dweights = device_like({tokens, k}, DType::F32);
-  dispatcher_->combine_backward(dout, expert_out_, weights_, dexpert_out, dweights);
+  dispatcher_->combine_backward(dcombined, expert_out_, weights_, dexpert_out, dweights);
+  dcombined = Tensor();
   if (p_.down_bias.grad.defined()) ops::cuda::expert_bias_grad(dexpert_out, dispatched_.offsets, p_.down_bias.grad);
   phase.next("moe.experts.bwd");
   // A dispatcher that transfers d(rows) back to the tokens' ranks does so while the weight gradients run (they
@@ -142,7 +166,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   const auto down_weight_gradient = [&] {
     if (!p_.down.grad.defined()) return;
     Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
-    activate(gate_up_out_, activated);
+    activation_forward(spec_.experts, gate_up_out_, activated);
     ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
   };
   if (!overlap) down_weight_gradient();
@@ -150,15 +174,12 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   ops::cuda::grouped_matmul(dexpert_out, p_.down.value, /*transpose_w=*/false, dispatched_.offsets, dactivated);
   if (expert_lora_.on_down()) {
     Tensor activated = device_like({rows, inner});  // recomputed, as for the weight gradient
-    ops::cuda::swiglu_forward(gate_up_out_, activated);
+    activation_forward(spec_.experts, gate_up_out_, activated);
     expert_lora_.down_backward(dexpert_out, activated, dispatched_.offsets, dactivated);
   }
   if (!overlap) dexpert_out = Tensor();
-  Tensor dgate_up = device_like({rows, 2 * inner});
-  if (spec_.experts.activation == Activation::ClampedSwiGLU)
-    ops::cuda::clamped_swiglu_backward(dactivated, gate_up_out_, spec_.experts.clamp, dgate_up);
-  else
-    ops::cuda::swiglu_backward(dactivated, gate_up_out_, dgate_up);
+  Tensor dgate_up = device_like({rows, first});
+  activation_backward(spec_.experts, dactivated, gate_up_out_, dgate_up);
   if (p_.gate_up_bias.grad.defined()) ops::cuda::expert_bias_grad(dgate_up, dispatched_.offsets, p_.gate_up_bias.grad);
   dactivated = Tensor();
   if (!overlap) {
@@ -167,7 +188,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
       ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
                                             /*accumulate=*/true);
   }
-  Tensor drows = device_like({rows, hidden});
+  Tensor drows = device_like({rows, width});
   ops::cuda::grouped_matmul(dgate_up, p_.gate_up.value, /*transpose_w=*/false, dispatched_.offsets, drows);
   expert_lora_.gate_up_backward(dgate_up, dispatched_.rows, dispatched_.offsets, drows);
   phase.next("moe.dispatch.bwd");
@@ -183,8 +204,16 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     phase.next("moe.dispatch.bwd");
   }
   dgate_up = dispatched_.rows = Tensor();
+  Tensor normed = device_like(input_.shape());  // recomputed, not kept
+  ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
   Tensor dnormed = device_like({tokens, hidden});
-  dispatcher_->end_dispatch_backward(dnormed);
+  if (p_.latent_in.defined()) {
+    Tensor dlatent = device_like({tokens, width});
+    dispatcher_->end_dispatch_backward(dlatent);
+    ops::cuda::linear_backward(dlatent, normed, p_.latent_in.value, dnormed, p_.latent_in.grad, p_.latent_in_bias.grad);
+  } else {
+    dispatcher_->end_dispatch_backward(dnormed);
+  }
   phase.next("moe.router.bwd");
   // The router: through the top-k weights, plus the aux loss; its GEMMs take the logits' gradient in bf16 (the
   // precision HF's router runs in).
@@ -199,8 +228,6 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     ops::cuda::aux_loss_backward(logits_, token_valid, context.aux.counts, context.aux_rows, aux_scale, dlogits);
   Tensor dlogits_bf16 = device_like({tokens, experts});
   ops::cast_into(dlogits, dlogits_bf16);
-  Tensor normed = device_like(input_.shape());
-  ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
   ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, p_.router_bias.grad,
                              /*accumulate_dx=*/true);
   if (p_.shared.defined()) {
@@ -214,7 +241,8 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
       ops::cuda::linear_backward(dgate_bf16, normed, p_.shared_gate.value, dnormed, p_.shared_gate.grad, {},
                                  /*accumulate_dx=*/true);
     }
-    swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true, &shared_lora_);
+    swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true, &shared_lora_,
+                        spec_.shared_expert->mlp);
   }
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);
@@ -224,12 +252,12 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
 
 size_t MoeBlock::stash_bytes() const {
   return held_bytes({&input_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_, &expert_out_,
-                     &shared_gate_up_, &shared_out_, &shared_gate_logits_}) +
+                     &latent_combined_, &shared_gate_up_, &shared_out_, &shared_gate_logits_}) +
          dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
-  input_ = logits_ = expert_ids_ = weights_ = gate_up_out_ = expert_out_ = Tensor();
+  input_ = logits_ = expert_ids_ = weights_ = gate_up_out_ = expert_out_ = latent_combined_ = Tensor();
   shared_gate_up_ = shared_out_ = shared_gate_logits_ = Tensor();
   dispatched_ = {};
   dispatcher_->clear();

@@ -1,7 +1,9 @@
 // A mixture-of-experts sublayer on the GPU: router -> token dispatcher -> grouped experts -> combine, added to h.
 // The router gives fp32 logits and the softmax top-k in one kernel; the dispatcher (model/cuda/token_dispatcher.h)
-// puts the rows in expert-major order for two grouped GEMMs with SwiGLU between; an optional shared expert (with
-// its sigmoid gate) is added on top. Nothing is read back to the host: expert counts stay on the device.
+// puts the rows in expert-major order for two grouped GEMMs with SwiGLU (or relu², Nemotron-H) between; an
+// optional shared expert (with its sigmoid gate) is added on top. With a latent (Nemotron-H's moe_latent_size)
+// the experts run between a dense projection into the latent width and one back. Nothing is read back to the
+// host: expert counts stay on the device.
 #pragma once
 
 #include "moetune/model/block_params.h"
@@ -34,8 +36,6 @@ class MoeBlock {
   void clear_stash();
 
  private:
-  // The experts' activation (SwiGLU, or GPT-OSS's clamped one) on gate_up [R, 2I] into out [R, I].
-  void activate(const Tensor& gate_up, const Tensor& out) const;
   // rows [R, N] += bias[e] per expert group (GPT-OSS); nothing when the bias is absent.
   void add_expert_bias(const Param& bias, const Tensor& rows) const;
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows
@@ -54,8 +54,9 @@ class MoeBlock {
   Tensor expert_ids_;        // I32 [T, k]
   Tensor weights_;           // F32 [T, k]
   DispatchedTokens dispatched_;  // the experts' input rows [R, H] and offsets
-  Tensor gate_up_out_;       // [T k, 2 I]
-  Tensor expert_out_;        // [T k, H]
+  Tensor gate_up_out_;       // [T k, 2 I] (relu²: [T k, I])
+  Tensor expert_out_;        // [T k, D] (D: the latent width, else H)
+  Tensor latent_combined_;   // with a latent: the experts' weighted sum [T, D], latent_out's input
   Tensor shared_gate_up_;    // the shared expert's pre-activation [T, 2 Is]
   Tensor shared_out_;        // its output [T, H], read by the gate's backward
   Tensor shared_gate_logits_;  // F32 [T, 1]

@@ -1,6 +1,6 @@
 #include "moetune/model/cuda/swiglu_mlp.h"
 
-#include "moetune/ops/cuda/activation.h"
+#include "moetune/model/cuda/mlp_activation.h"
 #include "moetune/ops/cuda/gemm.h"
 
 namespace moetune::model::cuda {
@@ -8,29 +8,29 @@ namespace {
 Tensor device_like(Shape shape) { return Tensor::empty(std::move(shape), DType::BF16, Device::cuda()); }
 }  // namespace
 
-Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora) {
-  const int64_t tokens = x.size(0), inner = p.gate_up.value.size(0) / 2;
-  Tensor gate_up = device_like({tokens, 2 * inner});
+Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora, const MlpSpec& mlp) {
+  const int64_t tokens = x.size(0), first = p.gate_up.value.size(0), inner = activated_width(mlp, first);
+  Tensor gate_up = device_like({tokens, first});
   ops::cuda::linear_forward(x, p.gate_up.value, p.gate_up_bias.value, gate_up);
   if (lora) lora->gate_up.forward(x, gate_up);
   Tensor activated = device_like({tokens, inner});
-  ops::cuda::swiglu_forward(gate_up, activated);
+  activation_forward(mlp, gate_up, activated);
   ops::cuda::linear_forward(activated, p.down.value, p.down_bias.value, out);
   if (lora) lora->down.forward(activated, out);
   return gate_up;
 }
 
 void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
-                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora) {
-  const int64_t tokens = dout.size(0), inner = p.gate_up.value.size(0) / 2;
+                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora, const MlpSpec& mlp) {
+  const int64_t tokens = dout.size(0), first = p.gate_up.value.size(0), inner = activated_width(mlp, first);
   Tensor activated = device_like({tokens, inner});  // recomputed
-  ops::cuda::swiglu_forward(gate_up, activated);
+  activation_forward(mlp, gate_up, activated);
   Tensor dactivated = device_like({tokens, inner});
   ops::cuda::linear_backward(dout, activated, p.down.value, dactivated, p.down.grad, p.down_bias.grad);
   if (lora) lora->down.backward(dout, activated, dactivated);
   activated = Tensor();
-  Tensor dgate_up = device_like({tokens, 2 * inner});
-  ops::cuda::swiglu_backward(dactivated, gate_up, dgate_up);
+  Tensor dgate_up = device_like({tokens, first});
+  activation_backward(mlp, dactivated, gate_up, dgate_up);
   dactivated = Tensor();
   ops::cuda::linear_backward(dgate_up, x, p.gate_up.value, dx, p.gate_up.grad, p.gate_up_bias.grad, accumulate_dx);
   if (lora) lora->gate_up.backward(dgate_up, x, dx);

@@ -1,17 +1,20 @@
 // A SwiGLU MLP over already-normalised rows on the GPU, down(swiglu(gate_up(x))), and its backward: the dense
-// MLP block and a MoE layer's shared expert both run it. The CPU twin is model/swiglu_mlp.h.
+// MLP block and a MoE layer's shared expert both run it. With `mlp`'s activation relu² (Nemotron-H) it is
+// down(relu(up(x))²), `gate_up` holding up alone. The CPU twin is model/swiglu_mlp.h.
 #pragma once
 
 #include "moetune/model/block_params.h"
 #include "moetune/model/cuda/lora_linear.h"
+#include "moetune/model/model_spec.h"
 
 namespace moetune::model::cuda {
 
-// Writes out [T, H]; returns the pre-activation [T, 2I], what the backward pass needs besides x.
-// `lora`: the adapters on its weights, if any.
-Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora = nullptr);
+// Writes out [T, H]; returns the pre-activation [T, 2I] ([T, I] for relu²), what the backward pass needs besides
+// x. `lora`: the adapters on its weights, if any; `mlp`: the activation (the default: SwiGLU).
+Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora = nullptr,
+                  const MlpSpec& mlp = {});
 // Accumulates the weight gradients; writes d(x) into dx, or adds it there when accumulate_dx.
 void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
-                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora = nullptr);
+                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora = nullptr, const MlpSpec& mlp = {});
 
 }  // namespace moetune::model::cuda

@@ -32,7 +32,32 @@ void check_backward(std::string_view op, const Tensor& dout, const Tensor& gate_
                 dgate_up.str());
 }
 
+// Tensors of one shape, BF16 on the GPU; `out` overlaps none of `inputs`.
+void check_elementwise(std::string_view op, std::initializer_list<std::pair<const char*, const Tensor*>> inputs,
+                       const char* out_name, const Tensor& out) {
+  const Tensor& first = *inputs.begin()->second;
+  for (const auto& [name, t] : inputs) {
+    check_gpu_tensor(op, name, *t, {DType::BF16});
+    check_shape(op, name, *t, first.shape());
+    MOETUNE_CHECK(!overlaps(out, *t), "{}: {} {} overlaps {}", op, out_name, out.str(), name);
+  }
+  check_gpu_tensor(op, out_name, out, {DType::BF16});
+  check_shape(op, out_name, out, first.shape());
+}
+
 }  // namespace
+
+void relu_squared_forward(const Tensor& x, const Tensor& out) {
+  check_elementwise("relu_squared_forward", {{"x", &x}}, "out", out);
+  gpu::check(launch_relu_squared_forward(x.raw_data(), out.raw_data(), x.numel(), gpu::stream()),
+             "relu_squared_forward kernel");
+}
+
+void relu_squared_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
+  check_elementwise("relu_squared_backward", {{"dout", &dout}, {"x", &x}}, "dx", dx);
+  gpu::check(launch_relu_squared_backward(dout.raw_data(), x.raw_data(), dx.raw_data(), x.numel(), gpu::stream()),
+             "relu_squared_backward kernel");
+}
 
 void swiglu_forward(const Tensor& gate_up, const Tensor& out) {
   check_forward("swiglu_forward", gate_up, out);

@@ -1,5 +1,6 @@
-// SwiGLU and GPT-OSS's clamped SwiGLU, forward and backward, on a fused [gate | up] row, fp32 math on BF16 storage. Grid-stride over kVec-wide
-// column chunks of every row: kVec = 8 (16-byte accesses) when the inner width and the pointers allow it, else 1.
+// SwiGLU and GPT-OSS's clamped SwiGLU, forward and backward, on a fused [gate | up] row, and Nemotron-H's
+// ungated relu², fp32 math on BF16 storage. Grid-stride over kVec-wide column chunks of every row: kVec = 8
+// (16-byte accesses) when the inner width and the pointers allow it, else 1.
 #include <algorithm>
 #include <initializer_list>
 
@@ -77,6 +78,36 @@ __global__ void gated_backward_kernel(const bf16* __restrict__ dout, const bf16*
   }
 }
 
+// relu(x)², and its backward d·2·relu(x) (ops/relu_squared.h): one input column per output column, no gate.
+template <int kVec>
+__global__ void relu_squared_forward_kernel(const bf16* __restrict__ x, bf16* __restrict__ out, int64_t chunks) {
+  for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
+       chunk += int64_t(gridDim.x) * blockDim.x) {
+    float v[kVec];
+    load<kVec>(x + chunk * kVec, v);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float r = fmaxf(v[k], 0.0f);
+      v[k] = r * r;
+    }
+    store<kVec>(out + chunk * kVec, v);
+  }
+}
+
+template <int kVec>
+__global__ void relu_squared_backward_kernel(const bf16* __restrict__ dout, const bf16* __restrict__ x,
+                                             bf16* __restrict__ dx, int64_t chunks) {
+  for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
+       chunk += int64_t(gridDim.x) * blockDim.x) {
+    float d[kVec], v[kVec];
+    load<kVec>(dout + chunk * kVec, d);
+    load<kVec>(x + chunk * kVec, v);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) d[k] *= 2.0f * fmaxf(v[k], 0.0f);
+    store<kVec>(dx + chunk * kVec, d);
+  }
+}
+
 bool vectorizable(int64_t inner, std::initializer_list<const void*> pointers) {
   if (inner % 8 != 0) return false;
   for (const void* p : pointers)
@@ -113,6 +144,29 @@ cudaError_t launch_backward(const void* dout, const void* gate_up, void* dgate_u
 }
 
 }  // namespace
+
+cudaError_t launch_relu_squared_forward(const void* x, void* out, int64_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  const auto* in = static_cast<const bf16*>(x);
+  auto* o = static_cast<bf16*>(out);
+  if (vectorizable(count, {x, out}))
+    relu_squared_forward_kernel<8><<<blocks_for(count / 8), kThreads, 0, stream>>>(in, o, count / 8);
+  else
+    relu_squared_forward_kernel<1><<<blocks_for(count), kThreads, 0, stream>>>(in, o, count);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_relu_squared_backward(const void* dout, const void* x, void* dx, int64_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  const auto* d = static_cast<const bf16*>(dout);
+  const auto* in = static_cast<const bf16*>(x);
+  auto* g = static_cast<bf16*>(dx);
+  if (vectorizable(count, {dout, x, dx}))
+    relu_squared_backward_kernel<8><<<blocks_for(count / 8), kThreads, 0, stream>>>(d, in, g, count / 8);
+  else
+    relu_squared_backward_kernel<1><<<blocks_for(count), kThreads, 0, stream>>>(d, in, g, count);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, cudaStream_t stream) {
   return launch_forward(gate_up, out, rows, inner, Silu{}, stream);

@@ -1,4 +1,5 @@
-// SwiGLU on the GPU (ops/activation.h semantics) on a fused [gate | up] input, BF16 storage, fp32 math.
+// SwiGLU on the GPU (ops/activation.h semantics) on a fused [gate | up] input, and Nemotron-H's ungated relu²
+// (ops/relu_squared.h), BF16 storage, fp32 math.
 #pragma once
 
 #include "moetune/core/tensor.h"
@@ -15,5 +16,10 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dg
 void clamped_swiglu_forward(const Tensor& gate_up, const SwigluClamp& clamp, const Tensor& out);
 void clamped_swiglu_backward(const Tensor& dout, const Tensor& gate_up, const SwigluClamp& clamp,
                              const Tensor& dgate_up);
+
+// relu(x)² elementwise: x and out BF16 of one shape, not overlapping.
+void relu_squared_forward(const Tensor& x, const Tensor& out);
+// dx = dout · 2·relu(x); dout, x, dx BF16 of one shape, dx overlapping neither input.
+void relu_squared_backward(const Tensor& dout, const Tensor& x, const Tensor& dx);
 
 }  // namespace moetune::ops::cuda

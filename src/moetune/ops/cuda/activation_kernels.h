@@ -1,4 +1,4 @@
-// Launchers of the SwiGLU kernels on a fused [gate | up] BF16 input: raw pointers in, a CUDA status out. Free of
+// Launchers of the SwiGLU kernels on a fused [gate | up] BF16 input (and of relu², ungated): raw pointers in, a CUDA status out. Free of
 // the engine's host headers so that .cu files compile without fmt; ops/cuda/activation.cpp wraps them for Tensors.
 #pragma once
 
@@ -20,5 +20,9 @@ cudaError_t launch_clamped_swiglu_forward(const void* gate_up, void* out, int64_
                                           float limit, cudaStream_t stream);
 cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows,
                                            int64_t inner, float alpha, float limit, cudaStream_t stream);
+
+// Nemotron-H's relu² over `count` contiguous BF16 elements: out = relu(x)², dx = dout · 2·relu(x).
+cudaError_t launch_relu_squared_forward(const void* x, void* out, int64_t count, cudaStream_t stream);
+cudaError_t launch_relu_squared_backward(const void* dout, const void* x, void* dx, int64_t count, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

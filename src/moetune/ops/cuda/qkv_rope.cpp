@@ -33,7 +33,9 @@ QkvShape checked_shape(std::string_view op, const Tensor& q_like, std::string_vi
   return shape;
 }
 
+// inv_freq undefined: no RoPE (the positions are not read).
 void check_rope_inputs(std::string_view op, const Tensor& inv_freq, const Tensor& positions, QkvShape shape) {
+  if (!inv_freq.defined()) return;
   check_gpu_tensor(op, "inv_freq", inv_freq, {DType::F32});
   check_shape(op, "inv_freq", inv_freq, {shape.head_dim / 2});
   check_gpu_tensor(op, "positions", positions, {DType::I32});
@@ -60,8 +62,8 @@ void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor
   for (const Tensor* out : {&q, &k, &v})
     MOETUNE_CHECK(!overlaps(*out, qkv), "{}: output {} overlaps qkv", op, out->str());
   gpu::check(launch_qkv_norm_rope_forward(qkv.raw_data(), q_weight, k_weight, float(eps),
-                                          static_cast<const float*>(inv_freq.raw_data()),
-                                          static_cast<const int32_t*>(positions.raw_data()), q.raw_data(),
+                                          inv_freq.defined() ? static_cast<const float*>(inv_freq.raw_data()) : nullptr,
+                                          positions.defined() ? static_cast<const int32_t*>(positions.raw_data()) : nullptr, q.raw_data(),
                                           k.raw_data(), v.raw_data(), shape, gpu::stream()),
              "qkv_norm_rope_forward kernel");
 }
@@ -94,7 +96,7 @@ void qkv_norm_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv
                                                    : nullptr;
   const cudaError_t status = launch_qkv_norm_rope_backward(
       dq.raw_data(), dk.raw_data(), dv.raw_data(), qkv.raw_data(), q_weight, k_weight, float(eps),
-      static_cast<const float*>(inv_freq.raw_data()), static_cast<const int32_t*>(positions.raw_data()),
+      inv_freq.defined() ? static_cast<const float*>(inv_freq.raw_data()) : nullptr, positions.defined() ? static_cast<const int32_t*>(positions.raw_data()) : nullptr,
       dqkv.raw_data(), dq_norm.defined() ? dq_norm.raw_data() : nullptr,
       dk_norm.defined() ? dk_norm.raw_data() : nullptr, dq_norm.defined() && dq_norm.dtype() == DType::BF16,
       dk_norm.defined() && dk_norm.dtype() == DType::BF16, shape, workspace, gpu::stream());

@@ -28,6 +28,16 @@ struct HeadIndex {
 
 __device__ __forceinline__ HeadIndex head_of(int64_t item, int64_t heads) { return {item / heads, item % heads}; }
 
+// The rotation of pair i at `position`; no inv_freq (a model without RoPE, Nemotron-H) is the identity, exactly.
+__device__ __forceinline__ void rotation(const float* inv_freq, int64_t i, float position, float& sine, float& cosine) {
+  if (inv_freq == nullptr) {
+    sine = 0.0f;
+    cosine = 1.0f;
+    return;
+  }
+  sincosf(position * inv_freq[i], &sine, &cosine);
+}
+
 template <int kVec>
 __device__ __forceinline__ void copy_head(const bf16* in, bf16* out, int64_t head_dim, int lane) {
   for (int64_t c = int64_t(lane) * kVec; c < head_dim; c += 32 * kVec) {
@@ -73,7 +83,7 @@ __global__ void qkv_norm_rope_forward_kernel(const bf16* __restrict__ qkv, const
       rstd = 1.0f / sqrtf(warp_sum(square_sum) / float(d) + eps);
     }
 
-    const float position = float(positions[at.token]);
+    const float position = inv_freq != nullptr ? float(positions[at.token]) : 0.0f;
     for (int64_t i = int64_t(lane) * kVec; i < half; i += 32 * kVec) {
       float a[kVec], b[kVec];
       load<kVec>(in + i, a);
@@ -92,7 +102,7 @@ __global__ void qkv_norm_rope_forward_kernel(const bf16* __restrict__ qkv, const
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         float sine, cosine;
-        sincosf(position * inv_freq[i + j], &sine, &cosine);
+        rotation(inv_freq, i + j, position, sine, cosine);
         first[j] = a[j] * cosine - b[j] * sine;
         second[j] = b[j] * cosine + a[j] * sine;
       }
@@ -141,7 +151,7 @@ __global__ void qkv_norm_rope_backward_kernel(const bf16* __restrict__ dq, const
     const bf16* weight = is_q ? q_norm : k_norm;
 
     // The rotation is orthogonal: its backward rotates the gradient by the opposite angle.
-    const float position = float(positions[at.token]);
+    const float position = inv_freq != nullptr ? float(positions[at.token]) : 0.0f;
     for (int64_t i = int64_t(lane) * kVec; i < half; i += 32 * kVec) {
       float ga[kVec], gb[kVec];
       load<kVec>(grad_out + i, ga);
@@ -149,7 +159,7 @@ __global__ void qkv_norm_rope_backward_kernel(const bf16* __restrict__ dq, const
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         float sine, cosine;
-        sincosf(position * inv_freq[i + j], &sine, &cosine);
+        rotation(inv_freq, i + j, position, sine, cosine);
         grad[i + j] = ga[j] * cosine + gb[j] * sine;
         grad[half + i + j] = gb[j] * cosine - ga[j] * sine;
       }

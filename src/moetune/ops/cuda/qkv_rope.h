@@ -8,8 +8,9 @@
 namespace moetune::ops::cuda {
 
 // qkv BF16 [T, (nq + 2·nkv)·d] (q heads, then k heads, then v heads, each d wide) -> q BF16 [T, nq, d],
-// k and v BF16 [T, nkv, d]. q_norm / k_norm: BF16 [d] or undefined (no norm). inv_freq: F32 [d/2];
-// positions: I32 [T]. All on the GPU; nq, nkv and d are read from q's and k's shapes.
+// k and v BF16 [T, nkv, d]. q_norm / k_norm: BF16 [d] or undefined (no norm). inv_freq: F32 [d/2], or undefined
+// for no RoPE at all (Nemotron-H: q and k are only split off and normed); positions: I32 [T] (unread without
+// inv_freq). All on the GPU; nq, nkv and d are read from q's and k's shapes.
 void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, double eps,
                            const Tensor& inv_freq, const Tensor& positions, const Tensor& q, const Tensor& k,
                            const Tensor& v);

@@ -1,0 +1,38 @@
+// A Mamba2 sublayer on the GPU (Nemotron-H's linear_attention layers): h + mamba2_mixer(rms_norm(h)), the mixer
+// being model/cuda/mamba2_mixer_gpu.h. The twin of model/mamba2_block.h: the conv window and the scan's state
+// restart at every document start and padding edge of the step (DeviceBatch::mamba2_rows). Keeps h and the
+// mixer's projection, conv and scan outputs; the normed input is recomputed in the backward pass.
+#pragma once
+
+#include "moetune/model/cuda/mamba2_mixer_gpu.h"
+#include "moetune/model/cuda/step_context.h"
+#include "moetune/model/model_spec.h"
+#include "moetune/model/parameter_store.h"
+
+namespace moetune::model::cuda {
+
+class Mamba2Block {
+ public:
+  Mamba2Block(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
+
+  Tensor forward(const Tensor& h, const StepContext& context);
+  Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
+  size_t stash_bytes() const;
+  void clear_stash() {
+    input_ = Tensor();
+    stash_ = {};
+  }
+
+ private:
+  // rms_norm(h), its padding rows zeroed as the mixer's input is.
+  Tensor normed_input(const Tensor& h, const Mamba2GpuRows& rows) const;
+
+  const Mamba2Spec& spec_;
+  double eps_;
+  Param norm_;
+  Mamba2Weights weights_, grads_;  // values and gradients (undefined where absent or frozen)
+  Tensor input_;                   // h, the norm's input
+  Mamba2GpuStash stash_;           // without its input (recomputed)
+};
+
+}  // namespace moetune::model::cuda
