@@ -5,6 +5,7 @@
 #pragma once
 
 #include "moetune/model/mamba2_mixer.h"
+#include "moetune/model/mamba2_params.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/parameter_store.h"
 #include "moetune/model/step_context.h"
@@ -24,11 +25,8 @@ class Mamba2Block {
   }
 
  private:
-  const Mamba2Spec& spec_;
-  double eps_;
-  Param norm_;
-  Mamba2Weights weights_, grads_;  // values and gradients (undefined where absent or frozen)
-  Tensor input_;                   // h, the norm's input
+  Mamba2BlockWeights w_;
+  Tensor input_;  // h, the norm's input
   Mamba2Stash stash_;
 };
 

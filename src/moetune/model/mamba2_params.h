@@ -1,10 +1,11 @@
 // A Mamba2 sublayer's parameters ("layers.N.mamba.*"), looked up once by engine name, and read as the mixer's
 // weights and gradients (model/mamba2_mixer.h's Mamba2Weights): the CPU block and the GPU block hold the same
-// ones. conv1d's weight is kept in its HF shape [C, 1, K] and read as [C, K].
+// ones (Mamba2BlockWeights). conv1d's weight is kept in its HF shape [C, 1, K] and read as [C, K].
 #pragma once
 
 #include <string>
 
+#include "moetune/model/lora_refusal.h"
 #include "moetune/model/mamba2_mixer.h"
 #include "moetune/model/parameter_store.h"
 
@@ -32,6 +33,26 @@ struct Mamba2Params {
 
  private:
   static Tensor conv_matrix(const Tensor& conv) { return conv.defined() ? conv.view({conv.size(0), conv.size(2)}) : conv; }
+};
+
+// What a Mamba2 block holds of its sublayer, on either device: the spec, the pre-norm, the mixer's weights and
+// their gradients (undefined where absent or frozen). Checks the biases against the spec and refuses LoRA on the
+// projections, which neither block runs.
+struct Mamba2BlockWeights {
+  const Mamba2Spec& spec;
+  double eps;
+  Param norm;
+  Mamba2Weights values, grads;
+
+  Mamba2BlockWeights(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps)
+      : spec(*sublayer.mamba2()), eps(norm_eps), norm(store.get(layer + sublayer.norm)) {
+    const Mamba2Params p = Mamba2Params::lookup(store, layer);
+    MOETUNE_CHECK(spec.proj_bias == p.in_proj_bias.defined() && spec.conv_bias == p.conv_bias.defined(),
+                  "{}: the spec and the parameters disagree on the Mamba2 biases", layer);
+    refuse_lora_on(store, layer, {"mamba.in_proj", "mamba.out_proj"}, "Mamba2 projections", "in_proj / out_proj");
+    values = p.values();
+    grads = p.gradients();
+  }
 };
 
 }  // namespace moetune::model

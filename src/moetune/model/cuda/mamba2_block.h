@@ -6,6 +6,7 @@
 
 #include "moetune/model/cuda/mamba2_mixer_gpu.h"
 #include "moetune/model/cuda/step_context.h"
+#include "moetune/model/mamba2_params.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/parameter_store.h"
 
@@ -27,12 +28,9 @@ class Mamba2Block {
   // rms_norm(h), its padding rows zeroed as the mixer's input is.
   Tensor normed_input(const Tensor& h, const Mamba2GpuRows& rows) const;
 
-  const Mamba2Spec& spec_;
-  double eps_;
-  Param norm_;
-  Mamba2Weights weights_, grads_;  // values and gradients (undefined where absent or frozen)
-  Tensor input_;                   // h, the norm's input
-  Mamba2GpuStash stash_;           // without its input (recomputed)
+  Mamba2BlockWeights w_;
+  Tensor input_;          // h, the norm's input
+  Mamba2GpuStash stash_;  // without its input (recomputed)
 };
 
 }  // namespace moetune::model::cuda
