@@ -52,8 +52,9 @@ NEMOTRON_H_KINDS = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp", "lin
 
 
 def nemotron_h_layer_kinds(config: dict) -> list:
+    """transformers 5.17 saves layers_block_type and no num_hidden_layers (it is the list's length)."""
     kinds = config.get("layers_block_type") or list(config["hybrid_override_pattern"])
-    return [NEMOTRON_H_KINDS[k] for k in kinds][:config["num_hidden_layers"]]
+    return [NEMOTRON_H_KINDS[k] for k in kinds][:config.get("num_hidden_layers") or len(kinds)]
 
 
 def nemotron_h_flops_per_token(config: dict, seq: int) -> dict:
