@@ -92,6 +92,28 @@ def load_model(model_dir: Path, experts: str, device: str, attn: str = "sdpa"):
     return AutoModelForCausalLM.from_pretrained(model_dir, **options).to(device)
 
 
+def watch_mamba2_paths() -> dict:
+    """Nemotron-H: counts the calls of the Mamba2 mixer's two paths, transformers' PyTorch `torch_forward` and the
+    mamba_ssm / causal_conv1d `cuda_kernels_forward` (which it takes only where those kernels load), by wrapping
+    both methods of NemotronHMamba2Mixer; also notes whether the kernel packages are installed at all."""
+    import importlib.util
+    from transformers.models.nemotron_h import modeling_nemotron_h as modeling
+    mixer = modeling.NemotronHMamba2Mixer
+    calls = {"installed": {name: importlib.util.find_spec(name) is not None for name in ("mamba_ssm", "causal_conv1d")}}
+    for name in ("torch_forward", "cuda_kernels_forward"):
+        original = getattr(mixer, name, None)
+        if original is None:
+            continue
+        calls[name] = 0
+
+        def wrapped(self, *args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        setattr(mixer, name, wrapped)
+    return calls
+
+
 def synchronize(device: str):
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -212,11 +234,7 @@ def main() -> int:
         if chosen != args.experts:
             raise RuntimeError(f"asked for experts_implementation={args.experts!r}, transformers chose {chosen!r}")
         result["attn_implementation"] = model.config._attn_implementation
-        if model.config.model_type == "nemotron_h":  # which Mamba2 path runs: the CUDA kernels or the PyTorch one
-            from transformers.models.nemotron_h import modeling_nemotron_h
-            result["mamba_fast_path"] = bool(modeling_nemotron_h.is_fast_path_available)
-            print(f"Mamba2 path: {'mamba_ssm kernels' if result['mamba_fast_path'] else 'PyTorch (torch_forward)'}",
-                  flush=True)
+        mamba_calls = watch_mamba2_paths() if model.config.model_type == "nemotron_h" else None
         model.config.use_cache = False
         model.train()
         if args.fsdp:
@@ -252,6 +270,9 @@ def main() -> int:
             losses.append(loss.item() - (coef * aux_value if aux is not None else 0.0))
             aux_losses.append(aux_value)
             grad_norms.append((grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm).item())
+            if mamba_calls is not None and step == 1:
+                result["mamba2_path_calls"] = dict(mamba_calls)
+                print(f"Mamba2 path calls in step 1: {mamba_calls}", flush=True)
             print(f"step {step}/{args.steps} | loss {losses[-1]:.4f} | aux {aux_value:.4f} | "
                   f"grad norm {grad_norms[-1]:.3f} | {seconds:.3f} s | {tokens_per_step / seconds:.0f} tok/s", flush=True)
             del loss, aux

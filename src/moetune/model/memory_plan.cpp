@@ -39,6 +39,11 @@ const char* block_kind(const SublayerSpec& sublayer) {
   return sublayer.attention() ? "attention" : sublayer.mlp() ? "mlp" : sublayer.mamba2() ? "mamba2" : "moe";
 }
 
+int64_t gpu_experts_pre_activation_width(const MlpSpec& experts) {
+  const int64_t first = experts.first_projection();
+  return experts.activation == Activation::ReluSquared ? (first + 7) / 8 * 8 : first;
+}
+
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens) {
   const int64_t T = tokens, H = hidden;
   if (const AttentionSpec* a = sublayer.attention()) {
@@ -59,7 +64,7 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
   // and output; with a latent, the weighted sum before the projection back (the experts' input rows are the
   // projected ones).
   int64_t bytes = T * H * kBf16 + T * E * kF32 + T * k * (kI32 + kF32) + (E + 1) * kI32 + 2 * rows * kI32 +
-                  rows * (D + m.experts.first_projection() + D) * kBf16;
+                  rows * (D + gpu_experts_pre_activation_width(m.experts) + D) * kBf16;
   if (m.latent_size) bytes += T * D * kBf16;
   if (m.shared_expert) {
     bytes += T * m.shared_expert->mlp.first_projection() * kBf16;             // its pre-activation

@@ -70,6 +70,11 @@ int64_t gradient_parameters_held(const ParameterLayout& layout, bool update_in_b
 
 // What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens.
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens);
+
+// The routed experts' pre-activation width on the GPU: the grouped GEMMs move 16-byte rows, so relu² experts
+// whose intermediate size is not a multiple of 8 run padded to the next one (model/cuda/padded_experts.h);
+// otherwise MlpSpec::first_projection().
+int64_t gpu_experts_pre_activation_width(const MlpSpec& experts);
 // The stash report's name of a sublayer's block kind: "attention", "mlp" or "moe".
 const char* block_kind(const SublayerSpec& sublayer);
 

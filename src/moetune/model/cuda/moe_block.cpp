@@ -3,6 +3,8 @@
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/mlp_activation.h"
+#include "moetune/model/cuda/padded_experts.h"
+#include "moetune/model/memory_plan.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
 #include "moetune/model/lora_refusal.h"
 #include "moetune/model/moe_variant.h"
@@ -42,6 +44,36 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
   // The experts' LoRA path recomputes SwiGLU (as the CPU's, it is not written for relu² experts).
   MOETUNE_CHECK(expert_lora_.empty() || spec_.experts.activation != Activation::ReluSquared,
                 "{}: LoRA on relu² experts is not implemented", layer);
+  padded_width_ = gpu_experts_pre_activation_width(spec_.experts);
+  if (padded_width_ == spec_.experts.first_projection()) padded_width_ = 0;
+  MOETUNE_CHECK(padded_width_ == 0 || !p_.gate_up_bias.defined(), "{}: padded relu² experts with biases are not "
+                "implemented on the GPU (moe_intermediate_size {} is not a multiple of 8)", layer, spec_.experts.intermediate);
+}
+
+std::pair<Tensor, Tensor> MoeBlock::expert_weights() const {
+  if (!padded_width_) return {p_.gate_up.value, p_.down.value};
+  return {up_padded_, down_padded_};
+}
+
+void MoeBlock::add_gate_up_weight_grad(const Tensor& dgate_up) const {
+  if (!p_.gate_up.grad.defined()) return;
+  if (!padded_width_) {
+    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad, /*accumulate=*/true);
+    return;
+  }
+  Tensor padded = Tensor::empty(up_padded_.shape(), p_.gate_up.grad.dtype(), Device::cuda());
+  ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, padded, /*accumulate=*/false);
+  add_cut_expert_rows(padded, p_.gate_up.grad);
+}
+
+void MoeBlock::add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated) const {
+  if (!padded_width_) {
+    ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
+    return;
+  }
+  Tensor padded = Tensor::empty(down_padded_.shape(), p_.down.grad.dtype(), Device::cuda());
+  ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, padded, /*accumulate=*/false);
+  add_cut_expert_columns(padded, p_.down.grad);
 }
 
 void MoeBlock::add_expert_bias(const Param& bias, const Tensor& rows) const {
@@ -58,8 +90,13 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   const Tensor& token_valid = context.batch.token_valid;
   const AuxLossSums& aux = context.aux;
   const int64_t tokens = h.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
-  const int64_t first = p_.gate_up.value.size(1), inner = activated_width(spec_.experts, first);
-  const int64_t width = p_.down.value.size(1);  // the experts' rows: the latent width, else hidden
+  if (padded_width_) {
+    up_padded_ = pad_expert_rows(p_.gate_up.value, padded_width_);
+    down_padded_ = pad_expert_columns(p_.down.value, padded_width_);
+  }
+  const auto [up, down] = expert_weights();
+  const int64_t first = up.size(1), inner = activated_width(spec_.experts, first);
+  const int64_t width = down.size(1);  // the experts' rows: the latent width, else hidden
   PhaseScope phase("moe.router");
   input_ = h;
   Tensor normed = device_like(h.shape());
@@ -110,13 +147,13 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   normed = Tensor();
   const int64_t rows = dispatched_.rows.size(0);
   gate_up_out_ = device_like({rows, first});
-  ops::cuda::grouped_matmul(dispatched_.rows, p_.gate_up.value, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
+  ops::cuda::grouped_matmul(dispatched_.rows, up, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
   add_expert_bias(p_.gate_up_bias, gate_up_out_);
   expert_lora_.gate_up_forward(dispatched_.rows, dispatched_.offsets, gate_up_out_);
   Tensor activated = device_like({rows, inner});
   activation_forward(spec_.experts, gate_up_out_, activated);
   expert_out_ = device_like({rows, width});
-  ops::cuda::grouped_matmul(activated, p_.down.value, /*transpose_w=*/true, dispatched_.offsets, expert_out_);
+  ops::cuda::grouped_matmul(activated, down, /*transpose_w=*/true, dispatched_.offsets, expert_out_);
   add_expert_bias(p_.down_bias, expert_out_);
   expert_lora_.down_forward(activated, dispatched_.offsets, expert_out_);
   activated = Tensor();
@@ -142,8 +179,9 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   const Tensor& token_valid = context.batch.token_valid;
   const double aux_scale = context.aux_scale;
   const int64_t tokens = dout.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;
-  const int64_t first = p_.gate_up.value.size(1), inner = activated_width(spec_.experts, first);
-  const int64_t hidden = dout.size(1), width = p_.down.value.size(1), rows = dispatched_.rows.size(0);
+  const auto [up, down] = expert_weights();
+  const int64_t first = up.size(1), inner = activated_width(spec_.experts, first);
+  const int64_t hidden = dout.size(1), width = down.size(1), rows = dispatched_.rows.size(0);
   PhaseScope phase("moe.combine.bwd");
   Tensor dcombined = dout;  // d(the experts' weighted sum)
   if (p_.latent_out.defined()) {
@@ -167,11 +205,11 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     if (!p_.down.grad.defined()) return;
     Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
     activation_forward(spec_.experts, gate_up_out_, activated);
-    ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
+    add_down_weight_grad(dexpert_out, activated);
   };
   if (!overlap) down_weight_gradient();
   Tensor dactivated = device_like({rows, inner});
-  ops::cuda::grouped_matmul(dexpert_out, p_.down.value, /*transpose_w=*/false, dispatched_.offsets, dactivated);
+  ops::cuda::grouped_matmul(dexpert_out, down, /*transpose_w=*/false, dispatched_.offsets, dactivated);
   if (expert_lora_.on_down()) {
     Tensor activated = device_like({rows, inner});  // recomputed, as for the weight gradient
     activation_forward(spec_.experts, gate_up_out_, activated);
@@ -184,12 +222,10 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   dactivated = Tensor();
   if (!overlap) {
     gate_up_out_ = Tensor();
-    if (p_.gate_up.grad.defined())
-      ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
-                                            /*accumulate=*/true);
+    add_gate_up_weight_grad(dgate_up);
   }
   Tensor drows = device_like({rows, width});
-  ops::cuda::grouped_matmul(dgate_up, p_.gate_up.value, /*transpose_w=*/false, dispatched_.offsets, drows);
+  ops::cuda::grouped_matmul(dgate_up, up, /*transpose_w=*/false, dispatched_.offsets, drows);
   expert_lora_.gate_up_backward(dgate_up, dispatched_.rows, dispatched_.offsets, drows);
   phase.next("moe.dispatch.bwd");
   dispatcher_->begin_dispatch_backward(drows);
@@ -197,9 +233,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   if (overlap) {
     phase.next("moe.experts.bwd");
     down_weight_gradient();
-    if (p_.gate_up.grad.defined())
-      ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
-                                            /*accumulate=*/true);
+    add_gate_up_weight_grad(dgate_up);
     dexpert_out = gate_up_out_ = Tensor();
     phase.next("moe.dispatch.bwd");
   }
@@ -258,6 +292,7 @@ size_t MoeBlock::stash_bytes() const {
 
 void MoeBlock::clear_stash() {
   input_ = logits_ = expert_ids_ = weights_ = gate_up_out_ = expert_out_ = latent_combined_ = Tensor();
+  up_padded_ = down_padded_ = Tensor();
   shared_gate_up_ = shared_out_ = shared_gate_logits_ = Tensor();
   dispatched_ = {};
   dispatcher_->clear();

@@ -36,6 +36,12 @@ class MoeBlock {
   void clear_stash();
 
  private:
+  // The experts' up (gate_up) and down weights as the grouped GEMMs take them: the parameters, or their padded
+  // copies (model/cuda/padded_experts.h) for relu² experts whose width is not a multiple of 8.
+  std::pair<Tensor, Tensor> expert_weights() const;
+  // The experts' weight gradients (accumulated into the parameters', cut back from the padded width if padded).
+  void add_gate_up_weight_grad(const Tensor& dgate_up) const;
+  void add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated) const;
   // rows [R, N] += bias[e] per expert group (GPT-OSS); nothing when the bias is absent.
   void add_expert_bias(const Param& bias, const Tensor& rows) const;
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows
@@ -61,6 +67,8 @@ class MoeBlock {
   Tensor shared_out_;        // its output [T, H], read by the gate's backward
   Tensor shared_gate_logits_;  // F32 [T, 1]
   Tensor layer_counts_, layer_prob_sums_;
+  int64_t padded_width_ = 0;       // relu² experts run at this width (a multiple of 8); 0: unpadded
+  Tensor up_padded_, down_padded_;  // their padded weights, from the forward to the backward (not a stash)
 };
 
 }  // namespace moetune::model::cuda
