@@ -158,18 +158,13 @@ __device__ __forceinline__ float carried(const HeadRows& hr, int i) { return hr.
 // Weight of row j in the chunk's end state: e^{cs_end − cs_j} when j is in the end row's document, else 0.
 __device__ __forceinline__ float to_end(const HeadRows& hr, int j) { return decay(hr, hr.count - 1, j); }
 
-// How a tensor-core product rounds its fp32 operands: 3xTF32 (fp32 accuracy; what the sums of many signed terms
-// in the dt gradient need) or plain TF32 (a third of the MMAs; 2^-11 relative per operand, ample for products
-// that are written out in bf16 as they are: the forward's y, dB and dC).
-enum class Precision { kSplitTf32, kTf32 };
-
 // Per-warp staging of a 16×16 fp32 accumulator tile, at the start of every kernel's shared memory.
 constexpr int kStageFloats = (kThreads / 32) * 256;
 
 // The tensor-core path of tile_matmul: the fp32 shared operands split into TF32 pairs (3xTF32), fp32
 // accumulation, one warp per 16×16 output tile; the tile goes through the warp's staging area so that visit sees
 // plain elements. Slot (the `tn` of visit) is 2·(tile column) + the lane's half of the row.
-template <Precision kPrecision, typename LayoutA, typename LayoutB, typename Visit>
+template <typename LayoutA, typename LayoutB, typename Visit>
 __device__ void wmma_matmul(int M, int N, int K, const float* a, int lda, const float* b, int ldb, float* stage,
                             Visit visit) {
   using namespace nvcuda;
@@ -186,31 +181,23 @@ __device__ void wmma_matmul(int M, int N, int K, const float* a, int lda, const 
       wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb, fb_low;
       wmma::load_matrix_sync(fa, kRowA ? a + m0 * lda + k : a + m0 + k * lda, lda);
       wmma::load_matrix_sync(fb, kRowB ? b + k * ldb + n0 : b + k + n0 * ldb, ldb);
-      if constexpr (kPrecision == Precision::kTf32) {
+      // 3xTF32: each operand as a TF32 high part plus a TF32 remainder, the remainders' product dropped; fp32
+      // accuracy (the sums of many signed terms in the dt gradient lose too much with plain TF32).
 #pragma unroll
-        for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
-#pragma unroll
-        for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
-        wmma::mma_sync(acc, fa, fb, acc);
-      } else {
-        // 3xTF32: each operand as a TF32 high part plus a TF32 remainder, the remainders' product dropped; fp32
-        // accuracy (the sums of many signed terms in the dt gradient lose too much with plain TF32).
-#pragma unroll
-        for (int i = 0; i < fa.num_elements; ++i) {
-          const float high = wmma::__float_to_tf32(fa.x[i]);
-          fa_low.x[i] = wmma::__float_to_tf32(fa.x[i] - high);
-          fa.x[i] = high;
-        }
-#pragma unroll
-        for (int i = 0; i < fb.num_elements; ++i) {
-          const float high = wmma::__float_to_tf32(fb.x[i]);
-          fb_low.x[i] = wmma::__float_to_tf32(fb.x[i] - high);
-          fb.x[i] = high;
-        }
-        wmma::mma_sync(acc, fa_low, fb, acc);
-        wmma::mma_sync(acc, fa, fb_low, acc);
-        wmma::mma_sync(acc, fa, fb, acc);
+      for (int i = 0; i < fa.num_elements; ++i) {
+        const float high = wmma::__float_to_tf32(fa.x[i]);
+        fa_low.x[i] = wmma::__float_to_tf32(fa.x[i] - high);
+        fa.x[i] = high;
       }
+#pragma unroll
+      for (int i = 0; i < fb.num_elements; ++i) {
+        const float high = wmma::__float_to_tf32(fb.x[i]);
+        fb_low.x[i] = wmma::__float_to_tf32(fb.x[i] - high);
+        fb.x[i] = high;
+      }
+      wmma::mma_sync(acc, fa_low, fb, acc);
+      wmma::mma_sync(acc, fa, fb_low, acc);
+      wmma::mma_sync(acc, fa, fb, acc);
     }
     wmma::store_matrix_sync(tile, acc, 16, wmma::mem_row_major);
     __syncwarp();
@@ -227,7 +214,7 @@ __device__ void wmma_matmul(int M, int N, int K, const float* a, int lda, const 
 // On the tensor cores when the product is whole 16×16×8 tiles of row- or column-major operands with 16-byte
 // aligned rows; else on the CUDA cores in 4×4 register tiles holding m = tm + r·⌈M/4⌉ and n = tn + r·⌈N/4⌉ (slot
 // tn), so that a warp reads consecutive columns of b (no bank conflicts) and few rows of a (broadcasts).
-template <Precision kPrecision = Precision::kSplitTf32, typename Visit>
+template <typename Visit>
 __device__ void tile_matmul(int M, int N, int K, const float* a, int am, int ak, const float* b, int bk, int bn,
                             float* stage, Visit visit) {
   using namespace nvcuda;
@@ -237,12 +224,10 @@ __device__ void tile_matmul(int M, int N, int K, const float* a, int am, int ak,
                             lda % 4 == 0 && ldb % 4 == 0 && reinterpret_cast<uintptr_t>(a) % 32 == 0 &&
                             reinterpret_cast<uintptr_t>(b) % 32 == 0;
   if (tensor_cores) {
-    using Row = wmma::row_major;
-    using Col = wmma::col_major;
-    if (a_row && b_row) wmma_matmul<kPrecision, Row, Row>(M, N, K, a, lda, b, ldb, stage, visit);
-    else if (a_row) wmma_matmul<kPrecision, Row, Col>(M, N, K, a, lda, b, ldb, stage, visit);
-    else if (b_row) wmma_matmul<kPrecision, Col, Row>(M, N, K, a, lda, b, ldb, stage, visit);
-    else wmma_matmul<kPrecision, Col, Col>(M, N, K, a, lda, b, ldb, stage, visit);
+    if (a_row && b_row) wmma_matmul<wmma::row_major, wmma::row_major>(M, N, K, a, lda, b, ldb, stage, visit);
+    else if (a_row) wmma_matmul<wmma::row_major, wmma::col_major>(M, N, K, a, lda, b, ldb, stage, visit);
+    else if (b_row) wmma_matmul<wmma::col_major, wmma::row_major>(M, N, K, a, lda, b, ldb, stage, visit);
+    else wmma_matmul<wmma::col_major, wmma::col_major>(M, N, K, a, lda, b, ldb, stage, visit);
     return;
   }
   const int mq = (M + 3) / 4, nq = (N + 3) / 4;
@@ -483,7 +468,7 @@ __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Str
   auto* out = static_cast<bf16*>(y.data);
   if (!kDot) {
     const float skip = param(in.d, in.params_bf16, h);
-    tile_matmul<Precision::kTf32>(L, P, K, lhs, K, 1, rhs, P, 1, stage, [&](int i, int p, int, float v) {
+    tile_matmul(L, P, K, lhs, K, 1, rhs, P, 1, stage, [&](int i, int p, int, float v) {
       const int64_t n = ch.first + i;
       out[n * y.ld + h * P + p] = from_float<bf16>(v + skip * bf(in.x, n, h * P + p));
     });
@@ -585,7 +570,7 @@ __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stride
   fill(L * P, [&](int e) { return kForB ? grad(e / P, e % P) : u(e / P, e % P); },
        [&](int e, float v) { rhs[(e % P) * L + e / P] = v; });
   __syncthreads();
-  tile_matmul<Precision::kTf32>(L, L, P, lhs + L, K, 1, rhs, L, 1, stage, [&](int r, int q, int, float v) {
+  tile_matmul(L, L, P, lhs + L, K, 1, rhs, L, 1, stage, [&](int r, int q, int, float v) {
     lhs[r * K + q] = (kForB ? decay(hr, q, r) : decay(hr, r, q)) * v;
   });
   __syncthreads();
@@ -601,7 +586,7 @@ __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stride
   fill(P * S, [&](int e) { return state[e]; }, [&](int e, float v) { rhs[L * S + e] = v; });
   __syncthreads();
   float* out = kForB ? s.db_head : s.dc_head;
-  tile_matmul<Precision::kTf32>(L, S, K, lhs, K, 1, rhs, S, 1, stage, [&](int r, int k, int, float v) {
+  tile_matmul(L, S, K, lhs, K, 1, rhs, S, 1, stage, [&](int r, int k, int, float v) {
     out[((ch.first + r) * d.heads + h) * S + k] = v;
   });
 }
