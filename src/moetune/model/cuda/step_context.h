@@ -14,16 +14,32 @@ struct AuxLossSums {
   Tensor counts, prob_sums;
 };
 
+// What LoRA's dropout needs to know of a forward pass: whether it applies (training steps only, as in PEFT's train
+// mode), and whether this pass repeats the last one's masks (a recomputed forward) or draws new ones.
+struct LoraPass {
+  bool training = false;
+  bool repeat = false;
+};
+
 struct StepContext {
   const DeviceBatch& batch;
   AuxLossSums aux;         // undefined without the aux loss
   double aux_rows = 0;     // rows counted over all MoE layers
   double aux_scale = 0;    // d(loss)/d(aux loss), set before the backward walk; 0 without the aux loss
 
+  KvCache* kv_cache = nullptr;  // generation: attention reads and extends the sequence's keys and values
+  bool training = false;        // a training step (forward_backward): LoRA dropout applies
+  bool recomputed = false;      // a forward pass run again in the backward pass: LoRA dropout repeats its masks
+
   // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux
   // sums, so that the MoE layer does not count its routing twice.
-  StepContext recomputing() const { return StepContext{batch}; }
-  KvCache* kv_cache = nullptr;  // generation: attention reads and extends the sequence's keys and values
+  StepContext recomputing() const {
+    StepContext again{batch};
+    again.training = training;
+    again.recomputed = true;
+    return again;
+  }
+  LoraPass lora_pass() const { return {training, recomputed}; }
 };
 
 }  // namespace moetune::model::cuda

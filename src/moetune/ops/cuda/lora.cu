@@ -51,6 +51,20 @@ __global__ void add_grouped_to_expert_b_kernel(const uint16_t* __restrict__ grou
   }
 }
 
+// The mask is a pure function of (key, i): no state, so the backward pass and a recomputed forward regenerate it.
+__global__ void lora_dropout_apply_kernel(const uint16_t* __restrict__ x, LoraDropout dropout, uint16_t* __restrict__ out,
+                                          int64_t n) {
+  MOETUNE_GRID_STRIDE(i, n) out[i] = f32_to_bf16(dropout.apply(uint64_t(i), bf16_to_f32(x[i])));
+}
+
+__global__ void lora_dropout_add_kernel(const uint16_t* __restrict__ src, LoraDropout dropout, uint16_t* __restrict__ dst,
+                                        int64_t n) {
+  MOETUNE_GRID_STRIDE(i, n) {
+    const float dropped = dropout.apply(uint64_t(i), bf16_to_f32(src[i]));
+    dst[i] = f32_to_bf16(bf16_to_f32(dst[i]) + dropped);
+  }
+}
+
 #undef MOETUNE_GRID_STRIDE
 
 }  // namespace
@@ -86,6 +100,20 @@ cudaError_t launch_add_grouped_to_expert_b(const void* grouped, float scale, voi
   if (n == 0) return cudaSuccess;
   add_grouped_to_expert_b_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
       static_cast<const uint16_t*>(grouped), scale, static_cast<uint16_t*>(packed), experts, out, rank);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_lora_dropout_apply(const void* x, LoraDropout dropout, void* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  lora_dropout_apply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), dropout,
+                                                                    static_cast<uint16_t*>(out), n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_lora_dropout_add(const void* src, LoraDropout dropout, void* dst, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  lora_dropout_add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(src), dropout,
+                                                                  static_cast<uint16_t*>(dst), n);
   return cudaGetLastError();
 }
 
