@@ -36,13 +36,12 @@ LoraLinear LoraLinear::lookup(const ParameterStore& store, const std::string& we
   return lora;
 }
 
-void LoraLinear::forward(const Tensor& x, const Tensor& y, bool training) {
+void LoraLinear::forward(const Tensor& x, const Tensor& y, bool training, uint64_t draw) {
   for (Adapter& adapter : adapters_) {
-    adapter.dropout = training ? ops::lora_dropout(dropout_, seed_, adapter.piece.module, draws_) : ops::LoraDropout{};
+    adapter.dropout = training ? ops::lora_dropout(dropout_, seed_, adapter.piece.module, draw) : ops::LoraDropout{};
     const Tensor input = adapter.dropout.active() ? ops::lora_dropout_apply(x, adapter.dropout) : x;
     adapter.u = ops::lora_forward(input, adapter.piece.a.value, adapter.piece.b.value, scale_, y, adapter.piece.first_column);
   }
-  if (training) ++draws_;
 }
 
 void LoraLinear::backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {

@@ -31,8 +31,8 @@ class LoraLinear {
 
   bool empty() const { return adapters_.empty(); }
   // Dropout applies only when `training` (a training step; evaluation and generation run without it, as PEFT's
-  // eval mode does); each training forward is the adapters' next draw of masks (ops/lora_dropout.h), as on the GPU.
-  void forward(const Tensor& x, const Tensor& y, bool training);
+  // eval mode does), with the masks of draw `draw` (ops/lora_dropout.h; the model numbers its training forwards).
+  void forward(const Tensor& x, const Tensor& y, bool training, uint64_t draw);
   void backward(const Tensor& dy, const Tensor& x, const Tensor& dx);
   size_t stash_bytes() const;
   void clear_stash();
@@ -45,7 +45,7 @@ class LoraLinear {
   };
   std::vector<Adapter> adapters_;
   double scale_ = 0, dropout_ = 0;
-  uint64_t seed_ = 0, draws_ = 0;  // draws_: training forwards so far
+  uint64_t seed_ = 0;
 };
 
 }  // namespace moetune::model

@@ -1,6 +1,6 @@
 // LoRA dropout (PEFT's nn.Dropout on an adapter's input: lora_B(lora_A(dropout(x))) · scale) with a counter-based
-// mask: element i of draw `draw` of module `module` is kept when a hash of (seed, module, draw, i) clears a
-// threshold. Nothing is stored and nothing depends on the order of evaluation, so the CPU engine, a GPU kernel and
+// mask: element i of draw `draw` (the step and micro-batch) of module `module` (the adapter's name) is kept when a
+// hash of (seed, module, draw, i) clears a threshold. Nothing is stored and nothing depends on the order of evaluation, so the CPU engine, a GPU kernel and
 // a recomputed forward pass (training.recompute) all see the same mask, and the backward pass regenerates it
 // instead of keeping it. Kept values are scaled by 1/(1-p) as torch's dropout does. The masks are not torch's
 // (no bitwise parity with PEFT is possible with any RNG but torch's own), only the same distribution.
@@ -40,8 +40,8 @@ inline uint64_t lora_module_id(std::string_view name) {
   return h;
 }
 
-// Draw `draw` (the module's count of training forward passes before this one) of module `module` at rate p;
-// inactive when p is 0.
+// Draw `draw` (the engines number a step's training forwards step·2²⁰ + micro-batch) of module `module` at
+// rate p; inactive when p is 0.
 inline LoraDropout lora_dropout(double p, uint64_t seed, uint64_t module, uint64_t draw) {
   LoraDropout d;
   if (!(p > 0)) return d;

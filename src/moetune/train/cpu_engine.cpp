@@ -56,6 +56,8 @@ class CpuEngine final : public TrainingEngine {
   const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cpu(); }
 
+  // LoRA dropout's masks follow the step (and the micro-batch within it), so a resumed run draws the same ones.
+  void begin_step(int64_t, double) override { model_.set_lora_draw(uint64_t(optimizer_steps()) << 20); }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override { return model_.forward_backward(batch); }
   model::CausalLMOutput evaluate(const model::Batch& batch) override { return model_.loss(batch); }
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }

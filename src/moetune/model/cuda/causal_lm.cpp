@@ -99,6 +99,7 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   const bool with_aux = wants_aux(batch);
   StepContext context{device_batch};
   context.training = true;
+  context.lora_draw = lora_draw_++;
   Forward f;
   {
     const PhaseScope phase("layers");

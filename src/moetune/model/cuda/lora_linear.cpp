@@ -35,9 +35,7 @@ std::vector<ops::cuda::StackedPiece> LoraLinear::stacked_pieces() const {
 }
 
 void LoraLinear::forward(const Tensor& x, const Tensor& y, LoraPass pass) {
-  // A recomputed forward repeats the draw its first pass made (the one before the count moved on).
-  const bool draws = pass.training && dropout_ > 0 && !(pass.repeat && draws_ == 0);
-  const uint64_t draw = pass.repeat ? draws_ - 1 : draws_;
+  const bool draws = pass.training && dropout_ > 0;
   stacked_u_ = Tensor();
   if (!draws && stackable()) {
     const std::vector<ops::cuda::StackedPiece> pieces = stacked_pieces();
@@ -45,15 +43,13 @@ void LoraLinear::forward(const Tensor& x, const Tensor& y, LoraPass pass) {
     stacked_u_ = ops::cuda::lora_stacked_forward(x, ops::cuda::stack_a(pieces), ops::cuda::block_diagonal_b(pieces, width),
                                                  scale_, y);
     for (Adapter& adapter : adapters_) adapter.dropout = {};
-    if (pass.training && !pass.repeat) ++draws_;
     return;
   }
   for (Adapter& adapter : adapters_) {
-    adapter.dropout = draws ? ops::lora_dropout(dropout_, seed_, adapter.piece.module, draw) : ops::LoraDropout{};
+    adapter.dropout = draws ? ops::lora_dropout(dropout_, seed_, adapter.piece.module, pass.draw) : ops::LoraDropout{};
     const Tensor input = adapter.dropout.active() ? ops::cuda::lora_dropout_apply(x, adapter.dropout) : x;
     adapter.u = ops::cuda::lora_forward(input, adapter.piece.a.value, adapter.piece.b.value, scale_, y, adapter.piece.first_column);
   }
-  if (pass.training && !pass.repeat) ++draws_;
 }
 
 void LoraLinear::backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {

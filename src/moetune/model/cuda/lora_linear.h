@@ -2,9 +2,9 @@
 // the block calls forward(x, y), which adds scale · (x Aᵀ) Bᵀ into each adapted piece's columns of y (q, k and v
 // of the fused qkv weight each have their own A and B, as PEFT's q_proj/k_proj/v_proj do); backward adds their
 // part of d(x) and accumulates dA, dB. Keeps u = dropout(x) Aᵀ ([T, r], bf16) per adapter for the backward pass.
-// LoRA dropout (training steps only) uses the counter-based masks of ops/lora_dropout.h, the CPU engine's: each
-// training forward is the adapters' next draw, a recomputed forward repeats the last one, and the backward pass
-// regenerates the mask from its key instead of keeping it. Several adapters on one input without dropout (q, k, v)
+// LoRA dropout (training steps only) uses the counter-based masks of ops/lora_dropout.h, the CPU engine's: the
+// pass names its draw (a recomputed forward its first pass's), and the backward pass regenerates the mask from
+// its key instead of keeping it. Several adapters on one input without dropout (q, k, v)
 // run as one stacked product (ops/cuda/lora_stacked.h), keeping one u [T, n·r]. A projection without adapters
 // costs nothing.
 #pragma once
@@ -41,7 +41,7 @@ class LoraLinear {
   std::vector<Adapter> adapters_;
   Tensor stacked_u_;  // x A_stackᵀ of the last forward when it ran stacked (then the adapters' u are undefined)
   double scale_ = 0, dropout_ = 0;
-  uint64_t seed_ = 0, draws_ = 0;  // draws_: training forwards so far, recomputed ones not counted
+  uint64_t seed_ = 0;
 };
 
 // The adapters on a SwiGLU MLP's two weights ("<prefix>gate_up", "<prefix>down").

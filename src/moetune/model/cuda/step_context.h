@@ -15,10 +15,10 @@ struct AuxLossSums {
 };
 
 // What LoRA's dropout needs to know of a forward pass: whether it applies (training steps only, as in PEFT's train
-// mode), and whether this pass repeats the last one's masks (a recomputed forward) or draws new ones.
+// mode), and with which masks.
 struct LoraPass {
   bool training = false;
-  bool repeat = false;
+  uint64_t draw = 0;  // which masks (ops/lora_dropout.h): a recomputed forward has its first pass's
 };
 
 struct StepContext {
@@ -29,17 +29,17 @@ struct StepContext {
 
   KvCache* kv_cache = nullptr;  // generation: attention reads and extends the sequence's keys and values
   bool training = false;        // a training step (forward_backward): LoRA dropout applies
-  bool recomputed = false;      // a forward pass run again in the backward pass: LoRA dropout repeats its masks
+  uint64_t lora_draw = 0;       // with these masks, the same in a recomputed forward
 
   // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux
   // sums, so that the MoE layer does not count its routing twice.
   StepContext recomputing() const {
     StepContext again{batch};
     again.training = training;
-    again.recomputed = true;
+    again.lora_draw = lora_draw;
     return again;
   }
-  LoraPass lora_pass() const { return {training, recomputed}; }
+  LoraPass lora_pass() const { return {training, lora_draw}; }
 };
 
 }  // namespace moetune::model::cuda
