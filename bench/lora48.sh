@@ -74,8 +74,12 @@ if [ "${HF:-1}" = 1 ]; then
   echo "  rc=$?"; grep -E '^step|status' "$out/hf_peft.log" | cut -c1-300 | tail -7
 fi
 mark "done"
-python3 $here/lora_table.py --hf "$out/hf_peft.json" ${HF_REFERENCE:+--hf-reference "$HF_REFERENCE"} \
-  --moetune "moetune LoRA (recompute experts, the last ${KEEP:-10} layers kept)=$out/lora_keep.metrics.jsonl" \
-  "moetune LoRA (recompute ${RECOMPUTE:-experts})=$out/lora.metrics.jsonl" \
-  "moetune QLoRA, NF4 base (recompute ${QLORA_RECOMPUTE:-full})=$out/qlora.metrics.jsonl" \
-  "moetune QLoRA, int8 AdamW state, update in backward, no clipping (recompute full)=$out/qlora_lean.metrics.jsonl" | tee "$out/table.md"
+declare -A label=(
+  [lora_keep]="moetune LoRA (recompute experts, the last ${KEEP:-10} layers kept)"
+  [lora]="moetune LoRA (recompute ${RECOMPUTE:-experts})"
+  [qlora]="moetune QLoRA, NF4 base (recompute ${QLORA_RECOMPUTE:-full})"
+  [qlora_lean]="moetune QLoRA, int8 AdamW state, update in backward, no clipping (recompute full)")
+rows=()
+for run in ${RUNS:-qlora lora_keep lora qlora_lean}; do [ -n "${label[$run]:-}" ] && rows+=("${label[$run]}=$out/$run.metrics.jsonl"); done
+python3 $here/lora_table.py --hf "$out/hf_peft.json" ${HF_REFERENCE:+--hf-reference "$HF_REFERENCE"} --moetune "${rows[@]}" |
+  tee "$out/table.md"
