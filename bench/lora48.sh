@@ -21,7 +21,7 @@ trap 'rm -rf "$shm" "$scratch/shards"' EXIT
 start=$(date +%s)
 mark() { echo "[$(($(date +%s) - start)) s] $*"; }
 
-if ! python3 -c "import peft" 2>/dev/null && [ -n "${PEFT_WHEELS:-}" ]; then
+if [ -n "${PEFT_WHEELS:-}" ] && ! python3 -c "import peft" 2>/dev/null; then  # the import alone takes ~15 s
   mkdir -p /tmp/peft-site
   for w in "$PEFT_WHEELS"/*.whl; do
     name=$(basename "$w" | cut -d- -f1)
