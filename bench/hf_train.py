@@ -13,6 +13,11 @@ from_pretrained(..., experts_implementation="grouped_mm" | "eager").
 Lines of DATA are read in file order, micro-batch after micro-batch (wrapping around), each cut to --seq tokens,
 with labels = input_ids: the same tokens moetune sees with data.shuffle off and packing off.
 
+--liger: HF + Liger kernels as Liger's users run it: its RoPE, RMSNorm and fused linear cross-entropy patched into the
+model's family (liger_kernel 0.8.5, `apply_liger_kernel_to_<model_type>`); Liger's SwiGLU stays off, since on
+transformers v5 it replaces the grouped_mm experts with its own (the run keeps --experts). The loss is the same
+cross-entropy (plus the same aux term): the fused kernel only never holds the logits.
+
 --fsdp (under torchrun, one process per GPU): FSDP2, `fully_shard` on every decoder layer and on the model
 (the recipe of transformers' and PyTorch's FSDP2 examples); each rank trains its own micro-batches (rank r takes
 every world-th one); tokens/s are per GPU and the peak memory is the largest over the ranks; rank 0 writes.
@@ -114,6 +119,21 @@ def watch_mamba2_paths() -> dict:
     return calls
 
 
+def apply_liger(model_dir: Path) -> list:
+    """Patches Liger's kernels into the model's family before it is built; returns the kernels patched."""
+    import inspect
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+    model_type = json.loads((model_dir / "config.json").read_text())["model_type"]
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
+    if apply is None:
+        raise SystemExit(f"--liger: liger_kernel has no kernels for model_type {model_type!r}")
+    wanted = dict(rope=True, rms_norm=True, fused_linear_cross_entropy=True, cross_entropy=False, swiglu=False)
+    accepted = inspect.signature(apply).parameters
+    options = {name: value for name, value in wanted.items() if name in accepted}
+    apply(**options)
+    return [name for name, value in options.items() if value]
+
+
 def synchronize(device: str):
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -188,6 +208,7 @@ def main() -> int:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (compile time is in warm-up)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun ranks")
+    parser.add_argument("--liger", action="store_true", help="Liger's RoPE, RMSNorm and fused linear cross-entropy")
     args = parse_job_arguments(parser)
     rank, world = 0, 1
     if args.fsdp:
@@ -197,14 +218,16 @@ def main() -> int:
         local = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local)
         args.device = f"cuda:{local}"
-    label = args.label or f"HF {args.experts}" + (" + compile" if args.compile else "") + (f" + FSDP2 x{world}" if args.fsdp else "")
+    liger_kernels = apply_liger(args.model_dir) if args.liger else []
+    label = args.label or (f"HF {args.experts}" + (" + Liger" if args.liger else "") + (" + compile" if args.compile else "")
+                           + (f" + FSDP2 x{world}" if args.fsdp else ""))
     flops = flops_per_token_from_folder(args.model_dir, args.seq)
     tokens_per_step = args.micro_batch * args.seq
     result = {"label": label, "runner": "hf", "status": "running", "model_dir": str(args.model_dir),
               "data": str(args.data), "experts_implementation": args.experts, "compile": args.compile,
               "device": args.device, "micro_batch": args.micro_batch, "seq": args.seq, "steps": args.steps,
               "warmup": args.warmup, "lr": args.lr, "max_grad_norm": args.max_grad_norm,
-              "tokens_per_step": tokens_per_step, **flops,
+              "tokens_per_step": tokens_per_step, **flops, "liger_kernels": liger_kernels,
               "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
     if args.device.startswith("cuda"):
         result["device_name"] = torch.cuda.get_device_name()

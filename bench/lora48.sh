@@ -7,6 +7,8 @@
 # built from the config on the GPU, gradient checkpointing). Each part timed; the table at the end
 # (bench/lora_table.py). The weights are removed at the end (they live in RAM).
 #   OUT=dir MOETUNE=path bench/lora48.sh        (PEFT_WHEELS=dir of wheels if peft is missing)
+# RUNS picks moetune's runs, in order (default "qlora lora_keep lora qlora_lean"); HF=0 skips HF + PEFT, and
+# HF_REFERENCE="TOKENS_PER_S,PEAK_GB,LABEL" puts an earlier HF + PEFT measurement in the table instead.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/lora48-out}
@@ -19,7 +21,7 @@ trap 'rm -rf "$shm" "$scratch/shards"' EXIT
 start=$(date +%s)
 mark() { echo "[$(($(date +%s) - start)) s] $*"; }
 
-if ! python3 -c "import peft" 2>/dev/null && [ -n "${PEFT_WHEELS:-}" ]; then
+if [ -n "${PEFT_WHEELS:-}" ] && ! python3 -c "import peft" 2>/dev/null; then  # the import alone takes ~15 s
   mkdir -p /tmp/peft-site
   for w in "$PEFT_WHEELS"/*.whl; do
     name=$(basename "$w" | cut -d- -f1)
@@ -49,24 +51,35 @@ run_moetune() {  # LABEL RECOMPUTE QUANTIZE [more finetune arguments]
   grep -A16 '^profile' "$out/$label.log" | head -18
   cp "$scratch/$label/metrics.jsonl" "$out/$label.metrics.jsonl" 2>/dev/null
 }
-run_moetune qlora "${QLORA_RECOMPUTE:-full}" nf4
-# LoRA with the experts recomputed, the last KEEP layers keeping their stash (the memory left under HF + PEFT's
-# peak spent on speed), then without keeping any, and QLoRA at its leanest, as time allows.
-run_moetune lora_keep "${RECOMPUTE:-experts}" none --set training.recompute_keep_layers=${KEEP:-10}
 elapsed() { echo $(($(date +%s) - start)); }
-[ $(elapsed) -lt ${LORA_BEFORE:-175} ] && run_moetune lora "${RECOMPUTE:-experts}" none
-# 8-bit AdamW state and the update in the backward pass (so no clipping, which needs every gradient first): the
-# adapters' optimizer state and gradients are most of what is left beside the NF4 base.
-[ $(elapsed) -lt ${LEAN_BEFORE:-215} ] &&
-  run_moetune qlora_lean full nf4 --set optimizer.state=int8 --set optimizer.update_in_backward=on --set optimizer.max_grad_norm=0
+for run in ${RUNS:-qlora lora_keep lora qlora_lean}; do
+  case $run in
+    qlora) run_moetune qlora "${QLORA_RECOMPUTE:-full}" nf4 ;;
+    # LoRA with the experts recomputed, the last KEEP layers keeping their stash (the memory left under HF +
+    # PEFT's peak spent on speed), then without keeping any, and QLoRA at its leanest, as time allows.
+    lora_keep) run_moetune lora_keep "${RECOMPUTE:-experts}" none --set training.recompute_keep_layers=${KEEP:-10} ;;
+    lora) [ $(elapsed) -lt ${LORA_BEFORE:-175} ] && run_moetune lora "${RECOMPUTE:-experts}" none ;;
+    # 8-bit AdamW state and the update in the backward pass (so no clipping, which needs every gradient first):
+    # the adapters' optimizer state and gradients are most of what is left beside the NF4 base.
+    qlora_lean) [ $(elapsed) -lt ${LEAN_BEFORE:-215} ] &&
+      run_moetune qlora_lean full nf4 --set optimizer.state=int8 --set optimizer.update_in_backward=on --set optimizer.max_grad_norm=0 ;;
+    *) echo "lora48.sh: unknown run '$run'" >&2 ;;
+  esac
+done
 rm -rf "$shm" "$scratch/shards"
-mark "HF + PEFT"
-timeout -s KILL ${HF_LIMIT:-120} python3 $here/peft_train.py --layers 48 --seq 4096 --steps ${HF_STEPS:-5} --warmup 2 --rank 16 --alpha 32 \
-  --json "$out/hf_peft.json" > "$out/hf_peft.log" 2>&1
-echo "  rc=$?"; grep -E '^step|status' "$out/hf_peft.log" | cut -c1-300 | tail -7
+if [ "${HF:-1}" = 1 ]; then
+  mark "HF + PEFT"
+  timeout -s KILL ${HF_LIMIT:-120} python3 $here/peft_train.py --layers 48 --seq 4096 --steps ${HF_STEPS:-5} --warmup 2 --rank 16 --alpha 32 \
+    --json "$out/hf_peft.json" > "$out/hf_peft.log" 2>&1
+  echo "  rc=$?"; grep -E '^step|status' "$out/hf_peft.log" | cut -c1-300 | tail -7
+fi
 mark "done"
-python3 $here/lora_table.py --hf "$out/hf_peft.json" \
-  --moetune "moetune LoRA (recompute experts, the last ${KEEP:-10} layers kept)=$out/lora_keep.metrics.jsonl" \
-  "moetune LoRA (recompute ${RECOMPUTE:-experts})=$out/lora.metrics.jsonl" \
-  "moetune QLoRA, NF4 base (recompute ${QLORA_RECOMPUTE:-full})=$out/qlora.metrics.jsonl" \
-  "moetune QLoRA, int8 AdamW state, update in backward, no clipping (recompute full)=$out/qlora_lean.metrics.jsonl" | tee "$out/table.md"
+declare -A label=(
+  [lora_keep]="moetune LoRA (recompute experts, the last ${KEEP:-10} layers kept)"
+  [lora]="moetune LoRA (recompute ${RECOMPUTE:-experts})"
+  [qlora]="moetune QLoRA, NF4 base (recompute ${QLORA_RECOMPUTE:-full})"
+  [qlora_lean]="moetune QLoRA, int8 AdamW state, update in backward, no clipping (recompute full)")
+rows=()
+for run in ${RUNS:-qlora lora_keep lora qlora_lean}; do [ -n "${label[$run]:-}" ] && rows+=("${label[$run]}=$out/$run.metrics.jsonl"); done
+python3 $here/lora_table.py --hf "$out/hf_peft.json" ${HF_REFERENCE:+--hf-reference "$HF_REFERENCE"} --moetune "${rows[@]}" |
+  tee "$out/table.md"

@@ -3,6 +3,7 @@
 the steps after the first two, the allocator's peak) against HF + PEFT (bench/peft_train.py's JSON).
 
     python3 bench/lora_table.py --hf HF.json --moetune LABEL=RUN_DIR|METRICS.jsonl ...
+    --hf-reference "TOKENS_PER_S,PEAK_GB,LABEL" stands in for HF.json when HF + PEFT did not run in this call.
 """
 import argparse
 import json
@@ -32,10 +33,16 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hf", type=Path)
     parser.add_argument("--moetune", nargs="*", default=[])
+    parser.add_argument("--hf-reference", help="TOKENS_PER_S,PEAK_GB,LABEL of an earlier HF + PEFT run")
     args = parser.parse_args()
     rows = []
     hf = None
-    if args.hf and args.hf.exists():
+    if args.hf_reference and not (args.hf and args.hf.exists()):
+        tokens, peak, label = args.hf_reference.split(",", 2)
+        hf = {"label": label, "status": "ok", "tokens_per_second": float(tokens), "step_seconds": 4096 / float(tokens),
+              "peak_bytes": float(peak) * 1e9, "first_loss": float("nan"), "last_loss": float("nan"), "steps": 0}
+        rows.append(hf)
+    elif args.hf and args.hf.exists():
         h = json.loads(args.hf.read_text())
         hf = {"label": f"HF {h.get('transformers', '?')} + PEFT {h.get('peft', '?')} (grouped_mm, gradient checkpointing)",
               "status": h["status"], "tokens_per_second": h.get("tokens_per_second"), "step_seconds": h.get("step_seconds"),

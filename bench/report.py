@@ -3,8 +3,8 @@
 
     python3 bench/report.py OUT/runs.jsonl [--out DIR]
 
-Each line of runs.jsonl names a run: label, runner (hf: hf_train.py's JSON; moetune: its metrics.jsonl),
-routing (balanced / skewed), result and model_config (the model's config.json), both relative to runs.jsonl's
+Each line of runs.jsonl names a run: label, runner (hf and nemo: hf_train.py's or nemo_train.py's JSON; moetune:
+its metrics.jsonl), routing (balanced / skewed), result and model_config (the model's config.json), both relative to runs.jsonl's
 folder, model_dir, seq, micro_batch, warmup, rc, wall_seconds, log.
 For moetune the step time is the median of step_seconds over the steps after warm-up, memory the largest
 gpu_peak_bytes (its allocator's peak) and gpu_device_used_bytes over the steps. Model TFLOP/s use the same
@@ -100,7 +100,7 @@ def main() -> int:
         row = dict(run)
         result = folder / run["result"]
         try:
-            row.update(read_hf(run, result) if run["runner"] == "hf" else read_moetune(run, result))
+            row.update(read_hf(run, result) if run["runner"] in ("hf", "nemo") else read_moetune(run, result))
         except (ValueError, KeyError) as e:
             row["status"] = f"unreadable result: {type(e).__name__}: {e}"
         row.update(flops_per_token(json.loads((folder / run["model_config"]).read_text()), run["seq"]))

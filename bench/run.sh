@@ -3,7 +3,13 @@
 #
 #   bench/run.sh [--quick] [--no-grouped] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
 #                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu]
-#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|nemotron_h]
+#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|nemotron_h] [--peers]
+#
+# --peers: the peers on the balanced model too, each in its fastest configuration that computes HF's loss:
+# HF grouped_mm + Liger kernels (RoPE, RMSNorm, fused linear cross-entropy; bench/hf_train.py --liger), and NVIDIA
+# NeMo AutoModel 0.7.0 on one GPU (bench/nemo_train.py under torchrun, EP 1, its GroupedExperts and compiled
+# attention). Their wheels travel in .whl/ (bench/README.md lists them): liger_kernel 0.8.5 beside the machine's
+# transformers 5.17, NeMo with transformers 5.18.0 and torchao 0.18.0 in a folder of their own.
 #
 # --family gpt_oss: gpt-oss-20b's architecture instead of Qwen3-30B-A3B's (models named model_gpt_oss*), HF with
 # its default eager attention (GPT-OSS has no SDPA path in transformers, for its sinks); no skewed runs.
@@ -27,6 +33,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 quick=0; grouped=1; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2; family=qwen3_moe
+peers=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -41,7 +48,8 @@ while [[ $# -gt 0 ]]; do
     --tiny) tiny=1 ;;
     --device) device="$2"; shift ;;
     --family) family="$2"; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --peers) peers=1 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -157,6 +165,34 @@ run_moetune() {  # LABEL ROUTING MODEL_NAME
   record "$label" moetune "$routing" "$name.metrics.jsonl" "$model" "$mt_warmup" "$rc" "$((SECONDS - start))" "logs/$name.log"
 }
 
+# The peers' wheels: Liger into its own folder (it runs on the machine's transformers), NeMo's three into another
+# (NEMO_SITE: bench/nemo_train.py puts it first on the path, so the HF runs keep transformers 5.17).
+install_peer() {  # FOLDER WHEEL_PATTERN...
+  local folder=$1; shift
+  local wheels=()
+  for pattern in "$@"; do
+    local found=(.whl/$pattern)
+    [[ -f ${found[0]} ]] || { log "--peers: no wheel .whl/$pattern (bench/README.md says how to fetch it)"; return 1; }
+    wheels+=("${found[0]}")
+  done
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$folder" "${wheels[@]}" \
+    > "$OUT/logs/install_$(basename "$folder").log" 2>&1 || { log "--peers: installing ${wheels[*]} failed"; return 1; }
+}
+
+run_nemo() {  # LABEL ROUTING MODEL_NAME STEPS WARMUP
+  local label=$1 routing=$2 model=$3 steps=$4 warmup=$5
+  local name=${label//[^A-Za-z0-9]/_}
+  log "$label: $steps steps"
+  local start=$SECONDS
+  # TERM first: torchrun passes it on to its worker, which a KILL of torchrun alone would leave holding the GPU.
+  NEMO_SITE=$SCRATCH/nemo-site TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1 timeout -k 15 300 \
+    torchrun --nproc-per-node 1 bench/nemo_train.py "$SCRATCH/$model" "$DATA" --ep-size 1 --micro-batch "$micro_batch" \
+    --seq "$seq" --steps "$steps" --warmup "$warmup" --label "$label" --json "$OUT/$name.json" > "$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  tail -n 3 "$OUT/logs/$name.log"
+  record "$label" nemo "$routing" "$name.json" "$model" "$warmup" "$rc" "$((SECONDS - start))" "logs/$name.log"
+}
+
 if [[ $moetune == 1 && ! -x $MOETUNE ]]; then
   log "no moetune binary at $MOETUNE (set MOETUNE=...): moetune runs skipped"; moetune=0
 fi
@@ -173,6 +209,13 @@ if [[ $hf == 1 ]]; then
   [[ $grouped == 1 ]] && run_hf "HF grouped_mm" balanced "$model_name" "$hf_steps" "$hf_warmup" --experts grouped_mm
   [[ $compile == 1 ]] && run_hf "HF grouped_mm + compile" balanced "$model_name" "$compile_steps" "$compile_warmup" --experts grouped_mm --compile
   [[ $eager == 1 ]] && run_hf "HF eager" balanced "$model_name" "$eager_steps" "$eager_warmup" --experts eager
+fi
+if [[ $peers == 1 ]]; then
+  install_peer "$SCRATCH/liger-site" "liger_kernel-0.8.5-*.whl" &&
+    PYTHONPATH=$SCRATCH/liger-site${PYTHONPATH:+:$PYTHONPATH} run_hf "HF grouped_mm + Liger" balanced "$model_name" \
+      "$hf_steps" "$hf_warmup" --experts grouped_mm --liger
+  install_peer "$SCRATCH/nemo-site" "nemo_automodel-0.7.0-*.whl" "transformers-5.18.0-*.whl" "torchao-0.18.0-*.whl" &&
+    run_nemo "NeMo AutoModel" balanced "$model_name" "$compile_steps" "$compile_warmup"
 fi
 [[ $moetune == 1 ]] && run_moetune "moetune" balanced "$model_name"
 if [[ $skew == 1 ]]; then

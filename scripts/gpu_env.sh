@@ -10,6 +10,7 @@ bash scripts/unpack_devcarry.sh
 mkdir -p build/src/moetune build/tests
 cp .devcarry/moetune build/src/moetune/moetune
 [ -f .devcarry/moetune_tests ] && cp .devcarry/moetune_tests build/tests/moetune_tests
+chmod +x build/src/moetune/moetune build/tests/moetune_tests 2>/dev/null  # xz-restored files lose the x bit
 nvidia_libs=$(python3 -c "import glob,os,nvidia;print(':'.join(glob.glob(os.path.dirname(nvidia.__path__[0])+'/nvidia/*/lib')))")
 export LD_LIBRARY_PATH=$repo/.devcarry:$nvidia_libs:/usr/local/cuda/lib64
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -111,6 +111,31 @@ TEST_F(GroupedGemmGpu, RowsTimesWeightMatchesCpu) {
       }
 }
 
+// out += alpha · x·op(W) in the epilogue (LoRA's scaled low-rank product added into the experts' outputs): the
+// groups' rows get it, rows past offsets[E] keep what they held.
+TEST_F(GroupedGemmGpu, RowsTimesWeightScalesAndAccumulates) {
+  SCOPED_TRACE(seed());
+  const float alpha = 0.375f;
+  for (bool transpose_w : {true, false})
+    for (const auto& sizes : kGroupSizes) {
+      const int64_t n = 136, k = 16;  // K = a LoRA rank
+      SCOPED_TRACE(describe(sizes, n, k) + (transpose_w ? ", W [E, N, K]" : ", W [E, K, N]"));
+      const Groups groups = make_groups(sizes);
+      const int64_t rows = groups.rows() + 5;  // padding rows the GEMM must leave alone
+      const Tensor x = random_normal({rows, k}, DType::BF16, Device::cuda(), rng());
+      const Tensor w = random_normal(transpose_w ? Shape{groups.count(), n, k} : Shape{groups.count(), k, n}, DType::BF16,
+                                     Device::cuda(), rng());
+      const Tensor out = random_normal({rows, n}, DType::BF16, Device::cuda(), rng());
+      Tensor expected = to_cpu_f32(out);
+      const Tensor product = reference_grouped_matmul(x.narrow(0, groups.rows()), w, transpose_w, groups);
+      for (int64_t i = 0; i < product.numel(); ++i) expected.data<float>()[i] += alpha * product.data<float>()[i];
+      ops::cuda::grouped_matmul(x, w, transpose_w, groups.device_offsets, out, alpha, /*accumulate=*/true);
+      EXPECT_LT(relative_error(out, expected), kBf16Tolerance);
+      expect_same_values(to_cpu_f32(out).narrow(groups.rows(), 5).clone(), expected.narrow(groups.rows(), 5).clone(),
+                         "rows past the groups");
+    }
+}
+
 TEST_F(GroupedGemmGpu, WeightGradMatchesCpu) {
   SCOPED_TRACE(seed());
   for (bool accumulate : {false, true})

@@ -1,15 +1,19 @@
 // LoRA on the GPU: the low-rank products (ops/cuda/lora.h, dense through cuBLASLt and per expert through the
-// grouped GEMMs) against the fp32 CPU reference (ops/lora.h) on the same bf16-rounded inputs; then a LoRA
-// fine-tune of the tiny MoE fixture on the GPU against the CPU engine (losses over a few steps, bf16 vs fp32),
-// and a GPU-saved adapter resumed on both engines.
+// grouped GEMMs) against the fp32 CPU reference (ops/lora.h) on the same bf16-rounded inputs, and LoRA dropout's
+// masks bit for bit; then a LoRA fine-tune of the tiny MoE fixture on the GPU against the CPU engine (losses over
+// a few steps, bf16 vs fp32; with dropout too, the engines sharing the masks), and a GPU-saved adapter resumed on
+// both engines.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "gpu_test_util.h"
 #include "moetune/core/device.h"
 #include "moetune/io/safetensors.h"
+#include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/lora.h"
+#include "moetune/ops/cuda/lora_stacked.h"
 #include "moetune/ops/lora.h"
 #include "train/trainer_fixture.h"
 
@@ -84,6 +88,70 @@ TEST_F(LoraGpu, GroupedLowRankGemmsMatchCpu) {
   EXPECT_LE(relative_error(to_cpu_f32(dx), dx_cpu), kBf16Tolerance);
 }
 
+// q, k and v's adapters as one stacked product (ops/cuda/lora_stacked.h) against the CPU's adapter-by-adapter
+// reference; v's columns before k's and a gap with no adapter (an unadapted piece) included.
+TEST_F(LoraGpu, StackedAdaptersMatchCpu) {
+  SCOPED_TRACE(seed());
+  const int64_t tokens = 37, in = 64, width = 112, rank = 16;
+  const double scale = 2.0;
+  const std::vector<std::pair<int64_t, int64_t>> places = {{0, 48}, {88, 24}, {56, 24}};  // columns 48..55 unadapted
+  std::vector<ops::cuda::StackedPiece> pieces;
+  for (const auto& [first, cols] : places)
+    pieces.push_back({random_normal({rank, in}, DType::BF16, Device::cuda(), rng(), 0.1f),
+                      random_normal({cols, rank}, DType::BF16, Device::cuda(), rng(), 0.1f), first});
+  const Tensor x = random_normal({tokens, in}, DType::BF16, Device::cuda(), rng());
+  const Tensor y = random_normal({tokens, width}, DType::BF16, Device::cuda(), rng());
+  const Tensor y_cpu = to_cpu_f32(y);
+  const Tensor a_stack = ops::cuda::stack_a(pieces), b_diagonal = ops::cuda::block_diagonal_b(pieces, width);
+  const Tensor u = ops::cuda::lora_stacked_forward(x, a_stack, b_diagonal, scale, y);
+  std::vector<Tensor> u_cpu;
+  for (const ops::cuda::StackedPiece& p : pieces)
+    u_cpu.push_back(ops::lora_forward(to_cpu_f32(x), to_cpu_f32(p.a), to_cpu_f32(p.b), scale, y_cpu, p.first_column));
+  EXPECT_LE(relative_error(to_cpu_f32(y), y_cpu), kBf16Tolerance);
+
+  const Tensor dy = random_normal({tokens, width}, DType::BF16, Device::cuda(), rng());
+  const Tensor dx = random_normal({tokens, in}, DType::BF16, Device::cuda(), rng());
+  const Tensor dx_cpu = to_cpu_f32(dx);
+  std::vector<Tensor> a_grads, b_grads, a_grads_cpu, b_grads_cpu;
+  for (const ops::cuda::StackedPiece& p : pieces) {
+    a_grads.push_back(random_normal(p.a.shape(), DType::BF16, Device::cuda(), rng()));
+    b_grads.push_back(random_normal(p.b.shape(), DType::BF16, Device::cuda(), rng()));
+    a_grads_cpu.push_back(to_cpu_f32(a_grads.back()));
+    b_grads_cpu.push_back(to_cpu_f32(b_grads.back()));
+  }
+  ops::cuda::lora_stacked_backward(dy, x, u, pieces, a_stack, b_diagonal, scale, a_grads, b_grads, dx);
+  for (size_t j = 0; j < pieces.size(); ++j)
+    ops::lora_backward(to_cpu_f32(dy), pieces[j].first_column, to_cpu_f32(x), u_cpu[j], to_cpu_f32(pieces[j].a),
+                       to_cpu_f32(pieces[j].b), scale, a_grads_cpu[j], b_grads_cpu[j], dx_cpu);
+  EXPECT_LE(relative_error(to_cpu_f32(dx), dx_cpu), kBf16Tolerance);
+  for (size_t j = 0; j < pieces.size(); ++j) {
+    SCOPED_TRACE(::testing::Message() << "adapter " << j);
+    EXPECT_LE(relative_error(to_cpu_f32(a_grads[j]), a_grads_cpu[j]), kBf16Tolerance);
+    EXPECT_LE(relative_error(to_cpu_f32(b_grads[j]), b_grads_cpu[j]), kBf16Tolerance);
+  }
+}
+
+// The GPU applies the CPU's mask: the same kept elements, the same float32 products, rounded to bf16 once.
+TEST_F(LoraGpu, DropoutMatchesCpuBitForBit) {
+  SCOPED_TRACE(seed());
+  const ops::LoraDropout dropout = ops::lora_dropout(0.3, seed(), ops::lora_module_id("layers.1.attn.o.lora_A.0"), 5);
+  const Tensor x = random_normal({301, 96}, DType::BF16, Device::cuda(), rng());
+  const Tensor dropped = ops::cuda::lora_dropout_apply(x, dropout);
+  const Tensor expected = ops::cast(ops::lora_dropout_apply(to_cpu_f32(x), dropout), DType::BF16);
+  const Tensor dropped_host = dropped.to(Device::cpu());
+  EXPECT_EQ(std::memcmp(dropped_host.raw_data(), expected.raw_data(), expected.nbytes()), 0);
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) zeros += !dropout.keeps(uint64_t(i));
+  EXPECT_NEAR(double(zeros) / double(x.numel()), 0.3, 0.03);
+
+  const Tensor dst = random_normal({301, 96}, DType::BF16, Device::cuda(), rng());
+  const Tensor expected_sum = to_cpu_f32(dst);
+  ops::lora_dropout_add(to_cpu_f32(x), dropout, expected_sum);
+  ops::cuda::lora_dropout_add(x, dropout, dst);
+  const Tensor sum_host = dst.to(Device::cpu()), expected_sum_bf16 = ops::cast(expected_sum, DType::BF16);
+  EXPECT_EQ(std::memcmp(sum_host.raw_data(), expected_sum_bf16.raw_data(), expected_sum_bf16.nbytes()), 0);
+}
+
 TEST_F(LoraGpu, ExpertBRearrangesToGroupedLayout) {
   const int64_t experts = 3, out = 8, rank = 8;
   const Tensor packed = random_normal({out, rank * experts}, DType::BF16, Device::cuda(), rng());
@@ -155,6 +223,27 @@ TEST_F(LoraTrainingGpu, ResumesFromItsTrainingState) {
   }
   EXPECT_EQ(train::Trainer(recipe("split", on("cuda")), {}, /*resume=*/true).run().steps, 6);
   expect_close(testing::losses(metrics("split")), testing::losses(metrics("whole")), 1e-3);
+}
+
+// LoRA dropout on the GPU (attention adapters: PEFT and moetune refuse it on the experts' target_parameters): the
+// GPU draws the CPU engine's masks, so the losses track as without dropout; with the experts recomputed they are
+// the same again (the recompute test checks the gradients).
+TEST_F(LoraTrainingGpu, DropoutTracksTheCpuEngine) {
+  const std::vector<std::string> dropout = {"lora.rank=8", "lora.alpha=16", "lora.dropout=0.3",
+                                            "lora.target_modules=[q_proj, k_proj, v_proj, o_proj]", "optimizer.lr=2e-3"};
+  const auto with = [&](const std::string& device, std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(), dropout.begin(), dropout.end());
+    extra.push_back("training.device=" + device);
+    return extra;
+  };
+  train::Trainer(recipe("gpu", with("cuda")), {}, false).run();
+  train::Trainer(recipe("cpu", with("cpu")), {}, false).run();
+  train::Trainer(recipe("gpu_full", with("cuda", {"training.recompute=full"})), {}, false).run();
+  train::Trainer(recipe("gpu_none", with("cuda", {"lora.dropout=0"})), {}, false).run();
+  const std::vector<double> gpu = testing::losses(metrics("gpu"));
+  expect_close(gpu, testing::losses(metrics("cpu")), 0.02);
+  expect_close(testing::losses(metrics("gpu_full")), gpu, 1e-3);
+  EXPECT_NE(testing::losses(metrics("gpu_none")), gpu) << "the masks act";
 }
 
 TEST_F(LoraTrainingGpu, FrozenParametersTrainOnTheGpu) {

@@ -145,5 +145,46 @@ TEST_F(RecomputeGpu, LoraAdaptersAreRecomputedToo) {
   EXPECT_LE(worst, 1e-2);
 }
 
+// LoRA dropout (ops/lora_dropout.h): a recomputed forward repeats its first pass's masks and the backward pass
+// regenerates them, so a fresh model's first step gives the same loss and gradients with recomputation as without;
+// a model without dropout, or the next step's new masks, do not.
+TEST_F(RecomputeGpu, LoraDropoutMasksRepeatInTheRecomputedForward) {
+  SCOPED_TRACE(seed());
+  const auto adapted = [&](double dropout) {
+    model::ModelWeights weights = model::load_checkpoint(testing::fixture("qwen3_moe_tiny"), {DType::BF16, Device::cuda()});
+    model::LoraConfig lora;
+    lora.rank = 8;
+    lora.dropout = dropout;
+    lora.target_modules = {"all-linear"};
+    const size_t base = weights.parameters.size();
+    model::attach_lora(weights, lora);
+    std::mt19937 same(seed());  // the same random B in every model
+    for (size_t i = base; i < weights.parameters.size(); ++i) {
+      Tensor& adapter = weights.parameters[i];
+      if (weights.layout.parameters[i].name.find(".lora_B.") != std::string::npos)
+        adapter = testing::random_normal(adapter.shape(), DType::F32, Device::cpu(), same, 0.05f);
+      adapter = ops::cast(adapter, DType::BF16).to(Device::cuda());
+    }
+    return model::cuda::CausalLM::from_weights(std::move(weights));
+  };
+  auto plain = adapted(0.5);
+  const model::Batch batch = cyclic_batch(plain.spec().vocab_size);
+  const Step reference = run_step(plain, batch, model::Recompute::None);
+  for (const model::Recompute mode : {model::Recompute::Attention, model::Recompute::Full}) {
+    SCOPED_TRACE(model::recompute_name(mode));
+    auto recomputing = adapted(0.5);
+    const Step step = run_step(recomputing, batch, mode);
+    EXPECT_EQ(step.loss, reference.loss) << "the same forward, the same masks";
+    double worst = 0;
+    for (size_t i = 0; i < step.grads.size(); ++i)
+      if (step.grads[i].defined()) worst = std::max(worst, testing::relative_error_f32(step.grads[i], reference.grads[i]));
+    std::printf("LoRA dropout 0.5, recompute %s: largest relative gradient error %.2e\n", model::recompute_name(mode), worst);
+    EXPECT_LE(worst, 1e-2);
+  }
+  auto without = adapted(0.0);
+  EXPECT_NE(run_step(without, batch, model::Recompute::None).loss, reference.loss) << "the masks act";
+  EXPECT_NE(run_step(plain, batch, model::Recompute::None).loss, reference.loss) << "the next step draws new masks";
+}
+
 }  // namespace
 }  // namespace moetune

@@ -30,6 +30,15 @@ constexpr double kNearSymmetricTolerance = 1e-4;
 // OpenBLAS blocks its GEMMs differently with the thread count. Measured: at most 1e-5 on 2 cores, 1.67e-5 on
 // llama_tiny's layers.1 o_proj on the GPU machine's 16 cores.
 constexpr double kAfterAdamwTolerance = 3e-5;
+// Nemotron-H's Mamba2 mixers sum their gradients over the whole sequence through the scan's recurrence, so their
+// fp32 summation-order noise is larger before AdamW amplifies it: measured 6.3e-5 (layer 0's conv1d.bias) and 5.2e-5
+// (its out_proj) on a 2-core AMD EPYC, under 3e-5 on the machine CI ran on. Their gradients before the step stay at 1e-5.
+bool is_mamba2_mixer_parameter(const std::string& name) {
+  for (const char* part : {".mixer.conv1d.", ".mixer.in_proj.", ".mixer.out_proj.", ".mixer.dt_bias", ".mixer.A_log",
+                           ".mixer.D", ".mixer.norm."})
+    if (name.find(part) != std::string::npos) return true;
+  return false;
+}
 
 double relative_error(const float* actual, const float* expected, int64_t n) {
   double diff = 0, norm = 0;
@@ -80,8 +89,8 @@ class Parity : public ::testing::TestWithParam<std::string> {
         ASSERT_EQ(expected.shape(), piece.shape) << piece.name;
         const double tolerance =
             !after_adamw ? kTolerance
-            : piece.name.ends_with("k_proj.bias") ? kNearSymmetricTolerance
-                                                  : kAfterAdamwTolerance;
+            : piece.name.ends_with("k_proj.bias") || is_mamba2_mixer_parameter(piece.name) ? kNearSymmetricTolerance
+                                                                                          : kAfterAdamwTolerance;
         // In the checkpoint's layout (GPT-OSS's experts are transposed and interleaved there).
         const Tensor actual = piece_to_hf(tensors[i].flat_slice(offset, engine_shape(piece)), piece, DType::F32);
         EXPECT_LE(relative_error(actual.data<float>(), expected.data<float>(), expected.numel()), tolerance)

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/core/staged_upload.h"
 #endif
 
 namespace moetune {
@@ -86,6 +87,10 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     return;
   }
 #if MOETUNE_HAVE_CUDA
+  if (src_device.is_cpu() && dst_device.is_cuda() && nbytes >= kStagedUploadMinBytes) {
+    staged_upload(dst, src, nbytes);  // a checkpoint's tensors: pinned buffers filled by several threads
+    return;
+  }
   // On the engine's stream, so the copy sees every kernel queued before it; the host then waits for it.
   gpu::check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, gpu::stream()), "cudaMemcpyAsync");
   gpu::synchronize("copy");

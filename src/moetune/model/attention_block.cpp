@@ -36,7 +36,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.input = h;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
   Tensor qkv = ops::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value);
-  qkv_lora_.forward(normed, qkv, context.training);
+  qkv_lora_.forward(normed, qkv, context.training, context.lora_draw);
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
   stash_.k_raw = columns(qkv, nq * d, nkv * d).view({tokens, nkv, d});
   stash_.v = columns(qkv, (nq + nkv) * d, nkv * d).view({tokens, nkv, d});
@@ -50,7 +50,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                      attention_variant(spec_, p_), context.kv_cache);
   const Tensor attended = stash_.attended.view({tokens, nq * d});
   Tensor out = ops::linear_forward(attended, p_.o.value, p_.o_bias.value);
-  o_lora_.forward(attended, out, context.training);
+  o_lora_.forward(attended, out, context.training, context.lora_draw);
   return add(h, out);
 }
 

@@ -79,6 +79,7 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
   stash_.input_ids = batch.input_ids;
   stash_.context.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
   stash_.context.training = training_;
+  stash_.context.lora_draw = lora_draw_;
   stash_.final_hidden = run_layers(batch.input_ids, stash_.context);
   stash_.logits = head_logits(stash_.final_hidden);
 
@@ -112,6 +113,7 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   training_ = true;
   CausalLMOutput out = forward(batch);
   training_ = false;
+  ++lora_draw_;
   last_router_stats_ = router_stats();  // read while the stash holds the routing
   const std::vector<ops::Routing> layers = routings();
   pending_load_.resize(layers.size());

@@ -56,6 +56,7 @@ class CausalLM final : public LanguageModel {
   Tensor logits(const Batch& batch) override;
   Device device() const override { return Device::cpu(); }
   void zero_grad() override { store_->zero_grad(); }
+  void set_lora_draw(uint64_t draw) override { lora_draw_ = draw; }
   // Drops what the last forward kept for backward() (evaluation does not need it).
   void clear_stash();
   void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const override;
@@ -102,6 +103,7 @@ class CausalLM final : public LanguageModel {
   std::vector<Sublayer<CpuBlocks>> sublayers_;
   Stash stash_;
   bool training_ = false;  // inside forward_backward: the forward is a training step's
+  uint64_t lora_draw_ = 0;  // LoRA dropout's draw for the next training forward
   std::vector<std::pair<int64_t, ops::RouterStats>> last_router_stats_;
   std::vector<std::vector<double>> pending_load_;  // per MoE sublayer, in walk order
 };

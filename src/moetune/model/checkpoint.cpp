@@ -180,6 +180,10 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
         options.take(i, share);
         continue;
       }
+      if (!held && !options.device.is_cpu() && share.dtype() == requests[i].dtype) {
+        weights.parameters[i].copy_from(share);  // the file's pages straight to the GPU (core/staged_upload.h)
+        continue;
+      }
     }
     Tensor parameter = options.device.is_cpu() && !held ? weights.parameters[i]
                                                          : Tensor::empty(spec.shape, held ? held_dtype : requests[i].dtype);

@@ -32,6 +32,9 @@ class LanguageModel {
   // Logits [B, S, V] as f32 on the host.
   virtual Tensor logits(const Batch& batch) = 0;
   virtual void zero_grad() = 0;
+  // LoRA dropout's draw (ops/lora_dropout.h) for the next training forward; each forward_backward moves it on by
+  // one. The engines set it from the step (step·2²⁰ + micro-batch), so a resumed run draws the same masks.
+  virtual void set_lora_draw(uint64_t draw) = 0;
   virtual void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const = 0;
   // Per MoE layer, the routing statistics of the last forward_backward.
   virtual std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const = 0;

@@ -1,21 +1,10 @@
 #include "moetune/model/lora_linear.h"
 
-#include <functional>
-
 #include "moetune/model/block_util.h"
 #include "moetune/model/lora_weights.h"
 #include "moetune/ops/lora.h"
 
 namespace moetune::model {
-namespace {
-
-Tensor multiply(const Tensor& x, const Tensor& keep) {
-  Tensor out = x.clone();
-  for (int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] *= keep.data<float>()[i];
-  return out;
-}
-
-}  // namespace
 
 std::vector<LoraPiece> lora_pieces(const ParameterStore& store, const std::string& weight) {
   std::vector<LoraPiece> pieces;
@@ -28,7 +17,9 @@ std::vector<LoraPiece> lora_pieces(const ParameterStore& store, const std::strin
   int64_t first_column = 0;
   for (size_t piece = 0; piece < base->pieces.size(); ++piece) {
     const Param a = store.find(lora_parameter_name(weight, "lora_A", piece));
-    if (a.defined()) pieces.push_back({a, store.get(lora_parameter_name(weight, "lora_B", piece)), first_column});
+    if (a.defined())
+      pieces.push_back({a, store.get(lora_parameter_name(weight, "lora_B", piece)), first_column,
+                        ops::lora_module_id(lora_parameter_name(weight, "lora_A", piece))});
     first_column += base->pieces[piece].shape[0];
   }
   return pieces;
@@ -41,44 +32,37 @@ LoraLinear LoraLinear::lookup(const ParameterStore& store, const std::string& we
   const ModelWeights& weights = store.weights();
   lora.scale_ = weights.lora->scale();
   lora.dropout_ = weights.lora->dropout;
-  lora.rng_.seed(weights.lora->seed ^ std::hash<std::string>{}(weight));
+  lora.seed_ = weights.lora->seed;
   return lora;
 }
 
-void LoraLinear::forward(const Tensor& x, const Tensor& y, bool training) {
+void LoraLinear::forward(const Tensor& x, const Tensor& y, bool training, uint64_t draw) {
   for (Adapter& adapter : adapters_) {
-    adapter.keep = Tensor();
-    if (dropout_ > 0 && training) {  // each adapter draws its own mask, as PEFT's per-module nn.Dropout does
-      adapter.keep = Tensor::empty(x.shape(), DType::F32);
-      std::bernoulli_distribution kept(1.0 - dropout_);
-      for (int64_t i = 0; i < x.numel(); ++i) adapter.keep.data<float>()[i] = kept(rng_) ? float(1.0 / (1.0 - dropout_)) : 0.0f;
-    }
-    const Tensor input = adapter.keep.defined() ? multiply(x, adapter.keep) : x;
+    adapter.dropout = training ? ops::lora_dropout(dropout_, seed_, adapter.piece.module, draw) : ops::LoraDropout{};
+    const Tensor input = adapter.dropout.active() ? ops::lora_dropout_apply(x, adapter.dropout) : x;
     adapter.u = ops::lora_forward(input, adapter.piece.a.value, adapter.piece.b.value, scale_, y, adapter.piece.first_column);
   }
 }
 
 void LoraLinear::backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
   for (Adapter& adapter : adapters_) {
-    const Tensor input = adapter.keep.defined() ? multiply(x, adapter.keep) : x;
-    const Tensor dinput = adapter.keep.defined() ? Tensor::zeros(x.shape(), DType::F32) : dx;
+    const bool dropped = adapter.dropout.active();
+    const Tensor input = dropped ? ops::lora_dropout_apply(x, adapter.dropout) : x;
+    const Tensor dinput = dropped ? Tensor::zeros(x.shape(), DType::F32) : dx;
     ops::lora_backward(dy, adapter.piece.first_column, input, adapter.u, adapter.piece.a.value, adapter.piece.b.value, scale_,
                        adapter.piece.a.grad, adapter.piece.b.grad, dinput);
-    if (adapter.keep.defined()) {
-      const Tensor through = multiply(dinput, adapter.keep);
-      for (int64_t i = 0; i < dx.numel(); ++i) dx.data<float>()[i] += through.data<float>()[i];
-    }
+    if (dropped) ops::lora_dropout_add(dinput, adapter.dropout, dx);
   }
 }
 
 size_t LoraLinear::stash_bytes() const {
   size_t total = 0;
-  for (const Adapter& adapter : adapters_) total += held_bytes({&adapter.u, &adapter.keep});
+  for (const Adapter& adapter : adapters_) total += held_bytes({&adapter.u});
   return total;
 }
 
 void LoraLinear::clear_stash() {
-  for (Adapter& adapter : adapters_) adapter.u = adapter.keep = Tensor();
+  for (Adapter& adapter : adapters_) adapter.u = Tensor();
 }
 
 }  // namespace moetune::model

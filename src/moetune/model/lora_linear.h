@@ -4,18 +4,20 @@
 // their part of d(x) and accumulates dA, dB. A projection without adapters costs nothing.
 #pragma once
 
-#include <random>
 #include <string>
 #include <vector>
 
 #include "moetune/model/parameter_store.h"
+#include "moetune/ops/lora_dropout.h"
 
 namespace moetune::model {
 
-// One adapter of a projection: its A and B, and the first of the projection's output columns it writes.
+// One adapter of a projection: its A and B, the first of the projection's output columns it writes, and its
+// name for LoRA dropout's masks (ops/lora_dropout.h: each adapter draws its own, as PEFT's per-module nn.Dropout).
 struct LoraPiece {
   Param a, b;
   int64_t first_column = 0;
+  uint64_t module = 0;
 };
 // The adapters on engine weight `weight`, in piece order (the CPU and GPU blocks both look them up so); none when
 // the model has no LoRA on it.
@@ -29,8 +31,8 @@ class LoraLinear {
 
   bool empty() const { return adapters_.empty(); }
   // Dropout applies only when `training` (a training step; evaluation and generation run without it, as PEFT's
-  // eval mode does).
-  void forward(const Tensor& x, const Tensor& y, bool training);
+  // eval mode does), with the masks of draw `draw` (ops/lora_dropout.h; the model numbers its training forwards).
+  void forward(const Tensor& x, const Tensor& y, bool training, uint64_t draw);
   void backward(const Tensor& dy, const Tensor& x, const Tensor& dx);
   size_t stash_bytes() const;
   void clear_stash();
@@ -38,12 +40,12 @@ class LoraLinear {
  private:
   struct Adapter {
     LoraPiece piece;
-    Tensor u;     // x Aᵀ of the last forward
-    Tensor keep;  // dropout: the kept inputs' scale (0 or 1/(1-p)) per element of x; undefined without dropout
+    Tensor u;                  // dropout(x) Aᵀ of the last forward
+    ops::LoraDropout dropout;  // the last forward's mask (inactive without dropout or outside training)
   };
   std::vector<Adapter> adapters_;
   double scale_ = 0, dropout_ = 0;
-  std::mt19937_64 rng_;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace moetune::model

@@ -16,6 +16,7 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
 Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
   lora_.training = context.training;
+  lora_.draw = context.lora_draw;
   SwigluOutput mlp = swiglu_mlp(ops::rms_norm_forward(h, p_.norm.value, eps_), p_.mlp, &lora_, activation_);
   gate_up_out_ = mlp.gate_up;
   return add(h, mlp.out);

@@ -34,6 +34,7 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
   shared_lora_.training = context.training;
+  shared_lora_.draw = context.lora_draw;
   const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
   const Tensor logits = ops::linear_forward(normed, p_.router.value, p_.router_bias.value);
   routing_ = forced_choices_.empty() ? route(spec_.router, logits, correction_bias_.value)

@@ -14,6 +14,7 @@ struct StepContext {
   SequenceLayout layout;
   std::vector<Tensor> drouter_logits;  // per MoE sublayer in walk order; empty without the aux loss
   bool training = false;               // a training step (forward_backward): LoRA dropout applies
+  uint64_t lora_draw = 0;              // which masks LoRA dropout draws (ops/lora_dropout.h)
   KvCache* kv_cache = nullptr;         // generation: the attention reads and extends the sequence's keys and values
 
   // training.recompute runs on the GPU engine only; the CPU engine refuses it (the CPU MoE layer's aux-loss

@@ -20,10 +20,10 @@ Tensor activate_backward(const Tensor& dinner, const Tensor& pre, Activation act
 SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p, SwigluLora* lora, Activation activation) {
   SwigluOutput result;
   result.gate_up = ops::linear_forward(x, p.gate_up.value, p.gate_up_bias.value);
-  if (lora) lora->gate_up.forward(x, result.gate_up, lora->training);
+  if (lora) lora->gate_up.forward(x, result.gate_up, lora->training, lora->draw);
   const Tensor inner = activate(result.gate_up, activation);
   result.out = ops::linear_forward(inner, p.down.value, p.down_bias.value);
-  if (lora) lora->down.forward(inner, result.out, lora->training);
+  if (lora) lora->down.forward(inner, result.out, lora->training, lora->draw);
   return result;
 }
 

@@ -17,9 +17,10 @@ struct SwigluOutput {
 // The LoRA adapters on its two weights ("<prefix>gate_up", "<prefix>down"); empty without LoRA.
 struct SwigluLora {
   LoraLinear gate_up, down;
-  bool training = false;  // set by the block per forward: LoRA dropout applies
+  bool training = false;  // set by the block per forward: LoRA dropout applies, with the masks of this draw
+  uint64_t draw = 0;
   static SwigluLora lookup(const ParameterStore& store, const std::string& prefix) {
-    return {LoraLinear::lookup(store, prefix + "gate_up"), LoraLinear::lookup(store, prefix + "down"), false};
+    return {LoraLinear::lookup(store, prefix + "gate_up"), LoraLinear::lookup(store, prefix + "down"), false, 0};
   }
   size_t stash_bytes() const { return gate_up.stash_bytes() + down.stash_bytes(); }
   void clear_stash() {

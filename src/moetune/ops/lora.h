@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "moetune/core/tensor.h"
+#include "moetune/ops/lora_dropout.h"
 
 namespace moetune::ops {
 
@@ -26,6 +27,11 @@ Tensor lora_grouped_forward(const Tensor& rows, const std::vector<int64_t>& offs
 void lora_grouped_backward(const Tensor& dy, const Tensor& rows, const Tensor& u, const std::vector<int64_t>& offsets,
                            const Tensor& a, const Tensor& b, double scale, const Tensor& da, const Tensor& db,
                            const Tensor& drows);
+
+// LoRA dropout's mask (ops/lora_dropout.h) on f32 x [T, in], element i of the flat x at index i: a new tensor.
+Tensor lora_dropout_apply(const Tensor& x, const LoraDropout& dropout);
+// dst += the mask applied to src (both f32, same shape): the dropout's backward added into d(x).
+void lora_dropout_add(const Tensor& src, const LoraDropout& dropout, const Tensor& dst);
 
 // One expert's B [out, r] gathered from the packed [out, r·E] (and scattered back into a packed gradient).
 Tensor expert_lora_b(const Tensor& packed, int64_t expert, int64_t experts);

@@ -33,6 +33,9 @@ struct Nf4Tensor {
 // threads (QLoRA quantizes a 30B base at load): the same bytes, since every block is coded on its own.
 Nf4Tensor nf4_quantize(const Tensor& x, int threads = 1);
 Tensor nf4_dequantize(const Nf4Tensor& q);
+// Double quantization's offset: the mean of the blocks' absmax values, summed as numpy/torch sum float32 (pairwise),
+// so that the GPU's quantizer (ops/cuda/nf4.h), which codes the blocks on the device, gets the same one.
+float nf4_absmax_mean(const std::vector<float>& absmax);
 // The blocks' absmax values as double quantization stores them.
 std::vector<float> nf4_absmax(const Nf4Tensor& q);
 

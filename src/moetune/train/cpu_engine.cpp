@@ -56,6 +56,8 @@ class CpuEngine final : public TrainingEngine {
   const model::ModelSpec& spec() const override { return model_.spec(); }
   Device device() const override { return Device::cpu(); }
 
+  // LoRA dropout's masks follow the step (and the micro-batch within it), so a resumed run draws the same ones.
+  void begin_step(int64_t, double) override { model_.set_lora_draw(uint64_t(optimizer_steps()) << 20); }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override { return model_.forward_backward(batch); }
   model::CausalLMOutput evaluate(const model::Batch& batch) override { return model_.loss(batch); }
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
@@ -145,15 +147,6 @@ std::unique_ptr<TrainingEngine> make_cpu_engine(const Recipe& recipe, std::share
   return std::make_unique<CpuEngine>(recipe, std::move(groups));
 }
 
-// What of LoRA the GPU engine does not run yet, refused before anything is loaded.
-static void require_gpu_lora_support(const Recipe& recipe) {
-  const std::optional<model::LoraConfig> lora = lora_settings(recipe);
-  if (!lora) return;
-  if (lora->dropout > 0)
-    fail("lora.dropout is {}: LoRA dropout does not run on the GPU engine yet; set lora.dropout=0 or training.device=cpu",
-         lora->dropout);
-}
-
 bool uses_gpu_engine(const Recipe& recipe) {
   const std::string& device = recipe.training.device;
   return device == "cuda" || (device == "auto" && cuda_device_count() > 0);
@@ -162,13 +155,12 @@ bool uses_gpu_engine(const Recipe& recipe) {
 std::unique_ptr<TrainingEngine> make_engine(const Recipe& recipe, std::shared_ptr<const parallel::ParallelGroups> groups) {
   if (!uses_gpu_engine(recipe)) {
     // The CPU engine is the fp32 reference, where memory is rarely the limit; its MoE aux-loss gradient and
-    // LoRA dropout are not set up for a second forward pass.
+    // LoRA dropout's draw count are not set up for a second forward pass.
     if (recipe.training.recompute != "none")
       fail("training.recompute '{}' runs on the GPU engine; the CPU engine keeps every activation (set it to none)",
            recipe.training.recompute);
     return make_cpu_engine(recipe, std::move(groups));
   }
-  require_gpu_lora_support(recipe);
   return make_gpu_engine(recipe, std::move(groups));
 }
 

@@ -56,7 +56,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps, normed);
   stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
-  qkv_lora_.forward(normed, stash_.qkv);
+  qkv_lora_.forward(normed, stash_.qkv, context.lora_pass());
   normed = Tensor();
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
@@ -69,7 +69,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, stash_.attended, stash_.softmax_stats);
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
-  o_lora_.forward(stash_.attended.view({tokens, nq * d}), out);
+  o_lora_.forward(stash_.attended.view({tokens, nq * d}), out, context.lora_pass());
   ops::cuda::add(out, h, out);
   return out;
 }

@@ -98,6 +98,8 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
   const bool with_aux = wants_aux(batch);
   StepContext context{device_batch};
+  context.training = true;
+  context.lora_draw = lora_draw_++;
   Forward f;
   {
     const PhaseScope phase("layers");

@@ -72,6 +72,7 @@ class CausalLM final : public LanguageModel {
 
   Device device() const override { return Device::cuda(); }
   void zero_grad() override { store_->zero_grad(); }
+  void set_lora_draw(uint64_t draw) override { lora_draw_ = draw; }
   void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const override;
   ParameterStore& parameters() override { return *store_; }
   const ModelWeights& weights() const override { return store_->weights(); }
@@ -109,6 +110,7 @@ class CausalLM final : public LanguageModel {
   LayerGradientsDone gradients_done_;
   LayerStarting parameters_needed_;
   LayerStarting layer_backward_;
+  uint64_t lora_draw_ = 0;  // LoRA dropout's draw for the next training forward
 };
 
 }  // namespace moetune::model::cuda

@@ -15,9 +15,10 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
                              double norm_eps)
     : spec_(*sublayer.mlp()), eps_(norm_eps), p_(MlpParams::lookup(store, layer, sublayer.norm)), lora_(SwigluLora::lookup(store, layer + "mlp.")) {}
 
-Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext&) {
+Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   const PhaseScope phase("mlp");
   input_ = h;
+  lora_.pass = context.lora_pass();
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
   Tensor out = device_like(h.shape());

@@ -99,6 +99,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   const int64_t width = down.size(1);  // the experts' rows: the latent width, else hidden
   PhaseScope phase("moe.router");
   input_ = h;
+  shared_lora_.pass = context.lora_pass();
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
   logits_ = device_like({tokens, experts}, DType::F32);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <thread>
 
 #include "moetune/core/error.h"
 #include "moetune/core/phase_profile.h"
@@ -14,10 +13,11 @@ namespace moetune::model::cuda {
 bool Nf4Base::holds(const ParameterSpec& spec) { return quantized_by_qlora(spec); }
 
 void Nf4Base::take(size_t index, const Tensor& host) {
-  const int threads = int(std::clamp(std::thread::hardware_concurrency(), 1u, 32u));
   Held held;
   held.index = index;
-  held.q = ops::cuda::upload_nf4(ops::nf4_quantize(host, threads));
+  // Uploaded as read (the file's pages, several threads filling pinned buffers: core/staged_upload.h) and coded
+  // on the GPU, which gives the CPU's bytes; the upload's bf16 copy is the only transient.
+  held.q = ops::cuda::nf4_quantize(host.to(Device::cuda()));
   held_.push_back(std::move(held));
 }
 

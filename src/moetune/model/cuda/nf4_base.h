@@ -18,7 +18,7 @@ namespace moetune::model::cuda {
 class Nf4Base {
  public:
   // Which of the loader's parameters this base holds (LoadOptions::held_elsewhere), and the taker of each as the
-  // loader reads it (LoadOptions::take): quantized on the host's threads, uploaded, the host copy dropped.
+  // loader reads it (LoadOptions::take): uploaded, quantized on the GPU, the bf16 copies dropped.
   static bool holds(const ParameterSpec& spec);
   void take(size_t index, const Tensor& host);
   // After the load (and LoRA's attach): the scratch, sized for the largest layer, and every held parameter's

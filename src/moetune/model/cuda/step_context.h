@@ -14,16 +14,32 @@ struct AuxLossSums {
   Tensor counts, prob_sums;
 };
 
+// What LoRA's dropout needs to know of a forward pass: whether it applies (training steps only, as in PEFT's train
+// mode), and with which masks.
+struct LoraPass {
+  bool training = false;
+  uint64_t draw = 0;  // which masks (ops/lora_dropout.h): a recomputed forward has its first pass's
+};
+
 struct StepContext {
   const DeviceBatch& batch;
   AuxLossSums aux;         // undefined without the aux loss
   double aux_rows = 0;     // rows counted over all MoE layers
   double aux_scale = 0;    // d(loss)/d(aux loss), set before the backward walk; 0 without the aux loss
 
+  KvCache* kv_cache = nullptr;  // generation: attention reads and extends the sequence's keys and values
+  bool training = false;        // a training step (forward_backward): LoRA dropout applies
+  uint64_t lora_draw = 0;       // with these masks, the same in a recomputed forward
+
   // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux
   // sums, so that the MoE layer does not count its routing twice.
-  StepContext recomputing() const { return StepContext{batch}; }
-  KvCache* kv_cache = nullptr;  // generation: attention reads and extends the sequence's keys and values
+  StepContext recomputing() const {
+    StepContext again{batch};
+    again.training = training;
+    again.lora_draw = lora_draw;
+    return again;
+  }
+  LoraPass lora_pass() const { return {training, lora_draw}; }
 };
 
 }  // namespace moetune::model::cuda

@@ -39,6 +39,23 @@ void lora_backward(const Tensor& dy, int64_t first_column, const Tensor& x, cons
   gemm(false, false, rows, in, rank, 1.0f, du.data<float>(), rank, a.data<float>(), in, 1.0f, dx.data<float>(), in);
 }
 
+Tensor lora_dropout_apply(const Tensor& x, const LoraDropout& dropout) {
+  MOETUNE_CHECK(x.dtype() == DType::F32, "lora_dropout_apply: x {} must be f32", x.str());
+  Tensor out = Tensor::empty(x.shape(), DType::F32);
+  const float* in = x.data<float>();
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) o[i] = dropout.apply(uint64_t(i), in[i]);
+  return out;
+}
+
+void lora_dropout_add(const Tensor& src, const LoraDropout& dropout, const Tensor& dst) {
+  MOETUNE_CHECK(src.dtype() == DType::F32 && dst.dtype() == DType::F32 && src.numel() == dst.numel(),
+                "lora_dropout_add: src {} and dst {} must be f32 of one size", src.str(), dst.str());
+  const float* in = src.data<float>();
+  float* o = dst.data<float>();
+  for (int64_t i = 0; i < src.numel(); ++i) o[i] += dropout.apply(uint64_t(i), in[i]);
+}
+
 Tensor expert_lora_b(const Tensor& packed, int64_t expert, int64_t experts) {
   const int64_t out = packed.size(0), rank = packed.size(1) / experts;
   Tensor one = Tensor::empty({out, rank}, DType::F32);

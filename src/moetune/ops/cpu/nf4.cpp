@@ -102,13 +102,17 @@ Nf4Tensor nf4_quantize(const Tensor& x, int threads) {
   q.shape = x.shape();
   PackedBlocks values = code_blocks(x, threads);
   q.packed = std::move(values.packed);
-  q.offset = pairwise_sum(values.absmax.data(), int64_t(values.absmax.size())) / float(values.absmax.size());
+  q.offset = nf4_absmax_mean(values.absmax);
   std::vector<float> centred(values.absmax.size());
   for (size_t i = 0; i < centred.size(); ++i) centred[i] = values.absmax[i] - q.offset;
   BlockCodes absmax = quantize_blocks(centred.data(), int64_t(centred.size()), kNf4AbsmaxBlockSize, dynamic_map_signed().data(), 256);
   q.absmax_codes = std::move(absmax.codes);
   q.absmax_scales = std::move(absmax.absmax);
   return q;
+}
+
+float nf4_absmax_mean(const std::vector<float>& absmax) {
+  return pairwise_sum(absmax.data(), int64_t(absmax.size())) / float(absmax.size());
 }
 
 std::vector<float> nf4_absmax(const Nf4Tensor& q) {

@@ -88,7 +88,8 @@ void launch(std::string_view op, const GroupedGemmProblem& problem, std::string_
 
 }  // namespace
 
-void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out) {
+void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
+                    float alpha, bool accumulate) {
   constexpr std::string_view op = "grouped_matmul";
   check_matrix(op, "x", x, 2);
   check_matrix(op, "weights", weights, 3);
@@ -107,7 +108,7 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
 
   const GroupedGemmProblem problem{.a = x.raw_data(), .b = weights.raw_data(), .out = out.raw_data(),
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
-                                   .n = int(n), .k = int(k), .accumulate = false};
+                                   .n = int(n), .k = int(k), .accumulate = accumulate, .alpha = alpha};
   const std::string shapes = fmt::format("x {}, weights {}{}", x.str(), weights.str(), transpose_w ? "ᵀ" : "");
   if (transpose_w) launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
   else launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);

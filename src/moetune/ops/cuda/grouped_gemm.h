@@ -12,8 +12,11 @@ namespace moetune::ops::cuda {
 // M-grouped: out[rows_e] = x[rows_e] · op(W_e), op(W_e) = W_eᵀ when transpose_w.
 //   transpose_w = true : weights [E, N, K] (forward: gate_up [E, 2I, H], down [E, H, I])
 //   transpose_w = false: weights [E, K, N] (input gradient: dY [R, 2I] · gate_up_e [2I, H])
-// x [R, K], out [R, N]. Rows past offsets[E] are not written.
-void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out);
+// x [R, K], out [R, N]. Rows past offsets[E] are not written. out = alpha · x·op(W), or out += alpha · x·op(W)
+// when accumulating (in the GEMM's epilogue, in fp32: LoRA adds its scaled low-rank product so, with no
+// intermediate [R, N] matrix).
+void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
+                    float alpha = 1.0f, bool accumulate = false);
 
 // K-grouped weight gradient: dW_e = dy[rows_e]ᵀ · x[rows_e] for every e, dy [R, N], x [R, K], dw [E, N, K];
 // accumulate: dW_e += ... instead of =. An empty group gives dW_e = 0 (or leaves it when accumulating).

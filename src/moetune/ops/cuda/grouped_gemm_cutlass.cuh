@@ -53,7 +53,7 @@ struct GroupedGemmConfig {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
-      Element, LayoutD*, kAlignment,  // C: read only when beta != 0 (accumulating weight gradients)
+      Element, LayoutD*, kAlignment,  // C: read only when beta != 0 (accumulating into D)
       Element, LayoutD*, kAlignment,  // D
       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
       cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>>::CollectiveOp;
@@ -172,8 +172,8 @@ __global__ void build_group_arrays_kernel(Geometry geometry, const int32_t* __re
 }
 
 template <class Config>
-typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Config>& arrays, float beta,
-                                                int sm_count) {
+typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Config>& arrays, float alpha,
+                                                float beta, int sm_count) {
   typename Config::Gemm::Arguments arguments{
       cutlass::gemm::GemmUniversalMode::kGrouped,
       {groups, arrays.shapes, /*host problem shapes:*/ nullptr},
@@ -181,7 +181,7 @@ typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Co
       // C aliases D: only read when beta != 0 (CUTLASS skips the C load for a zero scalar beta).
       {{}, const_cast<const Element**>(arrays.d), arrays.stride_d, arrays.d, arrays.stride_d}};
   auto& epilogue = arguments.epilogue.thread;
-  epilogue.alpha = 1.0f;
+  epilogue.alpha = alpha;
   epilogue.beta = beta;
   epilogue.alpha_ptr = nullptr;
   epilogue.beta_ptr = nullptr;
@@ -199,7 +199,7 @@ typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Co
 template <class Config>
 size_t scratch_bytes(int groups, int sm_count) {
   const GroupArrays<Config> no_arrays{};
-  const size_t workspace = Config::Gemm::get_workspace_size(make_arguments<Config>(groups, no_arrays, 0.0f, sm_count));
+  const size_t workspace = Config::Gemm::get_workspace_size(make_arguments<Config>(groups, no_arrays, 1.0f, 0.0f, sm_count));
   return scratch_layout<Config>(groups, workspace).total;
 }
 
@@ -217,10 +217,10 @@ inline std::string cutlass_failure(const char* step, cutlass::Status status) {
 // Queues the group-array kernel, then the CUTLASS grouped GEMM, on `stream`.
 template <class Config, class Geometry>
 std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Config>& strides,
-                             const int32_t* offsets, int groups, int64_t rows, float beta, void* scratch,
+                             const int32_t* offsets, int groups, int64_t rows, float alpha, float beta, void* scratch,
                              size_t scratch_size, int sm_count, cudaStream_t stream) {
   const size_t workspace_bytes = Config::Gemm::get_workspace_size(
-      make_arguments<Config>(groups, GroupArrays<Config>{}, beta, sm_count));
+      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count));
   const ScratchLayout layout = scratch_layout<Config>(groups, workspace_bytes);
   if (scratch == nullptr || scratch_size < layout.total || reinterpret_cast<uintptr_t>(scratch) % 128 != 0)
     return "grouped GEMM scratch is missing, too small (" + std::to_string(scratch_size) + " < " +
@@ -242,7 +242,7 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
     return cuda_failure("launch of the group-array kernel", status);
 
-  const auto arguments = make_arguments<Config>(groups, arrays, beta, sm_count);
+  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count);
   typename Config::Gemm gemm;
   if (const cutlass::Status status = gemm.can_implement(arguments); status != cutlass::Status::kSuccess)
     return cutlass_failure("can_implement", status);
@@ -257,7 +257,8 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
 }
 
 // M-grouped (forward and input gradient): group e multiplies x[rows_e] ([count, k], A) by expert e's weight
-// (B) into out[rows_e] ([count, n], D). An empty group has M = 0, hence no tiles: CUTLASS never visits it.
+// (B) into out[rows_e] ([count, n], D), times alpha, plus out[rows_e] itself when accumulating (C aliases D).
+// An empty group has M = 0, hence no tiles: CUTLASS never visits it.
 struct RowsTimesWeightGeometry {
   const Element* x;
   const Element* weights;  // [groups, n, k] or [groups, k, n]: n·k elements per expert either way
@@ -279,8 +280,8 @@ std::string run_rows_times_weight(const GroupedGemmProblem& problem, int64_t wei
   const UniformStrides<Config> strides{row_stride<typename Config::StrideA>(problem.k),
                                        row_stride<typename Config::StrideB>(weight_row),
                                        row_stride<typename Config::StrideD>(problem.n)};
-  return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, /*beta=*/0.0f,
-                                  scratch, scratch_bytes, sm_count, stream);
+  return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
+                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream);
 }
 
 }  // namespace moetune::ops::cuda::grouped_gemm_detail

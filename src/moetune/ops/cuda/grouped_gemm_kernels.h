@@ -29,7 +29,8 @@ struct GroupedGemmProblem {
   int64_t rows;
   int groups;
   int n, k;
-  bool accumulate;  // WeightGrad only: dW_e += instead of =
+  bool accumulate;   // out (+)= : added to what out holds instead of overwriting it
+  float alpha = 1;   // out = alpha · product (+ out): LoRA's scale applied in the epilogue
 };
 
 // Device scratch one launch needs (per-group shapes, pointers and strides, CUTLASS's workspace) on a GPU with

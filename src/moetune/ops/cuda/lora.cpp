@@ -59,6 +59,21 @@ void add_scaled_columns(const Tensor& src, double scale, const Tensor& dst, int6
              "add_scaled_columns");
 }
 
+Tensor lora_dropout_apply(const Tensor& x, const LoraDropout& dropout) {
+  check_gpu_tensor("lora_dropout_apply", "x", x, {DType::BF16});
+  Tensor out = device_like(x.shape());
+  gpu::check(launch_lora_dropout_apply(x.raw_data(), dropout, out.raw_data(), x.numel(), gpu::stream()), "lora_dropout_apply");
+  return out;
+}
+
+void lora_dropout_add(const Tensor& src, const LoraDropout& dropout, const Tensor& dst) {
+  constexpr std::string_view op = "lora_dropout_add";
+  check_gpu_tensor(op, "src", src, {DType::BF16});
+  check_gpu_tensor(op, "dst", dst, {DType::BF16});
+  MOETUNE_CHECK(src.numel() == dst.numel(), "{}: src {} and dst {} differ in size", op, src.str(), dst.str());
+  gpu::check(launch_lora_dropout_add(src.raw_data(), dropout, dst.raw_data(), src.numel(), gpu::stream()), op);
+}
+
 Tensor expert_b_grouped(const Tensor& packed, int64_t experts) {
   constexpr std::string_view op = "expert_b_grouped";
   width_of(op, "B", packed);
@@ -102,12 +117,10 @@ void lora_backward(const Tensor& dy, int64_t first_column, const Tensor& x, cons
 Tensor lora_grouped_forward(const Tensor& rows, const Tensor& offsets, const Tensor& a, const Tensor& b, double scale,
                             const Tensor& y) {
   const int64_t rank = expert_rank("lora_grouped_forward", offsets, a, b), experts = offsets.numel() - 1;
-  const int64_t count = rows.size(0), out = b.size(0);
-  Tensor u = device_like({count, rank});
+  Tensor u = device_like({rows.size(0), rank});
   grouped_matmul(rows, a.view({experts, rank, a.size(1)}), /*transpose_w=*/true, offsets, u);
-  Tensor part = device_like({count, out});
-  grouped_matmul(u, expert_b_grouped(b, experts), /*transpose_w=*/true, offsets, part);
-  add_scaled_columns(part, scale, y, 0);
+  // y_e += s · u_e B_eᵀ in the GEMM's epilogue: no [R, out] product to write, read back and add.
+  grouped_matmul(u, expert_b_grouped(b, experts), /*transpose_w=*/true, offsets, y, float(scale), /*accumulate=*/true);
   return u;
 }
 
@@ -124,15 +137,11 @@ void lora_grouped_backward(const Tensor& dy, const Tensor& rows, const Tensor& u
                                               gpu::stream()),
                op);
   }
-  Tensor du = device_like({count, rank}), scaled_du = device_like({count, rank});
-  grouped_matmul(dy, grouped_b, /*transpose_w=*/false, offsets, du);  // du_e = dy_e B_e
-  copy_scaled_columns(du, scale, scaled_du, 0);
-  du = Tensor();
-  if (da.defined())
-    grouped_matmul_weight_grad(scaled_du, rows, offsets, da.view({experts, rank, in}), /*accumulate=*/true);
-  Tensor part = device_like({count, in});
-  grouped_matmul(scaled_du, a.view({experts, rank, in}), /*transpose_w=*/false, offsets, part);  // du_e A_e
-  add_scaled_columns(part, 1.0, drows, 0);
+  Tensor du = device_like({count, rank});
+  grouped_matmul(dy, grouped_b, /*transpose_w=*/false, offsets, du, float(scale));  // du_e = s · dy_e B_e
+  if (da.defined()) grouped_matmul_weight_grad(du, rows, offsets, da.view({experts, rank, in}), /*accumulate=*/true);
+  // drows_e += du_e A_e in the GEMM's epilogue.
+  grouped_matmul(du, a.view({experts, rank, in}), /*transpose_w=*/false, offsets, drows, 1.0f, /*accumulate=*/true);
 }
 
 }  // namespace moetune::ops::cuda

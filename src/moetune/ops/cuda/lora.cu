@@ -51,6 +51,61 @@ __global__ void add_grouped_to_expert_b_kernel(const uint16_t* __restrict__ grou
   }
 }
 
+// The same two moves a row o of the packed B at a time, through shared memory: the packed row [r, E] is read and
+// written whole (coalesced), and each expert's r values of the grouped side are one contiguous run. Used when a
+// row fits in shared memory (r·E·2 bytes: 4 KB for rank 16 over 128 experts).
+__global__ void expert_b_to_grouped_rows_kernel(const uint16_t* __restrict__ packed, uint16_t* __restrict__ grouped,
+                                                int64_t experts, int64_t out, int64_t rank) {
+  extern __shared__ uint16_t row[];
+  const int64_t width = rank * experts;
+  for (int64_t o = blockIdx.x; o < out; o += gridDim.x) {
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) row[j] = packed[o * width + j];
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+      const int64_t e = j / rank, k = j % rank;
+      grouped[(e * out + o) * rank + k] = row[k * experts + e];
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void add_grouped_to_expert_b_rows_kernel(const uint16_t* __restrict__ grouped, float scale,
+                                                    uint16_t* __restrict__ packed, int64_t experts, int64_t out,
+                                                    int64_t rank) {
+  extern __shared__ uint16_t row[];
+  const int64_t width = rank * experts;
+  for (int64_t o = blockIdx.x; o < out; o += gridDim.x) {
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+      const int64_t e = j / rank, k = j % rank;
+      row[k * experts + e] = grouped[(e * out + o) * rank + k];
+    }
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+      uint16_t& p = packed[o * width + j];
+      p = f32_to_bf16(bf16_to_f32(p) + scale * bf16_to_f32(row[j]));
+    }
+    __syncthreads();
+  }
+}
+
+constexpr int64_t kRowKernelSharedBytes = 48 << 10;
+
+int row_blocks(int64_t out) { return int(std::min<int64_t>(out, 65535)); }
+
+// The mask is a pure function of (key, i): no state, so the backward pass and a recomputed forward regenerate it.
+__global__ void lora_dropout_apply_kernel(const uint16_t* __restrict__ x, LoraDropout dropout, uint16_t* __restrict__ out,
+                                          int64_t n) {
+  MOETUNE_GRID_STRIDE(i, n) out[i] = f32_to_bf16(dropout.apply(uint64_t(i), bf16_to_f32(x[i])));
+}
+
+__global__ void lora_dropout_add_kernel(const uint16_t* __restrict__ src, LoraDropout dropout, uint16_t* __restrict__ dst,
+                                        int64_t n) {
+  MOETUNE_GRID_STRIDE(i, n) {
+    const float dropped = dropout.apply(uint64_t(i), bf16_to_f32(src[i]));
+    dst[i] = f32_to_bf16(bf16_to_f32(dst[i]) + dropped);
+  }
+}
+
 #undef MOETUNE_GRID_STRIDE
 
 }  // namespace
@@ -75,8 +130,12 @@ cudaError_t launch_expert_b_to_grouped(const void* packed, void* grouped, int64_
                                        cudaStream_t stream) {
   const int64_t n = experts * out * rank;
   if (n == 0) return cudaSuccess;
-  expert_b_to_grouped_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(packed),
-                                                                     static_cast<uint16_t*>(grouped), experts, out, rank);
+  if (const int64_t shared = rank * experts * 2; shared <= kRowKernelSharedBytes)
+    expert_b_to_grouped_rows_kernel<<<row_blocks(out), kThreads, size_t(shared), stream>>>(
+        static_cast<const uint16_t*>(packed), static_cast<uint16_t*>(grouped), experts, out, rank);
+  else
+    expert_b_to_grouped_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(packed),
+                                                                       static_cast<uint16_t*>(grouped), experts, out, rank);
   return cudaGetLastError();
 }
 
@@ -84,8 +143,26 @@ cudaError_t launch_add_grouped_to_expert_b(const void* grouped, float scale, voi
                                            int64_t rank, cudaStream_t stream) {
   const int64_t n = experts * out * rank;
   if (n == 0) return cudaSuccess;
-  add_grouped_to_expert_b_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-      static_cast<const uint16_t*>(grouped), scale, static_cast<uint16_t*>(packed), experts, out, rank);
+  if (const int64_t shared = rank * experts * 2; shared <= kRowKernelSharedBytes)
+    add_grouped_to_expert_b_rows_kernel<<<row_blocks(out), kThreads, size_t(shared), stream>>>(
+        static_cast<const uint16_t*>(grouped), scale, static_cast<uint16_t*>(packed), experts, out, rank);
+  else
+    add_grouped_to_expert_b_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const uint16_t*>(grouped), scale, static_cast<uint16_t*>(packed), experts, out, rank);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_lora_dropout_apply(const void* x, LoraDropout dropout, void* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  lora_dropout_apply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), dropout,
+                                                                    static_cast<uint16_t*>(out), n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_lora_dropout_add(const void* src, LoraDropout dropout, void* dst, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  lora_dropout_add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const uint16_t*>(src), dropout,
+                                                                  static_cast<uint16_t*>(dst), n);
   return cudaGetLastError();
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "moetune/core/tensor.h"
+#include "moetune/ops/lora_dropout.h"
 
 namespace moetune::ops::cuda {
 
@@ -22,6 +23,11 @@ Tensor lora_grouped_forward(const Tensor& rows, const Tensor& offsets, const Ten
 // Accumulates dA [E·r, in] and dB [out, r·E]; adds d(rows) into drows [R, in].
 void lora_grouped_backward(const Tensor& dy, const Tensor& rows, const Tensor& u, const Tensor& offsets, const Tensor& a,
                            const Tensor& b, double scale, const Tensor& da, const Tensor& db, const Tensor& drows);
+
+// LoRA dropout on bf16 GPU tensors, the twins of ops/lora.h's: a new tensor with the mask applied to x, and
+// dst += the mask applied to src (same element count).
+Tensor lora_dropout_apply(const Tensor& x, const LoraDropout& dropout);
+void lora_dropout_add(const Tensor& src, const LoraDropout& dropout, const Tensor& dst);
 
 // The element movers around them, exposed for their tests. dst[:, first:first+cols] += scale · src.
 void add_scaled_columns(const Tensor& src, double scale, const Tensor& dst, int64_t first);

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "moetune/ops/lora_dropout.h"
+
 namespace moetune::ops::cuda {
 
 // dst[t, first + j] += scale · src[t, j] for src [rows, cols], dst [rows, width].
@@ -20,5 +22,10 @@ cudaError_t launch_expert_b_to_grouped(const void* packed, void* grouped, int64_
                                        cudaStream_t stream);
 cudaError_t launch_add_grouped_to_expert_b(const void* grouped, float scale, void* packed, int64_t experts, int64_t out,
                                            int64_t rank, cudaStream_t stream);
+
+// LoRA dropout (ops/lora_dropout.h) on n bf16 values: out[i] = dropout.apply(i, x[i]) (out may not alias x), or
+// dst[i] += dropout.apply(i, src[i]) (the backward pass into d(x)).
+cudaError_t launch_lora_dropout_apply(const void* x, LoraDropout dropout, void* out, int64_t n, cudaStream_t stream);
+cudaError_t launch_lora_dropout_add(const void* src, LoraDropout dropout, void* dst, int64_t n, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

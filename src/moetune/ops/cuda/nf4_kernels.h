@@ -13,4 +13,13 @@ cudaError_t launch_nf4_dequantize(const uint8_t* packed, const uint8_t* absmax_c
                                   const float* absmax_map, const float* code, float offset, void* out, bool out_is_bf16,
                                   int64_t n, cudaStream_t stream);
 
+// Blockwise quantization as ops/cpu/blockwise_quant.cpp's quantize_block codes each block (the same float32
+// operations, so the same codes): blocks of `block` values (64 or 256) of x - subtract (x bf16 or f32), each
+// block's absmax into absmax[n / block rounded up], each value's nearest code among `midpoint_count` + 1 sorted
+// entries (their midpoints given) into codes: one byte a value, or packed two a byte (NF4: the first value in the
+// high nibble, an odd count's last byte padded with code 7) when `pack_nibbles`.
+cudaError_t launch_quantize_blocks(const void* x, bool x_is_bf16, float subtract, int64_t n, int block,
+                                   const float* midpoints, int midpoint_count, bool pack_nibbles, uint8_t* codes,
+                                   float* absmax, cudaStream_t stream);
+
 }  // namespace moetune::ops::cuda
