@@ -103,9 +103,9 @@ def watch_mamba2_paths() -> dict:
     both methods of NemotronHMamba2Mixer; also notes whether the kernel packages are installed at all."""
     import importlib.util
     from transformers.models.nemotron_h import modeling_nemotron_h as modeling
-    mixer = modeling.NemotronHMamba2Mixer
+    mixer = getattr(modeling, "NemotronHMamba2Mixer", None)
     calls = {"installed": {name: importlib.util.find_spec(name) is not None for name in ("mamba_ssm", "causal_conv1d")}}
-    for name in ("torch_forward", "cuda_kernels_forward"):
+    for name in ("torch_forward", "cuda_kernels_forward") if mixer is not None else ():
         original = getattr(mixer, name, None)
         if original is None:
             continue
