@@ -14,6 +14,7 @@
 
 #include "moetune/model/parameter_store.h"
 #include "moetune/ops/cuda/adamw.h"
+#include "moetune/train/cuda/layer_slots.h"
 
 namespace moetune::train::cuda {
 
@@ -33,8 +34,7 @@ class UpdateInBackward {
  private:
   struct Group {
     int64_t layer;
-    std::vector<ops::cuda::AdamWSlot> slots;
-    std::vector<Tensor> grads;
+    LayerSlots layer_slots;
     Tensor norm_squared;  // a view of norms_squared_
   };
   model::ParameterStore& store_;
