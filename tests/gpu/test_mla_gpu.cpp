@@ -11,6 +11,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -250,15 +251,18 @@ TEST_F(MlaGpu, DISABLED_TimesQkvAssembly) {
 }
 
 TEST_F(MlaGpu, CopyLeadingColumnsPadsAndNarrows) {
-  const Tensor src = random_normal({5, 3, 6}, DType::BF16, kGpu, rng());
-  const Tensor wide = poisoned({5, 3, 8}, DType::BF16, kGpu), narrow = poisoned({5, 3, 4}, DType::BF16, kGpu);
-  ops::cuda::copy_leading_columns(src, wide);
-  ops::cuda::copy_leading_columns(src, narrow);
-  const Tensor s = to_cpu_f32(src);
-  const Tensor expected_wide = Tensor::zeros({5, 3, 8}, DType::F32);
-  place(expected_wide, 0, s);
-  EXPECT_EQ(relative_error(wide, expected_wide), 0.0);
-  EXPECT_EQ(relative_error(narrow, take(s, 0, 4)), 0.0);
+  // Widths off multiples of 8 (one element at a time) and on them (16 bytes at a time).
+  for (const auto& [width, wide_width, narrow_width] : {std::tuple{6, 8, 4}, std::tuple{16, 24, 8}}) {
+    const Tensor src = random_normal({5, 3, width}, DType::BF16, kGpu, rng());
+    const Tensor wide = poisoned({5, 3, wide_width}, DType::BF16, kGpu), narrow = poisoned({5, 3, narrow_width}, DType::BF16, kGpu);
+    ops::cuda::copy_leading_columns(src, wide);
+    ops::cuda::copy_leading_columns(src, narrow);
+    const Tensor s = to_cpu_f32(src);
+    const Tensor expected_wide = Tensor::zeros({5, 3, wide_width}, DType::F32);
+    place(expected_wide, 0, s);
+    EXPECT_EQ(relative_error(wide, expected_wide), 0.0);
+    EXPECT_EQ(relative_error(narrow, take(s, 0, narrow_width)), 0.0);
+  }
 }
 
 // ---- the sigmoid group-limited router ----

@@ -56,7 +56,7 @@ class CausalLM final : public LanguageModel {
   // dequantizes the layer's frozen base there again (model/cuda/nf4_base.h).
   void on_layer_backward(LayerStarting hook) { layer_backward_ = std::move(hook); }
   // Told, in forward_backward, after the forward pass and before the first gradient is written: the engine's
-  // zeroing of the gradients, queued on another stream, is waited for there (train/cuda/gradient_upkeep.h).
+  // AdamW and zeroing of the gradients, queued on another stream, are waited for there (train/cuda/overlapped_step.h).
   void on_backward_start(std::function<void()> hook) { backward_start_ = std::move(hook); }
   // training.recompute: which sublayers keep only their input for the backward pass (model/recompute.h); the
   // last `keep_last_layers` layers keep their stash anyway (training.recompute_keep_layers).

@@ -189,11 +189,13 @@ __global__ void __launch_bounds__(kThreads)
     dk_rope[t * s.rope + j] = from_float<bf16>(unrotated(summed, j, s, cos_table, sin_table));
 }
 
-__global__ void copy_leading_columns_kernel(const bf16* __restrict__ src, int64_t src_width, bf16* __restrict__ dst,
+// Element type T: bf16, or uint4 (8 bf16 at a time) when both widths and both pointers allow.
+template <typename T>
+__global__ void copy_leading_columns_kernel(const T* __restrict__ src, int64_t src_width, T* __restrict__ dst,
                                             int64_t dst_width, int64_t total) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / dst_width, c = i % dst_width;
-    dst[i] = c < src_width ? src[row * src_width + c] : from_float<bf16>(0.0f);
+    dst[i] = c < src_width ? src[row * src_width + c] : T{};
   }
 }
 
@@ -241,11 +243,17 @@ cudaError_t launch_mla_qkv_backward(const void* dq, const void* dk, const void* 
 cudaError_t launch_copy_leading_columns(const void* src, int64_t src_width, void* dst, int64_t dst_width, int64_t rows,
                                         cudaStream_t stream) {
   if (src_width <= 0 || dst_width <= 0 || rows < 0) return cudaErrorInvalidValue;
-  const int64_t total = rows * dst_width;
+  const bool vectors = src_width % kVec == 0 && dst_width % kVec == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  const int64_t per = vectors ? kVec : 1, total = rows * dst_width / per;
   if (total == 0) return cudaSuccess;
-  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65535);
-  copy_leading_columns_kernel<<<unsigned(blocks), 256, 0, stream>>>(static_cast<const bf16*>(src), src_width,
-                                                                   static_cast<bf16*>(dst), dst_width, total);
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 65535));
+  if (vectors)
+    copy_leading_columns_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint4*>(src), src_width / per,
+                                                            static_cast<uint4*>(dst), dst_width / per, total);
+  else
+    copy_leading_columns_kernel<<<blocks, 256, 0, stream>>>(static_cast<const bf16*>(src), src_width,
+                                                            static_cast<bf16*>(dst), dst_width, total);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,6 @@
 // The trainable parameters' optimizer slots grouped by the layer whose backward pass finishes their gradients
 // (model/gradient_ready_layer.h): the unit of the update during the backward pass (update_in_backward.h) and of
-// the gradient upkeep beside the forward and backward passes (gradient_upkeep.h).
+// the optimizer step beside the forward and backward passes (overlapped_step.h).
 #pragma once
 
 #include <cstdint>
