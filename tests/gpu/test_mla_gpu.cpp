@@ -18,6 +18,7 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/attention.h"
 #include "moetune/ops/cuda/attention.h"
+#include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/mla_qkv.h"
 #include "moetune/ops/cuda/sigmoid_router.h"
 #include "moetune/ops/mla_rope.h"
@@ -138,6 +139,41 @@ TEST_F(MlaGpu, DISABLED_TimesAttentionWidths) {
                 (long long)c.heads, (long long)c.kv_heads, (long long)c.d, (long long)c.dv, forward_ms,
                 flops / forward_ms / 1e9, backward_ms, 2.5 * flops / backward_ms / 1e9);
   }
+}
+
+// Not a check: kv_a_proj_with_mqa (576 rows at Moonlight's widths) as one GEMM beside two (512 + 64 rows, what
+// the block runs so that c and k_rope come out contiguous), forward and backward, 8192 tokens. Run with
+// --gtest_also_run_disabled_tests.
+TEST_F(MlaGpu, DISABLED_TimesKvAProjection) {
+  const int64_t T = 8192, hidden = 2048, latent = 512, rope = 64;
+  const Tensor x = random_normal({T, hidden}, DType::BF16, kGpu, rng(), 0.1f);
+  const Tensor w = random_normal({latent + rope, hidden}, DType::BF16, kGpu, rng(), 0.02f);
+  const Tensor dw = Tensor::zeros(w.shape(), DType::BF16, kGpu), dx = Tensor::empty({T, hidden}, DType::BF16, kGpu);
+  const Tensor y = Tensor::empty({T, latent + rope}, DType::BF16, kGpu);
+  const Tensor dy = random_normal({T, latent + rope}, DType::BF16, kGpu, rng());
+  const Tensor y_latent = Tensor::empty({T, latent}, DType::BF16, kGpu), y_rope = Tensor::empty({T, rope}, DType::BF16, kGpu);
+  const Tensor dy_latent = random_normal({T, latent}, DType::BF16, kGpu, rng()), dy_rope = random_normal({T, rope}, DType::BF16, kGpu, rng());
+  const auto time_ms = [](const std::function<void()>& run) {
+    for (int i = 0; i < 3; ++i) run();
+    gpu::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    constexpr int kRuns = 20;
+    for (int i = 0; i < kRuns; ++i) run();
+    gpu::synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / kRuns;
+  };
+  const double one_forward = time_ms([&] { ops::cuda::linear_forward(x, w, {}, y); });
+  const double two_forward = time_ms([&] {
+    ops::cuda::linear_forward(x, w.narrow(0, latent), {}, y_latent);
+    ops::cuda::linear_forward(x, w.narrow(latent, rope), {}, y_rope);
+  });
+  const double one_backward = time_ms([&] { ops::cuda::linear_backward(dy, x, w, dx, dw); });
+  const double two_backward = time_ms([&] {
+    ops::cuda::linear_backward(dy_latent, x, w.narrow(0, latent), dx, dw.narrow(0, latent));
+    ops::cuda::linear_backward(dy_rope, x, w.narrow(latent, rope), dx, dw.narrow(latent, rope), {}, true);
+  });
+  std::printf("kv_a (576 x 2048, 8192 tokens): one GEMM forward %.3f ms, backward %.3f ms; as 512 + 64: forward %.3f ms, "
+              "backward %.3f ms\n", one_forward, one_backward, two_forward, two_backward);
 }
 
 // ---- q/k/v assembly ----
