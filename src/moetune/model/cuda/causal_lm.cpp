@@ -109,7 +109,6 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
 
   const double divisor = batch.num_items_in_batch.value_or(double(device_batch.scored));
   const double lm_scale = divisor > 0 ? 1.0 / divisor : 0.0;
-  if (backward_start_) backward_start_();
   PhaseScope phase("lm_head+loss");
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
   Tensor dnormed = device_like(f.normed.shape());

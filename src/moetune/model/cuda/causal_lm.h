@@ -5,8 +5,6 @@
 // training entry point, `logits` and `loss` the evaluation ones.
 #pragma once
 
-#include <functional>
-
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -55,9 +53,6 @@ class CausalLM final : public LanguageModel {
   // Told, in forward_backward's backward pass, before layer L's backward (and recomputation) runs: QLoRA
   // dequantizes the layer's frozen base there again (model/cuda/nf4_base.h).
   void on_layer_backward(LayerStarting hook) { layer_backward_ = std::move(hook); }
-  // Told, in forward_backward, after the forward pass and before the first gradient is written: the engine's
-  // AdamW and zeroing of the gradients, queued on another stream, are waited for there (train/cuda/overlapped_step.h).
-  void on_backward_start(std::function<void()> hook) { backward_start_ = std::move(hook); }
   // training.recompute: which sublayers keep only their input for the backward pass (model/recompute.h); the
   // last `keep_last_layers` layers keep their stash anyway (training.recompute_keep_layers).
   void set_recompute(Recompute mode, int64_t keep_last_layers = 0);
@@ -112,7 +107,6 @@ class CausalLM final : public LanguageModel {
   LayerGradientsDone gradients_done_;
   LayerStarting parameters_needed_;
   LayerStarting layer_backward_;
-  std::function<void()> backward_start_;
 };
 
 }  // namespace moetune::model::cuda

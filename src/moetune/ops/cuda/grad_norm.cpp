@@ -35,15 +35,6 @@ void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squa
              fmt::format("grad_norm_squared over {} tensors", count));
 }
 
-void sum_floats(const Tensor& values, const Tensor& total) {
-  check_device_scalar(total, "sum_floats: total");
-  MOETUNE_CHECK(values.defined() && values.device().is_cuda() && values.dtype() == DType::F32 && values.dim() == 1,
-                "sum_floats: values {} must be F32 [n] on cuda", values.defined() ? values.str() : std::string("undefined"));
-  gpu::check(launch_sum_floats(static_cast<const float*>(values.raw_data()), values.numel(),
-                               static_cast<float*>(total.raw_data()), gpu::stream()),
-             "sum_floats");
-}
-
 void clip_coefficient(const Tensor& norm_squared, double max_norm, const Tensor& coefficient) {
   check_device_scalar(norm_squared, "clip_coefficient: norm_squared");
   check_device_scalar(coefficient, "clip_coefficient: coefficient");

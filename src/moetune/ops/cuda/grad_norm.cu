@@ -125,11 +125,8 @@ cudaError_t launch_grad_norm_squared(const GradNormTensor* tensors, int64_t coun
         return cudaGetLastError();
       });
   if (status != cudaSuccess) return status;
-  return launch_sum_floats(partials, partial_count, norm_squared, stream);  // also for an empty list: writes 0
-}
-
-cudaError_t launch_sum_floats(const float* values, int64_t count, float* total, cudaStream_t stream) {
-  sum_partials_kernel<<<1, multi_tensor::kThreads, 0, stream>>>(values, count, total);
+  // Always launched, so that an empty list still writes 0.
+  sum_partials_kernel<<<1, multi_tensor::kThreads, 0, stream>>>(partials, partial_count, norm_squared);
   return cudaGetLastError();
 }
 

@@ -12,9 +12,6 @@ namespace moetune::ops::cuda {
 // Σ over all grads (BF16, CUDA) of g², in fp32, into norm_squared (CUDA F32 [1]). Deterministic: per-block
 // partials, then one fixed-order final reduction. An empty list gives 0.
 void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared);
-// Σ of values (CUDA F32 [n]) into total (CUDA F32 [1]), in a fixed order: sums of squares taken in groups
-// (train/cuda/overlapped_step.h) into the whole norm's.
-void sum_floats(const Tensor& values, const Tensor& total);
 // min(1, max_norm / (sqrt(norm_squared) + 1e-6)) into coefficient (CUDA F32 [1]).
 void clip_coefficient(const Tensor& norm_squared, double max_norm, const Tensor& coefficient);
 

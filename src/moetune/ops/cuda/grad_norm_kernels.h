@@ -23,9 +23,6 @@ int64_t grad_norm_partial_count(const GradNormTensor* tensors, int64_t count);
 cudaError_t launch_grad_norm_squared(const GradNormTensor* tensors, int64_t count, float* partials,
                                      float* norm_squared, cudaStream_t stream);
 
-// *total = Σ values[0..count), in fp32 and a fixed order (one block): per-group sums of squares into one.
-cudaError_t launch_sum_floats(const float* values, int64_t count, float* total, cudaStream_t stream);
-
 // *coefficient = min(1, max_norm / (sqrt(*norm_squared) + 1e-6)), torch's clip_grad_norm_ factor; a NaN norm
 // gives a NaN coefficient, as in torch.
 cudaError_t launch_clip_coefficient(const float* norm_squared, double max_norm, float* coefficient,

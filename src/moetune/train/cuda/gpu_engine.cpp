@@ -22,7 +22,6 @@
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/cuda/gradient_buckets.h"
-#include "moetune/train/cuda/overlapped_step.h"
 #include "moetune/train/cuda/update_in_backward.h"
 #include "moetune/train/update_in_backward_setting.h"
 #include "moetune/train/parallel_save.h"
@@ -77,25 +76,16 @@ class GpuEngine final : public TrainingEngine {
       if (update_in_backward_) {
         update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, slot_names_, precision_, seed_, int8_state_);
         model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
-      } else {
-        overlapped_ = std::make_unique<cuda::OverlappedStep>(slots_, slot_names_, model_.spec().num_layers());
-        model_.on_gradients_done([this](int64_t layer) {
-          if (micro_batch_ == micro_batches_) overlapped_->layer_done(layer);  // final only on the step's last
-        });
-        model_.on_backward_start([this] { overlapped_->wait_for_all(); });
       }
     }
     if (router_bias_rate_ > 0) {
       if (parallel()) fail("training.router_bias_update_rate is not yet supported with several ranks");
       model_.check_router_correction_biases();
     }
-    if (nf4_)  // QLoRA: each layer's base dequantized before its forward and again before its backward
+    if (nf4_) {  // QLoRA: each layer's base dequantized before its forward and again before its backward
+      model_.on_parameters_needed([this](int64_t layer) { nf4_->dequantize_layer(layer); });
       model_.on_layer_backward([this](int64_t layer) { nf4_->dequantize_layer(layer); });
-    if (nf4_ || overlapped_)
-      model_.on_parameters_needed([this](int64_t layer) {
-        if (overlapped_) overlapped_->parameters_needed(layer);
-        if (nf4_) nf4_->dequantize_layer(layer);
-      });
+    }
     model_.set_recompute(model::parse_recompute(r.training.recompute), r.training.recompute_keep_layers);
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
     coefficient_ = Tensor::empty({1}, DType::F32, Device::cuda());
@@ -112,8 +102,7 @@ class GpuEngine final : public TrainingEngine {
     }
   }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override {
-    ++micro_batch_;
-    if (reduction_) reduction_->begin_micro_batch(micro_batch_ == micro_batches_);
+    if (reduction_) reduction_->begin_micro_batch(++micro_batch_ == micro_batches_);
     model::CausalLMOutput out = model_.forward_backward(batch);
     if (router_bias_rate_ > 0) model_.add_expert_load(pending_load_);
     return out;
@@ -137,10 +126,7 @@ class GpuEngine final : public TrainingEngine {
         if (g.defined()) gradients.push_back(g);  // a frozen parameter has none
     }
     phase.next("optimizer.adamw");
-    if (overlapped_)
-      overlapped_->norm_squared(norm_squared_);  // summed during the backward pass
-    else
-      ops::cuda::grad_norm_squared(gradients, norm_squared_);
+    ops::cuda::grad_norm_squared(gradients, norm_squared_);
     // Each gradient element is in one rank's shard: the world's sum is the whole model's.
     if (parallel()) groups_->world->all_reduce_sum(norm_squared_);
     Tensor scale;
@@ -149,11 +135,8 @@ class GpuEngine final : public TrainingEngine {
       scale = coefficient_;
     }
     ++steps_;
-    const ops::cuda::AdamWHyper hyper{lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_};
-    if (overlapped_)  // beside the next forward pass, the zeroing too
-      overlapped_->step(hyper, precision_, scale, seed_, int8_state_, [this] { model_.zero_grad(); });
-    else
-      ops::cuda::adamw_step(slots_, hyper, precision_, scale, seed_, int8_state_);
+    ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
+                          precision_, scale, seed_, int8_state_);
     move_router_biases();
     phase.next("optimizer.gather");
     if (overlap_ && reduction_)
@@ -161,20 +144,20 @@ class GpuEngine final : public TrainingEngine {
     else
       gather_parameters();
     phase.next("optimizer.zero_grad");
-    if (!overlapped_) model_.zero_grad();
+    model_.zero_grad();
     phase.end();
-    const Tensor host = norm_squared_.to(Device::cpu());  // waits for the norm (overlapped: not for the update)
+    const Tensor host = norm_squared_.to(Device::cpu());  // waits for the step
     return std::sqrt(double(host.data<float>()[0]));
   }
   int64_t optimizer_steps() const override { return steps_; }
   void save_pretrained(const std::filesystem::path& folder) const override {
-    wait_for_parameters();
+    if (reduction_) reduction_->wait_for_parameters();
     if (model_.weights().lora) return save_adapter(folder);  // one rank: the adapter alone
     save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
   io::NamedTensors training_state() const override {
-    wait_for_parameters();
+    if (reduction_) reduction_->wait_for_parameters();
     io::NamedTensors state;
     for (size_t i = 0; i < slots_.size(); ++i) {
       const std::string& name = slot_names_[i];
@@ -190,7 +173,7 @@ class GpuEngine final : public TrainingEngine {
     return state;
   }
   void restore_training_state(const io::SafetensorsFile& file, int64_t optimizer_steps) override {
-    wait_for_parameters();
+    if (reduction_) reduction_->wait_for_parameters();
     for (size_t i = 0; i < slots_.size(); ++i) {
       const std::string& name = slot_names_[i];
       restore(slots_[i].param, file, "param." + name);
@@ -220,11 +203,6 @@ class GpuEngine final : public TrainingEngine {
 
  private:
   bool parallel() const { return groups_->layout.world > 1; }
-  // Before the parameters or the optimizer state are read or written outside a step.
-  void wait_for_parameters() const {
-    if (reduction_) reduction_->wait_for_parameters();
-    if (overlapped_) overlapped_->wait_for_all();
-  }
   // The recipe's weights in bf16 on this GPU; with lora.quantize nf4 (QLoRA) the frozen base goes to nf4_ as it
   // is read, and its parameters become views of nf4_'s scratch.
   model::ModelWeights load_weights(const Recipe& r) {
@@ -356,7 +334,6 @@ class GpuEngine final : public TrainingEngine {
   std::vector<std::vector<double>> pending_load_;  // per MoE layer, since the last optimizer step
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
   std::unique_ptr<cuda::UpdateInBackward> update_;       // optimizer.update_in_backward only
-  std::unique_ptr<cuda::OverlappedStep> overlapped_;     // one rank, the step after the backward pass
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
   std::vector<ops::cuda::AdamWSlot> slots_;

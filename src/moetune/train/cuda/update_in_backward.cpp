@@ -4,6 +4,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/core/phase_profile.h"
+#include "moetune/model/gradient_ready_layer.h"
 #include "moetune/ops/cuda/grad_norm.h"
 
 namespace moetune::train::cuda {
@@ -11,8 +12,15 @@ namespace moetune::train::cuda {
 UpdateInBackward::UpdateInBackward(model::ParameterStore& store, std::vector<ops::cuda::AdamWSlot> slots,
                                    const std::vector<std::string>& names, ops::cuda::OptimizerPrecision precision, uint64_t seed, bool int8_state)
     : store_(store), num_layers_(store.weights().spec().num_layers()), precision_(precision), seed_(seed), int8_state_(int8_state) {
-  for (auto& [layer, slots_of_layer] : group_by_ready_layer(slots, names, num_layers_))
-    groups_[layer] = Group{layer, std::move(slots_of_layer), Tensor()};
+  MOETUNE_CHECK(names.size() == slots.size(), "{} slots but {} names", slots.size(), names.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!slots[i].grad.defined()) continue;
+    const int64_t layer = model::gradient_ready_layer(names[i], num_layers_);
+    Group& group = groups_[layer];
+    group.layer = layer;
+    group.grads.push_back(slots[i].grad);
+    group.slots.push_back(std::move(slots[i]));
+  }
   norms_squared_ = Tensor::zeros({int64_t(groups_.size())}, DType::F32, Device::cuda());
   int64_t g = 0;
   for (auto& [layer, group] : groups_) group.norm_squared = norms_squared_.flat_slice(g++, {1});
@@ -25,8 +33,11 @@ void UpdateInBackward::layer_done(int64_t layer) {
   if (found == groups_.end()) return;
   const PhaseScope phase("optimizer.in_backward");
   Group& group = found->second;
-  ops::cuda::grad_norm_squared(group.layer_slots.grads, group.norm_squared);
-  ops::cuda::adamw_step(group.layer_slots.slots, hyper_, precision_, Tensor(), layer_seed(seed_, layer), int8_state_);
+  ops::cuda::grad_norm_squared(group.grads, group.norm_squared);
+  // Stochastic rounding hashes the slot's position in the call: each group its own seed, so that the groups'
+  // first slots do not share their random bits.
+  const uint64_t seed = seed_ ^ (uint64_t(layer + 2) * 0x9E3779B97F4A7C15ull);
+  ops::cuda::adamw_step(group.slots, hyper_, precision_, Tensor(), seed, int8_state_);
   // The next layer's backward pass accumulates into the same buffer.
   if (layer >= 0 && layer < num_layers_) store_.zero_layer_arena();
 }

@@ -14,7 +14,6 @@
 
 #include "moetune/model/parameter_store.h"
 #include "moetune/ops/cuda/adamw.h"
-#include "moetune/train/cuda/layer_slots.h"
 
 namespace moetune::train::cuda {
 
@@ -34,7 +33,8 @@ class UpdateInBackward {
  private:
   struct Group {
     int64_t layer;
-    LayerSlots layer_slots;
+    std::vector<ops::cuda::AdamWSlot> slots;
+    std::vector<Tensor> grads;
     Tensor norm_squared;  // a view of norms_squared_
   };
   model::ParameterStore& store_;
