@@ -188,8 +188,8 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
   for (const QkvCase& c : {QkvCase{37, 4, 8, 4, 6, 16, 8, true, 1.3}, QkvCase{29, 2, 4, 4, 10, 16, 16, false, 1.0},
                            QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1},
-                           // widths off multiples of 8 (scalar loads and stores), and enough heads that the
-                           // backward pass's per-head rope-key gradients need over 48 KB of shared memory
+                           // head widths off multiples of 8, and many heads (a vectorised kernel must fall back
+                           // to narrower accesses there, and keep every head's rope-key gradient of a token)
                            QkvCase{11, 3, 6, 6, 5, 13, 7, false, 1.0}, QkvCase{5, 200, 16, 64, 16, 80, 16, false, 0.9}}) {
     SCOPED_TRACE(::testing::Message() << "heads " << c.heads << ", nope " << c.nope << ", rope " << c.rope << ", v "
                                       << c.v_dim << (c.interleaved ? ", interleaved" : ""));
@@ -287,7 +287,7 @@ TEST_F(MlaGpu, DISABLED_TimesQkvAssembly) {
 }
 
 TEST_F(MlaGpu, CopyLeadingColumnsPadsAndNarrows) {
-  // Widths off multiples of 8 (one element at a time) and on them (16 bytes at a time).
+  // Widths off multiples of 8 and on them (where a vectorised copy would move 16 bytes at a time).
   for (const auto& [width, wide_width, narrow_width] : {std::tuple{6, 8, 4}, std::tuple{16, 24, 8}}) {
     const Tensor src = random_normal({5, 3, width}, DType::BF16, kGpu, rng());
     const Tensor wide = poisoned({5, 3, wide_width}, DType::BF16, kGpu), narrow = poisoned({5, 3, narrow_width}, DType::BF16, kGpu);
