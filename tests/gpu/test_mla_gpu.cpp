@@ -11,12 +11,14 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/attention.h"
 #include "moetune/ops/cuda/attention.h"
+#include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/mla_qkv.h"
 #include "moetune/ops/cuda/sigmoid_router.h"
 #include "moetune/ops/mla_rope.h"
@@ -139,6 +141,41 @@ TEST_F(MlaGpu, DISABLED_TimesAttentionWidths) {
   }
 }
 
+// Not a check: kv_a_proj_with_mqa (576 rows at Moonlight's widths) as one GEMM beside two (512 + 64 rows, what
+// the block runs so that c and k_rope come out contiguous), forward and backward, 8192 tokens. Run with
+// --gtest_also_run_disabled_tests.
+TEST_F(MlaGpu, DISABLED_TimesKvAProjection) {
+  const int64_t T = 8192, hidden = 2048, latent = 512, rope = 64;
+  const Tensor x = random_normal({T, hidden}, DType::BF16, kGpu, rng(), 0.1f);
+  const Tensor w = random_normal({latent + rope, hidden}, DType::BF16, kGpu, rng(), 0.02f);
+  const Tensor dw = Tensor::zeros(w.shape(), DType::BF16, kGpu), dx = Tensor::empty({T, hidden}, DType::BF16, kGpu);
+  const Tensor y = Tensor::empty({T, latent + rope}, DType::BF16, kGpu);
+  const Tensor dy = random_normal({T, latent + rope}, DType::BF16, kGpu, rng());
+  const Tensor y_latent = Tensor::empty({T, latent}, DType::BF16, kGpu), y_rope = Tensor::empty({T, rope}, DType::BF16, kGpu);
+  const Tensor dy_latent = random_normal({T, latent}, DType::BF16, kGpu, rng()), dy_rope = random_normal({T, rope}, DType::BF16, kGpu, rng());
+  const auto time_ms = [](const std::function<void()>& run) {
+    for (int i = 0; i < 3; ++i) run();
+    gpu::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    constexpr int kRuns = 20;
+    for (int i = 0; i < kRuns; ++i) run();
+    gpu::synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / kRuns;
+  };
+  const double one_forward = time_ms([&] { ops::cuda::linear_forward(x, w, {}, y); });
+  const double two_forward = time_ms([&] {
+    ops::cuda::linear_forward(x, w.narrow(0, latent), {}, y_latent);
+    ops::cuda::linear_forward(x, w.narrow(latent, rope), {}, y_rope);
+  });
+  const double one_backward = time_ms([&] { ops::cuda::linear_backward(dy, x, w, dx, dw); });
+  const double two_backward = time_ms([&] {
+    ops::cuda::linear_backward(dy_latent, x, w.narrow(0, latent), dx, dw.narrow(0, latent));
+    ops::cuda::linear_backward(dy_rope, x, w.narrow(latent, rope), dx, dw.narrow(latent, rope), {}, true);
+  });
+  std::printf("kv_a (576 x 2048, 8192 tokens): one GEMM forward %.3f ms, backward %.3f ms; as 512 + 64: forward %.3f ms, "
+              "backward %.3f ms\n", one_forward, one_backward, two_forward, two_backward);
+}
+
 // ---- q/k/v assembly ----
 
 struct QkvCase {
@@ -150,7 +187,10 @@ struct QkvCase {
 TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
   for (const QkvCase& c : {QkvCase{37, 4, 8, 4, 6, 16, 8, true, 1.3}, QkvCase{29, 2, 4, 4, 10, 16, 16, false, 1.0},
-                           QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1}}) {
+                           QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1},
+                           // head widths off multiples of 8, and many heads (a vectorised kernel must fall back
+                           // to narrower accesses there, and keep every head's rope-key gradient of a token)
+                           QkvCase{11, 3, 6, 6, 5, 13, 7, false, 1.0}, QkvCase{5, 200, 16, 64, 16, 80, 16, false, 0.9}}) {
     SCOPED_TRACE(::testing::Message() << "heads " << c.heads << ", nope " << c.nope << ", rope " << c.rope << ", v "
                                       << c.v_dim << (c.interleaved ? ", interleaved" : ""));
     const int64_t T = c.tokens, H = c.heads, dqk = c.nope + c.rope, kv_width = c.nope + c.v_dim;
@@ -207,16 +247,58 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
   }
 }
 
+// Not a check: the q/k/v assembly and its transpose at Moonlight's shapes (8192 tokens, 16 heads, nope 128, rope
+// 64, v 128), against the bytes they must move. Run with --gtest_also_run_disabled_tests.
+TEST_F(MlaGpu, DISABLED_TimesQkvAssembly) {
+  const int64_t T = 8192, H = 16, nope = 128, rope = 64, dv = 128, qk = nope + rope;
+  ops::RopeSpec rope_spec;
+  rope_spec.theta = 50000.0;
+  const Tensor inv_freq = Tensor::from_vector(ops::rope_inverse_frequencies(rope_spec, rope), {rope / 2}).to(kGpu);
+  std::vector<int32_t> positions(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = int32_t(t % 4096);
+  const Tensor pos = Tensor::from_vector(positions, {T}).to(kGpu);
+  const ops::cuda::MlaQkvLayout layout{nope, rope, dv, true, 1.0};
+  const Tensor q_proj = random_normal({T, H, qk}, DType::BF16, kGpu, rng());
+  const Tensor kv = random_normal({T, H, nope + dv}, DType::BF16, kGpu, rng());
+  const Tensor k_rope = random_normal({T, rope}, DType::BF16, kGpu, rng());
+  const Tensor q = Tensor::empty({T, H, qk}, DType::BF16, kGpu), k = Tensor::empty({T, H, qk}, DType::BF16, kGpu);
+  const Tensor v = Tensor::empty({T, H, dv}, DType::BF16, kGpu);
+  const Tensor dq_proj = Tensor::empty(q_proj.shape(), DType::BF16, kGpu), dkv = Tensor::empty(kv.shape(), DType::BF16, kGpu);
+  const Tensor dk_rope = Tensor::empty(k_rope.shape(), DType::BF16, kGpu);
+  double forward_ms = 0, backward_ms = 0;
+  constexpr int kRuns = 20;
+  for (int i = 0; i < kRuns + 2; ++i) {
+    gpu::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    ops::cuda::mla_qkv_forward(q_proj, kv, k_rope, inv_freq, pos, layout, q, k, v);
+    gpu::synchronize();
+    const auto t1 = std::chrono::steady_clock::now();
+    ops::cuda::mla_qkv_backward(q, k, v, inv_freq, pos, layout, dq_proj, dkv, dk_rope);
+    gpu::synchronize();
+    const auto t2 = std::chrono::steady_clock::now();
+    if (i < 2) continue;
+    forward_ms += std::chrono::duration<double, std::milli>(t1 - t0).count() / kRuns;
+    backward_ms += std::chrono::duration<double, std::milli>(t2 - t1).count() / kRuns;
+  }
+  // Each direction reads one side and writes the other: q_proj + kv + k_rope and q + k + v.
+  const double bytes = 2.0 * T * (H * (qk + nope + dv) + rope + H * (2 * qk + dv));
+  std::printf("mla qkv assembly (8192 tokens, 16 heads): forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n",
+              forward_ms, bytes / forward_ms / 1e6, backward_ms, bytes / backward_ms / 1e6);
+}
+
 TEST_F(MlaGpu, CopyLeadingColumnsPadsAndNarrows) {
-  const Tensor src = random_normal({5, 3, 6}, DType::BF16, kGpu, rng());
-  const Tensor wide = poisoned({5, 3, 8}, DType::BF16, kGpu), narrow = poisoned({5, 3, 4}, DType::BF16, kGpu);
-  ops::cuda::copy_leading_columns(src, wide);
-  ops::cuda::copy_leading_columns(src, narrow);
-  const Tensor s = to_cpu_f32(src);
-  const Tensor expected_wide = Tensor::zeros({5, 3, 8}, DType::F32);
-  place(expected_wide, 0, s);
-  EXPECT_EQ(relative_error(wide, expected_wide), 0.0);
-  EXPECT_EQ(relative_error(narrow, take(s, 0, 4)), 0.0);
+  // Widths off multiples of 8 and on them (where a vectorised copy would move 16 bytes at a time).
+  for (const auto& [width, wide_width, narrow_width] : {std::tuple{6, 8, 4}, std::tuple{16, 24, 8}}) {
+    const Tensor src = random_normal({5, 3, width}, DType::BF16, kGpu, rng());
+    const Tensor wide = poisoned({5, 3, wide_width}, DType::BF16, kGpu), narrow = poisoned({5, 3, narrow_width}, DType::BF16, kGpu);
+    ops::cuda::copy_leading_columns(src, wide);
+    ops::cuda::copy_leading_columns(src, narrow);
+    const Tensor s = to_cpu_f32(src);
+    const Tensor expected_wide = Tensor::zeros({5, 3, wide_width}, DType::F32);
+    place(expected_wide, 0, s);
+    EXPECT_EQ(relative_error(wide, expected_wide), 0.0);
+    EXPECT_EQ(relative_error(narrow, take(s, 0, narrow_width)), 0.0);
+  }
 }
 
 // ---- the sigmoid group-limited router ----

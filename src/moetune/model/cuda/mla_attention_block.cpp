@@ -73,6 +73,7 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const int64_t tokens = h.size(0), heads = spec_.num_heads, nope = mla_.qk_nope_head_dim, rope = mla_.qk_rope_head_dim;
   const int64_t latent = mla_.kv_lora_rank, dv = spec_.v_head_dim;
   stash_.input = h;
+  PhaseScope part("mla.projections");  // the parts of the attention phase, nested in it
   Tensor x = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, x);
   const Tensor q_proj = project_q(x);
@@ -87,14 +88,17 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::linear_forward(kv_normed, p_.kv_b.value, {}, kv);
   kv_normed = Tensor();
 
+  part.next("mla.qkv");
   stash_.q = device_like({tokens, heads, qk_width_});
   stash_.k = device_like({tokens, heads, qk_width_});
   stash_.v = device_like({tokens, heads, v_width_});
   ops::cuda::mla_qkv_forward(q_proj.view({tokens, heads, nope + rope}), kv.view({tokens, heads, nope + dv}), k_rope,
                              inv_freq_, batch.positions, layout_, stash_.q, stash_.k, stash_.v);
+  part.next("mla.flash");
   stash_.attended = device_like({tokens, heads, v_width_});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
                                                             mla_.softmax_scale, stash_.attended);
+  part.next("mla.o");
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(attended_for_o(stash_.attended), p_.o.value, p_.o_bias.value, out);
   ops::cuda::add(out, h, out);
@@ -120,6 +124,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   const DeviceBatch& batch = context.batch;
   const int64_t tokens = dout.size(0), heads = spec_.num_heads, nope = mla_.qk_nope_head_dim, rope = mla_.qk_rope_head_dim;
   const int64_t latent = mla_.kv_lora_rank, dv = spec_.v_head_dim;
+  PhaseScope part("mla.bwd.o");
   Tensor dattended_narrow = device_like({tokens, heads * dv});
   ops::cuda::linear_backward(dout, attended_for_o(stash_.attended), p_.o.value, dattended_narrow, p_.o.grad,
                              p_.o_bias.grad);
@@ -129,16 +134,19 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
     ops::cuda::copy_leading_columns(dattended_narrow.view({tokens, heads, dv}), dattended);
   }
   dattended_narrow = Tensor();
+  part.next("mla.bwd.flash");
   Tensor dq = device_like(stash_.q.shape()), dk = device_like(stash_.k.shape()), dvv = device_like(stash_.v.shape());
   ops::cuda::causal_attention_backward(dattended, stash_.q, stash_.k, stash_.v, stash_.attended, stash_.softmax_stats,
                                       batch.documents, mla_.softmax_scale, dq, dk, dvv);
   dattended = Tensor();
+  part.next("mla.bwd.qkv");
   Tensor dq_proj = device_like({tokens, heads * (nope + rope)});
   Tensor dkv = device_like({tokens, heads * (nope + dv)});
   Tensor dk_rope = device_like({tokens, rope});
   ops::cuda::mla_qkv_backward(dq, dk, dvv, inv_freq_, batch.positions, layout_, dq_proj.view({tokens, heads, nope + rope}),
                               dkv.view({tokens, heads, nope + dv}), dk_rope);
   dq = dk = dvv = Tensor();
+  part.next("mla.bwd.kv");
 
   Tensor kv_normed = device_like({tokens, latent});  // recomputed, not kept
   ops::cuda::rms_norm_forward(stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
@@ -153,7 +161,9 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   Tensor dx = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dlatent, x, kv_latent_.value, dx, kv_latent_.grad, kv_latent_bias_.grad);
   ops::cuda::linear_backward(dk_rope, x, kv_rope_.value, dx, kv_rope_.grad, kv_rope_bias_.grad, /*accumulate_dx=*/true);
+  part.next("mla.bwd.q");
   project_q_backward(dq_proj, x, dx);
+  part.next("mla.bwd.norm");
   Tensor dh = device_like(stash_.input.shape());
   ops::cuda::rms_norm_backward(dx, stash_.input, p_.norm.value, eps_, dh, p_.norm.grad, dout);
   clear_stash();
