@@ -19,4 +19,9 @@ inline model::Batch parity_batch(const io::SafetensorsFile& reference, const std
   return b;
 }
 
+// The reference dumps transformers' in-memory names: Nemotron-H's backbone.* is model.* there.
+inline std::string in_memory_name(const std::string& hf_name) {
+  return hf_name.starts_with("backbone.") ? "model." + hf_name.substr(9) : hf_name;
+}
+
 }  // namespace moetune::testing

@@ -234,7 +234,7 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
     compare(hf_label, flips > 0 ? Tolerances{INFINITY, INFINITY, INFINITY} : kAgainstHf, logits, out,
             ref(name + ".logits"), ref(name + ".loss").data<float>()[0], ref(name + ".lm_loss").data<float>()[0],
             model.spec().aux_loss != AuxLoss::None ? ref(name + ".aux_loss").data<float>()[0] : NAN,
-            [&](const std::string& hf) { return ref(name + ".grad." + hf); }, model, b);
+            [&](const std::string& hf) { return ref(name + ".grad." + testing::in_memory_name(hf)); }, model, b);
 
     const CausalLMOutput cpu_out = cpu.forward(b);
     cpu.backward();

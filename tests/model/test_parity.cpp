@@ -52,10 +52,7 @@ double relative_error(const float* actual, const float* expected, int64_t n) {
 
 double relative_error(double actual, double expected) { return std::fabs(actual - expected) / std::fabs(expected); }
 
-// The reference dumps transformers' in-memory names: Nemotron-H's backbone.* is model.* there.
-std::string in_memory_name(const std::string& hf_name) {
-  return hf_name.starts_with("backbone.") ? "model." + hf_name.substr(9) : hf_name;
-}
+using testing::in_memory_name;
 
 class Parity : public ::testing::TestWithParam<std::string> {
  protected:
