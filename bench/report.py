@@ -109,7 +109,7 @@ def main() -> int:
         rows.append(row)
 
     baselines = {r["routing"]: r for r in rows
-                 if r["runner"] == "hf" and r["label"].startswith(BASELINE) and "compile" not in r["label"]
+                 if r["runner"] == "hf" and r["label"] in (BASELINE, BASELINE + " skewed")  # not + compile, + Liger
                  and r.get("tokens_per_second")}
     for row in rows:
         base = baselines.get(row["routing"])
