@@ -97,26 +97,12 @@ def load_model(model_dir: Path, experts: str, device: str, attn: str = "sdpa"):
     return AutoModelForCausalLM.from_pretrained(model_dir, **options).to(device)
 
 
-def watch_mamba2_paths() -> dict:
-    """Nemotron-H: counts the calls of the Mamba2 mixer's two paths, transformers' PyTorch `torch_forward` and the
-    mamba_ssm / causal_conv1d `cuda_kernels_forward` (which it takes only where those kernels load), by wrapping
-    both methods of NemotronHMamba2Mixer; also notes whether the kernel packages are installed at all."""
+def mamba2_kernels_installed() -> dict:
+    """Nemotron-H: whether the packages of transformers' fast Mamba2 path are installed. Without them transformers
+    5.17 runs its reference PyTorch implementations of mamba_split_conv1d_scan_combined, mamba_chunk_scan_combined
+    and causal_conv1d_fn (and logs that it does, once per function)."""
     import importlib.util
-    from transformers.models.nemotron_h import modeling_nemotron_h as modeling
-    mixer = getattr(modeling, "NemotronHMamba2Mixer", None)
-    calls = {"installed": {name: importlib.util.find_spec(name) is not None for name in ("mamba_ssm", "causal_conv1d")}}
-    for name in ("torch_forward", "cuda_kernels_forward") if mixer is not None else ():
-        original = getattr(mixer, name, None)
-        if original is None:
-            continue
-        calls[name] = 0
-
-        def wrapped(self, *args, _original=original, _name=name, **kwargs):
-            calls[_name] += 1
-            return _original(self, *args, **kwargs)
-
-        setattr(mixer, name, wrapped)
-    return calls
+    return {name: importlib.util.find_spec(name) is not None for name in ("mamba_ssm", "causal_conv1d")}
 
 
 def apply_liger(model_dir: Path) -> list:
@@ -257,7 +243,9 @@ def main() -> int:
         if chosen != args.experts:
             raise RuntimeError(f"asked for experts_implementation={args.experts!r}, transformers chose {chosen!r}")
         result["attn_implementation"] = model.config._attn_implementation
-        mamba_calls = watch_mamba2_paths() if model.config.model_type == "nemotron_h" else None
+        if model.config.model_type == "nemotron_h":
+            result["mamba2_kernels_installed"] = mamba2_kernels_installed()
+            print(f"Mamba2 kernels installed: {result['mamba2_kernels_installed']}", flush=True)
         model.config.use_cache = False
         model.train()
         if args.fsdp:
@@ -293,9 +281,6 @@ def main() -> int:
             losses.append(loss.item() - (coef * aux_value if aux is not None else 0.0))
             aux_losses.append(aux_value)
             grad_norms.append((grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm).item())
-            if mamba_calls is not None and step == 1:
-                result["mamba2_path_calls"] = dict(mamba_calls)
-                print(f"Mamba2 path calls in step 1: {mamba_calls}", flush=True)
             print(f"step {step}/{args.steps} | loss {losses[-1]:.4f} | aux {aux_value:.4f} | "
                   f"grad norm {grad_norms[-1]:.3f} | {seconds:.3f} s | {tokens_per_step / seconds:.0f} tok/s", flush=True)
             del loss, aux

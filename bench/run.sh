@@ -18,7 +18,7 @@
 # --family nemotron_h: Nemotron-3-Nano-30B-A3B's architecture (Mamba2, relu² MoE, attention without RoPE), its
 # first --layers layers, model model_nemotron_h; no skewed runs, no HF eager run (grouped_mm and compile only).
 # transformers runs its PyTorch Mamba2 path where the mamba_ssm / causal_conv1d kernels are missing:
-# hf_train.py counts the calls of each path in its first step ("mamba2_path_calls" in its JSON).
+# hf_train.py records whether they are installed ("mamba2_kernels_installed"); transformers logs each fallback.
 # Makes the reference model (balanced and skewed routing) and the token data under $BENCH_SCRATCH, then runs,
 # each in its own process and one after another: HF grouped_mm, HF grouped_mm + torch.compile, HF eager,
 # moetune; then, on the skewed model, moetune and HF grouped_mm. bench/report.py prints one table and writes
