@@ -195,6 +195,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun ranks")
     parser.add_argument("--liger", action="store_true", help="Liger's RoPE, RMSNorm and fused linear cross-entropy")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute each decoder layer in the backward pass (non-reentrant), as HF's Trainer does")
     args = parse_job_arguments(parser)
     rank, world = 0, 1
     if args.fsdp:
@@ -206,6 +208,7 @@ def main() -> int:
         args.device = f"cuda:{local}"
     liger_kernels = apply_liger(args.model_dir) if args.liger else []
     label = args.label or (f"HF {args.experts}" + (" + Liger" if args.liger else "") + (" + compile" if args.compile else "")
+                           + (" + checkpointing" if args.gradient_checkpointing else "")
                            + (f" + FSDP2 x{world}" if args.fsdp else ""))
     flops = flops_per_token_from_folder(args.model_dir, args.seq)
     tokens_per_step = args.micro_batch * args.seq
@@ -247,6 +250,9 @@ def main() -> int:
             result["mamba2_kernels_installed"] = mamba2_kernels_installed()
             print(f"Mamba2 kernels installed: {result['mamba2_kernels_installed']}", flush=True)
         model.config.use_cache = False
+        if args.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        result["gradient_checkpointing"] = args.gradient_checkpointing
         model.train()
         if args.fsdp:
             from torch.distributed.fsdp import fully_shard

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # There (one H200), after scripts/stage_gpu_binaries.sh here:
-#   run(command="bash scripts/gpu_memory_check.sh [tests] [ref4] [layers12] [layers12x] [long]", carry=[".devcarry"])
+#   run(command="bash scripts/gpu_memory_check.sh [tests] [ref4] [layers12] [layers12x] [long] [long_hf]", carry=[".devcarry"])
 # Issue 11's memory work, measured against the plan:
 # tests:    the GPU tests of recomputation, the update during the backward pass and the memory plan.
 # ref4:     the reference job (Qwen3-30B-A3B cut to 4 layers, 2 x 4096 tokens, pure bf16) as it is, with each
 #           training.recompute mode, and with clipping off (which turns optimizer.update_in_backward on).
 # layers12: the 12-layer cut at micro-batch 2: as it is, then with 8-bit state + the update in the backward pass
 #           + recompute experts, then training.micro_batch_size: auto.
-# layers12x: the 12-layer cut at micro-batch 4 without clipping (so the update runs in the backward pass), with
-#           recompute experts in pure bf16, and with 8-bit state and no recomputation.
+# layers12x: the 12-layer cut without clipping (so the update runs in the backward pass): micro-batch 2 as it is,
+#           4 with recompute experts, 8 with recompute full (pure bf16), and 4 with 8-bit state.
 # long:     the 4-layer cut at sequence 32768, micro-batch 1, with recomputation.
+# long_hf:  HF transformers (grouped_mm) on the same job, as it is and with gradient checkpointing (or its OOM).
 # Each run prints its step line (tokens/s, peak) and the plan's prediction; logs go to $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh /tmp/gpu_memory_check
@@ -74,11 +75,14 @@ for step in "$@"; do
         --set training.micro_batch_size=auto --set output.dir=$scratch/run > "$out/l12_auto.log" 2>&1
       echo "l12 micro_batch_size auto rc=$?"; grep -E "micro_batch_size auto|^step 6/" "$out/l12_auto.log" ;;
     layers12x)
-      echo "== 12-layer cut, micro-batch 4 x 4096: the issue's 12-layer targets (>= 54 k tokens/s, <= 65 GB) =="
+      echo "== 12-layer cut without clipping (the update runs in the backward pass): the issue's 12-layer targets (>= 54 k tokens/s, <= 65 GB) =="
       model_and_data 12 4096 || continue
       PRECISION=pure_bf16
+      measure "l12 mb2 no clip (upd-bwd)" 8192 "--update-in-backward" -- --set optimizer.max_grad_norm=0
       measure "l12 mb4 no clip (upd-bwd) + recompute experts" 16384 "--update-in-backward --recompute experts" -- \
         --set training.micro_batch_size=4 --set optimizer.max_grad_norm=0 --set training.recompute=experts
+      measure "l12 mb8 no clip (upd-bwd) + recompute full" 32768 "--update-in-backward --recompute full" -- \
+        --set training.micro_batch_size=8 --set optimizer.max_grad_norm=0 --set training.recompute=full
       PRECISION=pure_bf16+int8
       measure "l12 mb4 int8 + no clip (upd-bwd)" 16384 "--update-in-backward" -- --set training.micro_batch_size=4 \
         --set optimizer.state=int8 --set optimizer.max_grad_norm=0 ;;
@@ -89,6 +93,18 @@ for step in "$@"; do
       for mode in none experts full; do
         measure "seq32k recompute $mode" 32768 "--recompute $mode" -- --set data.max_length=32768 \
           --set training.micro_batch_size=1 --set training.recompute=$mode
+      done ;;
+    long_hf)
+      echo "== HF transformers (grouped_mm) on the 4-layer cut at sequence 32768, micro-batch 1 =="
+      model_and_data 4 32768 || continue
+      for checkpointing in "" --gradient-checkpointing; do
+        name="hf_seq32k${checkpointing:+_checkpointing}"
+        timeout 300 python3 bench/hf_train.py "$model" "$data" --experts grouped_mm --micro-batch 1 --seq 32768 --steps 6 \
+          --warmup 2 $checkpointing --json "$out/$name.json" > "$out/$name.log" 2>&1
+        echo "$name rc=$?"; python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print({k: r.get(k) for k in ("label", "status", "tokens_per_second", "peak_allocated_bytes", "peak_reserved_bytes", "error")})' "$out/$name.json" 2>/dev/null || tail -3 "$out/$name.log"
       done ;;
     *) echo "gpu_memory_check.sh: unknown step '$step'" >&2; exit 2 ;;
   esac
