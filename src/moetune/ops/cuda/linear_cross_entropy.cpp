@@ -5,11 +5,10 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/cross_entropy_kernels.h"
 #include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/lm_head_chunk.h"
 
 namespace moetune::ops::cuda {
 namespace {
-
-constexpr size_t kChunkBudgetBytes = size_t(256) << 20;
 
 void check_gpu_matrix(const Tensor& t, std::string_view role) {
   MOETUNE_CHECK(t.defined() && t.device().is_cuda() && t.dim() == 2,
@@ -21,12 +20,7 @@ void check_gpu_matrix(const Tensor& t, std::string_view role) {
 int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t chunk_rows) {
   MOETUNE_CHECK(rows >= 0 && vocab > 0 && chunk_rows >= 0,
                 "linear_cross_entropy: {} rows, vocabulary {}, chunk of {} rows", rows, vocab, chunk_rows);
-  if (rows == 0) return 0;
-  if (chunk_rows == 0) {
-    chunk_rows = std::max<int64_t>(1, int64_t(kChunkBudgetBytes / (size_t(vocab) * dtype_size(DType::BF16))));
-    if (chunk_rows >= 128) chunk_rows -= chunk_rows % 64;  // whole GEMM tiles
-  }
-  return std::min(chunk_rows, rows);
+  return lm_head_chunk_rows(rows, vocab, chunk_rows);
 }
 
 size_t linear_cross_entropy_workspace_bytes(int64_t rows, int64_t vocab, int64_t chunk_rows) {
