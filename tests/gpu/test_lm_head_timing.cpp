@@ -8,6 +8,7 @@
 // K c, beta 1 into the bf16 gradient). Each GEMM is 2·c·V·2048 FLOP.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <vector>
@@ -45,7 +46,7 @@ double time_ms(const std::function<void()>& run, int repeats = 5) {
 
 // A large bf16 matrix of normal values without drawing every one on the host: one random block repeated.
 Tensor tiled_random(int64_t rows, int64_t cols, std::mt19937& rng, float scale) {
-  const int64_t block_rows = std::min<int64_t>(rows, 4096);
+  const int64_t block_rows = std::clamp<int64_t>((int64_t(1) << 23) / cols, 1, rows);  // 8 M values at most
   const Tensor block = random_normal({block_rows, cols}, DType::BF16, Device::cuda(), rng, scale);
   const Tensor out = Tensor::empty({rows, cols}, DType::BF16, Device::cuda());
   for (int64_t start = 0; start < rows; start += block_rows) {
