@@ -113,6 +113,13 @@ TEST_F(GemmGpu, EveryRankedCandidateMatchesCpu) {
     EXPECT_LT(relative_error(d, expected), kBf16Tolerance);
   }
   EXPECT_THROW(ops::cuda::matmul_candidate(int(candidates.size()) + 1000, a, false, b, false, d0), Error);
+  // A preferred tile shape: that algorithm where the heuristic offers it, its first otherwise; right either way.
+  {
+    const Tensor d = Tensor::empty({m, n}, DType::BF16, Device::cuda());
+    gpu::check(cudaMemcpyAsync(d.raw_data(), d0.raw_data(), d0.nbytes(), cudaMemcpyDeviceToDevice, gpu::stream()), "copy");
+    ops::cuda::matmul_with_tile(ops::cuda::GemmTile::k128x160, a, false, b, false, d, 1.0f, 1.0f);
+    EXPECT_LT(relative_error(d, expected), kBf16Tolerance);
+  }
   // K split in parts, where the first algorithm allows it (a refusal is an Error, never a wrong result).
   for (const int parts : {1, 2, 4}) {
     SCOPED_TRACE(::testing::Message() << "K in " << parts << " parts");

@@ -90,9 +90,10 @@ TEST_F(LmHeadTiming, DISABLED_PartsPerChunkHeight) {
     const Tensor logits = Tensor::empty({2048, vocab}, DType::BF16, Device::cuda());
     const auto* targets = static_cast<const int32_t*>(h.targets.raw_data());
     const Tensor row_losses = Tensor::empty({kRows}, DType::F32, Device::cuda());
-    for (const int64_t chunk : {512, 768, 832, 1024, 1280, 1536, 1664, 2048}) {
+    for (const int64_t asked : {0, 512, 768, 832, 1024, 1280, 1536, 2048}) {  // 0: the op's default
+      const int64_t chunk = ops::cuda::linear_cross_entropy_chunk_rows(kRows, vocab, asked);
       const double whole = time_ms([&] {
-        ops::cuda::linear_cross_entropy(h.hidden, h.weight, h.targets, 1e-4, h.loss, h.dhidden, h.dweight, chunk);
+        ops::cuda::linear_cross_entropy(h.hidden, h.weight, h.targets, 1e-4, h.loss, h.dhidden, h.dweight, asked);
       }, 3);
       const Tensor x = h.hidden.narrow(0, chunk), l = logits.narrow(0, chunk), dx = h.dhidden.narrow(0, chunk);
       const double gemm_flop = 2.0 * double(chunk) * double(vocab) * double(kWidth);
@@ -103,54 +104,20 @@ TEST_F(LmHeadTiming, DISABLED_PartsPerChunkHeight) {
                    "cross-entropy");
       });
       const double t_dx = time_ms([&] { ops::cuda::matmul(l, false, h.weight, false, dx); });
-      const double t_dw = time_ms([&] { ops::cuda::matmul(l, true, x, false, h.dweight, 1.0f, 1.0f); });
-      const double t_dw0 = time_ms([&] { ops::cuda::matmul(l, true, x, false, h.dweight, 1.0f, 0.0f); });
+      // d(weight) as the op runs it (128x160 tiles) and as cuBLASLt's heuristic would (what the op ran before).
+      const double t_dw = time_ms([&] {
+        ops::cuda::matmul_with_tile(ops::cuda::GemmTile::k128x160, l, true, x, false, h.dweight, 1.0f, 1.0f);
+      });
+      const double t_dw_first = time_ms([&] { ops::cuda::matmul(l, true, x, false, h.dweight, 1.0f, 1.0f); });
       const double chunks = double(kRows) / double(chunk);
-      std::printf("lmhead vocab %lld chunk %lld (%lld chunks, logits %.0f MB): whole %.2f ms (%.0f TFLOP/s) | "
+      std::printf("lmhead vocab %lld chunk %lld%s (%lld chunks, logits %.0f MB): whole %.2f ms (%.0f TFLOP/s) | "
                   "per chunk: logits %.3f ms (%.0f), ce %.3f ms (%.2f TB/s), dhidden %.3f ms (%.0f), dweight %.3f ms "
-                  "(%.0f; beta 0: %.3f ms) | x chunks: %.2f ms\n",
-                  (long long)vocab, (long long)chunk, (long long)((kRows + chunk - 1) / chunk),
-                  double(chunk * vocab * 2) / 1e6, whole, tflops(step_flop, whole), t_logits,
+                  "(%.0f; heuristic's first %.3f ms, %.0f) | x chunks: %.2f ms\n",
+                  (long long)vocab, (long long)chunk, asked == 0 ? " (default)" : "",
+                  (long long)((kRows + chunk - 1) / chunk), double(chunk * vocab * 2) / 1e6, whole, tflops(step_flop, whole), t_logits,
                   tflops(gemm_flop, t_logits), t_ce, 2.0 * double(chunk * vocab * 2) / t_ce / 1e9, t_dx,
-                  tflops(gemm_flop, t_dx), t_dw, tflops(gemm_flop, t_dw), t_dw0,
+                  tflops(gemm_flop, t_dx), t_dw, tflops(gemm_flop, t_dw), t_dw_first, tflops(gemm_flop, t_dw_first),
                   chunks * (t_logits + t_ce + t_dx + t_dw));
-    }
-  }
-}
-
-// The cross-entropy kernel's launch shapes (ops/cuda/cross_entropy_kernels.h) on one chunk: bytes moved against
-// the 2 · c · V · 2 that one read and one write take.
-TEST_F(LmHeadTiming, DISABLED_CrossEntropyLaunches) {
-  std::mt19937 rng(7);
-  for (const int64_t vocab : {151936, 163840}) {
-    const Head h = make_head(vocab, rng);
-    const Tensor source = tiled_random(1024, vocab, rng, 1.0f);
-    const Tensor logits = Tensor::empty(source.shape(), DType::BF16, Device::cuda());
-    const Tensor row_losses = Tensor::empty({kRows}, DType::F32, Device::cuda());
-    for (const int64_t chunk : {832, 1024}) {
-      for (const ops::cuda::CrossEntropyLaunch launch :
-           {ops::cuda::CrossEntropyLaunch{512, 0, false}, {512, 0, true}, {512, 2, true}, {512, 4, true},
-            {1024, 0, false}, {1024, 1, false}, {1024, 1, true}, {1024, 2, true}}) {
-        // Fresh logits each time (the kernel overwrites them with the gradient); the copy is timed apart.
-        const auto copy = [&] {
-          gpu::check(cudaMemcpyAsync(logits.raw_data(), source.raw_data(), size_t(chunk * vocab * 2),
-                                     cudaMemcpyDeviceToDevice, gpu::stream()),
-                     "copy");
-        };
-        const double t_copy = time_ms(copy);
-        const double t_both = time_ms([&] {
-          copy();
-          gpu::check(ops::cuda::launch_cross_entropy_rows(logits.raw_data(), static_cast<const int32_t*>(h.targets.raw_data()),
-                                                          chunk, vocab, 1e-4f, true,
-                                                          static_cast<float*>(row_losses.raw_data()), gpu::stream(), launch),
-                     "cross-entropy");
-        });
-        const double ms = t_both - t_copy;
-        std::printf("lmhead vocab %lld chunk %lld cross-entropy threads %d rows/SM %d reverse %d: %.3f ms (%.2f TB/s "
-                    "for one read + one write)\n",
-                    (long long)vocab, (long long)chunk, launch.threads, launch.rows_per_sm, int(launch.reverse), ms,
-                    2.0 * double(chunk * vocab * 2) / ms / 1e9);
-      }
     }
   }
 }

@@ -5,7 +5,6 @@
 // otherwise (odd vocabularies).
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "moetune/ops/cuda/cross_entropy_kernels.h"
@@ -13,6 +12,8 @@
 namespace moetune::ops::cuda {
 namespace {
 
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
 constexpr int32_t kIgnoreIndex = -100;
 
 template <int kWidth>
@@ -32,11 +33,8 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
 
-// Every thread gets the merge of all threads' partials. Safe to call again right after (the next row): the
-// partials are rewritten only after the first barrier, which every thread reaches after reading the result.
-template <int kThreads>
+// Every thread gets the merge of all threads' partials.
 __device__ MaxSum block_merge(MaxSum value) {
-  constexpr int kWarps = kThreads / 32;
   __shared__ MaxSum warp_partials[kWarps];
   __shared__ MaxSum result;
   for (int offset = 16; offset > 0; offset /= 2)
@@ -51,9 +49,7 @@ __device__ MaxSum block_merge(MaxSum value) {
     if (lane == 0) result = value;
   }
   __syncthreads();
-  const MaxSum merged = result;
-  __syncthreads();  // everyone has read it before a next call writes it
-  return merged;
+  return result;
 }
 
 template <int kWidth>
@@ -70,55 +66,53 @@ __device__ __forceinline__ MaxSum pack_max_sum(const Pack<kWidth>& pack) {
   return pack_sum;
 }
 
-// Each block takes rows blockIdx.x, blockIdx.x + gridDim.x, ...: the grid bounds how many rows are in flight,
-// so that with `reverse` (the gradient pass walking each thread's packs backwards, the last read first) the
-// second read of a row finds it in L2 instead of DRAM.
-template <int kWidth, int kThreads>
+// One block per row. The gradient pass walks each thread's packs backwards, re-reading first what the statistics
+// pass read last, which L2 is likeliest to still hold (1-3% faster on the H200 at 151936 and 163840 columns;
+// bounding the rows in flight or 1024 threads a block gained nothing, docs/benchmarks.md).
+template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
-    cross_entropy_rows_kernel(__nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets, int64_t rows,
-                              int64_t vocab, float grad_scale, bool write_grad, bool reverse,
-                              float* __restrict__ row_losses) {
+    cross_entropy_rows_kernel(__nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets, int64_t vocab,
+                              float grad_scale, bool write_grad, float* __restrict__ row_losses) {
+  const int64_t row = blockIdx.x;
+  Pack<kWidth>* packs = reinterpret_cast<Pack<kWidth>*>(logits + row * vocab);
   const int64_t pack_count = vocab / kWidth;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    Pack<kWidth>* packs = reinterpret_cast<Pack<kWidth>*>(logits + row * vocab);
-    const int32_t target = targets[row];
+  const int32_t target = targets[row];
 
-    if (target == kIgnoreIndex || target < 0 || int64_t(target) >= vocab) {
-      if (threadIdx.x == 0) row_losses[row] = target == kIgnoreIndex ? 0.0f : NAN;
-      if (write_grad) {
-        Pack<kWidth> zeros;
-        for (int i = 0; i < kWidth; ++i) zeros.v[i] = __float2bfloat16_rn(0.0f);
-        for (int64_t p = threadIdx.x; p < pack_count; p += kThreads) packs[p] = zeros;
-      }
-      continue;  // uniform across the block: no thread reaches the barriers below for this row
+  if (target == kIgnoreIndex || target < 0 || int64_t(target) >= vocab) {
+    if (threadIdx.x == 0) row_losses[row] = target == kIgnoreIndex ? 0.0f : NAN;
+    if (write_grad) {
+      Pack<kWidth> zeros;
+      for (int i = 0; i < kWidth; ++i) zeros.v[i] = __float2bfloat16_rn(0.0f);
+      for (int64_t p = threadIdx.x; p < pack_count; p += kThreads) packs[p] = zeros;
     }
-    // Read before the block barrier in block_merge, after which the row may be overwritten.
-    const float target_logit = threadIdx.x == 0 ? __bfloat162float(logits[row * vocab + target]) : 0.0f;
+    return;  // uniform across the block: no thread reaches the barriers below
+  }
+  // Read before the block barrier in block_merge, after which the row may be overwritten.
+  const float target_logit = threadIdx.x == 0 ? __bfloat162float(logits[row * vocab + target]) : 0.0f;
 
-    MaxSum partial{-INFINITY, 0.0f};
-    int64_t p = threadIdx.x;
-    for (; p + 3 * kThreads < pack_count; p += 4 * kThreads) {  // four loads in flight per thread
-      Pack<kWidth> loaded[4];
-      for (int u = 0; u < 4; ++u) loaded[u] = packs[p + u * kThreads];
-      for (int u = 0; u < 4; ++u) partial = merge(partial, pack_max_sum(loaded[u]));
-    }
-    for (; p < pack_count; p += kThreads) partial = merge(partial, pack_max_sum(packs[p]));
-    const MaxSum total = block_merge<kThreads>(partial);
-    const float log_sum_exp = total.max + logf(total.sum);
-    if (threadIdx.x == 0) row_losses[row] = log_sum_exp - target_logit;
-    if (!write_grad) continue;
+  MaxSum partial{-INFINITY, 0.0f};
+  int64_t p = threadIdx.x;
+  for (; p + 3 * kThreads < pack_count; p += 4 * kThreads) {  // four loads in flight per thread
+    Pack<kWidth> loaded[4];
+    for (int u = 0; u < 4; ++u) loaded[u] = packs[p + u * kThreads];
+    for (int u = 0; u < 4; ++u) partial = merge(partial, pack_max_sum(loaded[u]));
+  }
+  for (; p < pack_count; p += kThreads) partial = merge(partial, pack_max_sum(packs[p]));
+  const MaxSum total = block_merge(partial);
+  const float log_sum_exp = total.max + logf(total.sum);
+  if (threadIdx.x == 0) row_losses[row] = log_sum_exp - target_logit;
+  if (!write_grad) return;
 
-    const int64_t mine = pack_count > int64_t(threadIdx.x) ? (pack_count - 1 - threadIdx.x) / kThreads + 1 : 0;
-    for (int64_t j = 0; j < mine; ++j) {
-      const int64_t q = threadIdx.x + (reverse ? mine - 1 - j : j) * kThreads;
-      Pack<kWidth> pack = packs[q];
-      for (int i = 0; i < kWidth; ++i) {
-        float grad = grad_scale * expf(__bfloat162float(pack.v[i]) - log_sum_exp);
-        if (q * kWidth + i == target) grad -= grad_scale;
-        pack.v[i] = __float2bfloat16_rn(grad);
-      }
-      packs[q] = pack;
+  const int64_t mine = pack_count > int64_t(threadIdx.x) ? (pack_count - 1 - threadIdx.x) / kThreads + 1 : 0;
+  for (int64_t j = mine - 1; j >= 0; --j) {
+    const int64_t q = threadIdx.x + j * kThreads;
+    Pack<kWidth> pack = packs[q];
+    for (int i = 0; i < kWidth; ++i) {
+      float grad = grad_scale * expf(__bfloat162float(pack.v[i]) - log_sum_exp);
+      if (q * kWidth + i == target) grad -= grad_scale;
+      pack.v[i] = __float2bfloat16_rn(grad);
     }
+    packs[q] = pack;
   }
 }
 
@@ -138,28 +132,17 @@ __global__ void __launch_bounds__(1024) sum_into_kernel(const float* __restrict_
 }  // namespace
 
 cudaError_t launch_cross_entropy_rows(void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                      float grad_scale, bool write_grad, float* row_losses, cudaStream_t stream,
-                                      CrossEntropyLaunch launch) {
+                                      float grad_scale, bool write_grad, float* row_losses, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (vocab <= 0 || rows > 0x7fffffff) return cudaErrorInvalidValue;
   auto* bf16_logits = static_cast<__nv_bfloat16*>(logits);
   const bool packed = vocab % 8 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
-  unsigned grid = unsigned(rows);
-  if (launch.rows_per_sm > 0) {
-    int device = 0, sms = 0;
-    cudaError_t status = cudaGetDevice(&device);
-    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (status != cudaSuccess) return status;
-    grid = unsigned(std::min<int64_t>(rows, int64_t(sms) * launch.rows_per_sm));
-  }
-  const auto run = [&](auto kernel, int threads) {
-    kernel<<<grid, threads, 0, stream>>>(bf16_logits, targets, rows, vocab, grad_scale, write_grad, launch.reverse,
-                                         row_losses);
-  };
-  if (launch.threads == 1024)
-    packed ? run(cross_entropy_rows_kernel<8, 1024>, 1024) : run(cross_entropy_rows_kernel<1, 1024>, 1024);
+  if (packed)
+    cross_entropy_rows_kernel<8><<<unsigned(rows), kThreads, 0, stream>>>(bf16_logits, targets, vocab, grad_scale,
+                                                                          write_grad, row_losses);
   else
-    packed ? run(cross_entropy_rows_kernel<8, 512>, 512) : run(cross_entropy_rows_kernel<1, 512>, 512);
+    cross_entropy_rows_kernel<1><<<unsigned(rows), kThreads, 0, stream>>>(bf16_logits, targets, vocab, grad_scale,
+                                                                          write_grad, row_losses);
   return cudaGetLastError();
 }
 

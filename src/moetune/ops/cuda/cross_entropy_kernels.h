@@ -13,20 +13,8 @@ namespace moetune::ops::cuda {
 //   -100, NaN when it lies outside [0, vocab) (so a bad label poisons the loss instead of passing unnoticed).
 // With write_grad the row is overwritten in place by grad_scale · (softmax − onehot(target)) in bf16, and by
 // zeros for rows whose target is -100 or out of range.
-//
-// How the rows are spread over the GPU (the threads per block set the fp32 summation order of the softmax
-// normaliser; nothing else changes the result): `threads` per block (512 or 1024);
-// rows_per_sm > 0 launches that many blocks per SM, each looping over rows, which bounds the rows in flight
-// (0: one block per row); `reverse` walks the gradient pass backwards, so that it re-reads first what the
-// statistics pass read last (what L2 still holds).
-struct CrossEntropyLaunch {
-  int threads = 512;
-  int rows_per_sm = 0;
-  bool reverse = false;
-};
 cudaError_t launch_cross_entropy_rows(void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                                      float grad_scale, bool write_grad, float* row_losses, cudaStream_t stream,
-                                      CrossEntropyLaunch launch = {});
+                                      float grad_scale, bool write_grad, float* row_losses, cudaStream_t stream);
 
 // *total += Σ values[0, n), summed in double in a fixed order (deterministic), by one block.
 cudaError_t launch_sum_into(const float* values, int64_t n, float* total, cudaStream_t stream);

@@ -6,6 +6,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <compare>
 #include <map>
 #include <memory>
@@ -21,6 +22,11 @@ namespace moetune::ops::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+// How far down the heuristic's ranking a preferred tile shape is looked for (the LM head's d(weight) finds
+// 128x160 4th to 6th of 8).
+constexpr int kTileSearchDepth = 16;
+
+static_assert(uint32_t(GemmTile::k128x160) == CUBLASLT_MATMUL_TILE_128x160);
 
 void check_cublas(cublasStatus_t status, std::string_view what) {
   if (status != CUBLAS_STATUS_SUCCESS)
@@ -61,6 +67,7 @@ struct PlanKey {
   uint32_t align_first = 0, align_second = 0, align_d = 0;
   int candidate = 0;  // which of the heuristic's ranked algorithms (0: its first, what matmul runs)
   int split_k = 0;    // K split into this many parts when > 0 (0: as the algorithm comes)
+  uint32_t tile = 0;  // when set (a cublasLtMatmulTile_t), the highest-ranked algorithm of this tile shape
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -104,7 +111,7 @@ class Plan {
       check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)),
                    "set MIN_ALIGNMENT");
 
-    ranked_.resize(size_t(std::max(limit, key.candidate + 1)));
+    ranked_.resize(size_t(std::max({limit, key.candidate + 1, key.tile ? kTileSearchDepth : 0})));
     int returned = 0;
     check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, desc_, first_, second_, d_, d_, preference, int(ranked_.size()),
                                                 ranked_.data(), &returned),
@@ -118,6 +125,16 @@ class Plan {
                   key.d_type == CUDA_R_16BF ? "BF16" : "F32", key.align_second, key.align_first, key.align_d,
                   key.candidate);
     algo_ = ranked_[size_t(key.candidate)].algo;
+    if (key.tile) {
+      const auto same_tile = std::find_if(ranked_.begin(), ranked_.end(), [&](const auto& r) {
+        uint32_t tile = 0;
+        size_t written = 0;
+        return cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                                    &written) == CUBLAS_STATUS_SUCCESS &&
+               tile == key.tile;
+      });
+      if (same_tile != ranked_.end()) algo_ = same_tile->algo;
+    }
     if (key.split_k > 0) split(handle, key.split_k);
   }
   ~Plan() {
@@ -283,6 +300,18 @@ void matmul_candidate(int candidate, const Tensor& a, bool transpose_a, const Te
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d, float alpha,
             float beta) {
   matmul_candidate(0, a, transpose_a, b, transpose_b, d, alpha, beta);
+}
+
+void matmul_with_tile(GemmTile tile, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                      const Tensor& d, float alpha, float beta) {
+  std::optional<PlanKey> key = plan_key(a, transpose_a, b, transpose_b, d, beta);
+  if (!key) return;
+  key->tile = uint32_t(tile);
+  try {
+    GemmLibrary::instance().run(*key, b.raw_data(), a.raw_data(), d.raw_data(), alpha, beta);
+  } catch (const Error& e) {
+    fail("matmul of a {} and b {} into d {}: {}", a.str(), b.str(), d.str(), e.what());
+  }
 }
 
 std::vector<GemmCandidate> matmul_candidates(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,

@@ -5,6 +5,7 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/cross_entropy_kernels.h"
 #include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/cuda/gemm_candidates.h"
 #include "moetune/ops/lm_head_chunk.h"
 
 namespace moetune::ops::cuda {
@@ -73,7 +74,10 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
                "linear_cross_entropy: cross-entropy kernel");
     // chunk_logits now holds grad_scale · d(loss)/d(logits).
     if (dhidden.defined()) matmul(chunk_logits, false, weight, false, dhidden.narrow(start, length));
-    if (dweight.defined()) matmul(chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+    // cuBLASLt's 128x160 tiles run this [V, H] += [c, V]ᵀ·[c, H] (K = c, beta 1) at ~740-760 TFLOP/s where
+    // the heuristic's first pick (256x128 or 128x256) reaches 580-680, at both vocabularies and c = 768-1024
+    // (tests/gpu/test_lm_head_timing.cpp, docs/benchmarks.md).
+    if (dweight.defined()) matmul_with_tile(GemmTile::k128x160, chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
   }
   gpu::check(launch_sum_into(losses, rows, static_cast<float*>(loss_sum.raw_data()), gpu::stream()),
              "linear_cross_entropy: loss sum");
