@@ -122,6 +122,22 @@ TEST_F(LmHeadTiming, DISABLED_PartsPerChunkHeight) {
   }
 }
 
+// A bf16 d(weight) is rounded once per chunk (beta 1 into bf16): its distance from the same gradient accumulated
+// in fp32, per chunk height (more rows a chunk, fewer roundings), at Qwen3's vocabulary.
+TEST_F(LmHeadTiming, DISABLED_WeightGradientRoundingPerChunkHeight) {
+  std::mt19937 rng(7);
+  const Head h = make_head(151936, rng);
+  for (const int64_t chunk : {768, 832, 2048}) {
+    const Tensor exact = Tensor::zeros({h.vocab, kWidth}, DType::F32, Device::cuda());
+    const Tensor rounded = Tensor::zeros({h.vocab, kWidth}, DType::BF16, Device::cuda());
+    ops::cuda::linear_cross_entropy(h.hidden, h.weight, h.targets, 1.0 / kRows, h.loss, h.dhidden, exact, chunk);
+    ops::cuda::linear_cross_entropy(h.hidden, h.weight, h.targets, 1.0 / kRows, h.loss, h.dhidden, rounded, chunk);
+    std::printf("lmhead d(weight) in bf16 at chunk %lld (%lld roundings): relative error %.3e against fp32\n",
+                (long long)chunk, (long long)((kRows + chunk - 1) / chunk),
+                testing::relative_error(rounded, testing::to_cpu_f32(exact)));
+  }
+}
+
 // cuBLASLt's ranked algorithms for the three GEMMs at a few chunk heights, each timed (candidate 0 is what
 // matmul runs).
 TEST_F(LmHeadTiming, DISABLED_GemmCandidates) {
