@@ -11,6 +11,9 @@
 namespace moetune::ops::cuda {
 namespace {
 
+// Chunks of up to this many rows take d(weight) on 128x160 tiles (measured faster up to here; see below).
+constexpr int64_t kShortWeightGradientK = 1024;
+
 void check_gpu_matrix(const Tensor& t, std::string_view role) {
   MOETUNE_CHECK(t.defined() && t.device().is_cuda() && t.dim() == 2,
                 "linear_cross_entropy: {} {} must be a 2-D tensor on the GPU", role, t.defined() ? t.str() : "(undefined)");
@@ -74,10 +77,16 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
                "linear_cross_entropy: cross-entropy kernel");
     // chunk_logits now holds grad_scale · d(loss)/d(logits).
     if (dhidden.defined()) matmul(chunk_logits, false, weight, false, dhidden.narrow(start, length));
-    // cuBLASLt's 128x160 tiles run this [V, H] += [c, V]ᵀ·[c, H] (K = c, beta 1) at ~740-760 TFLOP/s where
-    // the heuristic's first pick (256x128 or 128x256) reaches 580-680, at both vocabularies and c = 768-1024
-    // (tests/gpu/test_lm_head_timing.cpp, docs/benchmarks.md).
-    if (dweight.defined()) matmul_with_tile(GemmTile::k128x160, chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+    if (dweight.defined()) {
+      // cuBLASLt's 128x160 tiles run this [V, H] += [c, V]ᵀ·[c, H] (K = c, beta 1) at ~740-760 TFLOP/s where
+      // the heuristic's first pick (256x128 or 128x256) reaches 580-680, at both vocabularies and c = 768 to
+      // 1024; at c = 2048 the heuristic's pick is the faster (781 against 735; tests/gpu/test_lm_head_timing.cpp,
+      // docs/benchmarks.md).
+      if (length <= kShortWeightGradientK)
+        matmul_with_tile(GemmTile::k128x160, chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+      else
+        matmul(chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+    }
   }
   gpu::check(launch_sum_into(losses, rows, static_cast<float*>(loss_sum.raw_data()), gpu::stream()),
              "linear_cross_entropy: loss sum");
