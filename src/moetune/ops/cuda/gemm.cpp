@@ -23,7 +23,7 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 // How far down the heuristic's ranking a preferred tile shape is looked for (the LM head's d(weight) finds
-// 128x160 4th to 6th of 8).
+// 128x160 5th or 6th of 8).
 constexpr int kTileSearchDepth = 16;
 
 static_assert(uint32_t(GemmTile::k128x160) == CUBLASLT_MATMUL_TILE_128x160);
@@ -281,6 +281,15 @@ uint32_t algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigA
   return value;
 }
 
+// Runs (making it the first time) the plan of `key` on matmul's operands.
+void run_plan(const PlanKey& key, const Tensor& a, const Tensor& b, const Tensor& d, float alpha, float beta) {
+  try {
+    GemmLibrary::instance().run(key, b.raw_data(), a.raw_data(), d.raw_data(), alpha, beta);
+  } catch (const Error& e) {  // the context is formatted only on failure: this is the hot path
+    fail("matmul of a {} and b {} into d {}: {}", a.str(), b.str(), d.str(), e.what());
+  }
+}
+
 }  // namespace
 
 void matmul_candidate(int candidate, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
@@ -290,11 +299,7 @@ void matmul_candidate(int candidate, const Tensor& a, bool transpose_a, const Te
   if (!key) return;
   key->candidate = candidate;
   key->split_k = split_k;
-  try {
-    GemmLibrary::instance().run(*key, b.raw_data(), a.raw_data(), d.raw_data(), alpha, beta);
-  } catch (const Error& e) {  // the context is formatted only on failure: this is the hot path
-    fail("matmul of a {} and b {} into d {}: {}", a.str(), b.str(), d.str(), e.what());
-  }
+  run_plan(*key, a, b, d, alpha, beta);
 }
 
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d, float alpha,
@@ -307,11 +312,7 @@ void matmul_with_tile(GemmTile tile, const Tensor& a, bool transpose_a, const Te
   std::optional<PlanKey> key = plan_key(a, transpose_a, b, transpose_b, d, beta);
   if (!key) return;
   key->tile = uint32_t(tile);
-  try {
-    GemmLibrary::instance().run(*key, b.raw_data(), a.raw_data(), d.raw_data(), alpha, beta);
-  } catch (const Error& e) {
-    fail("matmul of a {} and b {} into d {}: {}", a.str(), b.str(), d.str(), e.what());
-  }
+  run_plan(*key, a, b, d, alpha, beta);
 }
 
 std::vector<GemmCandidate> matmul_candidates(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
