@@ -2,9 +2,14 @@
 // values cast back to f32 on the CPU, so only accumulation order and output rounding differ.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <vector>
+
 #include "gpu_test_util.h"
+#include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/cuda/gemm_candidates.h"
 #include "moetune/ops/linear.h"
 
 namespace moetune {
@@ -86,6 +91,48 @@ TEST_F(GemmGpu, LargerTileAlignedShapesMatchCpu) {
   const Tensor d = poisoned({m, n}, DType::BF16, Device::cuda());
   ops::cuda::matmul(a, false, b, true, d);
   EXPECT_LT(relative_error(d, reference_matmul(a, false, b, true, m, k, n, 1.0f, 0.0f, {})), kBf16Tolerance);
+}
+
+// Every algorithm the heuristic ranks for a problem computes it (ops/cuda/gemm_candidates.h): the LM head runs
+// others than the first. A shape whose K is long beside M and N, as the LM head's d(hidden) has, where
+// split-K algorithms are offered, with beta 1 into a BF16 D as its d(weight) has.
+TEST_F(GemmGpu, EveryRankedCandidateMatchesCpu) {
+  SCOPED_TRACE(seed());
+  const int64_t m = 128, k = 4096, n = 256;
+  const Tensor a = random_normal({m, k}, DType::BF16, Device::cuda(), rng());
+  const Tensor b = random_normal({k, n}, DType::BF16, Device::cuda(), rng());
+  const Tensor d0 = random_normal({m, n}, DType::BF16, Device::cuda(), rng());
+  const Tensor expected = reference_matmul(a, false, b, false, m, k, n, 1.0f, 1.0f, to_cpu_f32(d0));
+  const std::vector<ops::cuda::GemmCandidate> candidates = ops::cuda::matmul_candidates(a, false, b, false, d0, 8);
+  ASSERT_FALSE(candidates.empty());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "candidate " << i << ": " << candidates[i].description);
+    const Tensor d = Tensor::empty({m, n}, DType::BF16, Device::cuda());
+    gpu::check(cudaMemcpyAsync(d.raw_data(), d0.raw_data(), d0.nbytes(), cudaMemcpyDeviceToDevice, gpu::stream()), "copy");
+    ops::cuda::matmul_candidate(int(i), a, false, b, false, d, 1.0f, 1.0f);
+    EXPECT_LT(relative_error(d, expected), kBf16Tolerance);
+  }
+  EXPECT_THROW(ops::cuda::matmul_candidate(int(candidates.size()) + 1000, a, false, b, false, d0), Error);
+  // A preferred tile shape: that algorithm where the heuristic offers it, its first otherwise; right either way.
+  {
+    const Tensor d = Tensor::empty({m, n}, DType::BF16, Device::cuda());
+    gpu::check(cudaMemcpyAsync(d.raw_data(), d0.raw_data(), d0.nbytes(), cudaMemcpyDeviceToDevice, gpu::stream()), "copy");
+    ops::cuda::matmul_with_tile(ops::cuda::GemmTile::k128x160, a, false, b, false, d, 1.0f, 1.0f);
+    EXPECT_LT(relative_error(d, expected), kBf16Tolerance);
+  }
+  // K split in parts, where the first algorithm allows it (a refusal is an Error, never a wrong result).
+  for (const int parts : {1, 2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "K in " << parts << " parts");
+    const Tensor d = Tensor::empty({m, n}, DType::BF16, Device::cuda());
+    gpu::check(cudaMemcpyAsync(d.raw_data(), d0.raw_data(), d0.nbytes(), cudaMemcpyDeviceToDevice, gpu::stream()), "copy");
+    try {
+      ops::cuda::matmul_candidate(0, a, false, b, false, d, 1.0f, 1.0f, parts);
+    } catch (const Error& e) {
+      std::printf("split-K %d refused: %s\n", parts, e.what());
+      continue;
+    }
+    EXPECT_LT(relative_error(d, expected), kBf16Tolerance);
+  }
 }
 
 // Views that start at an offset only 4-byte aligned (rows 3.. of a matrix with 70 bf16 columns), as a weight

@@ -186,9 +186,12 @@ TEST_F(LinearCrossEntropyGpu, RejectsBadArguments) {
 // The memory plan's numbers need no GPU: chunking of the real Qwen3 head (vocabulary 151936, 8192 rows).
 TEST(LinearCrossEntropyGpuPlan, ChunkAndWorkspaceSizes) {
   const int64_t chunk = ops::cuda::linear_cross_entropy_chunk_rows(8192, 151936);
-  EXPECT_EQ(chunk, 832);  // 883 rows fit in 256 MiB, rounded down to whole 64-row tiles
+  EXPECT_EQ(chunk, 768);  // 883 rows fit in 256 MiB, rounded down to whole 256-row blocks
   EXPECT_EQ(ops::cuda::linear_cross_entropy_workspace_bytes(8192, 151936),
-            size_t(832) * 151936 * 2 + size_t(8192) * 4);
+            size_t(768) * 151936 * 2 + size_t(8192) * 4);
+  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 163840), 768);   // Moonlight: 819 fit
+  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 131072), 1024);  // Nemotron-H: 1024 fit exactly
+  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 700000), 128);   // 191 fit: 64-row tiles below 256
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(100, 1000, 32), 32);
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(10, 1000, 0), 10);
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(0, 1000, 0), 0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "moetune/model/gradient_ready_layer.h"
+#include "moetune/ops/lm_head_chunk.h"
 
 
 namespace moetune::model {
@@ -28,9 +29,7 @@ namespace {
 
 constexpr int64_t kBf16 = 2, kF32 = 4, kI32 = 4;
 
-// Mirrors ops::cuda::linear_cross_entropy's default chunk (about 256 MiB of bf16 logits) and the GEMM library's
-// fixed workspace (ops/cuda/gemm.cpp).
-constexpr int64_t kCrossEntropyChunkBytes = 256ll << 20;
+// Mirrors the GEMM library's fixed workspace (ops/cuda/gemm.cpp).
 constexpr int64_t kGemmWorkspaceBytes = 32ll << 20;
 
 }  // namespace
@@ -149,7 +148,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
   // The largest sets of temporaries on top of the stashes: the fused head + loss at the end of the forward
   // pass (normalised hidden state, its gradient, one chunk of logits), an MoE or MLP sublayer's backward, and
   // a recomputed sublayer's stash with its backward.
-  const int64_t chunk_rows = std::max<int64_t>(1, std::min<int64_t>(T, kCrossEntropyChunkBytes / (spec.vocab_size * kBf16)));
+  const int64_t chunk_rows = ops::lm_head_chunk_rows(T, spec.vocab_size);  // the op's own chunk
   const std::vector<std::pair<std::string, int64_t>> candidates = {
       {"lm head + loss", 2 * T * H * kBf16 + chunk_rows * spec.vocab_size * kBf16},
       {"moe backward", moe_backward},

@@ -2,13 +2,17 @@
 // column-major, so D = op(A)·op(B) is computed as Dᵀ = op(B)ᵀ·op(A)ᵀ with cuBLASLt's "A" being our b and its
 // "B" our a, each keeping its own transpose flag.
 #include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/cuda/gemm_candidates.h"
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <compare>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/bias_broadcast_kernels.h"
@@ -18,6 +22,11 @@ namespace moetune::ops::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+// How far down the heuristic's ranking a preferred tile shape is looked for (the LM head's d(weight) finds
+// 128x160 5th or 6th of 8).
+constexpr int kTileSearchDepth = 16;
+
+static_assert(uint32_t(GemmTile::k128x160) == CUBLASLT_MATMUL_TILE_128x160);
 
 void check_cublas(cublasStatus_t status, std::string_view what) {
   if (status != CUBLAS_STATUS_SUCCESS)
@@ -56,13 +65,17 @@ struct PlanKey {
   bool transpose_first = false, transpose_second = false;
   cudaDataType_t d_type = CUDA_R_16BF;
   uint32_t align_first = 0, align_second = 0, align_d = 0;
+  int candidate = 0;  // which of the heuristic's ranked algorithms (0: its first, what matmul runs)
+  int split_k = 0;    // K split into this many parts when > 0 (0: as the algorithm comes)
+  uint32_t tile = 0;  // when set (a cublasLtMatmulTile_t), the highest-ranked algorithm of this tile shape
   auto operator<=>(const PlanKey&) const = default;
 };
 
 // Descriptors and the heuristic's algorithm for one PlanKey; created once, reused for the life of the process.
 class Plan {
  public:
-  Plan(cublasLtHandle_t handle, const PlanKey& key) {
+  // Asks the heuristic for its first max(limit, key.candidate + 1) algorithms and takes candidate key.candidate.
+  Plan(cublasLtHandle_t handle, const PlanKey& key, int limit = 1) {
     check_cublas(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
     const cublasOperation_t op_first = key.transpose_first ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_second = key.transpose_second ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -98,18 +111,31 @@ class Plan {
       check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)),
                    "set MIN_ALIGNMENT");
 
-    cublasLtMatmulHeuristicResult_t result{};
+    ranked_.resize(size_t(std::max({limit, key.candidate + 1, key.tile ? kTileSearchDepth : 0})));
     int returned = 0;
-    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, desc_, first_, second_, d_, d_, preference, 1, &result, &returned),
+    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, desc_, first_, second_, d_, d_, preference, int(ranked_.size()),
+                                                ranked_.data(), &returned),
                  "cublasLtMatmulAlgoGetHeuristic");
-    MOETUNE_CHECK(returned > 0 && result.state == CUBLAS_STATUS_SUCCESS,
-                  "cuBLASLt has no algorithm for D[{}, {}] = op(A)·op(B), K = {}, transposes ({}, {}), output {}, "
-                  "alignments ({}, {}, {})",
-                  key.n, key.m, key.k, key.transpose_second, key.transpose_first,
-                  key.d_type == CUDA_R_16BF ? "BF16" : "F32", key.align_second, key.align_first, key.align_d);
-    MOETUNE_CHECK(result.workspaceSize <= kWorkspaceBytes, "cuBLASLt algorithm wants {} bytes of workspace",
-                  result.workspaceSize);
-    algo_ = result.algo;
+    ranked_.resize(size_t(returned));
+    std::erase_if(ranked_, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > kWorkspaceBytes; });
+    MOETUNE_CHECK(ranked_.size() > size_t(key.candidate),
+                  "cuBLASLt has {} algorithms for D[{}, {}] = op(A)·op(B), K = {}, transposes ({}, {}), output {}, "
+                  "alignments ({}, {}, {}); candidate {} was asked for",
+                  ranked_.size(), key.n, key.m, key.k, key.transpose_second, key.transpose_first,
+                  key.d_type == CUDA_R_16BF ? "BF16" : "F32", key.align_second, key.align_first, key.align_d,
+                  key.candidate);
+    algo_ = ranked_[size_t(key.candidate)].algo;
+    if (key.tile) {
+      const auto same_tile = std::find_if(ranked_.begin(), ranked_.end(), [&](const auto& r) {
+        uint32_t tile = 0;
+        size_t written = 0;
+        return cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                                    &written) == CUBLAS_STATUS_SUCCESS &&
+               tile == key.tile;
+      });
+      if (same_tile != ranked_.end()) algo_ = same_tile->algo;
+    }
+    if (key.split_k > 0) split(handle, key.split_k);
   }
   ~Plan() {
     // Host-side objects only; failures at process exit are of no consequence.
@@ -120,6 +146,39 @@ class Plan {
   }
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
+
+  // Splits the chosen algorithm's K into `parts` (partial sums reduced in the workspace in fp32 where the
+  // algorithm allows, in a fixed order either way); fails when it cannot.
+  void split(cublasLtHandle_t handle, int parts) {
+    int32_t supported = 0;
+    uint32_t schemes = 0;
+    size_t written = 0;
+    check_cublas(cublasLtMatmulAlgoCapGetAttribute(&algo_, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported,
+                                                   sizeof(supported), &written),
+                 "get SPLITK_SUPPORT");
+    check_cublas(cublasLtMatmulAlgoCapGetAttribute(&algo_, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
+                                                   sizeof(schemes), &written),
+                 "get REDUCTION_SCHEME_MASK");
+    MOETUNE_CHECK(supported != 0 || parts == 1, "cuBLASLt: this algorithm does not split K");
+    const uint32_t scheme = parts == 1                                      ? CUBLASLT_REDUCTION_SCHEME_NONE
+                            : (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                            : (schemes & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)  ? CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE
+                                                                                 : CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    const int32_t count = parts;
+    check_cublas(cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &count, sizeof(count)),
+                 "set SPLITK_NUM");
+    check_cublas(cublasLtMatmulAlgoConfigSetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                      sizeof(scheme)),
+                 "set REDUCTION_SCHEME");
+    cublasLtMatmulHeuristicResult_t checked{};
+    check_cublas(cublasLtMatmulAlgoCheck(handle, desc_, first_, second_, d_, d_, &algo_, &checked),
+                 "cublasLtMatmulAlgoCheck");
+    MOETUNE_CHECK(checked.workspaceSize <= kWorkspaceBytes, "cuBLASLt: K in {} parts wants {} bytes of workspace",
+                  parts, checked.workspaceSize);
+  }
+
+  // What the heuristic offered, best first.
+  const std::vector<cublasLtMatmulHeuristicResult_t>& ranked() const { return ranked_; }
 
   void run(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha, float beta,
            void* workspace) const {
@@ -132,6 +191,7 @@ class Plan {
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t first_ = nullptr, second_ = nullptr, d_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
+  std::vector<cublasLtMatmulHeuristicResult_t> ranked_;
 };
 
 // The process's one cuBLASLt handle, workspace and plan cache. A function-local static: it is built after the
@@ -157,6 +217,12 @@ class GemmLibrary {
     it->second->run(handle_, first, second, d, alpha, beta, workspace_);
   }
 
+  // The heuristic's first `limit` algorithms for the problem (a plan made for the question, not kept).
+  std::vector<cublasLtMatmulHeuristicResult_t> ranked(const PlanKey& key, int limit) {
+    std::lock_guard lock(mutex_);
+    return Plan(handle_, key, limit).ranked();
+  }
+
  private:
   GemmLibrary() {
     check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
@@ -171,10 +237,10 @@ class GemmLibrary {
 
 bool is_bf16_or_f32(DType dtype) { return dtype == DType::BF16 || dtype == DType::F32; }
 
-}  // namespace
-
-void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d, float alpha,
-            float beta) {
+// The checks of matmul's arguments and its PlanKey; nullopt when there is nothing for cuBLASLt to do (M or N is 0,
+// or K is 0, which is done here).
+std::optional<PlanKey> plan_key(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d,
+                                float beta) {
   constexpr std::string_view op = "matmul";
   const Matrix am = matrix_of(a, "a", op), bm = matrix_of(b, "b", op), dm = matrix_of(d, "d", op);
   MOETUNE_CHECK(a.dtype() == DType::BF16 && b.dtype() == DType::BF16, "matmul: a {} and b {} must be BF16", a.str(),
@@ -185,27 +251,93 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   MOETUNE_CHECK(k == k_b && dm.rows == m && dm.cols == n,
                 "matmul: a {}{} times b {}{} into d {}: shapes do not agree", a.str(), transpose_a ? "ᵀ" : "", b.str(),
                 transpose_b ? "ᵀ" : "", d.str());
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0) return std::nullopt;
   if (k == 0) {
     // An empty sum: D = beta·D. cuBLASLt is not asked to handle K = 0.
     MOETUNE_CHECK(beta == 0.0f || beta == 1.0f, "matmul: K = 0 with beta = {} (only 0 or 1)", beta);
     if (beta == 0.0f) gpu::check(cudaMemsetAsync(d.raw_data(), 0, d.nbytes(), gpu::stream()), "matmul: zero d");
-    return;
+    return std::nullopt;
   }
-  PlanKey key{.m = n,
-              .n = m,
-              .k = k,
-              .transpose_first = transpose_b,
-              .transpose_second = transpose_a,
-              .d_type = cuda_type(d.dtype()),
-              .align_first = alignment_of(b.raw_data()),
-              .align_second = alignment_of(a.raw_data()),
-              .align_d = alignment_of(d.raw_data())};
+  return PlanKey{.m = n,
+                 .n = m,
+                 .k = k,
+                 .transpose_first = transpose_b,
+                 .transpose_second = transpose_a,
+                 .d_type = cuda_type(d.dtype()),
+                 .align_first = alignment_of(b.raw_data()),
+                 .align_second = alignment_of(a.raw_data()),
+                 .align_d = alignment_of(d.raw_data())};
+}
+
+uint32_t algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  uint32_t value = 0;  // the narrower attributes (uint16_t) fill its low bytes (little-endian)
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
+  if (written == 0) {
+    uint16_t narrow = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &narrow, sizeof(narrow), &written);
+    value = narrow;
+  }
+  return value;
+}
+
+// Runs (making it the first time) the plan of `key` on matmul's operands.
+void run_plan(const PlanKey& key, const Tensor& a, const Tensor& b, const Tensor& d, float alpha, float beta) {
   try {
     GemmLibrary::instance().run(key, b.raw_data(), a.raw_data(), d.raw_data(), alpha, beta);
   } catch (const Error& e) {  // the context is formatted only on failure: this is the hot path
     fail("matmul of a {} and b {} into d {}: {}", a.str(), b.str(), d.str(), e.what());
   }
+}
+
+}  // namespace
+
+void matmul_candidate(int candidate, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                      const Tensor& d, float alpha, float beta, int split_k) {
+  MOETUNE_CHECK(candidate >= 0 && split_k >= 0, "matmul: candidate {}, K in {} parts", candidate, split_k);
+  std::optional<PlanKey> key = plan_key(a, transpose_a, b, transpose_b, d, beta);
+  if (!key) return;
+  key->candidate = candidate;
+  key->split_k = split_k;
+  run_plan(*key, a, b, d, alpha, beta);
+}
+
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d, float alpha,
+            float beta) {
+  matmul_candidate(0, a, transpose_a, b, transpose_b, d, alpha, beta);
+}
+
+void matmul_with_tile(GemmTile tile, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                      const Tensor& d, float alpha, float beta) {
+  std::optional<PlanKey> key = plan_key(a, transpose_a, b, transpose_b, d, beta);
+  if (!key) return;
+  key->tile = uint32_t(tile);
+  run_plan(*key, a, b, d, alpha, beta);
+}
+
+std::vector<GemmCandidate> matmul_candidates(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                                             const Tensor& d, int limit) {
+  const std::optional<PlanKey> key = plan_key(a, transpose_a, b, transpose_b, d, 0.0f);
+  if (!key) return {};
+  std::vector<GemmCandidate> candidates;
+  for (const cublasLtMatmulHeuristicResult_t& r : GemmLibrary::instance().ranked(*key, limit)) {
+    int32_t id = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
+    candidates.push_back(
+        {.description = fmt::format("algo {} tile {} stages {} split-k {} reduction {} swizzle {} custom {} inner {} "
+                                    "cluster {}, workspace {} B, waves {:.2f}",
+                                    id, algo_config(r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                                    algo_config(r.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                                    algo_config(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                                    algo_config(r.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                                    algo_config(r.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                                    algo_config(r.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                                    algo_config(r.algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID),
+                                    algo_config(r.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), r.workspaceSize,
+                                    r.wavesCount)});
+  }
+  return candidates;
 }
 
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {

@@ -5,11 +5,14 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/cross_entropy_kernels.h"
 #include "moetune/ops/cuda/gemm.h"
+#include "moetune/ops/cuda/gemm_candidates.h"
+#include "moetune/ops/lm_head_chunk.h"
 
 namespace moetune::ops::cuda {
 namespace {
 
-constexpr size_t kChunkBudgetBytes = size_t(256) << 20;
+// Chunks of up to this many rows take d(weight) on 128x160 tiles (measured faster up to here; see below).
+constexpr int64_t kShortWeightGradientK = 1024;
 
 void check_gpu_matrix(const Tensor& t, std::string_view role) {
   MOETUNE_CHECK(t.defined() && t.device().is_cuda() && t.dim() == 2,
@@ -21,12 +24,7 @@ void check_gpu_matrix(const Tensor& t, std::string_view role) {
 int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t vocab, int64_t chunk_rows) {
   MOETUNE_CHECK(rows >= 0 && vocab > 0 && chunk_rows >= 0,
                 "linear_cross_entropy: {} rows, vocabulary {}, chunk of {} rows", rows, vocab, chunk_rows);
-  if (rows == 0) return 0;
-  if (chunk_rows == 0) {
-    chunk_rows = std::max<int64_t>(1, int64_t(kChunkBudgetBytes / (size_t(vocab) * dtype_size(DType::BF16))));
-    if (chunk_rows >= 128) chunk_rows -= chunk_rows % 64;  // whole GEMM tiles
-  }
-  return std::min(chunk_rows, rows);
+  return lm_head_chunk_rows(rows, vocab, chunk_rows);
 }
 
 size_t linear_cross_entropy_workspace_bytes(int64_t rows, int64_t vocab, int64_t chunk_rows) {
@@ -79,7 +77,16 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
                "linear_cross_entropy: cross-entropy kernel");
     // chunk_logits now holds grad_scale · d(loss)/d(logits).
     if (dhidden.defined()) matmul(chunk_logits, false, weight, false, dhidden.narrow(start, length));
-    if (dweight.defined()) matmul(chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+    if (dweight.defined()) {
+      // cuBLASLt's 128x160 tiles run this [V, H] += [c, V]ᵀ·[c, H] (K = c, beta 1) at ~740-760 TFLOP/s where
+      // the heuristic's first pick (256x128 or 128x256) reaches 580-680, at both vocabularies and c = 768 to
+      // 1024; at c = 2048 the heuristic's pick is the faster (781 against 735; tests/gpu/test_lm_head_timing.cpp,
+      // docs/benchmarks.md).
+      if (length <= kShortWeightGradientK)
+        matmul_with_tile(GemmTile::k128x160, chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+      else
+        matmul(chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+    }
   }
   gpu::check(launch_sum_into(losses, rows, static_cast<float*>(loss_sum.raw_data()), gpu::stream()),
              "linear_cross_entropy: loss sum");

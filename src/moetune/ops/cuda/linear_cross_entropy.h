@@ -17,7 +17,8 @@ namespace moetune::ops::cuda {
 // gradient zero): a bad label is reported by the loss the trainer reads, without a host synchronisation here.
 // When dhidden is defined, writes dhidden = grad_scale · d(loss_sum)/d(hidden) ([T, H] BF16 or F32); when
 // dweight is defined, accumulates dweight += grad_scale · d(loss_sum)/d(W) ([V, H] BF16 or F32; a BF16
-// dweight is rounded once per chunk). chunk_rows = 0 picks chunks whose bf16 logits take about 256 MiB.
+// dweight is rounded once per chunk). chunk_rows = 0 picks chunks whose bf16 logits take at most 256 MiB, in
+// whole 256-row blocks (ops/lm_head_chunk.h).
 // The result is deterministic (no atomics).
 void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets, double grad_scale,
                           const Tensor& loss_sum, const Tensor& dhidden = {}, const Tensor& dweight = {},
