@@ -24,7 +24,6 @@
 #include "moetune/ops/cuda/adamw.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
 #include "moetune/ops/cuda/grad_norm.h"
-#include "moetune/ops/cuda/grad_norm_kernels.h"
 
 namespace moetune {
 namespace {
@@ -44,10 +43,7 @@ AdamWHyper hyper_at(int64_t step) {
 class AccessSettings {
  public:
   AccessSettings() : adamw_(ops::cuda::adamw_access()) {}
-  ~AccessSettings() {
-    ops::cuda::set_adamw_access(adamw_);
-    ops::cuda::set_grad_norm_vectors_in_flight(1);
-  }
+  ~AccessSettings() { ops::cuda::set_adamw_access(adamw_); }
 
  private:
   AdamWAccess adamw_;
@@ -55,8 +51,9 @@ class AccessSettings {
 
 class OptimizerAccessGpu : public testing::GpuTest {};
 
-// Shapes around the chunk (8192) and vector (8) widths, some misaligned by one element, so that every path of
-// every access variant runs: the same state after three steps, bit for bit, in every precision.
+// Shapes around the chunk (8192) and vector (8) widths, some misaligned by one element, and a tensor whose first
+// half never has a gradient (an embedding's unused rows), so that every path of every access variant runs: the
+// same state after three steps, bit for bit, in every precision.
 TEST_F(OptimizerAccessGpu, EveryAccessVariantGivesTheSameBits) {
   const AccessSettings restore;
   const std::vector<Shape> shapes = {{1}, {7}, {1000003}, {8192}, {8193}, {3, 257}, {64, 129}, {40000}};
@@ -72,6 +69,11 @@ TEST_F(OptimizerAccessGpu, EveryAccessVariantGivesTheSameBits) {
       initial.push_back(testing::random_normal(shape, DType::F32, Device::cpu(), rng()));
       for (int step = 0; step < 3; ++step)
         gradients.push_back(testing::random_normal(shape, DType::BF16, Device::cpu(), rng(), 1e-2f));
+    }
+    for (int step = 0; step < 3; ++step) {  // slot 2's first half: no gradient
+      Tensor g = testing::random_normal(shapes[2], DType::F32, Device::cpu(), rng(), 1e-2f);
+      std::fill(g.data<float>(), g.data<float>() + g.numel() / 2, 0.0f);
+      gradients[3 * 2 + size_t(step)] = ops::cast(g, DType::BF16);
     }
     // A zeroed view, one element into its buffer where `odd` (not 16-byte aligned: the scalar path).
     const auto place = [&](const Shape& shape, DType dtype, bool odd) {
@@ -103,30 +105,14 @@ TEST_F(OptimizerAccessGpu, EveryAccessVariantGivesTheSameBits) {
           if (t.defined()) state.push_back(t.to(Device::cpu()));
       return state;
     };
-    const std::vector<Tensor> reference = run({.vectors_in_flight = 1, .streaming = false});
-    for (int in_flight : {1, 2, 4})
-      for (bool streaming : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "vectors in flight " << in_flight << ", streaming " << streaming);
-        const std::vector<Tensor> state = run({.vectors_in_flight = in_flight, .streaming = streaming});
+    const std::vector<Tensor> reference = run({.min_blocks_per_sm = 0, .hardware_rounding = false});
+    for (int min_blocks : {0, 6, 8})
+      for (bool hardware : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "min blocks " << min_blocks << ", hardware rounding " << hardware);
+        const std::vector<Tensor> state = run({.min_blocks_per_sm = min_blocks, .hardware_rounding = hardware});
         ASSERT_EQ(state.size(), reference.size());
         for (size_t i = 0; i < state.size(); ++i) EXPECT_TRUE(state[i].same_bytes(reference[i])) << "tensor " << i;
       }
-  }
-}
-
-TEST_F(OptimizerAccessGpu, GradNormIsTheSameForEveryVectorsInFlight) {
-  const AccessSettings restore;
-  std::vector<Tensor> grads;
-  for (const Shape& shape : std::vector<Shape>{{1000003}, {8192}, {8193}, {7}, {64, 129}})
-    grads.push_back(testing::random_normal(shape, DType::BF16, kGpu, rng()));
-  grads.push_back(Tensor::zeros({70001}, DType::BF16, kGpu).flat_slice(1, {70000}));  // misaligned, scalar path
-  grads.back().copy_from(testing::random_normal({70000}, DType::BF16, Device::cpu(), rng()));
-  const Tensor reference = Tensor::zeros({1}, DType::F32, kGpu), other = Tensor::zeros({1}, DType::F32, kGpu);
-  ops::cuda::grad_norm_squared(grads, reference);
-  for (int in_flight : {2, 4}) {
-    ops::cuda::set_grad_norm_vectors_in_flight(in_flight);
-    ops::cuda::grad_norm_squared(grads, other);
-    EXPECT_TRUE(other.to(Device::cpu()).same_bytes(reference.to(Device::cpu()))) << in_flight << " vectors in flight";
   }
 }
 
@@ -271,13 +257,8 @@ TEST_F(OptimizerAccessGpu, DISABLED_TimesReferenceJobSlots) {
   const auto time_adamw = [&](const std::vector<AdamWSlot>& s, const Tensor& scale) {
     return median_ms([&] { ops::cuda::adamw_step(s, hyper_at(++step), OptimizerPrecision::PureBf16, scale, 7); });
   };
-  for (int in_flight : {1, 2, 4}) {
-    ops::cuda::set_grad_norm_vectors_in_flight(in_flight);
-    const double ms = median_ms([&] { ops::cuda::grad_norm_squared(gradients, norm_squared); });
-    std::printf("  norm, %d vectors in flight: %.3f ms (%.0f GB/s at 2 B)\n", in_flight, ms, 2.0 * double(total) / ms / 1e6);
-  }
-  ops::cuda::set_grad_norm_vectors_in_flight(1);
-  ops::cuda::grad_norm_squared(gradients, norm_squared);
+  const double norm_ms = median_ms([&] { ops::cuda::grad_norm_squared(gradients, norm_squared); });
+  std::printf("  norm: %.3f ms (%.0f GB/s at 2 B)\n", norm_ms, 2.0 * double(total) / norm_ms / 1e6);
   std::printf("  clip coefficient: %.3f ms\n",
               median_ms([&] { ops::cuda::clip_coefficient(norm_squared, 1.0, coefficient); }));
   const double zero_ms = median_ms([&] {
@@ -288,15 +269,26 @@ TEST_F(OptimizerAccessGpu, DISABLED_TimesReferenceJobSlots) {
   for (const FlatBuffers* runs : {&grads.replicated, &grads.experts})
     for (const Tensor& buffer : runs->buffers) fill_normal(buffer, rng());
 
-  for (int in_flight : {1, 2, 4})
-    for (bool streaming : {false, true}) {
-      ops::cuda::set_adamw_access({.vectors_in_flight = in_flight, .streaming = streaming});
-      const double clipped = time_adamw(slots, coefficient), unscaled = time_adamw(slots, Tensor());
-      std::printf("  AdamW, %d vectors in flight%s: %.3f ms (%.0f GB/s at 14 B) clipped, %.3f ms (%.0f GB/s) "
-                  "without grad scale\n",
-                  in_flight, streaming ? ", streaming" : "", clipped, adamw_rate(clipped, total), unscaled,
-                  adamw_rate(unscaled, total));
+  const std::vector<AdamWAccess> accesses = {{0, false}, {0, true}, {6, true}, {8, true}};
+  const auto time_accesses = [&](const char* what, const std::vector<AdamWSlot>& s, int64_t n) {
+    for (const AdamWAccess& access : accesses) {
+      ops::cuda::set_adamw_access(access);
+      const double ms = time_adamw(s, coefficient);
+      std::printf("  AdamW %s, min blocks %d, %s rounding: %.3f ms (%.0f GB/s at 14 B)\n", what,
+                  access.min_blocks_per_sm, access.hardware_rounding ? "hardware" : "software", ms, adamw_rate(ms, n));
     }
+  };
+  time_accesses("dense gradients", slots, total);
+  // As in a step of 8192 tokens: the embedding's gradient is zero but for (at most) 8192 rows, and the other
+  // rows' moments stay zero from the first step on.
+  for (const FlatBuffers* moment : {&exp_avg, &exp_avg_sq}) moment->zero();
+  for (size_t i = 0; i < layout.parameters.size(); ++i)
+    if (layout.parameters[i].role == model::ParameterRole::Embedding) {
+      const Tensor& g = grads.views[i];
+      const int64_t row = g.shape()[1], kept = 8192 * row;
+      zero_bytes(static_cast<uint16_t*>(g.raw_data()) + kept, kGpu, size_t(g.numel() - kept) * 2);
+    }
+  time_accesses("with the embedding's unused rows", slots, total);
 
   // One tensor of the same size, then the 128M-element one, each in fresh buffers.
   for (int64_t n : {total, int64_t(1) << 27}) {
@@ -305,14 +297,7 @@ TEST_F(OptimizerAccessGpu, DISABLED_TimesReferenceJobSlots) {
                                    .exp_avg_sq = Tensor::zeros({n}, DType::BF16, kGpu)}};
     fill_normal(one[0].grad, rng());
     fill_normal(one[0].param, rng());
-    for (int in_flight : {1, 2, 4})
-      for (bool streaming : {false, true}) {
-        ops::cuda::set_adamw_access({.vectors_in_flight = in_flight, .streaming = streaming});
-        const double clipped = time_adamw(one, coefficient);
-        std::printf("  one tensor of %lld, %d vectors in flight%s: %.3f ms (%.0f GB/s at 14 B) clipped\n",
-                    static_cast<long long>(n), in_flight, streaming ? ", streaming" : "", clipped,
-                    adamw_rate(clipped, n));
-      }
+    time_accesses(n == total ? "one tensor of the same size" : "one tensor of 128M", one, n);
   }
 }
 

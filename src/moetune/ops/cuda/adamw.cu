@@ -6,6 +6,8 @@
 //   F32Master: reads grad 2 + master 4 + exp_avg 4 + exp_avg_sq 4, writes master 4 + moments 8 + param 2 = 28 B
 //   bf16 modes: reads param, grad, exp_avg, exp_avg_sq (2 B each), writes param and both moments = 14 B
 // so 3.1 B parameters take ~20 ms (fp32 master) or ~10 ms (bf16) at the H200's ~4.3 TB/s.
+#include <cuda_bf16.h>
+
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
 #include "moetune/ops/cuda/adamw_common.cuh"
@@ -18,25 +20,12 @@ using AdamWTable = AdamWTableOf<AdamWTensorPointers, 384>;
 static_assert(sizeof(AdamWTable) + sizeof(AdamWScalars) + 2 * sizeof(const float*) <=
               multi_tensor::kMaxKernelParameterBytes);
 
-// 16-byte accesses, plain or streaming (evict-first: every byte of the step is touched once, so caching it for
-// reuse only displaces lines that other accesses could use).
-template <bool kStreaming, typename T>
-__device__ __forceinline__ T load_16(const void* source) {
-  if constexpr (kStreaming) return __ldcs(reinterpret_cast<const T*>(source));
-  else return *reinterpret_cast<const T*>(source);
-}
-template <bool kStreaming, typename T>
-__device__ __forceinline__ void store_16(void* destination, const T& value) {
-  if constexpr (kStreaming) __stcs(reinterpret_cast<T*>(destination), value);
-  else *reinterpret_cast<T*>(destination) = value;
-}
-
 // Loads and stores of kWidth consecutive elements: 8 with 16-byte accesses (the caller guarantees alignment),
 // or 1.
-template <int kWidth, bool kStreaming>
+template <int kWidth>
 __device__ __forceinline__ void load_bf16(const uint16_t* source, float (&out)[kWidth]) {
   if constexpr (kWidth == 8) {
-    const uint4 packed = load_16<kStreaming, uint4>(source);
+    const uint4 packed = *reinterpret_cast<const uint4*>(source);
     const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -48,7 +37,7 @@ __device__ __forceinline__ void load_bf16(const uint16_t* source, float (&out)[k
   }
 }
 
-template <int kWidth, bool kStreaming>
+template <int kWidth>
 __device__ __forceinline__ void store_bf16(uint16_t* destination, const uint16_t (&bits)[kWidth]) {
   if constexpr (kWidth == 8) {
     uint4 packed;
@@ -56,16 +45,16 @@ __device__ __forceinline__ void store_bf16(uint16_t* destination, const uint16_t
     packed.y = uint32_t(bits[2]) | (uint32_t(bits[3]) << 16);
     packed.z = uint32_t(bits[4]) | (uint32_t(bits[5]) << 16);
     packed.w = uint32_t(bits[6]) | (uint32_t(bits[7]) << 16);
-    store_16<kStreaming>(destination, packed);
+    *reinterpret_cast<uint4*>(destination) = packed;
   } else {
     *destination = bits[0];
   }
 }
 
-template <int kWidth, bool kStreaming>
+template <int kWidth>
 __device__ __forceinline__ void load_f32(const float* source, float (&out)[kWidth]) {
   if constexpr (kWidth == 8) {
-    const float4 low = load_16<kStreaming, float4>(source), high = load_16<kStreaming, float4>(source + 4);
+    const float4 low = reinterpret_cast<const float4*>(source)[0], high = reinterpret_cast<const float4*>(source)[1];
     out[0] = low.x, out[1] = low.y, out[2] = low.z, out[3] = low.w;
     out[4] = high.x, out[5] = high.y, out[6] = high.z, out[7] = high.w;
   } else {
@@ -73,131 +62,124 @@ __device__ __forceinline__ void load_f32(const float* source, float (&out)[kWidt
   }
 }
 
-template <int kWidth, bool kStreaming>
+template <int kWidth>
 __device__ __forceinline__ void store_f32(float* destination, const float (&values)[kWidth]) {
   if constexpr (kWidth == 8) {
-    store_16<kStreaming>(destination, make_float4(values[0], values[1], values[2], values[3]));
-    store_16<kStreaming>(destination + 4, make_float4(values[4], values[5], values[6], values[7]));
+    reinterpret_cast<float4*>(destination)[0] = make_float4(values[0], values[1], values[2], values[3]);
+    reinterpret_cast<float4*>(destination)[1] = make_float4(values[4], values[5], values[6], values[7]);
   } else {
     *destination = values[0];
   }
 }
 
-// The state of kWidth consecutive elements in registers, as fp32.
-template <int kWidth>
-struct Elements {
-  float p[kWidth], g[kWidth], m[kWidth], v[kWidth];
-};
-
-template <AdamWStorage kStorage, int kWidth, bool kStreaming>
-__device__ __forceinline__ void load_elements(const AdamWTensorPointers& t, int64_t index, Elements<kWidth>& e) {
-  load_bf16<kWidth, kStreaming>(t.grad + index, e.g);
-  if constexpr (kStorage == AdamWStorage::F32Master) {
-    load_f32<kWidth, kStreaming>(t.master + index, e.p);
-    load_f32<kWidth, kStreaming>(static_cast<const float*>(t.exp_avg) + index, e.m);
-    load_f32<kWidth, kStreaming>(static_cast<const float*>(t.exp_avg_sq) + index, e.v);
+// Round to nearest even into bf16: with kHardware two at a time by the conversion instruction (cvt.rn.bf16x2.f32,
+// one instruction a pair where f32_to_bf16 takes several an element; the same bits for every number, and a NaN
+// stays a NaN though not the same one), else f32_to_bf16.
+template <bool kHardware, int kWidth>
+__device__ __forceinline__ void round_bf16(const float (&values)[kWidth], uint16_t (&bits)[kWidth]) {
+  if constexpr (kHardware && kWidth % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < kWidth; k += 2) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(values[k], values[k + 1]);
+      bits[k] = __bfloat16_as_ushort(pair.x);
+      bits[k + 1] = __bfloat16_as_ushort(pair.y);
+    }
   } else {
-    load_bf16<kWidth, kStreaming>(t.param + index, e.p);
-    load_bf16<kWidth, kStreaming>(static_cast<const uint16_t*>(t.exp_avg) + index, e.m);
-    load_bf16<kWidth, kStreaming>(static_cast<const uint16_t*>(t.exp_avg_sq) + index, e.v);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) bits[k] = f32_to_bf16(values[k]);
   }
 }
 
-// Updates elements [index, index + kWidth) of one tensor, loaded in `e`, and stores them.
-template <AdamWStorage kStorage, int kWidth, bool kStreaming>
-__device__ __forceinline__ void update_and_store(const AdamWTensorPointers& t, int64_t index, Elements<kWidth>& e,
-                                                 float grad_scale, const AdamWScalars& s, uint64_t key) {
+// Updates elements [index, index + kWidth) of one tensor; adds their unscaled g² to `squares`.
+template <AdamWStorage kStorage, bool kHardwareRounding, int kWidth>
+__device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, int64_t index, float grad_scale,
+                                                const AdamWScalars& s, uint64_t key, float& squares) {
+  float p[kWidth], g[kWidth], m[kWidth], v[kWidth];
+  load_bf16<kWidth>(t.grad + index, g);
+  if constexpr (kStorage == AdamWStorage::F32Master) {
+    load_f32<kWidth>(t.master + index, p);
+    load_f32<kWidth>(static_cast<const float*>(t.exp_avg) + index, m);
+    load_f32<kWidth>(static_cast<const float*>(t.exp_avg_sq) + index, v);
+  } else {
+    load_bf16<kWidth>(t.param + index, p);
+    load_bf16<kWidth>(static_cast<const uint16_t*>(t.exp_avg) + index, m);
+    load_bf16<kWidth>(static_cast<const uint16_t*>(t.exp_avg_sq) + index, v);
+  }
 #pragma unroll
-  for (int k = 0; k < kWidth; ++k) adamw_element(e.p[k], e.g[k] * grad_scale, e.m[k], e.v[k], s.constants);
+  for (int k = 0; k < kWidth; ++k) {
+    squares += g[k] * g[k];
+    adamw_element(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
+  }
 
   uint16_t p_bits[kWidth];
   if constexpr (kStorage == AdamWStorage::F32Master) {
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) p_bits[k] = f32_to_bf16(e.p[k]);
-    store_f32<kWidth, kStreaming>(t.master + index, e.p);
-    store_f32<kWidth, kStreaming>(static_cast<float*>(t.exp_avg) + index, e.m);
-    store_f32<kWidth, kStreaming>(static_cast<float*>(t.exp_avg_sq) + index, e.v);
+    round_bf16<kHardwareRounding>(p, p_bits);
+    store_f32<kWidth>(t.master + index, p);
+    store_f32<kWidth>(static_cast<float*>(t.exp_avg) + index, m);
+    store_f32<kWidth>(static_cast<float*>(t.exp_avg_sq) + index, v);
   } else {
     uint16_t m_bits[kWidth], v_bits[kWidth];
+    if constexpr (kStorage == AdamWStorage::Bf16StochasticRounding) {
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      if constexpr (kStorage == AdamWStorage::Bf16StochasticRounding) {
+      for (int k = 0; k < kWidth; ++k) {
         // One 64-bit draw gives three independent 16-bit roundings.
         const uint64_t random = element_random(key, index + k);
-        p_bits[k] = f32_to_bf16_stochastic(e.p[k], uint32_t(random & 0xffffu));
-        m_bits[k] = f32_to_bf16_stochastic(e.m[k], uint32_t((random >> 16) & 0xffffu));
-        v_bits[k] = f32_to_bf16_stochastic(e.v[k], uint32_t((random >> 32) & 0xffffu));
-      } else {
-        p_bits[k] = f32_to_bf16(e.p[k]);
-        m_bits[k] = f32_to_bf16(e.m[k]);
-        v_bits[k] = f32_to_bf16(e.v[k]);
+        p_bits[k] = f32_to_bf16_stochastic(p[k], uint32_t(random & 0xffffu));
+        m_bits[k] = f32_to_bf16_stochastic(m[k], uint32_t((random >> 16) & 0xffffu));
+        v_bits[k] = f32_to_bf16_stochastic(v[k], uint32_t((random >> 32) & 0xffffu));
       }
+    } else {
+      round_bf16<kHardwareRounding>(p, p_bits);
+      round_bf16<kHardwareRounding>(m, m_bits);
+      round_bf16<kHardwareRounding>(v, v_bits);
     }
-    store_bf16<kWidth, kStreaming>(static_cast<uint16_t*>(t.exp_avg) + index, m_bits);
-    store_bf16<kWidth, kStreaming>(static_cast<uint16_t*>(t.exp_avg_sq) + index, v_bits);
+    store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg) + index, m_bits);
+    store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg_sq) + index, v_bits);
   }
-  store_bf16<kWidth, kStreaming>(t.param + index, p_bits);
+  store_bf16<kWidth>(t.param + index, p_bits);
 }
 
-// Each thread loads kInFlight vectors (blockDim.x vectors apart) before it computes any, so that many 16-byte
-// loads per thread are outstanding at once; the stores follow. With norm_partials, each warp's Σ g² of each chunk
-// goes there too (the elements in the same order for every kInFlight, so the same bits).
-template <AdamWStorage kStorage, int kInFlight, bool kStreaming>
-__global__ void __launch_bounds__(multi_tensor::kThreads)
+// kMinBlocks: blocks of 256 threads each SM should hold (0: as many as the compiler's register use allows). The
+// step is bound by memory but also by its arithmetic (two divisions and a square root an element), so the
+// warps resident to hide one another's latency matter. With norm_partials, each warp's Σ g² of each chunk goes
+// there too.
+template <AdamWStorage kStorage, bool kHardwareRounding, int kMinBlocks>
+__global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
     adamw_kernel(const __grid_constant__ AdamWTable table, float* __restrict__ norm_partials,
                  const AdamWScalars scalars, const float* __restrict__ grad_scale) {
   constexpr int kVector = multi_tensor::kVectorElements;
   const float scale = grad_scale ? *grad_scale : 1.0f;
-  const auto add_squares = [](const auto& g, float& squares) {
-#pragma unroll
-    for (float value : g) squares += value * value;
-  };
   for_each_chunk<kStorage>(table, scalars, norm_partials, [&](const AdamWTensorPointers& t, multi_tensor::Range range,
                                                               uint64_t key) {
     float squares = 0.0f;
     int64_t scalar_begin = range.begin;
     if (multi_tensor::all_aligned_16(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.master)) {
       const int64_t vector_end = range.begin + (range.end - range.begin) / kVector * kVector;
-      const int64_t stride = int64_t(blockDim.x) * kVector;
-      for (int64_t first = range.begin + int64_t(threadIdx.x) * kVector; first < vector_end;
-           first += stride * kInFlight) {
-        Elements<kVector> e[kInFlight];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          if (first + u * stride < vector_end) load_elements<kStorage, kVector, kStreaming>(t, first + u * stride, e[u]);
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          if (first + u * stride < vector_end) {
-            add_squares(e[u].g, squares);
-            update_and_store<kStorage, kVector, kStreaming>(t, first + u * stride, e[u], scale, scalars, key);
-          }
-      }
+      for (int64_t i = range.begin + int64_t(threadIdx.x) * kVector; i < vector_end; i += int64_t(blockDim.x) * kVector)
+        update_elements<kStorage, kHardwareRounding, kVector>(t, i, scale, scalars, key, squares);
       scalar_begin = vector_end;
     }
-    for (int64_t i = scalar_begin + threadIdx.x; i < range.end; i += blockDim.x) {
-      Elements<1> e;
-      load_elements<kStorage, 1, false>(t, i, e);
-      add_squares(e.g, squares);
-      update_and_store<kStorage, 1, false>(t, i, e, scale, scalars, key);
-    }
+    for (int64_t i = scalar_begin + threadIdx.x; i < range.end; i += blockDim.x)
+      update_elements<kStorage, kHardwareRounding, 1>(t, i, scale, scalars, key, squares);
     return squares;
   });
 }
 
 AdamWAccess g_access;  // set_adamw_access
 
-template <AdamWStorage kStorage, int kInFlight>
-auto kernel_with(bool streaming) {
-  return streaming ? adamw_kernel<kStorage, kInFlight, true> : adamw_kernel<kStorage, kInFlight, false>;
+template <AdamWStorage kStorage, bool kHardwareRounding>
+auto kernel_with(int min_blocks) {
+  switch (min_blocks) {
+    case 6: return adamw_kernel<kStorage, kHardwareRounding, 6>;
+    case 8: return adamw_kernel<kStorage, kHardwareRounding, 8>;
+    default: return adamw_kernel<kStorage, kHardwareRounding, 0>;
+  }
 }
 
 template <AdamWStorage kStorage>
 auto kernel_for(AdamWAccess access) {
-  switch (access.vectors_in_flight) {
-    case 2: return kernel_with<kStorage, 2>(access.streaming);
-    case 4: return kernel_with<kStorage, 4>(access.streaming);
-    default: return kernel_with<kStorage, 1>(access.streaming);
-  }
+  return access.hardware_rounding ? kernel_with<kStorage, true>(access.min_blocks_per_sm)
+                                  : kernel_with<kStorage, false>(access.min_blocks_per_sm);
 }
 
 }  // namespace

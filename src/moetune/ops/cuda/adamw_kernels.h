@@ -45,12 +45,13 @@ struct AdamWScalars {
 inline constexpr int kAdamWNormPartialsPerChunk = 8;
 int64_t adamw_norm_partial_count(const int64_t* numels, int64_t count);
 
-// How the kernel with bf16 or f32 moments reaches memory: the 16-byte vectors each thread loads before it
-// computes any (1, 2 or 4), and whether loads and stores are streaming (evict-first). Process-wide, so that the
-// timing test (AdamWGpu.DISABLED_TimesReferenceJobSlots) can compare them; no effect on the results.
+// How the kernel with bf16 or f32 moments runs: the blocks of 256 threads it asks each SM to hold (0: what its
+// register use gives; 6 or 8 cap the registers), and whether bf16 rounding to nearest uses the conversion
+// instruction. Process-wide, so that the timing test (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots) can
+// compare them; every choice gives the same bits.
 struct AdamWAccess {
-  int vectors_in_flight = 1;
-  bool streaming = false;
+  int min_blocks_per_sm = 0;
+  bool hardware_rounding = true;
 };
 void set_adamw_access(AdamWAccess access);
 AdamWAccess adamw_access();

@@ -28,10 +28,6 @@ cudaError_t launch_grad_norm_squared(const GradNormTensor* tensors, int64_t coun
 inline constexpr int64_t kFloatSumScratch = 1024;
 cudaError_t launch_float_sum(const float* values, int64_t count, float* scratch, float* total, cudaStream_t stream);
 
-// The 16-byte loads each thread has outstanding (1, 2 or 4): process-wide, for the timing test
-// (AdamWGpu.DISABLED_TimesReferenceJobSlots); the sum's bits are the same for each.
-void set_grad_norm_vectors_in_flight(int vectors);
-
 // *coefficient = min(1, max_norm / (sqrt(*norm_squared) + 1e-6)), torch's clip_grad_norm_ factor; a NaN norm
 // gives a NaN coefficient, as in torch.
 cudaError_t launch_clip_coefficient(const float* norm_squared, double max_norm, float* coefficient,
