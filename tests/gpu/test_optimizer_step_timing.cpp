@@ -105,11 +105,13 @@ TEST_F(OptimizerAccessGpu, EveryAccessVariantGivesTheSameBits) {
           if (t.defined()) state.push_back(t.to(Device::cpu()));
       return state;
     };
-    const std::vector<Tensor> reference = run({.min_blocks_per_sm = 0, .hardware_rounding = false});
-    for (int min_blocks : {0, 6, 8})
-      for (bool hardware : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "min blocks " << min_blocks << ", hardware rounding " << hardware);
-        const std::vector<Tensor> state = run({.min_blocks_per_sm = min_blocks, .hardware_rounding = hardware});
+    const std::vector<Tensor> reference = run({.min_blocks_per_sm = 0, .hardware_rounding = false, .skip_untouched = false});
+    for (int min_blocks : {0, 6})
+      for (int mode = 0; mode < 3; ++mode) {
+        const AdamWAccess access{.min_blocks_per_sm = min_blocks, .hardware_rounding = mode == 2, .skip_untouched = mode > 0};
+        SCOPED_TRACE(::testing::Message() << "min blocks " << min_blocks << ", hardware rounding "
+                                          << access.hardware_rounding << ", skip untouched " << access.skip_untouched);
+        const std::vector<Tensor> state = run(access);
         ASSERT_EQ(state.size(), reference.size());
         for (size_t i = 0; i < state.size(); ++i) EXPECT_TRUE(state[i].same_bytes(reference[i])) << "tensor " << i;
       }
@@ -269,13 +271,14 @@ TEST_F(OptimizerAccessGpu, DISABLED_TimesReferenceJobSlots) {
   for (const FlatBuffers* runs : {&grads.replicated, &grads.experts})
     for (const Tensor& buffer : runs->buffers) fill_normal(buffer, rng());
 
-  const std::vector<AdamWAccess> accesses = {{0, false}, {0, true}, {6, true}, {8, true}};
+  const std::vector<AdamWAccess> accesses = {{0, false, false}, {0, false, true}, {0, true, true}, {6, true, true}};
   const auto time_accesses = [&](const char* what, const std::vector<AdamWSlot>& s, int64_t n) {
     for (const AdamWAccess& access : accesses) {
       ops::cuda::set_adamw_access(access);
       const double ms = time_adamw(s, coefficient);
-      std::printf("  AdamW %s, min blocks %d, %s rounding: %.3f ms (%.0f GB/s at 14 B)\n", what,
-                  access.min_blocks_per_sm, access.hardware_rounding ? "hardware" : "software", ms, adamw_rate(ms, n));
+      std::printf("  AdamW %s, min blocks %d, %s rounding, %s: %.3f ms (%.0f GB/s at 14 B)\n", what,
+                  access.min_blocks_per_sm, access.hardware_rounding ? "hardware" : "software",
+                  access.skip_untouched ? "skip" : "no skip", ms, adamw_rate(ms, n));
     }
   };
   time_accesses("dense gradients", slots, total);

@@ -91,7 +91,7 @@ __device__ __forceinline__ void round_bf16(const float (&values)[kWidth], uint16
 }
 
 // Updates elements [index, index + kWidth) of one tensor; adds their unscaled g² to `squares`.
-template <AdamWStorage kStorage, bool kHardwareRounding, int kWidth>
+template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kWidth>
 __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, int64_t index, float grad_scale,
                                                 const AdamWScalars& s, uint64_t key, float& squares) {
   float p[kWidth], g[kWidth], m[kWidth], v[kWidth];
@@ -108,7 +108,7 @@ __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, in
 #pragma unroll
   for (int k = 0; k < kWidth; ++k) {
     squares += g[k] * g[k];
-    adamw_element(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
+    adamw_element<kSkipUntouched>(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
   }
 
   uint16_t p_bits[kWidth];
@@ -143,7 +143,7 @@ __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, in
 // step is bound by memory but also by its arithmetic (two divisions and a square root an element), so the
 // warps resident to hide one another's latency matter. With norm_partials, each warp's Σ g² of each chunk goes
 // there too.
-template <AdamWStorage kStorage, bool kHardwareRounding, int kMinBlocks>
+template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kMinBlocks>
 __global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
     adamw_kernel(const __grid_constant__ AdamWTable table, float* __restrict__ norm_partials,
                  const AdamWScalars scalars, const float* __restrict__ grad_scale) {
@@ -156,30 +156,28 @@ __global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
     if (multi_tensor::all_aligned_16(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.master)) {
       const int64_t vector_end = range.begin + (range.end - range.begin) / kVector * kVector;
       for (int64_t i = range.begin + int64_t(threadIdx.x) * kVector; i < vector_end; i += int64_t(blockDim.x) * kVector)
-        update_elements<kStorage, kHardwareRounding, kVector>(t, i, scale, scalars, key, squares);
+        update_elements<kStorage, kHardwareRounding, kSkipUntouched, kVector>(t, i, scale, scalars, key, squares);
       scalar_begin = vector_end;
     }
     for (int64_t i = scalar_begin + threadIdx.x; i < range.end; i += blockDim.x)
-      update_elements<kStorage, kHardwareRounding, 1>(t, i, scale, scalars, key, squares);
+      update_elements<kStorage, kHardwareRounding, kSkipUntouched, 1>(t, i, scale, scalars, key, squares);
     return squares;
   });
 }
 
 AdamWAccess g_access;  // set_adamw_access
 
-template <AdamWStorage kStorage, bool kHardwareRounding>
+template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched>
 auto kernel_with(int min_blocks) {
-  switch (min_blocks) {
-    case 6: return adamw_kernel<kStorage, kHardwareRounding, 6>;
-    case 8: return adamw_kernel<kStorage, kHardwareRounding, 8>;
-    default: return adamw_kernel<kStorage, kHardwareRounding, 0>;
-  }
+  return min_blocks == 6 ? adamw_kernel<kStorage, kHardwareRounding, kSkipUntouched, 6>
+                         : adamw_kernel<kStorage, kHardwareRounding, kSkipUntouched, 0>;
 }
 
 template <AdamWStorage kStorage>
 auto kernel_for(AdamWAccess access) {
-  return access.hardware_rounding ? kernel_with<kStorage, true>(access.min_blocks_per_sm)
-                                  : kernel_with<kStorage, false>(access.min_blocks_per_sm);
+  if (!access.skip_untouched) return kernel_with<kStorage, false, false>(access.min_blocks_per_sm);
+  return access.hardware_rounding ? kernel_with<kStorage, true, true>(access.min_blocks_per_sm)
+                                  : kernel_with<kStorage, false, true>(access.min_blocks_per_sm);
 }
 
 }  // namespace

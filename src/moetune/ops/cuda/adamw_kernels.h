@@ -46,12 +46,14 @@ inline constexpr int kAdamWNormPartialsPerChunk = 8;
 int64_t adamw_norm_partial_count(const int64_t* numels, int64_t count);
 
 // How the kernel with bf16 or f32 moments runs: the blocks of 256 threads it asks each SM to hold (0: what its
-// register use gives; 6 or 8 cap the registers), and whether bf16 rounding to nearest uses the conversion
-// instruction. Process-wide, so that the timing test (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots) can
-// compare them; every choice gives the same bits.
+// register use gives; 6 caps the registers at 40), whether bf16 rounding to nearest uses the conversion
+// instruction, and whether parameters no gradient has reached skip the update term (ops/adamw_math.h; without
+// the skip, software rounding). Process-wide, so that the timing test
+// (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots) can compare them; every choice gives the same bits.
 struct AdamWAccess {
   int min_blocks_per_sm = 0;
   bool hardware_rounding = true;
+  bool skip_untouched = true;
 };
 void set_adamw_access(AdamWAccess access);
 AdamWAccess adamw_access();
