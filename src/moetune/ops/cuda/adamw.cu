@@ -139,10 +139,12 @@ __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, in
   store_bf16<kWidth>(t.param + index, p_bits);
 }
 
-// kMinBlocks: blocks of 256 threads each SM should hold (0: as many as the compiler's register use allows). The
-// step is bound by memory but also by its arithmetic (two divisions and a square root an element), so the
-// warps resident to hide one another's latency matter. With norm_partials, each warp's Σ g² of each chunk goes
-// there too.
+// kMinBlocks: blocks of 256 threads each SM should hold (0: as many as the compiler's register use allows: 48
+// registers, 5 blocks, with hardware rounding and the skip). Measured on the H200 over the reference job's slots
+// (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots): capping the registers at 40 for 6 blocks spills and is
+// slower (12.6 ms against 11.4), and so is loading 2 or 4 vectors a thread before computing (116 and 169
+// registers: 14.9 and 24.0 ms against 11.4); the slot list itself costs nothing (one tensor of the same size:
+// 11.35 ms). With norm_partials, each warp's Σ g² of each chunk goes there too.
 template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kMinBlocks>
 __global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
     adamw_kernel(const __grid_constant__ AdamWTable table, float* __restrict__ norm_partials,
