@@ -37,10 +37,18 @@ inline AdamWConstants adamw_constants(double lr, double beta1, double beta2, dou
           .eps = float(eps)};
 }
 
+// kSkipUntouched: see below; false only to measure what the skip saves (the same bits either way).
+template <bool kSkipUntouched = true>
 MOETUNE_HOST_DEVICE void adamw_element(float& p, float g, float& m, float& v, const AdamWConstants& c) {
   p *= c.decay;  // decoupled weight decay, before the moments, as torch does
   m += (g - m) * c.one_minus_beta1;
   v = c.beta2 * v + c.one_minus_beta2 * g * g;
+  // A parameter no gradient has reached yet (an embedding row of a token no batch has held): m = v = +0, so the
+  // update term is +0 / eps = +0 and p - +0 = p; skipping it gives the same bits. On the GPU it spares the IEEE
+  // square root and divisions the slow paths they branch to for a zero input: over the reference job's 3.1 B
+  // parameters with a step's embedding gradient (zero but for 8192 rows) the H200 took 12.19 ms without the skip
+  // against 11.40 ms on dense gradients (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots).
+  if (kSkipUntouched && v == 0.0f && m == 0.0f) return;
   p -= c.step_size * m / (sqrtf(v) / c.sqrt_correction2 + c.eps);
 }
 

@@ -7,6 +7,7 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/blockwise_quant.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
+#include "moetune/ops/cuda/grad_norm_kernels.h"
 
 namespace moetune::ops::cuda {
 namespace {
@@ -72,7 +73,7 @@ OptimizerPrecision parse_optimizer_precision(const std::string& name) {
 }
 
 void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, OptimizerPrecision precision,
-                const Tensor& grad_scale, uint64_t seed, bool int8_state) {
+                const Tensor& grad_scale, uint64_t seed, bool int8_state, const Tensor& norm_squared) {
   check_hyper(hyper);
   const AdamWStorage storage = storage_of(precision);
   const bool has_master = precision == OptimizerPrecision::Fp32Master;
@@ -113,11 +114,29 @@ void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, Op
   }
   const float* scale = grad_scale.defined() ? static_cast<const float*>(grad_scale.raw_data()) : nullptr;
   const AdamWScalars scalars = scalars_of(hyper, seed);
+  // The norm's workspace: the kernels' per-chunk partials, then the final sum's scratch. Stream-ordered: back to
+  // the pool after the kernels that use it, without waiting.
+  Tensor norm_workspace;
+  int64_t partial_count = 0;
+  if (norm_squared.defined()) {
+    MOETUNE_CHECK(norm_squared.device().is_cuda() && norm_squared.dtype() == DType::F32 && norm_squared.numel() == 1,
+                  "adamw_step: norm_squared is {}, expected F32 with one element on cuda", norm_squared.str());
+    std::vector<int64_t> numels;
+    for (const AdamWSlot& slot : slots) numels.push_back(slot.param.numel());
+    partial_count = adamw_norm_partial_count(numels.data(), int64_t(numels.size()));
+    norm_workspace = Tensor::empty({partial_count + kFloatSumScratch}, DType::F32, Device::cuda());
+  }
+  float* partials = norm_workspace.defined() ? static_cast<float*>(norm_workspace.raw_data()) : nullptr;
   const cudaError_t status =
       int8_state ? launch_adamw_int8(storage, int8_pointers.data(), int64_t(int8_pointers.size()), scalars, scale,
-                                     dynamic_codes_on_device(), gpu::stream())
-                 : launch_adamw(storage, pointers.data(), int64_t(pointers.size()), scalars, scale, gpu::stream());
+                                     dynamic_codes_on_device(), partials, gpu::stream())
+                 : launch_adamw(storage, pointers.data(), int64_t(pointers.size()), scalars, scale, partials,
+                                gpu::stream());
   gpu::check(status, fmt::format("adamw_step over {} tensors{}", slots.size(), int8_state ? " (8-bit state)" : ""));
+  if (partials)
+    gpu::check(launch_float_sum(partials, partial_count, partials + partial_count,
+                                static_cast<float*>(norm_squared.raw_data()), gpu::stream()),
+               "adamw_step: the gradient norm's sum");
 }
 
 }  // namespace moetune::ops::cuda

@@ -6,6 +6,8 @@
 //   F32Master: reads grad 2 + master 4 + exp_avg 4 + exp_avg_sq 4, writes master 4 + moments 8 + param 2 = 28 B
 //   bf16 modes: reads param, grad, exp_avg, exp_avg_sq (2 B each), writes param and both moments = 14 B
 // so 3.1 B parameters take ~20 ms (fp32 master) or ~10 ms (bf16) at the H200's ~4.3 TB/s.
+#include <cuda_bf16.h>
+
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
 #include "moetune/ops/cuda/adamw_common.cuh"
@@ -15,7 +17,7 @@ namespace moetune::ops::cuda {
 namespace {
 
 using AdamWTable = AdamWTableOf<AdamWTensorPointers, 384>;
-static_assert(sizeof(AdamWTable) + sizeof(AdamWScalars) + sizeof(const float*) <=
+static_assert(sizeof(AdamWTable) + sizeof(AdamWScalars) + 2 * sizeof(const float*) <=
               multi_tensor::kMaxKernelParameterBytes);
 
 // Loads and stores of kWidth consecutive elements: 8 with 16-byte accesses (the caller guarantees alignment),
@@ -70,10 +72,28 @@ __device__ __forceinline__ void store_f32(float* destination, const float (&valu
   }
 }
 
-// Updates elements [index, index + kWidth) of one tensor.
-template <AdamWStorage kStorage, int kWidth>
+// Round to nearest even into bf16: with kHardware two at a time by the conversion instruction (cvt.rn.bf16x2.f32,
+// one instruction a pair where f32_to_bf16 takes several an element; the same bits for every number, and a NaN
+// stays a NaN though not the same one), else f32_to_bf16.
+template <bool kHardware, int kWidth>
+__device__ __forceinline__ void round_bf16(const float (&values)[kWidth], uint16_t (&bits)[kWidth]) {
+  if constexpr (kHardware && kWidth % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < kWidth; k += 2) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(values[k], values[k + 1]);
+      bits[k] = __bfloat16_as_ushort(pair.x);
+      bits[k + 1] = __bfloat16_as_ushort(pair.y);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) bits[k] = f32_to_bf16(values[k]);
+  }
+}
+
+// Updates elements [index, index + kWidth) of one tensor; adds their unscaled g² to `squares`.
+template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kWidth>
 __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, int64_t index, float grad_scale,
-                                                const AdamWScalars& s, uint64_t key) {
+                                                const AdamWScalars& s, uint64_t key, float& squares) {
   float p[kWidth], g[kWidth], m[kWidth], v[kWidth];
   load_bf16<kWidth>(t.grad + index, g);
   if constexpr (kStorage == AdamWStorage::F32Master) {
@@ -86,30 +106,32 @@ __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, in
     load_bf16<kWidth>(static_cast<const uint16_t*>(t.exp_avg_sq) + index, v);
   }
 #pragma unroll
-  for (int k = 0; k < kWidth; ++k) adamw_element(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
+  for (int k = 0; k < kWidth; ++k) {
+    squares += g[k] * g[k];
+    adamw_element<kSkipUntouched>(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
+  }
 
   uint16_t p_bits[kWidth];
   if constexpr (kStorage == AdamWStorage::F32Master) {
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) p_bits[k] = f32_to_bf16(p[k]);
+    round_bf16<kHardwareRounding>(p, p_bits);
     store_f32<kWidth>(t.master + index, p);
     store_f32<kWidth>(static_cast<float*>(t.exp_avg) + index, m);
     store_f32<kWidth>(static_cast<float*>(t.exp_avg_sq) + index, v);
   } else {
     uint16_t m_bits[kWidth], v_bits[kWidth];
+    if constexpr (kStorage == AdamWStorage::Bf16StochasticRounding) {
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      if constexpr (kStorage == AdamWStorage::Bf16StochasticRounding) {
+      for (int k = 0; k < kWidth; ++k) {
         // One 64-bit draw gives three independent 16-bit roundings.
         const uint64_t random = element_random(key, index + k);
         p_bits[k] = f32_to_bf16_stochastic(p[k], uint32_t(random & 0xffffu));
         m_bits[k] = f32_to_bf16_stochastic(m[k], uint32_t((random >> 16) & 0xffffu));
         v_bits[k] = f32_to_bf16_stochastic(v[k], uint32_t((random >> 32) & 0xffffu));
-      } else {
-        p_bits[k] = f32_to_bf16(p[k]);
-        m_bits[k] = f32_to_bf16(m[k]);
-        v_bits[k] = f32_to_bf16(v[k]);
       }
+    } else {
+      round_bf16<kHardwareRounding>(p, p_bits);
+      round_bf16<kHardwareRounding>(m, m_bits);
+      round_bf16<kHardwareRounding>(v, v_bits);
     }
     store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg) + index, m_bits);
     store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg_sq) + index, v_bits);
@@ -117,32 +139,67 @@ __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, in
   store_bf16<kWidth>(t.param + index, p_bits);
 }
 
-template <AdamWStorage kStorage>
-__global__ void __launch_bounds__(multi_tensor::kThreads)
-    adamw_kernel(const __grid_constant__ AdamWTable table, const AdamWScalars scalars,
-                 const float* __restrict__ grad_scale) {
+// kMinBlocks: blocks of 256 threads each SM should hold (0: as many as the compiler's register use allows: 48
+// registers, 5 blocks, with hardware rounding and the skip). Measured on the H200 over the reference job's slots
+// (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots): capping the registers at 40 for 6 blocks spills and is
+// slower (12.6 ms against 11.4), and so is loading 2 or 4 vectors a thread before computing (116 and 169
+// registers: 14.9 and 24.0 ms against 11.4); the slot list itself costs nothing (one tensor of the same size:
+// 11.35 ms). With norm_partials, each warp's Σ g² of each chunk goes there too.
+template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kMinBlocks>
+__global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
+    adamw_kernel(const __grid_constant__ AdamWTable table, float* __restrict__ norm_partials,
+                 const AdamWScalars scalars, const float* __restrict__ grad_scale) {
   constexpr int kVector = multi_tensor::kVectorElements;
   const float scale = grad_scale ? *grad_scale : 1.0f;
-  for_each_chunk<kStorage>(table, scalars, [&](const AdamWTensorPointers& t, multi_tensor::Range range, uint64_t key) {
+  for_each_chunk<kStorage>(table, scalars, norm_partials, [&](const AdamWTensorPointers& t, multi_tensor::Range range,
+                                                              uint64_t key) {
+    float squares = 0.0f;
     int64_t scalar_begin = range.begin;
     if (multi_tensor::all_aligned_16(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.master)) {
       const int64_t vector_end = range.begin + (range.end - range.begin) / kVector * kVector;
       for (int64_t i = range.begin + int64_t(threadIdx.x) * kVector; i < vector_end; i += int64_t(blockDim.x) * kVector)
-        update_elements<kStorage, kVector>(t, i, scale, scalars, key);
+        update_elements<kStorage, kHardwareRounding, kSkipUntouched, kVector>(t, i, scale, scalars, key, squares);
       scalar_begin = vector_end;
     }
     for (int64_t i = scalar_begin + threadIdx.x; i < range.end; i += blockDim.x)
-      update_elements<kStorage, 1>(t, i, scale, scalars, key);
+      update_elements<kStorage, kHardwareRounding, kSkipUntouched, 1>(t, i, scale, scalars, key, squares);
+    return squares;
   });
+}
+
+AdamWAccess g_access;  // set_adamw_access
+
+template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched>
+auto kernel_with(int min_blocks) {
+  return min_blocks == 6 ? adamw_kernel<kStorage, kHardwareRounding, kSkipUntouched, 6>
+                         : adamw_kernel<kStorage, kHardwareRounding, kSkipUntouched, 0>;
+}
+
+template <AdamWStorage kStorage>
+auto kernel_for(AdamWAccess access) {
+  if (!access.skip_untouched) return kernel_with<kStorage, false, false>(access.min_blocks_per_sm);
+  return access.hardware_rounding ? kernel_with<kStorage, true, true>(access.min_blocks_per_sm)
+                                  : kernel_with<kStorage, false, true>(access.min_blocks_per_sm);
 }
 
 }  // namespace
 
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
-                         const AdamWScalars& scalars, const float* grad_scale, cudaStream_t stream) {
+                         const AdamWScalars& scalars, const float* grad_scale, float* norm_partials,
+                         cudaStream_t stream) {
   return launch_adamw_tables<AdamWTable>(
-      storage, tensors, count, [](auto storage_constant) { return adamw_kernel<decltype(storage_constant)::value>; },
+      storage, tensors, count,
+      [](auto storage_constant) { return kernel_for<decltype(storage_constant)::value>(g_access); }, norm_partials,
       stream, scalars, grad_scale);
 }
+
+int64_t adamw_norm_partial_count(const int64_t* numels, int64_t count) {
+  int64_t chunks = 0;
+  for (int64_t i = 0; i < count; ++i) chunks += numels[i] > 0 ? multi_tensor::chunk_count(numels[i]) : 0;
+  return chunks * kAdamWNormPartialsPerChunk;
+}
+
+void set_adamw_access(AdamWAccess access) { g_access = access; }
+AdamWAccess adamw_access() { return g_access; }
 
 }  // namespace moetune::ops::cuda

@@ -39,8 +39,10 @@ struct AdamWHyper {
 // needs no host round trip), or undefined for 1. seed keys the stochastic rounding: the random bits are a hash
 // of (seed, step, slot position in `slots`, element index), so a run is reproducible. int8_state: the moments are
 // 8-bit (optimizer.state: int8); the parameter (and master copy) is kept as `precision` says, the moments are
-// rounded to their nearest codes in every precision.
+// rounded to their nearest codes in every precision. norm_squared (a CUDA F32 [1] tensor, or undefined): Σ g²
+// of the unscaled gradients, in fp32, deterministic on every GPU (not the same bits as grad_norm_squared's sum):
+// the gradient norm where nothing clips, without a second pass over the gradients.
 void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, OptimizerPrecision precision,
-                const Tensor& grad_scale, uint64_t seed, bool int8_state = false);
+                const Tensor& grad_scale, uint64_t seed, bool int8_state = false, const Tensor& norm_squared = {});
 
 }  // namespace moetune::ops::cuda

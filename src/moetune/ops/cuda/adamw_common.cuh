@@ -9,6 +9,7 @@
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
 #include "moetune/ops/cuda/multi_tensor.cuh"
+#include "moetune/ops/cuda/pointwise_common.cuh"
 
 namespace moetune::ops::cuda {
 
@@ -51,9 +52,12 @@ struct AdamWTableOf {
 };
 
 // A block's walk over a table's chunks, grid-stride: body(tensor, its elements in the chunk, its stochastic
-// rounding key).
+// rounding key), then each warp's Σ g² of the chunk into norm_partials when that is not null (the sum the
+// body returned for this thread: the unscaled gradients of the elements it updated).
 template <AdamWStorage kStorage, typename Table, typename Body>
-__device__ __forceinline__ void for_each_chunk(const Table& table, const AdamWScalars& scalars, Body body) {
+__device__ __forceinline__ void for_each_chunk(const Table& table, const AdamWScalars& scalars, float* norm_partials,
+                                               Body body) {
+  static_assert(multi_tensor::kThreads / 32 == kAdamWNormPartialsPerChunk, "one partial per warp of a chunk");
   for (int64_t chunk = blockIdx.x; chunk < table.total_chunks; chunk += gridDim.x) {
     const int tensor = multi_tensor::tensor_of_chunk(table.chunk_end, table.count, chunk);
     const auto& t = table.tensors[tensor];
@@ -61,7 +65,12 @@ __device__ __forceinline__ void for_each_chunk(const Table& table, const AdamWSc
     const uint64_t key = kStorage == AdamWStorage::Bf16StochasticRounding
                              ? tensor_key(scalars.seed, scalars.step, table.position[tensor])
                              : 0;
-    body(t, range, key);
+    const float squares = body(t, range, key);
+    // Per chunk and warp, so that the total's bits do not depend on the grid (the GPU's size).
+    if (norm_partials) {
+      const float warp_squares = pointwise::warp_sum(squares);
+      if (threadIdx.x % 32 == 0) norm_partials[chunk * kAdamWNormPartialsPerChunk + threadIdx.x / 32] = warp_squares;
+    }
   }
 }
 
@@ -70,15 +79,19 @@ using StorageConstant = std::integral_constant<AdamWStorage, kStorage>;
 
 // Fills tables (Table: multi_tensor's, with position[], the index of each tensor in the caller's list) with the
 // caller's tensors and launches kernel_for(StorageConstant<storage>{}) over each, with as many blocks as fill
-// the GPU: kernel(table, args...).
+// the GPU: kernel(table, the table's norm partials, args...). norm_partials (or null) has
+// kAdamWNormPartialsPerChunk floats per chunk of every tensor; each table's start where the one before it ends.
 template <typename Table, typename Pointers, typename KernelFor, typename... Args>
 cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, int64_t count, KernelFor kernel_for,
-                                cudaStream_t stream, const Args&... args) {
+                                float* norm_partials, cudaStream_t stream, const Args&... args) {
+  int64_t chunks_before = 0;
   const auto launch = [&](const Table& table, auto kernel) -> cudaError_t {
     int max_blocks = 0;
     if (cudaError_t status = multi_tensor::resident_blocks(kernel, max_blocks); status != cudaSuccess) return status;
     const int blocks = int(std::min<int64_t>(table.total_chunks, max_blocks));
-    kernel<<<blocks, multi_tensor::kThreads, 0, stream>>>(table, args...);
+    float* partials = norm_partials ? norm_partials + chunks_before * kAdamWNormPartialsPerChunk : nullptr;
+    chunks_before += table.total_chunks;
+    kernel<<<blocks, multi_tensor::kThreads, 0, stream>>>(table, partials, args...);
     return cudaGetLastError();
   };
   return multi_tensor::launch_in_batches<Table>(

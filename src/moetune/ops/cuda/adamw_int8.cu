@@ -29,7 +29,7 @@ constexpr int kMapSize = 256;
 static_assert(multi_tensor::kChunkElements % kAdamWStateBlock == 0, "a chunk holds whole quantization blocks");
 
 using AdamWInt8Table = AdamWTableOf<AdamWInt8TensorPointers, 320>;
-static_assert(sizeof(AdamWInt8Table) + sizeof(AdamWScalars) + 2 * sizeof(const float*) <=
+static_assert(sizeof(AdamWInt8Table) + sizeof(AdamWScalars) + 3 * sizeof(const float*) + sizeof(DynamicCodes) <=
               multi_tensor::kMaxKernelParameterBytes);
 
 __device__ __forceinline__ float warp_max(float value) {
@@ -120,10 +120,10 @@ __device__ __forceinline__ uint16_t stored_param(float p, uint64_t key, int64_t 
     return f32_to_bf16(p);
 }
 
-// One quantization block of one tensor, by one warp.
+// One quantization block of one tensor, by one warp; adds this lane's unscaled g² to `squares`.
 template <AdamWStorage kStorage, bool kContiguous>
 __device__ void update_block(const AdamWInt8TensorPointers& t, int64_t first, float grad_scale, const AdamWScalars& s,
-                             uint64_t key, const Codes& codes) {
+                             uint64_t key, const Codes& codes, float& squares) {
   const int lane = threadIdx.x % kWarp;
   const int64_t block = first / kAdamWStateBlock;
   const int size = int(t.numel - first < kAdamWStateBlock ? t.numel - first : kAdamWStateBlock);
@@ -133,6 +133,7 @@ __device__ void update_block(const AdamWInt8TensorPointers& t, int64_t first, fl
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     if (element_of<kContiguous>(lane, k) >= size) continue;
+    squares += g[k] * g[k];
     adamw_element(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
     m_max = fmaxf(m_max, fabsf(m[k]));
     v_max = fmaxf(v_max, fabsf(v[k]));
@@ -188,21 +189,24 @@ __device__ __forceinline__ bool vector_aligned(const AdamWInt8TensorPointers& t)
 
 template <AdamWStorage kStorage>
 __global__ void __launch_bounds__(multi_tensor::kThreads)
-    adamw_int8_kernel(const __grid_constant__ AdamWInt8Table table, const AdamWScalars scalars,
-                      const float* __restrict__ grad_scale, const DynamicCodes source) {
+    adamw_int8_kernel(const __grid_constant__ AdamWInt8Table table, float* __restrict__ norm_partials,
+                      const AdamWScalars scalars, const float* __restrict__ grad_scale, const DynamicCodes source) {
   __shared__ Codes codes;
   load_codes(codes, source);
   const float scale = grad_scale ? *grad_scale : 1.0f;
   const int warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  for_each_chunk<kStorage>(table, scalars, [&](const AdamWInt8TensorPointers& t, multi_tensor::Range range, uint64_t key) {
+  for_each_chunk<kStorage>(table, scalars, norm_partials, [&](const AdamWInt8TensorPointers& t,
+                                                              multi_tensor::Range range, uint64_t key) {
+    float squares = 0.0f;
     const bool aligned = vector_aligned(t);
     for (int64_t first = range.begin + int64_t(warp) * kAdamWStateBlock; first < range.end;
          first += int64_t(warps) * kAdamWStateBlock) {
       if (aligned && t.numel - first >= kAdamWStateBlock)
-        update_block<kStorage, true>(t, first, scale, scalars, key, codes);
+        update_block<kStorage, true>(t, first, scale, scalars, key, codes, squares);
       else
-        update_block<kStorage, false>(t, first, scale, scalars, key, codes);
+        update_block<kStorage, false>(t, first, scale, scalars, key, codes, squares);
     }
+    return squares;
   });
 }
 
@@ -210,11 +214,11 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
 
 cudaError_t launch_adamw_int8(AdamWStorage storage, const AdamWInt8TensorPointers* tensors, int64_t count,
                               const AdamWScalars& scalars, const float* grad_scale, DynamicCodes codes,
-                              cudaStream_t stream) {
+                              float* norm_partials, cudaStream_t stream) {
   return launch_adamw_tables<AdamWInt8Table>(
       storage, tensors, count,
-      [](auto storage_constant) { return adamw_int8_kernel<decltype(storage_constant)::value>; }, stream, scalars,
-      grad_scale, codes);
+      [](auto storage_constant) { return adamw_int8_kernel<decltype(storage_constant)::value>; }, norm_partials,
+      stream, scalars, grad_scale, codes);
 }
 
 }  // namespace moetune::ops::cuda

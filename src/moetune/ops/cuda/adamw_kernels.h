@@ -39,11 +39,32 @@ struct AdamWScalars {
   int64_t step;
 };
 
+// The gradient norm folded into the step (where nothing clips, the norm is only reported, and the step reads every
+// gradient anyway): each warp of a launch leaves the Σ g² of the unscaled gradients of its part of a chunk in
+// `norm_partials`, which then holds this many floats per chunk of every tensor (adamw_norm_partial_count).
+inline constexpr int kAdamWNormPartialsPerChunk = 8;
+int64_t adamw_norm_partial_count(const int64_t* numels, int64_t count);
+
+// How the kernel with bf16 or f32 moments runs: the blocks of 256 threads it asks each SM to hold (0: what its
+// register use gives; 6 caps the registers at 40), whether bf16 rounding to nearest uses the conversion
+// instruction, and whether parameters no gradient has reached skip the update term (ops/adamw_math.h; without
+// the skip, software rounding). Process-wide, so that the timing test
+// (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots) can compare them; every choice gives the same bits.
+struct AdamWAccess {
+  int min_blocks_per_sm = 0;
+  bool hardware_rounding = true;
+  bool skip_untouched = true;
+};
+void set_adamw_access(AdamWAccess access);
+AdamWAccess adamw_access();
+
 // Updates every tensor in place, in as few launches as the kernel-parameter table allows (a few hundred
 // tensors per launch). `grad_scale` is a device float that multiplies every gradient first, or null for 1.
-// Tensors with numel 0 are skipped; `count` may be 0.
+// Tensors with numel 0 are skipped; `count` may be 0. `norm_partials`: null, or where the norm's partial sums go
+// (above).
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
-                         const AdamWScalars& scalars, const float* grad_scale, cudaStream_t stream);
+                         const AdamWScalars& scalars, const float* grad_scale, float* norm_partials,
+                         cudaStream_t stream);
 
 // One tensor's state with 8-bit moments (optimizer.state: int8): `exp_avg` holds codes of the signed dynamic map,
 // `exp_avg_sq` of the unsigned one, one per element, and each block of kAdamWStateBlock elements its absmax.
@@ -70,6 +91,6 @@ struct DynamicCodes {
 // As launch_adamw, with 8-bit moments; `storage` says how the parameter is kept.
 cudaError_t launch_adamw_int8(AdamWStorage storage, const AdamWInt8TensorPointers* tensors, int64_t count,
                               const AdamWScalars& scalars, const float* grad_scale, DynamicCodes codes,
-                              cudaStream_t stream);
+                              float* norm_partials, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

@@ -23,6 +23,11 @@ int64_t grad_norm_partial_count(const GradNormTensor* tensors, int64_t count);
 cudaError_t launch_grad_norm_squared(const GradNormTensor* tensors, int64_t count, float* partials,
                                      float* norm_squared, cudaStream_t stream);
 
+// Σ values[0, count) in fp32 in a fixed order on every GPU, into *total (0 for count 0); `scratch` holds
+// kFloatSumScratch floats. Sums the per-chunk partials of the gradient norm folded into AdamW.
+inline constexpr int64_t kFloatSumScratch = 1024;
+cudaError_t launch_float_sum(const float* values, int64_t count, float* scratch, float* total, cudaStream_t stream);
+
 // *coefficient = min(1, max_norm / (sqrt(*norm_squared) + 1e-6)), torch's clip_grad_norm_ factor; a NaN norm
 // gives a NaN coefficient, as in torch.
 cudaError_t launch_clip_coefficient(const float* norm_squared, double max_norm, float* coefficient,

@@ -126,18 +126,22 @@ class GpuEngine final : public TrainingEngine {
       for (const Tensor& g : model_.parameters().grads())
         if (g.defined()) gradients.push_back(g);  // a frozen parameter has none
     }
-    phase.next("optimizer.adamw");
-    ops::cuda::grad_norm_squared(gradients, norm_squared_);
-    // Each gradient element is in one rank's shard: the world's sum is the whole model's.
-    if (parallel()) groups_->world->all_reduce_sum(norm_squared_);
     Tensor scale;
-    if (max_grad_norm > 0) {
+    const bool clipping = max_grad_norm > 0;
+    if (clipping) {
+      phase.next("optimizer.norm");
+      ops::cuda::grad_norm_squared(gradients, norm_squared_);
+      // Each gradient element is in one rank's shard: the world's sum is the whole model's.
+      if (parallel()) groups_->world->all_reduce_sum(norm_squared_);
       ops::cuda::clip_coefficient(norm_squared_, max_grad_norm, coefficient_);
       scale = coefficient_;
     }
     ++steps_;
+    phase.next("optimizer.adamw");
+    // Without clipping the norm is only reported: the step sums it as it reads the gradients, no pass of its own.
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
-                          precision_, scale, seed_, int8_state_);
+                          precision_, scale, seed_, int8_state_, clipping ? Tensor() : norm_squared_);
+    if (!clipping && parallel()) groups_->world->all_reduce_sum(norm_squared_);
     move_router_biases();
     phase.next("optimizer.gather");
     if (overlap_ && reduction_)

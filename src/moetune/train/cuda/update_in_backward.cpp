@@ -5,7 +5,6 @@
 #include "moetune/core/error.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/gradient_ready_layer.h"
-#include "moetune/ops/cuda/grad_norm.h"
 
 namespace moetune::train::cuda {
 
@@ -18,7 +17,6 @@ UpdateInBackward::UpdateInBackward(model::ParameterStore& store, std::vector<ops
     const int64_t layer = model::gradient_ready_layer(names[i], num_layers_);
     Group& group = groups_[layer];
     group.layer = layer;
-    group.grads.push_back(slots[i].grad);
     group.slots.push_back(std::move(slots[i]));
   }
   norms_squared_ = Tensor::zeros({int64_t(groups_.size())}, DType::F32, Device::cuda());
@@ -33,11 +31,10 @@ void UpdateInBackward::layer_done(int64_t layer) {
   if (found == groups_.end()) return;
   const PhaseScope phase("optimizer.in_backward");
   Group& group = found->second;
-  ops::cuda::grad_norm_squared(group.grads, group.norm_squared);
   // Stochastic rounding hashes the slot's position in the call: each group its own seed, so that the groups'
   // first slots do not share their random bits.
   const uint64_t seed = seed_ ^ (uint64_t(layer + 2) * 0x9E3779B97F4A7C15ull);
-  ops::cuda::adamw_step(group.slots, hyper_, precision_, Tensor(), seed, int8_state_);
+  ops::cuda::adamw_step(group.slots, hyper_, precision_, Tensor(), seed, int8_state_, group.norm_squared);
   // The next layer's backward pass accumulates into the same buffer.
   if (layer >= 0 && layer < num_layers_) store_.zero_layer_arena();
 }

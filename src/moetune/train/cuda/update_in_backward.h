@@ -4,7 +4,7 @@
 // largest layer's (model::GradientStorage::LayerArena) instead of the whole model's. Exactly the update the step
 // at the end would make, as long as no later micro-batch adds to the gradients (gradient accumulation) and no
 // norm over all of them scales them first (clipping): the engine uses it only then. The norm is still summed,
-// layer by layer, for the log.
+// layer by layer, for the log, by the AdamW kernel as it reads the gradients (no pass of its own).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,6 @@ class UpdateInBackward {
   struct Group {
     int64_t layer;
     std::vector<ops::cuda::AdamWSlot> slots;
-    std::vector<Tensor> grads;
     Tensor norm_squared;  // a view of norms_squared_
   };
   model::ParameterStore& store_;

@@ -1,0 +1,308 @@
+// The optimizer step's memory traffic on the GPU (issues 11 and 14): the ways the AdamW and gradient-norm kernels
+// can reach memory give the same bits, and, not a check, the step's pieces (norm, clip, AdamW, zeroing) timed
+// over the reference job's real parameter list, laid out as the engine lays it out, beside one tensor of the same
+// size.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include <cuda_runtime.h>
+
+#include "gpu_test_util.h"
+#include "test_util.h"
+#include "moetune/core/cuda_runtime.h"
+#include "moetune/core/flat_buffers.h"
+#include "moetune/model/model_description.h"
+#include "moetune/model/placed_buffers.h"
+#include "moetune/ops/adamw_math.h"
+#include "moetune/ops/cast.h"
+#include "moetune/ops/cuda/adamw.h"
+#include "moetune/ops/cuda/adamw_kernels.h"
+#include "moetune/ops/cuda/grad_norm.h"
+
+namespace moetune {
+namespace {
+
+using ops::cuda::AdamWAccess;
+using ops::cuda::AdamWHyper;
+using ops::cuda::AdamWSlot;
+using ops::cuda::OptimizerPrecision;
+
+const Device kGpu = Device::cuda();
+
+AdamWHyper hyper_at(int64_t step) {
+  return {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1, .step = step};
+}
+
+// Restores the process-wide access settings when a test ends, whatever it set.
+class AccessSettings {
+ public:
+  AccessSettings() : adamw_(ops::cuda::adamw_access()) {}
+  ~AccessSettings() { ops::cuda::set_adamw_access(adamw_); }
+
+ private:
+  AdamWAccess adamw_;
+};
+
+class OptimizerAccessGpu : public testing::GpuTest {};
+
+// Shapes around the chunk (8192) and vector (8) widths, some misaligned by one element, and a tensor whose first
+// half never has a gradient (an embedding's unused rows), so that every path of every access variant runs: the
+// same state after three steps, bit for bit, in every precision.
+TEST_F(OptimizerAccessGpu, EveryAccessVariantGivesTheSameBits) {
+  const AccessSettings restore;
+  const std::vector<Shape> shapes = {{1}, {7}, {1000003}, {8192}, {8193}, {3, 257}, {64, 129}, {40000}};
+  const std::vector<bool> misaligned = {false, true, false, false, true, false, false, true};
+  for (OptimizerPrecision precision :
+       {OptimizerPrecision::Fp32Master, OptimizerPrecision::PureBf16, OptimizerPrecision::Bf16Stochastic}) {
+    SCOPED_TRACE(::testing::Message() << "precision " << int(precision));
+    const bool master = precision == OptimizerPrecision::Fp32Master;
+    const DType moment = master ? DType::F32 : DType::BF16;
+    // The start state and the gradients of every step, made once and copied into each variant's slots.
+    std::vector<Tensor> initial, gradients;
+    for (const Shape& shape : shapes) {
+      initial.push_back(testing::random_normal(shape, DType::F32, Device::cpu(), rng()));
+      for (int step = 0; step < 3; ++step)
+        gradients.push_back(testing::random_normal(shape, DType::BF16, Device::cpu(), rng(), 1e-2f));
+    }
+    for (int step = 0; step < 3; ++step) {  // slot 2's first half: no gradient
+      Tensor g = testing::random_normal(shapes[2], DType::F32, Device::cpu(), rng(), 1e-2f);
+      std::fill(g.data<float>(), g.data<float>() + g.numel() / 2, 0.0f);
+      gradients[3 * 2 + size_t(step)] = ops::cast(g, DType::BF16);
+    }
+    // A zeroed view, one element into its buffer where `odd` (not 16-byte aligned: the scalar path).
+    const auto place = [&](const Shape& shape, DType dtype, bool odd) {
+      return Tensor::zeros({shape_numel(shape) + 1}, dtype, kGpu).flat_slice(odd ? 1 : 0, shape);
+    };
+    const auto run = [&](AdamWAccess access) {
+      ops::cuda::set_adamw_access(access);
+      std::vector<AdamWSlot> slots;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const bool odd = misaligned[i];
+        AdamWSlot slot{.param = place(shapes[i], DType::BF16, odd), .grad = place(shapes[i], DType::BF16, odd),
+                       .exp_avg = place(shapes[i], moment, odd), .exp_avg_sq = place(shapes[i], moment, odd)};
+        if (master) {
+          slot.master = place(shapes[i], DType::F32, odd);
+          slot.master.copy_from(initial[i]);
+        } else {
+          slot.param.copy_from(ops::cast(initial[i], DType::BF16));
+        }
+        slots.push_back(slot);
+      }
+      const Tensor scale = Tensor::from_vector<float>({0.37f}, {1}).to(kGpu);
+      for (int step = 0; step < 3; ++step) {
+        for (size_t i = 0; i < shapes.size(); ++i) slots[i].grad.copy_from(gradients[3 * i + size_t(step)]);
+        ops::cuda::adamw_step(slots, hyper_at(step + 1), precision, scale, 1234);
+      }
+      std::vector<Tensor> state;
+      for (const AdamWSlot& slot : slots)
+        for (const Tensor& t : {slot.param, slot.exp_avg, slot.exp_avg_sq, slot.master})
+          if (t.defined()) state.push_back(t.to(Device::cpu()));
+      return state;
+    };
+    const std::vector<Tensor> reference = run({.min_blocks_per_sm = 0, .hardware_rounding = false, .skip_untouched = false});
+    for (int min_blocks : {0, 6})
+      for (int mode = 0; mode < 3; ++mode) {
+        const AdamWAccess access{.min_blocks_per_sm = min_blocks, .hardware_rounding = mode == 2, .skip_untouched = mode > 0};
+        SCOPED_TRACE(::testing::Message() << "min blocks " << min_blocks << ", hardware rounding "
+                                          << access.hardware_rounding << ", skip untouched " << access.skip_untouched);
+        const std::vector<Tensor> state = run(access);
+        ASSERT_EQ(state.size(), reference.size());
+        for (size_t i = 0; i < state.size(); ++i) EXPECT_TRUE(state[i].same_bytes(reference[i])) << "tensor " << i;
+      }
+  }
+}
+
+// The norm folded into the step: Σ g² of the unscaled gradients equal to grad_norm_squared's up to the order of
+// the sum, the same bits on a second run, and the state the same bits as a step without it; with bf16 and 8-bit
+// moments, over more tensors than one launch's table holds and some misaligned ones.
+TEST_F(OptimizerAccessGpu, NormFoldedIntoTheStepMatchesTheNormPass) {
+  std::uniform_int_distribution<int64_t> size(1, 20000);
+  for (bool int8_state : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "int8 state " << int8_state);
+    std::vector<Shape> shapes = {{1000003}, {8192}, {8193}};
+    for (int i = 0; i < 700; ++i) shapes.push_back({size(rng())});
+    const auto make_slots = [&] {
+      std::vector<AdamWSlot> slots;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const bool odd = i % 97 == 5;
+        const int64_t n = shape_numel(shapes[i]);
+        const auto view = [&](DType dtype, int64_t numel) {
+          return Tensor::zeros({numel + 1}, dtype, kGpu).flat_slice(odd ? 1 : 0, {numel});
+        };
+        AdamWSlot slot{.param = view(DType::BF16, n), .grad = view(DType::BF16, n),
+                       .exp_avg = view(int8_state ? DType::U8 : DType::BF16, n),
+                       .exp_avg_sq = view(int8_state ? DType::U8 : DType::BF16, n)};
+        if (int8_state) {
+          slot.exp_avg_absmax = view(DType::F32, ops::adamw_state_blocks(n));
+          slot.exp_avg_sq_absmax = view(DType::F32, ops::adamw_state_blocks(n));
+        }
+        slots.push_back(slot);
+      }
+      return slots;
+    };
+    std::vector<AdamWSlot> a = make_slots(), b = make_slots();
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor g = testing::random_normal(shapes[i], DType::BF16, Device::cpu(), rng(), 1e-2f);
+      a[i].grad.copy_from(g);
+      b[i].grad.copy_from(g);
+      grads.push_back(a[i].grad);
+    }
+    const Tensor pass = Tensor::zeros({1}, DType::F32, kGpu), folded = Tensor::zeros({1}, DType::F32, kGpu),
+                 again = Tensor::zeros({1}, DType::F32, kGpu);
+    ops::cuda::grad_norm_squared(grads, pass);
+    const Tensor scale = Tensor::from_vector<float>({0.5f}, {1}).to(kGpu);
+    ops::cuda::adamw_step(a, hyper_at(1), OptimizerPrecision::PureBf16, scale, 3, int8_state, folded);
+    ops::cuda::adamw_step(b, hyper_at(1), OptimizerPrecision::PureBf16, scale, 3, int8_state);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_TRUE(a[i].param.to(Device::cpu()).same_bytes(b[i].param.to(Device::cpu()))) << "slot " << i;
+      EXPECT_TRUE(a[i].exp_avg_sq.to(Device::cpu()).same_bytes(b[i].exp_avg_sq.to(Device::cpu()))) << "slot " << i;
+    }
+    // The same gradients again (the state moved on; the norm depends on the gradients alone).
+    ops::cuda::adamw_step(a, hyper_at(2), OptimizerPrecision::PureBf16, Tensor(), 3, int8_state, again);
+    const float expected = testing::to_cpu_f32(pass).data<float>()[0];
+    EXPECT_NEAR(testing::to_cpu_f32(folded).data<float>()[0], expected, 1e-5 * expected);
+    EXPECT_TRUE(again.to(Device::cpu()).same_bytes(folded.to(Device::cpu())));
+  }
+}
+
+// The reference job's parameters (Qwen3-30B-A3B cut to 4 layers), from the engine's own layout code.
+model::ParameterLayout reference_job_layout() {
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(testing::fixture("qwen3_moe_tiny") / "config.json"));
+  config["vocab_size"] = 151936;
+  config["hidden_size"] = 2048;
+  config["intermediate_size"] = 6144;
+  config["num_attention_heads"] = 32;
+  config["num_key_value_heads"] = 4;
+  config["head_dim"] = 128;
+  config["num_local_experts"] = 128;
+  config["num_experts_per_tok"] = 8;
+  config["moe_intermediate_size"] = 768;
+  config["num_hidden_layers"] = 4;
+  config["mlp_only_layers"] = nlohmann::json::array();
+  config["max_position_embeddings"] = 40960;
+  const testing::ScratchDir folder;
+  testing::write_file(folder / "config.json", config.dump());
+  return model::parameter_layout(model::load_model_spec(folder / "config.json"));
+}
+
+// Times `work` on the GPU's stream with events: the median of `repeats` runs after one warm-up.
+double median_ms(const std::function<void()>& work, int repeats = 7) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  work();
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i) {
+    cudaEventRecord(start, gpu::stream());
+    work();
+    cudaEventRecord(stop, gpu::stream());
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return double(times[times.size() / 2]);
+}
+
+// Fills a bf16 buffer with normal values (scale 1e-3) by repeating one host draw.
+void fill_normal(const Tensor& buffer, std::mt19937& rng) {
+  const int64_t piece = std::min<int64_t>(buffer.numel(), int64_t(1) << 24);
+  const Tensor host = testing::random_normal({piece}, DType::BF16, Device::cpu(), rng, 1e-3f);
+  for (int64_t at = 0; at < buffer.numel(); at += piece) {
+    const int64_t n = std::min(piece, buffer.numel() - at);
+    buffer.flat_slice(at, {n}).copy_from(n == piece ? host : host.flat_slice(0, {n}));
+  }
+}
+
+// Not a check: the step's pieces over the reference job's 3.1 B parameters in pure bf16, as the engine holds
+// them (parameters and gradients in flat runs by placement, moments in one flat run each; 16-byte aligned
+// views), beside one tensor of the same size and the 128M-element tensor of AdamWInt8Gpu.SpeedBesideBf16Moments,
+// for each way the kernels can reach memory. Run with --gtest_also_run_disabled_tests.
+TEST_F(OptimizerAccessGpu, DISABLED_TimesReferenceJobSlots) {
+  const AccessSettings restore;
+  const model::ParameterLayout layout = reference_job_layout();
+  std::vector<FlatRequest> requests, moments;
+  int64_t total = 0;
+  for (const model::ParameterSpec& p : layout.parameters) {
+    requests.push_back({p.shape, DType::BF16});
+    moments.push_back({p.shape, DType::BF16});
+    total += shape_numel(p.shape);
+  }
+  const model::PlacedBuffers params = model::allocate_by_placement(layout, requests, kGpu, true, {});
+  const model::PlacedBuffers grads = model::allocate_by_placement(layout, requests, kGpu, true, {});
+  const FlatBuffers exp_avg = allocate_flat(moments, kGpu, true), exp_avg_sq = allocate_flat(moments, kGpu, true);
+  for (const FlatBuffers* runs : {&params.replicated, &params.experts, &grads.replicated, &grads.experts})
+    for (const Tensor& buffer : runs->buffers) fill_normal(buffer, rng());
+  std::vector<AdamWSlot> slots;
+  std::vector<Tensor> gradients;
+  for (size_t i = 0; i < layout.parameters.size(); ++i) {
+    slots.push_back({.param = params.views[i], .grad = grads.views[i], .exp_avg = exp_avg.views[i],
+                     .exp_avg_sq = exp_avg_sq.views[i]});
+    gradients.push_back(grads.views[i]);
+  }
+  std::printf("reference job: %zu slots, %lld parameters (%.2f GB of bf16 gradients)\n", slots.size(),
+              static_cast<long long>(total), 2.0 * double(total) / 1e9);
+
+  const Tensor norm_squared = Tensor::zeros({1}, DType::F32, kGpu), coefficient = Tensor::zeros({1}, DType::F32, kGpu);
+  int64_t step = 0;
+  const auto adamw_rate = [&](double ms, int64_t n) { return 14.0 * double(n) / ms / 1e6; };
+  const auto time_adamw = [&](const std::vector<AdamWSlot>& s, const Tensor& scale) {
+    return median_ms([&] { ops::cuda::adamw_step(s, hyper_at(++step), OptimizerPrecision::PureBf16, scale, 7); });
+  };
+  const double norm_ms = median_ms([&] { ops::cuda::grad_norm_squared(gradients, norm_squared); });
+  std::printf("  norm: %.3f ms (%.0f GB/s at 2 B)\n", norm_ms, 2.0 * double(total) / norm_ms / 1e6);
+  std::printf("  clip coefficient: %.3f ms\n",
+              median_ms([&] { ops::cuda::clip_coefficient(norm_squared, 1.0, coefficient); }));
+  const double zero_ms = median_ms([&] {
+    grads.replicated.zero();
+    grads.experts.zero();
+  });
+  std::printf("  zeroing the gradient runs: %.3f ms (%.0f GB/s at 2 B)\n", zero_ms, 2.0 * double(total) / zero_ms / 1e6);
+  for (const FlatBuffers* runs : {&grads.replicated, &grads.experts})
+    for (const Tensor& buffer : runs->buffers) fill_normal(buffer, rng());
+
+  const std::vector<AdamWAccess> accesses = {{0, false, false}, {0, false, true}, {0, true, true}, {6, true, true}};
+  const auto time_accesses = [&](const char* what, const std::vector<AdamWSlot>& s, int64_t n) {
+    for (const AdamWAccess& access : accesses) {
+      ops::cuda::set_adamw_access(access);
+      const double ms = time_adamw(s, coefficient);
+      std::printf("  AdamW %s, min blocks %d, %s rounding, %s: %.3f ms (%.0f GB/s at 14 B)\n", what,
+                  access.min_blocks_per_sm, access.hardware_rounding ? "hardware" : "software",
+                  access.skip_untouched ? "skip" : "no skip", ms, adamw_rate(ms, n));
+    }
+  };
+  time_accesses("dense gradients", slots, total);
+  // As in a step of 8192 tokens: the embedding's gradient is zero but for (at most) 8192 rows, and the other
+  // rows' moments stay zero from the first step on.
+  for (const FlatBuffers* moment : {&exp_avg, &exp_avg_sq}) moment->zero();
+  for (size_t i = 0; i < layout.parameters.size(); ++i)
+    if (layout.parameters[i].role == model::ParameterRole::Embedding) {
+      const Tensor& g = grads.views[i];
+      const int64_t row = g.shape()[1], kept = 8192 * row;
+      zero_bytes(static_cast<uint16_t*>(g.raw_data()) + kept, kGpu, size_t(g.numel() - kept) * 2);
+    }
+  time_accesses("with the embedding's unused rows", slots, total);
+
+  // One tensor of the same size, then the 128M-element one, each in fresh buffers.
+  for (int64_t n : {total, int64_t(1) << 27}) {
+    std::vector<AdamWSlot> one = {{.param = Tensor::zeros({n}, DType::BF16, kGpu), .grad = Tensor::zeros({n}, DType::BF16, kGpu),
+                                   .exp_avg = Tensor::zeros({n}, DType::BF16, kGpu),
+                                   .exp_avg_sq = Tensor::zeros({n}, DType::BF16, kGpu)}};
+    fill_normal(one[0].grad, rng());
+    fill_normal(one[0].param, rng());
+    time_accesses(n == total ? "one tensor of the same size" : "one tensor of 128M", one, n);
+  }
+}
+
+}  // namespace
+}  // namespace moetune
