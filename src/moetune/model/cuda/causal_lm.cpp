@@ -100,6 +100,8 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   StepContext context{device_batch};
   context.training = true;
   context.lora_draw = lora_draw_++;
+  context.gradients_zero = gradients_zero_;
+  gradients_zero_ = false;
   Forward f;
   {
     const PhaseScope phase("layers");

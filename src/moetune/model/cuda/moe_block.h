@@ -39,9 +39,10 @@ class MoeBlock {
   // The experts' up (gate_up) and down weights as the grouped GEMMs take them: the parameters, or their padded
   // copies (model/cuda/padded_experts.h) for relu² experts whose width is not a multiple of 8.
   std::pair<Tensor, Tensor> expert_weights() const;
-  // The experts' weight gradients (accumulated into the parameters', cut back from the padded width if padded).
-  void add_gate_up_weight_grad(const Tensor& dgate_up) const;
-  void add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated) const;
+  // The experts' weight gradients (accumulated into the parameters', cut back from the padded width if padded;
+  // written instead when `gradient_zero`: StepContext::gradients_zero).
+  void add_gate_up_weight_grad(const Tensor& dgate_up, bool gradient_zero) const;
+  void add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated, bool gradient_zero) const;
   // rows [R, N] += bias[e] per expert group (GPT-OSS); nothing when the bias is absent.
   void add_expert_bias(const Param& bias, const Tensor& rows) const;
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows

@@ -89,7 +89,7 @@ void launch(std::string_view op, const GroupedGemmProblem& problem, std::string_
 }  // namespace
 
 void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
-                    float alpha, bool accumulate) {
+                    float alpha, bool accumulate, GroupedGemmSchedule schedule) {
   constexpr std::string_view op = "grouped_matmul";
   check_matrix(op, "x", x, 2);
   check_matrix(op, "weights", weights, 3);
@@ -110,12 +110,15 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
                                    .n = int(n), .k = int(k), .accumulate = accumulate, .alpha = alpha};
   const std::string shapes = fmt::format("x {}, weights {}{}", x.str(), weights.str(), transpose_w ? "ᵀ" : "");
-  if (transpose_w) launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
+  const bool pingpong = schedule == GroupedGemmSchedule::Pingpong;
+  if (transpose_w && pingpong) launch<GroupedGemmKind::RowsTimesWeightTPingpong>(op, problem, shapes);
+  else if (transpose_w) launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
+  else if (pingpong) launch<GroupedGemmKind::RowsTimesWeightPingpong>(op, problem, shapes);
   else launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
 }
 
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
-                                bool accumulate) {
+                                bool accumulate, GroupedGemmSchedule schedule) {
   constexpr std::string_view op = "grouped_matmul_weight_grad";
   check_matrix(op, "dy", dy, 2);
   check_matrix(op, "x", x, 2);
@@ -136,7 +139,9 @@ void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor&
   const GroupedGemmProblem problem{.a = dy.raw_data(), .b = x.raw_data(), .out = dw.raw_data(),
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
                                    .n = int(n), .k = int(k), .accumulate = accumulate};
-  launch<GroupedGemmKind::WeightGrad>(op, problem, fmt::format("dy {}ᵀ, x {}", dy.str(), x.str()));
+  const std::string shapes = fmt::format("dy {}ᵀ, x {}", dy.str(), x.str());
+  if (schedule == GroupedGemmSchedule::Pingpong) launch<GroupedGemmKind::WeightGradPingpong>(op, problem, shapes);
+  else launch<GroupedGemmKind::WeightGrad>(op, problem, shapes);
 }
 
 }  // namespace moetune::ops::cuda

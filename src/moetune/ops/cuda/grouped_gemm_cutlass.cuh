@@ -44,8 +44,21 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // clips the stores, so nothing outside the group is read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
+//
+// Schedule: Cooperative (both consumer warpgroups on one tile, then both on its epilogue) or Pingpong (each
+// warpgroup on its own tile, one's epilogue beside the other's main loop: better when K is short and the
+// epilogue is a large share of a tile's time).
+struct Cooperative {
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct Pingpong {
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+
 template <class LayoutA, class LayoutB, class TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>,
-          class ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>>
+          class ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>, class Schedule = Cooperative>
 struct GroupedGemmConfig {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignment = 16 / int(sizeof(Element));  // TMA needs 16-byte aligned rows
@@ -55,7 +68,7 @@ struct GroupedGemmConfig {
       cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
       Element, LayoutD*, kAlignment,  // C: read only when beta != 0 (accumulating into D)
       Element, LayoutD*, kAlignment,  // D
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      typename Schedule::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -64,7 +77,7 @@ struct GroupedGemmConfig {
       Element, LayoutB*, kAlignment,
       Accumulator, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Schedule::Kernel>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

@@ -18,6 +18,12 @@ enum class GroupedGemmKind {
   RowsTimesWeightT,  // out[rows_e] = x[rows_e] · W_eᵀ, W [E, N, K] (forward)      grouped_gemm_forward.cu
   RowsTimesWeight,   // out[rows_e] = x[rows_e] · W_e,  W [E, K, N] (input grad)   grouped_gemm_input_grad.cu
   WeightGrad,        // dW_e (+)= dy[rows_e]ᵀ · x[rows_e], dW [E, N, K]             grouped_gemm_weight_grad.cu
+  // The same three with the ping-pong schedule (64x256x64 tiles for the M-grouped two, 128x128x64 for the
+  // weight gradient), for the MoE layer's benchmark (tests/gpu/test_moe_layer_speed.cpp) to compare against:
+  //                                                                               grouped_gemm_pingpong_*.cu
+  RowsTimesWeightTPingpong,
+  RowsTimesWeightPingpong,
+  WeightGradPingpong,
 };
 
 // All operands bf16, row-major, 16-byte aligned; n and k multiples of 8; 0 < rows < 2^31; groups > 0.
@@ -47,19 +53,32 @@ std::string launch_grouped_gemm(const GroupedGemmProblem& problem, void* scratch
 template <>
 size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeightT>(int groups, int sm_count);
 template <>
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeightT>(const GroupedGemmProblem& problem, void* scratch,
+                                          size_t scratch_bytes, int sm_count, cudaStream_t stream);
+template <>
 size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeight>(int groups, int sm_count);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeight>(const GroupedGemmProblem& problem, void* scratch,
+                                          size_t scratch_bytes, int sm_count, cudaStream_t stream);
 template <>
 size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGrad>(int groups, int sm_count);
 template <>
-std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeightT>(const GroupedGemmProblem& problem, void* scratch,
-                                                                   size_t scratch_bytes, int sm_count,
-                                                                   cudaStream_t stream);
-template <>
-std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeight>(const GroupedGemmProblem& problem, void* scratch,
-                                                                  size_t scratch_bytes, int sm_count,
-                                                                  cudaStream_t stream);
-template <>
 std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmProblem& problem, void* scratch,
-                                                             size_t scratch_bytes, int sm_count, cudaStream_t stream);
+                                          size_t scratch_bytes, int sm_count, cudaStream_t stream);
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeightTPingpong>(int groups, int sm_count);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeightTPingpong>(const GroupedGemmProblem& problem, void* scratch,
+                                          size_t scratch_bytes, int sm_count, cudaStream_t stream);
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeightPingpong>(int groups, int sm_count);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeightPingpong>(const GroupedGemmProblem& problem, void* scratch,
+                                          size_t scratch_bytes, int sm_count, cudaStream_t stream);
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGradPingpong>(int groups, int sm_count);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::WeightGradPingpong>(const GroupedGemmProblem& problem, void* scratch,
+                                          size_t scratch_bytes, int sm_count, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

@@ -1,0 +1,79 @@
+// The experts' weight gradients, K-grouped: dW_e (+)= dy[rows_e]ᵀ · x[rows_e] with dy [R, N], x [R, K],
+// dW [E, N, K]. The group's row count is the reduction dimension. In CUTLASS's terms A = dyᵀ is an
+// M-contiguous (ColumnMajor) [N, rows_e] operand and B = x an N-contiguous (RowMajor) [rows_e, K] one; both
+// advance along their strided dimension from group to group, so any row count keeps TMA's 16-byte alignment,
+// and a last K tile past rows_e is zero-filled by TMA rather than read from the next expert.
+// Included by the .cu files that instantiate a weight-gradient kernel (one tile configuration each).
+#pragma once
+
+#include <algorithm>
+
+#include "moetune/ops/cuda/grouped_gemm_cutlass.cuh"
+
+namespace moetune::ops::cuda::grouped_gemm_detail {
+
+template <class TileShape, class ClusterShape, class Schedule>
+using WeightGradConfig =
+    GroupedGemmConfig<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor, TileShape, ClusterShape, Schedule>;
+
+// An empty group is given M = 0 rather than K = 0: with K = 0 CUTLASS would still visit the group's tiles but
+// run no MMA, and store accumulators that were never cleared. With M = 0 the group has no tiles at all, and
+// its dW_e is zeroed (or left, when accumulating) by zero_empty_groups_kernel instead.
+struct WeightGradGeometry {
+  const Element* dy;
+  const Element* x;
+  Element* dw;
+  int n, k;
+  __device__ GroupOperands operator()(int e, int64_t begin, int count) const {
+    const GroupShape shape = count > 0 ? cute::make_shape(n, k, count) : cute::make_shape(0, k, 0);
+    return {shape, dy + begin * n, x + begin * k, dw + int64_t(e) * n * k};
+  }
+};
+
+namespace {
+
+// dW_e = 0 for every expert without rows. One grid row per expert; the experts that have rows return at once.
+__global__ void zero_empty_groups_kernel(const int32_t* __restrict__ offsets, uint4* __restrict__ dw,
+                                         int64_t vectors_per_group) {
+  const int e = blockIdx.y;
+  if (offsets[e + 1] != offsets[e]) return;
+  uint4* group = dw + int64_t(e) * vectors_per_group;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vectors_per_group;
+       i += int64_t(gridDim.x) * blockDim.x)
+    group[i] = make_uint4(0, 0, 0, 0);
+}
+
+}  // namespace
+
+inline cudaError_t launch_zero_empty_groups(const int32_t* offsets, void* dw, int groups, int64_t group_elements,
+                                            cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr int64_t kElementsPerVector = sizeof(uint4) / sizeof(Element);  // group_elements is a multiple of 8
+  const int64_t vectors = group_elements / kElementsPerVector;
+  const dim3 grid(unsigned(std::min<int64_t>((vectors + kThreads - 1) / kThreads, 64)), unsigned(groups));
+  zero_empty_groups_kernel<<<grid, kThreads, 0, stream>>>(offsets, static_cast<uint4*>(dw), vectors);
+  return cudaGetLastError();
+}
+
+template <class Config>
+std::string run_weight_grad(const GroupedGemmProblem& problem, void* scratch, size_t scratch_bytes, int sm_count,
+                            cudaStream_t stream) {
+  if (!problem.accumulate) {
+    const int64_t group_elements = int64_t(problem.n) * problem.k;
+    if (group_elements > 0) {
+      if (const cudaError_t status = launch_zero_empty_groups(problem.offsets, problem.out, problem.groups,
+                                                              group_elements, stream);
+          status != cudaSuccess)
+        return cuda_failure("launch of the empty-group zeroing kernel", status);
+    }
+  }
+  const WeightGradGeometry geometry{static_cast<const Element*>(problem.a), static_cast<const Element*>(problem.b),
+                                    static_cast<Element*>(problem.out), problem.n, problem.k};
+  const UniformStrides<Config> strides{row_stride<typename Config::StrideA>(problem.n),
+                                       row_stride<typename Config::StrideB>(problem.k),
+                                       row_stride<typename Config::StrideD>(problem.k)};
+  return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
+                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream);
+}
+
+}  // namespace moetune::ops::cuda::grouped_gemm_detail
