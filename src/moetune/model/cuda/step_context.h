@@ -29,10 +29,11 @@ struct StepContext {
 
   KvCache* kv_cache = nullptr;  // generation: attention reads and extends the sequence's keys and values
   bool training = false;        // a training step (forward_backward): LoRA dropout applies
-  // The parameters' gradients hold zeros (the step's first micro-batch): a block whose backward pass is the only
-  // writer of a gradient may write it instead of adding to it, which saves reading it (the experts' weight
-  // gradients: 1.2 GB per Qwen3-30B-A3B layer).
-  bool gradients_zero = false;
+  // The step's first backward pass (no gradient holds anything of this step yet): the gradients a block lists as
+  // overwritten (MoeBlock::overwritten_gradients) it must write, not add to; they are not zeroed between steps
+  // (ParameterStore::zero_grad_except), and writing saves reading them (the experts' weight gradients: 1.2 GB per
+  // Qwen3-30B-A3B layer). Every other gradient holds zeros then.
+  bool overwrite_gradients = false;
   uint64_t lora_draw = 0;       // with these masks, the same in a recomputed forward
 
   // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux
