@@ -94,11 +94,12 @@ const std::vector<std::vector<int64_t>> kGroupSizes = {
     {0, 37, 1, 200, 0}, {0, 0, 333, 0, 0}, {333}, {300, 0, 129, 513, 7}, {1, 1, 1, 1, 1}};
 // (N, K) pairs: multiples of 8 but not of the 256-wide N tile or the 64-deep K tile, and one of several tiles.
 const std::vector<std::pair<int64_t, int64_t>> kSizes = {{64, 136}, {136, 64}, {264, 200}};
-const std::vector<ops::cuda::GroupedGemmSchedule> kSchedules = {ops::cuda::GroupedGemmSchedule::Default,
+// Both kernels of each product (the engine's Default is one of them).
+const std::vector<ops::cuda::GroupedGemmSchedule> kSchedules = {ops::cuda::GroupedGemmSchedule::Cooperative,
                                                                 ops::cuda::GroupedGemmSchedule::Pingpong};
 
 std::string describe(ops::cuda::GroupedGemmSchedule schedule) {
-  return schedule == ops::cuda::GroupedGemmSchedule::Pingpong ? ", ping-pong" : ", default schedule";
+  return schedule == ops::cuda::GroupedGemmSchedule::Pingpong ? ", ping-pong" : ", cooperative";
 }
 
 TEST_F(GroupedGemmGpu, RowsTimesWeightMatchesCpu) {

@@ -86,6 +86,18 @@ void launch(std::string_view op, const GroupedGemmProblem& problem, std::string_
   MOETUNE_CHECK(error.empty(), "{} of {}: {}", op, shapes, error);
 }
 
+// The kernel the engine runs for each product (GroupedGemmSchedule::Default), as measured on Qwen3-30B-A3B's
+// experts with skewed routing (tests/gpu/test_moe_layer_speed.cpp; docs/benchmarks.md, issue 11): ping-pong, whose
+// 64-row tiles pad an expert's last tile half as much and whose warpgroups overlap one's epilogue with the other's
+// main loop, for the input gradients (7-8% faster), the weight gradients (2-3%) and a forward product with a
+// short K (the down projection, K = 768: 13%, 2% behind on balanced routing); the cooperative 128x256 tile for
+// a long-K forward product (the gate/up projection, K = 2048: equal either way).
+constexpr int64_t kLongForwardK = 1024;
+
+bool pingpong(GroupedGemmSchedule schedule, bool engine_default) {
+  return schedule == GroupedGemmSchedule::Default ? engine_default : schedule == GroupedGemmSchedule::Pingpong;
+}
+
 }  // namespace
 
 void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
@@ -110,11 +122,17 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
                                    .n = int(n), .k = int(k), .accumulate = accumulate, .alpha = alpha};
   const std::string shapes = fmt::format("x {}, weights {}{}", x.str(), weights.str(), transpose_w ? "ᵀ" : "");
-  const bool pingpong = schedule == GroupedGemmSchedule::Pingpong;
-  if (transpose_w && pingpong) launch<GroupedGemmKind::RowsTimesWeightTPingpong>(op, problem, shapes);
-  else if (transpose_w) launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
-  else if (pingpong) launch<GroupedGemmKind::RowsTimesWeightPingpong>(op, problem, shapes);
-  else launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
+  if (transpose_w) {
+    if (pingpong(schedule, /*engine_default=*/k <= kLongForwardK))
+      launch<GroupedGemmKind::RowsTimesWeightTPingpong>(op, problem, shapes);
+    else
+      launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
+  } else {
+    if (pingpong(schedule, /*engine_default=*/true))
+      launch<GroupedGemmKind::RowsTimesWeightPingpong>(op, problem, shapes);
+    else
+      launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
+  }
 }
 
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
@@ -140,8 +158,10 @@ void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor&
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
                                    .n = int(n), .k = int(k), .accumulate = accumulate};
   const std::string shapes = fmt::format("dy {}ᵀ, x {}", dy.str(), x.str());
-  if (schedule == GroupedGemmSchedule::Pingpong) launch<GroupedGemmKind::WeightGradPingpong>(op, problem, shapes);
-  else launch<GroupedGemmKind::WeightGrad>(op, problem, shapes);
+  if (pingpong(schedule, /*engine_default=*/true))
+    launch<GroupedGemmKind::WeightGradPingpong>(op, problem, shapes);
+  else
+    launch<GroupedGemmKind::WeightGrad>(op, problem, shapes);
 }
 
 }  // namespace moetune::ops::cuda

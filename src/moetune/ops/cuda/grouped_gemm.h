@@ -9,10 +9,11 @@
 
 namespace moetune::ops::cuda {
 
-// The CUTLASS kernel's schedule. Default is the engine's choice for each product; Pingpong (each consumer
-// warpgroup on its own tile: 64x256x64 for the M-grouped products, 128x128x64 for the weight gradient) is there
-// for the MoE layer's benchmark to compare against.
-enum class GroupedGemmSchedule { Default, Pingpong };
+// The CUTLASS kernel's schedule: Cooperative (both consumer warpgroups on one 128x256x64 tile) or Pingpong (each
+// warpgroup on its own tile: 64x256x64 for the M-grouped products, 128x128x64 for the weight gradient). Default
+// is the engine's choice for each product (grouped_gemm.cpp says which, and why); the others are for tests and
+// the MoE layer's benchmark.
+enum class GroupedGemmSchedule { Default, Cooperative, Pingpong };
 
 // M-grouped: out[rows_e] = x[rows_e] · op(W_e), op(W_e) = W_eᵀ when transpose_w.
 //   transpose_w = true : weights [E, N, K] (forward: gate_up [E, 2I, H], down [E, H, I])

@@ -1,7 +1,7 @@
-// GroupedGemmKind::RowsTimesWeightPingpong: grouped_gemm_input_grad.cu's product with the ping-pong schedule and 64x256x64
-// tiles (each warpgroup on its own 64-row tile: half the padding of a 128-row tile in an expert's last one, and
-// one warpgroup's epilogue beside the other's main loop), for the MoE layer's benchmark to compare against the
-// cooperative 128x256x64 default.
+// GroupedGemmKind::RowsTimesWeightPingpong: grouped_gemm_input_grad.cu's product with the ping-pong schedule and
+// 64x256x64 tiles (each warpgroup on its own 64-row tile: half the padding of a 128-row tile in an expert's last
+// one, and one warpgroup's epilogue beside the other's main loop), the engine's kernel where grouped_gemm.cpp says
+// (the cooperative 128x256x64 tile elsewhere).
 #include "moetune/ops/cuda/grouped_gemm_cutlass.cuh"
 
 namespace moetune::ops::cuda {
@@ -20,8 +20,9 @@ size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeightPingpong>(int 
 }
 
 template <>
-std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeightPingpong>(const GroupedGemmProblem& problem, void* scratch,
-                                                        size_t scratch_bytes, int sm_count, cudaStream_t stream) {
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeightPingpong>(const GroupedGemmProblem& problem,
+                                                                          void* scratch, size_t scratch_bytes,
+                                                                          int sm_count, cudaStream_t stream) {
   return grouped_gemm_detail::run_rows_times_weight<Config>(problem, /*weight_row=*/problem.n, scratch,
                                                             scratch_bytes, sm_count, stream);
 }
