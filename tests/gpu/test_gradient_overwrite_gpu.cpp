@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -51,6 +52,64 @@ TEST_F(GradientOverwriteGpu, FirstMicroBatchWritesAndLaterOnesAdd) {
     model.zero_grad();  // the experts' gradients keep two micro-batches' sums here
     model.forward_backward(batch);
     EXPECT_LE(worst_error(host_grads(model), once, 1.0f), 1e-2) << "after zero_grad";
+  }
+}
+
+// An expert that gets no rows on the step's first micro-batch has its gradient written as zeros, not left at
+// what an earlier step put there: a model whose every expert had rows in the step before must then give exactly
+// the gradients of a model that starts at zero. The two tokens are picked so that every MoE layer leaves at
+// least one expert empty.
+TEST_F(GradientOverwriteGpu, ExpertsWithoutRowsGetZeros) {
+  for (const char* name : {"qwen3_moe_tiny", "mixtral_tiny"}) {
+    SCOPED_TRACE(name);
+    auto model = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
+    auto fresh = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
+    const int64_t vocab = model.spec().vocab_size, experts = model.spec().num_experts();
+    const auto batch_of = [](const std::vector<int64_t>& ids) {
+      const Tensor input_ids = Tensor::from_vector(ids, {1, int64_t(ids.size())});
+      return model::Batch{.input_ids = input_ids, .labels = input_ids, .output_router_logits = true};
+    };
+    const auto empty_experts = [&](const std::vector<int32_t>& choices) {
+      std::vector<bool> used(size_t(experts), false);
+      for (const int32_t e : choices) used[size_t(e)] = true;
+      std::vector<int64_t> empty;
+      for (int64_t e = 0; e < experts; ++e)
+        if (!used[size_t(e)]) empty.push_back(e);
+      return empty;
+    };
+    model::Batch two{};
+    std::vector<std::vector<int32_t>> routing;
+    for (int64_t a = 0; a < vocab && !two.input_ids.defined(); ++a) {
+      const model::Batch candidate = batch_of({a, (a * 7 + 3) % vocab});
+      routing = model.routing_choices(candidate);
+      if (std::all_of(routing.begin(), routing.end(), [&](const auto& c) { return !empty_experts(c).empty(); }))
+        two = candidate;
+    }
+    ASSERT_TRUE(two.input_ids.defined()) << "no two tokens leave an expert empty in every MoE layer";
+
+    std::vector<int64_t> many;
+    for (int64_t i = 0; i < 48; ++i) many.push_back((i * 5 + 1) % vocab);
+    model.forward_backward(batch_of(many));  // the step before: rows for (nearly) every expert
+    model.zero_grad();
+    model.forward_backward(two);
+    fresh.forward_backward(two);
+    const std::vector<Tensor> got = host_grads(model), expected = host_grads(fresh);
+    EXPECT_LE(worst_error(got, expected, 1.0f), 1e-3);
+    // Each MoE layer's empty experts: exactly zero (the layout lists the layers' experts in walk order).
+    size_t moe_layer = 0;
+    const auto& parameters = model.weights().layout.parameters;
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (parameters[i].name.find("moe.experts_gate_up") == std::string::npos || !got[i].defined()) continue;
+      ASSERT_LT(moe_layer, routing.size());
+      for (const int64_t e : empty_experts(routing[moe_layer])) {
+        const Tensor slice = got[i][e];
+        const float* values = slice.data<float>();
+        EXPECT_TRUE(std::all_of(values, values + slice.numel(), [](float v) { return v == 0.0f; }))
+            << parameters[i].name << " expert " << e;
+      }
+      ++moe_layer;
+    }
+    EXPECT_EQ(moe_layer, routing.size());
   }
 }
 
