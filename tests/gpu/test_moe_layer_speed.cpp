@@ -5,11 +5,12 @@
 // Routing is real (the router GEMM and top-k run on the layer's input) and made as skewed as wanted: the input's
 // last channel is a constant and the router's column for it a fixed per-expert bias times `skew`, beside
 // unit-variance noise logits: skew 0 is near-balanced (max/mean expert load 1.2 on the H200), 0.7 gave 11.5 (the
-// reference job's random model sends 3.7-15.5 from its second layer on) and 2 more. Each piece is timed alone
-// (3 warm-up runs, then the mean of 20 back to back), with each grouped GEMM on both kernels (co: cooperative 128x256, pp:
-// ping-pong); the whole layer likewise, with no synchronisation inside it, for main's engine (cooperative, weight
-// gradients added), all cooperative or all ping-pong with the weight gradients written, and this engine's
-// choice per product (GroupedGemmSchedule::Default).
+// reference job's random model sends 3.7-15.5 from its second layer on) and 2.0 gave 16 (57 experts without
+// rows). Each piece is timed alone (3 warm-up runs, then the mean of 20 back to back), the weight gradients both
+// added (a later micro-batch; main's engine did so on every one) and written (a step's first micro-batch); the
+// whole layer likewise, with no synchronisation inside it, for both, in three interleaved rounds (the clocks
+// drift as the GPU warms), the best round reported. The grouped GEMMs' kernels were chosen with an earlier version of this
+// benchmark that also ran CUTLASS's cooperative 128x256 tile (docs/benchmarks.md, issue 11).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,7 +36,6 @@
 namespace moetune {
 namespace {
 
-using ops::cuda::GroupedGemmSchedule;
 using testing::random_normal;
 
 const Device kGpu = Device::cuda();
@@ -44,14 +44,6 @@ constexpr int64_t kRows = kTokens * kTopK;
 constexpr double kEps = 1e-6, kAuxScale = 1e-3;
 
 Tensor gpu_empty(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, kGpu); }
-
-// Which kernel every grouped GEMM runs, and whether the weight gradients overwrite (a step's first micro-batch)
-// or add to what the gradient holds.
-struct GemmChoice {
-  const char* name;
-  GroupedGemmSchedule forward, input_grad, weight_grad;
-  bool accumulate_weight_grad;
-};
 
 struct MoeLayer {
   Tensor h, norm_weight, router, gate_up, down;                     // inputs and parameters
@@ -106,7 +98,7 @@ struct Stash {
   ops::cuda::DevicePermutation plan;
 };
 
-void forward(const MoeLayer& l, const GemmChoice& c, Stash& s) {
+void forward(const MoeLayer& l, Stash& s) {
   s.normed = gpu_empty({kTokens, kHidden});
   ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, s.normed);
   s.logits = gpu_empty({kTokens, kExperts}, DType::F32);
@@ -123,36 +115,35 @@ void forward(const MoeLayer& l, const GemmChoice& c, Stash& s) {
   s.rows = gpu_empty({kRows, kHidden});
   ops::cuda::permute_tokens(s.normed, s.plan, s.rows);
   s.gate_up_out = gpu_empty({kRows, 2 * kInner});
-  ops::cuda::grouped_matmul(s.rows, l.gate_up, true, s.plan.offsets, s.gate_up_out, 1.0f, false, c.forward);
+  ops::cuda::grouped_matmul(s.rows, l.gate_up, true, s.plan.offsets, s.gate_up_out);
   s.activated = gpu_empty({kRows, kInner});
   ops::cuda::swiglu_forward(s.gate_up_out, s.activated);
   s.expert_out = gpu_empty({kRows, kHidden});
-  ops::cuda::grouped_matmul(s.activated, l.down, true, s.plan.offsets, s.expert_out, 1.0f, false, c.forward);
+  ops::cuda::grouped_matmul(s.activated, l.down, true, s.plan.offsets, s.expert_out);
   s.activated = Tensor();
   s.out = gpu_empty({kTokens, kHidden});
   ops::cuda::combine_experts(s.expert_out, s.plan, s.weights, s.out, l.h);
 }
 
-void backward(const MoeLayer& l, const GemmChoice& c, const Stash& s) {
+// accumulate: the weight gradients are added to (else written).
+void backward(const MoeLayer& l, bool accumulate, const Stash& s) {
   Tensor dexpert_out = gpu_empty({kRows, kHidden});
   Tensor dweights = gpu_empty({kTokens, kTopK}, DType::F32);
   ops::cuda::combine_experts_backward(l.dout, s.expert_out, s.plan, s.weights, dexpert_out, dweights);
   {
     Tensor activated = gpu_empty({kRows, kInner});
     ops::cuda::swiglu_forward(s.gate_up_out, activated);
-    ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, s.plan.offsets, l.down_grad,
-                                          c.accumulate_weight_grad, c.weight_grad);
+    ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, s.plan.offsets, l.down_grad, accumulate);
   }
   Tensor dactivated = gpu_empty({kRows, kInner});
-  ops::cuda::grouped_matmul(dexpert_out, l.down, false, s.plan.offsets, dactivated, 1.0f, false, c.input_grad);
+  ops::cuda::grouped_matmul(dexpert_out, l.down, false, s.plan.offsets, dactivated);
   dexpert_out = Tensor();
   Tensor dgate_up = gpu_empty({kRows, 2 * kInner});
   ops::cuda::swiglu_backward(dactivated, s.gate_up_out, dgate_up);
   dactivated = Tensor();
-  ops::cuda::grouped_matmul_weight_grad(dgate_up, s.rows, s.plan.offsets, l.gate_up_grad, c.accumulate_weight_grad,
-                                        c.weight_grad);
+  ops::cuda::grouped_matmul_weight_grad(dgate_up, s.rows, s.plan.offsets, l.gate_up_grad, accumulate);
   Tensor drows = gpu_empty({kRows, kHidden});
-  ops::cuda::grouped_matmul(dgate_up, l.gate_up, false, s.plan.offsets, drows, 1.0f, false, c.input_grad);
+  ops::cuda::grouped_matmul(dgate_up, l.gate_up, false, s.plan.offsets, drows);
   dgate_up = Tensor();
   Tensor normed = gpu_empty({kTokens, kHidden});
   ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, normed);
@@ -192,8 +183,7 @@ void time_layer(double skew) {
   std::mt19937 rng(1234);
   MoeLayer l = make_layer(skew, rng);
   Stash s;
-  const GroupedGemmSchedule engine = GroupedGemmSchedule::Default;
-  forward(l, {"", engine, engine, engine, false}, s);
+  forward(l, s);
   const Tensor offsets = s.plan.offsets.to(Device::cpu());
   int64_t largest = 0, empty = 0;
   for (int64_t e = 0; e < kExperts; ++e) {
@@ -221,13 +211,12 @@ void time_layer(double skew) {
   const double bf = 2, f32 = 4;  // bytes per element
   const double TH = double(kTokens) * kHidden, RH = double(kRows) * kHidden, RI = double(kRows) * kInner;
   // Tensors are shared handles: the pieces hold copies.
-  const auto gg = [offs](GroupedGemmSchedule schedule, Tensor x, Tensor w, bool t, Tensor out) {
-    return [=] { ops::cuda::grouped_matmul(x, w, t, offs, out, 1.0f, false, schedule); };
+  const auto gg = [offs](Tensor x, Tensor w, bool t, Tensor out) {
+    return [=] { ops::cuda::grouped_matmul(x, w, t, offs, out); };
   };
-  const auto wg = [offs](GroupedGemmSchedule schedule, bool accumulate, Tensor dy, Tensor x, Tensor dw) {
-    return [=] { ops::cuda::grouped_matmul_weight_grad(dy, x, offs, dw, accumulate, schedule); };
+  const auto wg = [offs](bool accumulate, Tensor dy, Tensor x, Tensor dw) {
+    return [=] { ops::cuda::grouped_matmul_weight_grad(dy, x, offs, dw, accumulate); };
   };
-  const GroupedGemmSchedule co = GroupedGemmSchedule::Cooperative, pp = GroupedGemmSchedule::Pingpong;
   std::vector<Piece> pieces = {
       {"rms_norm", 0, 2 * TH * bf, [&] { ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, s.normed); }},
       {"router GEMM", kRouterFlops, 0, [&] { ops::cuda::matmul(s.normed, false, l.router, true, s.logits); }},
@@ -241,29 +230,21 @@ void time_layer(double skew) {
        }},
       {"permutation plan", 0, 0, [&] { (void)ops::cuda::plan_permutation(s.expert_ids, kExperts); }},
       {"permute rows", 0, RH * bf + TH * bf, [&] { ops::cuda::permute_tokens(s.normed, s.plan, s.rows); }},
-      {"gate_up forward (co)", 2 * kGemmFlops, 0, gg(co, s.rows, l.gate_up, true, s.gate_up_out)},
-      {"gate_up forward (pp)", 2 * kGemmFlops, 0, gg(pp, s.rows, l.gate_up, true, s.gate_up_out)},
+      {"gate_up forward", 2 * kGemmFlops, 0, gg(s.rows, l.gate_up, true, s.gate_up_out)},
       {"swiglu", 0, 3 * RI * bf, [&] { ops::cuda::swiglu_forward(s.gate_up_out, activated); }},
-      {"down forward (co)", kGemmFlops, 0, gg(co, activated, l.down, true, s.expert_out)},
-      {"down forward (pp)", kGemmFlops, 0, gg(pp, activated, l.down, true, s.expert_out)},
+      {"down forward", kGemmFlops, 0, gg(activated, l.down, true, s.expert_out)},
       {"combine", 0, RH * bf + 2 * TH * bf,
        [&] { ops::cuda::combine_experts(s.expert_out, s.plan, s.weights, s.out, l.h); }},
       {"combine backward", 0, 2 * RH * bf + TH * bf,
        [&] { ops::cuda::combine_experts_backward(l.dout, s.expert_out, s.plan, s.weights, dexpert_out, dweights); }},
       {"swiglu (recomputed)", 0, 3 * RI * bf, [&] { ops::cuda::swiglu_forward(s.gate_up_out, activated); }},
-      {"down dW += (co)", kGemmFlops, 0, wg(co, true, dexpert_out, activated, l.down_grad)},
-      {"down dW = (co)", kGemmFlops, 0, wg(co, false, dexpert_out, activated, l.down_grad)},
-      {"down dW += (pp)", kGemmFlops, 0, wg(pp, true, dexpert_out, activated, l.down_grad)},
-      {"down dW = (pp)", kGemmFlops, 0, wg(pp, false, dexpert_out, activated, l.down_grad)},
-      {"down dX (co)", kGemmFlops, 0, gg(co, dexpert_out, l.down, false, dactivated)},
-      {"down dX (pp)", kGemmFlops, 0, gg(pp, dexpert_out, l.down, false, dactivated)},
+      {"down dW +=", kGemmFlops, 0, wg(true, dexpert_out, activated, l.down_grad)},
+      {"down dW =", kGemmFlops, 0, wg(false, dexpert_out, activated, l.down_grad)},
+      {"down dX", kGemmFlops, 0, gg(dexpert_out, l.down, false, dactivated)},
       {"swiglu backward", 0, 5 * RI * bf, [&] { ops::cuda::swiglu_backward(dactivated, s.gate_up_out, dgate_up); }},
-      {"gate_up dW += (co)", 2 * kGemmFlops, 0, wg(co, true, dgate_up, s.rows, l.gate_up_grad)},
-      {"gate_up dW = (co)", 2 * kGemmFlops, 0, wg(co, false, dgate_up, s.rows, l.gate_up_grad)},
-      {"gate_up dW += (pp)", 2 * kGemmFlops, 0, wg(pp, true, dgate_up, s.rows, l.gate_up_grad)},
-      {"gate_up dW = (pp)", 2 * kGemmFlops, 0, wg(pp, false, dgate_up, s.rows, l.gate_up_grad)},
-      {"gate_up dX (co)", 2 * kGemmFlops, 0, gg(co, dgate_up, l.gate_up, false, drows)},
-      {"gate_up dX (pp)", 2 * kGemmFlops, 0, gg(pp, dgate_up, l.gate_up, false, drows)},
+      {"gate_up dW +=", 2 * kGemmFlops, 0, wg(true, dgate_up, s.rows, l.gate_up_grad)},
+      {"gate_up dW =", 2 * kGemmFlops, 0, wg(false, dgate_up, s.rows, l.gate_up_grad)},
+      {"gate_up dX", 2 * kGemmFlops, 0, gg(dgate_up, l.gate_up, false, drows)},
       {"rms_norm (recomputed)", 0, 2 * TH * bf,
        [&] { ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, s.normed); }},
       {"permute backward", 0, RH * bf + TH * bf, [&] { ops::cuda::permute_tokens_backward(drows, s.plan, dnormed); }},
@@ -280,26 +261,22 @@ void time_layer(double skew) {
   };
   for (const Piece& p : pieces) report(p.name.c_str(), testing::mean_gpu_ms(p.run), p.flops, p.bytes);
 
-  // The whole layer, forward + backward, for each choice of kernels: three rounds over the choices (the clocks
-  // drift as the GPU warms), the best round of each reported.
-  const std::vector<GemmChoice> choices = {{"layer, main's engine (co, dW +=)", co, co, co, true},
-                                           {"layer, all cooperative, dW =", co, co, co, false},
-                                           {"layer, all ping-pong, dW =", pp, pp, pp, false},
-                                           {"layer, this engine (Default, dW =)", engine, engine, engine, false}};
-  std::vector<double> best(choices.size(), 1e30), worst(choices.size(), 0);
+  // The whole layer, forward + backward, with the weight gradients added and written, in interleaved rounds.
+  const char* names[2] = {"layer, dW added (later micro-batches)", "layer, dW written (first micro-batch)"};
+  double best[2] = {1e30, 1e30}, worst[2] = {0, 0};
   for (int round = 0; round < 3; ++round)
-    for (size_t i = 0; i < choices.size(); ++i) {
+    for (int written = 0; written < 2; ++written) {
       const double ms = testing::mean_gpu_ms([&] {
         Stash stash;
-        forward(l, choices[i], stash);
-        backward(l, choices[i], stash);
+        forward(l, stash);
+        backward(l, /*accumulate=*/written == 0, stash);
       });
-      best[i] = std::min(best[i], ms);
-      worst[i] = std::max(worst[i], ms);
+      best[written] = std::min(best[written], ms);
+      worst[written] = std::max(worst[written], ms);
     }
-  for (size_t i = 0; i < choices.size(); ++i) {
-    report(choices[i].name, best[i], kLayerFlops, 0);
-    std::printf("  %-34s (slowest round %.3f ms)\n", "", worst[i]);
+  for (int written = 0; written < 2; ++written) {
+    report(names[written], best[written], kLayerFlops, 0);
+    std::printf("  %-34s (slowest round %.3f ms)\n", "", worst[written]);
   }
 }
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "moetune/model/block_params.h"
-
 #include "moetune/model/cuda/lora_experts.h"
 #include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/step_context.h"

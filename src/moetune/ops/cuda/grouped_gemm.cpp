@@ -86,22 +86,10 @@ void launch(std::string_view op, const GroupedGemmProblem& problem, std::string_
   MOETUNE_CHECK(error.empty(), "{} of {}: {}", op, shapes, error);
 }
 
-// The kernel the engine runs for each product (GroupedGemmSchedule::Default), as measured on Qwen3-30B-A3B's
-// experts with skewed routing (tests/gpu/test_moe_layer_speed.cpp; docs/benchmarks.md, issue 11): ping-pong, whose
-// 64-row tiles pad an expert's last tile half as much and whose warpgroups overlap one's epilogue with the other's
-// main loop, for the input gradients (7-8% faster), the weight gradients (2-3%) and a forward product with a
-// short K (the down projection, K = 768: 13%, 2% behind on balanced routing); the cooperative 128x256 tile for
-// a long-K forward product (the gate/up projection, K = 2048: equal either way).
-constexpr int64_t kLongForwardK = 1024;
-
-bool pingpong(GroupedGemmSchedule schedule, bool engine_default) {
-  return schedule == GroupedGemmSchedule::Default ? engine_default : schedule == GroupedGemmSchedule::Pingpong;
-}
-
 }  // namespace
 
 void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
-                    float alpha, bool accumulate, GroupedGemmSchedule schedule) {
+                    float alpha, bool accumulate) {
   constexpr std::string_view op = "grouped_matmul";
   check_matrix(op, "x", x, 2);
   check_matrix(op, "weights", weights, 3);
@@ -122,21 +110,12 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
                                    .n = int(n), .k = int(k), .accumulate = accumulate, .alpha = alpha};
   const std::string shapes = fmt::format("x {}, weights {}{}", x.str(), weights.str(), transpose_w ? "ᵀ" : "");
-  if (transpose_w) {
-    if (pingpong(schedule, /*engine_default=*/k <= kLongForwardK))
-      launch<GroupedGemmKind::RowsTimesWeightTPingpong>(op, problem, shapes);
-    else
-      launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
-  } else {
-    if (pingpong(schedule, /*engine_default=*/true))
-      launch<GroupedGemmKind::RowsTimesWeightPingpong>(op, problem, shapes);
-    else
-      launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
-  }
+  if (transpose_w) launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
+  else launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
 }
 
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
-                                bool accumulate, GroupedGemmSchedule schedule) {
+                                bool accumulate) {
   constexpr std::string_view op = "grouped_matmul_weight_grad";
   check_matrix(op, "dy", dy, 2);
   check_matrix(op, "x", x, 2);
@@ -157,11 +136,7 @@ void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor&
   const GroupedGemmProblem problem{.a = dy.raw_data(), .b = x.raw_data(), .out = dw.raw_data(),
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
                                    .n = int(n), .k = int(k), .accumulate = accumulate};
-  const std::string shapes = fmt::format("dy {}ᵀ, x {}", dy.str(), x.str());
-  if (pingpong(schedule, /*engine_default=*/true))
-    launch<GroupedGemmKind::WeightGradPingpong>(op, problem, shapes);
-  else
-    launch<GroupedGemmKind::WeightGrad>(op, problem, shapes);
+  launch<GroupedGemmKind::WeightGrad>(op, problem, fmt::format("dy {}ᵀ, x {}", dy.str(), x.str()));
 }
 
 }  // namespace moetune::ops::cuda

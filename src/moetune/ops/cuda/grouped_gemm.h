@@ -9,12 +9,6 @@
 
 namespace moetune::ops::cuda {
 
-// The CUTLASS kernel's schedule: Cooperative (both consumer warpgroups on one 128x256x64 tile) or Pingpong (each
-// warpgroup on its own tile: 64x256x64 for the M-grouped products, 128x128x64 for the weight gradient). Default
-// is the engine's choice for each product (grouped_gemm.cpp says which, and why); the others are for tests and
-// the MoE layer's benchmark.
-enum class GroupedGemmSchedule { Default, Cooperative, Pingpong };
-
 // M-grouped: out[rows_e] = x[rows_e] · op(W_e), op(W_e) = W_eᵀ when transpose_w.
 //   transpose_w = true : weights [E, N, K] (forward: gate_up [E, 2I, H], down [E, H, I])
 //   transpose_w = false: weights [E, K, N] (input gradient: dY [R, 2I] · gate_up_e [2I, H])
@@ -22,12 +16,11 @@ enum class GroupedGemmSchedule { Default, Cooperative, Pingpong };
 // when accumulating (in the GEMM's epilogue, in fp32: LoRA adds its scaled low-rank product so, with no
 // intermediate [R, N] matrix).
 void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
-                    float alpha = 1.0f, bool accumulate = false,
-                    GroupedGemmSchedule schedule = GroupedGemmSchedule::Default);
+                    float alpha = 1.0f, bool accumulate = false);
 
 // K-grouped weight gradient: dW_e = dy[rows_e]ᵀ · x[rows_e] for every e, dy [R, N], x [R, K], dw [E, N, K];
 // accumulate: dW_e += ... instead of =. An empty group gives dW_e = 0 (or leaves it when accumulating).
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
-                                bool accumulate, GroupedGemmSchedule schedule = GroupedGemmSchedule::Default);
+                                bool accumulate);
 
 }  // namespace moetune::ops::cuda

@@ -18,11 +18,6 @@ enum class GroupedGemmKind {
   RowsTimesWeightT,  // out[rows_e] = x[rows_e] · W_eᵀ, W [E, N, K] (forward)      grouped_gemm_forward.cu
   RowsTimesWeight,   // out[rows_e] = x[rows_e] · W_e,  W [E, K, N] (input grad)   grouped_gemm_input_grad.cu
   WeightGrad,        // dW_e (+)= dy[rows_e]ᵀ · x[rows_e], dW [E, N, K]             grouped_gemm_weight_grad.cu
-  // The same three with the ping-pong schedule (64x256x64 tiles for the M-grouped two, 128x128x64 for the
-  // weight gradient; which one the engine runs: grouped_gemm.cpp):                grouped_gemm_pingpong_*.cu
-  RowsTimesWeightTPingpong,
-  RowsTimesWeightPingpong,
-  WeightGradPingpong,
 };
 
 // All operands bf16, row-major, 16-byte aligned; n and k multiples of 8; 0 < rows < 2^31; groups > 0.
@@ -49,18 +44,22 @@ std::string launch_grouped_gemm(const GroupedGemmProblem& problem, void* scratch
                                 cudaStream_t stream);
 
 // Each kind is specialised in its own .cu file (see GroupedGemmKind).
-#define MOETUNE_GROUPED_GEMM_KIND(kind)                                                                       \
-  template <>                                                                                                 \
-  size_t grouped_gemm_scratch_bytes<GroupedGemmKind::kind>(int groups, int sm_count);                         \
-  template <>                                                                                                 \
-  std::string launch_grouped_gemm<GroupedGemmKind::kind>(const GroupedGemmProblem& problem, void* scratch,    \
-                                                         size_t scratch_bytes, int sm_count, cudaStream_t stream);
-MOETUNE_GROUPED_GEMM_KIND(RowsTimesWeightT)
-MOETUNE_GROUPED_GEMM_KIND(RowsTimesWeight)
-MOETUNE_GROUPED_GEMM_KIND(WeightGrad)
-MOETUNE_GROUPED_GEMM_KIND(RowsTimesWeightTPingpong)
-MOETUNE_GROUPED_GEMM_KIND(RowsTimesWeightPingpong)
-MOETUNE_GROUPED_GEMM_KIND(WeightGradPingpong)
-#undef MOETUNE_GROUPED_GEMM_KIND
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeightT>(int groups, int sm_count);
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeight>(int groups, int sm_count);
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGrad>(int groups, int sm_count);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeightT>(const GroupedGemmProblem& problem, void* scratch,
+                                                                   size_t scratch_bytes, int sm_count,
+                                                                   cudaStream_t stream);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeight>(const GroupedGemmProblem& problem, void* scratch,
+                                                                  size_t scratch_bytes, int sm_count,
+                                                                  cudaStream_t stream);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmProblem& problem, void* scratch,
+                                                             size_t scratch_bytes, int sm_count, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

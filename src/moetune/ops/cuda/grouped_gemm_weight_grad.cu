@@ -1,12 +1,55 @@
-// The experts' weight gradients (grouped_gemm_weight_grad.cuh): the tile configuration every N, K uses.
-#include "moetune/ops/cuda/grouped_gemm_weight_grad.cuh"
+// The experts' weight gradients, K-grouped: dW_e (+)= dy[rows_e]ᵀ · x[rows_e] with dy [R, N], x [R, K],
+// dW [E, N, K]. The group's row count is the reduction dimension. In CUTLASS's terms A = dyᵀ is an
+// M-contiguous (ColumnMajor) [N, rows_e] operand and B = x an N-contiguous (RowMajor) [rows_e, K] one; both
+// advance along their strided dimension from group to group, so any row count keeps TMA's 16-byte alignment,
+// and a last K tile past rows_e is zero-filled by TMA rather than read from the next expert.
+#include <algorithm>
+
+#include "moetune/ops/cuda/grouped_gemm_cutlass.cuh"
 
 namespace moetune::ops::cuda {
 namespace {
 
-using Config = grouped_gemm_detail::WeightGradConfig<cute::Shape<cute::_128, cute::_256, cute::_64>,
-                                                     cute::Shape<cute::_2, cute::_1, cute::_1>,
-                                                     grouped_gemm_detail::Cooperative>;
+using namespace grouped_gemm_detail;
+// Ping-pong, 128x128x64 tiles (grouped_gemm_cutlass.cuh says why).
+using Config = GroupedGemmConfig<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor,
+                                 cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
+                                 Pingpong>;
+
+// An empty group is given M = 0 rather than K = 0: with K = 0 CUTLASS would still visit the group's tiles but
+// run no MMA, and store accumulators that were never cleared. With M = 0 the group has no tiles at all, and
+// its dW_e is zeroed (or left, when accumulating) by zero_empty_groups_kernel instead.
+struct WeightGradGeometry {
+  const Element* dy;
+  const Element* x;
+  Element* dw;
+  int n, k;
+  __device__ GroupOperands operator()(int e, int64_t begin, int count) const {
+    const GroupShape shape = count > 0 ? cute::make_shape(n, k, count) : cute::make_shape(0, k, 0);
+    return {shape, dy + begin * n, x + begin * k, dw + int64_t(e) * n * k};
+  }
+};
+
+// dW_e = 0 for every expert without rows. One grid row per expert; the experts that have rows return at once.
+__global__ void zero_empty_groups_kernel(const int32_t* __restrict__ offsets, uint4* __restrict__ dw,
+                                         int64_t vectors_per_group) {
+  const int e = blockIdx.y;
+  if (offsets[e + 1] != offsets[e]) return;
+  uint4* group = dw + int64_t(e) * vectors_per_group;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vectors_per_group;
+       i += int64_t(gridDim.x) * blockDim.x)
+    group[i] = make_uint4(0, 0, 0, 0);
+}
+
+cudaError_t launch_zero_empty_groups(const int32_t* offsets, void* dw, int groups, int64_t group_elements,
+                                     cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  constexpr int64_t kElementsPerVector = sizeof(uint4) / sizeof(Element);  // group_elements is a multiple of 8
+  const int64_t vectors = group_elements / kElementsPerVector;
+  const dim3 grid(unsigned(std::min<int64_t>((vectors + kThreads - 1) / kThreads, 64)), unsigned(groups));
+  zero_empty_groups_kernel<<<grid, kThreads, 0, stream>>>(offsets, static_cast<uint4*>(dw), vectors);
+  return cudaGetLastError();
+}
 
 }  // namespace
 
@@ -18,7 +61,21 @@ size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGrad>(int groups, int s
 template <>
 std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmProblem& problem, void* scratch,
                                                              size_t scratch_bytes, int sm_count, cudaStream_t stream) {
-  return grouped_gemm_detail::run_weight_grad<Config>(problem, scratch, scratch_bytes, sm_count, stream);
+  if (!problem.accumulate) {
+    const int64_t group_elements = int64_t(problem.n) * problem.k;
+    if (group_elements > 0) {
+      if (const cudaError_t status = launch_zero_empty_groups(problem.offsets, problem.out, problem.groups,
+                                                              group_elements, stream);
+          status != cudaSuccess)
+        return cuda_failure("launch of the empty-group zeroing kernel", status);
+    }
+  }
+  const WeightGradGeometry geometry{static_cast<const Element*>(problem.a), static_cast<const Element*>(problem.b),
+                                    static_cast<Element*>(problem.out), problem.n, problem.k};
+  const UniformStrides<Config> strides{row_stride<Config::StrideA>(problem.n), row_stride<Config::StrideB>(problem.k),
+                                       row_stride<Config::StrideD>(problem.k)};
+  return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
+                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream);
 }
 
 }  // namespace moetune::ops::cuda
