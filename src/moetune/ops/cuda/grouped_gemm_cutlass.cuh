@@ -40,12 +40,12 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // warpgroup on its own tile, one's epilogue beside the other's main loop). Each .cu file picks its tile, cluster
 // and schedule; the engine's three run ping-pong (64x256x64 tiles for the M-grouped products, 128x128x64 for the
 // weight gradient, cluster 2x1: the two CTAs of a cluster multicast the shared operand tile), which on Qwen3's
-// experts with skewed routing beat the cooperative 128x256x64 tile (torch._grouped_mm's choice, the defaults
-// below) by 2-13% per product and 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the 64-row tiles pad an
-// expert's last tile half as much, and short main loops (a weight gradient's K is the expert's row count, 512
-// on average) leave the epilogue a large share of a tile's time. Groups whose M is not a multiple of the tile (or
-// of the cluster) get partial tiles: TMA zero-fills the loads past the group's bounds and clips the stores, so
-// nothing outside the group is read or written.
+// experts beat the cooperative 128x256x64 tile (torch._grouped_mm's choice, the defaults below) by up to 15% per
+// product (equal for the gate/up forward) and 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the
+// 64-row tiles pad an expert's last tile half as much, and short main loops (a weight gradient's K is the
+// expert's row count, 512 on average) leave the epilogue a large share of a tile's time. Groups whose M is not a
+// multiple of the tile (or of the cluster) get partial tiles: TMA zero-fills the loads past the group's bounds
+// and clips the stores, so nothing outside the group is read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
 struct Cooperative {
