@@ -1,6 +1,6 @@
 // The experts' grouped GEMMs (ops/cuda/grouped_gemm.h, CUTLASS SM90) against a CPU loop over experts in fp32
 // on the same bf16 values: empty groups first, in the middle and last, every group empty, one group holding
-// every row, and sizes that are not multiples of the 128x256x64 tile.
+// every row, and sizes that are not multiples of the tiles (64x256x64; 128x128x64 for the weight gradient).
 #include <gtest/gtest.h>
 
 #include <vector>

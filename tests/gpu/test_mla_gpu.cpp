@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "gpu_timing.h"
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/attention.h"
 #include "moetune/ops/cuda/attention.h"
@@ -153,15 +154,7 @@ TEST_F(MlaGpu, DISABLED_TimesKvAProjection) {
   const Tensor dy = random_normal({T, latent + rope}, DType::BF16, kGpu, rng());
   const Tensor y_latent = Tensor::empty({T, latent}, DType::BF16, kGpu), y_rope = Tensor::empty({T, rope}, DType::BF16, kGpu);
   const Tensor dy_latent = random_normal({T, latent}, DType::BF16, kGpu, rng()), dy_rope = random_normal({T, rope}, DType::BF16, kGpu, rng());
-  const auto time_ms = [](const std::function<void()>& run) {
-    for (int i = 0; i < 3; ++i) run();
-    gpu::synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    constexpr int kRuns = 20;
-    for (int i = 0; i < kRuns; ++i) run();
-    gpu::synchronize();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / kRuns;
-  };
+  const auto time_ms = [](const std::function<void()>& run) { return testing::mean_gpu_ms(run); };
   const double one_forward = time_ms([&] { ops::cuda::linear_forward(x, w, {}, y); });
   const double two_forward = time_ms([&] {
     ops::cuda::linear_forward(x, w.narrow(0, latent), {}, y_latent);

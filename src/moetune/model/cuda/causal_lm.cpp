@@ -42,6 +42,26 @@ void require_full_fine_tuning_for_latent_attention(const ModelWeights& weights) 
 }
 }  // namespace
 
+void CausalLM::zero_grad() {
+  for (const Tensor& run : store_->replicated_grad_runs()) zero_bytes(run.raw_data(), run.device(), run.nbytes());
+  store_->zero_layer_arena();
+  const auto overwritten = [&](const Tensor& grad) {
+    return std::any_of(overwritten_gradients_.begin(), overwritten_gradients_.end(),
+                       [&](const Tensor& o) { return o.raw_data() == grad.raw_data() && o.nbytes() == grad.nbytes(); });
+  };
+  for (const Tensor& run : store_->expert_grad_runs()) {
+    const char* begin = static_cast<const char*>(run.raw_data());
+    const char* end = begin + run.nbytes();
+    const bool kept = std::all_of(store_->grads().begin(), store_->grads().end(), [&](const Tensor& grad) {
+      if (!grad.defined()) return true;
+      const char* at = static_cast<const char*>(grad.raw_data());
+      return at < begin || at >= end || overwritten(grad);
+    });
+    if (!kept) zero_bytes(run.raw_data(), run.device(), run.nbytes());
+  }
+  next_backward_overwrites_ = true;
+}
+
 CausalLM CausalLM::from_pretrained(const std::filesystem::path& folder) {
   require_gpu_support(load_model_spec(folder / "config.json"));  // before the weights go to the GPU
   return CausalLM(load_checkpoint(folder, LoadOptions{DType::BF16, Device::cuda()}), {}, GradientStorage::Flat);
@@ -56,6 +76,9 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");
+  for (const auto& sublayer : sublayers_)
+    if (sublayer.moe)
+      for (const Tensor& grad : sublayer.moe->overwritten_gradients()) overwritten_gradients_.push_back(grad);
 }
 
 void CausalLM::set_recompute(Recompute mode, int64_t keep_last_layers) {
@@ -100,6 +123,8 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   StepContext context{device_batch};
   context.training = true;
   context.lora_draw = lora_draw_++;
+  context.overwrite_gradients = next_backward_overwrites_;
+  next_backward_overwrites_ = false;
   Forward f;
   {
     const PhaseScope phase("layers");

@@ -50,15 +50,24 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
                 "implemented on the GPU (moe_intermediate_size {} is not a multiple of 8)", layer, spec_.experts.intermediate);
 }
 
+std::vector<Tensor> MoeBlock::overwritten_gradients() const {
+  if (padded_width_) return {};  // cut back from a padded product and added
+  std::vector<Tensor> grads;
+  for (const Param* p : {&p_.gate_up, &p_.down})
+    if (p->grad.defined()) grads.push_back(p->grad);
+  return grads;
+}
+
 std::pair<Tensor, Tensor> MoeBlock::expert_weights() const {
   if (!padded_width_) return {p_.gate_up.value, p_.down.value};
   return {up_padded_, down_padded_};
 }
 
-void MoeBlock::add_gate_up_weight_grad(const Tensor& dgate_up) const {
+void MoeBlock::add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite) const {
   if (!p_.gate_up.grad.defined()) return;
   if (!padded_width_) {
-    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad, /*accumulate=*/true);
+    ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
+                                          /*accumulate=*/!overwrite);
     return;
   }
   Tensor padded = Tensor::empty(up_padded_.shape(), p_.gate_up.grad.dtype(), Device::cuda());
@@ -66,9 +75,10 @@ void MoeBlock::add_gate_up_weight_grad(const Tensor& dgate_up) const {
   add_cut_expert_rows(padded, p_.gate_up.grad);
 }
 
-void MoeBlock::add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated) const {
+void MoeBlock::add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated, bool overwrite) const {
   if (!padded_width_) {
-    ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad, /*accumulate=*/true);
+    ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad,
+                                          /*accumulate=*/!overwrite);
     return;
   }
   Tensor padded = Tensor::empty(down_padded_.shape(), p_.down.grad.dtype(), Device::cuda());
@@ -206,7 +216,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     if (!p_.down.grad.defined()) return;
     Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
     activation_forward(spec_.experts, gate_up_out_, activated);
-    add_down_weight_grad(dexpert_out, activated);
+    add_down_weight_grad(dexpert_out, activated, context.overwrite_gradients);
   };
   if (!overlap) down_weight_gradient();
   Tensor dactivated = device_like({rows, inner});
@@ -223,7 +233,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   dactivated = Tensor();
   if (!overlap) {
     gate_up_out_ = Tensor();
-    add_gate_up_weight_grad(dgate_up);
+    add_gate_up_weight_grad(dgate_up, context.overwrite_gradients);
   }
   Tensor drows = device_like({rows, width});
   ops::cuda::grouped_matmul(dgate_up, up, /*transpose_w=*/false, dispatched_.offsets, drows);
@@ -234,7 +244,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   if (overlap) {
     phase.next("moe.experts.bwd");
     down_weight_gradient();
-    add_gate_up_weight_grad(dgate_up);
+    add_gate_up_weight_grad(dgate_up, context.overwrite_gradients);
     dexpert_out = gate_up_out_ = Tensor();
     phase.next("moe.dispatch.bwd");
   }

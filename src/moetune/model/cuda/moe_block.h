@@ -6,9 +6,10 @@
 // host: expert counts stay on the device.
 #pragma once
 
-#include "moetune/model/block_params.h"
 #include <memory>
+#include <vector>
 
+#include "moetune/model/block_params.h"
 #include "moetune/model/cuda/lora_experts.h"
 #include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/step_context.h"
@@ -34,14 +35,18 @@ class MoeBlock {
   const Tensor& expert_ids() const { return expert_ids_; }
   size_t stash_bytes() const;
   void clear_stash();
+  // The gradients the backward pass writes whole, not adds to, on a step's first micro-batch
+  // (StepContext::overwrite_gradients): the experts' weight gradients, unless padded.
+  std::vector<Tensor> overwritten_gradients() const;
 
  private:
   // The experts' up (gate_up) and down weights as the grouped GEMMs take them: the parameters, or their padded
   // copies (model/cuda/padded_experts.h) for relu² experts whose width is not a multiple of 8.
   std::pair<Tensor, Tensor> expert_weights() const;
-  // The experts' weight gradients (accumulated into the parameters', cut back from the padded width if padded).
-  void add_gate_up_weight_grad(const Tensor& dgate_up) const;
-  void add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated) const;
+  // The experts' weight gradients (accumulated into the parameters', cut back from the padded width if padded;
+  // written instead when `overwrite`: StepContext::overwrite_gradients).
+  void add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite) const;
+  void add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated, bool overwrite) const;
   // rows [R, N] += bias[e] per expert group (GPT-OSS); nothing when the bias is absent.
   void add_expert_bias(const Param& bias, const Tensor& rows) const;
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows

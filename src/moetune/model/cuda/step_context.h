@@ -29,6 +29,11 @@ struct StepContext {
 
   KvCache* kv_cache = nullptr;  // generation: attention reads and extends the sequence's keys and values
   bool training = false;        // a training step (forward_backward): LoRA dropout applies
+  // The step's first backward pass (no gradient holds anything of this step yet): the gradients a block lists as
+  // overwritten (MoeBlock::overwritten_gradients) it must write whole, not add to; CausalLM::zero_grad() does not
+  // zero them, and writing saves reading them (the experts' weight gradients: 1.2 GB per Qwen3-30B-A3B layer).
+  // Every other gradient holds zeros then.
+  bool overwrite_gradients = false;
   uint64_t lora_draw = 0;       // with these masks, the same in a recomputed forward
 
   // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux
