@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# There (GPU machine), after scripts/stage_gpu_binaries.sh here, with an older build's moetune.xz (e.g. a copy of
+# an earlier .devcarry/moetune.xz) at $BEFORE:
+#   run(command="BEFORE=.hq/before/moetune.xz bash scripts/gpu_before_after.sh [suite] [ref] [moon] [l12]",
+#       carry=[".devcarry", ".hq"])
+# Same call, one GPU: the whole GPU suite; the reference job and Moonlight with HF, this build and the older binary
+# side by side, this build profiled; the 12-layer cut at micro-batch 2 without clipping, both binaries.
+# Everything is written under /tmp/before_after and comes back as one archive in $OUT (at most 8 files return).
+set -uo pipefail
+back=${OUT:-}
+OUT=/tmp/before_after source scripts/gpu_env.sh /tmp/before_after
+root=$out
+xz -dc "${BEFORE:?BEFORE=path of an older moetune.xz}" > /tmp/moetune_before; chmod +x /tmp/moetune_before
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader
+[ $# -eq 0 ] && set -- suite ref moon l12
+for step in "$@"; do
+  case $step in
+    suite)
+      stamp suite
+      OUT=$root/suite TEST_TIMEOUT=240 bash scripts/gpu_check.sh tests > "$root/suite.log" 2>&1
+      grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$root/suite.log" | head -14
+      cp "$root/suite/gpu_tests.log" "$root/suite_gpu_tests.log" 2>/dev/null; rm -rf "$root/suite" ;;
+    ref|moon)
+      fam=qwen3_moe; [ $step = moon ] && fam=moonlight
+      stamp "$fam: HF grouped_mm + merged main"
+      OUT=$root/bench_$step bash bench/run.sh --family $fam --quick --no-compile --no-eager --no-skew > "$root/bench_$step.log" 2>&1
+      stamp "$fam: main a6cf69e"
+      MOETUNE=/tmp/moetune_before OUT=$root/before_$step bash bench/run.sh --family $fam --quick --no-hf --no-skew > "$root/before_$step.log" 2>&1
+      stamp "$fam: merged main profiled"
+      rm -rf /tmp/mt_prof
+      MOETUNE_SET="training.profile=true output.dir=/tmp/mt_prof output.save_final=false" OUT=$root/prof_$step \
+        bash bench/run.sh --family $fam --quick --no-hf --no-skew > "$root/prof_$step.log" 2>&1
+      cp /tmp/mt_prof/profile.json "$root/profile_$step.json" 2>/dev/null
+      [ $step = ref ] && python3 bench/moe_layer_tflops.py "$root/profile_$step.json" /tmp/moetune-bench/model 8192
+      for d in bench before prof; do grep -hE "^\| (HF|moetune)" "$root/${d}_$step/results.md" 2>/dev/null | sed "s/^/$d: /"; done ;;
+    l12)
+      stamp "12 layers, micro-batch 2, no clipping"
+      m=/tmp/moetune-memory/model12; d=/tmp/moetune-memory/data4096.jsonl; mkdir -p /tmp/moetune-memory
+      [ -f $m/config.json ] || python3 bench/make_reference_model.py $m --skew none --layers 12 > "$root/make12.log" 2>&1
+      [ -f $d ] || python3 bench/make_data.py $d --tokens-per-seq 4096 --sequences 32 --vocab 151936 > /dev/null 2>&1
+      for bin in build/src/moetune/moetune /tmp/moetune_before; do
+        rm -rf /tmp/l12run
+        timeout 200 $bin finetune -c bench/reference_job.yaml --set model=$m --set data.train=$d --set training.max_steps=10 \
+          --set output.dir=/tmp/l12run --set optimizer.max_grad_norm=0 > "$root/l12_$(basename $bin).log" 2>&1
+        echo "$bin rc=$?: $(grep -E '^step 10/' "$root/l12_$(basename $bin).log")"
+      done ;;
+  esac
+done
+stamp done
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader
+[ -n "$back" ] && tar -C "$root" -cJf "$back/before_after.tar.xz" .
