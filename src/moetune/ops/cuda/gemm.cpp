@@ -71,6 +71,19 @@ struct PlanKey {
   auto operator<=>(const PlanKey&) const = default;
 };
 
+// One attribute of an algorithm's configuration (0 when cuBLASLt does not report it).
+uint32_t algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  uint32_t value = 0;  // the narrower attributes (uint16_t) fill its low bytes (little-endian)
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
+  if (written == 0) {
+    uint16_t narrow = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &narrow, sizeof(narrow), &written);
+    value = narrow;
+  }
+  return value;
+}
+
 // Descriptors and the heuristic's algorithm for one PlanKey; created once, reused for the life of the process.
 class Plan {
  public:
@@ -127,11 +140,7 @@ class Plan {
     algo_ = ranked_[size_t(key.candidate)].algo;
     if (key.tile) {
       const auto same_tile = std::find_if(ranked_.begin(), ranked_.end(), [&](const auto& r) {
-        uint32_t tile = 0;
-        size_t written = 0;
-        return cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
-                                                    &written) == CUBLAS_STATUS_SUCCESS &&
-               tile == key.tile;
+        return algo_config(r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == key.tile;
       });
       if (same_tile != ranked_.end()) algo_ = same_tile->algo;
     }
@@ -267,18 +276,6 @@ std::optional<PlanKey> plan_key(const Tensor& a, bool transpose_a, const Tensor&
                  .align_first = alignment_of(b.raw_data()),
                  .align_second = alignment_of(a.raw_data()),
                  .align_d = alignment_of(d.raw_data())};
-}
-
-uint32_t algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
-  uint32_t value = 0;  // the narrower attributes (uint16_t) fill its low bytes (little-endian)
-  size_t written = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
-  if (written == 0) {
-    uint16_t narrow = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &narrow, sizeof(narrow), &written);
-    value = narrow;
-  }
-  return value;
 }
 
 // Runs (making it the first time) the plan of `key` on matmul's operands.

@@ -36,29 +36,18 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // D [M, N] row-major = A [M, K] · B [K, N]; LayoutA / LayoutB say which of A's and B's dimensions is contiguous
 // (CUTLASS's convention: B ColumnMajor means K-contiguous, i.e. a [N, K] row-major weight).
 //
-// Schedule: Cooperative (both consumer warpgroups on one tile, then both on its epilogue) or Pingpong (each
-// warpgroup on its own tile, one's epilogue beside the other's main loop). Each .cu file picks its tile, cluster
-// and schedule; the engine's three run ping-pong (64x256x64 tiles for the M-grouped products, 128x128x64 for the
-// weight gradient, cluster 2x1: the two CTAs of a cluster multicast the shared operand tile), which on Qwen3's
-// experts beat the cooperative 128x256x64 tile (torch._grouped_mm's choice, the defaults below) by up to 15% per
-// product (equal for the gate/up forward) and 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the
-// 64-row tiles pad an expert's last tile half as much, and short main loops (a weight gradient's K is the
-// expert's row count, 512 on average) leave the epilogue a large share of a tile's time. Groups whose M is not a
-// multiple of the tile (or of the cluster) get partial tiles: TMA zero-fills the loads past the group's bounds
-// and clips the stores, so nothing outside the group is read or written.
+// Ping-pong (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop); each .cu file
+// picks its tile and cluster: 64x256x64 for the M-grouped products, 128x128x64 for the weight gradient, cluster
+// 2x1 (the two CTAs of a cluster multicast the shared operand tile). On Qwen3's experts this beat the cooperative
+// 128x256x64 tile (torch._grouped_mm's choice) by up to 15% per product (equal for the gate/up forward) and
+// 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the 64-row tiles pad an expert's last tile half as
+// much, and short main loops (a weight gradient's K is the expert's row count, 512 on average) leave the epilogue
+// a large share of a tile's time. Groups whose M is not a multiple of the tile (or of the cluster) get partial
+// tiles: TMA zero-fills the loads past the group's bounds and clips the stores, so nothing outside the group is
+// read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
-struct Cooperative {
-  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct Pingpong {
-  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-};
-
-template <class LayoutA, class LayoutB, class TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>,
-          class ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>, class Schedule = Cooperative>
+template <class LayoutA, class LayoutB, class TileShape, class ClusterShape>
 struct GroupedGemmConfig {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignment = 16 / int(sizeof(Element));  // TMA needs 16-byte aligned rows
@@ -68,7 +57,7 @@ struct GroupedGemmConfig {
       cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
       Element, LayoutD*, kAlignment,  // C: read only when beta != 0 (accumulating into D)
       Element, LayoutD*, kAlignment,  // D
-      typename Schedule::Epilogue,
+      cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
       cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -77,7 +66,7 @@ struct GroupedGemmConfig {
       Element, LayoutB*, kAlignment,
       Accumulator, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      typename Schedule::Kernel>::CollectiveOp;
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

@@ -8,8 +8,7 @@ namespace {
 // Ping-pong, 64x256x64 tiles (grouped_gemm_cutlass.cuh says why).
 using Config = grouped_gemm_detail::GroupedGemmConfig<cutlass::layout::RowMajor, cutlass::layout::ColumnMajor,
                                                       cute::Shape<cute::_64, cute::_256, cute::_64>,
-                                                      cute::Shape<cute::_2, cute::_1, cute::_1>,
-                                                      grouped_gemm_detail::Pingpong>;
+                                                      cute::Shape<cute::_2, cute::_1, cute::_1>>;
 
 }  // namespace
 

@@ -13,8 +13,7 @@ namespace {
 using namespace grouped_gemm_detail;
 // Ping-pong, 128x128x64 tiles (grouped_gemm_cutlass.cuh says why).
 using Config = GroupedGemmConfig<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor,
-                                 cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                                 Pingpong>;
+                                 cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
 
 // An empty group is given M = 0 rather than K = 0: with K = 0 CUTLASS would still visit the group's tiles but
 // run no MMA, and store accumulators that were never cleared. With M = 0 the group has no tiles at all, and
