@@ -43,14 +43,21 @@ int64_t gpu_experts_pre_activation_width(const MlpSpec& experts) {
   return experts.activation == Activation::ReluSquared ? (first + 7) / 8 * 8 : first;
 }
 
+MlaHeadWidths gpu_mla_head_widths(const AttentionSpec& attention) {
+  const auto round_up_8 = [](int64_t n) { return (n + 7) / 8 * 8; };
+  const int64_t v = round_up_8(attention.v_head_dim);
+  return {std::max(round_up_8(attention.qk_head_dim), v), v};
+}
+
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens) {
   const int64_t T = tokens, H = hidden;
   if (const AttentionSpec* a = sublayer.attention()) {
     if (const MlaSpec* mla = a->mla ? &*a->mla : nullptr) {
-      // input, q's latent (with q_lora_rank), the kv latent with the shared rope key, q, k, v, attended, the
-      // softmax statistics (model/cuda/mla_attention_block.cpp: no fused q/k/v projection output is kept).
-      const int64_t q_latent = mla->q_lora_rank.value_or(0), kv_latent = mla->kv_lora_rank + mla->qk_rope_head_dim;
-      const int64_t qk = a->num_heads * a->qk_head_dim, v = a->num_heads * a->v_head_dim;
+      // input, q's latent (with q_lora_rank), the kv latent (not the shared rope key), q, k, v and attended at
+      // cuDNN's widths, the softmax statistics (model/cuda/mla_attention_block.cpp: no fused q/k/v output kept).
+      const int64_t q_latent = mla->q_lora_rank.value_or(0), kv_latent = mla->kv_lora_rank;
+      const MlaHeadWidths widths = gpu_mla_head_widths(*a);
+      const int64_t qk = a->num_heads * widths.qk, v = a->num_heads * widths.v;
       return T * (H + q_latent + kv_latent + 2 * qk + 2 * v) * kBf16 + T * a->num_heads * kF32;
     }
     // input, qkv, q, k, v, attended, the softmax statistics.

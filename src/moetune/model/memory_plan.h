@@ -68,6 +68,13 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
 // buffer: model::GradientStorage::LayerArena).
 int64_t gradient_parameters_held(const ParameterLayout& layout, bool update_in_backward);
 
+// The per-head widths MLA's GPU block gives cuDNN (model/cuda/mla_attention_block.cpp): each rounded up to 8
+// elements (16-byte rows), q/k at least as wide as v; the padding columns are zero.
+struct MlaHeadWidths {
+  int64_t qk = 0, v = 0;
+};
+MlaHeadWidths gpu_mla_head_widths(const AttentionSpec& attention);
+
 // What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens.
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens);
 

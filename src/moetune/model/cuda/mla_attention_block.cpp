@@ -4,6 +4,7 @@
 
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
+#include "moetune/model/memory_plan.h"
 #include "moetune/ops/cuda/attention.h"
 #include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/gemm.h"
@@ -14,8 +15,6 @@ namespace moetune::model::cuda {
 namespace {
 
 Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
-
-int64_t round_up_8(int64_t n) { return (n + 7) / 8 * 8; }
 
 // Rows [start, start + length) of a parameter's value and gradient (undefined stays undefined).
 Param rows(const Param& p, int64_t start, int64_t length) {
@@ -30,8 +29,8 @@ MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::str
     : spec_(*sublayer.attention()),
       mla_(*spec_.mla),
       eps_(norm_eps),
-      qk_width_(std::max(round_up_8(mla_.qk_nope_head_dim + mla_.qk_rope_head_dim), round_up_8(spec_.v_head_dim))),
-      v_width_(round_up_8(spec_.v_head_dim)),
+      qk_width_(gpu_mla_head_widths(spec_).qk),
+      v_width_(gpu_mla_head_widths(spec_).v),
       layout_{mla_.qk_nope_head_dim, mla_.qk_rope_head_dim, spec_.v_head_dim, mla_.rope_interleave, mla_.rope_scale},
       p_(MlaParams::lookup(store, layer, sublayer.norm)) {
   MOETUNE_CHECK(p_.q.defined() != mla_.q_lora_rank.has_value(), "{}: the q projections do not match q_lora_rank", layer);
