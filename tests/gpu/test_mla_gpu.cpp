@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <tuple>
@@ -19,6 +21,8 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/attention.h"
 #include "moetune/ops/cuda/attention.h"
+#include "moetune/ops/cuda/attention_graph.h"
+#include "moetune/ops/cuda/attention_plans.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/mla_qkv.h"
 #include "moetune/ops/cuda/sigmoid_router.h"
@@ -99,6 +103,203 @@ TEST_F(MlaGpu, AttentionWithNarrowerValuesMatchesCpu) {
     EXPECT_LT(relative_error(dq, expected.dq), kBf16Tolerance);
     EXPECT_LT(relative_error(dk, expected.dk), kBf16Tolerance);
     EXPECT_LT(relative_error(dvv, take(expected.dv, 0, dv)), kBf16Tolerance);
+  }
+}
+
+// Batches whose documents each fill a row run in cuDNN's plain rows layout (BSHD, no offsets, no padding mask);
+// packed documents and rows ending in padding (its own document) in the ragged one. Both against the CPU, and
+// the engine's rows run against the rows plan built directly (so a silent fall-back to ragged would show).
+struct LayoutCase {
+  std::vector<int64_t> lengths;
+  int64_t bound, heads, kv_heads, head_dim, v_head_dim;
+  bool rows;  // whether the documents fill their rows
+};
+
+TEST_F(MlaGpu, RowsAndRaggedLayoutsMatchCpu) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  namespace ag = ops::cuda::attention_graph;
+  for (const LayoutCase& c : {LayoutCase{{256, 256}, 256, 4, 4, 192, 128, true},
+                              LayoutCase{{300}, 300, 4, 4, 192, 128, true},
+                              LayoutCase{{136, 136, 136}, 136, 8, 2, 128, 128, true},
+                              LayoutCase{{200, 56, 256}, 256, 4, 4, 192, 128, false},  // a row ending in padding
+                              LayoutCase{{100, 28, 128, 1, 127}, 128, 4, 4, 192, 128, false}}) {  // packed
+    SCOPED_TRACE(::testing::Message() << c.lengths.size() << " documents, bound " << c.bound << ", heads " << c.heads
+                                      << "/" << c.kv_heads << ", d " << c.head_dim << ", dv " << c.v_head_dim);
+    const std::vector<int64_t> starts = document_starts(c.lengths);
+    const int64_t tokens = int64_t(starts.size()), d = c.head_dim, dv = c.v_head_dim;
+    const double scale = 0.3 / std::sqrt(double(d));
+    const ops::cuda::AttentionTensors t{
+        .q = random_normal({tokens, c.heads, d}, DType::BF16, kGpu, rng()),
+        .k = random_normal({tokens, c.kv_heads, d}, DType::BF16, kGpu, rng()),
+        .v = random_normal({tokens, c.kv_heads, dv}, DType::BF16, kGpu, rng()),
+        .out = poisoned({tokens, c.heads, dv}, DType::BF16, kGpu),
+        .stats = Tensor(),
+        .dout = random_normal({tokens, c.heads, dv}, DType::BF16, kGpu, rng()),
+        .dq = poisoned({tokens, c.heads, d}, DType::BF16, kGpu),
+        .dk = poisoned({tokens, c.kv_heads, d}, DType::BF16, kGpu),
+        .dv = poisoned({tokens, c.kv_heads, dv}, DType::BF16, kGpu)};
+
+    // The CPU op takes one width and equal head counts: v and dout zero-padded to d, k and v repeated per head.
+    const Tensor kf = Tensor::zeros({tokens, c.heads, d}, DType::F32), vf = Tensor::zeros({tokens, c.heads, d}, DType::F32);
+    const Tensor doutf = Tensor::zeros({tokens, c.heads, d}, DType::F32);
+    const int64_t group = c.heads / c.kv_heads;
+    const Tensor k_host = to_cpu_f32(t.k), v_host = to_cpu_f32(t.v);
+    for (int64_t tok = 0; tok < tokens; ++tok)
+      for (int64_t h = 0; h < c.heads; ++h) {
+        std::copy_n(k_host.data<float>() + (tok * c.kv_heads + h / group) * d, d, kf.data<float>() + (tok * c.heads + h) * d);
+        std::copy_n(v_host.data<float>() + (tok * c.kv_heads + h / group) * dv, dv, vf.data<float>() + (tok * c.heads + h) * d);
+      }
+    place(doutf, 0, to_cpu_f32(t.dout));
+    const ops::AttentionMask mask{.document_start = starts};
+    const Tensor qf = to_cpu_f32(t.q);
+    const Tensor expected_out = ops::causal_attention_forward(qf, kf, vf, mask, scale);
+    const ops::AttentionGrads expected = ops::causal_attention_backward(doutf, qf, kf, vf, expected_out, mask, scale);
+    // dk and dv per kv head: the sum over the heads of its group.
+    const Tensor expected_dk = Tensor::zeros({tokens, c.kv_heads, d}, DType::F32);
+    const Tensor expected_dv = Tensor::zeros({tokens, c.kv_heads, dv}, DType::F32);
+    for (int64_t tok = 0; tok < tokens; ++tok)
+      for (int64_t h = 0; h < c.heads; ++h)
+        for (int64_t i = 0; i < d; ++i) {
+          const int64_t from = (tok * c.heads + h) * d + i, kv = tok * c.kv_heads + h / group;
+          expected_dk.data<float>()[kv * d + i] += expected.dk.data<float>()[from];
+          if (i < dv) expected_dv.data<float>()[kv * dv + i] += expected.dv.data<float>()[from];
+        }
+
+    const ops::cuda::PackedDocuments docs = ops::cuda::pack_documents(starts, c.bound);
+    const Tensor stats = ops::cuda::causal_attention_forward(t.q, t.k, t.v, docs, scale, t.out);
+    ops::cuda::causal_attention_backward(t.dout, t.q, t.k, t.v, t.out, stats, docs, scale, t.dq, t.dk, t.dv);
+    EXPECT_LT(relative_error(t.out, take(expected_out, 0, dv)), kBf16Tolerance);
+    EXPECT_LT(relative_error(t.dq, expected.dq), kBf16Tolerance);
+    EXPECT_LT(relative_error(t.dk, expected_dk), kBf16Tolerance);
+    EXPECT_LT(relative_error(t.dv, expected_dv), kBf16Tolerance);
+
+    // The plan the engine should have run, built directly: its forward output must be the engine's, bit for bit.
+    const int64_t rows = int64_t(c.lengths.size());
+    const ag::GraphKey key = c.rows ? ag::rows_key(false, c.heads, c.kv_heads, d, dv, rows, c.bound, 0)
+                                    : ag::ragged_key(false, tokens, c.heads, c.kv_heads, d, dv, rows, c.bound, 0);
+    const ops::cuda::AttentionPlans plans(key, ops::cuda::PlanSource::kHeuristicA);
+    ASSERT_GT(plans.count(), 0);
+    ASSERT_EQ(plans.error(0), "") << plans.label(0);
+    ops::cuda::AttentionTensors direct = t;
+    direct.out = poisoned(t.out.shape(), DType::BF16, kGpu);
+    direct.stats = Tensor::empty(stats.shape(), DType::F32, kGpu);
+    plans.run(0, direct, docs, scale);
+    EXPECT_EQ(relative_error(direct.out, to_cpu_f32(t.out)), 0.0) << plans.label(0);
+    EXPECT_EQ(relative_error(direct.stats, to_cpu_f32(stats)), 0.0) << plans.label(0);
+  }
+}
+
+// Not a check: every cuDNN plan for Moonlight's attention (16 heads, q/k 192, v 128; two rows of 4096 tokens, one
+// document each) and for q/k 128 beside it, in each layout and option: the ragged layout the engine used before
+// (with and without max_total_seq_len), the rows layout (BSHD) and head-major (BHSD) with and without the padding
+// mask, the deterministic backward; plans from heuristic mode A, then B and the fallback list, then every engine
+// with its knobs. Each line: the plan's time, TFLOP/s (the backward counted as 2.5 forwards, as
+// DISABLED_TimesAttentionWidths does), its workspace and its difference from the ragged heuristic-A plan
+// (head-major reads the same memory differently, so its difference means nothing). The most telling variants
+// come first; no new one starts after kBudgetSeconds. Run with --gtest_also_run_disabled_tests.
+TEST_F(MlaGpu, DISABLED_TimesAttentionPlans) {
+  namespace ag = ops::cuda::attention_graph;
+  using ops::cuda::PlanSource;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line out even if the run is cut short
+  constexpr double kBudgetSeconds = 70;
+  constexpr int64_t kRows = 2, kLength = 4096, kHeads = 16, kTokens = kRows * kLength;
+  const auto begin = std::chrono::steady_clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(); };
+  const ops::cuda::PackedDocuments docs = ops::cuda::pack_documents(document_starts({kLength, kLength}), kLength);
+
+  // Per width: the tensors, and the ragged heuristic-A plans' outputs as the reference.
+  struct Width {
+    int64_t d, dv;
+    ops::cuda::AttentionTensors t;
+    Tensor out, dq, dk, dv_ref;  // host copies
+  };
+  std::vector<Width> widths;
+  for (const auto& [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, std::pair<int64_t, int64_t>{128, 128}}) {
+    Width w{d, dv,
+            {.q = random_normal({kTokens, kHeads, d}, DType::BF16, kGpu, rng()),
+             .k = random_normal({kTokens, kHeads, d}, DType::BF16, kGpu, rng()),
+             .v = random_normal({kTokens, kHeads, dv}, DType::BF16, kGpu, rng()),
+             .out = Tensor::empty({kTokens, kHeads, dv}, DType::BF16, kGpu),
+             .stats = Tensor::empty({kTokens, kHeads}, DType::F32, kGpu),
+             .dout = random_normal({kTokens, kHeads, dv}, DType::BF16, kGpu, rng()),
+             .dq = Tensor::empty({kTokens, kHeads, d}, DType::BF16, kGpu),
+             .dk = Tensor::empty({kTokens, kHeads, d}, DType::BF16, kGpu),
+             .dv = Tensor::empty({kTokens, kHeads, dv}, DType::BF16, kGpu)},
+            {}, {}, {}, {}};
+    for (const bool backward : {false, true})
+      ops::cuda::AttentionPlans(ag::ragged_key(backward, kTokens, kHeads, kHeads, d, dv, kRows, kLength, 0),
+                                PlanSource::kHeuristicA)
+          .run(0, w.t, docs, 0.07);
+    w.out = to_cpu_f32(w.t.out), w.dq = to_cpu_f32(w.t.dq), w.dk = to_cpu_f32(w.t.dk), w.dv_ref = to_cpu_f32(w.t.dv);
+    widths.push_back(std::move(w));
+  }
+
+  struct Job {
+    size_t width;
+    bool backward;
+    ag::Layout layout;
+    bool padding_mask = false, max_total_seq_len = false, deterministic = false;
+    PlanSource source = PlanSource::kHeuristicA;
+  };
+  const auto R = ag::Layout::kRagged, W = ag::Layout::kRows, H = ag::Layout::kHeadMajor;
+  const auto A = PlanSource::kHeuristicA, B = PlanSource::kHeuristicB, F = PlanSource::kFallback,
+             E = PlanSource::kEveryEngine;
+  const std::vector<Job> jobs = {
+      {0, true, R, true, true}, {0, true, W}, {0, true, W, true}, {0, true, H}, {0, true, H, true},
+      {0, true, R, true, false}, {0, true, R, true, true, true}, {0, true, W, false, false, true},
+      {0, false, R, true}, {0, false, W}, {0, false, W, true}, {0, false, H}, {0, false, H, true},
+      {1, true, R, true, true}, {1, true, W}, {1, false, R, true}, {1, false, W},
+      {0, true, R, true, true, false, B}, {0, true, R, true, true, false, F}, {0, true, W, false, false, false, B},
+      {0, true, W, false, false, false, F}, {0, false, W, false, false, false, B},
+      {0, true, W, false, false, false, E}, {0, true, R, true, true, false, E}, {0, false, W, false, false, false, E}};
+  for (const Job& job : jobs) {
+    if (seconds() > kBudgetSeconds) {
+      std::printf("plans: time budget spent, stopping\n");
+      return;
+    }
+    Width& w = widths[job.width];
+    ag::GraphKey key = job.layout == R ? ag::ragged_key(job.backward, kTokens, kHeads, kHeads, w.d, w.dv, kRows, kLength, 0)
+                                       : ag::rows_key(job.backward, kHeads, kHeads, w.d, w.dv, kRows, kLength, 0);
+    key.layout = job.layout;
+    key.padding_mask = job.padding_mask;
+    key.max_total_seq_len = job.max_total_seq_len;
+    key.deterministic = job.deterministic;
+    const double build_start = seconds();
+    std::unique_ptr<ops::cuda::AttentionPlans> plans;
+    try {
+      plans = std::make_unique<ops::cuda::AttentionPlans>(key, job.source);
+    } catch (const Error& e) {
+      std::printf("plans: %s, %s: refused: %s\n", ag::describe(key).c_str(), ops::cuda::plan_source_name(job.source),
+                  e.what());
+      continue;
+    }
+    std::printf("plans: %s, %s: %lld plans (built in %.1f s)\n", ag::describe(key).c_str(),
+                ops::cuda::plan_source_name(job.source), (long long)plans->count(), seconds() - build_start);
+    for (const std::string& note : plans->notes()) std::printf("plans:   note: %s\n", note.c_str());
+    const double forward_flops = 2.0 * double(kHeads * (w.d + w.dv) * kRows) * double(kLength) * double(kLength) / 2;
+    for (int64_t i = 0; i < plans->count(); ++i) {
+      if (!plans->error(i).empty()) {
+        std::printf("plans:   #%lld %s: not built: %.160s\n", (long long)i, plans->label(i).c_str(),
+                    plans->error(i).c_str());
+        continue;
+      }
+      ops::cuda::AttentionTensors run = w.t;  // the backward reads the reference forward's out and statistics
+      if (!job.backward) run.stats = Tensor::empty(w.t.stats.shape(), DType::F32, kGpu);
+      if (!job.backward) run.out = Tensor::empty(w.t.out.shape(), DType::BF16, kGpu);
+      double ms = 0;
+      try {
+        ms = testing::mean_gpu_ms([&] { plans->run(i, run, docs, 0.07); }, 2, 10);
+      } catch (const Error& e) {
+        std::printf("plans:   #%lld %s: failed: %.200s\n", (long long)i, plans->label(i).c_str(), e.what());
+        continue;
+      }
+      const double difference =
+          job.backward ? std::max({relative_error(run.dq, w.dq), relative_error(run.dk, w.dk), relative_error(run.dv, w.dv_ref)})
+                       : relative_error(run.out, w.out);
+      std::printf("plans:   #%lld %s: %.3f ms, %.0f TFLOP/s, workspace %.1f MB, vs ragged A %.2e\n", (long long)i,
+                  plans->label(i).c_str(), ms, (job.backward ? 2.5 : 1.0) * forward_flops / ms / 1e9,
+                  double(plans->workspace_bytes(i)) / 1e6, difference);
+    }
   }
 }
 
