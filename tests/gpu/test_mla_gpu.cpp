@@ -242,7 +242,7 @@ TEST_F(MlaGpu, DISABLED_TimesAttentionPlans) {
     PlanSource source = PlanSource::kHeuristicA;
   };
   const auto R = ag::Layout::kRagged, W = ag::Layout::kRows, H = ag::Layout::kHeadMajor;
-  const auto A = PlanSource::kHeuristicA, B = PlanSource::kHeuristicB, F = PlanSource::kFallback,
+  const auto B = PlanSource::kHeuristicB, F = PlanSource::kFallback,
              E = PlanSource::kEveryEngine;
   const std::vector<Job> jobs = {
       {0, true, R, true, true}, {0, true, W}, {0, true, W, true}, {0, true, H}, {0, true, H, true},
@@ -384,7 +384,8 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
                            QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1},
                            // head widths off multiples of 8, and many heads (a vectorised kernel must fall back
                            // to narrower accesses there, and keep every head's rope-key gradient of a token)
-                           QkvCase{11, 3, 6, 6, 5, 13, 7, false, 1.0}, QkvCase{5, 200, 16, 64, 16, 80, 16, false, 0.9}}) {
+                           QkvCase{11, 3, 6, 6, 5, 13, 7, false, 1.0}, QkvCase{5, 200, 16, 64, 16, 80, 16, false, 0.9},
+                           QkvCase{23, 5, 6, 10, 7, 16, 8, true, 1.0}}) {  // q in place with an odd pair count
     SCOPED_TRACE(::testing::Message() << "heads " << c.heads << ", nope " << c.nope << ", rope " << c.rope << ", v "
                                       << c.v_dim << (c.interleaved ? ", interleaved" : ""));
     const int64_t T = c.tokens, H = c.heads, dqk = c.nope + c.rope, kv_width = c.nope + c.v_dim;
@@ -416,6 +417,17 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
     EXPECT_LT(relative_error(q, eq), kBf16Tolerance);
     EXPECT_LT(relative_error(k, ek), kBf16Tolerance);
     EXPECT_LT(relative_error(v, ev), kBf16Tolerance);
+    const bool in_place = c.qk_width == dqk;  // the block's path at such widths: q is q_proj rotated in place
+    if (in_place) {
+      const Tensor q_rotated = q_proj.clone();
+      ops::cuda::mla_q_rope_in_place(q_rotated, inv_freq, pos, layout, /*backward=*/false);
+      const Tensor k_only = poisoned(k.shape(), DType::BF16, kGpu), v_only = poisoned(v.shape(), DType::BF16, kGpu);
+      ops::cuda::mla_qkv_forward({}, kv, k_rope, inv_freq, pos, layout, {}, k_only, v_only);
+      // The copying kernel's arithmetic: equal but for an odd last-bit rounding where contraction differs.
+      EXPECT_LT(relative_error(q_rotated, to_cpu_f32(q)), 1e-3);
+      EXPECT_LT(relative_error(k_only, to_cpu_f32(k)), 1e-3);
+      EXPECT_EQ(relative_error(v_only, to_cpu_f32(v)), 0.0);
+    }
 
     const Tensor dq = random_normal(q.shape(), DType::BF16, kGpu, rng()), dk = random_normal(k.shape(), DType::BF16, kGpu, rng());
     const Tensor dv = random_normal(v.shape(), DType::BF16, kGpu, rng());
@@ -438,6 +450,15 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
     EXPECT_LT(relative_error(dq_proj, edq), kBf16Tolerance);
     EXPECT_LT(relative_error(dkv, edkv), kBf16Tolerance);
     EXPECT_LT(relative_error(dk_rope, ops::mla_rope_backward(summed, rope, positions).view({T, c.rope})), kBf16Tolerance);
+    if (in_place) {
+      const Tensor dq_in_place = dq.clone();
+      ops::cuda::mla_q_rope_in_place(dq_in_place, inv_freq, pos, layout, /*backward=*/true);
+      const Tensor dkv_only = poisoned(kv.shape(), DType::BF16, kGpu), dk_rope_only = poisoned(k_rope.shape(), DType::BF16, kGpu);
+      ops::cuda::mla_qkv_backward({}, dk, dv, inv_freq, pos, layout, {}, dkv_only, dk_rope_only);
+      EXPECT_LT(relative_error(dq_in_place, to_cpu_f32(dq_proj)), 1e-3);
+      EXPECT_EQ(relative_error(dkv_only, to_cpu_f32(dkv)), 0.0);
+      EXPECT_LT(relative_error(dk_rope_only, to_cpu_f32(dk_rope)), 1e-3);
+    }
   }
 }
 
@@ -478,6 +499,18 @@ TEST_F(MlaGpu, DISABLED_TimesQkvAssembly) {
   const double bytes = 2.0 * T * (H * (qk + nope + dv) + rope + H * (2 * qk + dv));
   std::printf("mla qkv assembly (8192 tokens, 16 heads): forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n",
               forward_ms, bytes / forward_ms / 1e6, backward_ms, bytes / backward_ms / 1e6);
+  // What the block runs at these widths: q_proj's rope columns rotated in place (read and written), then k and v
+  // from kv and k_rope; backward the same in reverse.
+  const auto time_ms = [](const std::function<void()>& run) { return testing::mean_gpu_ms(run); };
+  const double q_ms = time_ms([&] { ops::cuda::mla_q_rope_in_place(q_proj, inv_freq, pos, layout, false); });
+  const double kv_ms = time_ms([&] { ops::cuda::mla_qkv_forward({}, kv, k_rope, inv_freq, pos, layout, {}, k, v); });
+  const double dq_ms = time_ms([&] { ops::cuda::mla_q_rope_in_place(q_proj, inv_freq, pos, layout, true); });
+  const double dkv_ms = time_ms([&] { ops::cuda::mla_qkv_backward({}, k, v, inv_freq, pos, layout, {}, dkv, dk_rope); });
+  const double q_bytes = 2.0 * 2 * T * H * rope, kv_bytes = 2.0 * T * (H * (nope + dv) + rope + H * (qk + dv));
+  std::printf("mla qkv with q in place: forward q %.3f ms (%.0f GB/s) + k, v %.3f ms (%.0f GB/s); backward dq %.3f ms "
+              "(%.0f GB/s) + dkv %.3f ms (%.0f GB/s)\n",
+              q_ms, q_bytes / q_ms / 1e6, kv_ms, kv_bytes / kv_ms / 1e6, dq_ms, q_bytes / dq_ms / 1e6, dkv_ms,
+              kv_bytes / dkv_ms / 1e6);
 }
 
 TEST_F(MlaGpu, CopyLeadingColumnsPadsAndNarrows) {

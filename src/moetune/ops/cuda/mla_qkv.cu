@@ -1,7 +1,9 @@
 // MLA's q, k and v for flash attention, one block per token: the no-rope columns are copied, the rope columns
 // rotated (each head's own q part, and the one shared key broadcast to every head), everything past the real
 // columns zeroed so that padded head widths change no score and no kept output. The backward pass is the
-// transpose; the shared key's gradient is summed over the heads before the (linear) inverse rotation.
+// transpose; the shared key's gradient is summed over the heads before the (linear) inverse rotation. Where q's
+// width is q_proj's, q is q_proj itself with its rope columns rotated in place (and dq likewise back into dq_proj),
+// which leaves the copy of its no-rope columns out.
 #include <algorithm>
 #include <cstdint>
 
@@ -66,19 +68,16 @@ __global__ void mla_qkv_forward_kernel(const bf16* __restrict__ q_proj, const bf
   const bf16* key_rope = k_rope + t * s.rope;
   for (int idx = threadIdx.x; idx < s.heads * s.qk_width; idx += blockDim.x) {
     const int h = idx / s.qk_width, c = idx % s.qk_width;
-    const bf16* q_head = q_proj + (t * s.heads + h) * dqk;
     const bf16* kv_head = kv + (t * s.heads + h) * dkv;
-    float qv = 0.0f, kval = 0.0f;
-    if (c < s.nope) {
-      qv = to_float(q_head[c]);
-      kval = to_float(kv_head[c]);
-    } else if (c < dqk) {
-      qv = rotated(q_head + s.nope, c - s.nope, s, position, inv_freq);
-      kval = rotated(key_rope, c - s.nope, s, position, inv_freq);
-    }
+    const float kval = c < s.nope ? to_float(kv_head[c])
+                       : c < dqk  ? rotated(key_rope, c - s.nope, s, position, inv_freq)
+                                  : 0.0f;
     const int64_t out = (t * s.heads + h) * s.qk_width + c;
-    q[out] = from_float<bf16>(qv);
     k[out] = from_float<bf16>(kval);
+    if (q == nullptr) continue;  // q is q_proj, rotated in place (mla_q_rope_in_place_kernel)
+    const bf16* q_head = q_proj + (t * s.heads + h) * dqk;
+    const float qv = c < s.nope ? to_float(q_head[c]) : c < dqk ? rotated(q_head + s.nope, c - s.nope, s, position, inv_freq) : 0.0f;
+    q[out] = from_float<bf16>(qv);
   }
   for (int idx = threadIdx.x; idx < s.heads * s.v_width; idx += blockDim.x) {
     const int h = idx / s.v_width, c = idx % s.v_width;
@@ -93,7 +92,7 @@ __global__ void mla_qkv_backward_kernel(const bf16* __restrict__ dq, const bf16*
   const int64_t t = blockIdx.x;
   const int32_t position = positions[t];
   const int dqk = s.nope + s.rope, dkv_width = s.nope + s.v_dim;
-  for (int idx = threadIdx.x; idx < s.heads * dqk; idx += blockDim.x) {
+  for (int idx = threadIdx.x; dq != nullptr && idx < s.heads * dqk; idx += blockDim.x) {  // else dq is rotated in place
     const int h = idx / dqk, c = idx % dqk;
     const bf16* dq_head = dq + (t * s.heads + h) * s.qk_width;
     const float value =
@@ -114,6 +113,40 @@ __global__ void mla_qkv_backward_kernel(const bf16* __restrict__ dq, const bf16*
   };
   for (int j = threadIdx.x; j < s.rope; j += blockDim.x)
     dk_rope[t * s.rope + j] = from_float<bf16>(unrotated(summed, j, s, position, inv_freq));
+}
+
+// q [T, heads, nope + rope] in place: each head's rope columns rotated (kBackward: by the transpose, dq into
+// dq_proj). One warp a (token, head). The head's rope columns are staged in shared memory first because the
+// rotation reads columns other lanes write (interleaved: pair i moves from slots 2i, 2i+1 to i, i + rope / 2).
+constexpr int kRopeWarps = 8;
+
+struct StagedAt {  // dy_at for unrotated(): the staged gradient as fp32
+  const bf16* x;
+  __device__ float operator()(int i) const { return to_float(x[i]); }
+};
+
+template <bool kBackward>
+__global__ void __launch_bounds__(kRopeWarps * 32)
+    mla_q_rope_in_place_kernel(bf16* __restrict__ q, const float* __restrict__ inv_freq,
+                               const int32_t* __restrict__ positions, MlaQkvShape s) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  bf16* staged = reinterpret_cast<bf16*>(smem) + warp * s.rope;
+  const int64_t row = int64_t(blockIdx.x) * kRopeWarps + warp;  // token * heads + head
+  if (row >= s.tokens * s.heads) return;                         // a whole warp: no block-wide barrier follows
+  const int32_t position = positions[row / s.heads];
+  bf16* x = q + row * (s.nope + s.rope) + s.nope;
+  for (int i = lane; i < s.rope; i += 32) staged[i] = x[i];
+  __syncwarp();
+  for (int c = lane; c < s.rope; c += 32) {
+    float value;
+    if constexpr (kBackward) {
+      value = unrotated(StagedAt{staged}, c, s, position, inv_freq);
+    } else {
+      value = rotated(staged, c, s, position, inv_freq);
+    }
+    x[c] = from_float<bf16>(value);
+  }
 }
 
 __global__ void copy_leading_columns_kernel(const bf16* __restrict__ src, int64_t src_width, bf16* __restrict__ dst,
@@ -150,6 +183,22 @@ cudaError_t launch_mla_qkv_backward(const void* dq, const void* dk, const void* 
   mla_qkv_backward_kernel<<<unsigned(shape.tokens), kThreads, 0, stream>>>(
       static_cast<const bf16*>(dq), static_cast<const bf16*>(dk), static_cast<const bf16*>(dv), inv_freq, positions,
       static_cast<bf16*>(dq_proj), static_cast<bf16*>(dkv), static_cast<bf16*>(dk_rope), shape);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mla_q_rope_in_place(void* q, const float* inv_freq, const int32_t* positions, MlaQkvShape shape,
+                                       bool backward, cudaStream_t stream) {
+  if (!valid(shape)) return cudaErrorInvalidValue;
+  const int64_t rows = shape.tokens * shape.heads;
+  if (rows == 0) return cudaSuccess;
+  const int64_t blocks = (rows + kRopeWarps - 1) / kRopeWarps;
+  if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+  const size_t smem = size_t(kRopeWarps) * size_t(shape.rope) * sizeof(bf16);
+  auto* data = static_cast<bf16*>(q);
+  if (backward)
+    mla_q_rope_in_place_kernel<true><<<unsigned(blocks), kRopeWarps * 32, smem, stream>>>(data, inv_freq, positions, shape);
+  else
+    mla_q_rope_in_place_kernel<false><<<unsigned(blocks), kRopeWarps * 32, smem, stream>>>(data, inv_freq, positions, shape);
   return cudaGetLastError();
 }
 
