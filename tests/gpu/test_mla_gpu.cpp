@@ -189,19 +189,21 @@ TEST_F(MlaGpu, RowsAndRaggedLayoutsMatchCpu) {
   }
 }
 
-// Not a check: every cuDNN plan for Moonlight's attention (16 heads, q/k 192, v 128; two rows of 4096 tokens, one
-// document each) and for q/k 128 beside it, in each layout and option: the ragged layout the engine used before
-// (with and without max_total_seq_len), the rows layout (BSHD) and head-major (BHSD) with and without the padding
-// mask, the deterministic backward; plans from heuristic mode A, then B and the fallback list, then every engine
-// with its knobs. Each line: the plan's time, TFLOP/s (the backward counted as 2.5 forwards, as
-// DISABLED_TimesAttentionWidths does), its workspace and its difference from the ragged heuristic-A plan
-// (head-major reads the same memory differently, so its difference means nothing). The most telling variants
-// come first; no new one starts after kBudgetSeconds. Run with --gtest_also_run_disabled_tests.
-TEST_F(MlaGpu, DISABLED_TimesAttentionPlans) {
+// One variant of the attention graph and where its plans come from, for the studies below.
+struct PlanJob {
+  size_t width;  // 0: q/k 192, v 128 (Moonlight); 1: 128 / 128
+  bool backward;
+  ops::cuda::attention_graph::Layout layout;
+  bool padding_mask = false, max_total_seq_len = false, deterministic = false;
+  ops::cuda::PlanSource source = ops::cuda::PlanSource::kHeuristicA;
+};
+
+// Builds and times the plans of each job in turn (16 heads, two rows of 4096 tokens, one document each), each
+// plan's outputs compared with the ragged heuristic-A plan's; no new job starts after budget_seconds.
+void study_attention_plans(std::mt19937& rng, const std::vector<PlanJob>& jobs, double budget_seconds) {
   namespace ag = ops::cuda::attention_graph;
   using ops::cuda::PlanSource;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line out even if the run is cut short
-  constexpr double kBudgetSeconds = 70;
   constexpr int64_t kRows = 2, kLength = 4096, kHeads = 16, kTokens = kRows * kLength;
   const auto begin = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(); };
@@ -216,12 +218,12 @@ TEST_F(MlaGpu, DISABLED_TimesAttentionPlans) {
   std::vector<Width> widths;
   for (const auto& [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, std::pair<int64_t, int64_t>{128, 128}}) {
     Width w{d, dv,
-            {.q = random_normal({kTokens, kHeads, d}, DType::BF16, kGpu, rng()),
-             .k = random_normal({kTokens, kHeads, d}, DType::BF16, kGpu, rng()),
-             .v = random_normal({kTokens, kHeads, dv}, DType::BF16, kGpu, rng()),
+            {.q = random_normal({kTokens, kHeads, d}, DType::BF16, kGpu, rng),
+             .k = random_normal({kTokens, kHeads, d}, DType::BF16, kGpu, rng),
+             .v = random_normal({kTokens, kHeads, dv}, DType::BF16, kGpu, rng),
              .out = Tensor::empty({kTokens, kHeads, dv}, DType::BF16, kGpu),
              .stats = Tensor::empty({kTokens, kHeads}, DType::F32, kGpu),
-             .dout = random_normal({kTokens, kHeads, dv}, DType::BF16, kGpu, rng()),
+             .dout = random_normal({kTokens, kHeads, dv}, DType::BF16, kGpu, rng),
              .dq = Tensor::empty({kTokens, kHeads, d}, DType::BF16, kGpu),
              .dk = Tensor::empty({kTokens, kHeads, d}, DType::BF16, kGpu),
              .dv = Tensor::empty({kTokens, kHeads, dv}, DType::BF16, kGpu)},
@@ -234,32 +236,15 @@ TEST_F(MlaGpu, DISABLED_TimesAttentionPlans) {
     widths.push_back(std::move(w));
   }
 
-  struct Job {
-    size_t width;
-    bool backward;
-    ag::Layout layout;
-    bool padding_mask = false, max_total_seq_len = false, deterministic = false;
-    PlanSource source = PlanSource::kHeuristicA;
-  };
-  const auto R = ag::Layout::kRagged, W = ag::Layout::kRows, H = ag::Layout::kHeadMajor;
-  const auto B = PlanSource::kHeuristicB, F = PlanSource::kFallback,
-             E = PlanSource::kEveryEngine;
-  const std::vector<Job> jobs = {
-      {0, true, R, true, true}, {0, true, W}, {0, true, W, true}, {0, true, H}, {0, true, H, true},
-      {0, true, R, true, false}, {0, true, R, true, true, true}, {0, true, W, false, false, true},
-      {0, false, R, true}, {0, false, W}, {0, false, W, true}, {0, false, H}, {0, false, H, true},
-      {1, true, R, true, true}, {1, true, W}, {1, false, R, true}, {1, false, W},
-      {0, true, R, true, true, false, B}, {0, true, R, true, true, false, F}, {0, true, W, false, false, false, B},
-      {0, true, W, false, false, false, F}, {0, false, W, false, false, false, B},
-      {0, true, W, false, false, false, E}, {0, true, R, true, true, false, E}, {0, false, W, false, false, false, E}};
-  for (const Job& job : jobs) {
-    if (seconds() > kBudgetSeconds) {
+  for (const PlanJob& job : jobs) {
+    if (seconds() > budget_seconds) {
       std::printf("plans: time budget spent, stopping\n");
       return;
     }
     Width& w = widths[job.width];
-    ag::GraphKey key = job.layout == R ? ag::ragged_key(job.backward, kTokens, kHeads, kHeads, w.d, w.dv, kRows, kLength, 0)
-                                       : ag::rows_key(job.backward, kHeads, kHeads, w.d, w.dv, kRows, kLength, 0);
+    ag::GraphKey key = job.layout == ag::Layout::kRagged
+                           ? ag::ragged_key(job.backward, kTokens, kHeads, kHeads, w.d, w.dv, kRows, kLength, 0)
+                           : ag::rows_key(job.backward, kHeads, kHeads, w.d, w.dv, kRows, kLength, 0);
     key.layout = job.layout;
     key.padding_mask = job.padding_mask;
     key.max_total_seq_len = job.max_total_seq_len;
@@ -301,6 +286,40 @@ TEST_F(MlaGpu, DISABLED_TimesAttentionPlans) {
                   double(plans->workspace_bytes(i)) / 1e6, difference);
     }
   }
+}
+
+// Not a check: every cuDNN plan for Moonlight's attention (16 heads, q/k 192, v 128; two rows of 4096 tokens, one
+// document each) and for q/k 128 beside it, in each layout and option: the ragged layout the engine used before
+// (with and without max_total_seq_len), the rows layout (BSHD) and head-major (BHSD) with and without the padding
+// mask, the deterministic backward; plans from heuristic mode A, then B and the fallback list, then every engine
+// with its knobs. Each line: the plan's time, TFLOP/s (the backward counted as 2.5 forwards, as
+// DISABLED_TimesAttentionWidths does), its workspace and its difference from the ragged heuristic-A plan
+// (head-major reads the same memory differently, so its difference means nothing). The most telling variants
+// come first. Run with --gtest_also_run_disabled_tests.
+TEST_F(MlaGpu, DISABLED_TimesAttentionPlans) {
+  const auto R = ops::cuda::attention_graph::Layout::kRagged, W = ops::cuda::attention_graph::Layout::kRows,
+             H = ops::cuda::attention_graph::Layout::kHeadMajor;
+  const auto B = ops::cuda::PlanSource::kHeuristicB, F = ops::cuda::PlanSource::kFallback,
+             E = ops::cuda::PlanSource::kEveryEngine;
+  study_attention_plans(
+      rng(),
+      {{0, true, R, true, true}, {0, true, W}, {0, true, W, true}, {0, true, H}, {0, true, H, true},
+       {0, true, R, true, false}, {0, true, R, true, true, true}, {0, true, W, false, false, true},
+       {0, false, R, true}, {0, false, W}, {0, false, W, true}, {0, false, H}, {0, false, H, true},
+       {1, true, R, true, true}, {1, true, W}, {1, false, R, true}, {1, false, W},
+       {0, true, R, true, true, false, B}, {0, true, R, true, true, false, F}, {0, true, W, false, false, false, B},
+       {0, true, W, false, false, false, F}, {0, false, W, false, false, false, B},
+       {0, true, W, false, false, false, E}, {0, true, R, true, true, false, E}, {0, false, W, false, false, false, E}},
+      70);
+}
+
+// Not a check: Moonlight's attention in the rows layout the engine runs, every engine and knob combination cuDNN
+// builds for it (its heuristics offer one configuration for the backward pass), backward then forward. Run with
+// --gtest_also_run_disabled_tests.
+TEST_F(MlaGpu, DISABLED_TimesAttentionKernelConfigs) {
+  const auto W = ops::cuda::attention_graph::Layout::kRows;
+  const auto E = ops::cuda::PlanSource::kEveryEngine;
+  study_attention_plans(rng(), {{0, true, W, false, false, false, E}, {0, false, W, false, false, false, E}}, 30);
 }
 
 // Not a check: cuDNN's attention forward + backward at Moonlight's widths (16 heads, q/k 192, v 128; two

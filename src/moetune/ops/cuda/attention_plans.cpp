@@ -6,6 +6,7 @@
 #include "moetune/ops/cuda/attention_plans.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/cudnn_handle.h"
@@ -16,8 +17,7 @@ namespace {
 namespace fe = cudnn_frontend;
 using attention_graph::GraphKey;
 
-constexpr int kMaxKnobValues = 6;       // per knob, spread over its range
-constexpr int kMaxKnobVariants = 24;    // over all engines and knobs
+constexpr int kMaxKnobCombinations = 512;  // per engine
 
 std::string message(fe::error_t status) { return status.is_bad() ? status.get_message() : std::string(); }
 
@@ -38,6 +38,7 @@ struct AttentionPlans::State {
   std::shared_ptr<fe::graph::Graph> graph;
   std::vector<std::string> labels, errors, notes;
   std::vector<size_t> workspaces;
+  std::vector<int64_t> graph_index;  // each plan's index among the graph's execution plans
 
   // Appends the plans enqueued since `first`, building each.
   void build_from(int64_t first, const std::string& suffix) {
@@ -48,51 +49,57 @@ struct AttentionPlans::State {
       int64_t workspace = 0;
       if (error.empty()) error = message(graph->get_workspace_size_plan_at_index(i, workspace));
       labels.push_back(name + suffix);
+      graph_index.push_back(i);
       errors.push_back(error);
       workspaces.push_back(size_t(std::max<int64_t>(workspace, 0)));
     }
   }
 
-  // Each engine with default knobs, then each knob of the engines that built, one value at a time.
+  // Every engine cuDNN lists for the graph, with every combination of its knobs' values (each knob over its whole
+  // range by its stride; the first kMaxKnobCombinations combinations): cuDNN's engines take no default knobs for
+  // attention, and its heuristics name one combination; the others are what this looks for.
   void every_engine() {
     int64_t engines = 0;
     attention_graph::check(graph->get_engine_count(engines), "the engine count", key);
-    std::vector<std::pair<int64_t, std::vector<fe::Knob>>> built;
     for (int64_t e = 0; e < engines; ++e) {
-      const int64_t first = graph->get_execution_plan_count();
-      const std::string error = message(graph->create_execution_plan(e, {}));
-      if (!error.empty()) {
-        notes.push_back(fmt::format("engine {}: not for this graph ({})", e, error.substr(0, 120)));
-        continue;
-      }
-      build_from(first, fmt::format(" [engine {}]", e));
       std::vector<fe::Knob> knobs;
       const std::string knob_error = message(graph->get_knobs_for_engine(e, knobs));
-      std::string line = fmt::format("engine {}: {}; knobs", e, errors.back().empty() ? "built" : errors.back());
+      if (!knob_error.empty()) {
+        notes.push_back(fmt::format("engine {}: no knobs ({})", e, knob_error.substr(0, 100)));
+        continue;
+      }
+      std::string line = fmt::format("engine {}: knobs", e);
       for (const fe::Knob& k : knobs)
         line += fmt::format(" type {} [{}, {}] step {};", int(k.type), k.minValue, k.maxValue, k.stride);
-      notes.push_back(line + knob_error);
-      if (errors.back().empty()) built.emplace_back(e, std::move(knobs));
-    }
-    int variants = 0;
-    for (const auto& [e, knobs] : built)
-      for (const fe::Knob& k : knobs) {
-        const int64_t step = std::max<int64_t>(k.stride, 1);
-        const int64_t values = (k.maxValue - k.minValue) / step + 1;
-        const int64_t jump = std::max<int64_t>(1, (values + kMaxKnobValues - 1) / kMaxKnobValues) * step;
-        for (int64_t v = k.minValue; v <= k.maxValue && variants < kMaxKnobVariants; v += jump, ++variants) {
-          const int64_t first = graph->get_execution_plan_count();
-          const std::string error = message(graph->create_execution_plan(e, {{k.type, v}}));
-          const std::string suffix = fmt::format(" [engine {}, knob type {} = {}]", e, int(k.type), v);
-          if (error.empty()) {
-            build_from(first, suffix);
-          } else {
-            labels.push_back("(not created)" + suffix);
-            errors.push_back(error);
-            workspaces.push_back(0);
+      std::vector<int64_t> choice(knobs.size());
+      for (size_t i = 0; i < knobs.size(); ++i) choice[i] = knobs[i].minValue;
+      int tried = 0, created = 0;
+      for (bool more = true; more && tried < kMaxKnobCombinations; ++tried) {
+        std::unordered_map<fe::KnobType_t, int64_t> values;
+        std::string suffix = fmt::format(" [engine {}", e);
+        for (size_t i = 0; i < knobs.size(); ++i) {
+          values[knobs[i].type] = choice[i];
+          suffix += fmt::format(", knob {} = {}", int(knobs[i].type), choice[i]);
+        }
+        const int64_t first = graph->get_execution_plan_count();
+        if (message(graph->create_execution_plan(e, values)).empty()) {
+          ++created;
+          build_from(first, suffix + "]");
+        }
+        // The next combination, the last knob fastest.
+        more = false;
+        for (size_t i = knobs.size(); i-- > 0;) {
+          choice[i] += std::max<int64_t>(knobs[i].stride, 1);
+          if (choice[i] <= knobs[i].maxValue) {
+            more = true;
+            break;
           }
+          choice[i] = knobs[i].minValue;
         }
       }
+      notes.push_back(fmt::format("{} {} of {} combinations tried created a plan{}", line, created, tried,
+                                  tried == kMaxKnobCombinations ? " (stopped at the cap)" : ""));
+    }
   }
 };
 
@@ -140,7 +147,8 @@ void AttentionPlans::run(int64_t i, const AttentionTensors& t, const PackedDocum
   char* base = static_cast<char*>(scratch.raw_data());
   float scale_value = float(scale);
   add_call_inputs(key, docs, scale_value, base, pack);
-  check(state_->graph->execute_plan_at_index(cudnn_handle(), pack, base + inputs, i), "execution", key);
+  check(state_->graph->execute_plan_at_index(cudnn_handle(), pack, base + inputs, state_->graph_index.at(size_t(i))),
+        "execution", key);
   gpu::check(cudaGetLastError(), fmt::format("attention plan {} ({})", i, label(i)));
 }
 

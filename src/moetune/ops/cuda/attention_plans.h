@@ -16,7 +16,7 @@
 namespace moetune::ops::cuda {
 
 // Where the candidate plans come from: one of cuDNN's heuristic modes, or every engine cuDNN has for the graph
-// (its global engine ids, default knobs), then each supported engine's knobs one at a time.
+// (its global engine ids) with every combination of its knobs.
 enum class PlanSource : uint8_t { kHeuristicA, kHeuristicB, kFallback, kEveryEngine };
 
 const char* plan_source_name(PlanSource source);
