@@ -313,13 +313,13 @@ TEST_F(MlaGpu, DISABLED_TimesAttentionPlans) {
       70);
 }
 
-// Not a check: Moonlight's attention in the rows layout the engine runs, every engine and knob combination cuDNN
-// builds for it (its heuristics offer one configuration for the backward pass), backward then forward. Run with
-// --gtest_also_run_disabled_tests.
+// Not a check: Moonlight's attention backward in the rows layout the engine runs, every engine and knob
+// combination cuDNN builds for it (its heuristics offer one configuration). The forward's sweep is left out: its
+// 22 plans took 27.5 s to build on the H200 (session 7). Run with --gtest_also_run_disabled_tests.
 TEST_F(MlaGpu, DISABLED_TimesAttentionKernelConfigs) {
   const auto W = ops::cuda::attention_graph::Layout::kRows;
   const auto E = ops::cuda::PlanSource::kEveryEngine;
-  study_attention_plans(rng(), {{0, true, W, false, false, false, E}, {0, false, W, false, false, false, E}}, 30);
+  study_attention_plans(rng(), {{0, true, W, false, false, false, E}}, 30);
 }
 
 // Not a check: cuDNN's attention forward + backward at Moonlight's widths (16 heads, q/k 192, v 128; two
