@@ -31,6 +31,7 @@ MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::str
       eps_(norm_eps),
       qk_width_(gpu_mla_head_widths(spec_).qk),
       v_width_(gpu_mla_head_widths(spec_).v),
+      q_in_place_(qk_width_ == mla_.qk_nope_head_dim + mla_.qk_rope_head_dim),
       layout_{mla_.qk_nope_head_dim, mla_.qk_rope_head_dim, spec_.v_head_dim, mla_.rope_interleave, mla_.rope_scale},
       p_(MlaParams::lookup(store, layer, sublayer.norm)) {
   MOETUNE_CHECK(p_.q.defined() != mla_.q_lora_rank.has_value(), "{}: the q projections do not match q_lora_rank", layer);
@@ -88,11 +89,18 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   kv_normed = Tensor();
 
   part.next("mla.qkv");
-  stash_.q = device_like({tokens, heads, qk_width_});
   stash_.k = device_like({tokens, heads, qk_width_});
   stash_.v = device_like({tokens, heads, v_width_});
-  ops::cuda::mla_qkv_forward(q_proj.view({tokens, heads, nope + rope}), kv.view({tokens, heads, nope + dv}), k_rope,
-                             inv_freq_, batch.positions, layout_, stash_.q, stash_.k, stash_.v);
+  if (q_in_place_) {
+    stash_.q = q_proj.view({tokens, heads, nope + rope});
+    ops::cuda::mla_q_rope_in_place(stash_.q, inv_freq_, batch.positions, layout_, /*backward=*/false);
+    ops::cuda::mla_qkv_forward({}, kv.view({tokens, heads, nope + dv}), k_rope, inv_freq_, batch.positions, layout_, {},
+                               stash_.k, stash_.v);
+  } else {
+    stash_.q = device_like({tokens, heads, qk_width_});
+    ops::cuda::mla_qkv_forward(q_proj.view({tokens, heads, nope + rope}), kv.view({tokens, heads, nope + dv}), k_rope,
+                               inv_freq_, batch.positions, layout_, stash_.q, stash_.k, stash_.v);
+  }
   part.next("mla.flash");
   stash_.attended = device_like({tokens, heads, v_width_});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
@@ -139,11 +147,19 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
                                       batch.documents, mla_.softmax_scale, dq, dk, dvv);
   dattended = Tensor();
   part.next("mla.bwd.qkv");
-  Tensor dq_proj = device_like({tokens, heads * (nope + rope)});
   Tensor dkv = device_like({tokens, heads * (nope + dv)});
   Tensor dk_rope = device_like({tokens, rope});
-  ops::cuda::mla_qkv_backward(dq, dk, dvv, inv_freq_, batch.positions, layout_, dq_proj.view({tokens, heads, nope + rope}),
-                              dkv.view({tokens, heads, nope + dv}), dk_rope);
+  Tensor dq_proj;
+  if (q_in_place_) {
+    ops::cuda::mla_q_rope_in_place(dq, inv_freq_, batch.positions, layout_, /*backward=*/true);
+    dq_proj = dq.view({tokens, heads * (nope + rope)});
+    ops::cuda::mla_qkv_backward({}, dk, dvv, inv_freq_, batch.positions, layout_, {}, dkv.view({tokens, heads, nope + dv}),
+                                dk_rope);
+  } else {
+    dq_proj = device_like({tokens, heads * (nope + rope)});
+    ops::cuda::mla_qkv_backward(dq, dk, dvv, inv_freq_, batch.positions, layout_,
+                                dq_proj.view({tokens, heads, nope + rope}), dkv.view({tokens, heads, nope + dv}), dk_rope);
+  }
   dq = dk = dvv = Tensor();
   part.next("mla.bwd.kv");
 

@@ -32,6 +32,7 @@ class MlaAttentionBlock {
   const MlaSpec& mla_;
   double eps_;
   int64_t qk_width_, v_width_;  // the attention tensors' head widths
+  bool q_in_place_;              // qk_width_ is q_proj's: q is q_proj rotated in place, dq becomes dq_proj in place
   ops::cuda::MlaQkvLayout layout_;
   Tensor inv_freq_;             // F32 [rope / 2] on the device
   MlaParams p_;

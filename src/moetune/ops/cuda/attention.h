@@ -4,12 +4,13 @@
 // up to itself, and query head h reads key/value head h / (heads / kv_heads). The CPU mask's key_valid has no
 // counterpart here: padding is its own document (it sees only itself, and no real token sees it).
 //
-// Inputs are BF16 with fp32 accumulation; the softmax statistics are F32. cuDNN reads the packed tokens through
-// its ragged (THD) layout: documents become batch entries of at most max_document_length tokens, with element
-// offsets and lengths computed on the device from cu_seqlens. Graphs are built once per shape (heads, kv_heads,
-// head_dim, max_document_length, document count rounded up to a power of two, the sliding window, and for the
-// backward pass the token count rounded up to 128) and cached for the life of the process, so a training run
-// builds a few.
+// Inputs are BF16 with fp32 accumulation; the softmax statistics are F32. When every document fills a row of
+// max_document_length tokens (unpacked full rows) cuDNN reads the rows as a plain [rows, length, heads, width]
+// batch (BSHD); otherwise it reads the packed tokens through its ragged (THD) layout: documents become batch
+// entries of at most max_document_length tokens, with element offsets and lengths computed on the device from
+// cu_seqlens. Graphs are built once per shape (heads, kv_heads, head_dim, max_document_length, the layout, the
+// document count (ragged: rounded up to a power of two), the sliding window, and for the ragged backward pass the
+// token count rounded up to 128) and cached for the life of the process, so a training run builds a few.
 //
 // sliding_window > 0 (GPT-OSS's sliding_attention layers): query t sees only keys t - window + 1 .. t of its
 // document (transformers: kv_idx > q_idx - window), through cuDNN's diagonal band (left bound = window). 0: none.

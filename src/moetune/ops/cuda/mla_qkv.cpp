@@ -31,36 +31,58 @@ void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rop
                      const Tensor& positions, const MlaQkvLayout& layout, const Tensor& q, const Tensor& k,
                      const Tensor& v) {
   constexpr std::string_view op = "mla_qkv_forward";
-  const MlaQkvShape s = shape_of(op, q, v, layout);
+  const MlaQkvShape s = shape_of(op, k, v, layout);
   check_common(op, s, inv_freq, positions);
-  check_gpu_tensor(op, "q_proj", q_proj, DType::BF16, {s.tokens, s.heads, s.nope + s.rope});
   check_gpu_tensor(op, "kv", kv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
   check_gpu_tensor(op, "k_rope", k_rope, DType::BF16, {s.tokens, s.rope});
-  check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "k", k, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "v", v, DType::BF16, {s.tokens, s.heads, s.v_width});
-  gpu::check(launch_mla_qkv_forward(q_proj.raw_data(), kv.raw_data(), k_rope.raw_data(), device_data<float>(inv_freq),
-                                    device_data<int32_t>(positions), q.raw_data(), k.raw_data(), v.raw_data(), s,
-                                    gpu::stream()),
-             fmt::format("{} of {}", op, q_proj.str()));
+  if (q.defined()) {
+    check_gpu_tensor(op, "q_proj", q_proj, DType::BF16, {s.tokens, s.heads, s.nope + s.rope});
+    check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  }
+  gpu::check(launch_mla_qkv_forward(q.defined() ? q_proj.raw_data() : nullptr, kv.raw_data(), k_rope.raw_data(),
+                                    device_data<float>(inv_freq), device_data<int32_t>(positions),
+                                    q.defined() ? q.raw_data() : nullptr, k.raw_data(), v.raw_data(), s, gpu::stream()),
+             fmt::format("{} of {}", op, kv.str()));
 }
 
 void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
                       const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dq_proj, const Tensor& dkv,
                       const Tensor& dk_rope) {
   constexpr std::string_view op = "mla_qkv_backward";
-  const MlaQkvShape s = shape_of(op, dq, dv, layout);
+  const MlaQkvShape s = shape_of(op, dk, dv, layout);
   check_common(op, s, inv_freq, positions);
-  check_gpu_tensor(op, "dq", dq, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "dk", dk, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "dv", dv, DType::BF16, {s.tokens, s.heads, s.v_width});
-  check_gpu_tensor(op, "dq_proj", dq_proj, DType::BF16, {s.tokens, s.heads, s.nope + s.rope});
   check_gpu_tensor(op, "dkv", dkv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
   check_gpu_tensor(op, "dk_rope", dk_rope, DType::BF16, {s.tokens, s.rope});
-  gpu::check(launch_mla_qkv_backward(dq.raw_data(), dk.raw_data(), dv.raw_data(), device_data<float>(inv_freq),
-                                     device_data<int32_t>(positions), dq_proj.raw_data(), dkv.raw_data(),
-                                     dk_rope.raw_data(), s, gpu::stream()),
-             fmt::format("{} of {}", op, dq.str()));
+  MOETUNE_CHECK(dq.defined() == dq_proj.defined(), "{}: dq and dq_proj must be both given or both left out", op);
+  if (dq.defined()) {
+    check_gpu_tensor(op, "dq", dq, DType::BF16, {s.tokens, s.heads, s.qk_width});
+    check_gpu_tensor(op, "dq_proj", dq_proj, DType::BF16, {s.tokens, s.heads, s.nope + s.rope});
+  }
+  gpu::check(launch_mla_qkv_backward(dq.defined() ? dq.raw_data() : nullptr, dk.raw_data(), dv.raw_data(),
+                                     device_data<float>(inv_freq), device_data<int32_t>(positions),
+                                     dq.defined() ? dq_proj.raw_data() : nullptr, dkv.raw_data(), dk_rope.raw_data(), s,
+                                     gpu::stream()),
+             fmt::format("{} of {}", op, dk.str()));
+}
+
+void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& positions, const MlaQkvLayout& layout,
+                         bool backward) {
+  constexpr std::string_view op = "mla_q_rope_in_place";
+  check_gpu_tensor(op, "q", q);
+  MOETUNE_CHECK(q.dim() == 3 && q.size(2) == layout.nope + layout.rope && layout.rope > 0 && layout.rope % 2 == 0,
+                "{}: q {} must be [T, heads, nope + rope] for nope {}, rope {} (even)", op, q.str(), layout.nope,
+                layout.rope);
+  const MlaQkvShape s{q.size(0), int(q.size(1)), int(layout.nope), int(layout.rope), int(layout.v_dim),
+                      int(q.size(2)), int(layout.v_dim), layout.interleaved, float(layout.scale)};
+  check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_common(op, s, inv_freq, positions);
+  gpu::check(launch_mla_q_rope_in_place(q.raw_data(), device_data<float>(inv_freq), device_data<int32_t>(positions), s,
+                                        backward, gpu::stream()),
+             fmt::format("{} of {}", op, q.str()));
 }
 
 void copy_leading_columns(const Tensor& src, const Tensor& dst) {

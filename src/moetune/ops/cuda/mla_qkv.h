@@ -15,16 +15,23 @@ struct MlaQkvLayout {
 };
 
 // q_proj [T, heads, nope + rope], kv [T, heads, nope + v_dim], k_rope [T, rope] -> q, k [T, heads, Wqk] and
-// v [T, heads, Wv] (Wqk ≥ nope + rope, Wv ≥ v_dim: their shapes say; zero past the real columns).
+// v [T, heads, Wv] (Wqk ≥ nope + rope, Wv ≥ v_dim: their shapes say; zero past the real columns). q undefined:
+// k and v only, q_proj unread (where Wqk is nope + rope, q is q_proj rotated in place by mla_q_rope_in_place).
 void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
                      const Tensor& positions, const MlaQkvLayout& layout, const Tensor& q, const Tensor& k,
                      const Tensor& v);
 
 // dq, dk [T, heads, Wqk], dv [T, heads, Wv] -> dq_proj [T, heads, nope + rope], dkv [T, heads, nope + v_dim],
-// dk_rope [T, rope] (overwritten).
+// dk_rope [T, rope] (overwritten). dq and dq_proj undefined: dkv and dk_rope only (dq into dq_proj in place by
+// mla_q_rope_in_place).
 void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
                       const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dq_proj, const Tensor& dkv,
                       const Tensor& dk_rope);
+
+// q [T, heads, nope + rope] in place: the rope columns of each head rotated as mla_qkv_forward rotates q_proj's
+// (q_proj becomes attention's q without a copy), or with `backward` by the transpose (dq becomes dq_proj).
+void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& positions, const MlaQkvLayout& layout,
+                         bool backward);
 
 // dst [..., Wd] = src [..., Ws]'s first min(Ws, Wd) columns, zero past them (BF16; the leading dims agree):
 // attention's padded output narrowed for o_proj, and o_proj's input gradient padded back.

@@ -18,16 +18,23 @@ struct MlaQkvShape {
 
 // All BF16 but inv_freq (F32 [rope / 2]) and positions (I32 [T]).
 // q_proj [T, heads, nope + rope], kv [T, heads, nope + v_dim], k_rope [T, rope]
-//   -> q, k [T, heads, qk_width], v [T, heads, v_width] (zero past the real columns).
+//   -> q, k [T, heads, qk_width], v [T, heads, v_width] (zero past the real columns). q null: q_proj is not read
+//   (rotated in place by launch_mla_q_rope_in_place instead).
 cudaError_t launch_mla_qkv_forward(const void* q_proj, const void* kv, const void* k_rope, const float* inv_freq,
                                    const int32_t* positions, void* q, void* k, void* v, MlaQkvShape shape,
                                    cudaStream_t stream);
 
 // The transpose: dq, dk [T, heads, qk_width], dv [T, heads, v_width] -> dq_proj [T, heads, nope + rope],
-// dkv [T, heads, nope + v_dim], dk_rope [T, rope] (every head's rope-key gradient, summed).
+// dkv [T, heads, nope + v_dim], dk_rope [T, rope] (every head's rope-key gradient, summed). dq and dq_proj null:
+// dq is turned into dq_proj in place by launch_mla_q_rope_in_place instead.
 cudaError_t launch_mla_qkv_backward(const void* dq, const void* dk, const void* dv, const float* inv_freq,
                                     const int32_t* positions, void* dq_proj, void* dkv, void* dk_rope, MlaQkvShape shape,
                                     cudaStream_t stream);
+
+// q [T, heads, nope + rope] in place: each head's rope columns rotated as the forward pass rotates q_proj's, or
+// (backward) by the transpose, dq into dq_proj. qk_width is ignored.
+cudaError_t launch_mla_q_rope_in_place(void* q, const float* inv_freq, const int32_t* positions, MlaQkvShape shape,
+                                       bool backward, cudaStream_t stream);
 
 // dst [rows, dst_width] = the first min(src_width, dst_width) columns of src [rows, src_width], zero past them.
 cudaError_t launch_copy_leading_columns(const void* src, int64_t src_width, void* dst, int64_t dst_width, int64_t rows,
