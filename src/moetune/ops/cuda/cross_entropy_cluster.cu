@@ -6,6 +6,8 @@
 // evicted from L2 between the passes was ~1/3 of that kernel's traffic (docs/benchmarks.md).
 #include <cooperative_groups.h>
 
+#include <atomic>
+
 #include "moetune/ops/cuda/cross_entropy_common.cuh"
 
 namespace moetune::ops::cuda {
@@ -79,6 +81,19 @@ __global__ void __launch_bounds__(kThreads)
   cluster.barrier_wait();  // and no block exits while another may still read its partial
 }
 
+// Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory, once per device:
+// cudaFuncSetAttribute synchronises with the device, and called before every launch it held the host back
+// once per chunk (with it the LM head loop ran 27.0 ms against one block per row's 24.0 at Qwen3's vocabulary,
+// though the kernel alone was 17% faster; docs/benchmarks.md). `opted_in` holds one bit per device.
+template <typename Kernel>
+cudaError_t allow_shared_memory_once(Kernel kernel, std::atomic<uint64_t>& opted_in, int device, int bytes) {
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (opted_in.load(std::memory_order_acquire) & bit) return cudaSuccess;
+  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (status == cudaSuccess) opted_in.fetch_or(bit, std::memory_order_acq_rel);
+  return status;
+}
+
 template <int kWidth, int kThreads>
 cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
                           bool write_grad, float* row_losses, cudaStream_t stream, int cluster_blocks) {
@@ -90,12 +105,14 @@ cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, in
   if (status == cudaSuccess)
     status = cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (status != cudaSuccess) return status;
-  constexpr size_t kStaticShared = 1024;  // block_merge's partials and the cluster's exchange, with room
-  if (bytes + kStaticShared > size_t(shared_limit)) return cudaErrorNotSupported;
+  constexpr int kStaticShared = 1024;  // block_merge's partials and the cluster's exchange, with room
+  const int dynamic_limit = shared_limit - kStaticShared;
+  if (bytes > size_t(dynamic_limit)) return cudaErrorNotSupported;
   if (rows * cluster_blocks > 0x7fffffff) return cudaErrorInvalidValue;
 
   const auto kernel = cross_entropy_cluster_rows_kernel<kWidth, kThreads>;
-  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  static std::atomic<uint64_t> opted_in{0};
+  status = allow_shared_memory_once(kernel, opted_in, device, dynamic_limit);
   if (status != cudaSuccess) return status;
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
