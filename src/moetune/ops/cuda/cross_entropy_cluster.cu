@@ -82,9 +82,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory, once per device:
-// cudaFuncSetAttribute synchronises with the device, and called before every launch it held the host back
-// once per chunk (with it the LM head loop ran 27.0 ms against one block per row's 24.0 at Qwen3's vocabulary,
-// though the kernel alone was 17% faster; docs/benchmarks.md). `opted_in` holds one bit per device.
+// cudaFuncSetAttribute is reported to wait for work in flight, so called before every launch it would stall the
+// host once per chunk. (Set per launch, the profiled lm_head+loss phase measured 22.13 / 23.98 ms on the
+// reference job / Moonlight; once per device 21.86 / 23.68, in another call: docs/benchmarks.md.) `opted_in`
+// holds one bit per device.
 template <typename Kernel>
 cudaError_t allow_shared_memory_once(Kernel kernel, std::atomic<uint64_t>& opted_in, int device, int bytes) {
   const uint64_t bit = uint64_t(1) << (device & 63);
