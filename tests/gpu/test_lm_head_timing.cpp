@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "gpu_tiled_random.h"
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/cross_entropy_kernels.h"
 #include "moetune/ops/cuda/gemm.h"
@@ -24,6 +25,7 @@ namespace moetune {
 namespace {
 
 using testing::random_normal;
+using testing::tiled_random;
 
 constexpr int64_t kRows = 8192, kWidth = 2048;
 
@@ -42,20 +44,6 @@ double time_ms(const std::function<void()>& run, int repeats = 5) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return double(ms) / repeats;
-}
-
-// A large bf16 matrix of normal values without drawing every one on the host: one random block repeated.
-Tensor tiled_random(int64_t rows, int64_t cols, std::mt19937& rng, float scale) {
-  const int64_t block_rows = std::clamp<int64_t>((int64_t(1) << 23) / cols, 1, rows);  // 8 M values at most
-  const Tensor block = random_normal({block_rows, cols}, DType::BF16, Device::cuda(), rng, scale);
-  const Tensor out = Tensor::empty({rows, cols}, DType::BF16, Device::cuda());
-  for (int64_t start = 0; start < rows; start += block_rows) {
-    const int64_t length = std::min(block_rows, rows - start);
-    gpu::check(cudaMemcpyAsync(out.narrow(start, length).raw_data(), block.raw_data(), size_t(length * cols * 2),
-                               cudaMemcpyDeviceToDevice, gpu::stream()),
-               "copy");
-  }
-  return out;
 }
 
 struct Head {

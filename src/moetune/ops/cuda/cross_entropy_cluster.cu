@@ -1,0 +1,156 @@
+// Cross-entropy with each row held on chip: a thread-block cluster of 2, 4 or 8 blocks per row (Hopper), each
+// block loading its slice of the row into shared memory once while it accumulates the online-softmax partial,
+// the blocks exchanging their partials through distributed shared memory, and each block then writing its
+// slice's gradient from shared memory. DRAM sees one read and one write of the row, where one block per row
+// (cross_entropy.cu) reads it twice: a 300 KB row does not fit one SM's 227 KB, and the second read of rows
+// evicted from L2 between the passes was ~1/3 of that kernel's traffic (docs/benchmarks.md).
+#include <cooperative_groups.h>
+
+#include <atomic>
+
+#include "moetune/ops/cuda/cross_entropy_common.cuh"
+
+namespace moetune::ops::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+// Blocks of a cluster are consecutive in x: row = blockIdx.x / cluster size, slice = the block's rank.
+template <int kWidth, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_cluster_rows_kernel(__nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
+                                      int64_t vocab, int slice_packs, float grad_scale, bool write_grad,
+                                      float* __restrict__ row_losses) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  Pack<kWidth>* held = reinterpret_cast<Pack<kWidth>*>(shared_bytes);
+  __shared__ MaxSum block_total;
+  __shared__ float row_log_sum_exp;
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int blocks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t row = blockIdx.x / blocks;
+  const int64_t pack_count = vocab / kWidth;
+  const int64_t begin = min(pack_count, int64_t(rank) * slice_packs);
+  const int count = int(min(pack_count, begin + slice_packs) - begin);  // 0 for trailing ranks of tiny rows
+  Pack<kWidth>* packs = reinterpret_cast<Pack<kWidth>*>(logits + row * vocab) + begin;
+  const int32_t target = targets[row];
+  const bool leader = rank == 0 && threadIdx.x == 0;  // writes the row's loss
+
+  if (unscored(target, vocab)) {
+    if (leader) row_losses[row] = unscored_loss(target);
+    if (write_grad)
+      for (int p = threadIdx.x; p < count; p += kThreads) packs[p] = zero_pack<kWidth>();
+    return;  // uniform across the cluster: no block reaches the cluster barriers below
+  }
+  // Read before the cluster barrier, after which the row may be overwritten.
+  const float target_logit = leader ? __bfloat162float(logits[row * vocab + target]) : 0.0f;
+
+  MaxSum partial{-INFINITY, 0.0f};
+  int p = threadIdx.x;
+  for (; p + 3 * kThreads < count; p += 4 * kThreads) {  // four 16-byte loads in flight per thread
+    Pack<kWidth> loaded[4];
+    for (int u = 0; u < 4; ++u) loaded[u] = packs[p + u * kThreads];
+    for (int u = 0; u < 4; ++u) {
+      held[p + u * kThreads] = loaded[u];
+      accumulate(partial, loaded[u]);
+    }
+  }
+  for (; p < count; p += kThreads) {
+    const Pack<kWidth> pack = packs[p];
+    held[p] = pack;
+    accumulate(partial, pack);
+  }
+  const MaxSum total = block_merge<kThreads>(partial);
+  if (threadIdx.x == 0) block_total = total;
+  cluster.sync();  // every block's partial is published; no block has written its slice yet
+
+  // Every block merges the same partials in the same order, so all hold the same logsumexp.
+  if (threadIdx.x < 32) {
+    const MaxSum theirs =
+        int(threadIdx.x) < blocks ? *cluster.map_shared_rank(&block_total, int(threadIdx.x)) : MaxSum{-INFINITY, 0.0f};
+    const MaxSum row_total = warp_merge(theirs);
+    if (threadIdx.x == 0) row_log_sum_exp = row_total.max + logf(row_total.sum);
+  }
+  __syncthreads();
+  cluster.barrier_arrive();  // this block is done reading the others' shared memory
+  const float log_sum_exp = row_log_sum_exp;
+  if (leader) row_losses[row] = log_sum_exp - target_logit;
+  if (write_grad)
+    for (p = threadIdx.x; p < count; p += kThreads)
+      packs[p] = pack_gradient(held[p], (begin + p) * kWidth, target, log_sum_exp, grad_scale);
+  cluster.barrier_wait();  // and no block exits while another may still read its partial
+}
+
+// Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory, once per device:
+// cudaFuncSetAttribute is reported to wait for work in flight, so called before every launch it would stall the
+// host once per chunk. (Set per launch, the profiled lm_head+loss phase measured 22.13 / 23.98 ms on the
+// reference job / Moonlight; once per device 21.86 / 23.68, in another call: docs/benchmarks.md.) `opted_in`
+// holds one bit per device.
+template <typename Kernel>
+cudaError_t allow_shared_memory_once(Kernel kernel, std::atomic<uint64_t>& opted_in, int device, int bytes) {
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (opted_in.load(std::memory_order_acquire) & bit) return cudaSuccess;
+  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (status == cudaSuccess) opted_in.fetch_or(bit, std::memory_order_acq_rel);
+  return status;
+}
+
+template <int kWidth, int kThreads>
+cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
+                          bool write_grad, float* row_losses, cudaStream_t stream, int cluster_blocks) {
+  const int64_t pack_count = vocab / kWidth;
+  const int64_t slice_packs = (pack_count + cluster_blocks - 1) / cluster_blocks;
+  const size_t bytes = size_t(slice_packs) * sizeof(Pack<kWidth>);
+  int device = 0, shared_limit = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess)
+    status = cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (status != cudaSuccess) return status;
+  constexpr int kStaticShared = 1024;  // block_merge's partials and the cluster's exchange, with room
+  const int dynamic_limit = shared_limit - kStaticShared;
+  if (bytes > size_t(dynamic_limit)) return cudaErrorNotSupported;
+  if (rows * cluster_blocks > 0x7fffffff) return cudaErrorInvalidValue;
+
+  const auto kernel = cross_entropy_cluster_rows_kernel<kWidth, kThreads>;
+  static std::atomic<uint64_t> opted_in{0};
+  status = allow_shared_memory_once(kernel, opted_in, device, dynamic_limit);
+  if (status != cudaSuccess) return status;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(cluster_blocks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(rows * cluster_blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = bytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<__nv_bfloat16*>(logits), targets, vocab, int(slice_packs),
+                            grad_scale, write_grad, row_losses);
+}
+
+template <int kWidth>
+cudaError_t launch_width(void* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
+                         bool write_grad, float* row_losses, cudaStream_t stream, CrossEntropyLaunch how) {
+  if (how.threads == 256)
+    return launch_kernel<kWidth, 256>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream,
+                                      how.cluster_blocks);
+  if (how.threads == 512)
+    return launch_kernel<kWidth, 512>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream,
+                                      how.cluster_blocks);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t launch_cross_entropy_cluster_rows(void* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                              float grad_scale, bool write_grad, float* row_losses,
+                                              cudaStream_t stream, CrossEntropyLaunch how, bool packed) {
+  if (how.cluster_blocks != 2 && how.cluster_blocks != 4 && how.cluster_blocks != 8) return cudaErrorInvalidValue;
+  return packed ? launch_width<8>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how)
+                : launch_width<1>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how);
+}
+
+}  // namespace moetune::ops::cuda
