@@ -29,8 +29,16 @@ namespace {
 
 constexpr int64_t kBf16 = 2, kF32 = 4, kI32 = 4;
 
-// Mirrors the GEMM library's fixed workspace (ops/cuda/gemm.cpp).
+// Mirrors the GEMM library's fixed workspace per stream (ops/cuda/gemm.cpp).
 constexpr int64_t kGemmWorkspaceBytes = 32ll << 20;
+
+// MoE layers with shared experts run them on a side stream (model/cuda/side_stream.h): a second workspace.
+bool has_shared_experts(const ModelSpec& spec) {
+  for (const auto& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers)
+      if (sublayer.moe() && sublayer.moe()->shared_expert) return true;
+  return false;
+}
 
 }  // namespace
 
@@ -84,9 +92,9 @@ int64_t mamba2_scan_backward_workspace(const Mamba2Spec& m, int64_t T) {
           2 * T * heads * m.state_size + 3 * chunks * heads) * kF32;
 }
 
-// The temporaries of a sublayer's backward pass at their largest, beyond the stashes: the feed-forward ones
-// at the first step of the backward (the incoming gradient and the output gradient beside the kept output,
-// plus the routing weights' gradient), attention's while its q/k/v gradients and their fused projection's meet.
+// The temporaries of a sublayer's backward pass at their largest, beyond the stashes: the dense MLP's at the
+// first step of its backward, the MoE's where its experts' gradients meet (beside the incoming gradient and the
+// routing weights' gradient), attention's while its q/k/v gradients and their fused projection's meet.
 int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_t T) {
   if (const AttentionSpec* a = sublayer.attention()) {
     const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
@@ -97,8 +105,17 @@ int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_
   if (const Mamba2Spec* m = sublayer.mamba2())  // at the scan's backward: the recomputed input, the gated norm's
     // output and gradient, d(in_proj's output), d(scan), d(conv) beside the scan's workspace
     return T * (H + 3 * m->inner() + m->projection() + m->conv_channels()) * kBf16 + mamba2_scan_backward_workspace(*m, T);
-  const int64_t rows = T * sublayer.moe()->router.top_k;
-  return T * H * kBf16 + rows * H * kBf16 + rows * kF32;
+  const MoeSpec& moe = *sublayer.moe();
+  const int64_t rows = T * moe.router.top_k, D = moe.expert_width(H);
+  const int64_t pre = gpu_experts_pre_activation_width(moe.experts);
+  // Gated experts (model/cuda/moe_block.cpp): d(expert_out) [rows, D] kept until down's weight gradient, beside
+  // d(gate_up) and d(activated) (then the recomputed activation); relu²: d(gate_up) beside d(rows) at the end.
+  const int64_t expert_rows = moe.experts.activation == Activation::ReluSquared ? D + pre : D + pre + pre / 2;
+  int64_t bytes = T * H * kBf16 + rows * expert_rows * kBf16 + rows * kF32;
+  // The shared experts' backward runs beside the routed experts' (on a side stream) from the start: the
+  // recomputed normed input, its gradient, and their MLP's own temporaries, as the dense MLP's.
+  if (moe.shared_expert) bytes += T * (2 * H + moe.shared_expert->mlp.intermediate * 3) * kBf16;
+  return bytes;
 }
 
 }  // namespace
@@ -160,7 +177,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
       plan.peak_phase = phase;
       plan.transient_bytes = bytes;
     }
-  plan.workspace_bytes = kGemmWorkspaceBytes;
+  plan.workspace_bytes = (has_shared_experts(spec) ? 2 : 1) * kGemmWorkspaceBytes;
   return plan;
 }
 
