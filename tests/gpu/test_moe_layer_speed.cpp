@@ -10,13 +10,13 @@
 // 0.7 gave 11.5 (the reference job's random model sends 3.7-15.5 from its second layer on) and 2.0 gave 16 (57
 // experts without rows). Each piece is timed alone (3 warm-up runs, then the mean of 20 back to back), the
 // weight gradients both added (a later micro-batch) and written (a step's first micro-batch). The whole layer
-// (weight gradients written, no synchronisation inside it) runs in main 149f4d5's order and then with each
-// change of issue 14 added: SwiGLU's backward recomputing the activation in the same pass, the shared experts
-// on a side stream beside the routed ones (model/cuda/side_stream.h), that stream at high priority; three
-// interleaved rounds (the clocks drift as the GPU warms), the best round reported. (The shared experts'
-// backward is the engine's, model/cuda/swiglu_mlp.h, in every variant.) The grouped GEMMs' kernels were chosen
-// with an earlier version of this benchmark that also ran CUTLASS's cooperative 128x256 tile (docs/benchmarks.md,
-// issue 11).
+// (weight gradients written, no synchronisation inside it) runs in main 149f4d5's order and in the engine's,
+// where SwiGLU's backward recomputes the activation in the same pass; five interleaved rounds (the clocks
+// drift as the GPU warms), the best round reported. (The shared experts' backward is the engine's,
+// model/cuda/swiglu_mlp.h, in both.) Session 7 also ran the shared experts on a second stream beside the routed
+// ones, at default and high priority: no gain beyond the rounds' noise, so the engine keeps one stream
+// (docs/benchmarks.md, issue 14). The grouped GEMMs' kernels were chosen with an earlier version of this
+// benchmark that also ran CUTLASS's cooperative 128x256 tile (docs/benchmarks.md, issue 11).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,7 +29,6 @@
 
 #include "gpu_test_util.h"
 #include "gpu_timing.h"
-#include "moetune/model/cuda/side_stream.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/activation.h"
@@ -45,7 +44,6 @@
 namespace moetune {
 namespace {
 
-using model::cuda::SideStream;
 using testing::random_normal;
 
 const Device kGpu = Device::cuda();
@@ -154,23 +152,16 @@ void shared_forward(const MoeLayer& l, Stash& s) {
   s.shared_gate_up = model::cuda::swiglu_mlp(s.normed, l.shared, s.shared_out);
 }
 
-// side: the shared experts on that stream from right after the norm (the engine's order), else on the one
-// stream after the dispatch (main's order before).
-void forward(const MoeLayer& l, Stash& s, SideStream* side) {
+void forward(const MoeLayer& l, Stash& s) {
   const LayerShape& L = l.shape;
   const bool shared = l.shared.defined();
   s.normed = gpu_empty({L.tokens, L.hidden});
   ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, s.normed);
-  if (shared && side) {
-    side->fork();
-    const auto on = side->scope();
-    shared_forward(l, s);
-  }
   route(l, s);
   s.plan = ops::cuda::plan_permutation(s.expert_ids, L.experts);
   s.rows = gpu_empty({L.rows(), L.hidden});
   ops::cuda::permute_tokens(s.normed, s.plan, s.rows);
-  if (shared && !side) shared_forward(l, s);
+  if (shared) shared_forward(l, s);
   s.gate_up_out = gpu_empty({L.rows(), 2 * L.inner});
   ops::cuda::grouped_matmul(s.rows, l.gate_up, true, s.plan.offsets, s.gate_up_out);
   s.activated = gpu_empty({L.rows(), L.inner});
@@ -181,7 +172,6 @@ void forward(const MoeLayer& l, Stash& s, SideStream* side) {
   s.out = gpu_empty({L.tokens, L.hidden});
   ops::cuda::combine_experts(s.expert_out, s.plan, s.weights, s.out, l.h);
   if (!shared) return;
-  if (side) side->join();
   ops::cuda::add(s.out, s.shared_out, s.out);
   s.shared_out = Tensor();
 }
@@ -201,25 +191,13 @@ struct Order {
   bool accumulate;   // the weight gradients added to (a later micro-batch), else written (a step's first)
   bool fused;        // down's dX first, then SwiGLU's backward recomputing the activation over d(activated) in
                      // the same pass (the engine's order), else the activation recomputed apart first
-  SideStream* side;  // the shared experts on this stream, forward from right after the norm and backward from
-                     // the start (the engine's order), else on the one stream after the dispatch / the router
 };
 
 void backward(const MoeLayer& l, const Stash& s, const Order& order) {
   const bool accumulate = order.accumulate;
-  SideStream* side = order.side;
   const LayerShape& L = l.shape;
   const int64_t R = L.rows(), T = L.tokens, H = L.hidden;
   const bool shared = l.shared.defined();
-  Tensor normed, dnormed_shared;
-  if (shared && side) {
-    normed = gpu_empty({T, H});
-    ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, normed);
-    side->fork();
-    const auto on = side->scope();
-    dnormed_shared = gpu_empty({T, H});
-    model::cuda::swiglu_mlp_backward(l.dout, normed, s.shared_gate_up, l.shared, dnormed_shared, false);
-  }
   Tensor dexpert_out = gpu_empty({R, H});
   Tensor dweights = gpu_empty({T, L.top_k}, DType::F32);
   ops::cuda::combine_experts_backward(l.dout, s.expert_out, s.plan, s.weights, dexpert_out, dweights);
@@ -239,10 +217,8 @@ void backward(const MoeLayer& l, const Stash& s, const Order& order) {
   Tensor drows = gpu_empty({R, H});
   ops::cuda::grouped_matmul(dgate_up, l.gate_up, false, s.plan.offsets, drows);
   dgate_up = Tensor();
-  if (!normed.defined()) {
-    normed = gpu_empty({T, H});
-    ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, normed);
-  }
+  Tensor normed = gpu_empty({T, H});
+  ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, normed);
   Tensor dnormed = gpu_empty({T, H});
   ops::cuda::permute_tokens_backward(drows, s.plan, dnormed);
   drows = Tensor();
@@ -251,12 +227,7 @@ void backward(const MoeLayer& l, const Stash& s, const Order& order) {
   Tensor dlogits_bf16 = gpu_empty({T, L.experts});
   ops::cast_into(dlogits, dlogits_bf16);
   ops::cuda::linear_backward(dlogits_bf16, normed, l.router, dnormed, l.router_grad, {}, /*accumulate_dx=*/true);
-  if (shared && side) {
-    side->join();
-    ops::cuda::add(dnormed, dnormed_shared, dnormed);
-  } else if (shared) {
-    model::cuda::swiglu_mlp_backward(l.dout, normed, s.shared_gate_up, l.shared, dnormed, true);
-  }
+  if (shared) model::cuda::swiglu_mlp_backward(l.dout, normed, s.shared_gate_up, l.shared, dnormed, true);
   Tensor dh = gpu_empty({T, H});
   ops::cuda::rms_norm_backward(dnormed, l.h, l.norm_weight, kEps, dh, l.norm_grad, l.dout);
 }
@@ -287,7 +258,7 @@ void time_layer(const LayerShape& L, double skew) {
   std::mt19937 rng(1234);
   MoeLayer l = make_layer(L, skew, rng);
   Stash s;
-  forward(l, s, nullptr);
+  forward(l, s);
   const Tensor offsets = s.plan.offsets.to(Device::cpu());
   int64_t largest = 0, empty = 0;
   for (int64_t e = 0; e < L.experts; ++e) {
@@ -375,27 +346,33 @@ void time_layer(const LayerShape& L, double skew) {
                         model::cuda::swiglu_mlp_backward(l.dout, s.normed, s.shared_gate_up, l.shared, dnormed, true);
                       }});
   }
+  // The same routed products over the same rows as one group (expert 0's weights for every row): what the
+  // kernel gives without an expert switch per tile (CUTLASS's grouped scheduler hands each CTA tiles ~132
+  // apart, so at ~768 rows an expert nearly every tile starts a new group and its TMA descriptors are rewritten).
+  const Tensor all_rows = Tensor::from_vector(std::vector<int32_t>{0, int32_t(R)}, {2}).to(kGpu);
+  const Tensor gate_up_0 = l.gate_up.narrow(0, 1), down_0 = l.down.narrow(0, 1);
+  pieces.push_back({"gate_up forward, all rows 1 group", 2 * G, 0, [&] {
+                      ops::cuda::grouped_matmul(s.rows, gate_up_0, true, all_rows, s.gate_up_out);
+                    }});
+  pieces.push_back({"down forward, all rows 1 group", G, 0,
+                    [&] { ops::cuda::grouped_matmul(activated, down_0, true, all_rows, s.expert_out); }});
+  pieces.push_back({"down dX, all rows 1 group", G, 0,
+                    [&] { ops::cuda::grouped_matmul(dexpert_out, down_0, false, all_rows, dactivated); }});
   for (const Piece& p : pieces) report(p.name.c_str(), testing::mean_gpu_ms(p.run), p.flops, p.bytes);
 
-  // The whole layer, forward + backward (dW written), main's order and each step to the engine's, and with the
-  // side stream at high priority, in interleaved rounds.
-  SideStream same_priority(/*high_priority=*/false), high_priority(/*high_priority=*/true);
+  // The whole layer, forward + backward (dW written), in main's order and the engine's, in interleaved rounds.
   struct Variant {
     std::string name;
     Order order;
   };
-  std::vector<Variant> variants = {{"layer, main's order (149f4d5)", {false, false, nullptr}},
-                                   {"layer, + swiglu backward recomputing", {false, true, nullptr}}};
-  if (l.shared.defined()) {
-    variants.push_back({"layer, + shared on a side stream", {false, true, &same_priority}});
-    variants.push_back({"layer, + side stream at high priority", {false, true, &high_priority}});
-  }
+  const std::vector<Variant> variants = {{"layer, main's order (149f4d5)", {false, false}},
+                                         {"layer, swiglu backward recomputing", {false, true}}};
   std::vector<double> best(variants.size(), 1e30), worst(variants.size(), 0);
-  for (int round = 0; round < 3; ++round)
+  for (int round = 0; round < 5; ++round)
     for (size_t v = 0; v < variants.size(); ++v) {
       const double ms = testing::mean_gpu_ms([&] {
         Stash stash;
-        forward(l, stash, variants[v].order.side);
+        forward(l, stash);
         backward(l, stash, variants[v].order);
       });
       best[v] = std::min(best[v], ms);

@@ -29,16 +29,8 @@ namespace {
 
 constexpr int64_t kBf16 = 2, kF32 = 4, kI32 = 4;
 
-// Mirrors the GEMM library's fixed workspace per stream (ops/cuda/gemm.cpp).
+// Mirrors the GEMM library's fixed workspace (ops/cuda/gemm.cpp).
 constexpr int64_t kGemmWorkspaceBytes = 32ll << 20;
-
-// MoE layers with shared experts run them on a side stream (model/cuda/side_stream.h): a second workspace.
-bool has_shared_experts(const ModelSpec& spec) {
-  for (const auto& layer : spec.layers)
-    for (const SublayerSpec& sublayer : layer.sublayers)
-      if (sublayer.moe() && sublayer.moe()->shared_expert) return true;
-  return false;
-}
 
 }  // namespace
 
@@ -111,11 +103,7 @@ int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_
   // Gated experts (model/cuda/moe_block.cpp): d(expert_out) [rows, D] kept until down's weight gradient, beside
   // d(gate_up) and d(activated) (then the recomputed activation); relu²: d(gate_up) beside d(rows) at the end.
   const int64_t expert_rows = moe.experts.activation == Activation::ReluSquared ? D + pre : D + pre + pre / 2;
-  int64_t bytes = T * H * kBf16 + rows * expert_rows * kBf16 + rows * kF32;
-  // The shared experts' backward runs beside the routed experts' (on a side stream) from the start: the
-  // recomputed normed input, its gradient, and their MLP's own temporaries, as the dense MLP's.
-  if (moe.shared_expert) bytes += T * (2 * H + moe.shared_expert->mlp.intermediate * 3) * kBf16;
-  return bytes;
+  return T * H * kBf16 + rows * expert_rows * kBf16 + rows * kF32;
 }
 
 }  // namespace
@@ -177,7 +165,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
       plan.peak_phase = phase;
       plan.transient_bytes = bytes;
     }
-  plan.workspace_bytes = (has_shared_experts(spec) ? 2 : 1) * kGemmWorkspaceBytes;
+  plan.workspace_bytes = kGemmWorkspaceBytes;
   return plan;
 }
 

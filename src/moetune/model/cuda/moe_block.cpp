@@ -4,7 +4,6 @@
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/mlp_activation.h"
 #include "moetune/model/cuda/padded_experts.h"
-#include "moetune/model/cuda/side_stream.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
 #include "moetune/model/lora_refusal.h"
@@ -113,7 +112,6 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   shared_lora_.pass = context.lora_pass();
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
-  if (p_.shared.defined()) forward_shared_experts(normed);  // beside what follows, until the combine
   logits_ = device_like({tokens, experts}, DType::F32);
   if (p_.router_bias.defined())
     ops::cuda::linear_forward(normed, p_.router.value, p_.router_bias.value, logits_);
@@ -149,7 +147,15 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   dispatched_ = dispatcher_->dispatch(experts_input, expert_ids_);
   experts_input = Tensor();
   phase.next("moe.experts");
-  if (!p_.shared.defined()) normed = Tensor();  // else the shared experts read it until the join
+  if (p_.shared.defined()) {
+    shared_out_ = device_like(h.shape());
+    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp);
+    if (p_.shared_gate.defined()) {
+      shared_gate_logits_ = device_like({tokens, 1}, DType::F32);
+      ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
+    }
+  }
+  normed = Tensor();
   const int64_t rows = dispatched_.rows.size(0);
   gate_up_out_ = device_like({rows, first});
   ops::cuda::grouped_matmul(dispatched_.rows, up, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
@@ -172,51 +178,12 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   } else {
     dispatcher_->combine(expert_out_, weights_, out, h);
   }
-  if (p_.shared.defined()) SideStream::engine().join();
-  normed = Tensor();
   if (shared_gate_logits_.defined())
     ops::cuda::sigmoid_gated_add(out, shared_out_, shared_gate_logits_, out);
   else if (shared_out_.defined())
     ops::cuda::add(out, shared_out_, out);
   if (!shared_gate_logits_.defined()) shared_out_ = Tensor();  // only the gate's backward reads it
   return out;
-}
-
-// The shared experts read only the normalised input, and the routed path needs nothing of theirs until the
-// combine: on a side stream their GEMMs fill SMs that the router's, the dispatch's and the SwiGLU's
-// memory-bound kernels and the grouped GEMMs' last waves leave idle (docs/benchmarks.md, issue 14).
-void MoeBlock::forward_shared_experts(const Tensor& normed) {
-  SideStream& side = SideStream::engine();
-  side.fork();
-  const auto on = side.scope();
-  shared_out_ = device_like(normed.shape());
-  shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp);
-  if (p_.shared_gate.defined()) {
-    shared_gate_logits_ = device_like({normed.size(0), 1}, DType::F32);
-    ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
-  }
-}
-
-// Their backward likewise beside the routed experts' (joined by the caller): d(normed) of the shared experts
-// and their gate into a buffer of its own, their weight gradients accumulated.
-Tensor MoeBlock::backward_shared_experts(const Tensor& dout, const Tensor& normed) {
-  SideStream& side = SideStream::engine();
-  side.fork();
-  const auto on = side.scope();
-  const int64_t tokens = dout.size(0);
-  Tensor dnormed = device_like(normed.shape());
-  Tensor dshared = dout;
-  if (shared_gate_logits_.defined()) {
-    dshared = device_like(dout.shape());
-    Tensor dgate = device_like({tokens, 1}, DType::F32);
-    ops::cuda::sigmoid_gated_add_backward(dout, shared_out_, shared_gate_logits_, dshared, dgate);
-    Tensor dgate_bf16 = device_like({tokens, 1});
-    ops::cast_into(dgate, dgate_bf16);
-    ops::cuda::linear_backward(dgate_bf16, normed, p_.shared_gate.value, dnormed, p_.shared_gate.grad, {});
-  }
-  swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed,
-                      /*accumulate_dx=*/shared_gate_logits_.defined(), &shared_lora_, spec_.shared_expert->mlp);
-  return dnormed;
 }
 
 Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
@@ -227,17 +194,6 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   const int64_t first = up.size(1), inner = activated_width(spec_.experts, first);
   const int64_t hidden = dout.size(1), width = down.size(1), rows = dispatched_.rows.size(0);
   PhaseScope phase("moe.combine.bwd");
-  // The normalised input, recomputed (not kept): first thing when the shared experts' backward starts here,
-  // else after the experts' backward (not held beside its temporaries).
-  Tensor normed, dnormed_shared;
-  const auto recompute_normed = [&] {
-    normed = device_like(input_.shape());
-    ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
-  };
-  if (p_.shared.defined()) {
-    recompute_normed();
-    dnormed_shared = backward_shared_experts(dout, normed);
-  }
   Tensor dcombined = dout;  // d(the experts' weighted sum)
   if (p_.latent_out.defined()) {
     dcombined = device_like({tokens, width});
@@ -303,7 +259,8 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     phase.next("moe.dispatch.bwd");
   }
   dgate_up = dispatched_.rows = Tensor();
-  if (!normed.defined()) recompute_normed();
+  Tensor normed = device_like(input_.shape());  // recomputed, not kept
+  ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
   Tensor dnormed = device_like({tokens, hidden});
   if (p_.latent_in.defined()) {
     Tensor dlatent = device_like({tokens, width});
@@ -329,8 +286,18 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, p_.router_bias.grad,
                              /*accumulate_dx=*/true);
   if (p_.shared.defined()) {
-    SideStream::engine().join();
-    ops::cuda::add(dnormed, dnormed_shared, dnormed);
+    Tensor dshared = dout;
+    if (shared_gate_logits_.defined()) {
+      dshared = device_like(dout.shape());
+      Tensor dgate = device_like({tokens, 1}, DType::F32);
+      ops::cuda::sigmoid_gated_add_backward(dout, shared_out_, shared_gate_logits_, dshared, dgate);
+      Tensor dgate_bf16 = device_like({tokens, 1});
+      ops::cast_into(dgate, dgate_bf16);
+      ops::cuda::linear_backward(dgate_bf16, normed, p_.shared_gate.value, dnormed, p_.shared_gate.grad, {},
+                                 /*accumulate_dx=*/true);
+    }
+    swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true, &shared_lora_,
+                        spec_.shared_expert->mlp);
   }
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);

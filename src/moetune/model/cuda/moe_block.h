@@ -52,11 +52,6 @@ class MoeBlock {
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows
   // (ops/cuda/expert_gemv.h) instead of dispatch, grouped GEMMs and combine; keeps no stash or statistics.
   Tensor forward_one_token(const Tensor& h);
-  // The shared experts on the engine's side stream (model/cuda/side_stream.h): the forward queues them there
-  // (output shared_out_, joined before the combine's sum); the backward returns their (and their gate's)
-  // d(normed), ready once joined.
-  void forward_shared_experts(const Tensor& normed);
-  Tensor backward_shared_experts(const Tensor& dout, const Tensor& normed);
 
   const MoeSpec& spec_;
   double eps_;

@@ -203,10 +203,9 @@ class Plan {
   std::vector<cublasLtMatmulHeuristicResult_t> ranked_;
 };
 
-// The process's one cuBLASLt handle and plan cache, and a workspace per stream that has run a GEMM (GEMMs on
-// two streams at once, a MoE layer's shared experts beside its routed ones, must not share one). A
-// function-local static: it is built after the CUDA runtime has initialised, so its destructor runs before the
-// runtime's own exit handler, and it can give everything back (which keeps compute-sanitizer's leak check clean).
+// The process's one cuBLASLt handle, workspace and plan cache. A function-local static: it is built after the
+// CUDA runtime has initialised, so its destructor runs before the runtime's own exit handler, and it can give
+// everything back (which keeps compute-sanitizer's leak check clean).
 class GemmLibrary {
  public:
   static GemmLibrary& instance() {
@@ -215,10 +214,7 @@ class GemmLibrary {
   }
   ~GemmLibrary() {
     plans_.clear();
-    // Every stream's work done first: the workspaces are then released on the current stream, whichever stream
-    // used them (and may no longer exist).
-    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
-    for (const auto& [stream, workspace] : workspaces_) gpu::release(workspace);
+    gpu::release(workspace_);
     if (cudaStreamSynchronize(gpu::stream()) != cudaSuccess) cudaGetLastError();
     cublasLtDestroy(handle_);
   }
@@ -227,7 +223,7 @@ class GemmLibrary {
     std::lock_guard lock(mutex_);
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<Plan>(handle_, key)).first;
-    it->second->run(handle_, first, second, d, alpha, beta, workspace());
+    it->second->run(handle_, first, second, d, alpha, beta, workspace_);
   }
 
   // The heuristic's first `limit` algorithms for the problem (a plan made for the question, not kept).
@@ -237,16 +233,14 @@ class GemmLibrary {
   }
 
  private:
-  GemmLibrary() { check_cublas(cublasLtCreate(&handle_), "cublasLtCreate"); }
-  // The current stream's workspace, made on its first GEMM: stream-ordered on that stream, like every use of it.
-  void* workspace() {
-    void*& workspace = workspaces_[gpu::stream()];
-    if (!workspace) workspace = gpu::allocate(kWorkspaceBytes);
-    return workspace;
+  GemmLibrary() {
+    check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+    // Stream-ordered on gpu::stream(), like every other use of it, so it is ready for the first GEMM.
+    workspace_ = gpu::allocate(kWorkspaceBytes);
   }
   std::mutex mutex_;
   cublasLtHandle_t handle_ = nullptr;
-  std::map<cudaStream_t, void*> workspaces_;
+  void* workspace_ = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
 };
 
