@@ -46,6 +46,13 @@ int64_t gpu_experts_pre_activation_width(const MlpSpec& experts) {
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens) {
   const int64_t T = tokens, H = hidden;
   if (const AttentionSpec* a = sublayer.attention()) {
+    if (const MlaSpec* mla = a->mla ? &*a->mla : nullptr) {
+      // input, q's latent (with q_lora_rank), the kv latent with the shared rope key, q, k, v, attended, the
+      // softmax statistics (model/cuda/mla_attention_block.cpp: no fused q/k/v projection output is kept).
+      const int64_t q_latent = mla->q_lora_rank.value_or(0), kv_latent = mla->kv_lora_rank + mla->qk_rope_head_dim;
+      const int64_t qk = a->num_heads * a->qk_head_dim, v = a->num_heads * a->v_head_dim;
+      return T * (H + q_latent + kv_latent + 2 * qk + 2 * v) * kBf16 + T * a->num_heads * kF32;
+    }
     // input, qkv, q, k, v, attended, the softmax statistics.
     const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
