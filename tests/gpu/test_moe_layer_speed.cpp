@@ -348,11 +348,15 @@ void time_layer(const LayerShape& L, double skew) {
   }
   // The same routed products over the same rows as one group (expert 0's weights for every row): what the
   // kernel gives without an expert switch per tile (CUTLASS's grouped scheduler hands each CTA tiles ~132
-  // apart, so at ~768 rows an expert nearly every tile starts a new group and its TMA descriptors are rewritten).
+  // apart, so at ~768 rows an expert nearly every tile starts a new group and its TMA descriptors are
+  // rewritten), and the gate_up product as one cuBLASLt GEMM (the dense ceiling at this shape).
   const Tensor all_rows = Tensor::from_vector(std::vector<int32_t>{0, int32_t(R)}, {2}).to(kGpu);
   const Tensor gate_up_0 = l.gate_up.narrow(0, 1), down_0 = l.down.narrow(0, 1);
   pieces.push_back({"gate_up forward, all rows 1 group", 2 * G, 0, [&] {
                       ops::cuda::grouped_matmul(s.rows, gate_up_0, true, all_rows, s.gate_up_out);
+                    }});
+  pieces.push_back({"gate_up forward, all rows cuBLASLt", 2 * G, 0, [&] {
+                      ops::cuda::matmul(s.rows, false, gate_up_0.view({2 * I, H}), true, s.gate_up_out);
                     }});
   pieces.push_back({"down forward, all rows 1 group", G, 0,
                     [&] { ops::cuda::grouped_matmul(activated, down_0, true, all_rows, s.expert_out); }});
