@@ -47,10 +47,13 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
   const int64_t T = tokens, H = hidden;
   if (const AttentionSpec* a = sublayer.attention()) {
     if (const MlaSpec* mla = a->mla ? &*a->mla : nullptr) {
-      // input, q's latent (with q_lora_rank), the kv latent with the shared rope key, q, k, v, attended, the
-      // softmax statistics (model/cuda/mla_attention_block.cpp: no fused q/k/v projection output is kept).
-      const int64_t q_latent = mla->q_lora_rank.value_or(0), kv_latent = mla->kv_lora_rank + mla->qk_rope_head_dim;
-      const int64_t qk = a->num_heads * a->qk_head_dim, v = a->num_heads * a->v_head_dim;
+      // input, q's latent (with q_lora_rank), the kv latent (not the shared rope key), q, k, v and attended at
+      // the head widths the block pads them to for cuDNN (multiples of 8, q/k at least v's), the softmax
+      // statistics (model/cuda/mla_attention_block.cpp: no fused q/k/v projection output is kept).
+      const auto round_up_8 = [](int64_t n) { return (n + 7) / 8 * 8; };
+      const int64_t q_latent = mla->q_lora_rank.value_or(0), kv_latent = mla->kv_lora_rank;
+      const int64_t v_width = round_up_8(a->v_head_dim), qk_width = std::max(round_up_8(a->qk_head_dim), v_width);
+      const int64_t qk = a->num_heads * qk_width, v = a->num_heads * v_width;
       return T * (H + q_latent + kv_latent + 2 * qk + 2 * v) * kBf16 + T * a->num_heads * kF32;
     }
     // input, qkv, q, k, v, attended, the softmax statistics.
