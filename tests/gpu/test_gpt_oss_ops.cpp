@@ -179,7 +179,12 @@ TEST_F(GptOssExpertsGpu, ClampedSwigluMatchesCpu) {
     ops::cuda::clamped_swiglu_forward(gate_up, clamp, out);
     const Tensor dgate_up = poisoned(gate_up.shape(), DType::BF16, kGpu);
     ops::cuda::clamped_swiglu_backward(dout, gate_up, clamp, dgate_up);
+    // The forward's output recomputed in the same pass, over dout: bit for bit the forward's, the same gradient.
+    const Tensor in_place = dout.clone(), dgate_up_fused = poisoned(gate_up.shape(), DType::BF16, kGpu);
+    ops::cuda::clamped_swiglu_backward(in_place, gate_up, clamp, dgate_up_fused, /*recomputed=*/in_place);
     if (rows == 0) continue;
+    EXPECT_EQ(relative_error(in_place, to_cpu_f32(out)), 0.0);  // bf16 -> f32 is exact: equal values, equal bits
+    EXPECT_EQ(relative_error(dgate_up_fused, to_cpu_f32(dgate_up)), 0.0);
     EXPECT_LT(relative_error(out, ops::clamped_swiglu_forward(to_cpu_f32(gate_up), clamp)), kBf16Tolerance);
     EXPECT_LT(relative_error(dgate_up, ops::clamped_swiglu_backward(to_cpu_f32(dout), to_cpu_f32(gate_up), clamp)),
               kBf16Tolerance);

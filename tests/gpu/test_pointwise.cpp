@@ -333,6 +333,18 @@ class SwigluGpu : public PointwiseGpuTest {
     const Tensor dgate_up = poisoned(gate_up.shape(), DType::BF16, Device::cuda());
     ops::cuda::swiglu_backward(dout, gate_up, dgate_up);
     EXPECT_LT(relative_error(dgate_up, ops::swiglu_backward(to_cpu_f32(dout), gate_up32)), kBf16Tolerance);
+
+    // With the forward's output recomputed in the same pass, into a buffer of its own and over dout itself:
+    // the same gradient, and the forward's output bit for bit.
+    const Tensor recomputed = poisoned({rows, inner}, DType::BF16, Device::cuda());
+    const Tensor dgate_up_fused = poisoned(gate_up.shape(), DType::BF16, Device::cuda());
+    ops::cuda::swiglu_backward(dout, gate_up, dgate_up_fused, recomputed);
+    EXPECT_EQ(bytes_of(dgate_up_fused), bytes_of(dgate_up));
+    EXPECT_EQ(bytes_of(recomputed), bytes_of(out));
+    const Tensor in_place = dout.clone();
+    ops::cuda::swiglu_backward(in_place, gate_up, dgate_up_fused, /*recomputed=*/in_place);
+    EXPECT_EQ(bytes_of(dgate_up_fused), bytes_of(dgate_up));
+    EXPECT_EQ(bytes_of(in_place), bytes_of(out));
   }
 };
 
@@ -352,6 +364,16 @@ TEST_F(SwigluGpu, MisalignedViewTakesTheScalarPath) {
 TEST_F(SwigluGpu, NoRows) {
   SCOPED_TRACE(seed());
   run(random_gpu({0, 2 * 64}));
+}
+
+TEST_F(SwigluGpu, RecomputedOutputOverlappingAnythingButDoutIsRefused) {
+  const Tensor gate_up = random_gpu({4, 2 * 64}), dout = random_gpu({4, 64});
+  const Tensor dgate_up = poisoned(gate_up.shape(), DType::BF16, Device::cuda());
+  EXPECT_THROW(ops::cuda::swiglu_backward(dout, gate_up, dgate_up, gate_up.flat_slice(0, {4, 64})), Error);
+  EXPECT_THROW(ops::cuda::swiglu_backward(dout, gate_up, dgate_up, dgate_up.flat_slice(0, {4, 64})), Error);
+  EXPECT_THROW(ops::cuda::swiglu_backward(dout, gate_up, dgate_up, dout.flat_slice(64, {3, 64})), Error);  // shifted
+  EXPECT_THROW(ops::cuda::swiglu_backward(dout, gate_up, dgate_up, poisoned({4, 32}, DType::BF16, Device::cuda())),
+               Error);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -98,9 +98,9 @@ int64_t mamba2_scan_backward_workspace(const Mamba2Spec& m, int64_t T) {
           2 * T * heads * m.state_size + 3 * chunks * heads) * kF32;
 }
 
-// The temporaries of a sublayer's backward pass at their largest, beyond the stashes: the feed-forward ones
-// at the first step of the backward (the incoming gradient and the output gradient beside the kept output,
-// plus the routing weights' gradient), attention's while its q/k/v gradients and their fused projection's meet.
+// The temporaries of a sublayer's backward pass at their largest, beyond the stashes: the dense MLP's at the
+// first step of its backward, the MoE's where its experts' gradients meet (beside the incoming gradient and the
+// routing weights' gradient), attention's while its q/k/v gradients and their fused projection's meet.
 int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_t T) {
   if (const AttentionSpec* a = sublayer.attention()) {
     const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
@@ -111,8 +111,13 @@ int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_
   if (const Mamba2Spec* m = sublayer.mamba2())  // at the scan's backward: the recomputed input, the gated norm's
     // output and gradient, d(in_proj's output), d(scan), d(conv) beside the scan's workspace
     return T * (H + 3 * m->inner() + m->projection() + m->conv_channels()) * kBf16 + mamba2_scan_backward_workspace(*m, T);
-  const int64_t rows = T * sublayer.moe()->router.top_k;
-  return T * H * kBf16 + rows * H * kBf16 + rows * kF32;
+  const MoeSpec& moe = *sublayer.moe();
+  const int64_t rows = T * moe.router.top_k, D = moe.expert_width(H);
+  const int64_t pre = gpu_experts_pre_activation_width(moe.experts);
+  // Gated experts (model/cuda/moe_block.cpp): d(expert_out) [rows, D] kept until down's weight gradient, beside
+  // d(gate_up) and d(activated) (then the recomputed activation); relu²: d(gate_up) beside d(rows) at the end.
+  const int64_t expert_rows = moe.experts.activation == Activation::ReluSquared ? D + pre : D + pre + pre / 2;
+  return T * H * kBf16 + rows * expert_rows * kBf16 + rows * kF32;
 }
 
 }  // namespace

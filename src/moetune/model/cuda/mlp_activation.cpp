@@ -16,11 +16,15 @@ void activation_forward(const MlpSpec& mlp, const Tensor& pre, const Tensor& out
   }
 }
 
-void activation_backward(const MlpSpec& mlp, const Tensor& dout, const Tensor& pre, const Tensor& dpre) {
+void activation_backward(const MlpSpec& mlp, const Tensor& dout, const Tensor& pre, const Tensor& dpre,
+                         const Tensor& recomputed) {
   switch (mlp.activation) {
-    case Activation::SwiGLU: return ops::cuda::swiglu_backward(dout, pre, dpre);
-    case Activation::ClampedSwiGLU: return ops::cuda::clamped_swiglu_backward(dout, pre, mlp.clamp, dpre);
-    case Activation::ReluSquared: return ops::cuda::relu_squared_backward(dout, pre, dpre);
+    case Activation::SwiGLU: return ops::cuda::swiglu_backward(dout, pre, dpre, recomputed);
+    case Activation::ClampedSwiGLU: return ops::cuda::clamped_swiglu_backward(dout, pre, mlp.clamp, dpre, recomputed);
+    case Activation::ReluSquared:
+      ops::cuda::relu_squared_backward(dout, pre, dpre);  // dout read before recomputed may overwrite it
+      if (recomputed.defined()) ops::cuda::relu_squared_forward(pre, recomputed);
+      return;
   }
 }
 

@@ -12,7 +12,10 @@ namespace moetune::model::cuda {
 int64_t activated_width(const MlpSpec& mlp, int64_t pre_activation_width);
 // pre [R, first_projection] -> out [R, I], BF16.
 void activation_forward(const MlpSpec& mlp, const Tensor& pre, const Tensor& out);
-// dout [R, I] and the forward's pre -> dpre shaped like pre (overlapping neither).
-void activation_backward(const MlpSpec& mlp, const Tensor& dout, const Tensor& pre, const Tensor& dpre);
+// dout [R, I] and the forward's pre -> dpre shaped like pre (overlapping neither). recomputed, when defined: the
+// forward's output [R, I] too (the down projection's weight gradient reads it), in the same pass for the gated
+// activations; it may be dout itself, which is then overwritten.
+void activation_backward(const MlpSpec& mlp, const Tensor& dout, const Tensor& pre, const Tensor& dpre,
+                         const Tensor& recomputed = {});
 
 }  // namespace moetune::model::cuda

@@ -23,15 +23,24 @@ Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, Swi
 void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
                          const Tensor& dx, bool accumulate_dx, SwigluLora* lora, const MlpSpec& mlp) {
   const int64_t tokens = dout.size(0), first = p.gate_up.value.size(0), inner = activated_width(mlp, first);
-  Tensor activated = device_like({tokens, inner});  // recomputed
-  activation_forward(mlp, gate_up, activated);
-  Tensor dactivated = device_like({tokens, inner});
-  ops::cuda::linear_backward(dout, activated, p.down.value, dactivated, p.down.grad, p.down_bias.grad);
-  if (lora) lora->down.backward(dout, activated, dactivated);
-  activated = Tensor();
   Tensor dgate_up = device_like({tokens, first});
-  activation_backward(mlp, dactivated, gate_up, dgate_up);
-  dactivated = Tensor();
+  if (lora && !lora->down.empty()) {
+    // LoRA on down adds to d(activated) and reads the activation: recomputed first, as its own pass.
+    Tensor activated = device_like({tokens, inner});
+    activation_forward(mlp, gate_up, activated);
+    Tensor dactivated = device_like({tokens, inner});
+    ops::cuda::linear_backward(dout, activated, p.down.value, dactivated, p.down.grad, p.down_bias.grad);
+    lora->down.backward(dout, activated, dactivated);
+    activated = Tensor();
+    activation_backward(mlp, dactivated, gate_up, dgate_up);
+  } else {
+    // d(activated) first; the activation's backward then writes the recomputed activation over it (what down's
+    // weight gradient reads): one pass over the pre-activation instead of two, and no more memory.
+    Tensor activated = device_like({tokens, inner});
+    ops::cuda::matmul(dout, false, p.down.value, false, activated);
+    activation_backward(mlp, activated, gate_up, dgate_up, /*recomputed=*/activated);
+    ops::cuda::linear_backward(dout, activated, p.down.value, {}, p.down.grad, p.down_bias.grad);
+  }
   ops::cuda::linear_backward(dgate_up, x, p.gate_up.value, dx, p.gate_up.grad, p.gate_up_bias.grad, accumulate_dx);
   if (lora) lora->gate_up.backward(dgate_up, x, dx);
 }

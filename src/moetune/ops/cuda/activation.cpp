@@ -22,7 +22,9 @@ void check_forward(std::string_view op, const Tensor& gate_up, const Tensor& out
   MOETUNE_CHECK(!overlaps(out, gate_up), "{}: out {} overlaps gate_up", op, out.str());
 }
 
-void check_backward(std::string_view op, const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
+// recomputed: undefined, dout itself, or apart from every other operand.
+void check_backward(std::string_view op, const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up,
+                    const Tensor& recomputed) {
   const auto [rows, inner] = checked_gate_up(op, gate_up);
   check_gpu_tensor(op, "dout", dout, {DType::BF16});
   check_shape(op, "dout", dout, {rows, inner});
@@ -30,6 +32,12 @@ void check_backward(std::string_view op, const Tensor& dout, const Tensor& gate_
   check_shape(op, "dgate_up", dgate_up, gate_up.shape());
   MOETUNE_CHECK(!overlaps(dgate_up, gate_up) && !overlaps(dgate_up, dout), "{}: dgate_up {} overlaps an input", op,
                 dgate_up.str());
+  if (!recomputed.defined()) return;
+  check_gpu_tensor(op, "recomputed", recomputed, {DType::BF16});
+  check_shape(op, "recomputed", recomputed, {rows, inner});
+  const bool is_dout = recomputed.raw_data() == dout.raw_data();
+  MOETUNE_CHECK(!overlaps(recomputed, gate_up) && !overlaps(recomputed, dgate_up) && (is_dout || !overlaps(recomputed, dout)),
+                "{}: recomputed {} must be dout itself or overlap no operand", op, recomputed.str());
 }
 
 // Tensors of one shape, BF16 on the GPU; `out` overlaps none of `inputs`.
@@ -66,9 +74,10 @@ void swiglu_forward(const Tensor& gate_up, const Tensor& out) {
              "swiglu_forward kernel");
 }
 
-void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
-  check_backward("swiglu_backward", dout, gate_up, dgate_up);
-  gpu::check(launch_swiglu_backward(dout.raw_data(), gate_up.raw_data(), dgate_up.raw_data(), gate_up.size(0),
+void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up, const Tensor& recomputed) {
+  check_backward("swiglu_backward", dout, gate_up, dgate_up, recomputed);
+  gpu::check(launch_swiglu_backward(dout.raw_data(), gate_up.raw_data(), dgate_up.raw_data(),
+                                    recomputed.defined() ? recomputed.raw_data() : nullptr, gate_up.size(0),
                                     gate_up.size(1) / 2, gpu::stream()),
              "swiglu_backward kernel");
 }
@@ -81,11 +90,11 @@ void clamped_swiglu_forward(const Tensor& gate_up, const SwigluClamp& clamp, con
 }
 
 void clamped_swiglu_backward(const Tensor& dout, const Tensor& gate_up, const SwigluClamp& clamp,
-                             const Tensor& dgate_up) {
-  check_backward("clamped_swiglu_backward", dout, gate_up, dgate_up);
+                             const Tensor& dgate_up, const Tensor& recomputed) {
+  check_backward("clamped_swiglu_backward", dout, gate_up, dgate_up, recomputed);
   gpu::check(launch_clamped_swiglu_backward(dout.raw_data(), gate_up.raw_data(), dgate_up.raw_data(),
-                                            gate_up.size(0), gate_up.size(1) / 2, clamp.alpha, clamp.limit,
-                                            gpu::stream()),
+                                            recomputed.defined() ? recomputed.raw_data() : nullptr, gate_up.size(0),
+                                            gate_up.size(1) / 2, clamp.alpha, clamp.limit, gpu::stream()),
              "clamped_swiglu_backward kernel");
 }
 

@@ -59,9 +59,13 @@ __global__ void gated_forward_kernel(const bf16* __restrict__ gate_up, bf16* __r
   }
 }
 
+// recomputed (may be null, may be dout itself): the forward's output written too, what the down projection's
+// weight gradient reads, in the same pass over gate_up. Each thread reads its dout elements before writing the
+// same elements of recomputed, so the two may alias (hence neither is __restrict__).
 template <int kVec, typename Act>
-__global__ void gated_backward_kernel(const bf16* __restrict__ dout, const bf16* __restrict__ gate_up,
-                                      bf16* __restrict__ dgate_up, int64_t rows, int64_t inner, Act act) {
+__global__ void gated_backward_kernel(const bf16* dout, const bf16* __restrict__ gate_up,
+                                      bf16* __restrict__ dgate_up, bf16* recomputed, int64_t rows, int64_t inner,
+                                      Act act) {
   const int64_t chunks_per_row = inner / kVec, chunks = rows * chunks_per_row;
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
        chunk += int64_t(gridDim.x) * blockDim.x) {
@@ -75,6 +79,11 @@ __global__ void gated_backward_kernel(const bf16* __restrict__ dout, const bf16*
     for (int k = 0; k < kVec; ++k) act.backward(g[k], u[k], d[k], dg[k], du[k]);
     store<kVec>(dgate_up + gate_offset, dg);
     store<kVec>(dgate_up + gate_offset + inner, du);
+    if (recomputed) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) d[k] = act.forward(g[k], u[k]);
+      store<kVec>(recomputed + row * inner + column, d);
+    }
   }
 }
 
@@ -130,16 +139,17 @@ cudaError_t launch_forward(const void* gate_up, void* out, int64_t rows, int64_t
 }
 
 template <typename Act>
-cudaError_t launch_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
-                            Act act, cudaStream_t stream) {
+cudaError_t launch_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed, int64_t rows,
+                            int64_t inner, Act act, cudaStream_t stream) {
   if (rows == 0 || inner == 0) return cudaSuccess;
   const auto* d = static_cast<const bf16*>(dout);
   const auto* in = static_cast<const bf16*>(gate_up);
   auto* dg = static_cast<bf16*>(dgate_up);
-  if (vectorizable(inner, {dout, gate_up, dgate_up}))
-    gated_backward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(d, in, dg, rows, inner, act);
+  auto* r = static_cast<bf16*>(recomputed);
+  if (vectorizable(inner, {dout, gate_up, dgate_up, recomputed}))
+    gated_backward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(d, in, dg, r, rows, inner, act);
   else
-    gated_backward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(d, in, dg, rows, inner, act);
+    gated_backward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(d, in, dg, r, rows, inner, act);
   return cudaGetLastError();
 }
 
@@ -172,9 +182,9 @@ cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, 
   return launch_forward(gate_up, out, rows, inner, Silu{}, stream);
 }
 
-cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
-                                   cudaStream_t stream) {
-  return launch_backward(dout, gate_up, dgate_up, rows, inner, Silu{}, stream);
+cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed, int64_t rows,
+                                   int64_t inner, cudaStream_t stream) {
+  return launch_backward(dout, gate_up, dgate_up, recomputed, rows, inner, Silu{}, stream);
 }
 
 cudaError_t launch_clamped_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, float alpha,
@@ -182,9 +192,9 @@ cudaError_t launch_clamped_swiglu_forward(const void* gate_up, void* out, int64_
   return launch_forward(gate_up, out, rows, inner, ClampedSilu{alpha, limit}, stream);
 }
 
-cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows,
-                                           int64_t inner, float alpha, float limit, cudaStream_t stream) {
-  return launch_backward(dout, gate_up, dgate_up, rows, inner, ClampedSilu{alpha, limit}, stream);
+cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
+                                           int64_t rows, int64_t inner, float alpha, float limit, cudaStream_t stream) {
+  return launch_backward(dout, gate_up, dgate_up, recomputed, rows, inner, ClampedSilu{alpha, limit}, stream);
 }
 
 }  // namespace moetune::ops::cuda

@@ -11,15 +11,16 @@ namespace moetune::ops::cuda {
 // out[r, i] = silu(gate_up[r, i]) · gate_up[r, inner + i] for rows × inner outputs.
 cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, cudaStream_t stream);
 
-// dgate_up [rows, 2·inner] from dout [rows, inner] and the forward input gate_up.
-cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows, int64_t inner,
-                                   cudaStream_t stream);
+// dgate_up [rows, 2·inner] from dout [rows, inner] and the forward input gate_up; with recomputed (else null;
+// it may be dout) also the forward's output [rows, inner] in the same pass.
+cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed, int64_t rows,
+                                   int64_t inner, cudaStream_t stream);
 
 // The same for GPT-OSS's clamped SwiGLU (ops/activation.h: clamped_swiglu_forward/backward).
 cudaError_t launch_clamped_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, float alpha,
                                           float limit, cudaStream_t stream);
-cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, int64_t rows,
-                                           int64_t inner, float alpha, float limit, cudaStream_t stream);
+cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
+                                           int64_t rows, int64_t inner, float alpha, float limit, cudaStream_t stream);
 
 // Nemotron-H's relu² over `count` contiguous BF16 elements: out = relu(x)², dx = dout · 2·relu(x).
 cudaError_t launch_relu_squared_forward(const void* x, void* out, int64_t count, cudaStream_t stream);
