@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_gemm_problem.h"
 #include "gpu_test_util.h"
 #include "gpu_timing.h"
 #include "moetune/ops/cuda/gemm_candidates.h"
@@ -52,25 +53,18 @@ TEST_F(DenseGemmTiming, DISABLED_StepShapesCandidates) {
     const Tensor dy = testing::random_normal({kTokens, p.out}, DType::BF16, Device::cuda(), rng, 1.0f);
     const Tensor dx = Tensor::empty({kTokens, p.in}, DType::BF16, Device::cuda());
     const Tensor dw = Tensor::zeros({p.out, p.in}, DType::BF16, Device::cuda());
-    struct Gemm {
-      const char* name;
-      Tensor a;
-      bool ta;
-      Tensor b;
-      bool tb;
-      Tensor d;
-      float beta;
-    };
     const double flop = 2.0 * double(kTokens) * double(p.in) * double(p.out);
-    for (const Gemm& g : {Gemm{"forward", x, false, w, true, y, 0.0f}, Gemm{"d(input)", dy, false, w, false, dx, 0.0f},
-                          Gemm{"d(weight)", dy, true, x, false, dw, 1.0f}}) {
-      const std::vector<ops::cuda::GemmCandidate> candidates = ops::cuda::matmul_candidates(g.a, g.ta, g.b, g.tb, g.d, 8);
+    using testing::GemmProblem;
+    for (const GemmProblem& g : {GemmProblem{"forward", x, false, w, true, y, 0.0f},
+                                 GemmProblem{"d(input)", dy, false, w, false, dx, 0.0f},
+                                 GemmProblem{"d(weight)", dy, true, x, false, dw, 1.0f}}) {
+      const std::vector<ops::cuda::GemmCandidate> candidates = ops::cuda::matmul_candidates(g.a, g.transpose_a, g.b, g.transpose_b, g.d, 8);
       double first = -1, best = 1e30;
       size_t best_index = 0;
       for (size_t i = 0; i < candidates.size(); ++i) {
         double ms = -1;
         try {
-          ms = testing::mean_gpu_ms([&] { ops::cuda::matmul_candidate(int(i), g.a, g.ta, g.b, g.tb, g.d, 1.0f, g.beta); }, 2, 10);
+          ms = testing::mean_gpu_ms([&] { ops::cuda::matmul_candidate(int(i), g.a, g.transpose_a, g.b, g.transpose_b, g.d, 1.0f, g.beta); }, 2, 10);
         } catch (const Error& e) {
           std::printf("dense candidate failed: %s\n", e.what());
           continue;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "gpu_gemm_problem.h"
 #include "gpu_test_util.h"
 #include "gpu_tiled_random.h"
 #include "moetune/core/cuda_runtime.h"
@@ -136,22 +137,15 @@ TEST_F(LmHeadTiming, DISABLED_GemmCandidates) {
     for (const int64_t chunk : {768, 832, 1024, 1664, 2048}) {
       const Tensor x = h.hidden.narrow(0, chunk), l = logits.narrow(0, chunk), dx = h.dhidden.narrow(0, chunk);
       const double gemm_flop = 2.0 * double(chunk) * double(vocab) * double(kWidth);
-      struct Gemm {
-        const char* name;
-        Tensor a;
-        bool ta;
-        Tensor b;
-        bool tb;
-        Tensor d;
-        float beta;
-      };
-      for (const Gemm& g : {Gemm{"logits", x, false, h.weight, true, l, 0.0f}, Gemm{"dhidden", l, false, h.weight, false, dx, 0.0f},
-                            Gemm{"dweight", l, true, x, false, h.dweight, 1.0f}}) {
-        const std::vector<ops::cuda::GemmCandidate> candidates = ops::cuda::matmul_candidates(g.a, g.ta, g.b, g.tb, g.d, 12);
+      using testing::GemmProblem;
+      for (const GemmProblem& g : {GemmProblem{"logits", x, false, h.weight, true, l, 0.0f},
+                                   GemmProblem{"dhidden", l, false, h.weight, false, dx, 0.0f},
+                                   GemmProblem{"dweight", l, true, x, false, h.dweight, 1.0f}}) {
+        const std::vector<ops::cuda::GemmCandidate> candidates = ops::cuda::matmul_candidates(g.a, g.transpose_a, g.b, g.transpose_b, g.d, 12);
         for (size_t i = 0; i < candidates.size(); ++i) {
           double ms = -1;
           try {
-            ms = time_ms([&] { ops::cuda::matmul_candidate(int(i), g.a, g.ta, g.b, g.tb, g.d, 1.0f, g.beta); }, 3);
+            ms = time_ms([&] { ops::cuda::matmul_candidate(int(i), g.a, g.transpose_a, g.b, g.transpose_b, g.d, 1.0f, g.beta); }, 3);
           } catch (const Error& e) {
             std::printf("lmhead candidate failed: %s\n", e.what());
           }

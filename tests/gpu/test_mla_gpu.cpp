@@ -355,7 +355,7 @@ TEST_F(MlaGpu, DISABLED_TimesAttentionWidths) {
       backward_ms += std::chrono::duration<double, std::milli>(t2 - t1).count() / 5;
     }
     // Causal: half the score matrix of each document.
-    const double flops = 2.0 * c.heads * double(c.d + c.dv) * 2 * 4096.0 * 4096.0 / 2;
+    const double flops = 2.0 * double(c.heads) * double(c.d + c.dv) * 2 * 4096.0 * 4096.0 / 2;
     std::printf("attention heads %lld/%lld d %lld dv %lld: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s)\n",
                 (long long)c.heads, (long long)c.kv_heads, (long long)c.d, (long long)c.dv, forward_ms,
                 flops / forward_ms / 1e9, backward_ms, 2.5 * flops / backward_ms / 1e9);

@@ -234,9 +234,9 @@ void backward(const MoeLayer& l, const Stash& s, const Order& order) {
 
 // The layer's model FLOPs as bench/moe_layer_tflops.py counts them: the router GEMM, the experts' three GEMMs
 // per chosen expert and the shared experts' three, forward, and twice that backward.
-double routed_gemm_flops(const LayerShape& L) { return 2.0 * L.rows() * L.hidden * L.inner; }  // one projection
-double shared_gemm_flops(const LayerShape& L) { return 2.0 * L.tokens * L.hidden * L.shared_inner; }
-double router_flops(const LayerShape& L) { return 2.0 * L.tokens * L.hidden * L.experts; }
+double routed_gemm_flops(const LayerShape& L) { return 2.0 * double(L.rows()) * double(L.hidden) * double(L.inner); }  // one projection
+double shared_gemm_flops(const LayerShape& L) { return 2.0 * double(L.tokens) * double(L.hidden) * double(L.shared_inner); }
+double router_flops(const LayerShape& L) { return 2.0 * double(L.tokens) * double(L.hidden) * double(L.experts); }
 double layer_flops(const LayerShape& L) {
   return 3 * (router_flops(L) + 3 * routed_gemm_flops(L) + 3 * shared_gemm_flops(L));
 }
@@ -268,7 +268,7 @@ void time_layer(const LayerShape& L, double skew) {
   }
   std::printf("\n%s MoE layer, %lld tokens, skew %.1f: max/mean expert load %.1f (largest %lld rows), "
               "%lld experts without rows\n",
-              L.name, (long long)L.tokens, skew, double(largest) / (double(L.rows()) / L.experts), (long long)largest,
+              L.name, (long long)L.tokens, skew, double(largest) / (double(L.rows()) / double(L.experts)), (long long)largest,
               (long long)empty);
 
   const int64_t T = L.tokens, H = L.hidden, E = L.experts, k = L.top_k, R = L.rows(), I = L.inner;
@@ -285,7 +285,7 @@ void time_layer(const LayerShape& L, double skew) {
   ops::cuda::swiglu_backward(dactivated, s.gate_up_out, dgate_up);
   const Tensor offs = s.plan.offsets;
   const double bf = 2, f32 = 4;  // bytes per element
-  const double TH = double(T) * H, RH = double(R) * H, RI = double(R) * I;
+  const double TH = double(T) * double(H), RH = double(R) * double(H), RI = double(R) * double(I);
   const double G = routed_gemm_flops(L);
   // Tensors are shared handles: the pieces hold copies.
   const auto gg = [offs](Tensor x, Tensor w, bool t, Tensor out) {
@@ -319,7 +319,7 @@ void time_layer(const LayerShape& L, double skew) {
       {"rms_norm (recomputed)", 0, 2 * TH * bf,
        [&] { ops::cuda::rms_norm_forward(l.h, l.norm_weight, kEps, s.normed); }},
       {"permute backward", 0, RH * bf + TH * bf, [&] { ops::cuda::permute_tokens_backward(drows, s.plan, dnormed); }},
-      {"router backward (+aux), cast", 0, 3 * T * E * f32,
+      {"router backward (+aux), cast", 0, 3 * double(T) * double(E) * f32,
        [&] {
          router_backward(l, s, dweights, dlogits);
          ops::cast_into(dlogits, dlogits_bf16);
