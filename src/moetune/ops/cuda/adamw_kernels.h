@@ -57,6 +57,10 @@ struct AdamWAccess {
   int min_blocks_per_sm = 0;
   bool hardware_rounding = true;
   bool skip_untouched = true;
+  // 0 (the register kernel) until the staged kernel has run on a GPU: it was written in session 8, when no GPU was
+  // lent, and has been neither tested nor timed there (OptimizerAccessGpu.StagedKernelGivesTheRegisterKernels-
+  // StateAndNorm, EveryAccessVariantGivesTheSameBits, DISABLED_TimesMoonlightSlots). Make it the default only if
+  // those pass and it is measured faster.
   int stages = 0;
   bool evict_first = false;
 };
