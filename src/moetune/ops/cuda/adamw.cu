@@ -24,7 +24,8 @@ static_assert(sizeof(AdamWTable) + sizeof(AdamWScalars) + 2 * sizeof(const float
 // (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots): capping the registers at 40 for 6 blocks spills and is
 // slower (12.6 ms against 11.4), and so is loading 2 or 4 vectors a thread before computing (116 and 169
 // registers: 14.9 and 24.0 ms against 11.4); the slot list itself costs nothing (one tensor of the same size:
-// 11.35 ms). With norm_partials, each warp's Σ g² of each chunk goes there too.
+// 11.35 ms). With norm_partials, each warp's Σ g² of each chunk goes there too. The way past those limits is to
+// keep the bytes in flight out of registers: adamw_staged.cuh's kernel (AdamWAccess::stages, not yet run on a GPU).
 template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kMinBlocks>
 __global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
     adamw_kernel(const __grid_constant__ AdamWTable table, float* __restrict__ norm_partials,
