@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include <cuda_runtime.h>
@@ -50,6 +52,31 @@ class AccessSettings {
 };
 
 class OptimizerAccessGpu : public testing::GpuTest {};
+
+std::string describe(const AdamWAccess& access) {
+  std::string text = access.stages >= 2 ? "staged kernel, " + std::to_string(access.stages) + " stages" : "register kernel";
+  text += ", min blocks " + std::to_string(access.min_blocks_per_sm);
+  text += access.hardware_rounding ? ", hardware rounding" : ", software rounding";
+  text += access.skip_untouched ? ", skip" : ", no skip";
+  if (access.evict_first) text += ", evict first";
+  return text;
+}
+
+// Every way the kernels can run, for the bit-identity tests: the register kernel with and without its register
+// cap, the staged one at a few depths with and without its own, in each rounding/skip mode.
+std::vector<AdamWAccess> access_variants() {
+  std::vector<AdamWAccess> variants;
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool hardware = mode == 2, skip = mode > 0;
+    for (int min_blocks : {0, 6}) variants.push_back({.min_blocks_per_sm = min_blocks, .hardware_rounding = hardware, .skip_untouched = skip});
+    for (int stages : {2, 3})
+      for (int min_blocks : {0, 3})
+        variants.push_back({.min_blocks_per_sm = min_blocks, .hardware_rounding = hardware, .skip_untouched = skip, .stages = stages});
+  }
+  variants.push_back({.stages = 4, .evict_first = true});
+  variants.push_back({.stages = ops::cuda::kAdamWMaxStages});
+  return variants;
+}
 
 // Shapes around the chunk (8192) and vector (8) widths, some misaligned by one element, and a tensor whose first
 // half never has a gradient (an embedding's unused rows), so that every path of every access variant runs: the
@@ -106,14 +133,75 @@ TEST_F(OptimizerAccessGpu, EveryAccessVariantGivesTheSameBits) {
       return state;
     };
     const std::vector<Tensor> reference = run({.min_blocks_per_sm = 0, .hardware_rounding = false, .skip_untouched = false});
-    for (int min_blocks : {0, 6})
-      for (int mode = 0; mode < 3; ++mode) {
-        const AdamWAccess access{.min_blocks_per_sm = min_blocks, .hardware_rounding = mode == 2, .skip_untouched = mode > 0};
-        SCOPED_TRACE(::testing::Message() << "min blocks " << min_blocks << ", hardware rounding "
-                                          << access.hardware_rounding << ", skip untouched " << access.skip_untouched);
+    for (const AdamWAccess& access : access_variants()) {
+      SCOPED_TRACE(::testing::Message() << describe(access));
+      const std::vector<Tensor> state = run(access);
+      ASSERT_EQ(state.size(), reference.size());
+      for (size_t i = 0; i < state.size(); ++i) EXPECT_TRUE(state[i].same_bytes(reference[i])) << "tensor " << i;
+    }
+  }
+}
+
+// The staged kernel over many tensors (several tables, several chunks a block, so that its ring of stages wraps
+// and its producer crosses tensors; some views not 16-byte aligned) with the norm folded into the step: the
+// register kernel's state and norm, bit for bit (the norm's final sum is of fixed order, so equal bits say the
+// per-warp partials were equal too), in every precision.
+TEST_F(OptimizerAccessGpu, StagedKernelGivesTheRegisterKernelsStateAndNorm) {
+  const AccessSettings restore;
+  std::uniform_int_distribution<int64_t> size(1, 40000);
+  std::vector<Shape> shapes = {{3000017}, {8192}, {8193}, {2048}, {2056}};
+  for (int i = 0; i < 500; ++i) shapes.push_back({size(rng())});
+  for (OptimizerPrecision precision :
+       {OptimizerPrecision::Fp32Master, OptimizerPrecision::PureBf16, OptimizerPrecision::Bf16Stochastic}) {
+    SCOPED_TRACE(::testing::Message() << "precision " << int(precision));
+    const bool master = precision == OptimizerPrecision::Fp32Master;
+    const DType moment = master ? DType::F32 : DType::BF16;
+    std::vector<Tensor> initial, gradients;
+    for (const Shape& shape : shapes) {
+      initial.push_back(testing::random_normal(shape, DType::F32, Device::cpu(), rng()));
+      gradients.push_back(testing::random_normal(shape, DType::BF16, Device::cpu(), rng(), 1e-2f));
+    }
+    const auto run = [&](AdamWAccess access) {
+      ops::cuda::set_adamw_access(access);
+      std::vector<AdamWSlot> slots;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const int64_t offset = i % 53 == 7 ? 1 : 0;
+        const auto place = [&](DType dtype) {
+          return Tensor::zeros({shape_numel(shapes[i]) + 1}, dtype, kGpu).flat_slice(offset, shapes[i]);
+        };
+        AdamWSlot slot{.param = place(DType::BF16), .grad = place(DType::BF16), .exp_avg = place(moment),
+                       .exp_avg_sq = place(moment)};
+        if (master) {
+          slot.master = place(DType::F32);
+          slot.master.copy_from(initial[i]);
+        } else {
+          slot.param.copy_from(ops::cast(initial[i], DType::BF16));
+        }
+        slot.grad.copy_from(gradients[i]);
+        slots.push_back(slot);
+      }
+      const Tensor scale = Tensor::from_vector<float>({0.37f}, {1}).to(kGpu);
+      std::vector<Tensor> state;
+      for (int step = 1; step <= 2; ++step) {
+        const Tensor norm_squared = Tensor::zeros({1}, DType::F32, kGpu);
+        ops::cuda::adamw_step(slots, hyper_at(step), precision, scale, 99, false, norm_squared);
+        state.push_back(norm_squared.to(Device::cpu()));
+      }
+      for (const AdamWSlot& slot : slots)
+        for (const Tensor& t : {slot.param, slot.exp_avg, slot.exp_avg_sq, slot.master})
+          if (t.defined()) state.push_back(t.to(Device::cpu()));
+      return state;
+    };
+    const std::vector<Tensor> reference = run({});
+    for (int stages : {2, 4, ops::cuda::kAdamWMaxStages})
+      for (int min_blocks : {0, 3}) {
+        const AdamWAccess access{.min_blocks_per_sm = min_blocks, .stages = stages};
+        SCOPED_TRACE(::testing::Message() << describe(access));
         const std::vector<Tensor> state = run(access);
         ASSERT_EQ(state.size(), reference.size());
-        for (size_t i = 0; i < state.size(); ++i) EXPECT_TRUE(state[i].same_bytes(reference[i])) << "tensor " << i;
+        EXPECT_TRUE(state[0].same_bytes(reference[0])) << "the norm of step 1";
+        EXPECT_TRUE(state[1].same_bytes(reference[1])) << "the norm of step 2";
+        for (size_t i = 2; i < state.size(); ++i) EXPECT_TRUE(state[i].same_bytes(reference[i])) << "tensor " << i;
       }
   }
 }
@@ -187,6 +275,37 @@ model::ParameterLayout reference_job_layout() {
   config["num_hidden_layers"] = 4;
   config["mlp_only_layers"] = nlohmann::json::array();
   config["max_position_embeddings"] = 40960;
+  const testing::ScratchDir folder;
+  testing::write_file(folder / "config.json", config.dump());
+  return model::parameter_layout(model::load_model_spec(folder / "config.json"));
+}
+
+// The benchmark's Moonlight (Moonlight-16B-A3B's widths cut to 4 layers, the first dense: bench/
+// make_reference_model.py's), from the engine's own layout code.
+model::ParameterLayout moonlight_layout() {
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(testing::fixture("deepseek_v3_tiny") / "config.json"));
+  config["vocab_size"] = 163840;
+  config["hidden_size"] = 2048;
+  config["intermediate_size"] = 11264;
+  config["moe_intermediate_size"] = 1408;
+  config["num_attention_heads"] = 16;
+  config["num_key_value_heads"] = 16;
+  config["n_routed_experts"] = 64;
+  config["n_shared_experts"] = 2;
+  config["num_experts_per_tok"] = 6;
+  config["n_group"] = 1;
+  config["topk_group"] = 1;
+  config["q_lora_rank"] = nullptr;
+  config["kv_lora_rank"] = 512;
+  config["qk_nope_head_dim"] = 128;
+  config["qk_rope_head_dim"] = 64;
+  config["qk_head_dim"] = 192;
+  config["v_head_dim"] = 128;
+  config["head_dim"] = 64;
+  config["num_hidden_layers"] = 4;
+  config["first_k_dense_replace"] = 1;
+  config["max_position_embeddings"] = 8192;
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 50000.0}};
   const testing::ScratchDir folder;
   testing::write_file(folder / "config.json", config.dump());
   return model::parameter_layout(model::load_model_spec(folder / "config.json"));
@@ -302,6 +421,83 @@ TEST_F(OptimizerAccessGpu, DISABLED_TimesReferenceJobSlots) {
     fill_normal(one[0].param, rng());
     time_accesses(n == total ? "one tensor of the same size" : "one tensor of 128M", one, n);
   }
+}
+
+// Not a check: AdamW over the benchmark's Moonlight parameters as the engine holds them (parameters and gradients in
+// flat runs by placement, the state in one flat run each), in every precision, for the register kernel and the
+// staged one at several depths, beside a device-to-device copy moving as many bytes (its rate counts the bytes
+// read and written, as the AdamW rates do). Run with --gtest_also_run_disabled_tests.
+TEST_F(OptimizerAccessGpu, DISABLED_TimesMoonlightSlots) {
+  const AccessSettings restore;
+  const model::ParameterLayout layout = moonlight_layout();
+  std::vector<FlatRequest> requests, bf16_state, f32_state;
+  int64_t total = 0;
+  for (const model::ParameterSpec& p : layout.parameters) {
+    requests.push_back({p.shape, DType::BF16});
+    bf16_state.push_back({p.shape, DType::BF16});
+    f32_state.push_back({p.shape, DType::F32});
+    total += shape_numel(p.shape);
+  }
+  std::printf("moonlight: %zu slots, %lld parameters\n", layout.parameters.size(), static_cast<long long>(total));
+  {
+    // A copy of 7 B an element: 14 B of traffic an element, the bf16 modes' bytes.
+    const Tensor source = Tensor::zeros({total * 7 / 2}, DType::F32, kGpu), target = Tensor::zeros({total * 7 / 2}, DType::F32, kGpu);
+    const size_t bytes = size_t(source.numel()) * 4;
+    const double ms = median_ms([&] {
+      cudaMemcpyAsync(target.raw_data(), source.raw_data(), bytes, cudaMemcpyDeviceToDevice, gpu::stream());
+    });
+    std::printf("  device-to-device copy of %.2f GB: %.3f ms (%.0f GB/s read + written)\n", double(bytes) / 1e9, ms,
+                2.0 * double(bytes) / ms / 1e6);
+  }
+  const model::PlacedBuffers params = model::allocate_by_placement(layout, requests, kGpu, true, {});
+  const model::PlacedBuffers grads = model::allocate_by_placement(layout, requests, kGpu, true, {});
+  for (const FlatBuffers* runs : {&params.replicated, &params.experts, &grads.replicated, &grads.experts})
+    for (const Tensor& buffer : runs->buffers) fill_normal(buffer, rng());
+  const Tensor coefficient = Tensor::from_vector<float>({0.5f}, {1}).to(kGpu);
+  const Tensor norm_squared = Tensor::zeros({1}, DType::F32, kGpu);
+  {
+    std::vector<Tensor> gradients(grads.views.begin(), grads.views.end());
+    const double ms = median_ms([&] { ops::cuda::grad_norm_squared(gradients, norm_squared); });
+    std::printf("  the clipping norm's pass: %.3f ms (%.0f GB/s at 2 B, read only)\n", ms, 2.0 * double(total) / ms / 1e6);
+  }
+
+  std::vector<AdamWAccess> accesses = {{}};
+  for (int stages : {2, 3, 4, 6}) accesses.push_back({.stages = stages});
+  accesses.push_back({.min_blocks_per_sm = 3, .stages = 3});
+  accesses.push_back({.min_blocks_per_sm = 3, .stages = 4});
+  accesses.push_back({.stages = 4, .evict_first = true});
+  int64_t step = 0;
+  const auto time_precision = [&](OptimizerPrecision precision, const FlatBuffers& exp_avg,
+                                  const FlatBuffers& exp_avg_sq, const FlatBuffers* master, bool fold_norm) {
+    std::vector<AdamWSlot> slots;
+    for (size_t i = 0; i < layout.parameters.size(); ++i) {
+      slots.push_back({.param = params.views[i], .grad = grads.views[i], .exp_avg = exp_avg.views[i],
+                       .exp_avg_sq = exp_avg_sq.views[i]});
+      if (master) slots.back().master = master->views[i];
+    }
+    const double bytes = (master ? 28.0 : 14.0) * double(total);
+    for (const AdamWAccess& access : accesses) {
+      ops::cuda::set_adamw_access(access);
+      const double ms = median_ms([&] {
+        ops::cuda::adamw_step(slots, hyper_at(++step), precision, coefficient, 7, false,
+                              fold_norm ? norm_squared : Tensor());
+      });
+      std::printf("  AdamW %s%s, %s: %.3f ms (%.0f GB/s)\n",
+                  precision == OptimizerPrecision::Fp32Master ? "fp32_master"
+                  : precision == OptimizerPrecision::PureBf16 ? "pure_bf16"
+                                                              : "bf16_stochastic",
+                  fold_norm ? " with the norm folded" : "", describe(access).c_str(), ms, bytes / ms / 1e6);
+    }
+  };
+  {
+    const FlatBuffers exp_avg = allocate_flat(bf16_state, kGpu, true), exp_avg_sq = allocate_flat(bf16_state, kGpu, true);
+    time_precision(OptimizerPrecision::PureBf16, exp_avg, exp_avg_sq, nullptr, false);
+    time_precision(OptimizerPrecision::Bf16Stochastic, exp_avg, exp_avg_sq, nullptr, false);
+    time_precision(OptimizerPrecision::PureBf16, exp_avg, exp_avg_sq, nullptr, true);
+  }
+  const FlatBuffers exp_avg = allocate_flat(f32_state, kGpu, true), exp_avg_sq = allocate_flat(f32_state, kGpu, true),
+                    master = allocate_flat(f32_state, kGpu, true);
+  time_precision(OptimizerPrecision::Fp32Master, exp_avg, exp_avg_sq, &master, false);
 }
 
 }  // namespace

@@ -51,13 +51,22 @@ struct AdamWTableOf {
   int64_t total_chunks;
 };
 
+// Each warp's Σ g² of a chunk (`squares`: this thread's) into norm_partials, when that is not null: per chunk and
+// warp, so that the total's bits do not depend on the grid (the GPU's size). Warps 0 to 7 of the block.
+__device__ __forceinline__ void write_norm_partials(float* norm_partials, int64_t chunk, float squares) {
+  static_assert(multi_tensor::kThreads / 32 == kAdamWNormPartialsPerChunk, "one partial per warp of a chunk");
+  if (norm_partials) {
+    const float warp_squares = pointwise::warp_sum(squares);
+    if (threadIdx.x % 32 == 0) norm_partials[chunk * kAdamWNormPartialsPerChunk + threadIdx.x / 32] = warp_squares;
+  }
+}
+
 // A block's walk over a table's chunks, grid-stride: body(tensor, its elements in the chunk, its stochastic
 // rounding key), then each warp's Σ g² of the chunk into norm_partials when that is not null (the sum the
 // body returned for this thread: the unscaled gradients of the elements it updated).
 template <AdamWStorage kStorage, typename Table, typename Body>
 __device__ __forceinline__ void for_each_chunk(const Table& table, const AdamWScalars& scalars, float* norm_partials,
                                                Body body) {
-  static_assert(multi_tensor::kThreads / 32 == kAdamWNormPartialsPerChunk, "one partial per warp of a chunk");
   for (int64_t chunk = blockIdx.x; chunk < table.total_chunks; chunk += gridDim.x) {
     const int tensor = multi_tensor::tensor_of_chunk(table.chunk_end, table.count, chunk);
     const auto& t = table.tensors[tensor];
@@ -66,32 +75,56 @@ __device__ __forceinline__ void for_each_chunk(const Table& table, const AdamWSc
                              ? tensor_key(scalars.seed, scalars.step, table.position[tensor])
                              : 0;
     const float squares = body(t, range, key);
-    // Per chunk and warp, so that the total's bits do not depend on the grid (the GPU's size).
-    if (norm_partials) {
-      const float warp_squares = pointwise::warp_sum(squares);
-      if (threadIdx.x % 32 == 0) norm_partials[chunk * kAdamWNormPartialsPerChunk + threadIdx.x / 32] = warp_squares;
-    }
+    write_norm_partials(norm_partials, chunk, squares);
   }
 }
 
 template <AdamWStorage kStorage>
 using StorageConstant = std::integral_constant<AdamWStorage, kStorage>;
 
+// A kernel with the block size and dynamic shared memory it is launched with: what kernel_for (below) answers when
+// they are not multi_tensor::kThreads threads and none.
+template <typename Kernel>
+struct ShapedKernel {
+  Kernel kernel;
+  int threads;
+  int shared_bytes;
+};
+template <typename Kernel>
+ShapedKernel<Kernel> shaped_kernel(Kernel kernel) {
+  return {kernel, multi_tensor::kThreads, 0};
+}
+template <typename Kernel>
+ShapedKernel<Kernel> shaped_kernel(ShapedKernel<Kernel> shaped) {
+  return shaped;
+}
+// Dynamic shared memory beyond this needs the kernel's opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize).
+inline constexpr int kDefaultSharedBytes = 48 * 1024;
+
 // Fills tables (Table: multi_tensor's, with position[], the index of each tensor in the caller's list) with the
-// caller's tensors and launches kernel_for(StorageConstant<storage>{}) over each, with as many blocks as fill
-// the GPU: kernel(table, the table's norm partials, args...). norm_partials (or null) has
+// caller's tensors and launches kernel_for(StorageConstant<storage>{}) (a kernel, or a ShapedKernel) over each,
+// with as many blocks as fill the GPU: kernel(table, the table's norm partials, args...). norm_partials (or null) has
 // kAdamWNormPartialsPerChunk floats per chunk of every tensor; each table's start where the one before it ends.
 template <typename Table, typename Pointers, typename KernelFor, typename... Args>
 cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, int64_t count, KernelFor kernel_for,
                                 float* norm_partials, cudaStream_t stream, const Args&... args) {
   int64_t chunks_before = 0;
   const auto launch = [&](const Table& table, auto kernel) -> cudaError_t {
+    const auto shaped = shaped_kernel(kernel);
+    if (shaped.shared_bytes > kDefaultSharedBytes)
+      if (cudaError_t status = cudaFuncSetAttribute(shaped.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    shaped.shared_bytes);
+          status != cudaSuccess)
+        return status;
     int max_blocks = 0;
-    if (cudaError_t status = multi_tensor::resident_blocks(kernel, max_blocks); status != cudaSuccess) return status;
+    if (cudaError_t status =
+            multi_tensor::resident_blocks(shaped.kernel, max_blocks, shaped.threads, size_t(shaped.shared_bytes));
+        status != cudaSuccess)
+      return status;
     const int blocks = int(std::min<int64_t>(table.total_chunks, max_blocks));
     float* partials = norm_partials ? norm_partials + chunks_before * kAdamWNormPartialsPerChunk : nullptr;
     chunks_before += table.total_chunks;
-    kernel<<<blocks, multi_tensor::kThreads, 0, stream>>>(table, partials, args...);
+    shaped.kernel<<<blocks, shaped.threads, size_t(shaped.shared_bytes), stream>>>(table, partials, args...);
     return cudaGetLastError();
   };
   return multi_tensor::launch_in_batches<Table>(

@@ -48,12 +48,21 @@ int64_t adamw_norm_partial_count(const int64_t* numels, int64_t count);
 // How the kernel with bf16 or f32 moments runs: the blocks of 256 threads it asks each SM to hold (0: what its
 // register use gives; 6 caps the registers at 40), whether bf16 rounding to nearest uses the conversion
 // instruction, and whether parameters no gradient has reached skip the update term (ops/adamw_math.h; without
-// the skip, software rounding). Process-wide, so that the timing test
-// (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots) can compare them; every choice gives the same bits.
+// the skip, software rounding). `stages` ≥ 2 picks the kernel whose loads go through shared memory by bulk copies,
+// that many tiles of 2048 elements deep (at most kAdamWMaxStages; min_blocks_per_sm then 0 or 3), and
+// `evict_first` has those copies tell L2 to evict what they read first. Process-wide, so that the timing tests
+// (OptimizerAccessGpu.DISABLED_Times*) can compare them; every choice gives the same bits.
+inline constexpr int kAdamWMaxStages = 8;
 struct AdamWAccess {
   int min_blocks_per_sm = 0;
   bool hardware_rounding = true;
   bool skip_untouched = true;
+  // 0 (the register kernel) until the staged kernel has run on a GPU: it was written in session 8, when no GPU was
+  // lent, and has been neither tested nor timed there (OptimizerAccessGpu.StagedKernelGivesTheRegisterKernels-
+  // StateAndNorm, EveryAccessVariantGivesTheSameBits, DISABLED_TimesMoonlightSlots). Make it the default only if
+  // those pass and it is measured faster.
+  int stages = 0;
+  bool evict_first = false;
 };
 void set_adamw_access(AdamWAccess access);
 AdamWAccess adamw_access();

@@ -53,15 +53,16 @@ __device__ __forceinline__ bool all_aligned_16(const Pointers*... pointers) {
   return ((reinterpret_cast<uintptr_t>(pointers) | ... | uintptr_t(0)) & 15u) == 0;
 }
 
-// Blocks of `kernel` that fill the current GPU once (more would only queue behind them).
+// Blocks of `kernel` (of `threads` threads and `shared_bytes` of dynamic shared memory) that fill the current GPU
+// once (more would only queue behind them).
 template <typename Kernel>
-cudaError_t resident_blocks(Kernel kernel, int& blocks) {
+cudaError_t resident_blocks(Kernel kernel, int& blocks, int threads = kThreads, size_t shared_bytes = 0) {
   int device = 0, multiprocessors = 0, per_multiprocessor = 0;
   if (cudaError_t status = cudaGetDevice(&device); status != cudaSuccess) return status;
   if (cudaError_t status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
       status != cudaSuccess)
     return status;
-  if (cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads, 0);
+  if (cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, shared_bytes);
       status != cudaSuccess)
     return status;
   blocks = std::max(1, multiprocessors * per_multiprocessor);
