@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # There (GPU machine), after scripts/stage_gpu_binaries.sh here, with an older build's moetune.xz (e.g. a copy of
 # an earlier .devcarry/moetune.xz) at $BEFORE:
-#   run(command="BEFORE=.hq/before/moetune.xz bash scripts/gpu_before_after.sh [suite] [ref] [moon] [l12] [trace]",
+#   run(command="BEFORE=.hq/before/moetune.xz bash scripts/gpu_before_after.sh [suite] [ref] [moon] [l12] [trace] [adamw]",
 #       carry=[".devcarry", ".hq"])
 # Same call, one GPU: the whole GPU suite; the reference job and Moonlight with HF, this build and the older binary
 # side by side, this build profiled; the 12-layer cut at micro-batch 2 without clipping, both binaries; Moonlight's
-# kernel timeline (bench/kernel_trace) for both binaries, with the GPU's clocks and power sampled.
+# kernel timeline (bench/kernel_trace) for both binaries, with the GPU's clocks and power sampled; the staged AdamW
+# kernel (AdamWAccess::stages, off by default until this has run): its bit-identity tests, then every variant timed
+# over Moonlight's slots beside a device-to-device copy (target >= 4050 GB/s in pure bf16).
 # Everything is written under /tmp/before_after and comes back as one archive in $OUT (at most 8 files return).
 set -uo pipefail
 back=${OUT:-}
@@ -63,6 +65,14 @@ for step in "$@"; do
         head -24 "$root/trace_summary_$who.txt"
         xz -T8 "$root"/trace_$who.*.csv
       done ;;
+    adamw)
+      stamp "AdamW: staged kernel tests and timing"
+      timeout 120 build/tests/moetune_tests --gtest_filter='AdamWGpu.*:OptimizerAccessGpu.*:AdamWInt8Gpu.*:GradNormGpu.*' \
+        > "$root/adamw_tests.log" 2>&1
+      echo "tests rc=$?"; grep -E "^\[  (FAILED|PASSED) |Failure" "$root/adamw_tests.log" | head -20
+      timeout 90 build/tests/moetune_tests --gtest_also_run_disabled_tests \
+        --gtest_filter='OptimizerAccessGpu.DISABLED_TimesMoonlightSlots' > "$root/adamw_timing.log" 2>&1
+      echo "timing rc=$?"; grep -E "^moonlight|copy|norm's pass|AdamW " "$root/adamw_timing.log" | sed -E 's/^  //' ;;
   esac
 done
 stamp done
