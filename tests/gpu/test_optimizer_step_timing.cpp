@@ -78,6 +78,32 @@ std::vector<AdamWAccess> access_variants() {
   return variants;
 }
 
+// A slot of `shape` whose views start `offset` elements into their buffers (1: not 16-byte aligned, the scalar
+// path), holding `initial` as the precision keeps the parameter (the fp32 master copy, or the bf16 parameter) and
+// zero moments and gradient.
+AdamWSlot start_slot(const Tensor& initial, const Shape& shape, bool master, int64_t offset) {
+  const auto place = [&](DType dtype) {
+    return Tensor::zeros({shape_numel(shape) + 1}, dtype, kGpu).flat_slice(offset, shape);
+  };
+  const DType moment = master ? DType::F32 : DType::BF16;
+  AdamWSlot slot{.param = place(DType::BF16), .grad = place(DType::BF16), .exp_avg = place(moment),
+                 .exp_avg_sq = place(moment)};
+  if (master) {
+    slot.master = place(DType::F32);
+    slot.master.copy_from(initial);
+  } else {
+    slot.param.copy_from(ops::cast(initial, DType::BF16));
+  }
+  return slot;
+}
+
+// Every state tensor of the slots (parameter, moments, master copy), on the host, slot by slot.
+void append_host_state(const std::vector<AdamWSlot>& slots, std::vector<Tensor>& state) {
+  for (const AdamWSlot& slot : slots)
+    for (const Tensor& t : {slot.param, slot.exp_avg, slot.exp_avg_sq, slot.master})
+      if (t.defined()) state.push_back(t.to(Device::cpu()));
+}
+
 // Shapes around the chunk (8192) and vector (8) widths, some misaligned by one element, and a tensor whose first
 // half never has a gradient (an embedding's unused rows), so that every path of every access variant runs: the
 // same state after three steps, bit for bit, in every precision.
@@ -89,7 +115,6 @@ TEST_F(OptimizerAccessGpu, EveryAccessVariantGivesTheSameBits) {
        {OptimizerPrecision::Fp32Master, OptimizerPrecision::PureBf16, OptimizerPrecision::Bf16Stochastic}) {
     SCOPED_TRACE(::testing::Message() << "precision " << int(precision));
     const bool master = precision == OptimizerPrecision::Fp32Master;
-    const DType moment = master ? DType::F32 : DType::BF16;
     // The start state and the gradients of every step, made once and copied into each variant's slots.
     std::vector<Tensor> initial, gradients;
     for (const Shape& shape : shapes) {
@@ -102,34 +127,17 @@ TEST_F(OptimizerAccessGpu, EveryAccessVariantGivesTheSameBits) {
       std::fill(g.data<float>(), g.data<float>() + g.numel() / 2, 0.0f);
       gradients[3 * 2 + size_t(step)] = ops::cast(g, DType::BF16);
     }
-    // A zeroed view, one element into its buffer where `odd` (not 16-byte aligned: the scalar path).
-    const auto place = [&](const Shape& shape, DType dtype, bool odd) {
-      return Tensor::zeros({shape_numel(shape) + 1}, dtype, kGpu).flat_slice(odd ? 1 : 0, shape);
-    };
     const auto run = [&](AdamWAccess access) {
       ops::cuda::set_adamw_access(access);
       std::vector<AdamWSlot> slots;
-      for (size_t i = 0; i < shapes.size(); ++i) {
-        const bool odd = misaligned[i];
-        AdamWSlot slot{.param = place(shapes[i], DType::BF16, odd), .grad = place(shapes[i], DType::BF16, odd),
-                       .exp_avg = place(shapes[i], moment, odd), .exp_avg_sq = place(shapes[i], moment, odd)};
-        if (master) {
-          slot.master = place(shapes[i], DType::F32, odd);
-          slot.master.copy_from(initial[i]);
-        } else {
-          slot.param.copy_from(ops::cast(initial[i], DType::BF16));
-        }
-        slots.push_back(slot);
-      }
+      for (size_t i = 0; i < shapes.size(); ++i) slots.push_back(start_slot(initial[i], shapes[i], master, misaligned[i] ? 1 : 0));
       const Tensor scale = Tensor::from_vector<float>({0.37f}, {1}).to(kGpu);
       for (int step = 0; step < 3; ++step) {
         for (size_t i = 0; i < shapes.size(); ++i) slots[i].grad.copy_from(gradients[3 * i + size_t(step)]);
         ops::cuda::adamw_step(slots, hyper_at(step + 1), precision, scale, 1234);
       }
       std::vector<Tensor> state;
-      for (const AdamWSlot& slot : slots)
-        for (const Tensor& t : {slot.param, slot.exp_avg, slot.exp_avg_sq, slot.master})
-          if (t.defined()) state.push_back(t.to(Device::cpu()));
+      append_host_state(slots, state);
       return state;
     };
     const std::vector<Tensor> reference = run({.min_blocks_per_sm = 0, .hardware_rounding = false, .skip_untouched = false});
@@ -155,7 +163,6 @@ TEST_F(OptimizerAccessGpu, StagedKernelGivesTheRegisterKernelsStateAndNorm) {
        {OptimizerPrecision::Fp32Master, OptimizerPrecision::PureBf16, OptimizerPrecision::Bf16Stochastic}) {
     SCOPED_TRACE(::testing::Message() << "precision " << int(precision));
     const bool master = precision == OptimizerPrecision::Fp32Master;
-    const DType moment = master ? DType::F32 : DType::BF16;
     std::vector<Tensor> initial, gradients;
     for (const Shape& shape : shapes) {
       initial.push_back(testing::random_normal(shape, DType::F32, Device::cpu(), rng()));
@@ -165,20 +172,8 @@ TEST_F(OptimizerAccessGpu, StagedKernelGivesTheRegisterKernelsStateAndNorm) {
       ops::cuda::set_adamw_access(access);
       std::vector<AdamWSlot> slots;
       for (size_t i = 0; i < shapes.size(); ++i) {
-        const int64_t offset = i % 53 == 7 ? 1 : 0;
-        const auto place = [&](DType dtype) {
-          return Tensor::zeros({shape_numel(shapes[i]) + 1}, dtype, kGpu).flat_slice(offset, shapes[i]);
-        };
-        AdamWSlot slot{.param = place(DType::BF16), .grad = place(DType::BF16), .exp_avg = place(moment),
-                       .exp_avg_sq = place(moment)};
-        if (master) {
-          slot.master = place(DType::F32);
-          slot.master.copy_from(initial[i]);
-        } else {
-          slot.param.copy_from(ops::cast(initial[i], DType::BF16));
-        }
-        slot.grad.copy_from(gradients[i]);
-        slots.push_back(slot);
+        slots.push_back(start_slot(initial[i], shapes[i], master, i % 53 == 7 ? 1 : 0));
+        slots.back().grad.copy_from(gradients[i]);
       }
       const Tensor scale = Tensor::from_vector<float>({0.37f}, {1}).to(kGpu);
       std::vector<Tensor> state;
@@ -187,9 +182,7 @@ TEST_F(OptimizerAccessGpu, StagedKernelGivesTheRegisterKernelsStateAndNorm) {
         ops::cuda::adamw_step(slots, hyper_at(step), precision, scale, 99, false, norm_squared);
         state.push_back(norm_squared.to(Device::cpu()));
       }
-      for (const AdamWSlot& slot : slots)
-        for (const Tensor& t : {slot.param, slot.exp_avg, slot.exp_avg_sq, slot.master})
-          if (t.defined()) state.push_back(t.to(Device::cpu()));
+      append_host_state(slots, state);
       return state;
     };
     const std::vector<Tensor> reference = run({});
