@@ -116,8 +116,9 @@ struct Recipe {
     // itself, since a dead or stuck peer would leave it waiting in a collective forever.
     double timeout_seconds = 1800;
     // The GPU engine overlaps communication with compute: ZeRO's gradient reduce-scatter runs during the
-    // backward pass, and the experts' d(x) all-to-all beside their weight-gradient GEMMs. false runs both in
-    // line (to measure what the overlap saves).
+    // backward pass, and the experts' d(x) all-to-all beside their weight-gradient GEMMs; on one rank, the
+    // clipping norm's pass over the gradients runs during the backward pass too (same bits). false runs them
+    // in line (to measure what the overlap saves).
     bool overlap = true;
   } parallel;
 

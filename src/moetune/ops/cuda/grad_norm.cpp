@@ -16,23 +16,56 @@ void check_device_scalar(const Tensor& tensor, const char* what) {
 
 }  // namespace
 
-void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared) {
-  check_device_scalar(norm_squared, "grad_norm_squared: norm_squared");
+int64_t grad_norm_slots(const Tensor& grad) { return grad_norm_slot_count(grad.numel()); }
+
+void grad_norm_partials(const std::vector<Tensor>& grads, const std::vector<int64_t>& first_slots, const Tensor& partials) {
+  MOETUNE_CHECK(first_slots.size() == grads.size(), "grad_norm_partials: {} gradients but {} first slots", grads.size(),
+                first_slots.size());
+  MOETUNE_CHECK(partials.defined() && partials.device().is_cuda() && partials.dtype() == DType::F32,
+                "grad_norm_partials: partials is {}, expected F32 on cuda",
+                partials.defined() ? partials.str() : std::string("undefined"));
   std::vector<GradNormTensor> tensors;
   tensors.reserve(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& grad = grads[i];
     MOETUNE_CHECK(grad.defined() && grad.device().is_cuda() && grad.dtype() == DType::BF16,
-                  "grad_norm_squared: gradient {} is {}, expected BF16 on cuda", i,
+                  "grad_norm_partials: gradient {} is {}, expected BF16 on cuda", i,
                   grad.defined() ? grad.str() : std::string("undefined"));
-    tensors.push_back({.data = static_cast<const uint16_t*>(grad.raw_data()), .numel = grad.numel()});
+    MOETUNE_CHECK(first_slots[i] >= 0 && first_slots[i] + grad_norm_slots(grad) <= partials.numel(),
+                  "grad_norm_partials: gradient {}'s slots from {} do not fit in {} partials", i, first_slots[i],
+                  partials.numel());
+    tensors.push_back({.data = static_cast<const uint16_t*>(grad.raw_data()), .numel = grad.numel(), .first_slot = first_slots[i]});
   }
-  const int64_t count = int64_t(tensors.size());
+  gpu::check(launch_grad_norm_partials(tensors.data(), int64_t(tensors.size()), static_cast<float*>(partials.raw_data()),
+                                       gpu::stream()),
+             fmt::format("grad_norm_partials over {} tensors", tensors.size()));
+}
+
+void grad_norm_sum_partials(const Tensor& partials, const Tensor& norm_squared) {
+  check_device_scalar(norm_squared, "grad_norm_sum_partials: norm_squared");
+  MOETUNE_CHECK(partials.defined() && partials.device().is_cuda() && partials.dtype() == DType::F32,
+                "grad_norm_sum_partials: partials is {}, expected F32 on cuda",
+                partials.defined() ? partials.str() : std::string("undefined"));
   // Stream-ordered workspace: freed (back to the pool) after the kernels that use it, without waiting.
-  const Tensor partials = Tensor::empty({grad_norm_partial_count(tensors.data(), count)}, DType::F32, Device::cuda());
-  gpu::check(launch_grad_norm_squared(tensors.data(), count, static_cast<float*>(partials.raw_data()),
-                                      static_cast<float*>(norm_squared.raw_data()), gpu::stream()),
-             fmt::format("grad_norm_squared over {} tensors", count));
+  const Tensor scratch = Tensor::empty({kFloatSumScratch}, DType::F32, Device::cuda());
+  gpu::check(launch_float_sum(static_cast<const float*>(partials.raw_data()), partials.numel(),
+                              static_cast<float*>(scratch.raw_data()), static_cast<float*>(norm_squared.raw_data()),
+                              gpu::stream()),
+             fmt::format("grad_norm_sum_partials over {} partials", partials.numel()));
+}
+
+void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared) {
+  check_device_scalar(norm_squared, "grad_norm_squared: norm_squared");
+  std::vector<int64_t> first_slots;
+  int64_t slots = 0;
+  for (const Tensor& grad : grads) {
+    first_slots.push_back(slots);
+    slots += grad.defined() ? grad_norm_slots(grad) : 0;  // an undefined one fails in grad_norm_partials
+  }
+  // Stream-ordered workspace: freed (back to the pool) after the kernels that use it, without waiting.
+  const Tensor partials = Tensor::empty({slots}, DType::F32, Device::cuda());
+  grad_norm_partials(grads, first_slots, partials);
+  grad_norm_sum_partials(partials, norm_squared);
 }
 
 void clip_coefficient(const Tensor& norm_squared, double max_norm, const Tensor& coefficient) {

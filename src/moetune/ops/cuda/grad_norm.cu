@@ -1,6 +1,6 @@
-// Global gradient norm over many bf16 tensors without a host round trip: per-block partial sums of squares
-// (multi-tensor, 16-byte loads where aligned), one fixed-order final reduction, and the clip coefficient computed
-// on the device so the optimizer can read it there. Reads 2 bytes per gradient element.
+// Global gradient norm over many bf16 tensors without a host round trip: partial sums of squares, one per fixed
+// span of a tensor (multi-tensor, 16-byte loads where aligned), one fixed-order final reduction, and the clip
+// coefficient computed on the device so the optimizer can read it there. Reads 2 bytes per gradient element.
 #include <cmath>
 
 #include "moetune/core/half.h"
@@ -10,21 +10,20 @@
 namespace moetune::ops::cuda {
 namespace {
 
-// A fixed block count (not one derived from the GPU's size) keeps the summation order, and so the bits of the
-// result, the same on every GPU.
+// launch_float_sum's fixed block count (not one derived from the GPU's size): the summation order, and so the
+// bits of the result, the same on every GPU.
 constexpr int kMaxPartialBlocks = 1024;
 
+// One block per slot: block b of a launch takes the tensor whose running slot total first exceeds b.
 struct GradNormTable {
-  static constexpr int kMaxTensors = 1024;
+  static constexpr int kMaxTensors = 1000;
   const uint16_t* data[kMaxTensors];
   int64_t numel[kMaxTensors];
-  int64_t chunk_end[kMaxTensors];
+  int64_t first_slot[kMaxTensors];  // in the caller's slot array
+  int64_t block_end[kMaxTensors];   // running total of the tensors' slots within this launch
   int count;
-  int64_t total_chunks;
 };
 static_assert(sizeof(GradNormTable) + sizeof(float*) <= multi_tensor::kMaxKernelParameterBytes);
-
-int blocks_for(const GradNormTable& table) { return int(std::min<int64_t>(table.total_chunks, kMaxPartialBlocks)); }
 
 // Sum over the block in a fixed tree (shuffles within warps, then across warps), valid in thread 0.
 __device__ __forceinline__ float block_sum(float value) {
@@ -51,45 +50,46 @@ __device__ __forceinline__ void add_squares(uint4 packed, float& sum) {
   }
 }
 
-// Each thread loads kInFlight 16-byte vectors (blockDim.x vectors apart) before it adds any, and adds them in the
-// order one at a time would: the same sum, with more loads outstanding.
+// Block b sums the squares of one slot's span (kGradNormSlotElements of one tensor, fewer at its end). Each thread
+// loads kInFlight 16-byte vectors (blockDim.x vectors apart) before it adds any, and adds them in the order one
+// at a time would: the same sum, with more loads outstanding.
 template <int kInFlight>
 __global__ void __launch_bounds__(multi_tensor::kThreads)
-    square_sum_partials_kernel(const __grid_constant__ GradNormTable table, float* __restrict__ partials) {
+    slot_partials_kernel(const __grid_constant__ GradNormTable table, float* __restrict__ slots) {
   constexpr int kVector = multi_tensor::kVectorElements;
+  const int tensor = multi_tensor::tensor_of_chunk(table.block_end, table.count, int64_t(blockIdx.x));
+  const int64_t slot = int64_t(blockIdx.x) - (tensor == 0 ? 0 : table.block_end[tensor - 1]);
+  const uint16_t* data = table.data[tensor];
+  const int64_t begin = slot * kGradNormSlotElements;
+  const int64_t end = begin + kGradNormSlotElements < table.numel[tensor] ? begin + kGradNormSlotElements : table.numel[tensor];
   float sum = 0.0f;
-  for (int64_t chunk = blockIdx.x; chunk < table.total_chunks; chunk += gridDim.x) {
-    const int tensor = multi_tensor::tensor_of_chunk(table.chunk_end, table.count, chunk);
-    const uint16_t* data = table.data[tensor];
-    const multi_tensor::Range range = multi_tensor::chunk_range(table.chunk_end, tensor, chunk, table.numel[tensor]);
-    int64_t scalar_begin = range.begin;
-    if (multi_tensor::all_aligned_16(data)) {
-      const int64_t vector_end = range.begin + (range.end - range.begin) / kVector * kVector;
-      const int64_t stride = int64_t(blockDim.x) * kVector;
-      for (int64_t first = range.begin + int64_t(threadIdx.x) * kVector; first < vector_end;
-           first += stride * kInFlight) {
-        uint4 packed[kInFlight];
+  int64_t scalar_begin = begin;
+  // A span starts at a multiple of kGradNormSlotElements: aligned where the tensor is.
+  if (multi_tensor::all_aligned_16(data)) {
+    const int64_t vector_end = begin + (end - begin) / kVector * kVector;
+    const int64_t stride = int64_t(blockDim.x) * kVector;
+    for (int64_t first = begin + int64_t(threadIdx.x) * kVector; first < vector_end; first += stride * kInFlight) {
+      uint4 packed[kInFlight];
 #pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          if (first + u * stride < vector_end) packed[u] = *reinterpret_cast<const uint4*>(data + first + u * stride);
+      for (int u = 0; u < kInFlight; ++u)
+        if (first + u * stride < vector_end) packed[u] = *reinterpret_cast<const uint4*>(data + first + u * stride);
 #pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          if (first + u * stride < vector_end) add_squares(packed[u], sum);
-      }
-      scalar_begin = vector_end;
+      for (int u = 0; u < kInFlight; ++u)
+        if (first + u * stride < vector_end) add_squares(packed[u], sum);
     }
-    for (int64_t i = scalar_begin + threadIdx.x; i < range.end; i += blockDim.x) {
-      const float g = bf16_to_f32(data[i]);
-      sum += g * g;
-    }
+    scalar_begin = vector_end;
+  }
+  for (int64_t i = scalar_begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float g = bf16_to_f32(data[i]);
+    sum += g * g;
   }
   sum = block_sum(sum);
-  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+  if (threadIdx.x == 0) slots[table.first_slot[tensor] + slot] = sum;
 }
 
-// Two loads in flight a thread: over the reference job's 3.1 B gradients on the H200 1.391 and 1.420 ms in two
-// calls, against 1.422 with one and 1.520 with four (OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots): at
-// ~4.4 TB/s either way, within the calls' noise.
+// Two loads in flight a thread: measured on the H200 with the grid-stride kernel this one replaced (over the
+// reference job's 3.1 B gradients 1.391 and 1.420 ms in two calls, against 1.422 with one and 1.520 with four,
+// OptimizerAccessGpu.DISABLED_TimesReferenceJobSlots: ~4.4 TB/s either way, within the calls' noise).
 constexpr int kNormVectorsInFlight = 2;
 
 __global__ void __launch_bounds__(multi_tensor::kThreads)
@@ -117,45 +117,33 @@ __global__ void clip_coefficient_kernel(const float* __restrict__ norm_squared, 
   *coefficient = float(isnan(coefficient_unclamped) ? coefficient_unclamped : fmin(coefficient_unclamped, 1.0));
 }
 
-// Runs `launch(table, first_partial)` for each table of tensors, the partials of consecutive tables following
-// one another; returns the total number of partials through `partial_count`.
-template <typename Launch>
-cudaError_t for_each_table(const GradNormTensor* tensors, int64_t count, int64_t& partial_count, Launch launch) {
-  partial_count = 0;
-  return multi_tensor::launch_in_batches<GradNormTable>(
-      count, [&](int64_t index) { return tensors[index].numel; },
-      [&](GradNormTable& table, int slot, int64_t index) {
-        table.data[slot] = tensors[index].data;
-        table.numel[slot] = tensors[index].numel;
-      },
-      [&](const GradNormTable& table) -> cudaError_t {
-        const cudaError_t status = launch(table, partial_count);
-        partial_count += blocks_for(table);
-        return status;
-      });
-}
-
 }  // namespace
 
-int64_t grad_norm_partial_count(const GradNormTensor* tensors, int64_t count) {
-  int64_t partial_count = 0;
-  for_each_table(tensors, count, partial_count, [](const GradNormTable&, int64_t) { return cudaSuccess; });
-  return partial_count;
-}
-
-cudaError_t launch_grad_norm_squared(const GradNormTensor* tensors, int64_t count, float* partials,
-                                     float* norm_squared, cudaStream_t stream) {
-  int64_t partial_count = 0;
-  const cudaError_t status = for_each_table(
-      tensors, count, partial_count, [&](const GradNormTable& table, int64_t first_partial) -> cudaError_t {
-        square_sum_partials_kernel<kNormVectorsInFlight>
-            <<<blocks_for(table), multi_tensor::kThreads, 0, stream>>>(table, partials + first_partial);
-        return cudaGetLastError();
-      });
-  if (status != cudaSuccess) return status;
-  // Always launched, so that an empty list still writes 0.
-  sum_partials_kernel<<<1, multi_tensor::kThreads, 0, stream>>>(partials, partial_count, norm_squared);
-  return cudaGetLastError();
+cudaError_t launch_grad_norm_partials(const GradNormTensor* tensors, int64_t count, float* slots, cudaStream_t stream) {
+  GradNormTable table{};
+  int used = 0;
+  int64_t blocks = 0;
+  const auto flush = [&]() -> cudaError_t {
+    if (used == 0) return cudaSuccess;
+    table.count = used;
+    slot_partials_kernel<kNormVectorsInFlight><<<unsigned(blocks), multi_tensor::kThreads, 0, stream>>>(table, slots);
+    used = 0;
+    blocks = 0;
+    return cudaGetLastError();
+  };
+  for (int64_t index = 0; index < count; ++index) {
+    const int64_t slot_count = grad_norm_slot_count(tensors[index].numel);
+    if (slot_count == 0) continue;
+    table.data[used] = tensors[index].data;
+    table.numel[used] = tensors[index].numel;
+    table.first_slot[used] = tensors[index].first_slot;
+    blocks += slot_count;
+    table.block_end[used] = blocks;
+    // A launch of at most 2^31 - 1 blocks, the grid's limit (256 TB of gradients: never in practice).
+    if (++used == GradNormTable::kMaxTensors || blocks > (int64_t(1) << 30))
+      if (cudaError_t status = flush(); status != cudaSuccess) return status;
+  }
+  return flush();
 }
 
 cudaError_t launch_float_sum(const float* values, int64_t count, float* scratch, float* total, cudaStream_t stream) {

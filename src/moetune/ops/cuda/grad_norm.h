@@ -9,9 +9,22 @@
 
 namespace moetune::ops::cuda {
 
-// Σ over all grads (BF16, CUDA) of g², in fp32, into norm_squared (CUDA F32 [1]). Deterministic: per-block
-// partials, then one fixed-order final reduction. An empty list gives 0.
+// Σ over all grads (BF16, CUDA) of g², in fp32, into norm_squared (CUDA F32 [1]). Deterministic: the partial
+// sums below, each gradient's slots after the previous one's, then one fixed-order final reduction. An empty
+// list gives 0.
 void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared);
+
+// grad_norm_squared in two parts, for a caller that has some gradients before others (the engine's backward
+// pass: train/cuda/overlapped_grad_norm.h). Each gradient owns grad_norm_slots(grad) consecutive floats of a
+// partials array; grad_norm_partials fills the slots of some gradients (any subset, in any order, over any
+// number of calls and streams: a slot's bits depend on its gradient's elements alone), and once every slot is
+// written grad_norm_sum_partials adds them up: with the slots laid out in list order, grad_norm_squared's bits.
+int64_t grad_norm_slots(const Tensor& grad);
+// Fills slots [first_slots[i], first_slots[i] + grad_norm_slots(grads[i])) of partials (CUDA F32) for each i,
+// on the current stream.
+void grad_norm_partials(const std::vector<Tensor>& grads, const std::vector<int64_t>& first_slots, const Tensor& partials);
+// Σ partials in a fixed order into norm_squared (CUDA F32 [1]), on the current stream.
+void grad_norm_sum_partials(const Tensor& partials, const Tensor& norm_squared);
 // min(1, max_norm / (sqrt(norm_squared) + 1e-6)) into coefficient (CUDA F32 [1]).
 void clip_coefficient(const Tensor& norm_squared, double max_norm, const Tensor& coefficient);
 

@@ -22,6 +22,7 @@
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/cuda/gradient_buckets.h"
+#include "moetune/train/cuda/overlapped_grad_norm.h"
 #include "moetune/train/cuda/update_in_backward.h"
 #include "moetune/train/update_in_backward_setting.h"
 #include "moetune/train/parallel_save.h"
@@ -76,6 +77,8 @@ class GpuEngine final : public TrainingEngine {
       if (update_in_backward_) {
         update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, slot_names_, precision_, seed_, int8_state_);
         model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
+      } else if (overlap_ && r.optimizer.max_grad_norm > 0) {
+        start_norm_in_backward(gradients);
       }
     }
     if (router_bias_rate_ > 0) {
@@ -103,7 +106,9 @@ class GpuEngine final : public TrainingEngine {
     }
   }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override {
-    if (reduction_) reduction_->begin_micro_batch(++micro_batch_ == micro_batches_);
+    const bool last_micro_batch = ++micro_batch_ == micro_batches_;
+    if (reduction_) reduction_->begin_micro_batch(last_micro_batch);
+    if (norm_in_backward_) norm_in_backward_->begin_micro_batch(last_micro_batch);
     model::CausalLMOutput out = model_.forward_backward(batch);
     if (router_bias_rate_ > 0) model_.add_expert_load(pending_load_);
     return out;
@@ -130,7 +135,7 @@ class GpuEngine final : public TrainingEngine {
     const bool clipping = max_grad_norm > 0;
     if (clipping) {
       phase.next("optimizer.norm");
-      ops::cuda::grad_norm_squared(gradients, norm_squared_);
+      gradient_norm_squared(gradients);
       // Each gradient element is in one rank's shard: the world's sum is the whole model's.
       if (parallel()) groups_->world->all_reduce_sum(norm_squared_);
       ops::cuda::clip_coefficient(norm_squared_, max_grad_norm, coefficient_);
@@ -239,6 +244,19 @@ class GpuEngine final : public TrainingEngine {
     return peaks;
   }
 
+  // One rank, clipping: the norm's pass over the gradients runs during the last micro-batch's backward pass, each
+  // layer's as soon as it is done (train/cuda/overlapped_grad_norm.h); parallel.overlap false keeps it after.
+  void start_norm_in_backward(const std::vector<Tensor>& gradients) {
+    norm_in_backward_ = std::make_unique<cuda::OverlappedGradNorm>(gradients, slot_names_, model_.spec().num_layers());
+    model_.on_gradients_done([this](int64_t layer) { norm_in_backward_->layer_done(layer); });
+  }
+  // Σ g² of `gradients` into norm_squared_: what the backward pass started, finished, or one pass now. The
+  // same bits either way.
+  void gradient_norm_squared(const std::vector<Tensor>& gradients) {
+    if (norm_in_backward_) norm_in_backward_->finish(norm_squared_);
+    else ops::cuda::grad_norm_squared(gradients, norm_squared_);
+  }
+
   // AdamW's moments (and fp32 master weights) in flat buffers, one view per slot; 8-bit moments with their
   // blocks' absmax values (zero: the moments start at zero).
   // After each optimizer step (in the backward pass or here), as the CPU engine moves them.
@@ -339,6 +357,7 @@ class GpuEngine final : public TrainingEngine {
   std::vector<std::vector<double>> pending_load_;  // per MoE layer, since the last optimizer step
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
   std::unique_ptr<cuda::UpdateInBackward> update_;       // optimizer.update_in_backward only
+  std::unique_ptr<cuda::OverlappedGradNorm> norm_in_backward_;  // one rank, clipping, parallel.overlap
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
   std::vector<ops::cuda::AdamWSlot> slots_;
