@@ -98,8 +98,11 @@ template <typename Kernel>
 ShapedKernel<Kernel> shaped_kernel(ShapedKernel<Kernel> shaped) {
   return shaped;
 }
-// Dynamic shared memory beyond this needs the kernel's opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize).
+// Static and dynamic shared memory together beyond this need the kernel's opt-in
+// (cudaFuncAttributeMaxDynamicSharedMemorySize). The staged kernel's static part is its barriers (128 B): 3 stages of
+// 16 KB with them were refused (cudaErrorInvalidValue, H200, session 9) when only the dynamic part was compared.
 inline constexpr int kDefaultSharedBytes = 48 * 1024;
+inline constexpr int kStaticSharedAllowance = 1024;
 
 // Fills tables (Table: multi_tensor's, with position[], the index of each tensor in the caller's list) with the
 // caller's tensors and launches kernel_for(StorageConstant<storage>{}) (a kernel, or a ShapedKernel) over each,
@@ -111,7 +114,7 @@ cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, i
   int64_t chunks_before = 0;
   const auto launch = [&](const Table& table, auto kernel) -> cudaError_t {
     const auto shaped = shaped_kernel(kernel);
-    if (shaped.shared_bytes > kDefaultSharedBytes)
+    if (shaped.shared_bytes > kDefaultSharedBytes - kStaticSharedAllowance)
       if (cudaError_t status = cudaFuncSetAttribute(shaped.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     shaped.shared_bytes);
           status != cudaSuccess)

@@ -22,6 +22,7 @@
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/cuda/gradient_buckets.h"
+#include "moetune/train/cuda/queued_readings.h"
 #include "moetune/train/cuda/update_in_backward.h"
 #include "moetune/train/update_in_backward_setting.h"
 #include "moetune/train/parallel_save.h"
@@ -108,6 +109,20 @@ class GpuEngine final : public TrainingEngine {
     if (router_bias_rate_ > 0) model_.add_expert_load(pending_load_);
     return out;
   }
+  // The trainer's step: nothing waits for the GPU until finish_step (the router-bias update, the update in the
+  // backward pass and several ranks' host-side collectives still read what they need when they need it).
+  void queue_forward_backward(const model::Batch& batch) override {
+    if (reduction_) reduction_->begin_micro_batch(++micro_batch_ == micro_batches_);
+    readings_.add_micro_batch(model_.queue_forward_backward(batch));
+    if (router_bias_rate_ > 0) model_.add_expert_load(pending_load_);
+  }
+  void queue_optimizer_step(double lr, double max_grad_norm) override {
+    const std::vector<std::pair<int64_t, Tensor>> counts = model_.router_counts();  // this step's (held: the next forward makes new ones)
+    if (update_) return readings_.close_step(counts, Tensor(), optimizer_step(lr, max_grad_norm));
+    step_parameters(lr, max_grad_norm);
+    readings_.close_step(counts, norm_squared_);
+  }
+  StepReadings finish_step() override { return readings_.take(); }
   model::CausalLMOutput evaluate(const model::Batch& batch) override { return model_.loss(batch); }
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
 
@@ -117,6 +132,12 @@ class GpuEngine final : public TrainingEngine {
       move_router_biases();
       return update_->gradient_norm();
     }
+    step_parameters(lr, max_grad_norm);
+    const Tensor host = norm_squared_.to(Device::cpu());  // waits for the step
+    return std::sqrt(double(host.data<float>()[0]));
+  }
+  // optimizer_step's work without the wait: norm_squared_ then holds the gradient norm's square.
+  void step_parameters(double lr, double max_grad_norm) {
     PhaseScope phase("optimizer.reduce_wait");
     std::vector<Tensor> gradients;
     if (parallel()) {
@@ -151,8 +172,6 @@ class GpuEngine final : public TrainingEngine {
     phase.next("optimizer.zero_grad");
     model_.zero_grad();
     phase.end();
-    const Tensor host = norm_squared_.to(Device::cpu());  // waits for the step
-    return std::sqrt(double(host.data<float>()[0]));
   }
   int64_t optimizer_steps() const override { return steps_; }
   void save_pretrained(const std::filesystem::path& folder) const override {
@@ -345,6 +364,7 @@ class GpuEngine final : public TrainingEngine {
   std::vector<std::string> slot_names_;  // the training state's names: parameters, or "zero.<run>" shards
   Tensor norm_squared_, coefficient_;
   int64_t steps_ = 0;
+  cuda::QueuedReadings readings_;  // the trainer's queued steps
 };
 
 }  // namespace
