@@ -6,11 +6,10 @@
 //   F32Master: reads grad 2 + master 4 + exp_avg 4 + exp_avg_sq 4, writes master 4 + moments 8 + param 2 = 28 B
 //   bf16 modes: reads param, grad, exp_avg, exp_avg_sq (2 B each), writes param and both moments = 14 B
 // so 3.1 B parameters take ~20 ms (fp32 master) or ~10 ms (bf16) at the H200's ~4.3 TB/s.
-#include <cuda_bf16.h>
-
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
 #include "moetune/ops/cuda/adamw_common.cuh"
+#include "moetune/ops/cuda/adamw_elements.cuh"
 #include "moetune/ops/cuda/multi_tensor.cuh"
 
 namespace moetune::ops::cuda {
@@ -20,75 +19,7 @@ using AdamWTable = AdamWTableOf<AdamWTensorPointers, 384>;
 static_assert(sizeof(AdamWTable) + sizeof(AdamWScalars) + 2 * sizeof(const float*) <=
               multi_tensor::kMaxKernelParameterBytes);
 
-// Loads and stores of kWidth consecutive elements: 8 with 16-byte accesses (the caller guarantees alignment),
-// or 1.
-template <int kWidth>
-__device__ __forceinline__ void load_bf16(const uint16_t* source, float (&out)[kWidth]) {
-  if constexpr (kWidth == 8) {
-    const uint4 packed = *reinterpret_cast<const uint4*>(source);
-    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      out[2 * k] = bf16_to_f32(uint16_t(words[k] & 0xffffu));
-      out[2 * k + 1] = bf16_to_f32(uint16_t(words[k] >> 16));
-    }
-  } else {
-    out[0] = bf16_to_f32(*source);
-  }
-}
-
-template <int kWidth>
-__device__ __forceinline__ void store_bf16(uint16_t* destination, const uint16_t (&bits)[kWidth]) {
-  if constexpr (kWidth == 8) {
-    uint4 packed;
-    packed.x = uint32_t(bits[0]) | (uint32_t(bits[1]) << 16);
-    packed.y = uint32_t(bits[2]) | (uint32_t(bits[3]) << 16);
-    packed.z = uint32_t(bits[4]) | (uint32_t(bits[5]) << 16);
-    packed.w = uint32_t(bits[6]) | (uint32_t(bits[7]) << 16);
-    *reinterpret_cast<uint4*>(destination) = packed;
-  } else {
-    *destination = bits[0];
-  }
-}
-
-template <int kWidth>
-__device__ __forceinline__ void load_f32(const float* source, float (&out)[kWidth]) {
-  if constexpr (kWidth == 8) {
-    const float4 low = reinterpret_cast<const float4*>(source)[0], high = reinterpret_cast<const float4*>(source)[1];
-    out[0] = low.x, out[1] = low.y, out[2] = low.z, out[3] = low.w;
-    out[4] = high.x, out[5] = high.y, out[6] = high.z, out[7] = high.w;
-  } else {
-    out[0] = *source;
-  }
-}
-
-template <int kWidth>
-__device__ __forceinline__ void store_f32(float* destination, const float (&values)[kWidth]) {
-  if constexpr (kWidth == 8) {
-    reinterpret_cast<float4*>(destination)[0] = make_float4(values[0], values[1], values[2], values[3]);
-    reinterpret_cast<float4*>(destination)[1] = make_float4(values[4], values[5], values[6], values[7]);
-  } else {
-    *destination = values[0];
-  }
-}
-
-// Round to nearest even into bf16: with kHardware two at a time by the conversion instruction (cvt.rn.bf16x2.f32,
-// one instruction a pair where f32_to_bf16 takes several an element; the same bits for every number, and a NaN
-// stays a NaN though not the same one), else f32_to_bf16.
-template <bool kHardware, int kWidth>
-__device__ __forceinline__ void round_bf16(const float (&values)[kWidth], uint16_t (&bits)[kWidth]) {
-  if constexpr (kHardware && kWidth % 2 == 0) {
-#pragma unroll
-    for (int k = 0; k < kWidth; k += 2) {
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(values[k], values[k + 1]);
-      bits[k] = __bfloat16_as_ushort(pair.x);
-      bits[k + 1] = __bfloat16_as_ushort(pair.y);
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) bits[k] = f32_to_bf16(values[k]);
-  }
-}
+using namespace adamw_elements;
 
 // Updates elements [index, index + kWidth) of one tensor; adds their unscaled g² to `squares`.
 template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kWidth>
@@ -96,47 +27,16 @@ __device__ __forceinline__ void update_elements(const AdamWTensorPointers& t, in
                                                 const AdamWScalars& s, uint64_t key, float& squares) {
   float p[kWidth], g[kWidth], m[kWidth], v[kWidth];
   load_bf16<kWidth>(t.grad + index, g);
-  if constexpr (kStorage == AdamWStorage::F32Master) {
-    load_f32<kWidth>(t.master + index, p);
-    load_f32<kWidth>(static_cast<const float*>(t.exp_avg) + index, m);
-    load_f32<kWidth>(static_cast<const float*>(t.exp_avg_sq) + index, v);
-  } else {
-    load_bf16<kWidth>(t.param + index, p);
-    load_bf16<kWidth>(static_cast<const uint16_t*>(t.exp_avg) + index, m);
-    load_bf16<kWidth>(static_cast<const uint16_t*>(t.exp_avg_sq) + index, v);
-  }
+  load_state<kStorage, kWidth>(t, index, p, m, v);
 #pragma unroll
   for (int k = 0; k < kWidth; ++k) {
     squares += g[k] * g[k];
-    adamw_element<kSkipUntouched>(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
+    g[k] *= grad_scale;
   }
-
-  uint16_t p_bits[kWidth];
-  if constexpr (kStorage == AdamWStorage::F32Master) {
-    round_bf16<kHardwareRounding>(p, p_bits);
-    store_f32<kWidth>(t.master + index, p);
-    store_f32<kWidth>(static_cast<float*>(t.exp_avg) + index, m);
-    store_f32<kWidth>(static_cast<float*>(t.exp_avg_sq) + index, v);
-  } else {
-    uint16_t m_bits[kWidth], v_bits[kWidth];
-    if constexpr (kStorage == AdamWStorage::Bf16StochasticRounding) {
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) {
-        // One 64-bit draw gives three independent 16-bit roundings.
-        const uint64_t random = element_random(key, index + k);
-        p_bits[k] = f32_to_bf16_stochastic(p[k], uint32_t(random & 0xffffu));
-        m_bits[k] = f32_to_bf16_stochastic(m[k], uint32_t((random >> 16) & 0xffffu));
-        v_bits[k] = f32_to_bf16_stochastic(v[k], uint32_t((random >> 32) & 0xffffu));
-      }
-    } else {
-      round_bf16<kHardwareRounding>(p, p_bits);
-      round_bf16<kHardwareRounding>(m, m_bits);
-      round_bf16<kHardwareRounding>(v, v_bits);
-    }
-    store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg) + index, m_bits);
-    store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg_sq) + index, v_bits);
-  }
-  store_bf16<kWidth>(t.param + index, p_bits);
+  uint16_t p_bits[kWidth], m_bits[kWidth], v_bits[kWidth];
+  step_in_registers<kStorage, kHardwareRounding, kSkipUntouched, kWidth>(p, g, m, v, s.constants, key, index, p_bits,
+                                                                          m_bits, v_bits);
+  store_state<kStorage, kWidth>(t, index, p, m, v, p_bits, m_bits, v_bits);
 }
 
 // kMinBlocks: blocks of 256 threads each SM should hold (0: as many as the compiler's register use allows: 48
@@ -186,9 +86,9 @@ auto kernel_for(AdamWAccess access) {
 
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
                          const AdamWScalars& scalars, const float* grad_scale, float* norm_partials,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int64_t first_position) {
   return launch_adamw_tables<AdamWTable>(
-      storage, tensors, count,
+      storage, tensors, count, first_position,
       [](auto storage_constant) { return kernel_for<decltype(storage_constant)::value>(g_access); }, norm_partials,
       stream, scalars, grad_scale);
 }
