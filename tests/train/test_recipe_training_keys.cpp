@@ -54,6 +54,13 @@ TEST(RecipeTrainingKeys, DefaultsAndChecks) {
             std::string::npos);
 }
 
+TEST(RecipeTrainingKeys, LazyEmbeddingSetting) {
+  EXPECT_EQ(parse_recipe("", "recipe.yaml").optimizer.lazy_embedding, "auto");
+  EXPECT_EQ(parse_recipe("", "recipe.yaml").json["optimizer"]["lazy_embedding"], "auto");
+  EXPECT_EQ(parse_recipe("", "r", {"optimizer.lazy_embedding=off"}).optimizer.lazy_embedding, "off");
+  EXPECT_NE(error_of({"optimizer.lazy_embedding=on"}).find("optimizer.lazy_embedding"), std::string::npos);
+}
+
 TEST(RecipeTrainingKeys, RecomputeAndAutoMicroBatch) {
   const Recipe defaults = parse_recipe("", "recipe.yaml");
   EXPECT_EQ(defaults.training.recompute, "none");
