@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # There (GPU machine), after scripts/stage_gpu_binaries.sh here, with an older build's moetune.xz (e.g. a copy of
 # an earlier .devcarry/moetune.xz) at $BEFORE:
-#   run(command="BEFORE=.hq/before/moetune.xz bash scripts/gpu_before_after.sh [suite] [ref] [moon] [l12]",
+#   run(command="BEFORE=.hq/before/moetune.xz bash scripts/gpu_before_after.sh [suite] [ref] [moon] [l12] [trace]",
 #       carry=[".devcarry", ".hq"])
 # Same call, one GPU: the whole GPU suite; the reference job and Moonlight with HF, this build and the older binary
-# side by side, this build profiled; the 12-layer cut at micro-batch 2 without clipping, both binaries.
+# side by side, this build profiled; the 12-layer cut at micro-batch 2 without clipping, both binaries; Moonlight's
+# kernel timeline (bench/kernel_trace) for both binaries, with the GPU's clocks and power sampled.
 # Everything is written under /tmp/before_after and comes back as one archive in $OUT (at most 8 files return).
 set -uo pipefail
 back=${OUT:-}
@@ -44,6 +45,23 @@ for step in "$@"; do
         timeout 200 $bin finetune -c bench/reference_job.yaml --set model=$m --set data.train=$d --set training.max_steps=10 \
           --set output.dir=/tmp/l12run --set optimizer.max_grad_norm=0 > "$root/l12_$(basename $bin).log" 2>&1
         echo "$bin rc=$?: $(grep -E '^step 10/' "$root/l12_$(basename $bin).log")"
+      done ;;
+    trace)
+      for who in after before; do
+        bin=build/src/moetune/moetune; [ $who = before ] && bin=/tmp/moetune_before
+        stamp "Moonlight traced: $who"
+        nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 200 \
+          > "$root/smi_$who.csv" 2>&1 &
+        smi=$!
+        CUDA_INJECTION64_PATH=$repo/.devcarry/libkernel_trace.so KERNEL_TRACE_OUT=$root/trace_$who MOETUNE=$bin \
+          MOETUNE_SET="output.save_final=false" OUT=$root/traced_$who \
+          bash bench/run.sh --family moonlight --quick --no-hf --no-skew > "$root/traced_$who.log" 2>&1
+        kill $smi
+        grep -hE "^\| moetune" "$root/traced_$who/results.md" 2>/dev/null | sed "s/^/traced $who: /"
+        trace=$(ls -S "$root"/trace_$who.*.csv 2>/dev/null | head -1)
+        [ -n "$trace" ] && python3 bench/kernel_trace/summary.py "$trace" --top 40 > "$root/trace_summary_$who.txt" 2>&1
+        head -24 "$root/trace_summary_$who.txt"
+        xz -T8 "$root"/trace_$who.*.csv
       done ;;
   esac
 done

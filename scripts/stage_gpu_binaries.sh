@@ -9,6 +9,8 @@ grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .g
 rm -rf .devcarry && mkdir -p .devcarry
 cp build/src/moetune/moetune build/tests/moetune_tests .devcarry/
 strip --strip-all .devcarry/moetune .devcarry/moetune_tests
+# The kernel timeline tool (bench/kernel_trace), where CUPTI was found.
+[ -f build/libkernel_trace.so ] && cp build/libkernel_trace.so .devcarry/
 # Every library the binaries need except the C/C++ runtime and CUDA's own (the GPU machine has those, CUDA's
 # from /usr/local/cuda and the nvidia pip packages).
 for library in $(ldd build/tests/moetune_tests | awk '$3 ~ /^\// {print $3}' |

@@ -2,6 +2,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/data/loader.h"
+#include "moetune/data/step_reader.h"
 #include "test_util.h"
 
 namespace moetune::data {
@@ -129,6 +130,51 @@ TEST_F(Loader, ResumingFromAPositionGivesTheSameBatches) {
   for (int i = 0; i < 6; ++i)  // across the epoch boundary too
     EXPECT_TRUE(first.next().input_ids.same_bytes(resumed.next().input_ids)) << i;
   EXPECT_GT(first.epochs_done(), 1.0);
+}
+
+// The trainer reads each step's micro-batches ahead on a thread: the same batches as reading them in turn, and the
+// position a checkpoint records is the one after the steps taken, never after a read-ahead.
+TEST_F(Loader, StepsReadAheadAreTheStepsReadInTurnAndThePositionIsTheTakenOnes) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 13; ++i) lines.push_back(fmt::format(R"({{"input_ids": [{}, {}, {}]}})", i + 2, i + 3, i + 4));
+  auto file = write(lines);
+  LoaderOptions options{.max_length = 7, .micro_batch_size = 2, .seed = 99};
+  DataLoader in_turn = loader(file, options), ahead_loader = loader(file, options);
+  StepReader ahead(ahead_loader, 3);
+  for (int step = 0; step < 5; ++step) {  // 15 micro-batches of 13 lines: across epoch boundaries
+    const std::vector<MicroBatch> got = ahead.take();
+    ahead.read_ahead();
+    ASSERT_EQ(got.size(), 3u);
+    for (const MicroBatch& b : got) EXPECT_TRUE(b.input_ids.same_bytes(in_turn.next().input_ids)) << step;
+    EXPECT_EQ(ahead.position().epoch, in_turn.position().epoch) << step;
+    EXPECT_EQ(ahead.position().cursor, in_turn.position().cursor) << step;
+    EXPECT_DOUBLE_EQ(ahead.epochs_done(), in_turn.epochs_done()) << step;
+  }
+  // Resuming drops what was read ahead: the next step starts at the restored position.
+  DataLoader reference = loader(file, options);
+  for (int i = 0; i < 4; ++i) reference.next();
+  const DataPosition saved = reference.position();
+  ahead.restore(saved, 0);
+  EXPECT_EQ(ahead.position().cursor, saved.cursor);
+  const std::vector<MicroBatch> after = ahead.take();
+  for (const MicroBatch& b : after) EXPECT_TRUE(b.input_ids.same_bytes(reference.next().input_ids));
+}
+
+// A bad line met by a read-ahead is the error of the step that needs it, thrown when that step is taken.
+TEST_F(Loader, AReadAheadsBadLineIsThrownWhenItsStepIsTaken) {
+  auto file = write({R"({"input_ids": [2, 3]})", R"({"input_ids": [4, 5]})", "{not json", R"({"input_ids": [6, 7]})"});
+  DataLoader data = loader(file, {.packing = false, .shuffle = false, .micro_batch_size = 1});
+  StepReader steps(data, 2);
+  EXPECT_EQ(steps.take().size(), 2u);
+  steps.read_ahead();
+  steps.wait();
+  EXPECT_EQ(steps.position().cursor, 2);  // the failed read-ahead moved nothing a checkpoint would record
+  try {
+    steps.take();
+    FAIL() << "expected the bad line's error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3: not JSON"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(Loader, ShuffleIsSeededAndChangesPerEpoch) {

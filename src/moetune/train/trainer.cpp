@@ -10,6 +10,7 @@
 #include "moetune/core/device_memory.h"
 #include "moetune/data/chat_template_setting.h"
 #include "moetune/data/data_files.h"
+#include "moetune/data/step_reader.h"
 #include "moetune/io/atomic_file.h"
 #include "moetune/io/json_file.h"
 #include "moetune/io/safetensors.h"
@@ -215,6 +216,7 @@ Trainer::Trainer(Recipe recipe, data::TextCodec codec, bool resume)
   data::LoaderOptions train_options = recipe_loader_options(r, r.data.shuffle);
   train_options.mixing = data::mixing_from_recipe(r.data.train, r.data.train_weights, train_entry_of_file);
   train_data_ = std::make_unique<data::DataLoader>(train_files, split.train, codec, train_options);
+  train_steps_ = std::make_unique<data::StepReader>(*train_data_, r.training.gradient_accumulation_steps * groups_->layout.world);
   if (!r.data.validation.empty()) {
     const std::vector<fs::path> files = data::resolve_data_files(r.data.validation, "data.validation", scratch);
     const std::vector<data::LineRef> lines = data::index_lines(files, 0.0, 0).train;
@@ -254,11 +256,14 @@ Trainer::StepStats Trainer::train_step() {
   // Every rank reads the step's micro-batches of all ranks (same order, same position) and trains its own.
   std::vector<data::MicroBatch> batches;
   int64_t scored = 0, tokens = 0;
-  for (int64_t i = 0; i < accumulation * layout.world; ++i) {
-    data::MicroBatch micro = train_data_->next();
+  std::vector<data::MicroBatch> step_data = train_steps_->take();
+  // The next step's lines are parsed while the GPU runs this one (validation waits for it: the tokenizer is shared).
+  if (step_ + 1 < total_steps_) train_steps_->read_ahead();
+  for (size_t i = 0; i < step_data.size(); ++i) {
+    data::MicroBatch& micro = step_data[i];
     scored += micro.scored;
     tokens += micro.tokens;
-    if (i / accumulation == layout.rank) batches.push_back(std::move(micro));
+    if (int64_t(i) / accumulation == layout.rank) batches.push_back(std::move(micro));
   }
   if (scored == 0)
     std::fprintf(stderr, "warning: step %lld has no token the loss scores: only the aux loss moves the weights\n",
@@ -298,6 +303,7 @@ Trainer::StepStats Trainer::train_step() {
 
 double Trainer::validate() {
   if (!validation_data_) return NAN;
+  train_steps_->wait();  // the read-ahead's loader shares the tokenizer with this one
   validation_data_->restore({});
   double loss_sum = 0;
   int64_t scored = 0;
@@ -321,8 +327,8 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
   const double tokens_per_second = double(stats.tokens) / std::max(seconds, 1e-9);
   json record = {{"step", step_}, {"loss", stats.loss}, {"lr", stats.lr}, {"grad_norm", stats.grad_norm},
                  {"tokens", stats.tokens}, {"scored_tokens", stats.scored}, {"tokens_per_second", tokens_per_second},
-                 {"step_seconds", seconds}, {"epoch", train_data_->epochs_done()},
-                 {"skipped_lines", train_data_->skipped_lines()}};
+                 {"step_seconds", seconds}, {"epoch", train_steps_->epochs_done()},
+                 {"skipped_lines", train_steps_->skipped_lines()}};
   if (stats.has_aux) record["aux_loss"] = stats.aux_loss;
   if (!stats.moe.empty()) record["moe"] = stats.moe;
   if (groups_->layout.world > 1) {
@@ -366,8 +372,8 @@ void Trainer::save_checkpoint(bool final) {
   last_checkpoint_ = target;
   if (is_main()) {
     const json trainer_state = {{"step", step_}, {"total_steps", total_steps_}, {"optimizer_steps", engine_->optimizer_steps()},
-                                {"data_epoch", train_data_->position().epoch}, {"data_cursor", train_data_->position().cursor},
-                                {"skipped_lines", train_data_->skipped_lines()}, {"final", final}, {"parallel", layout_record()},
+                                {"data_epoch", train_steps_->position().epoch}, {"data_cursor", train_steps_->position().cursor},
+                                {"skipped_lines", train_steps_->skipped_lines()}, {"final", final}, {"parallel", layout_record()},
                                 {"recipe", recipe_.json}};
     io::write_text_atomically(state_folder / kTrainerStateFile, trainer_state.dump(2) + "\n");
     // The template the run trained with goes with the model (transformers reads chat_template.jinja before
@@ -431,7 +437,7 @@ void Trainer::restore_checkpoint(const fs::path& checkpoint) {
       io::SafetensorsFile::open(*state_folder / training_state_file(groups_->layout.rank, groups_->layout.world));
   with_context(tensors.path().string(), [&] { engine_->restore_training_state(tensors, optimizer_steps); });
   step_ = step;
-  train_data_->restore(position, skipped);
+  train_steps_->restore(position, skipped);
   last_checkpoint_ = checkpoint;
   if (is_main())
     std::fprintf(stderr, "resuming from %s at step %lld\n", checkpoint.string().c_str(), static_cast<long long>(step_));

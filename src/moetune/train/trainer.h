@@ -23,6 +23,7 @@
 #include <optional>
 
 #include "moetune/data/loader.h"
+#include "moetune/data/step_reader.h"
 #include "moetune/model/causal_lm.h"
 #include "moetune/parallel/parallel_layout.h"
 #include "moetune/parallel/timed_communicator.h"
@@ -98,6 +99,7 @@ class Trainer {
   std::unique_ptr<StepProfile> profile_;  // training.profile only
   LrSchedule schedule_;
   std::unique_ptr<data::DataLoader> train_data_, validation_data_;
+  std::unique_ptr<data::StepReader> train_steps_;  // train_data_'s steps, read ahead
   std::unique_ptr<MetricsLog> metrics_;
   int64_t step_ = 0, total_steps_ = 0;
   int64_t nonfinite_in_a_row_ = 0;
