@@ -1,8 +1,8 @@
 // Lazy row-wise AdamW (ops/cuda/adamw_rows.h): a table's rows are stepped only when their gradient may be
 // nonzero, and brought up to date by replaying the steps they missed when they are read. Every step, replayed or
 // not, is adamw_elements.cuh's step_in_registers, the eager kernels' own code, on the same constants, gradient
-// scale and stochastic rounding key, so the bits are the eager update's. Compiled without FMA contraction, like adamw.cu
-// (src/moetune/CMakeLists.txt).
+// scale and stochastic rounding key, so the bits are the eager update's. Compiled without FMA contraction, like
+// adamw.cu (src/moetune/CMakeLists.txt).
 #include "moetune/ops/cuda/adamw_rows_kernels.h"
 
 #include <algorithm>
