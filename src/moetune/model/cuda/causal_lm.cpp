@@ -43,7 +43,18 @@ void require_full_fine_tuning_for_latent_attention(const ModelWeights& weights) 
 }  // namespace
 
 void CausalLM::zero_grad() {
-  for (const Tensor& run : store_->replicated_grad_runs()) zero_bytes(run.raw_data(), run.device(), run.nbytes());
+  for (const Tensor& run : store_->replicated_grad_runs()) {
+    char* begin = static_cast<char*>(run.raw_data());
+    char* end = begin + run.nbytes();
+    char* kept = kept_gradient_.defined() ? static_cast<char*>(kept_gradient_.raw_data()) : nullptr;
+    if (kept >= begin && kept < end) {  // the run around the kept gradient
+      char* kept_end = kept + kept_gradient_.nbytes();
+      zero_bytes(begin, run.device(), size_t(kept - begin));
+      zero_bytes(kept_end, run.device(), size_t(end - kept_end));
+    } else {
+      zero_bytes(begin, run.device(), run.nbytes());
+    }
+  }
   store_->zero_layer_arena();
   const auto overwritten = [&](const Tensor& grad) {
     return std::any_of(overwritten_gradients_.begin(), overwritten_gradients_.end(),
@@ -102,6 +113,7 @@ CausalLM::Forward CausalLM::run_layers(StepContext& context, bool with_aux) {
   }
   Tensor h = device_like({batch.tokens, c.hidden_size});
   if (parameters_needed_) parameters_needed_(-1);
+  if (embedding_lookup_) embedding_lookup_(batch.ids);
   ops::cuda::embedding_forward(batch.ids, embed_.value, h);
   Forward f;
   f.final_hidden = h = walk_forward(sublayers_, h, context, parameters_needed_);

@@ -64,6 +64,13 @@ class CausalLM final : public LanguageModel {
   // Told, in every forward pass, before parameters are used: -1 (the embedding), then each layer L, then
   // num_layers() (the final norm and the LM head). ZeRO's all-gather of the parameters overlaps the forward pass.
   void on_parameters_needed(LayerStarting hook) { parameters_needed_ = std::move(hook); }
+  // Told, in every forward pass (training, evaluation, generation), just before the embedding table is read, with
+  // the batch's ids (CUDA I32 [T]): a table updated lazily brings those rows up to date there
+  // (ops/cuda/adamw_rows.h).
+  void on_embedding_lookup(std::function<void(const Tensor& ids)> hook) { embedding_lookup_ = std::move(hook); }
+  // A gradient that zero_grad() leaves alone, because the optimizer zeroes the rows it wrote (the lazily updated
+  // embedding's: ops/cuda/adamw_rows.h). Must lie in one of the replicated gradient runs.
+  void keep_gradient_in_zero_grad(const Tensor& grad) { kept_gradient_ = grad; }
   // Told, in forward_backward's backward pass, before layer L's backward (and recomputation) runs: QLoRA
   // dequantizes the layer's frozen base there again (model/cuda/nf4_base.h).
   void on_layer_backward(LayerStarting hook) { layer_backward_ = std::move(hook); }
@@ -128,6 +135,8 @@ class CausalLM final : public LanguageModel {
   LayerGradientsDone gradients_done_;
   LayerStarting parameters_needed_;
   LayerStarting layer_backward_;
+  std::function<void(const Tensor& ids)> embedding_lookup_;
+  Tensor kept_gradient_;  // keep_gradient_in_zero_grad
   uint64_t lora_draw_ = 0;  // LoRA dropout's draw for the next training forward
   // What the MoE blocks write whole on a step's first backward pass (StepContext::overwrite_gradients), which
   // zero_grad() therefore leaves alone.

@@ -83,17 +83,17 @@ auto staged_kernel_for(AdamWAccess access) {
 
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
                          const AdamWScalars& scalars, const float* grad_scale, float* norm_partials,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int64_t first_position) {
   AdamWAccess access = g_access;
   if (access.stages < 2 && storage == AdamWStorage::F32Master) access.stages = access.f32_master_stages;
   if (access.stages < 2)
     return launch_adamw_tables<AdamWTable>(
-        storage, tensors, count,
+        storage, tensors, count, first_position,
         [&](auto storage_constant) { return kernel_for<decltype(storage_constant)::value>(access); }, norm_partials,
         stream, scalars, grad_scale);
   if (access.stages > kAdamWMaxStages) return cudaErrorInvalidValue;
   return launch_adamw_tables<AdamWTable>(
-      storage, tensors, count,
+      storage, tensors, count, first_position,
       [&](auto storage_constant) { return staged_kernel_for<decltype(storage_constant)::value>(access); },
       norm_partials, stream, scalars, grad_scale, AdamWStaging{access.stages, access.evict_first});
 }

@@ -108,9 +108,10 @@ inline constexpr int kStaticSharedAllowance = 1024;
 // caller's tensors and launches kernel_for(StorageConstant<storage>{}) (a kernel, or a ShapedKernel) over each,
 // with as many blocks as fill the GPU: kernel(table, the table's norm partials, args...). norm_partials (or null) has
 // kAdamWNormPartialsPerChunk floats per chunk of every tensor; each table's start where the one before it ends.
+// first_position: the position of tensors[0] in the caller's whole list (a part of it launched alone).
 template <typename Table, typename Pointers, typename KernelFor, typename... Args>
-cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, int64_t count, KernelFor kernel_for,
-                                float* norm_partials, cudaStream_t stream, const Args&... args) {
+cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, int64_t count, int64_t first_position,
+                                KernelFor kernel_for, float* norm_partials, cudaStream_t stream, const Args&... args) {
   int64_t chunks_before = 0;
   const auto launch = [&](const Table& table, auto kernel) -> cudaError_t {
     const auto shaped = shaped_kernel(kernel);
@@ -134,7 +135,7 @@ cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, i
       count, [&](int64_t index) { return tensors[index].numel; },
       [&](Table& table, int slot, int64_t index) {
         table.tensors[slot] = tensors[index];
-        table.position[slot] = index;
+        table.position[slot] = first_position + index;
       },
       [&](const Table& table) -> cudaError_t {
         switch (storage) {

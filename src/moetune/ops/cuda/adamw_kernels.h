@@ -73,10 +73,11 @@ AdamWAccess adamw_access();
 // Updates every tensor in place, in as few launches as the kernel-parameter table allows (a few hundred
 // tensors per launch). `grad_scale` is a device float that multiplies every gradient first, or null for 1.
 // Tensors with numel 0 are skipped; `count` may be 0. `norm_partials`: null, or where the norm's partial sums go
-// (above).
+// (above). first_position: where tensors[0] stands in the step's whole list of tensors (the stochastic
+// rounding's key), when the list is launched in parts (adamw_step with a lazily updated slot).
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
                          const AdamWScalars& scalars, const float* grad_scale, float* norm_partials,
-                         cudaStream_t stream);
+                         cudaStream_t stream, int64_t first_position = 0);
 
 // One tensor's state with 8-bit moments (optimizer.state: int8): `exp_avg` holds codes of the signed dynamic map,
 // `exp_avg_sq` of the unsigned one, one per element, and each block of kAdamWStateBlock elements its absmax.

@@ -16,7 +16,7 @@ void check_device_scalar(const Tensor& tensor, const char* what) {
 
 }  // namespace
 
-void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared) {
+void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared, const MarkedRows* sparse) {
   check_device_scalar(norm_squared, "grad_norm_squared: norm_squared");
   std::vector<GradNormTensor> tensors;
   tensors.reserve(grads.size());
@@ -26,6 +26,15 @@ void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squa
                   "grad_norm_squared: gradient {} is {}, expected BF16 on cuda", i,
                   grad.defined() ? grad.str() : std::string("undefined"));
     tensors.push_back({.data = static_cast<const uint16_t*>(grad.raw_data()), .numel = grad.numel()});
+  }
+  if (sparse) {
+    MOETUNE_CHECK(sparse->index < grads.size(), "grad_norm_squared: no gradient {} to read in rows", sparse->index);
+    const Tensor& grad = grads[sparse->index];
+    MOETUNE_CHECK(grad.dim() == 2 && sparse->marked.device().is_cuda() && sparse->marked.dtype() == DType::I32 &&
+                      sparse->marked.shape() == Shape{grad.size(0)} && grad.size(1) > 0,
+                  "grad_norm_squared: row flags {} for the gradient {}", sparse->marked.str(), grad.str());
+    tensors[sparse->index].row_marked = static_cast<const int32_t*>(sparse->marked.raw_data());
+    tensors[sparse->index].row_length = grad.size(1);
   }
   const int64_t count = int64_t(tensors.size());
   // Stream-ordered workspace: freed (back to the pool) after the kernels that use it, without waiting.

@@ -21,6 +21,10 @@ struct GradNormTable {
   int64_t chunk_end[kMaxTensors];
   int count;
   int64_t total_chunks;
+  // The one tensor (or -1) read only in its marked rows (GradNormTensor::row_marked).
+  int sparse_tensor;
+  const int32_t* row_marked;
+  int64_t row_length;
 };
 static_assert(sizeof(GradNormTable) + sizeof(float*) <= multi_tensor::kMaxKernelParameterBytes);
 
@@ -62,6 +66,17 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
     const int tensor = multi_tensor::tensor_of_chunk(table.chunk_end, table.count, chunk);
     const uint16_t* data = table.data[tensor];
     const multi_tensor::Range range = multi_tensor::chunk_range(table.chunk_end, tensor, chunk, table.numel[tensor]);
+    // A row-sparse gradient: only marked rows are read (the others are +0, which leaves `sum` as it is), and a
+    // chunk without any is skipped. The block's threads agree on both tests.
+    const bool sparse = tensor == table.sparse_tensor;
+    if (sparse) {
+      bool any_marked = false;
+      for (int64_t row = range.begin / table.row_length + threadIdx.x; row <= (range.end - 1) / table.row_length;
+           row += blockDim.x)
+        any_marked |= table.row_marked[row] != 0;
+      if (!__syncthreads_or(any_marked)) continue;
+    }
+    const auto wanted = [&](int64_t i) { return !sparse || table.row_marked[i / table.row_length] != 0; };
     int64_t scalar_begin = range.begin;
     if (multi_tensor::all_aligned_16(data)) {
       const int64_t vector_end = range.begin + (range.end - range.begin) / kVector * kVector;
@@ -71,14 +86,16 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
         uint4 packed[kInFlight];
 #pragma unroll
         for (int u = 0; u < kInFlight; ++u)
-          if (first + u * stride < vector_end) packed[u] = *reinterpret_cast<const uint4*>(data + first + u * stride);
+          if (first + u * stride < vector_end && wanted(first + u * stride))
+            packed[u] = *reinterpret_cast<const uint4*>(data + first + u * stride);
 #pragma unroll
         for (int u = 0; u < kInFlight; ++u)
-          if (first + u * stride < vector_end) add_squares(packed[u], sum);
+          if (first + u * stride < vector_end && wanted(first + u * stride)) add_squares(packed[u], sum);
       }
       scalar_begin = vector_end;
     }
     for (int64_t i = scalar_begin + threadIdx.x; i < range.end; i += blockDim.x) {
+      if (!wanted(i)) continue;
       const float g = bf16_to_f32(data[i]);
       sum += g * g;
     }
@@ -125,6 +142,12 @@ cudaError_t for_each_table(const GradNormTensor* tensors, int64_t count, int64_t
   return multi_tensor::launch_in_batches<GradNormTable>(
       count, [&](int64_t index) { return tensors[index].numel; },
       [&](GradNormTable& table, int slot, int64_t index) {
+        if (slot == 0) table.sparse_tensor = -1;
+        if (tensors[index].row_marked) {  // the launcher checked: at most one
+          table.sparse_tensor = slot;
+          table.row_marked = tensors[index].row_marked;
+          table.row_length = tensors[index].row_length;
+        }
         table.data[slot] = tensors[index].data;
         table.numel[slot] = tensors[index].numel;
       },

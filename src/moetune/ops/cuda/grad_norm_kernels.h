@@ -12,6 +12,11 @@ namespace moetune::ops::cuda {
 struct GradNormTensor {
   const uint16_t* data;  // bf16 bits
   int64_t numel;
+  // Or null: a [numel / row_length, row_length] gradient that is +0 outside the rows whose flag is nonzero (the
+  // lazily updated embedding's, ops/cuda/adamw_rows.h). Only those rows are read; the sum has the same bits, as
+  // +0 adds nothing. At most one such tensor a launch.
+  const int32_t* row_marked = nullptr;
+  int64_t row_length = 0;
 };
 
 // How many floats of workspace launch_grad_norm_squared needs for these tensors (one per block it launches).

@@ -19,6 +19,7 @@
 #include "moetune/ops/adamw_math.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/adamw.h"
+#include "moetune/ops/cuda/adamw_rows.h"
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/cuda/gradient_buckets.h"
@@ -74,6 +75,7 @@ class GpuEngine final : public TrainingEngine {
           slot_names_.push_back(model_.weights().layout.parameters[i].name);
         }
       make_slots(params, gradients);
+      if (r.optimizer.lazy_embedding == "auto") make_lazy_embedding();
       if (update_in_backward_) {
         update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, slot_names_, precision_, seed_, int8_state_);
         model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
@@ -151,7 +153,10 @@ class GpuEngine final : public TrainingEngine {
     const bool clipping = max_grad_norm > 0;
     if (clipping) {
       phase.next("optimizer.norm");
-      ops::cuda::grad_norm_squared(gradients, norm_squared_);
+      // The lazily updated embedding's gradient is zero outside the rows its step updates: only those are read.
+      const ops::cuda::MarkedRows embedding_rows = lazy_ ? ops::cuda::MarkedRows{lazy_->position(), lazy_->marked_rows()}
+                                                         : ops::cuda::MarkedRows{};
+      ops::cuda::grad_norm_squared(gradients, norm_squared_, lazy_ ? &embedding_rows : nullptr);
       // Each gradient element is in one rank's shard: the world's sum is the whole model's.
       if (parallel()) groups_->world->all_reduce_sum(norm_squared_);
       ops::cuda::clip_coefficient(norm_squared_, max_grad_norm, coefficient_);
@@ -161,7 +166,7 @@ class GpuEngine final : public TrainingEngine {
     phase.next("optimizer.adamw");
     // Without clipping the norm is only reported: the step sums it as it reads the gradients, no pass of its own.
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
-                          precision_, scale, seed_, int8_state_, clipping ? Tensor() : norm_squared_);
+                          precision_, scale, seed_, int8_state_, clipping ? Tensor() : norm_squared_, lazy_.get());
     if (!clipping && parallel()) groups_->world->all_reduce_sum(norm_squared_);
     move_router_biases();
     phase.next("optimizer.gather");
@@ -176,12 +181,14 @@ class GpuEngine final : public TrainingEngine {
   int64_t optimizer_steps() const override { return steps_; }
   void save_pretrained(const std::filesystem::path& folder) const override {
     if (reduction_) reduction_->wait_for_parameters();
+    if (lazy_) lazy_->flush(steps_);
     if (model_.weights().lora) return save_adapter(folder);  // one rank: the adapter alone
     save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
   io::NamedTensors training_state() const override {
     if (reduction_) reduction_->wait_for_parameters();
+    if (lazy_) lazy_->flush(steps_);
     io::NamedTensors state;
     for (size_t i = 0; i < slots_.size(); ++i) {
       const std::string& name = slot_names_[i];
@@ -210,6 +217,7 @@ class GpuEngine final : public TrainingEngine {
       }
     }
     steps_ = optimizer_steps;
+    if (lazy_) lazy_->reset(steps_);
   }
   void finish_restore() override { gather_parameters(); }
 
@@ -326,6 +334,28 @@ class GpuEngine final : public TrainingEngine {
     model::save_adapter(host, folder);
   }
 
+  // optimizer.lazy_embedding auto: AdamW on the embedding's rows of the step's tokens only (ops/cuda/adamw_rows.h),
+  // where that is simple and safe: one rank (make_slots, not the ZeRO shards), the step after the backward pass,
+  // full-precision moments (8-bit ones are coded in blocks of 256), a trainable embedding that the LM head does
+  // not share (a tied head's gradient is dense) and rows of a multiple of 8 elements.
+  void make_lazy_embedding() {
+    if (update_in_backward_ || int8_state_ || model_.spec().tie_word_embeddings) return;
+    const model::Param embedding = model_.parameters().get("embed_tokens");
+    if (!embedding.grad.defined() || embedding.value.dim() != 2 || embedding.value.size(1) % 8 != 0) return;
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].param.raw_data() == embedding.value.raw_data()) {
+        lazy_ = std::make_unique<ops::cuda::AdamWLazyRows>(slots_[i], i, precision_, seed_, steps_);
+        // Every lookup brings its rows to the steps taken and marks them for the next step, whose update zeroes
+        // their gradient rows (the others stay zero): zero_grad leaves the table's gradient alone.
+        model_.on_embedding_lookup([this](const Tensor& ids) { lazy_->catch_up(ids, steps_); });
+        model_.keep_gradient_in_zero_grad(embedding.grad);
+        std::fprintf(stderr, "optimizer.lazy_embedding: AdamW on the input embedding's rows of each step's tokens only "
+                     "(%lld rows; the others brought up to date when read, bit for bit as the update of every row)\n",
+                     static_cast<long long>(embedding.value.size(0)));
+        return;
+      }
+  }
+
   void gather_parameters() {
     if (reduction_) reduction_->gather_parameters();
   }
@@ -358,6 +388,7 @@ class GpuEngine final : public TrainingEngine {
   std::vector<std::vector<double>> pending_load_;  // per MoE layer, since the last optimizer step
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
   std::unique_ptr<cuda::UpdateInBackward> update_;       // optimizer.update_in_backward only
+  std::unique_ptr<ops::cuda::AdamWLazyRows> lazy_;       // optimizer.lazy_embedding: the embedding's slot
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
   std::vector<ops::cuda::AdamWSlot> slots_;
