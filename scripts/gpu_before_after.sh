@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # There (GPU machine), after scripts/stage_gpu_binaries.sh here, with an older build's moetune.xz (e.g. a copy of
 # an earlier .devcarry/moetune.xz) at $BEFORE:
-#   run(command="BEFORE=.hq/before/moetune.xz bash scripts/gpu_before_after.sh [suite] [ref] [moon] [l12] [trace] [adamw]",
+#   run(command="BEFORE=.hq/before/moetune.xz bash scripts/gpu_before_after.sh [suite] [ref] [moon] [l12] [trace] [adamw] [gtest:FILTER]",
 #       carry=[".devcarry", ".hq"])
 # Same call, one GPU: the whole GPU suite; the reference job and Moonlight with HF, this build and the older binary
 # side by side, this build profiled; the 12-layer cut at micro-batch 2 without clipping, both binaries; Moonlight's
 # kernel timeline (bench/kernel_trace) for both binaries, with the GPU's clocks and power sampled; the staged AdamW
 # kernel (AdamWAccess::stages, off by default until this has run): its bit-identity tests, then every variant timed
-# over Moonlight's slots beside a device-to-device copy (target >= 4050 GB/s in pure bf16).
+# over Moonlight's slots beside a device-to-device copy (target >= 4050 GB/s in pure bf16); gtest:FILTER, the GPU
+# tests the filter names.
 # Everything is written under /tmp/before_after and comes back as one archive in $OUT (at most 8 files return).
 set -uo pipefail
 back=${OUT:-}
@@ -65,6 +66,11 @@ for step in "$@"; do
         head -24 "$root/trace_summary_$who.txt"
         xz -T8 "$root"/trace_$who.*.csv
       done ;;
+    gtest:*)
+      filter=${step#gtest:}
+      stamp "GPU tests: $filter"
+      timeout 400 build/tests/moetune_tests --gtest_filter="$filter" > "$root/gtest_$(echo "$filter" | tr -c 'A-Za-z0-9' _ | cut -c1-40).log" 2>&1
+      echo "tests rc=$?"; grep -hE "^\[  (FAILED|PASSED) |Failure|^\[       OK \]" "$root"/gtest_*.log | tail -30 ;;
     adamw)
       stamp "AdamW: staged kernel tests and timing"
       timeout 120 build/tests/moetune_tests --gtest_filter='AdamWGpu.*:OptimizerAccessGpu.*:AdamWInt8Gpu.*:GradNormGpu.*' \

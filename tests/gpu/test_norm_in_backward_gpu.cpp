@@ -2,7 +2,8 @@
 // unless parallel.overlap is false) change nothing but the time: the trainer's tiny job, clipped hard so that
 // every step's update depends on the norm's bits, gives the same losses, gradient norms and saved weights, bit
 // for bit, with it on and off: with and without gradient accumulation, tied embeddings (their gradient is final
-// only at the end), DeepSeek-V3, recomputation and LoRA (frozen parameters have no gradient).
+// only at the end), DeepSeek-V3, recomputation, LoRA (frozen parameters have no gradient) and the lazy embedding
+// update (its gradient read in its marked rows only).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -83,6 +84,13 @@ TEST_F(NormInBackwardGpu, SameBitsWithTiedEmbeddingsDeepseekRecomputeAndLora) {
   expect_same_runs("deepseek", {"model=" + testing::fixture("deepseek_v3_tiny").string()});
   expect_same_runs("recompute", {"training.recompute=full", "training.gradient_accumulation_steps=1"});
   expect_same_runs("lora", {"lora.rank=8", "lora.alpha=16", "lora.target_modules=[q_proj, o_proj]", "optimizer.lr=2e-3"});
+}
+
+// optimizer.lazy_embedding: the embedding's gradient is then left out of the backward pass's partials and read at
+// the optimizer's turn in its step's rows only.
+TEST_F(NormInBackwardGpu, SameBitsWithTheLazyEmbedding) {
+  expect_same_runs("lazy", {"optimizer.lazy_embedding=auto"});
+  expect_same_runs("lazy_accumulate_1", {"optimizer.lazy_embedding=auto", "training.gradient_accumulation_steps=1"});
 }
 
 }  // namespace

@@ -54,6 +54,14 @@ TEST(RecipeTrainingKeys, DefaultsAndChecks) {
             std::string::npos);
 }
 
+TEST(RecipeTrainingKeys, LazyEmbeddingSetting) {
+  // Off by default until the GPU tests (tests/gpu/test_lazy_embedding_gpu.cpp) have passed.
+  EXPECT_EQ(parse_recipe("", "recipe.yaml").optimizer.lazy_embedding, "off");
+  EXPECT_EQ(parse_recipe("", "recipe.yaml").json["optimizer"]["lazy_embedding"], "off");
+  EXPECT_EQ(parse_recipe("", "r", {"optimizer.lazy_embedding=auto"}).optimizer.lazy_embedding, "auto");
+  EXPECT_NE(error_of({"optimizer.lazy_embedding=on"}).find("optimizer.lazy_embedding"), std::string::npos);
+}
+
 TEST(RecipeTrainingKeys, RecomputeAndAutoMicroBatch) {
   const Recipe defaults = parse_recipe("", "recipe.yaml");
   EXPECT_EQ(defaults.training.recompute, "none");

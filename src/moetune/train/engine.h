@@ -4,6 +4,7 @@
 // same for both.
 #pragma once
 
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -17,6 +18,13 @@
 #include "moetune/train/recipe.h"
 
 namespace moetune::train {
+
+// What the host reads back of one training step (TrainingEngine::finish_step).
+struct StepReadings {
+  std::vector<model::CausalLMOutput> micro_batches;          // each micro-batch's losses, in order (no logits)
+  std::vector<std::pair<int64_t, ops::RouterStats>> router;  // the last micro-batch's, per MoE layer
+  double grad_norm = NAN;                                    // before clipping
+};
 
 class TrainingEngine {
  public:
@@ -36,6 +44,14 @@ class TrainingEngine {
   // Clips to max_grad_norm (when > 0), takes one AdamW step at `lr` (unless the backward pass took it already)
   // and zeroes the gradients. Returns the gradient norm before clipping. The CPU engine takes no step when that norm is NaN or infinite.
   virtual double optimizer_step(double lr, double max_grad_norm) = 0;
+  // The trainer's way through a step, which lets an engine put off the host's reads of the step's numbers so
+  // that the host queues the next step while the GPU still runs this one: begin_step, queue_forward_backward
+  // per micro-batch, queue_optimizer_step; finish_step() returns the oldest queued step's numbers (waiting for
+  // them), and may come after the next step is queued. The defaults do each call's work at once with
+  // forward_backward, router_stats and optimizer_step.
+  virtual void queue_forward_backward(const model::Batch& batch);
+  virtual void queue_optimizer_step(double lr, double max_grad_norm);
+  virtual StepReadings finish_step();
   virtual int64_t optimizer_steps() const = 0;
   virtual void save_pretrained(const std::filesystem::path& folder) const = 0;
   // The exact training state as host tensors ("param.NAME", "adam_m.NAME", "adam_v.NAME", and "master.NAME"
@@ -48,6 +64,10 @@ class TrainingEngine {
   // Extra fields for the step's metrics record (GPU memory), as JSON. Collective under several ranks (the
   // spread of the ranks' peaks): every rank calls it.
   virtual nlohmann::json memory_metrics() const { return nlohmann::json::object(); }
+
+ private:
+  std::deque<StepReadings> readings_;  // the defaults' queued steps; the last one open until its optimizer step
+  bool last_open_ = false;
 };
 
 // The engine the recipe asks for: training.device cpu | cuda | auto (cuda when a GPU is visible). `groups`:

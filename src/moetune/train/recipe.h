@@ -88,6 +88,12 @@ struct Recipe {
     // Exact only without clipping (max_grad_norm 0) and without gradient accumulation. auto: on exactly then;
     // on: fails naming what stands in the way; off: the step after the backward pass.
     std::string update_in_backward = "auto";
+    // The GPU engine on one rank: AdamW on the input embedding's rows of the step's tokens only, the other rows
+    // brought up to date when they are read (ops/cuda/adamw_rows.h); meant to be bit-identical to the update of
+    // the whole table. auto: wherever it applies (an untied, trainable embedding; not with update_in_backward or
+    // 8-bit state); off: the whole table every step. Default off until it has run on a GPU: written in session 8
+    // without one; tests/gpu/test_lazy_embedding_gpu.cpp is what must pass before the default becomes auto.
+    std::string lazy_embedding = "off";
   } optimizer;
 
   struct Schedule {

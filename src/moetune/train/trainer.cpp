@@ -177,6 +177,9 @@ void Trainer::install_stop_handlers() {
 }
 
 struct Trainer::StepStats {
+  int64_t step = 0;  // the step's number (1-based), and the data's epochs and skipped lines after it
+  double epochs = 0;
+  int64_t skipped_lines = 0;
   double loss = 0, aux_loss = 0, grad_norm = 0, lr = 0;
   int64_t tokens = 0, scored = 0;
   double communication_seconds = 0;  // rank 0's time in collectives
@@ -249,7 +252,7 @@ bool Trainer::any_rank(bool flag) const {
 
 Trainer::~Trainer() = default;
 
-Trainer::StepStats Trainer::train_step() {
+void Trainer::queue_step() {
   const int64_t accumulation = recipe_.training.gradient_accumulation_steps;
   const parallel::ParallelLayout& layout = groups_->layout;
   const double communication_at_start = communication_->seconds;
@@ -274,30 +277,44 @@ Trainer::StepStats Trainer::train_step() {
   for (const data::MicroBatch& micro : batches) {
     model::Batch batch{micro.input_ids, micro.labels, micro.attention_mask, micro.position_ids, double(std::max<int64_t>(scored, 1)),
                        aux_loss_setting(recipe_.training.aux_loss)};
-    const model::CausalLMOutput out = engine_->forward_backward(batch);
+    engine_->queue_forward_backward(batch);
+  }
+  engine_->queue_optimizer_step(stats.lr, recipe_.optimizer.max_grad_norm);
+  stats.scored = scored;
+  stats.tokens = tokens;
+  stats.communication_seconds = communication_->seconds - communication_at_start;
+  stats.step = ++step_;
+  stats.epochs = train_steps_->epochs_done();
+  stats.skipped_lines = train_steps_->skipped_lines();
+  queued_steps_.push_back(std::move(stats));
+}
+
+Trainer::StepStats Trainer::finish_step() {
+  const int64_t accumulation = recipe_.training.gradient_accumulation_steps;
+  StepStats stats = std::move(queued_steps_.front());
+  queued_steps_.pop_front();
+  const double communication_at_start = communication_->seconds;
+  const StepReadings readings = engine_->finish_step();
+  for (const model::CausalLMOutput& out : readings.micro_batches) {
     stats.loss += out.lm_loss;
     if (!std::isnan(out.aux_loss)) {
       stats.aux_loss += out.aux_loss / double(accumulation);
       stats.has_aux = true;
     }
-    stats.moe = json::array();
-    for (const auto& [layer, s] : engine_->router_stats()) {
-      json record = {{"layer", layer}, {"load_max_over_mean", s.load_max_over_mean},
-                     {"load_min_over_mean", s.load_min_over_mean}, {"dropped", s.dropped}};
-      if (!std::isnan(s.entropy)) record["router_entropy"] = s.entropy;
-      stats.moe.push_back(record);
-    }
   }
-  stats.scored = scored;
-  stats.tokens = tokens;
-  if (layout.world > 1) {  // each rank's losses are its share of the step's (normalised by all ranks' tokens)
+  for (const auto& [layer, s] : readings.router) {
+    json record = {{"layer", layer}, {"load_max_over_mean", s.load_max_over_mean},
+                   {"load_min_over_mean", s.load_min_over_mean}, {"dropped", s.dropped}};
+    if (!std::isnan(s.entropy)) record["router_entropy"] = s.entropy;
+    stats.moe.push_back(record);
+  }
+  if (groups_->layout.world > 1) {  // each rank's losses are its share of the step's (normalised by all ranks' tokens)
     const std::vector<double> sums = groups_->world->all_reduce_sum({stats.loss, stats.aux_loss});
     stats.loss = sums[0];
-    stats.aux_loss = sums[1] / double(layout.world);
+    stats.aux_loss = sums[1] / double(groups_->layout.world);
   }
-  stats.grad_norm = engine_->optimizer_step(stats.lr, recipe_.optimizer.max_grad_norm);
-  stats.communication_seconds = communication_->seconds - communication_at_start;
-  ++step_;
+  stats.grad_norm = readings.grad_norm;
+  stats.communication_seconds += communication_->seconds - communication_at_start;
   return stats;
 }
 
@@ -325,10 +342,10 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
   const json memory = engine_->memory_metrics();  // collective on several GPUs: every rank asks
   if (!is_main()) return;
   const double tokens_per_second = double(stats.tokens) / std::max(seconds, 1e-9);
-  json record = {{"step", step_}, {"loss", stats.loss}, {"lr", stats.lr}, {"grad_norm", stats.grad_norm},
+  json record = {{"step", stats.step}, {"loss", stats.loss}, {"lr", stats.lr}, {"grad_norm", stats.grad_norm},
                  {"tokens", stats.tokens}, {"scored_tokens", stats.scored}, {"tokens_per_second", tokens_per_second},
-                 {"step_seconds", seconds}, {"epoch", train_steps_->epochs_done()},
-                 {"skipped_lines", train_steps_->skipped_lines()}};
+                 {"step_seconds", seconds}, {"epoch", stats.epochs},
+                 {"skipped_lines", stats.skipped_lines}};
   if (stats.has_aux) record["aux_loss"] = stats.aux_loss;
   if (!stats.moe.empty()) record["moe"] = stats.moe;
   if (groups_->layout.world > 1) {
@@ -339,8 +356,8 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
   record["model_tflops_per_second"] = tokens_per_second * flops_per_token_ / 1e12;
   record.update(memory);
   metrics_->write(record);
-  if (step_ % recipe_.logging.every != 0 && step_ != total_steps_) return;
-  const double eta = seconds * double(total_steps_ - step_);
+  if (stats.step % recipe_.logging.every != 0 && stats.step != total_steps_) return;
+  const double eta = seconds * double(total_steps_ - stats.step);
   std::string moe;
   if (!stats.moe.empty()) {
     double worst = 0;
@@ -348,9 +365,9 @@ void Trainer::log_progress(const StepStats& stats, double seconds) {
     moe = fmt::format(" | expert load max/mean {:.2f}", worst);
   }
   std::fprintf(stderr, "%s", fmt::format("{}step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s{}{} | ETA {}{}",
-                                         isatty(fileno(stderr)) ? "\r" : "", step_, total_steps_, stats.loss, stats.lr,
+                                         isatty(fileno(stderr)) ? "\r" : "", stats.step, total_steps_, stats.loss, stats.lr,
                                          stats.grad_norm, tokens_per_second, gpu_progress(record), moe, format_duration(eta),
-                                         isatty(fileno(stderr)) && step_ != total_steps_ ? "   " : "\n").c_str());
+                                         isatty(fileno(stderr)) && stats.step != total_steps_ ? "   " : "\n").c_str());
 }
 
 void Trainer::save_checkpoint(bool final) {
@@ -452,7 +469,7 @@ void Trainer::check_finite(const StepStats& stats) {
   // A NaN's sign bit only records which operation made it (and the compiler's operand order), so it is not printed.
   auto plain = [](double x) { return std::isnan(x) ? std::string("nan") : fmt::format("{}", x); };
   const std::string what =
-      fmt::format("step {}: the loss is {} and the gradient norm {}", step_, plain(stats.loss), plain(stats.grad_norm));
+      fmt::format("step {}: the loss is {} and the gradient norm {}", stats.step, plain(stats.loss), plain(stats.grad_norm));
   if (nonfinite_in_a_row_ > recipe_.training.max_nonfinite_steps)
     fail("{} ({} such step(s) in a row, training.max_nonfinite_steps is {}); stopped without saving this state. Look for "
          "NaN/Inf weights in the model, a learning rate too high, or raise training.max_nonfinite_steps to skip such steps",
@@ -475,28 +492,42 @@ TrainResult Trainer::run() {
                  static_cast<long long>(train_data_->size()),
                  groups_->layout.world > 1 ? (" on " + groups_->layout.str()).c_str() : "");
   if (r.training.profile && engine_->device().is_cuda()) profile_ = std::make_unique<StepProfile>();
-  while (step_ < total_steps_) {
-    const auto start = std::chrono::steady_clock::now();
-    progress("a training step");
-    const StepStats stats = train_step();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The host queues step N, then reads and logs step N-1 while the GPU runs N, so the GPU does not wait for the
+  // host's reads, logging and next batch between steps (the GPU engine's numbers come back without a host wait
+  // until finish_step). Step N itself is finished before anything that must see it: validation, a checkpoint,
+  // a stop, the end; and at once when profiling, whose phases are read per step.
+  auto finished_at = std::chrono::steady_clock::now();
+  const auto finish_oldest = [&] {
+    const StepStats stats = finish_step();
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - finished_at).count();
+    finished_at = now;
     if (profile_) profile_->step_done(seconds);
     log_progress(stats, seconds);
     check_finite(stats);
     result.last_loss = stats.loss;
-    if (r.logging.validation_every > 0 && step_ % r.logging.validation_every == 0 && step_ != total_steps_) {
+  };
+  while (step_ < total_steps_) {
+    progress("a training step");
+    if (queued_steps_.empty()) finished_at = std::chrono::steady_clock::now();  // nothing in flight: its time starts now
+    queue_step();
+    if (queued_steps_.size() > 1) finish_oldest();
+    const bool validating = r.logging.validation_every > 0 && step_ % r.logging.validation_every == 0 && step_ != total_steps_;
+    const bool saving = r.output.save_every > 0 && step_ % r.output.save_every == 0 && step_ != total_steps_;
+    if (validating || saving || step_ == total_steps_ || profile_) finish_oldest();
+    if (validating) {
       progress("validation");
       const double loss = validate();
       if (!std::isnan(loss) && metrics_) metrics_->write({{"step", step_}, {"loss", loss}}, "validation");
     }
-    // Every rank stops at the same step (a signal may reach only some of them).
-    const bool stopping = any_rank(stop_requested.load() || (stop_after_ && step_ >= *stop_after_));
-    if (stopping) {
+    // Every rank stops at the same step (a signal may reach only some of them, or land in the validation).
+    if (any_rank(stop_requested.load() || (stop_after_ && step_ >= *stop_after_))) {
+      if (!queued_steps_.empty()) finish_oldest();
       save_checkpoint(false);
       result.interrupted = true;
       break;
     }
-    if (r.output.save_every > 0 && step_ % r.output.save_every == 0 && step_ != total_steps_) save_checkpoint(false);
+    if (saving) save_checkpoint(false);
   }
   if (!result.interrupted) {
     progress("validation");

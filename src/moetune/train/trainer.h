@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -73,7 +74,9 @@ class Trainer {
 
  private:
   struct StepStats;
-  StepStats train_step();
+  // Queues the next step on the engine (its numbers read later); finish_step() reads the oldest queued one.
+  void queue_step();
+  StepStats finish_step();
   double validate();
   void save_checkpoint(bool final);
   void resume_from_newest_checkpoint();
@@ -100,6 +103,7 @@ class Trainer {
   LrSchedule schedule_;
   std::unique_ptr<data::DataLoader> train_data_, validation_data_;
   std::unique_ptr<data::StepReader> train_steps_;  // train_data_'s steps, read ahead
+  std::deque<StepStats> queued_steps_;  // queued on the engine, not yet finished (at most two)
   std::unique_ptr<MetricsLog> metrics_;
   int64_t step_ = 0, total_steps_ = 0;
   int64_t nonfinite_in_a_row_ = 0;

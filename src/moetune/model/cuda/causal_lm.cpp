@@ -43,7 +43,18 @@ void require_full_fine_tuning_for_latent_attention(const ModelWeights& weights) 
 }  // namespace
 
 void CausalLM::zero_grad() {
-  for (const Tensor& run : store_->replicated_grad_runs()) zero_bytes(run.raw_data(), run.device(), run.nbytes());
+  for (const Tensor& run : store_->replicated_grad_runs()) {
+    char* begin = static_cast<char*>(run.raw_data());
+    char* end = begin + run.nbytes();
+    char* kept = kept_gradient_.defined() ? static_cast<char*>(kept_gradient_.raw_data()) : nullptr;
+    if (kept >= begin && kept < end) {  // the run around the kept gradient
+      char* kept_end = kept + kept_gradient_.nbytes();
+      zero_bytes(begin, run.device(), size_t(kept - begin));
+      zero_bytes(kept_end, run.device(), size_t(end - kept_end));
+    } else {
+      zero_bytes(begin, run.device(), run.nbytes());
+    }
+  }
   store_->zero_layer_arena();
   const auto overwritten = [&](const Tensor& grad) {
     return std::any_of(overwritten_gradients_.begin(), overwritten_gradients_.end(),
@@ -102,6 +113,7 @@ CausalLM::Forward CausalLM::run_layers(StepContext& context, bool with_aux) {
   }
   Tensor h = device_like({batch.tokens, c.hidden_size});
   if (parameters_needed_) parameters_needed_(-1);
+  if (embedding_lookup_) embedding_lookup_(batch.ids);
   ops::cuda::embedding_forward(batch.ids, embed_.value, h);
   Forward f;
   f.final_hidden = h = walk_forward(sublayers_, h, context, parameters_needed_);
@@ -116,6 +128,23 @@ void CausalLM::clear_stashes() {
 }
 
 CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
+  const QueuedLosses queued = queue_forward_backward(batch);
+  return queued.read(read_scalar(queued.loss_sum), queued.aux_loss.defined() ? read_scalar(queued.aux_loss) : NAN);
+}
+
+CausalLMOutput CausalLM::QueuedLosses::read(float loss_sum_value, float aux_value) const {
+  CausalLMOutput out;
+  out.num_tokens = num_tokens;
+  out.lm_loss = double(loss_sum_value) * lm_scale;
+  out.loss = out.lm_loss;
+  if (aux_loss.defined()) {
+    out.aux_loss = aux_value;
+    out.loss += aux_scale * out.aux_loss;
+  }
+  return out;
+}
+
+CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   const ModelSpec& c = spec();
   MOETUNE_CHECK(batch.labels.defined(), "forward_backward needs labels");
   const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
@@ -159,15 +188,7 @@ CausalLMOutput CausalLM::forward_backward(const Batch& batch) {
   if (gradients_done_) gradients_done_(-1);
   phase.end();
 
-  CausalLMOutput out;
-  out.num_tokens = device_batch.scored;
-  out.lm_loss = double(read_scalar(loss_sum)) * lm_scale;  // waits for the whole step
-  out.loss = out.lm_loss;
-  if (with_aux) {
-    out.aux_loss = read_scalar(aux_loss);
-    out.loss += context.aux_scale * out.aux_loss;
-  }
-  return out;
+  return {loss_sum, lm_scale, aux_loss, context.aux_scale, device_batch.scored};
 }
 
 CausalLMOutput CausalLM::loss(const Batch& batch) {
@@ -223,24 +244,33 @@ void CausalLM::save_pretrained(const std::filesystem::path& folder, const io::Sa
   save_checkpoint(store_->weights(), folder, options);
 }
 
+std::vector<std::pair<int64_t, Tensor>> CausalLM::router_counts() const {
+  std::vector<std::pair<int64_t, Tensor>> counts;
+  for (const auto& b : sublayers_)
+    if (b.moe && b.moe->layer_counts().defined()) counts.emplace_back(b.layer, b.moe->layer_counts());
+  return counts;
+}
+
+ops::RouterStats router_stats_of_counts(const float* counts, int64_t experts) {
+  double total = 0, most = 0, least = INFINITY;
+  for (int64_t e = 0; e < experts; ++e) {
+    total += counts[e];
+    most = std::max(most, double(counts[e]));
+    least = std::min(least, double(counts[e]));
+  }
+  const double mean = total / double(experts);
+  ops::RouterStats s;
+  s.load_max_over_mean = mean > 0 ? most / mean : 0;
+  s.load_min_over_mean = mean > 0 ? least / mean : 0;
+  s.entropy = NAN;  // needs the probabilities; not computed on the GPU path
+  return s;
+}
+
 std::vector<std::pair<int64_t, ops::RouterStats>> CausalLM::router_stats() const {
   std::vector<std::pair<int64_t, ops::RouterStats>> stats;
-  for (const auto& b : sublayers_) {
-    if (!b.moe || !b.moe->layer_counts().defined()) continue;
-    const Tensor counts = b.moe->layer_counts().to(Device::cpu());
-    const float* n = counts.data<float>();
-    double total = 0, most = 0, least = INFINITY;
-    for (int64_t e = 0; e < counts.numel(); ++e) {
-      total += n[e];
-      most = std::max(most, double(n[e]));
-      least = std::min(least, double(n[e]));
-    }
-    const double mean = total / double(counts.numel());
-    ops::RouterStats s;
-    s.load_max_over_mean = mean > 0 ? most / mean : 0;
-    s.load_min_over_mean = mean > 0 ? least / mean : 0;
-    s.entropy = NAN;  // needs the probabilities; not computed on the GPU path
-    stats.emplace_back(b.layer, s);
+  for (const auto& [layer, device_counts] : router_counts()) {
+    const Tensor counts = device_counts.to(Device::cpu());
+    stats.emplace_back(layer, router_stats_of_counts(counts.data<float>(), counts.numel()));
   }
   return stats;
 }

@@ -45,6 +45,18 @@ class CausalLM final : public LanguageModel {
   // One micro-batch: forward, loss, backward (gradients accumulate into the parameters' .grad). Waits for the
   // GPU once, at the end, to read the loss.
   CausalLMOutput forward_backward(const Batch& batch) override;
+  // forward_backward without the wait: the losses stay on the GPU until read() (after what else the caller
+  // queued). Its loss tensors are the pass's own; nothing later overwrites them.
+  struct QueuedLosses {
+    Tensor loss_sum;        // F32 [1]: Σ over scored tokens of the cross-entropy
+    double lm_scale = 0;    // lm_loss = loss_sum · lm_scale
+    Tensor aux_loss;        // F32 [1], undefined without the aux loss
+    double aux_scale = 0;   // loss = lm_loss + aux_scale · aux_loss
+    int64_t num_tokens = 0;
+    // The output from the tensors' values as read back (`aux` ignored without an aux loss).
+    CausalLMOutput read(float loss_sum_value, float aux_value) const;
+  };
+  QueuedLosses queue_forward_backward(const Batch& batch);
   // Told, in forward_backward's backward pass, when gradients are final (queued on the GPU, not yet computed):
   // num_layers() first (the LM head and the final norm), then each layer L (every parameter of layers >= L),
   // then -1 (all of them, the embedding too). Expert and data parallelism start reductions there.
@@ -52,6 +64,13 @@ class CausalLM final : public LanguageModel {
   // Told, in every forward pass, before parameters are used: -1 (the embedding), then each layer L, then
   // num_layers() (the final norm and the LM head). ZeRO's all-gather of the parameters overlaps the forward pass.
   void on_parameters_needed(LayerStarting hook) { parameters_needed_ = std::move(hook); }
+  // Told, in every forward pass (training, evaluation, generation), just before the embedding table is read, with
+  // the batch's ids (CUDA I32 [T]): a table updated lazily brings those rows up to date there
+  // (ops/cuda/adamw_rows.h).
+  void on_embedding_lookup(std::function<void(const Tensor& ids)> hook) { embedding_lookup_ = std::move(hook); }
+  // A gradient that zero_grad() leaves alone, because the optimizer zeroes the rows it wrote (the lazily updated
+  // embedding's: ops/cuda/adamw_rows.h). Must lie in one of the replicated gradient runs.
+  void keep_gradient_in_zero_grad(const Tensor& grad) { kept_gradient_ = grad; }
   // Told, in forward_backward's backward pass, before layer L's backward (and recomputation) runs: QLoRA
   // dequantizes the layer's frozen base there again (model/cuda/nf4_base.h).
   void on_layer_backward(LayerStarting hook) { layer_backward_ = std::move(hook); }
@@ -86,6 +105,9 @@ class CausalLM final : public LanguageModel {
   std::vector<std::pair<std::string, size_t>> stash_report() const override { return stash_report_; }
   // Per MoE layer: load statistics of the last forward pass (reads the counts back: call between steps).
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override;
+  // The same without reading back: each MoE layer's counts tensor (F32 [experts]; the next
+  // forward pass makes new ones), for router_stats_of_counts once read.
+  std::vector<std::pair<int64_t, Tensor>> router_counts() const;
   // DeepSeek-V3's aux-loss-free balancing (model/router_bias_balance.h), as the CPU model does it: each MoE
   // layer's top-k counts of the last forward pass added to `load` (host, per MoE layer in walk order; reads the
   // counts back), then each fp32 correction bias moved by `rate` toward balance. Fails naming the key when a
@@ -113,6 +135,8 @@ class CausalLM final : public LanguageModel {
   LayerGradientsDone gradients_done_;
   LayerStarting parameters_needed_;
   LayerStarting layer_backward_;
+  std::function<void(const Tensor& ids)> embedding_lookup_;
+  Tensor kept_gradient_;  // keep_gradient_in_zero_grad
   uint64_t lora_draw_ = 0;  // LoRA dropout's draw for the next training forward
   // What the MoE blocks write whole on a step's first backward pass (StepContext::overwrite_gradients), which
   // zero_grad() therefore leaves alone.
@@ -121,5 +145,8 @@ class CausalLM final : public LanguageModel {
   // micro-batch. Only zero_grad() sets it.
   bool next_backward_overwrites_ = true;
 };
+
+// A MoE layer's load statistics from its top-k counts per expert (host, `experts` of them).
+ops::RouterStats router_stats_of_counts(const float* counts, int64_t experts);
 
 }  // namespace moetune::model::cuda

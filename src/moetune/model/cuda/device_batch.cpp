@@ -1,13 +1,16 @@
 #include "moetune/model/cuda/device_batch.h"
 
+#include "moetune/core/queued_copies.h"
 #include "moetune/ops/loss.h"
 
 namespace moetune::model::cuda {
 namespace {
 
+// Queued without waiting (core/queued_copies.h): the trainer uploads a step's batch while the GPU may still run
+// the step before.
 Tensor upload_i32(const std::vector<int64_t>& values) {
   std::vector<int32_t> narrow(values.begin(), values.end());
-  return Tensor::from_vector(narrow, {int64_t(narrow.size())}).to(Device::cuda());
+  return gpu::queue_upload(Tensor::from_vector(narrow, {int64_t(narrow.size())}));
 }
 
 // Document starts for flash attention: the layout's documents, split further at every change between padding
@@ -53,7 +56,7 @@ DeviceBatch upload_batch(int64_t vocab_size, const Batch& batch) {
   out.ids = upload_i32(std::vector<int64_t>(ids, ids + out.tokens));
   out.positions = upload_i32(out.layout.positions);
   if (!out.layout.token_valid.empty()) {
-    out.token_valid = Tensor::from_vector(out.layout.token_valid, {out.tokens}).to(Device::cuda());
+    out.token_valid = gpu::queue_upload(Tensor::from_vector(out.layout.token_valid, {out.tokens}));
     for (uint8_t v : out.layout.token_valid) out.valid_tokens += v;
   } else {
     out.valid_tokens = out.tokens;

@@ -7,6 +7,7 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/blockwise_quant.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
+#include "moetune/ops/cuda/adamw_rows.h"
 #include "moetune/ops/cuda/grad_norm_kernels.h"
 
 namespace moetune::ops::cuda {
@@ -73,8 +74,14 @@ OptimizerPrecision parse_optimizer_precision(const std::string& name) {
 }
 
 void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, OptimizerPrecision precision,
-                const Tensor& grad_scale, uint64_t seed, bool int8_state, const Tensor& norm_squared) {
+                const Tensor& grad_scale, uint64_t seed, bool int8_state, const Tensor& norm_squared,
+                AdamWLazyRows* lazy) {
   check_hyper(hyper);
+  if (lazy) {
+    MOETUNE_CHECK(!int8_state, "adamw_step: a lazily updated slot with 8-bit state");
+    MOETUNE_CHECK(lazy->position() < slots.size() && slots[lazy->position()].param.raw_data() == lazy->slot().param.raw_data(),
+                  "adamw_step: the lazily updated table is not slot {}", lazy->position());
+  }
   const AdamWStorage storage = storage_of(precision);
   const bool has_master = precision == OptimizerPrecision::Fp32Master;
   const DType moment_dtype = int8_state ? DType::U8 : has_master ? DType::F32 : DType::BF16;
@@ -127,12 +134,30 @@ void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, Op
     norm_workspace = Tensor::empty({partial_count + kFloatSumScratch}, DType::F32, Device::cuda());
   }
   float* partials = norm_workspace.defined() ? static_cast<float*>(norm_workspace.raw_data()) : nullptr;
-  const cudaError_t status =
-      int8_state ? launch_adamw_int8(storage, int8_pointers.data(), int64_t(int8_pointers.size()), scalars, scale,
-                                     dynamic_codes_on_device(), partials, gpu::stream())
-                 : launch_adamw(storage, pointers.data(), int64_t(pointers.size()), scalars, scale, partials,
-                                gpu::stream());
-  gpu::check(status, fmt::format("adamw_step over {} tensors{}", slots.size(), int8_state ? " (8-bit state)" : ""));
+  if (lazy) {
+    // The slots before the table, the table row by row, the slots after it: each with its position in the whole
+    // list and its partials where the launch over the whole list puts them, so the bits are that launch's.
+    const int64_t table = int64_t(lazy->position()), count = int64_t(pointers.size());
+    const auto partials_at = [&](int64_t slot) -> float* {
+      if (!partials) return nullptr;
+      std::vector<int64_t> numels;
+      for (int64_t i = 0; i < slot; ++i) numels.push_back(pointers[size_t(i)].numel);
+      return partials + adamw_norm_partial_count(numels.data(), slot);
+    };
+    gpu::check(launch_adamw(storage, pointers.data(), table, scalars, scale, partials_at(0), gpu::stream()),
+               fmt::format("adamw_step over the {} tensors before the lazily updated one", table));
+    lazy->step(scalars, grad_scale, partials_at(table));
+    gpu::check(launch_adamw(storage, pointers.data() + table + 1, count - table - 1, scalars, scale,
+                            partials_at(table + 1), gpu::stream(), table + 1),
+               fmt::format("adamw_step over the {} tensors after the lazily updated one", count - table - 1));
+  } else {
+    const cudaError_t status =
+        int8_state ? launch_adamw_int8(storage, int8_pointers.data(), int64_t(int8_pointers.size()), scalars, scale,
+                                       dynamic_codes_on_device(), partials, gpu::stream())
+                   : launch_adamw(storage, pointers.data(), int64_t(pointers.size()), scalars, scale, partials,
+                                  gpu::stream());
+    gpu::check(status, fmt::format("adamw_step over {} tensors{}", slots.size(), int8_state ? " (8-bit state)" : ""));
+  }
   if (partials)
     gpu::check(launch_float_sum(partials, partial_count, partials + partial_count,
                                 static_cast<float*>(norm_squared.raw_data()), gpu::stream()),

@@ -25,7 +25,8 @@ static_assert(sizeof(AdamWTable) + sizeof(AdamWScalars) + 2 * sizeof(const float
 // slower (12.6 ms against 11.4), and so is loading 2 or 4 vectors a thread before computing (116 and 169
 // registers: 14.9 and 24.0 ms against 11.4); the slot list itself costs nothing (one tensor of the same size:
 // 11.35 ms). With norm_partials, each warp's Σ g² of each chunk goes there too. The way past those limits is to
-// keep the bytes in flight out of registers: adamw_staged.cuh's kernel (AdamWAccess::stages, not yet run on a GPU).
+// keep the bytes in flight out of registers: adamw_staged.cuh's kernel (AdamWAccess::stages; the default for fp32
+// master weights, whose 28 B an element the register kernel moves at a third of the copy's rate).
 template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kMinBlocks>
 __global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
     adamw_kernel(const __grid_constant__ AdamWTable table, float* __restrict__ norm_partials,
@@ -82,16 +83,17 @@ auto staged_kernel_for(AdamWAccess access) {
 
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
                          const AdamWScalars& scalars, const float* grad_scale, float* norm_partials,
-                         cudaStream_t stream) {
-  const AdamWAccess access = g_access;
+                         cudaStream_t stream, int64_t first_position) {
+  AdamWAccess access = g_access;
+  if (access.stages < 2 && storage == AdamWStorage::F32Master) access.stages = access.f32_master_stages;
   if (access.stages < 2)
     return launch_adamw_tables<AdamWTable>(
-        storage, tensors, count,
+        storage, tensors, count, first_position,
         [&](auto storage_constant) { return kernel_for<decltype(storage_constant)::value>(access); }, norm_partials,
         stream, scalars, grad_scale);
   if (access.stages > kAdamWMaxStages) return cudaErrorInvalidValue;
   return launch_adamw_tables<AdamWTable>(
-      storage, tensors, count,
+      storage, tensors, count, first_position,
       [&](auto storage_constant) { return staged_kernel_for<decltype(storage_constant)::value>(access); },
       norm_partials, stream, scalars, grad_scale, AdamWStaging{access.stages, access.evict_first});
 }

@@ -41,8 +41,12 @@ struct AdamWHyper {
 // 8-bit (optimizer.state: int8); the parameter (and master copy) is kept as `precision` says, the moments are
 // rounded to their nearest codes in every precision. norm_squared (a CUDA F32 [1] tensor, or undefined): Σ g²
 // of the unscaled gradients, in fp32, deterministic on every GPU (not the same bits as grad_norm_squared's sum):
-// the gradient norm where nothing clips, without a second pass over the gradients.
+// the gradient norm where nothing clips, without a second pass over the gradients. lazy (or null): the slot at
+// lazy->position() is a table updated row by row (ops/cuda/adamw_rows.h: only the rows marked since the last
+// step), with the same bits as the eager update, norm included; not with 8-bit state.
+class AdamWLazyRows;
 void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper& hyper, OptimizerPrecision precision,
-                const Tensor& grad_scale, uint64_t seed, bool int8_state = false, const Tensor& norm_squared = {});
+                const Tensor& grad_scale, uint64_t seed, bool int8_state = false, const Tensor& norm_squared = {},
+                AdamWLazyRows* lazy = nullptr);
 
 }  // namespace moetune::ops::cuda

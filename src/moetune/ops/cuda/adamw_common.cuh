@@ -98,20 +98,24 @@ template <typename Kernel>
 ShapedKernel<Kernel> shaped_kernel(ShapedKernel<Kernel> shaped) {
   return shaped;
 }
-// Dynamic shared memory beyond this needs the kernel's opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize).
+// Static and dynamic shared memory together beyond this need the kernel's opt-in
+// (cudaFuncAttributeMaxDynamicSharedMemorySize). The staged kernel's static part is its barriers (128 B): 3 stages of
+// 16 KB with them were refused (cudaErrorInvalidValue, H200, session 9) when only the dynamic part was compared.
 inline constexpr int kDefaultSharedBytes = 48 * 1024;
+inline constexpr int kStaticSharedAllowance = 1024;
 
 // Fills tables (Table: multi_tensor's, with position[], the index of each tensor in the caller's list) with the
 // caller's tensors and launches kernel_for(StorageConstant<storage>{}) (a kernel, or a ShapedKernel) over each,
 // with as many blocks as fill the GPU: kernel(table, the table's norm partials, args...). norm_partials (or null) has
 // kAdamWNormPartialsPerChunk floats per chunk of every tensor; each table's start where the one before it ends.
+// first_position: the position of tensors[0] in the caller's whole list (a part of it launched alone).
 template <typename Table, typename Pointers, typename KernelFor, typename... Args>
-cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, int64_t count, KernelFor kernel_for,
-                                float* norm_partials, cudaStream_t stream, const Args&... args) {
+cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, int64_t count, int64_t first_position,
+                                KernelFor kernel_for, float* norm_partials, cudaStream_t stream, const Args&... args) {
   int64_t chunks_before = 0;
   const auto launch = [&](const Table& table, auto kernel) -> cudaError_t {
     const auto shaped = shaped_kernel(kernel);
-    if (shaped.shared_bytes > kDefaultSharedBytes)
+    if (shaped.shared_bytes > kDefaultSharedBytes - kStaticSharedAllowance)
       if (cudaError_t status = cudaFuncSetAttribute(shaped.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     shaped.shared_bytes);
           status != cudaSuccess)
@@ -131,7 +135,7 @@ cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, i
       count, [&](int64_t index) { return tensors[index].numel; },
       [&](Table& table, int slot, int64_t index) {
         table.tensors[slot] = tensors[index];
-        table.position[slot] = index;
+        table.position[slot] = first_position + index;
       },
       [&](const Table& table) -> cudaError_t {
         switch (storage) {

@@ -1,6 +1,9 @@
 // The fused AdamW kernels' work on a few consecutive elements of one tensor (adamw.cu's kernels, whichever way
-// their operands reach registers): the operands' conversion to fp32, train::AdamW's update (ops/adamw_math.h),
-// the rounding back into storage and the stores. Included by adamw.cu only (compiled with --fmad=false).
+// their operands reach registers, and the lazy row update's, adamw_rows.cu): the operands' conversion to fp32,
+// train::AdamW's update (ops/adamw_math.h), the rounding back into storage and the stores. Every one of those
+// kernels steps its elements with step_in_registers, which is what makes their bits one another's: the lazy update
+// replays the steps a row missed with it. Included by adamw.cu and adamw_rows.cu only (both compiled with
+// --fmad=false: src/moetune/CMakeLists.txt).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -94,13 +97,18 @@ struct AdamWOperands {
   float p[kWidth], g[kWidth], m[kWidth], v[kWidth];
 };
 
-// Loads kWidth elements' operands from where `grad`, `state` (the parameter or master copy), `exp_avg` and
+// The bf16 bits step_in_registers leaves to store: the parameter's, and in the bf16 modes the moments'.
+template <int kWidth>
+struct AdamWBits {
+  uint16_t p[kWidth], m[kWidth], v[kWidth];
+};
+
+// Loads kWidth elements' state (p, m, v) from where `state` (the parameter or master copy), `exp_avg` and
 // `exp_avg_sq` point (global memory, or a block's copy of it in shared memory).
 template <AdamWStorage kStorage, int kWidth>
-__device__ __forceinline__ void load_operands(const uint16_t* grad, const AdamWStateType<kStorage>* state,
-                                              const AdamWStateType<kStorage>* exp_avg,
-                                              const AdamWStateType<kStorage>* exp_avg_sq, AdamWOperands<kWidth>& o) {
-  load_bf16<kWidth>(grad, o.g);
+__device__ __forceinline__ void load_state(const AdamWStateType<kStorage>* state,
+                                           const AdamWStateType<kStorage>* exp_avg,
+                                           const AdamWStateType<kStorage>* exp_avg_sq, AdamWOperands<kWidth>& o) {
   if constexpr (kStorage == AdamWStorage::F32Master) {
     load_f32<kWidth>(state, o.p);
     load_f32<kWidth>(exp_avg, o.m);
@@ -110,6 +118,26 @@ __device__ __forceinline__ void load_operands(const uint16_t* grad, const AdamWS
     load_bf16<kWidth>(exp_avg, o.m);
     load_bf16<kWidth>(exp_avg_sq, o.v);
   }
+}
+
+// Loads kWidth elements' operands: the gradient from `grad`, the state as load_state.
+template <AdamWStorage kStorage, int kWidth>
+__device__ __forceinline__ void load_operands(const uint16_t* grad, const AdamWStateType<kStorage>* state,
+                                              const AdamWStateType<kStorage>* exp_avg,
+                                              const AdamWStateType<kStorage>* exp_avg_sq, AdamWOperands<kWidth>& o) {
+  load_bf16<kWidth>(grad, o.g);
+  load_state<kStorage, kWidth>(state, exp_avg, exp_avg_sq, o);
+}
+
+// The state of elements [index, index + kWidth) of one tensor, from global memory (o.g untouched).
+template <AdamWStorage kStorage, int kWidth>
+__device__ __forceinline__ void load_state(const AdamWTensorPointers& t, int64_t index, AdamWOperands<kWidth>& o) {
+  using State = AdamWStateType<kStorage>;
+  const State* state;
+  if constexpr (kStorage == AdamWStorage::F32Master) state = t.master;
+  else state = t.param;
+  load_state<kStorage, kWidth>(state + index, static_cast<const State*>(t.exp_avg) + index,
+                               static_cast<const State*>(t.exp_avg_sq) + index, o);
 }
 
 // The operands of elements [index, index + kWidth) of one tensor, from global memory.
@@ -123,12 +151,14 @@ __device__ __forceinline__ void load_operands(const AdamWTensorPointers& t, int6
                                   static_cast<const State*>(t.exp_avg_sq) + index, o);
 }
 
-// Updates elements [index, index + kWidth) of one tensor from their operands and stores them; adds their unscaled
-// g² to `squares`.
+// One AdamW step of kWidth elements (index: the first one's, in its tensor; key: the stochastic rounding's) in
+// registers: o.p, o.m and o.v hold what the storage holds (the fp32 master copy, or the bf16 values widened), o.g
+// the unscaled gradient, whose g² it adds to `squares`. Afterwards o.p, o.m and o.v hold the updated fp32 values
+// and `bits` the bf16 parameter to store, and in the bf16 modes the moments (store_state stores them).
 template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kWidth>
-__device__ __forceinline__ void update_and_store(const AdamWTensorPointers& t, int64_t index, AdamWOperands<kWidth>& o,
-                                                 float grad_scale, const AdamWScalars& s, uint64_t key,
-                                                 float& squares) {
+__device__ __forceinline__ void step_in_registers(AdamWOperands<kWidth>& o, float grad_scale,
+                                                  const AdamWConstants& constants, uint64_t key, int64_t index,
+                                                  AdamWBits<kWidth>& bits, float& squares) {
   float(&p)[kWidth] = o.p;
   float(&g)[kWidth] = o.g;
   float(&m)[kWidth] = o.m;
@@ -136,35 +166,72 @@ __device__ __forceinline__ void update_and_store(const AdamWTensorPointers& t, i
 #pragma unroll
   for (int k = 0; k < kWidth; ++k) {
     squares += g[k] * g[k];
-    adamw_element<kSkipUntouched>(p[k], g[k] * grad_scale, m[k], v[k], s.constants);
+    adamw_element<kSkipUntouched>(p[k], g[k] * grad_scale, m[k], v[k], constants);
   }
 
-  uint16_t p_bits[kWidth];
   if constexpr (kStorage == AdamWStorage::F32Master) {
-    round_bf16<kHardwareRounding>(p, p_bits);
-    store_f32<kWidth>(t.master + index, p);
-    store_f32<kWidth>(static_cast<float*>(t.exp_avg) + index, m);
-    store_f32<kWidth>(static_cast<float*>(t.exp_avg_sq) + index, v);
+    round_bf16<kHardwareRounding>(p, bits.p);
   } else {
-    uint16_t m_bits[kWidth], v_bits[kWidth];
     if constexpr (kStorage == AdamWStorage::Bf16StochasticRounding) {
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
         // One 64-bit draw gives three independent 16-bit roundings.
         const uint64_t random = element_random(key, index + k);
-        p_bits[k] = f32_to_bf16_stochastic(p[k], uint32_t(random & 0xffffu));
-        m_bits[k] = f32_to_bf16_stochastic(m[k], uint32_t((random >> 16) & 0xffffu));
-        v_bits[k] = f32_to_bf16_stochastic(v[k], uint32_t((random >> 32) & 0xffffu));
+        bits.p[k] = f32_to_bf16_stochastic(p[k], uint32_t(random & 0xffffu));
+        bits.m[k] = f32_to_bf16_stochastic(m[k], uint32_t((random >> 16) & 0xffffu));
+        bits.v[k] = f32_to_bf16_stochastic(v[k], uint32_t((random >> 32) & 0xffffu));
       }
     } else {
-      round_bf16<kHardwareRounding>(p, p_bits);
-      round_bf16<kHardwareRounding>(m, m_bits);
-      round_bf16<kHardwareRounding>(v, v_bits);
+      round_bf16<kHardwareRounding>(p, bits.p);
+      round_bf16<kHardwareRounding>(m, bits.m);
+      round_bf16<kHardwareRounding>(v, bits.v);
     }
-    store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg) + index, m_bits);
-    store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg_sq) + index, v_bits);
   }
-  store_bf16<kWidth>(t.param + index, p_bits);
+}
+
+// Leaves in o.p, o.m and o.v what load_state would give once store_state has stored the step step_in_registers
+// took (in the bf16 modes the rounded bits widened again; the fp32 master copy and moments are kept as they are),
+// so that a caller may take the next step without the round trip through memory and get the same bits
+// (adamw_rows.cu's replay of the steps a row missed). A separate function, not a part of step_in_registers, so that
+// the eager kernels, which store and are done, compile to exactly the code they did before the lazy update.
+template <AdamWStorage kStorage, int kWidth>
+__device__ __forceinline__ void reload_in_registers(AdamWOperands<kWidth>& o, const AdamWBits<kWidth>& bits) {
+  if constexpr (kStorage != AdamWStorage::F32Master) {
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      o.p[k] = bf16_to_f32(bits.p[k]);
+      o.m[k] = bf16_to_f32(bits.m[k]);
+      o.v[k] = bf16_to_f32(bits.v[k]);
+    }
+  }
+}
+
+// Stores what step_in_registers left for elements [index, index + kWidth) of one tensor: the master copy and the
+// moments as kept (fp32 o.p, o.m, o.v, or the bf16 bits), and the bf16 parameter.
+template <AdamWStorage kStorage, int kWidth>
+__device__ __forceinline__ void store_state(const AdamWTensorPointers& t, int64_t index, const AdamWOperands<kWidth>& o,
+                                            const AdamWBits<kWidth>& bits) {
+  if constexpr (kStorage == AdamWStorage::F32Master) {
+    store_f32<kWidth>(t.master + index, o.p);
+    store_f32<kWidth>(static_cast<float*>(t.exp_avg) + index, o.m);
+    store_f32<kWidth>(static_cast<float*>(t.exp_avg_sq) + index, o.v);
+  } else {
+    store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg) + index, bits.m);
+    store_bf16<kWidth>(static_cast<uint16_t*>(t.exp_avg_sq) + index, bits.v);
+  }
+  store_bf16<kWidth>(t.param + index, bits.p);
+}
+
+// Updates elements [index, index + kWidth) of one tensor from their operands and stores them; adds their unscaled
+// g² to `squares`.
+template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, int kWidth>
+__device__ __forceinline__ void update_and_store(const AdamWTensorPointers& t, int64_t index, AdamWOperands<kWidth>& o,
+                                                 float grad_scale, const AdamWScalars& s, uint64_t key,
+                                                 float& squares) {
+  AdamWBits<kWidth> bits;
+  step_in_registers<kStorage, kHardwareRounding, kSkipUntouched, kWidth>(o, grad_scale, s.constants, key, index, bits,
+                                                                          squares);
+  store_state<kStorage, kWidth>(t, index, o, bits);
 }
 
 // Loads, updates and stores elements [index, index + kWidth) of one tensor from and to global memory.

@@ -216,7 +216,7 @@ cudaError_t launch_adamw_int8(AdamWStorage storage, const AdamWInt8TensorPointer
                               const AdamWScalars& scalars, const float* grad_scale, DynamicCodes codes,
                               float* norm_partials, cudaStream_t stream) {
   return launch_adamw_tables<AdamWInt8Table>(
-      storage, tensors, count,
+      storage, tensors, count, /*first_position=*/0,
       [](auto storage_constant) { return adamw_int8_kernel<decltype(storage_constant)::value>; }, norm_partials,
       stream, scalars, grad_scale, codes);
 }

@@ -57,12 +57,15 @@ struct AdamWAccess {
   int min_blocks_per_sm = 0;
   bool hardware_rounding = true;
   bool skip_untouched = true;
-  // 0 (the register kernel) until the staged kernel has run on a GPU: it was written in session 8, when no GPU was
-  // lent, and has been neither tested nor timed there (OptimizerAccessGpu.StagedKernelGivesTheRegisterKernels-
-  // StateAndNorm, EveryAccessVariantGivesTheSameBits, DISABLED_TimesMoonlightSlots). Make it the default only if
-  // those pass and it is measured faster.
+  // 0: the register kernel, except for fp32 master weights (below). Measured over Moonlight's slots on the H200
+  // (OptimizerAccessGpu.DISABLED_TimesMoonlightSlots, session 9, docs/benchmarks.md): in pure bf16 the staged kernel
+  // gains nothing (9.06-9.22 ms at 2-6 stages against the register kernel's 9.17), with stochastic rounding it
+  // loses (13.0-15.8 against 11.6); both give the same bits (the GPU tests above passed).
   int stages = 0;
   bool evict_first = false;
+  // With fp32 master weights (28 B an element) and stages < 2: the staged kernel at this depth (0: the register
+  // kernel), 18.0 ms over Moonlight's slots at 6 stages against the register kernel's 55.0 (3.9 against 1.3 TB/s).
+  int f32_master_stages = 6;
 };
 void set_adamw_access(AdamWAccess access);
 AdamWAccess adamw_access();
@@ -70,10 +73,11 @@ AdamWAccess adamw_access();
 // Updates every tensor in place, in as few launches as the kernel-parameter table allows (a few hundred
 // tensors per launch). `grad_scale` is a device float that multiplies every gradient first, or null for 1.
 // Tensors with numel 0 are skipped; `count` may be 0. `norm_partials`: null, or where the norm's partial sums go
-// (above).
+// (above). first_position: where tensors[0] stands in the step's whole list of tensors (the stochastic
+// rounding's key), when the list is launched in parts (adamw_step with a lazily updated slot).
 cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensors, int64_t count,
                          const AdamWScalars& scalars, const float* grad_scale, float* norm_partials,
-                         cudaStream_t stream);
+                         cudaStream_t stream, int64_t first_position = 0);
 
 // One tensor's state with 8-bit moments (optimizer.state: int8): `exp_avg` holds codes of the signed dynamic map,
 // `exp_avg_sq` of the unsigned one, one per element, and each block of kAdamWStateBlock elements its absmax.

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/core/queued_copies.h"
 #include "moetune/ops/cuda/attention_graph.h"
 #include "moetune/ops/cuda/cudnn_handle.h"
 
@@ -170,7 +171,8 @@ PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64
   docs.num_documents = int64_t(cu_seqlens.size()) - 1;
   docs.max_document_length = max_document_length;
   docs.tokens = tokens;
-  docs.cu_seqlens = Tensor::from_vector(cu_seqlens, {int64_t(cu_seqlens.size())}).to(Device::cuda());
+  // Queued without waiting: a training step uploads its batch while the GPU may still run the one before.
+  docs.cu_seqlens = gpu::queue_upload(Tensor::from_vector(cu_seqlens, {int64_t(cu_seqlens.size())}));
   return docs;
 }
 

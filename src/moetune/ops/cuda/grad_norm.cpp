@@ -18,7 +18,8 @@ void check_device_scalar(const Tensor& tensor, const char* what) {
 
 int64_t grad_norm_slots(const Tensor& grad) { return grad_norm_slot_count(grad.numel()); }
 
-void grad_norm_partials(const std::vector<Tensor>& grads, const std::vector<int64_t>& first_slots, const Tensor& partials) {
+void grad_norm_partials(const std::vector<Tensor>& grads, const std::vector<int64_t>& first_slots, const Tensor& partials,
+                        const MarkedRows* sparse) {
   MOETUNE_CHECK(first_slots.size() == grads.size(), "grad_norm_partials: {} gradients but {} first slots", grads.size(),
                 first_slots.size());
   MOETUNE_CHECK(partials.defined() && partials.device().is_cuda() && partials.dtype() == DType::F32,
@@ -35,6 +36,15 @@ void grad_norm_partials(const std::vector<Tensor>& grads, const std::vector<int6
                   "grad_norm_partials: gradient {}'s slots from {} do not fit in {} partials", i, first_slots[i],
                   partials.numel());
     tensors.push_back({.data = static_cast<const uint16_t*>(grad.raw_data()), .numel = grad.numel(), .first_slot = first_slots[i]});
+  }
+  if (sparse) {
+    MOETUNE_CHECK(sparse->index < grads.size(), "grad_norm_partials: no gradient {} to read in rows", sparse->index);
+    const Tensor& grad = grads[sparse->index];
+    MOETUNE_CHECK(grad.dim() == 2 && sparse->marked.device().is_cuda() && sparse->marked.dtype() == DType::I32 &&
+                      sparse->marked.shape() == Shape{grad.size(0)} && grad.size(1) > 0,
+                  "grad_norm_partials: row flags {} for the gradient {}", sparse->marked.str(), grad.str());
+    tensors[sparse->index].row_marked = static_cast<const int32_t*>(sparse->marked.raw_data());
+    tensors[sparse->index].row_length = grad.size(1);
   }
   gpu::check(launch_grad_norm_partials(tensors.data(), int64_t(tensors.size()), static_cast<float*>(partials.raw_data()),
                                        gpu::stream()),
@@ -54,7 +64,7 @@ void grad_norm_sum_partials(const Tensor& partials, const Tensor& norm_squared) 
              fmt::format("grad_norm_sum_partials over {} partials", partials.numel()));
 }
 
-void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared) {
+void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared, const MarkedRows* sparse) {
   check_device_scalar(norm_squared, "grad_norm_squared: norm_squared");
   std::vector<int64_t> first_slots;
   int64_t slots = 0;
@@ -64,7 +74,7 @@ void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squa
   }
   // Stream-ordered workspace: freed (back to the pool) after the kernels that use it, without waiting.
   const Tensor partials = Tensor::empty({slots}, DType::F32, Device::cuda());
-  grad_norm_partials(grads, first_slots, partials);
+  grad_norm_partials(grads, first_slots, partials, sparse);
   grad_norm_sum_partials(partials, norm_squared);
 }
 

@@ -22,6 +22,10 @@ struct GradNormTable {
   int64_t first_slot[kMaxTensors];  // in the caller's slot array
   int64_t block_end[kMaxTensors];   // running total of the tensors' slots within this launch
   int count;
+  // The one tensor (or -1) read only in its marked rows (GradNormTensor::row_marked).
+  int sparse_tensor;
+  const int32_t* row_marked;
+  int64_t row_length;
 };
 static_assert(sizeof(GradNormTable) + sizeof(float*) <= multi_tensor::kMaxKernelParameterBytes);
 
@@ -62,6 +66,19 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
   const uint16_t* data = table.data[tensor];
   const int64_t begin = slot * kGradNormSlotElements;
   const int64_t end = begin + kGradNormSlotElements < table.numel[tensor] ? begin + kGradNormSlotElements : table.numel[tensor];
+  // A row-sparse gradient: only marked rows are read (the others are +0, which leaves `sum` as it is), and a
+  // slot without any is written 0 unread. The block's threads agree on both tests.
+  const bool sparse = tensor == table.sparse_tensor;
+  if (sparse) {
+    bool any_marked = false;
+    for (int64_t row = begin / table.row_length + threadIdx.x; row <= (end - 1) / table.row_length; row += blockDim.x)
+      any_marked |= table.row_marked[row] != 0;
+    if (!__syncthreads_or(any_marked)) {
+      if (threadIdx.x == 0) slots[table.first_slot[tensor] + slot] = 0.0f;
+      return;
+    }
+  }
+  const auto wanted = [&](int64_t i) { return !sparse || table.row_marked[i / table.row_length] != 0; };
   float sum = 0.0f;
   int64_t scalar_begin = begin;
   // A span starts at a multiple of kGradNormSlotElements: aligned where the tensor is.
@@ -72,14 +89,16 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
       uint4 packed[kInFlight];
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u)
-        if (first + u * stride < vector_end) packed[u] = *reinterpret_cast<const uint4*>(data + first + u * stride);
+        if (first + u * stride < vector_end && wanted(first + u * stride))
+          packed[u] = *reinterpret_cast<const uint4*>(data + first + u * stride);
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u)
-        if (first + u * stride < vector_end) add_squares(packed[u], sum);
+        if (first + u * stride < vector_end && wanted(first + u * stride)) add_squares(packed[u], sum);
     }
     scalar_begin = vector_end;
   }
   for (int64_t i = scalar_begin + threadIdx.x; i < end; i += blockDim.x) {
+    if (!wanted(i)) continue;
     const float g = bf16_to_f32(data[i]);
     sum += g * g;
   }
@@ -121,6 +140,7 @@ __global__ void clip_coefficient_kernel(const float* __restrict__ norm_squared, 
 
 cudaError_t launch_grad_norm_partials(const GradNormTensor* tensors, int64_t count, float* slots, cudaStream_t stream) {
   GradNormTable table{};
+  table.sparse_tensor = -1;
   int used = 0;
   int64_t blocks = 0;
   const auto flush = [&]() -> cudaError_t {
@@ -129,6 +149,7 @@ cudaError_t launch_grad_norm_partials(const GradNormTensor* tensors, int64_t cou
     slot_partials_kernel<kNormVectorsInFlight><<<unsigned(blocks), multi_tensor::kThreads, 0, stream>>>(table, slots);
     used = 0;
     blocks = 0;
+    table.sparse_tensor = -1;
     return cudaGetLastError();
   };
   for (int64_t index = 0; index < count; ++index) {
@@ -137,6 +158,11 @@ cudaError_t launch_grad_norm_partials(const GradNormTensor* tensors, int64_t cou
     table.data[used] = tensors[index].data;
     table.numel[used] = tensors[index].numel;
     table.first_slot[used] = tensors[index].first_slot;
+    if (tensors[index].row_marked) {  // the launcher checked: at most one
+      table.sparse_tensor = used;
+      table.row_marked = tensors[index].row_marked;
+      table.row_length = tensors[index].row_length;
+    }
     blocks += slot_count;
     table.block_end[used] = blocks;
     // A launch of at most 2^31 - 1 blocks, the grid's limit (256 TB of gradients: never in practice).

@@ -15,6 +15,11 @@ struct GradNormTensor {
   // Where its partial sums go: slots [first_slot, first_slot + grad_norm_slot_count(numel)) of the caller's
   // array, one per kGradNormSlotElements of the tensor, in order.
   int64_t first_slot;
+  // Or null: a [numel / row_length, row_length] gradient that is +0 outside the rows whose flag is nonzero (the
+  // lazily updated embedding's, ops/cuda/adamw_rows.h). Only those rows are read, and a slot without any is
+  // written 0 unread; the slots have the same bits, as +0 adds nothing. At most one such tensor a launch.
+  const int32_t* row_marked = nullptr;
+  int64_t row_length = 0;
 };
 
 // Each slot holds Σ g² over one fixed span of one tensor, summed in a fixed order, so a slot's bits depend on

@@ -19,10 +19,12 @@
 #include "moetune/ops/adamw_math.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/adamw.h"
+#include "moetune/ops/cuda/adamw_rows.h"
 #include "moetune/ops/cuda/grad_norm.h"
 #include "moetune/train/engine.h"
 #include "moetune/train/cuda/gradient_buckets.h"
 #include "moetune/train/cuda/overlapped_grad_norm.h"
+#include "moetune/train/cuda/queued_readings.h"
 #include "moetune/train/cuda/update_in_backward.h"
 #include "moetune/train/update_in_backward_setting.h"
 #include "moetune/train/parallel_save.h"
@@ -74,6 +76,7 @@ class GpuEngine final : public TrainingEngine {
           slot_names_.push_back(model_.weights().layout.parameters[i].name);
         }
       make_slots(params, gradients);
+      if (r.optimizer.lazy_embedding == "auto") make_lazy_embedding();
       if (update_in_backward_) {
         update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, slot_names_, precision_, seed_, int8_state_);
         model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
@@ -106,13 +109,25 @@ class GpuEngine final : public TrainingEngine {
     }
   }
   model::CausalLMOutput forward_backward(const model::Batch& batch) override {
-    const bool last_micro_batch = ++micro_batch_ == micro_batches_;
-    if (reduction_) reduction_->begin_micro_batch(last_micro_batch);
-    if (norm_in_backward_) norm_in_backward_->begin_micro_batch(last_micro_batch);
+    begin_micro_batch();
     model::CausalLMOutput out = model_.forward_backward(batch);
     if (router_bias_rate_ > 0) model_.add_expert_load(pending_load_);
     return out;
   }
+  // The trainer's step: nothing waits for the GPU until finish_step (the router-bias update, the update in the
+  // backward pass and several ranks' host-side collectives still read what they need when they need it).
+  void queue_forward_backward(const model::Batch& batch) override {
+    begin_micro_batch();
+    readings_.add_micro_batch(model_.queue_forward_backward(batch));
+    if (router_bias_rate_ > 0) model_.add_expert_load(pending_load_);
+  }
+  void queue_optimizer_step(double lr, double max_grad_norm) override {
+    const std::vector<std::pair<int64_t, Tensor>> counts = model_.router_counts();  // this step's (held: the next forward makes new ones)
+    if (update_) return readings_.close_step(counts, Tensor(), optimizer_step(lr, max_grad_norm));
+    step_parameters(lr, max_grad_norm);
+    readings_.close_step(counts, norm_squared_);
+  }
+  StepReadings finish_step() override { return readings_.take(); }
   model::CausalLMOutput evaluate(const model::Batch& batch) override { return model_.loss(batch); }
   std::vector<std::pair<int64_t, ops::RouterStats>> router_stats() const override { return model_.router_stats(); }
 
@@ -122,6 +137,12 @@ class GpuEngine final : public TrainingEngine {
       move_router_biases();
       return update_->gradient_norm();
     }
+    step_parameters(lr, max_grad_norm);
+    const Tensor host = norm_squared_.to(Device::cpu());  // waits for the step
+    return std::sqrt(double(host.data<float>()[0]));
+  }
+  // optimizer_step's work without the wait: norm_squared_ then holds the gradient norm's square.
+  void step_parameters(double lr, double max_grad_norm) {
     PhaseScope phase("optimizer.reduce_wait");
     std::vector<Tensor> gradients;
     if (parallel()) {
@@ -145,7 +166,7 @@ class GpuEngine final : public TrainingEngine {
     phase.next("optimizer.adamw");
     // Without clipping the norm is only reported: the step sums it as it reads the gradients, no pass of its own.
     ops::cuda::adamw_step(slots_, {lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_},
-                          precision_, scale, seed_, int8_state_, clipping ? Tensor() : norm_squared_);
+                          precision_, scale, seed_, int8_state_, clipping ? Tensor() : norm_squared_, lazy_.get());
     if (!clipping && parallel()) groups_->world->all_reduce_sum(norm_squared_);
     move_router_biases();
     phase.next("optimizer.gather");
@@ -156,18 +177,18 @@ class GpuEngine final : public TrainingEngine {
     phase.next("optimizer.zero_grad");
     model_.zero_grad();
     phase.end();
-    const Tensor host = norm_squared_.to(Device::cpu());  // waits for the step
-    return std::sqrt(double(host.data<float>()[0]));
   }
   int64_t optimizer_steps() const override { return steps_; }
   void save_pretrained(const std::filesystem::path& folder) const override {
     if (reduction_) reduction_->wait_for_parameters();
+    if (lazy_) lazy_->flush(steps_);
     if (model_.weights().lora) return save_adapter(folder);  // one rank: the adapter alone
     save_on_ranks(model_.weights(), groups_->layout, folder, [&] { model_.save_pretrained(folder); });
   }
 
   io::NamedTensors training_state() const override {
     if (reduction_) reduction_->wait_for_parameters();
+    if (lazy_) lazy_->flush(steps_);
     io::NamedTensors state;
     for (size_t i = 0; i < slots_.size(); ++i) {
       const std::string& name = slot_names_[i];
@@ -196,6 +217,7 @@ class GpuEngine final : public TrainingEngine {
       }
     }
     steps_ = optimizer_steps;
+    if (lazy_) lazy_->reset(steps_);
   }
   void finish_restore() override { gather_parameters(); }
 
@@ -248,13 +270,26 @@ class GpuEngine final : public TrainingEngine {
   // layer's as soon as it is done (train/cuda/overlapped_grad_norm.h); parallel.overlap false keeps it after.
   void start_norm_in_backward(const std::vector<Tensor>& gradients) {
     norm_in_backward_ = std::make_unique<cuda::OverlappedGradNorm>(gradients, slot_names_, model_.spec().num_layers());
+    // The lazily updated embedding's gradient is read in its step's rows only, at the optimizer's turn.
+    if (lazy_) norm_in_backward_->read_at_finish(lazy_->position());
     model_.on_gradients_done([this](int64_t layer) { norm_in_backward_->layer_done(layer); });
   }
   // Σ g² of `gradients` into norm_squared_: what the backward pass started, finished, or one pass now. The
   // same bits either way.
   void gradient_norm_squared(const std::vector<Tensor>& gradients) {
-    if (norm_in_backward_) norm_in_backward_->finish(norm_squared_);
-    else ops::cuda::grad_norm_squared(gradients, norm_squared_);
+    // The lazily updated embedding's gradient is zero outside the rows its step updates: only those are read.
+    const ops::cuda::MarkedRows embedding_rows = lazy_ ? ops::cuda::MarkedRows{lazy_->position(), lazy_->marked_rows()}
+                                                       : ops::cuda::MarkedRows{};
+    const ops::cuda::MarkedRows* sparse = lazy_ ? &embedding_rows : nullptr;
+    if (norm_in_backward_) norm_in_backward_->finish(norm_squared_, sparse);
+    else ops::cuda::grad_norm_squared(gradients, norm_squared_, sparse);
+  }
+  // Before each micro-batch's forward and backward pass: the step's last one starts the reductions (several
+  // ranks) or the norm's partials (one rank) as its backward pass finishes each layer.
+  void begin_micro_batch() {
+    const bool last = ++micro_batch_ == micro_batches_;
+    if (reduction_) reduction_->begin_micro_batch(last);
+    if (norm_in_backward_) norm_in_backward_->begin_micro_batch(last);
   }
 
   // AdamW's moments (and fp32 master weights) in flat buffers, one view per slot; 8-bit moments with their
@@ -325,6 +360,28 @@ class GpuEngine final : public TrainingEngine {
     model::save_adapter(host, folder);
   }
 
+  // optimizer.lazy_embedding auto: AdamW on the embedding's rows of the step's tokens only (ops/cuda/adamw_rows.h),
+  // where that is simple and safe: one rank (make_slots, not the ZeRO shards), the step after the backward pass,
+  // full-precision moments (8-bit ones are coded in blocks of 256), a trainable embedding that the LM head does
+  // not share (a tied head's gradient is dense) and rows of a multiple of 8 elements.
+  void make_lazy_embedding() {
+    if (update_in_backward_ || int8_state_ || model_.spec().tie_word_embeddings) return;
+    const model::Param embedding = model_.parameters().get("embed_tokens");
+    if (!embedding.grad.defined() || embedding.value.dim() != 2 || embedding.value.size(1) % 8 != 0) return;
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].param.raw_data() == embedding.value.raw_data()) {
+        lazy_ = std::make_unique<ops::cuda::AdamWLazyRows>(slots_[i], i, precision_, seed_, steps_);
+        // Every lookup brings its rows to the steps taken and marks them for the next step, whose update zeroes
+        // their gradient rows (the others stay zero): zero_grad leaves the table's gradient alone.
+        model_.on_embedding_lookup([this](const Tensor& ids) { lazy_->catch_up(ids, steps_); });
+        model_.keep_gradient_in_zero_grad(embedding.grad);
+        std::fprintf(stderr, "optimizer.lazy_embedding: AdamW on the input embedding's rows of each step's tokens only "
+                     "(%lld rows; the others brought up to date when read, bit for bit as the update of every row)\n",
+                     static_cast<long long>(embedding.value.size(0)));
+        return;
+      }
+  }
+
   void gather_parameters() {
     if (reduction_) reduction_->gather_parameters();
   }
@@ -358,12 +415,14 @@ class GpuEngine final : public TrainingEngine {
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
   std::unique_ptr<cuda::UpdateInBackward> update_;       // optimizer.update_in_backward only
   std::unique_ptr<cuda::OverlappedGradNorm> norm_in_backward_;  // one rank, clipping, parallel.overlap
+  std::unique_ptr<ops::cuda::AdamWLazyRows> lazy_;       // optimizer.lazy_embedding: the embedding's slot
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
   std::vector<ops::cuda::AdamWSlot> slots_;
   std::vector<std::string> slot_names_;  // the training state's names: parameters, or "zero.<run>" shards
   Tensor norm_squared_, coefficient_;
   int64_t steps_ = 0;
+  cuda::QueuedReadings readings_;  // the trainer's queued steps
 };
 
 }  // namespace

@@ -1,12 +1,12 @@
 #include "moetune/train/cuda/overlapped_grad_norm.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/error.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/gradient_ready_layer.h"
-#include "moetune/ops/cuda/grad_norm.h"
 
 namespace moetune::train::cuda {
 
@@ -21,6 +21,7 @@ OverlappedGradNorm::OverlappedGradNorm(const std::vector<Tensor>& gradients, con
     if (found == groups_.end()) found = groups_.insert(groups_.end(), Group{.layer = layer});
     found->gradients.push_back(gradients[i]);
     found->first_slots.push_back(slots);
+    found->indices.push_back(i);
     slots += ops::cuda::grad_norm_slots(gradients[i]);
   }
   std::sort(groups_.begin(), groups_.end(), [](const Group& a, const Group& b) { return a.layer > b.layer; });
@@ -41,6 +42,11 @@ OverlappedGradNorm::~OverlappedGradNorm() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+void OverlappedGradNorm::read_at_finish(size_t index) {
+  for (Group& group : groups_)
+    if (std::find(group.indices.begin(), group.indices.end(), index) != group.indices.end()) group.at_finish = true;
+}
+
 void OverlappedGradNorm::begin_micro_batch(bool last_of_step) {
   join();  // this backward pass writes the gradients the norm stream may still read
   for (Group& group : groups_) group.started = false;
@@ -50,7 +56,7 @@ void OverlappedGradNorm::begin_micro_batch(bool last_of_step) {
 void OverlappedGradNorm::layer_done(int64_t layer) {
   if (!armed_) return;
   for (Group& group : groups_)
-    if (group.layer == layer && !group.started) start(group);
+    if (group.layer == layer && !group.started && !group.at_finish) start(group);
 }
 
 void OverlappedGradNorm::start(Group& group) {
@@ -71,17 +77,21 @@ void OverlappedGradNorm::join() {
   pending_ = false;
 }
 
-void OverlappedGradNorm::finish(const Tensor& norm_squared) {
+void OverlappedGradNorm::finish(const Tensor& norm_squared, const ops::cuda::MarkedRows* sparse) {
   // What the backward pass did not start (all of it, unless this step's last micro-batch started some), in one
   // launch on the compute stream, queued before the wait so that it runs while the norm stream finishes.
   std::vector<Tensor> gradients;
   std::vector<int64_t> first_slots;
+  std::optional<ops::cuda::MarkedRows> sparse_here;  // `sparse` in this list (a started one was read whole: same bits)
   for (const Group& group : groups_)
-    if (!group.started) {
-      gradients.insert(gradients.end(), group.gradients.begin(), group.gradients.end());
-      first_slots.insert(first_slots.end(), group.first_slots.begin(), group.first_slots.end());
-    }
-  if (!gradients.empty()) ops::cuda::grad_norm_partials(gradients, first_slots, partials_);
+    if (!group.started)
+      for (size_t k = 0; k < group.gradients.size(); ++k) {
+        if (sparse && group.indices[k] == sparse->index) sparse_here = ops::cuda::MarkedRows{gradients.size(), sparse->marked};
+        gradients.push_back(group.gradients[k]);
+        first_slots.push_back(group.first_slots[k]);
+      }
+  if (!gradients.empty())
+    ops::cuda::grad_norm_partials(gradients, first_slots, partials_, sparse_here ? &*sparse_here : nullptr);
   join();
   ops::cuda::grad_norm_sum_partials(partials_, norm_squared);
   for (Group& group : groups_) group.started = false;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "moetune/core/tensor.h"
+#include "moetune/ops/cuda/grad_norm.h"
 
 namespace moetune::train::cuda {
 
@@ -32,20 +33,26 @@ class OverlappedGradNorm {
   OverlappedGradNorm(const OverlappedGradNorm&) = delete;
   OverlappedGradNorm& operator=(const OverlappedGradNorm&) = delete;
 
+  // gradients[index] (and the others its layer finishes) is read by finish only, not in the backward pass: the
+  // lazily updated embedding's, which finish reads in its marked rows alone.
+  void read_at_finish(size_t index);
   // Before each micro-batch's backward pass: only the step's last one starts partials (earlier ones' gradients
   // are not final). Forgets the partials of any earlier micro-batch.
   void begin_micro_batch(bool last_of_step);
   // The walk's hook: num_layers (final norm, untied LM head), each layer L, then -1 (the embedding).
   void layer_done(int64_t layer);
   // Σ g² over every gradient into norm_squared (CUDA F32 [1]), queued on the compute stream: the partials not
-  // started yet (all of them, unless the last micro-batch's backward pass started some), then the sum.
-  void finish(const Tensor& norm_squared);
+  // started yet (all of them, unless the last micro-batch's backward pass started some), then the sum. sparse
+  // (or null; its index into the constructor's list): a gradient read in its marked rows only (the same bits).
+  void finish(const Tensor& norm_squared, const ops::cuda::MarkedRows* sparse = nullptr);
 
  private:
   struct Group {
     int64_t layer;
     std::vector<Tensor> gradients;
     std::vector<int64_t> first_slots;
+    std::vector<size_t> indices;  // in the constructor's list
+    bool at_finish = false;       // read_at_finish
     bool started = false;  // in the current micro-batch's backward pass
   };
   void start(Group& group);
