@@ -8,7 +8,8 @@
 # kernel timeline (bench/kernel_trace) for both binaries, with the GPU's clocks and power sampled; the staged AdamW
 # kernel (AdamWAccess::stages, off by default until this has run): its bit-identity tests, then every variant timed
 # over Moonlight's slots beside a device-to-device copy (target >= 4050 GB/s in pure bf16); gtest:FILTER, the GPU
-# tests the filter names.
+# tests the filter names; moonkeys, Moonlight with HF and this build's defaults, then with each of MOETUNE_KEYS'
+# settings (|-separated), then the older binary.
 # Everything is written under /tmp/before_after and comes back as one archive in $OUT (at most 8 files return).
 set -uo pipefail
 back=${OUT:-}
@@ -22,7 +23,7 @@ for step in "$@"; do
   case $step in
     suite)
       stamp suite
-      OUT=$root/suite TEST_TIMEOUT=240 bash scripts/gpu_check.sh tests > "$root/suite.log" 2>&1
+      OUT=$root/suite TEST_TIMEOUT=300 bash scripts/gpu_check.sh tests > "$root/suite.log" 2>&1
       grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$root/suite.log" | head -14
       cp "$root/suite/gpu_tests.log" "$root/suite_gpu_tests.log" 2>/dev/null; rm -rf "$root/suite" ;;
     ref|moon)
@@ -38,6 +39,22 @@ for step in "$@"; do
       cp /tmp/mt_prof/profile.json "$root/profile_$step.json" 2>/dev/null
       [ $step = ref ] && python3 bench/moe_layer_tflops.py "$root/profile_$step.json" /tmp/moetune-bench/model 8192
       for d in bench before prof; do grep -hE "^\| (HF|moetune)" "$root/${d}_$step/results.md" 2>/dev/null | sed "s/^/$d: /"; done ;;
+    moonkeys)
+      # Moonlight: HF and this build's defaults, then this build with each of MOETUNE_KEYS' settings (|-separated;
+      # one run each, same binary), then the older binary: which defaults to ship, measured in one call.
+      stamp "moonlight: HF grouped_mm + this build's defaults"
+      OUT=$root/bench_moonkeys bash bench/run.sh --family moonlight --quick --no-compile --no-eager --no-skew > "$root/bench_moonkeys.log" 2>&1
+      grep -hE "^\| (HF|moetune)" "$root/bench_moonkeys/results.md" 2>/dev/null | sed "s/^/defaults: /"
+      n=0
+      IFS='|' read -ra settings <<< "${MOETUNE_KEYS:-}"
+      for keys in "${settings[@]}"; do
+        n=$((n + 1)); stamp "moonlight: $keys"
+        MOETUNE_SET="$keys output.save_final=false" OUT=$root/keys_$n bash bench/run.sh --family moonlight --quick --no-hf --no-skew > "$root/keys_$n.log" 2>&1
+        grep -hE "^\| moetune" "$root/keys_$n/results.md" 2>/dev/null | sed "s/^/$keys: /"
+      done
+      stamp "moonlight: the older binary"
+      MOETUNE=/tmp/moetune_before OUT=$root/before_moonkeys bash bench/run.sh --family moonlight --quick --no-hf --no-skew > "$root/before_moonkeys.log" 2>&1
+      grep -hE "^\| moetune" "$root/before_moonkeys/results.md" 2>/dev/null | sed "s/^/before: /" ;;
     l12)
       stamp "12 layers, micro-batch 2, no clipping"
       m=/tmp/moetune-memory/model12; d=/tmp/moetune-memory/data4096.jsonl; mkdir -p /tmp/moetune-memory
