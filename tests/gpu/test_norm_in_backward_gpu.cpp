@@ -1,5 +1,5 @@
-// The clipping norm's partials started in the backward pass (train/cuda/overlapped_grad_norm.h, one rank, on
-// unless parallel.overlap is false) change nothing but the time: the trainer's tiny job, clipped hard so that
+// The clipping norm's partials started in the backward pass (train/cuda/overlapped_grad_norm.h, one rank,
+// optimizer.norm_in_backward on) change nothing but the time: the trainer's tiny job, clipped hard so that
 // every step's update depends on the norm's bits, gives the same losses, gradient norms and saved weights, bit
 // for bit, with it on and off: with and without gradient accumulation, tied embeddings (their gradient is final
 // only at the end), DeepSeek-V3, recomputation, LoRA (frozen parameters have no gradient) and the lazy embedding
@@ -24,7 +24,7 @@ class NormInBackwardGpu : public testing::GpuTrainerTest {
     std::vector<train::TrainResult> results;
     for (const std::string overlap : {"false", "true"}) {
       std::vector<std::string> overrides = extra;
-      overrides.push_back("parallel.overlap=" + overlap);
+      overrides.push_back(std::string("optimizer.norm_in_backward=") + (overlap == "true" ? "on" : "off"));
       results.push_back(train::Trainer(recipe(name + "_" + overlap, overrides), {}, false).run());
       ASSERT_EQ(results.back().steps, 6);
     }

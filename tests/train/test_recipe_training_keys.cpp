@@ -60,6 +60,10 @@ TEST(RecipeTrainingKeys, LazyEmbeddingSetting) {
   EXPECT_EQ(parse_recipe("", "recipe.yaml").json["optimizer"]["lazy_embedding"], "off");
   EXPECT_EQ(parse_recipe("", "r", {"optimizer.lazy_embedding=auto"}).optimizer.lazy_embedding, "auto");
   EXPECT_NE(error_of({"optimizer.lazy_embedding=on"}).find("optimizer.lazy_embedding"), std::string::npos);
+  // Off by default: measured slower on Moonlight (recipe.h).
+  EXPECT_EQ(parse_recipe("", "recipe.yaml").optimizer.norm_in_backward, "off");
+  EXPECT_EQ(parse_recipe("", "r", {"optimizer.norm_in_backward=on"}).optimizer.norm_in_backward, "on");
+  EXPECT_NE(error_of({"optimizer.norm_in_backward=auto"}).find("optimizer.norm_in_backward"), std::string::npos);
 }
 
 TEST(RecipeTrainingKeys, RecomputeAndAutoMicroBatch) {

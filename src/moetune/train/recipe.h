@@ -94,6 +94,12 @@ struct Recipe {
     // 8-bit state); off: the whole table every step. Default off until it has run on a GPU: written in session 8
     // without one; tests/gpu/test_lazy_embedding_gpu.cpp is what must pass before the default becomes auto.
     std::string lazy_embedding = "off";
+    // The GPU engine on one rank, with clipping: the norm's pass over the gradients started in the last
+    // micro-batch's backward pass, each layer's as soon as it is done, on a stream of its own
+    // (train/cuda/overlapped_grad_norm.h; the same bits). Off by default: on Moonlight's 4-layer cut it made the step
+    // slower, 110,229 → 108,387 tokens/s (H200, session 9: its reads slow the backward GEMMs beside them more than
+    // the 1.2 ms pass it hides).
+    std::string norm_in_backward = "off";
   } optimizer;
 
   struct Schedule {
@@ -122,9 +128,8 @@ struct Recipe {
     // itself, since a dead or stuck peer would leave it waiting in a collective forever.
     double timeout_seconds = 1800;
     // The GPU engine overlaps communication with compute: ZeRO's gradient reduce-scatter runs during the
-    // backward pass, and the experts' d(x) all-to-all beside their weight-gradient GEMMs; on one rank, the
-    // clipping norm's pass over the gradients runs during the backward pass too (same bits). false runs them
-    // in line (to measure what the overlap saves).
+    // backward pass, and the experts' d(x) all-to-all beside their weight-gradient GEMMs. false runs them in line
+    // (to measure what the overlap saves).
     bool overlap = true;
   } parallel;
 

@@ -80,7 +80,7 @@ class GpuEngine final : public TrainingEngine {
       if (update_in_backward_) {
         update_ = std::make_unique<cuda::UpdateInBackward>(model_.parameters(), slots_, slot_names_, precision_, seed_, int8_state_);
         model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
-      } else if (overlap_ && r.optimizer.max_grad_norm > 0) {
+      } else if (r.optimizer.norm_in_backward == "on" && r.optimizer.max_grad_norm > 0) {
         start_norm_in_backward(gradients);
       }
     }
@@ -267,7 +267,7 @@ class GpuEngine final : public TrainingEngine {
   }
 
   // One rank, clipping: the norm's pass over the gradients runs during the last micro-batch's backward pass, each
-  // layer's as soon as it is done (train/cuda/overlapped_grad_norm.h); parallel.overlap false keeps it after.
+  // layer's as soon as it is done (train/cuda/overlapped_grad_norm.h); optimizer.norm_in_backward on only.
   void start_norm_in_backward(const std::vector<Tensor>& gradients) {
     norm_in_backward_ = std::make_unique<cuda::OverlappedGradNorm>(gradients, slot_names_, model_.spec().num_layers());
     // The lazily updated embedding's gradient is read in its step's rows only, at the optimizer's turn.
@@ -414,7 +414,7 @@ class GpuEngine final : public TrainingEngine {
   std::vector<std::vector<double>> pending_load_;  // per MoE layer, since the last optimizer step
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
   std::unique_ptr<cuda::UpdateInBackward> update_;       // optimizer.update_in_backward only
-  std::unique_ptr<cuda::OverlappedGradNorm> norm_in_backward_;  // one rank, clipping, parallel.overlap
+  std::unique_ptr<cuda::OverlappedGradNorm> norm_in_backward_;  // one rank, clipping, optimizer.norm_in_backward on
   std::unique_ptr<ops::cuda::AdamWLazyRows> lazy_;       // optimizer.lazy_embedding: the embedding's slot
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
