@@ -55,10 +55,10 @@ TEST(RecipeTrainingKeys, DefaultsAndChecks) {
 }
 
 TEST(RecipeTrainingKeys, LazyEmbeddingSetting) {
-  // Off by default until the GPU tests (tests/gpu/test_lazy_embedding_gpu.cpp) have passed.
-  EXPECT_EQ(parse_recipe("", "recipe.yaml").optimizer.lazy_embedding, "off");
-  EXPECT_EQ(parse_recipe("", "recipe.yaml").json["optimizer"]["lazy_embedding"], "off");
-  EXPECT_EQ(parse_recipe("", "r", {"optimizer.lazy_embedding=auto"}).optimizer.lazy_embedding, "auto");
+  // auto by default since its GPU tests (tests/gpu/test_lazy_embedding_gpu.cpp) passed.
+  EXPECT_EQ(parse_recipe("", "recipe.yaml").optimizer.lazy_embedding, "auto");
+  EXPECT_EQ(parse_recipe("", "recipe.yaml").json["optimizer"]["lazy_embedding"], "auto");
+  EXPECT_EQ(parse_recipe("", "r", {"optimizer.lazy_embedding=off"}).optimizer.lazy_embedding, "off");
   EXPECT_NE(error_of({"optimizer.lazy_embedding=on"}).find("optimizer.lazy_embedding"), std::string::npos);
   // Off by default: measured slower on Moonlight (recipe.h).
   EXPECT_EQ(parse_recipe("", "recipe.yaml").optimizer.norm_in_backward, "off");

@@ -28,7 +28,7 @@ constexpr const char* kDefaultRecipe = R"({
                "recompute": "none", "recompute_keep_layers": 0},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32", "state": "fp32", "update_in_backward": "auto",
-                "lazy_embedding": "off", "norm_in_backward": "off"},
+                "lazy_embedding": "auto", "norm_in_backward": "off"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
   "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
