@@ -129,14 +129,18 @@ __device__ __forceinline__ void load_operands(const uint16_t* grad, const AdamWS
   load_state<kStorage, kWidth>(state, exp_avg, exp_avg_sq, o);
 }
 
+// What a tensor's update starts from: the fp32 master copy, or the bf16 parameter itself.
+template <AdamWStorage kStorage>
+__device__ __forceinline__ const AdamWStateType<kStorage>* updated_state(const AdamWTensorPointers& t) {
+  if constexpr (kStorage == AdamWStorage::F32Master) return t.master;
+  else return t.param;
+}
+
 // The state of elements [index, index + kWidth) of one tensor, from global memory (o.g untouched).
 template <AdamWStorage kStorage, int kWidth>
 __device__ __forceinline__ void load_state(const AdamWTensorPointers& t, int64_t index, AdamWOperands<kWidth>& o) {
   using State = AdamWStateType<kStorage>;
-  const State* state;
-  if constexpr (kStorage == AdamWStorage::F32Master) state = t.master;
-  else state = t.param;
-  load_state<kStorage, kWidth>(state + index, static_cast<const State*>(t.exp_avg) + index,
+  load_state<kStorage, kWidth>(updated_state<kStorage>(t) + index, static_cast<const State*>(t.exp_avg) + index,
                                static_cast<const State*>(t.exp_avg_sq) + index, o);
 }
 
@@ -144,10 +148,8 @@ __device__ __forceinline__ void load_state(const AdamWTensorPointers& t, int64_t
 template <AdamWStorage kStorage, int kWidth>
 __device__ __forceinline__ void load_operands(const AdamWTensorPointers& t, int64_t index, AdamWOperands<kWidth>& o) {
   using State = AdamWStateType<kStorage>;
-  const State* state;
-  if constexpr (kStorage == AdamWStorage::F32Master) state = t.master;
-  else state = t.param;
-  load_operands<kStorage, kWidth>(t.grad + index, state + index, static_cast<const State*>(t.exp_avg) + index,
+  load_operands<kStorage, kWidth>(t.grad + index, updated_state<kStorage>(t) + index,
+                                  static_cast<const State*>(t.exp_avg) + index,
                                   static_cast<const State*>(t.exp_avg_sq) + index, o);
 }
 

@@ -103,9 +103,7 @@ __device__ __forceinline__ void produce_tiles(const Table& table, const AdamWSta
       const Tile tile{ring + stage * Tile::kBytes};
       const int64_t begin = chunk.tile_begin(k);
       const AdamWTensorPointers& t = *chunk.t;
-      const State* state;
-      if constexpr (kStorage == AdamWStorage::F32Master) state = t.master;
-      else state = t.param;
+      const State* state = updated_state<kStorage>(t);
       const uint32_t state_bytes = uint32_t(elements) * sizeof(State);
       copy(tile.grad(), t.grad + begin, uint32_t(elements) * 2, &full[stage]);
       copy(tile.state(0), state + begin, state_bytes, &full[stage]);
