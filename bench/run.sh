@@ -158,6 +158,7 @@ run_moetune() {  # LABEL ROUTING MODEL_NAME
   local rc=$?
   tail -n 3 "$OUT/logs/$name.log"
   cp "$output/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2> /dev/null || : > "$OUT/$name.metrics.jsonl"
+  cp "$output/profile.json" "$OUT/$name.profile.json" 2> /dev/null || :  # training.profile=true in MOETUNE_SET
   # The memory plan moetune prints before a run, for the report to set beside the measured peak.
   "$MOETUNE" inspect "$SCRATCH/$model" --tokens "$((seq * micro_batch))" --json > "$OUT/$name.plan.json" 2>> "$OUT/logs/$name.log" ||
     rm -f "$OUT/$name.plan.json"

@@ -33,10 +33,11 @@ for step in "$@"; do
       stamp "$fam: main a6cf69e"
       MOETUNE=/tmp/moetune_before OUT=$root/before_$step bash bench/run.sh --family $fam --quick --no-hf --no-skew > "$root/before_$step.log" 2>&1
       stamp "$fam: merged main profiled"
-      rm -rf /tmp/mt_prof
-      MOETUNE_SET="training.profile=true output.dir=/tmp/mt_prof output.save_final=false" OUT=$root/prof_$step \
+      # bench/run.sh keeps the run's profile.json as moetune.profile.json (its output.dir is its own: overriding it
+      # left the bench without the run's metrics).
+      MOETUNE_SET="training.profile=true output.save_final=false" OUT=$root/prof_$step \
         bash bench/run.sh --family $fam --quick --no-hf --no-skew > "$root/prof_$step.log" 2>&1
-      cp /tmp/mt_prof/profile.json "$root/profile_$step.json" 2>/dev/null
+      cp "$root/prof_$step/moetune.profile.json" "$root/profile_$step.json" 2>/dev/null
       [ $step = ref ] && python3 bench/moe_layer_tflops.py "$root/profile_$step.json" /tmp/moetune-bench/model 8192
       for d in bench before prof; do grep -hE "^\| (HF|moetune)" "$root/${d}_$step/results.md" 2>/dev/null | sed "s/^/$d: /"; done ;;
     moonkeys)
