@@ -1,5 +1,6 @@
 #include "moetune/core/queued_copies.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -93,7 +94,6 @@ void HostReadback::queue(const std::vector<Tensor>& tensors) {
           "cudaMemcpyAsync (readback)");
     at += size_t(t.numel());
   }
-  count_ = total;
   check(cudaEventRecord(copied_, stream()), "cudaEventRecord (readback)");
 }
 

@@ -37,7 +37,6 @@ class HostReadback {
  private:
   struct Pinned;
   std::unique_ptr<Pinned> pinned_;
-  size_t count_ = 0;
   cudaEvent_t copied_ = nullptr;
 };
 

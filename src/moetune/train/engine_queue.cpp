@@ -12,13 +12,14 @@ void TrainingEngine::queue_forward_backward(const model::Batch& batch) {
   model::CausalLMOutput out = forward_backward(batch);
   out.logits = Tensor();
   step.micro_batches.push_back(std::move(out));
-  step.router = router_stats();
 }
 
 void TrainingEngine::queue_optimizer_step(double lr, double max_grad_norm) {
   if (!last_open_) readings_.emplace_back();  // a step without micro-batches still steps
   last_open_ = false;
-  readings_.back().grad_norm = optimizer_step(lr, max_grad_norm);
+  StepReadings& step = readings_.back();
+  if (!step.micro_batches.empty()) step.router = router_stats();  // the last micro-batch's, once a step
+  step.grad_norm = optimizer_step(lr, max_grad_norm);
 }
 
 StepReadings TrainingEngine::finish_step() {
