@@ -400,7 +400,7 @@ struct QkvCase {
 TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
   for (const QkvCase& c : {QkvCase{37, 4, 8, 4, 6, 16, 8, true, 1.3}, QkvCase{29, 2, 4, 4, 10, 16, 16, false, 1.0},
-                           QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1},
+                           QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1}, QkvCase{33, 16, 128, 64, 128, 192, 128, false, 1.0},
                            // head widths off multiples of 8, and many heads (a vectorised kernel must fall back
                            // to narrower accesses there, and keep every head's rope-key gradient of a token)
                            QkvCase{11, 3, 6, 6, 5, 13, 7, false, 1.0}, QkvCase{5, 200, 16, 64, 16, 80, 16, false, 0.9},
@@ -446,6 +446,16 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
       EXPECT_LT(relative_error(q_rotated, to_cpu_f32(q)), 1e-3);
       EXPECT_LT(relative_error(k_only, to_cpu_f32(k)), 1e-3);
       EXPECT_EQ(relative_error(v_only, to_cpu_f32(v)), 0.0);
+      // The one-launch kernel (the block's path) against the two separate ones: the same arithmetic, so the same
+      // bits are expected; a last-bit contraction difference would show as a small nonzero error, printed.
+      const Tensor q_one = q_proj.clone();
+      const Tensor k_one = poisoned(k.shape(), DType::BF16, kGpu), v_one = poisoned(v.shape(), DType::BF16, kGpu);
+      ops::cuda::mla_qkv_forward_in_place(q_one, kv, k_rope, inv_freq, pos, layout, k_one, v_one);
+      const double q_error = relative_error(q_one, to_cpu_f32(q_rotated)), k_error = relative_error(k_one, to_cpu_f32(k_only));
+      if (q_error != 0.0 || k_error != 0.0) std::printf("in-place forward against the separate kernels: q %.3g, k %.3g\n", q_error, k_error);
+      EXPECT_LT(q_error, 1e-3);
+      EXPECT_LT(k_error, 1e-3);
+      EXPECT_EQ(relative_error(v_one, to_cpu_f32(v_only)), 0.0);
     }
 
     const Tensor dq = random_normal(q.shape(), DType::BF16, kGpu, rng()), dk = random_normal(k.shape(), DType::BF16, kGpu, rng());
@@ -477,6 +487,16 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
       EXPECT_LT(relative_error(dq_in_place, to_cpu_f32(dq_proj)), 1e-3);
       EXPECT_EQ(relative_error(dkv_only, to_cpu_f32(dkv)), 0.0);
       EXPECT_LT(relative_error(dk_rope_only, to_cpu_f32(dk_rope)), 1e-3);
+      const Tensor dq_one = dq.clone();
+      const Tensor dkv_one = poisoned(kv.shape(), DType::BF16, kGpu), dk_rope_one = poisoned(k_rope.shape(), DType::BF16, kGpu);
+      ops::cuda::mla_qkv_backward_in_place(dq_one, dk, dv, inv_freq, pos, layout, dkv_one, dk_rope_one);
+      const double dq_error = relative_error(dq_one, to_cpu_f32(dq_in_place));
+      const double dk_rope_error = relative_error(dk_rope_one, to_cpu_f32(dk_rope_only));
+      if (dq_error != 0.0 || dk_rope_error != 0.0)
+        std::printf("in-place backward against the separate kernels: dq %.3g, dk_rope %.3g\n", dq_error, dk_rope_error);
+      EXPECT_LT(dq_error, 1e-3);
+      EXPECT_LT(dk_rope_error, 1e-3);
+      EXPECT_EQ(relative_error(dkv_one, to_cpu_f32(dkv_only)), 0.0);
     }
   }
 }
@@ -525,7 +545,12 @@ TEST_F(MlaGpu, DISABLED_TimesQkvAssembly) {
   const double kv_ms = time_ms([&] { ops::cuda::mla_qkv_forward({}, kv, k_rope, inv_freq, pos, layout, {}, k, v); });
   const double dq_ms = time_ms([&] { ops::cuda::mla_q_rope_in_place(q_proj, inv_freq, pos, layout, true); });
   const double dkv_ms = time_ms([&] { ops::cuda::mla_qkv_backward({}, k, v, inv_freq, pos, layout, {}, dkv, dk_rope); });
+  const double one_forward_ms = time_ms([&] { ops::cuda::mla_qkv_forward_in_place(q_proj, kv, k_rope, inv_freq, pos, layout, k, v); });
+  const double one_backward_ms = time_ms([&] { ops::cuda::mla_qkv_backward_in_place(q_proj, k, v, inv_freq, pos, layout, dkv, dk_rope); });
   const double q_bytes = 2.0 * 2 * T * H * rope, kv_bytes = 2.0 * T * (H * (nope + dv) + rope + H * (qk + dv));
+  std::printf("mla qkv in one launch (the block's path): forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n",
+              one_forward_ms, (q_bytes + kv_bytes) / one_forward_ms / 1e6, one_backward_ms,
+              (q_bytes + kv_bytes) / one_backward_ms / 1e6);
   std::printf("mla qkv with q in place: forward q %.3f ms (%.0f GB/s) + k, v %.3f ms (%.0f GB/s); backward dq %.3f ms "
               "(%.0f GB/s) + dkv %.3f ms (%.0f GB/s)\n",
               q_ms, q_bytes / q_ms / 1e6, kv_ms, kv_bytes / kv_ms / 1e6, dq_ms, q_bytes / dq_ms / 1e6, dkv_ms,

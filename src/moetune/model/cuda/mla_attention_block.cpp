@@ -93,9 +93,8 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.v = device_like({tokens, heads, v_width_});
   if (q_in_place_) {
     stash_.q = q_proj.view({tokens, heads, nope + rope});
-    ops::cuda::mla_q_rope_in_place(stash_.q, inv_freq_, batch.positions, layout_, /*backward=*/false);
-    ops::cuda::mla_qkv_forward({}, kv.view({tokens, heads, nope + dv}), k_rope, inv_freq_, batch.positions, layout_, {},
-                               stash_.k, stash_.v);
+    ops::cuda::mla_qkv_forward_in_place(stash_.q, kv.view({tokens, heads, nope + dv}), k_rope, inv_freq_,
+                                        batch.positions, layout_, stash_.k, stash_.v);
   } else {
     stash_.q = device_like({tokens, heads, qk_width_});
     ops::cuda::mla_qkv_forward(q_proj.view({tokens, heads, nope + rope}), kv.view({tokens, heads, nope + dv}), k_rope,
@@ -151,10 +150,9 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   Tensor dk_rope = device_like({tokens, rope});
   Tensor dq_proj;
   if (q_in_place_) {
-    ops::cuda::mla_q_rope_in_place(dq, inv_freq_, batch.positions, layout_, /*backward=*/true);
+    ops::cuda::mla_qkv_backward_in_place(dq, dk, dvv, inv_freq_, batch.positions, layout_,
+                                         dkv.view({tokens, heads, nope + dv}), dk_rope);
     dq_proj = dq.view({tokens, heads * (nope + rope)});
-    ops::cuda::mla_qkv_backward({}, dk, dvv, inv_freq_, batch.positions, layout_, {}, dkv.view({tokens, heads, nope + dv}),
-                                dk_rope);
   } else {
     dq_proj = device_like({tokens, heads * (nope + rope)});
     ops::cuda::mla_qkv_backward(dq, dk, dvv, inv_freq_, batch.positions, layout_,

@@ -25,6 +25,12 @@ void check_common(std::string_view op, const MlaQkvShape& s, const Tensor& inv_f
   check_gpu_tensor(op, "positions", positions, DType::I32, {s.tokens});
 }
 
+// The in-place kernels rotate q's (dq's) own rope columns: its head width must be nope + rope.
+void check_in_place_width(std::string_view op, const MlaQkvShape& s) {
+  MOETUNE_CHECK(s.qk_width == s.nope + s.rope, "{}: q/k head width {} must be nope {} + rope {} to rotate q in place",
+                op, s.qk_width, s.nope, s.rope);
+}
+
 }  // namespace
 
 void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
@@ -66,6 +72,40 @@ void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, cons
                                      device_data<float>(inv_freq), device_data<int32_t>(positions),
                                      dq.defined() ? dq_proj.raw_data() : nullptr, dkv.raw_data(), dk_rope.raw_data(), s,
                                      gpu::stream()),
+             fmt::format("{} of {}", op, dk.str()));
+}
+
+void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
+                              const Tensor& positions, const MlaQkvLayout& layout, const Tensor& k, const Tensor& v) {
+  constexpr std::string_view op = "mla_qkv_forward_in_place";
+  const MlaQkvShape s = shape_of(op, k, v, layout);
+  check_common(op, s, inv_freq, positions);
+  check_in_place_width(op, s);
+  check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_gpu_tensor(op, "kv", kv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
+  check_gpu_tensor(op, "k_rope", k_rope, DType::BF16, {s.tokens, s.rope});
+  check_gpu_tensor(op, "k", k, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_gpu_tensor(op, "v", v, DType::BF16, {s.tokens, s.heads, s.v_width});
+  gpu::check(launch_mla_qkv_forward_in_place(q.raw_data(), kv.raw_data(), k_rope.raw_data(), device_data<float>(inv_freq),
+                                             device_data<int32_t>(positions), k.raw_data(), v.raw_data(), s, gpu::stream()),
+             fmt::format("{} of {}", op, q.str()));
+}
+
+void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
+                               const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dkv,
+                               const Tensor& dk_rope) {
+  constexpr std::string_view op = "mla_qkv_backward_in_place";
+  const MlaQkvShape s = shape_of(op, dk, dv, layout);
+  check_common(op, s, inv_freq, positions);
+  check_in_place_width(op, s);
+  check_gpu_tensor(op, "dq", dq, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_gpu_tensor(op, "dk", dk, DType::BF16, {s.tokens, s.heads, s.qk_width});
+  check_gpu_tensor(op, "dv", dv, DType::BF16, {s.tokens, s.heads, s.v_width});
+  check_gpu_tensor(op, "dkv", dkv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
+  check_gpu_tensor(op, "dk_rope", dk_rope, DType::BF16, {s.tokens, s.rope});
+  gpu::check(launch_mla_qkv_backward_in_place(dq.raw_data(), dk.raw_data(), dv.raw_data(), device_data<float>(inv_freq),
+                                              device_data<int32_t>(positions), dkv.raw_data(), dk_rope.raw_data(), s,
+                                              gpu::stream()),
              fmt::format("{} of {}", op, dk.str()));
 }
 

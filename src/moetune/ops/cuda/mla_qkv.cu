@@ -6,9 +6,10 @@
 // which leaves the copy of its no-rope columns out.
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
 #include "moetune/ops/cuda/mla_qkv_kernels.h"
+#include "moetune/ops/cuda/mla_qkv_paths.h"
+#include "moetune/ops/cuda/mla_rotation.cuh"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
 namespace moetune::ops::cuda {
@@ -17,67 +18,31 @@ namespace {
 using pointwise::bf16;
 using pointwise::from_float;
 using pointwise::to_float;
+using mla_rotation::RotationAtPosition;
+using mla_rotation::rotated;
+using mla_rotation::unrotated;
 
 constexpr int kThreads = 128;
-
-struct Rotation {
-  float cos, sin;
-};
-
-// Pair i's rotation at this position: cos and sin of the fp32 angle, times the attention factor.
-__device__ __forceinline__ Rotation rotation(int32_t position, const float* inv_freq, int pair, float scale) {
-  float s, c;
-  sincosf(float(position) * inv_freq[pair], &s, &c);
-  return {c * scale, s * scale};
-}
-
-// Pair i's input slots: (2i, 2i+1) interleaved, (i, i + half) rotate-half style. Outputs are always (i, i + half).
-__device__ __forceinline__ int first_slot(int pair, int half, bool interleaved) { return interleaved ? 2 * pair : pair; }
-__device__ __forceinline__ int second_slot(int pair, int half, bool interleaved) {
-  return interleaved ? 2 * pair + 1 : pair + half;
-}
-
-// Output column c (< rope) of the rotation of x[0..rope).
-__device__ __forceinline__ float rotated(const bf16* x, int c, const MlaQkvShape& s, int32_t position,
-                                         const float* inv_freq) {
-  const int half = s.rope / 2, pair = c % half;
-  const Rotation r = rotation(position, inv_freq, pair, s.scale);
-  const float a = to_float(x[first_slot(pair, half, s.interleaved)]);
-  const float b = to_float(x[second_slot(pair, half, s.interleaved)]);
-  return c < half ? a * r.cos - b * r.sin : b * r.cos + a * r.sin;
-}
-
-// Input slot j (< rope) of the transpose of the rotation, given dy[0..rope) as fp32 through `dy_at`.
-template <typename DyAt>
-__device__ __forceinline__ float unrotated(DyAt dy_at, int j, const MlaQkvShape& s, int32_t position,
-                                           const float* inv_freq) {
-  const int half = s.rope / 2;
-  const int pair = s.interleaved ? j / 2 : j % half;
-  const bool first = s.interleaved ? j % 2 == 0 : j < half;
-  const Rotation r = rotation(position, inv_freq, pair, s.scale);
-  const float da = dy_at(pair), db = dy_at(pair + half);
-  return first ? da * r.cos + db * r.sin : db * r.cos - da * r.sin;
-}
 
 __global__ void mla_qkv_forward_kernel(const bf16* __restrict__ q_proj, const bf16* __restrict__ kv,
                                        const bf16* __restrict__ k_rope, const float* __restrict__ inv_freq,
                                        const int32_t* __restrict__ positions, bf16* __restrict__ q,
                                        bf16* __restrict__ k, bf16* __restrict__ v, MlaQkvShape s) {
   const int64_t t = blockIdx.x;
-  const int32_t position = positions[t];
+  const RotationAtPosition at_position{positions[t], inv_freq, s.scale};
   const int dqk = s.nope + s.rope, dkv = s.nope + s.v_dim;
   const bf16* key_rope = k_rope + t * s.rope;
   for (int idx = threadIdx.x; idx < s.heads * s.qk_width; idx += blockDim.x) {
     const int h = idx / s.qk_width, c = idx % s.qk_width;
     const bf16* kv_head = kv + (t * s.heads + h) * dkv;
     const float kval = c < s.nope ? to_float(kv_head[c])
-                       : c < dqk  ? rotated(key_rope, c - s.nope, s, position, inv_freq)
+                       : c < dqk  ? rotated(key_rope, c - s.nope, s, at_position)
                                   : 0.0f;
     const int64_t out = (t * s.heads + h) * s.qk_width + c;
     k[out] = from_float<bf16>(kval);
     if (q == nullptr) continue;  // q is q_proj, rotated in place (mla_q_rope_in_place_kernel)
     const bf16* q_head = q_proj + (t * s.heads + h) * dqk;
-    const float qv = c < s.nope ? to_float(q_head[c]) : c < dqk ? rotated(q_head + s.nope, c - s.nope, s, position, inv_freq) : 0.0f;
+    const float qv = c < s.nope ? to_float(q_head[c]) : c < dqk ? rotated(q_head + s.nope, c - s.nope, s, at_position) : 0.0f;
     q[out] = from_float<bf16>(qv);
   }
   for (int idx = threadIdx.x; idx < s.heads * s.v_width; idx += blockDim.x) {
@@ -91,14 +56,14 @@ __global__ void mla_qkv_backward_kernel(const bf16* __restrict__ dq, const bf16*
                                         const int32_t* __restrict__ positions, bf16* __restrict__ dq_proj,
                                         bf16* __restrict__ dkv, bf16* __restrict__ dk_rope, MlaQkvShape s) {
   const int64_t t = blockIdx.x;
-  const int32_t position = positions[t];
+  const RotationAtPosition at_position{positions[t], inv_freq, s.scale};
   const int dqk = s.nope + s.rope, dkv_width = s.nope + s.v_dim;
   for (int idx = threadIdx.x; dq != nullptr && idx < s.heads * dqk; idx += blockDim.x) {  // else dq is rotated in place
     const int h = idx / dqk, c = idx % dqk;
     const bf16* dq_head = dq + (t * s.heads + h) * s.qk_width;
     const float value =
         c < s.nope ? to_float(dq_head[c])
-                   : unrotated([&](int i) { return to_float(dq_head[s.nope + i]); }, c - s.nope, s, position, inv_freq);
+                   : unrotated([&](int i) { return to_float(dq_head[s.nope + i]); }, c - s.nope, s, at_position);
     dq_proj[(t * s.heads + h) * dqk + c] = from_float<bf16>(value);
   }
   for (int idx = threadIdx.x; idx < s.heads * dkv_width; idx += blockDim.x) {
@@ -113,7 +78,7 @@ __global__ void mla_qkv_backward_kernel(const bf16* __restrict__ dq, const bf16*
     return total;
   };
   for (int j = threadIdx.x; j < s.rope; j += blockDim.x)
-    dk_rope[t * s.rope + j] = from_float<bf16>(unrotated(summed, j, s, position, inv_freq));
+    dk_rope[t * s.rope + j] = from_float<bf16>(unrotated(summed, j, s, at_position));
 }
 
 // k and v alone (q rotated in place by mla_q_rope_in_place_kernel) with 16-byte accesses: one thread per 8
@@ -121,7 +86,9 @@ __global__ void mla_qkv_backward_kernel(const bf16* __restrict__ dq, const bf16*
 // consecutive threads touch consecutive bytes; index arithmetic once per 8 columns. Needs every width and
 // boundary (nope, rope, v_dim, qk_width, v_width) a multiple of 8, so that no chunk straddles two kinds of
 // column, and 16-byte aligned tensors (vector_path()).
-constexpr int kVec = 8;
+using mla_paths::kVec;
+using mla_paths::valid;
+using mla_paths::vector_path;
 constexpr int kVecThreads = 256;
 
 __device__ __forceinline__ void copy_chunk(bf16* __restrict__ dst, const bf16* __restrict__ src) {
@@ -146,10 +113,10 @@ __global__ void __launch_bounds__(kVecThreads)
         copy_chunk(dst, kv + (t * s.heads + h) * dkv + c0);
         continue;
       }
-      const int32_t position = positions[t];
+      const RotationAtPosition at_position{positions[t], inv_freq, s.scale};
 #pragma unroll
       for (int j = 0; j < kVec; ++j)
-        out[j] = c0 < s.nope + s.rope ? rotated(k_rope + t * s.rope, c0 - s.nope + j, s, position, inv_freq) : 0.0f;
+        out[j] = c0 < s.nope + s.rope ? rotated(k_rope + t * s.rope, c0 - s.nope + j, s, at_position) : 0.0f;
     } else {
       r -= s.heads * k_chunks;
       const int h = r / v_chunks, c0 = (r - h * v_chunks) * kVec;
@@ -190,10 +157,10 @@ __global__ void __launch_bounds__(kVecThreads)
       for (int h = 0; h < s.heads; ++h) total_grad += to_float(dk[(t * s.heads + h) * s.qk_width + s.nope + c]);
       return total_grad;
     };
-    const int32_t position = positions[t];
+    const RotationAtPosition at_position{positions[t], inv_freq, s.scale};
     float out[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) out[j] = unrotated(summed, j0 + j, s, position, inv_freq);
+    for (int j = 0; j < kVec; ++j) out[j] = unrotated(summed, j0 + j, s, at_position);
     pointwise::store<kVec>(dk_rope + t * s.rope + j0, out);
   }
 }
@@ -217,16 +184,16 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
   bf16* staged = reinterpret_cast<bf16*>(smem) + warp * s.rope;
   const int64_t row = int64_t(blockIdx.x) * kRopeWarps + warp;  // token * heads + head
   if (row >= s.tokens * s.heads) return;                         // a whole warp: no block-wide barrier follows
-  const int32_t position = positions[row / s.heads];
+  const RotationAtPosition at_position{positions[row / s.heads], inv_freq, s.scale};
   bf16* x = q + row * (s.nope + s.rope) + s.nope;
   for (int i = lane; i < s.rope; i += 32) staged[i] = x[i];
   __syncwarp();
   for (int c = lane; c < s.rope; c += 32) {
     float value;
     if constexpr (kBackward) {
-      value = unrotated(StagedAt{staged}, c, s, position, inv_freq);
+      value = unrotated(StagedAt{staged}, c, s, at_position);
     } else {
-      value = rotated(staged, c, s, position, inv_freq);
+      value = rotated(staged, c, s, at_position);
     }
     x[c] = from_float<bf16>(value);
   }
@@ -238,20 +205,6 @@ __global__ void copy_leading_columns_kernel(const bf16* __restrict__ src, int64_
     const int64_t row = i / dst_width, c = i % dst_width;
     dst[i] = c < src_width ? src[row * src_width + c] : from_float<bf16>(0.0f);
   }
-}
-
-bool valid(const MlaQkvShape& s) {
-  return s.tokens >= 0 && s.tokens <= INT32_MAX && s.heads > 0 && s.nope >= 0 && s.rope > 0 && s.rope % 2 == 0 &&
-         s.v_dim > 0 && s.qk_width >= s.nope + s.rope && s.v_width >= s.v_dim;
-}
-
-// Whether the 16-byte kernels can run: every width and column boundary a multiple of 8, every tensor aligned.
-bool vector_path(const MlaQkvShape& s, std::initializer_list<const void*> tensors) {
-  for (const int width : {s.nope, s.rope, s.v_dim, s.qk_width, s.v_width})
-    if (width % kVec != 0) return false;
-  for (const void* p : tensors)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
 }
 
 unsigned vector_blocks(int64_t chunks) {

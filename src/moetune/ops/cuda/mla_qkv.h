@@ -33,6 +33,17 @@ void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, cons
 void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& positions, const MlaQkvLayout& layout,
                          bool backward);
 
+// Where Wqk is nope + rope: q [T, heads, Wqk] (q_proj's output) rotated in place and k, v built from kv and
+// k_rope, in one launch: what mla_q_rope_in_place then mla_qkv_forward with q undefined give.
+void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
+                              const Tensor& positions, const MlaQkvLayout& layout, const Tensor& k, const Tensor& v);
+
+// Its transpose: dq [T, heads, nope + rope] rotated back in place (it becomes dq_proj), dkv and dk_rope
+// (overwritten): what mla_q_rope_in_place(backward) then mla_qkv_backward with dq undefined give.
+void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
+                               const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dkv,
+                               const Tensor& dk_rope);
+
 // dst [..., Wd] = src [..., Ws]'s first min(Ws, Wd) columns, zero past them (BF16; the leading dims agree):
 // attention's padded output narrowed for o_proj, and o_proj's input gradient padded back.
 void copy_leading_columns(const Tensor& src, const Tensor& dst);

@@ -36,6 +36,18 @@ cudaError_t launch_mla_qkv_backward(const void* dq, const void* dk, const void* 
 cudaError_t launch_mla_q_rope_in_place(void* q, const float* inv_freq, const int32_t* positions, MlaQkvShape shape,
                                        bool backward, cudaStream_t stream);
 
+// Where q's head width is q_proj's (qk_width == nope + rope): q [T, heads, qk_width] rotated in place and k, v
+// built as launch_mla_qkv_forward builds them, in one launch (mla_qkv_in_place.cu); the separate kernels serve
+// shapes it does not take (widths not multiples of 8, unaligned tensors, too many heads for its shared memory).
+cudaError_t launch_mla_qkv_forward_in_place(void* q, const void* kv, const void* k_rope, const float* inv_freq,
+                                            const int32_t* positions, void* k, void* v, MlaQkvShape shape,
+                                            cudaStream_t stream);
+
+// Its transpose: dq rotated back in place (it becomes dq_proj), dkv and dk_rope as launch_mla_qkv_backward gives them.
+cudaError_t launch_mla_qkv_backward_in_place(void* dq, const void* dk, const void* dv, const float* inv_freq,
+                                             const int32_t* positions, void* dkv, void* dk_rope, MlaQkvShape shape,
+                                             cudaStream_t stream);
+
 // dst [rows, dst_width] = the first min(src_width, dst_width) columns of src [rows, src_width], zero past them.
 cudaError_t launch_copy_leading_columns(const void* src, int64_t src_width, void* dst, int64_t dst_width, int64_t rows,
                                         cudaStream_t stream);
