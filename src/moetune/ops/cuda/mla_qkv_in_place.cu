@@ -50,13 +50,30 @@ __device__ __forceinline__ uint4 load16(const bf16* p) { return *reinterpret_cas
 __device__ __forceinline__ void store16(bf16* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
 __device__ __forceinline__ uint4 zeros16() { return make_uint4(0, 0, 0, 0); }
 
-// Stages `heads` rows of `rope` columns (each at row_stride, from column `at` of src's rows) into dst [heads, rope].
-__device__ __forceinline__ void stage_rope_columns(bf16* dst, const bf16* src, int64_t row_stride, int at, int heads,
-                                                   int rope) {
-  const int chunks = rope / kVec;
-  for (int i = threadIdx.x; i < heads * chunks; i += blockDim.x) {
-    const int h = i / chunks, c0 = (i - h * chunks) * kVec;
-    store16(dst + h * rope + c0, load16(src + h * row_stride + at + c0));
+// One 16-byte move of a token's work: src to dst, zeros where src is null, nothing where dst is null.
+struct Move {
+  const bf16* src;
+  bf16* dst;
+};
+
+// The block's `count` moves, move_at(i) giving each: a thread issues kInFlight loads before it stores them, so
+// its loads overlap instead of each waiting for the one before.
+constexpr int kInFlight = 4;
+
+template <typename MoveAt>
+__device__ __forceinline__ void run_moves(int count, const MoveAt& move_at) {
+  for (int base = threadIdx.x; base < count; base += kInFlight * blockDim.x) {
+    Move moves[kInFlight];
+    uint4 values[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int i = base + u * int(blockDim.x);
+      moves[u] = i < count ? move_at(i) : Move{nullptr, nullptr};
+      values[u] = moves[u].src != nullptr ? load16(moves[u].src) : zeros16();
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u)
+      if (moves[u].dst != nullptr) store16(moves[u].dst, values[u]);
   }
 }
 
@@ -77,33 +94,38 @@ __global__ void __launch_bounds__(kThreads)
   bf16* v_token = v + t * s.heads * s.v_width;
 
   fill_rotations(angles, positions[t], inv_freq, s);
-  stage_rope_columns(q_rope, q_token, dqk, s.nope, s.heads, s.rope);
-  stage_rope_columns(key_rope, k_rope + t * s.rope, 0, 0, 1, s.rope);
-  // What needs no rotation, while the staged loads land: k's no-rope columns and v from kv, zeros past them.
-  const int k_chunks = s.qk_width / kVec, v_chunks = s.v_width / kVec;
+  // Staged: q's rope columns and the shared key. Copied: k's no-rope columns and v from kv, zeros past them (k's
+  // rope columns come after the barrier).
+  const int rope_chunks = s.rope / kVec, k_chunks = s.qk_width / kVec, v_chunks = s.v_width / kVec;
   const int nope_chunks = s.nope / kVec, rope_end = dqk / kVec, v_real = s.v_dim / kVec;
-  for (int i = threadIdx.x; i < s.heads * (k_chunks + v_chunks); i += blockDim.x) {
-    if (i < s.heads * k_chunks) {
-      const int h = i / k_chunks, c = i - h * k_chunks;
-      if (c < nope_chunks) store16(k_token + h * s.qk_width + c * kVec, load16(kv_token + h * dkv + c * kVec));
-      else if (c >= rope_end) store16(k_token + h * s.qk_width + c * kVec, zeros16());
-    } else {
-      const int r = i - s.heads * k_chunks, h = r / v_chunks, c = r - h * v_chunks;
-      store16(v_token + h * s.v_width + c * kVec,
-              c < v_real ? load16(kv_token + h * dkv + s.nope + c * kVec) : zeros16());
+  const int staged = (s.heads + 1) * rope_chunks, k_moves = s.heads * k_chunks;
+  run_moves(staged + k_moves + s.heads * v_chunks, [&](int i) -> Move {
+    if (i < staged) {
+      const int h = i / rope_chunks, c0 = (i - h * rope_chunks) * kVec;
+      if (h < s.heads) return {q_token + h * dqk + s.nope + c0, q_rope + h * s.rope + c0};
+      return {k_rope + t * s.rope + c0, key_rope + c0};
     }
-  }
+    i -= staged;
+    if (i < k_moves) {
+      const int h = i / k_chunks, c = i - h * k_chunks;
+      bf16* dst = k_token + h * s.qk_width + c * kVec;
+      if (c < nope_chunks) return {kv_token + h * dkv + c * kVec, dst};
+      return {nullptr, c >= rope_end ? dst : nullptr};
+    }
+    i -= k_moves;
+    const int h = i / v_chunks, c = i - h * v_chunks;
+    return {c < v_real ? kv_token + h * dkv + s.nope + c * kVec : nullptr, v_token + h * s.v_width + c * kVec};
+  });
   __syncthreads();
   const RotationTable rot{angles, s.rope / 2};
   // q's rope columns rotated in place (all read before the barrier), and the shared key rotated into each head of k.
-  const int rope_chunks = s.rope / kVec;
   for (int i = threadIdx.x; i < 2 * s.heads * rope_chunks; i += blockDim.x) {
     const bool key = i >= s.heads * rope_chunks;
     const int r = key ? i - s.heads * rope_chunks : i, h = r / rope_chunks, c0 = (r - h * rope_chunks) * kVec;
-    const bf16* staged = key ? key_rope : q_rope + h * s.rope;
+    const bf16* source = key ? key_rope : q_rope + h * s.rope;
     float out[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) out[j] = mla_rotation::rotated(staged, c0 + j, s, rot);
+    for (int j = 0; j < kVec; ++j) out[j] = mla_rotation::rotated(source, c0 + j, s, rot);
     pointwise::store<kVec>(key ? k_token + h * s.qk_width + s.nope + c0 : q_token + h * dqk + s.nope + c0, out);
   }
 }
@@ -139,19 +161,22 @@ __global__ void __launch_bounds__(kThreads)
   bf16* dkv_token = dkv + t * s.heads * dkv_width;
 
   fill_rotations(angles, positions[t], inv_freq, s);
-  stage_rope_columns(dq_rope, dq_token, dqk, s.nope, s.heads, s.rope);
-  stage_rope_columns(dk_rope_heads, dk_token, s.qk_width, s.nope, s.heads, s.rope);
-  // dkv = [dk's no-rope columns | dv's real columns] per head.
-  const int kv_chunks = dkv_width / kVec, nope_chunks = s.nope / kVec;
-  for (int i = threadIdx.x; i < s.heads * kv_chunks; i += blockDim.x) {
+  // Staged: dq's and dk's rope columns. Copied: dkv = [dk's no-rope columns | dv's real columns] per head.
+  const int rope_chunks = s.rope / kVec, kv_chunks = dkv_width / kVec, nope_chunks = s.nope / kVec;
+  const int staged = 2 * s.heads * rope_chunks;
+  run_moves(staged + s.heads * kv_chunks, [&](int i) -> Move {
+    if (i < staged) {
+      const int h = i / rope_chunks, c0 = (i - h * rope_chunks) * kVec;
+      if (h < s.heads) return {dq_token + h * dqk + s.nope + c0, dq_rope + h * s.rope + c0};
+      return {dk_token + (h - s.heads) * s.qk_width + s.nope + c0, dk_rope_heads + (h - s.heads) * s.rope + c0};
+    }
+    i -= staged;
     const int h = i / kv_chunks, c = i - h * kv_chunks;
-    store16(dkv_token + h * dkv_width + c * kVec,
-            c < nope_chunks ? load16(dk_token + h * s.qk_width + c * kVec)
-                            : load16(dv_token + h * s.v_width + (c - nope_chunks) * kVec));
-  }
+    return {c < nope_chunks ? dk_token + h * s.qk_width + c * kVec : dv_token + h * s.v_width + (c - nope_chunks) * kVec,
+            dkv_token + h * dkv_width + c * kVec};
+  });
   __syncthreads();
   const RotationTable rot{angles, s.rope / 2};
-  const int rope_chunks = s.rope / kVec;
   for (int i = threadIdx.x; i < (s.heads + 1) * rope_chunks; i += blockDim.x) {
     const int h = i / rope_chunks, j0 = (i - h * rope_chunks) * kVec;
     float out[kVec];
