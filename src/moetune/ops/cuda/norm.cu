@@ -211,8 +211,8 @@ int64_t backward_blocks(int64_t rows) { return std::min(rows, kBackwardBlocks); 
 // 512 threads, row_block_threads' cap, so the block (and its block_sum order) is the one-row kernels' block.
 constexpr int64_t kMaxRegisterChunks = 512;
 // Rows a block holds at once (tests/gpu/test_row_kernels_gpu.cpp times 1, 2, 4 and 8). Registers at width 2048
-// (256 threads, sm_90a): forward 39/48/72/118, backward 72/94/162/255, so the backward's 4 would leave one block
-// a SM where 2 fit two.
+// (256 threads, sm_90a): forward 39/48/72/118, backward 72/94/162/255, so an SM holds two blocks of the
+// backward with 2 rows but only one with 4.
 constexpr int kForwardRowsInRegisters = 4;
 constexpr int kBackwardRowsInRegisters = 2;
 
