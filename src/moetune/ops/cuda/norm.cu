@@ -1,11 +1,18 @@
-// RMSNorm forward and backward over BF16 rows, statistics in fp32. One block per row (grid-stride over rows);
-// each thread owns the same kVec-wide column chunks in every row, so the backward can keep its dweight partial
-// in shared memory without atomics, and an in-place dx (aliasing dy or the residual) is read before it is
+// RMSNorm forward and backward over BF16 rows, statistics in fp32. Two kernel shapes, with the same arithmetic in
+// the same order (so the same bits):
+// - rows in registers (rows of at most kMaxRegisterChunks 16-byte chunks, aligned): the block is as wide as the
+//   row, each thread holds one chunk of kRows rows at once, so a row is read from memory once, the kRows rows'
+//   sums share one block_sum, and a thread has kRows (backward: 3·kRows) 16-byte loads in flight instead of one.
+// - one row per pass (wider or unaligned rows): one block per row (grid-stride over rows), each thread owning
+//   the same kVec-wide column chunks in every row, reading the row twice (the second time mostly from cache).
+// In both, a thread owns the same columns in every row, so the backward keeps its dweight partial (registers, or
+// shared memory [width]) without atomics, and an in-place dx (aliasing dy or the residual) is read before it is
 // written by the same thread. kVec = 8 (16-byte loads) when the width and the pointers allow it, else 1.
 #include <algorithm>
 #include <initializer_list>
 
 #include "moetune/ops/cuda/column_sum_kernels.h"
+#include "moetune/ops/cuda/norm_kernel_choice.h"
 #include "moetune/ops/cuda/norm_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -97,6 +104,100 @@ __global__ void rms_norm_backward_kernel(const bf16* dy, const bf16* __restrict_
     for (int k = 0; k < kVec; ++k) block_partial[c + k] = dweight_acc[c + k];
 }
 
+// ---- rows in registers ----------------------------------------------------------------------------------------
+
+constexpr int kChunk = 8;  // BF16 elements in 16 bytes
+using Chunk = Pack<bf16, kChunk>;
+
+__device__ __forceinline__ Chunk load_chunk(const bf16* p) { return *reinterpret_cast<const Chunk*>(p); }
+
+// The forward of rows [first, first + kRows) per block iteration; thread t holds chunk t of each.
+template <int kRows>
+__global__ void rms_norm_forward_rows_kernel(const bf16* x, const bf16* __restrict__ weight, bf16* y, int64_t rows,
+                                             int64_t width, float eps) {
+  const int64_t c = int64_t(threadIdx.x) * kChunk;
+  const bool has_chunk = c < width;  // the block is rounded up to whole warps
+  float w[kChunk] = {};
+  if (has_chunk) load<kChunk>(weight + c, w);
+  for (int64_t first = int64_t(blockIdx.x) * kRows; first < rows; first += int64_t(gridDim.x) * kRows) {
+    Chunk xv[kRows];
+    float square_sum[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      square_sum[r] = 0.0f;
+      if (!has_chunk || first + r >= rows) continue;
+      xv[r] = load_chunk(x + (first + r) * width + c);
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        const float v = to_float(xv[r].v[k]);
+        square_sum[r] += v * v;
+      }
+    }
+    block_sum(square_sum);  // the loop's bounds are the block's, so every thread gets here
+    if (!has_chunk) continue;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (first + r >= rows) continue;
+      const float rstd = 1.0f / sqrtf(square_sum[r] / float(width) + eps);
+      float v[kChunk];
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) v[k] = w[k] * (to_float(xv[r].v[k]) * rstd);
+      store<kChunk>(y + (first + r) * width + c, v);
+    }
+  }
+}
+
+// The backward of the rows blockIdx.x + i·gridDim.x (the one-row kernel's rows of this block, in the same order),
+// kRows of them per block iteration; the dweight partial of the thread's chunk stays in registers.
+template <int kRows>
+__global__ void rms_norm_backward_rows_kernel(const bf16* dy, const bf16* __restrict__ x,
+                                              const bf16* __restrict__ weight, const bf16* residual, bf16* dx,
+                                              float* __restrict__ partial, int64_t rows, int64_t width, float eps) {
+  const int64_t c = int64_t(threadIdx.x) * kChunk;
+  const bool has_chunk = c < width;
+  float wv[kChunk] = {}, dweight_acc[kChunk] = {};
+  if (has_chunk) load<kChunk>(weight + c, wv);
+  const int64_t stride = gridDim.x;
+  for (int64_t first = blockIdx.x; first < rows; first += stride * kRows) {
+    Chunk xv[kRows], gv[kRows], rv[kRows];
+    float sums[2 * kRows];  // per row: Σ x², Σ w·dy·x
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = first + r * stride;
+      sums[2 * r] = sums[2 * r + 1] = 0.0f;
+      if (!has_chunk || row >= rows) continue;
+      xv[r] = load_chunk(x + row * width + c);
+      gv[r] = load_chunk(dy + row * width + c);
+      if (residual != nullptr) rv[r] = load_chunk(residual + row * width + c);  // early: more bytes in flight
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        const float xf = to_float(xv[r].v[k]), gf = to_float(gv[r].v[k]);
+        sums[2 * r] += xf * xf;
+        sums[2 * r + 1] += wv[k] * gf * xf;
+      }
+    }
+    block_sum(sums);
+    if (!has_chunk) continue;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = first + r * stride;
+      if (row >= rows) continue;
+      const float rstd = 1.0f / sqrtf(sums[2 * r] / float(width) + eps);
+      const float correction = rstd * rstd * rstd * sums[2 * r + 1] / float(width);
+      float out[kChunk];
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        const float xf = to_float(xv[r].v[k]), gf = to_float(gv[r].v[k]);
+        const float rf = residual != nullptr ? to_float(rv[r].v[k]) : 0.0f;
+        out[k] = rf + (rstd * wv[k] * gf - xf * correction);
+        dweight_acc[k] += gf * xf * rstd;
+      }
+      store<kChunk>(dx + row * width + c, out);
+    }
+  }
+  if (has_chunk) store<kChunk>(partial + int64_t(blockIdx.x) * width + c, dweight_acc);
+}
+
 bool vectorizable(int64_t width, std::initializer_list<const void*> pointers) {
   if (width % 8 != 0) return false;
   for (const void* p : pointers)
@@ -105,6 +206,36 @@ bool vectorizable(int64_t width, std::initializer_list<const void*> pointers) {
 }
 
 int64_t backward_blocks(int64_t rows) { return std::min(rows, kBackwardBlocks); }
+
+// Rows of at most this many chunks fit the rows-in-registers kernels: one chunk per thread of a block of at most
+// 512 threads, row_block_threads' cap, so the block (and its block_sum order) is the one-row kernels' block.
+constexpr int64_t kMaxRegisterChunks = 512;
+// Rows a block holds at once (tests/gpu/test_row_kernels_gpu.cpp times 1, 2, 4 and 8). Registers at width 2048
+// (256 threads, sm_90a): forward 39/48/72/118, backward 72/94/162/255, so an SM holds two blocks of the
+// backward with 2 rows but only one with 4.
+constexpr int kForwardRowsInRegisters = 4;
+constexpr int kBackwardRowsInRegisters = 2;
+
+bool fits_registers(int64_t width, std::initializer_list<const void*> pointers) {
+  return vectorizable(width, pointers) && width / kChunk <= kMaxRegisterChunks;
+}
+
+template <int kRows>
+cudaError_t forward_rows(const bf16* x, const bf16* weight, bf16* y, int64_t rows, int64_t width, float eps,
+                         cudaStream_t stream) {
+  const unsigned blocks = unsigned(std::min((rows + kRows - 1) / kRows, kMaxForwardBlocks));
+  rms_norm_forward_rows_kernel<kRows><<<blocks, row_block_threads(width, kChunk), 0, stream>>>(x, weight, y, rows,
+                                                                                               width, eps);
+  return cudaGetLastError();
+}
+
+template <int kRows>
+cudaError_t backward_rows(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx,
+                          float* partial, int64_t rows, int64_t width, float eps, cudaStream_t stream) {
+  rms_norm_backward_rows_kernel<kRows><<<unsigned(backward_blocks(rows)), row_block_threads(width, kChunk), 0,
+                                         stream>>>(dy, x, weight, residual, dx, partial, rows, width, eps);
+  return cudaGetLastError();
+}
 
 template <int kVec>
 cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx,
@@ -123,12 +254,21 @@ cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf
 
 }  // namespace
 
-cudaError_t launch_rms_norm_forward(const void* x, const void* weight, void* y, int64_t rows, int64_t width,
-                                    float eps, cudaStream_t stream) {
+cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, const void* weight, void* y,
+                                         int64_t rows, int64_t width, float eps, cudaStream_t stream) {
   if (rows == 0 || width == 0) return cudaSuccess;
   const auto* xp = static_cast<const bf16*>(x);
   const auto* wp = static_cast<const bf16*>(weight);
   auto* yp = static_cast<bf16*>(y);
+  if (rows_in_registers != 0 && !fits_registers(width, {x, weight, y})) return cudaErrorInvalidValue;
+  switch (rows_in_registers) {
+    case 0: break;
+    case 1: return forward_rows<1>(xp, wp, yp, rows, width, eps, stream);
+    case 2: return forward_rows<2>(xp, wp, yp, rows, width, eps, stream);
+    case 4: return forward_rows<4>(xp, wp, yp, rows, width, eps, stream);
+    case 8: return forward_rows<8>(xp, wp, yp, rows, width, eps, stream);
+    default: return cudaErrorInvalidValue;
+  }
   const unsigned blocks = unsigned(std::min(rows, kMaxForwardBlocks));
   if (vectorizable(width, {x, weight, y}))
     rms_norm_forward_kernel<8><<<blocks, row_block_threads(width, 8), 0, stream>>>(xp, wp, yp, rows, width, eps);
@@ -137,13 +277,20 @@ cudaError_t launch_rms_norm_forward(const void* x, const void* weight, void* y, 
   return cudaGetLastError();
 }
 
+cudaError_t launch_rms_norm_forward(const void* x, const void* weight, void* y, int64_t rows, int64_t width,
+                                    float eps, cudaStream_t stream) {
+  const int rows_in_registers = fits_registers(width, {x, weight, y}) ? kForwardRowsInRegisters : 0;
+  return launch_rms_norm_forward_with(rows_in_registers, x, weight, y, rows, width, eps, stream);
+}
+
 size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t width) {
   return size_t(backward_blocks(rows)) * size_t(width) * sizeof(float);
 }
 
-cudaError_t launch_rms_norm_backward(const void* dy, const void* x, const void* weight, const void* residual,
-                                     void* dx, void* dweight, bool dweight_is_bf16, int64_t rows, int64_t width,
-                                     float eps, void* workspace, cudaStream_t stream) {
+cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy, const void* x, const void* weight,
+                                          const void* residual, void* dx, void* dweight, bool dweight_is_bf16,
+                                          int64_t rows, int64_t width, float eps, void* workspace,
+                                          cudaStream_t stream) {
   if (rows == 0 || width == 0) return cudaSuccess;
   const auto* dyp = static_cast<const bf16*>(dy);
   const auto* xp = static_cast<const bf16*>(x);
@@ -151,12 +298,33 @@ cudaError_t launch_rms_norm_backward(const void* dy, const void* x, const void* 
   const auto* rp = static_cast<const bf16*>(residual);
   auto* dxp = static_cast<bf16*>(dx);
   auto* partial = static_cast<float*>(workspace);
-  const cudaError_t status =
-      vectorizable(width, {dy, x, weight, residual, dx})
-          ? backward<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream)
-          : backward<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream);
+  if (rows_in_registers != 0 && !fits_registers(width, {dy, x, weight, residual, dx, workspace}))
+    return cudaErrorInvalidValue;
+  cudaError_t status = cudaSuccess;
+  switch (rows_in_registers) {
+    case 0:
+      status = vectorizable(width, {dy, x, weight, residual, dx})
+                   ? backward<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream)
+                   : backward<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream);
+      break;
+    case 1: status = backward_rows<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
+    case 2: status = backward_rows<2>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
+    case 4: status = backward_rows<4>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
+    case 8: status = backward_rows<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
+    default: return cudaErrorInvalidValue;
+  }
   if (status != cudaSuccess || dweight == nullptr) return status;  // no dweight: a frozen norm
   return launch_add_column_sums(partial, backward_blocks(rows), width, width, dweight, dweight_is_bf16, stream);
+}
+
+cudaError_t launch_rms_norm_backward(const void* dy, const void* x, const void* weight, const void* residual,
+                                     void* dx, void* dweight, bool dweight_is_bf16, int64_t rows, int64_t width,
+                                     float eps, void* workspace, cudaStream_t stream) {
+  // The workspace is aligned for the partials' 16-byte stores whenever the width is (gpu::allocate aligns it).
+  const int rows_in_registers =
+      fits_registers(width, {dy, x, weight, residual, dx, workspace}) ? kBackwardRowsInRegisters : 0;
+  return launch_rms_norm_backward_with(rows_in_registers, dy, x, weight, residual, dx, dweight, dweight_is_bf16,
+                                       rows, width, eps, workspace, stream);
 }
 
 }  // namespace moetune::ops::cuda

@@ -8,6 +8,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <initializer_list>
 
+#include "moetune/ops/cuda/permute_kernel_choice.h"
 #include "moetune/ops/cuda/permute_kernels.h"
 
 namespace moetune::ops::cuda {
@@ -92,14 +93,28 @@ __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-template <typename Unit>
+// Each lane copies kUnroll units of the row at a time, all loaded before any is stored, so that a warp has
+// kUnroll·32 loads in flight rather than one unit's worth per lane (kUnroll 1: the loop as it was).
+template <typename Unit, int kUnroll>
 __global__ void permute_rows_kernel(const Unit* __restrict__ x, const int32_t* __restrict__ source, int64_t rows,
                                     int64_t units_per_row, Unit* __restrict__ out) {
   const int64_t row = global_warp();
   if (row >= rows) return;
   const Unit* from = x + int64_t(source[row]) * units_per_row;
   Unit* to = out + row * units_per_row;
-  for (int64_t i = lane_id(); i < units_per_row; i += kWarpSize) to[i] = from[i];
+  for (int64_t base = lane_id(); base < units_per_row; base += int64_t(kWarpSize) * kUnroll) {
+    Unit v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kWarpSize;
+      if (i < units_per_row) v[u] = from[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kWarpSize;
+      if (i < units_per_row) to[i] = v[u];
+    }
+  }
 }
 
 // residual and out may be the same rows: each element is read before the same thread writes it.
@@ -130,6 +145,53 @@ __global__ void gather_sum_rows_kernel(const T* __restrict__ rows, const int32_t
       const P y = *reinterpret_cast<const P*>(rows + row * hidden + column);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) acc[i] += w * to_f32(y.v[i]);
+    }
+    P o;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) o.v[i] = from_f32<T>(acc[i]);
+    *reinterpret_cast<P*>(out + token * hidden + column) = o;
+  }
+}
+
+// gather_sum_rows_kernel for top_k <= kMaxHoistedChoices: the token's rows and weights are read once into
+// registers, and the loads of all its rows for a column are issued before any is summed (the loop above issues
+// them one choice at a time), so that a lane has top_k + 1 16-byte loads in flight. Same sums in the same order.
+constexpr int kMaxHoistedChoices = 8;
+
+template <typename T, int kVec>
+__global__ void gather_sum_hoisted_rows_kernel(const T* __restrict__ rows, const int32_t* __restrict__ row_of,
+                                               const float* __restrict__ weights, const T* residual, int64_t tokens,
+                                               int top_k, int64_t hidden, int64_t kept_rows, T* out) {
+  using P = Pack<T, kVec>;
+  const int64_t token = global_warp();
+  if (token >= tokens) return;
+  int64_t row[kMaxHoistedChoices];
+  float w[kMaxHoistedChoices];
+#pragma unroll
+  for (int j = 0; j < kMaxHoistedChoices; ++j) {
+    row[j] = j < top_k ? int64_t(row_of[token * top_k + j]) : kept_rows;  // kept_rows: skipped below
+    w[j] = j < top_k && weights ? weights[token * top_k + j] : 1.0f;
+  }
+  for (int64_t c = lane_id(); c < hidden / kVec; c += kWarpSize) {
+    const int64_t column = c * kVec;
+    float acc[kVec];
+    if (residual) {
+      const P r = *reinterpret_cast<const P*>(residual + token * hidden + column);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[i] = to_f32(r.v[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[i] = 0.0f;
+    }
+    P y[kMaxHoistedChoices];
+#pragma unroll
+    for (int j = 0; j < kMaxHoistedChoices; ++j)
+      if (row[j] < kept_rows) y[j] = *reinterpret_cast<const P*>(rows + row[j] * hidden + column);
+#pragma unroll
+    for (int j = 0; j < kMaxHoistedChoices; ++j) {
+      if (row[j] >= kept_rows) continue;  // past top_k, or a choice made elsewhere: it names no row here
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[i] += w[j] * to_f32(y[j].v[i]);
     }
     P o;
 #pragma unroll
@@ -182,11 +244,19 @@ unsigned warp_grid(int64_t items) {
   return blocks > INT_MAX ? 0u : unsigned(blocks);
 }
 
+// Units a lane copies at a time: 8 (with 16-byte units, a 4 KiB row in one pass of the warp).
+constexpr int kCopyUnroll = 8;
+
 template <typename Unit>
 cudaError_t launch_copy_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
-                             cudaStream_t stream) {
-  permute_rows_kernel<Unit><<<warp_grid(rows), kThreads, 0, stream>>>(
-      static_cast<const Unit*>(x), source, rows, row_bytes / int64_t(sizeof(Unit)), static_cast<Unit*>(out));
+                             bool unrolled, cudaStream_t stream) {
+  const auto* from = static_cast<const Unit*>(x);
+  auto* to = static_cast<Unit*>(out);
+  const int64_t units = row_bytes / int64_t(sizeof(Unit));
+  if (unrolled)
+    permute_rows_kernel<Unit, kCopyUnroll><<<warp_grid(rows), kThreads, 0, stream>>>(from, source, rows, units, to);
+  else
+    permute_rows_kernel<Unit, 1><<<warp_grid(rows), kThreads, 0, stream>>>(from, source, rows, units, to);
   return cudaGetLastError();
 }
 
@@ -204,14 +274,18 @@ bool use_packs(int64_t hidden, std::initializer_list<const void*> pointers) {
 template <typename T>
 cudaError_t launch_gather_sum_typed(const void* rows, const int32_t* row_of, const float* weights,
                                     const void* residual, int64_t tokens, int top_k, int64_t hidden,
-                                    int64_t kept_rows, void* out, cudaStream_t stream) {
+                                    int64_t kept_rows, void* out, bool hoisted, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   const unsigned grid = warp_grid(tokens);
   if (grid == 0) return cudaErrorInvalidValue;
   const T* in = static_cast<const T*>(rows);
   const T* res = static_cast<const T*>(residual);
   T* dst = static_cast<T*>(out);
-  if (use_packs<T>(hidden, {rows, residual, out}))
+  const bool packs = use_packs<T>(hidden, {rows, residual, out});
+  if (hoisted && packs && top_k <= kMaxHoistedChoices)
+    gather_sum_hoisted_rows_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k,
+                                                                           hidden, kept_rows, dst);
+  else if (packs)
     gather_sum_rows_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k, hidden,
                                                                    kept_rows, dst);
   else
@@ -284,37 +358,49 @@ cudaError_t launch_plan_permutation(const int32_t* expert_ids, int64_t choices, 
   return cudaGetLastError();
 }
 
-cudaError_t launch_permute_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
-                                cudaStream_t stream) {
+cudaError_t launch_permute_rows_with(bool unrolled, const void* x, const int32_t* source, int64_t rows,
+                                     int64_t row_bytes, void* out, cudaStream_t stream) {
   if (rows < 0 || row_bytes < 0 || (rows > 0 && warp_grid(rows) == 0)) return cudaErrorInvalidValue;
   if (rows == 0 || row_bytes == 0) return cudaSuccess;
   // The widest unit that divides the row and both base addresses.
   for (size_t unit : {16, 8, 4, 2}) {
     if (row_bytes % int64_t(unit) != 0 || !aligned_to(x, unit) || !aligned_to(out, unit)) continue;
     switch (unit) {
-      case 16: return launch_copy_rows<uint4>(x, source, rows, row_bytes, out, stream);
-      case 8: return launch_copy_rows<uint2>(x, source, rows, row_bytes, out, stream);
-      case 4: return launch_copy_rows<uint32_t>(x, source, rows, row_bytes, out, stream);
-      case 2: return launch_copy_rows<uint16_t>(x, source, rows, row_bytes, out, stream);
+      case 16: return launch_copy_rows<uint4>(x, source, rows, row_bytes, out, unrolled, stream);
+      case 8: return launch_copy_rows<uint2>(x, source, rows, row_bytes, out, unrolled, stream);
+      case 4: return launch_copy_rows<uint32_t>(x, source, rows, row_bytes, out, unrolled, stream);
+      case 2: return launch_copy_rows<uint16_t>(x, source, rows, row_bytes, out, unrolled, stream);
     }
   }
-  return launch_copy_rows<uint8_t>(x, source, rows, row_bytes, out, stream);
+  return launch_copy_rows<uint8_t>(x, source, rows, row_bytes, out, unrolled, stream);
 }
 
-cudaError_t launch_gather_sum_rows(RowType type, const void* rows, const int32_t* row_of, const float* weights,
-                                   const void* residual, int64_t tokens, int top_k, int64_t hidden, int64_t kept_rows,
-                                   void* out, cudaStream_t stream) {
+cudaError_t launch_permute_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
+                                cudaStream_t stream) {
+  return launch_permute_rows_with(/*unrolled=*/true, x, source, rows, row_bytes, out, stream);
+}
+
+cudaError_t launch_gather_sum_rows_with(bool hoisted, RowType type, const void* rows, const int32_t* row_of,
+                                        const float* weights, const void* residual, int64_t tokens, int top_k,
+                                        int64_t hidden, int64_t kept_rows, void* out, cudaStream_t stream) {
   if (tokens < 0 || top_k < 1 || hidden < 0) return cudaErrorInvalidValue;
   if (tokens == 0 || hidden == 0) return cudaSuccess;
   switch (type) {
     case RowType::F32:
       return launch_gather_sum_typed<float>(rows, row_of, weights, residual, tokens, top_k, hidden, kept_rows, out,
-                                            stream);
+                                            hoisted, stream);
     case RowType::BF16:
       return launch_gather_sum_typed<__nv_bfloat16>(rows, row_of, weights, residual, tokens, top_k, hidden, kept_rows,
-                                                    out, stream);
+                                                    out, hoisted, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_gather_sum_rows(RowType type, const void* rows, const int32_t* row_of, const float* weights,
+                                   const void* residual, int64_t tokens, int top_k, int64_t hidden, int64_t kept_rows,
+                                   void* out, cudaStream_t stream) {
+  return launch_gather_sum_rows_with(/*hoisted=*/true, type, rows, row_of, weights, residual, tokens, top_k, hidden,
+                                     kept_rows, out, stream);
 }
 
 cudaError_t launch_combine_backward(RowType type, const void* dout, const void* expert_out, const int32_t* row_of,
