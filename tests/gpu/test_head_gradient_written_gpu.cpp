@@ -177,9 +177,10 @@ void expect_same_training(const std::string& fixture, int64_t micro_batches, mod
       EXPECT_EQ(written_loss, zeroed.forward_backward(batch).lm_loss) << "step " << step << " micro-batch " << m;
       for (size_t i = 0; i < names.size(); ++i) {
         const Tensor& grad = written.parameters().grads()[i];
-        if (grad.defined())
+        if (grad.defined()) {
           EXPECT_EQ(differing_values(grad, zeroed.parameters().grads()[i]), 0)
               << names[i].name << ", step " << step << " micro-batch " << m;
+        }
       }
     }
     written_optimizer.step(step);
@@ -192,8 +193,9 @@ void expect_same_training(const std::string& fixture, int64_t micro_batches, mod
     for (size_t i = 0; i < names.size(); ++i) {
       const Tensor& grad = written.parameters().grads()[i];
       if (grad.defined() && grad.raw_data() != head.grad.raw_data() &&
-          names[i].name.find("moe.experts") == std::string::npos)  // the experts' are written too (MoeBlock)
+          names[i].name.find("moe.experts") == std::string::npos) {  // the experts' are written too (MoeBlock)
         EXPECT_TRUE(all_zero(grad)) << names[i].name << " after zero_grad";
+      }
       EXPECT_EQ(differing_values(written.parameters().values()[i], zeroed.parameters().values()[i]), 0)
           << names[i].name << " after step " << step;
     }
