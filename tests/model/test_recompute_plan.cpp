@@ -67,10 +67,10 @@ TEST(RecomputePlan, RecomputedSublayersKeepTheirInputAndPeakInTheirBackward) {
 
 // training.lm_head_chunk_rows: the plan holds the chunk of logits the op is told to use, and the fit sees it.
 TEST(RecomputePlan, LmHeadChunkRowsSizeTheHeadsLogits) {
-  const ModelSpec spec = qwen3_30b_a3b(4);  // vocabulary 151,936: 768 rows by default (ops/lm_head_chunk.h)
+  const ModelSpec spec = qwen3_30b_a3b(4);  // vocabulary 151,936: 2048 rows by default (ops/lm_head_chunk.h)
   const int64_t T = 8192, head_inputs = 2 * T * 2048 * 2;
   const ActivationPlan automatic = gpu_activation_plan(spec, T, Recompute::Full);
-  const ActivationPlan asked = gpu_activation_plan(spec, T, Recompute::Full, 0, 768);
+  const ActivationPlan asked = gpu_activation_plan(spec, T, Recompute::Full, 0, 2048);
   const ActivationPlan whole = gpu_activation_plan(spec, T, Recompute::Full, 0, 8192);
   EXPECT_EQ(asked.transient_bytes, automatic.transient_bytes);
   EXPECT_EQ(whole.peak_phase, "lm head + loss");

@@ -17,7 +17,7 @@ namespace moetune::ops::cuda {
 // gradient zero): a bad label is reported by the loss the trainer reads, without a host synchronisation here.
 // When dhidden is defined, writes dhidden = grad_scale · d(loss_sum)/d(hidden) ([T, H] BF16 or F32); when
 // dweight is defined, accumulates dweight += grad_scale · d(loss_sum)/d(W) ([V, H] BF16 or F32; a BF16
-// dweight is rounded once per chunk). chunk_rows = 0 picks chunks whose bf16 logits take at most 256 MiB, in
+// dweight is rounded once per chunk). chunk_rows = 0 picks chunks whose bf16 logits take at most 640 MiB, in
 // whole 256-row blocks (ops/lm_head_chunk.h).
 // write_dweight: dweight = (not +=) that gradient, what it held never read: the first chunk's GEMM runs with
 // beta 0, the others add to it as before (T = 0 zeroes it). A step's first backward pass writes the LM head's
