@@ -89,7 +89,11 @@ fi
 if [[ $device == cpu ]]; then
   moetune_sets+=(--set training.device=cpu --set optimizer.precision=fp32)  # the CPU engine trains in fp32
 fi
-for assignment in ${MOETUNE_SET:-}; do moetune_sets+=(--set "$assignment"); done
+inspect_flags=()  # the plan of the keys that change it
+for assignment in ${MOETUNE_SET:-}; do
+  moetune_sets+=(--set "$assignment")
+  [[ $assignment == training.lm_head_chunk_rows=* ]] && inspect_flags+=(--lm-head-chunk-rows "${assignment#*=}")
+done
 
 log() { echo "[bench $(date +%H:%M:%S)] $*"; }
 
@@ -160,7 +164,7 @@ run_moetune() {  # LABEL ROUTING MODEL_NAME
   cp "$output/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2> /dev/null || : > "$OUT/$name.metrics.jsonl"
   cp "$output/profile.json" "$OUT/$name.profile.json" 2> /dev/null || :  # training.profile=true in MOETUNE_SET
   # The memory plan moetune prints before a run, for the report to set beside the measured peak.
-  "$MOETUNE" inspect "$SCRATCH/$model" --tokens "$((seq * micro_batch))" --json > "$OUT/$name.plan.json" 2>> "$OUT/logs/$name.log" ||
+  "$MOETUNE" inspect "$SCRATCH/$model" --tokens "$((seq * micro_batch))" "${inspect_flags[@]}" --json > "$OUT/$name.plan.json" 2>> "$OUT/logs/$name.log" ||
     rm -f "$OUT/$name.plan.json"
   rm -rf "$output"  # the final checkpoint (weights + AdamW state, ~25 GB at 4 layers) is not part of the result
   record "$label" moetune "$routing" "$name.metrics.jsonl" "$model" "$mt_warmup" "$rc" "$((SECONDS - start))" "logs/$name.log"

@@ -136,7 +136,7 @@ TEST_F(CrossEntropyRowsGpu, LossOnlyLeavesTheLogits) {
 }
 
 // Not a check: the kernel alone on one chunk of the LM head (768 rows, the op's default at both benchmark
-// vocabularies), per launch shape, against a device-to-device copy of the same bytes (one read, one write: what
+// vocabularies until session 10), per launch shape, against a device-to-device copy of the same bytes (one read, one write: what
 // a kernel that holds the row on chip must move), with no ignored rows and with a quarter of them ignored (write
 // only). GB/s are of the bytes that must move (scored rows read and written once, ignored rows written); the
 // one-block kernel reads scored rows twice. Then the op's chunk loop (logits GEMM, cross-entropy, d(hidden),

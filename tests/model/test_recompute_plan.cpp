@@ -65,6 +65,23 @@ TEST(RecomputePlan, RecomputedSublayersKeepTheirInputAndPeakInTheirBackward) {
   EXPECT_LT(full.total(), experts.total());
 }
 
+// training.lm_head_chunk_rows: the plan holds the chunk of logits the op is told to use, and the fit sees it.
+TEST(RecomputePlan, LmHeadChunkRowsSizeTheHeadsLogits) {
+  const ModelSpec spec = qwen3_30b_a3b(4);  // vocabulary 151,936: 2048 rows by default (ops/lm_head_chunk.h)
+  const int64_t T = 8192, head_inputs = 2 * T * 2048 * 2;
+  const ActivationPlan automatic = gpu_activation_plan(spec, T, Recompute::Full);
+  const ActivationPlan asked = gpu_activation_plan(spec, T, Recompute::Full, 0, 2048);
+  const ActivationPlan whole = gpu_activation_plan(spec, T, Recompute::Full, 0, 8192);
+  EXPECT_EQ(asked.transient_bytes, automatic.transient_bytes);
+  EXPECT_EQ(whole.peak_phase, "lm head + loss");
+  EXPECT_EQ(whole.transient_bytes, head_inputs + T * 151936 * 2);
+  const ParameterLayout layout = parameter_layout(spec);
+  const PrecisionPlan& bf16 = train::precision_plan("pure_bf16", "fp32");
+  EXPECT_EQ(train::planned_peak_bytes(layout, bf16, T, Recompute::Full, false, {}, 0, 8192) -
+                train::planned_peak_bytes(layout, bf16, T, Recompute::Full),
+            whole.total() - automatic.total());
+}
+
 TEST(MicroBatchFit, LargestMicroBatchThatFitsThenRecomputation) {
   const ParameterLayout layout = parameter_layout(qwen3_30b_a3b(12));
   const PrecisionPlan& bf16 = train::precision_plan("pure_bf16", "fp32");

@@ -80,6 +80,13 @@ TEST(RecipeTrainingKeys, RecomputeAndAutoMicroBatch) {
             std::string::npos) << error_of({"training.micro_batch_size=most"});
 }
 
+TEST(RecipeTrainingKeys, LmHeadChunkRows) {
+  EXPECT_EQ(parse_recipe("", "recipe.yaml").training.lm_head_chunk_rows, 0);  // auto: ops/lm_head_chunk.h
+  EXPECT_EQ(parse_recipe("", "r", {"training.lm_head_chunk_rows=2048"}).training.lm_head_chunk_rows, 2048);
+  EXPECT_NE(error_of({"training.lm_head_chunk_rows=-1"}).find("'training.lm_head_chunk_rows' must not be negative"),
+            std::string::npos);
+}
+
 TEST_F(TrainerTest, RecomputeAndAutoMicroBatchNeedTheGpuEngine) {
   const auto error = [](const auto& attempt) -> std::string {
     try {

@@ -68,7 +68,8 @@ std::string human_bytes(double bytes) {
 
 }  // namespace
 
-json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::Recompute recompute, bool update_in_backward) {
+json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::Recompute recompute, bool update_in_backward,
+                   int64_t lm_head_chunk_rows) {
   const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
   const model::ModelSpec& c = layout.spec;
   static const model::AttentionSpec kNoAttention{};  // a model of Mamba2 and feed-forward layers only
@@ -137,7 +138,7 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::R
   report["memory_note"] = "static memory for the whole run; activations depend on the recipe and are added by the training step's plan";
   report["update_in_backward"] = update_in_backward;
   if (tokens > 0) {
-    const model::ActivationPlan plan = model::gpu_activation_plan(c, tokens, recompute);
+    const model::ActivationPlan plan = model::gpu_activation_plan(c, tokens, recompute, 0, lm_head_chunk_rows);
     json stash = json::object();
     for (const auto& [block, bytes] : plan.stash) stash[block] = bytes;
     json peaks = json::object();

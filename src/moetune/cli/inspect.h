@@ -13,10 +13,12 @@ namespace moetune::cli {
 // Reads config.json and checks the weights against it (headers only: no tensor bytes are read). With
 // `tokens` > 0 (micro-batch × sequence length) the report adds the GPU training step's activation plan and the
 // predicted peak per precision.
-// `recompute` and `update_in_backward` (optimizer.update_in_backward: the decoder layers' gradients one layer at
-// a time) change the plan as those recipe keys change the step.
+// `recompute`, `update_in_backward` (optimizer.update_in_backward: the decoder layers' gradients one layer at
+// a time) and `lm_head_chunk_rows` (training.lm_head_chunk_rows, 0: auto) change the plan as those recipe keys
+// change the step.
 nlohmann::json inspect_model(const std::filesystem::path& folder, int64_t tokens = 0,
-                             model::Recompute recompute = model::Recompute::None, bool update_in_backward = false);
+                             model::Recompute recompute = model::Recompute::None, bool update_in_backward = false,
+                             int64_t lm_head_chunk_rows = 0);
 
 // The per-rank share under expert parallelism `expert` on `world` ranks (ZeRO-2 for the optimizer state), and
 // with `tokens` per micro-batch the token all-to-all's receive rows: balanced routing and the dropless worst

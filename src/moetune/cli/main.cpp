@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
   bool inspect_update_in_backward = false;
   inspect->add_flag("--update-in-backward", inspect_update_in_backward,
                     "The plan with optimizer.update_in_backward: one decoder layer's gradients at a time");
+  int64_t inspect_lm_head_chunk_rows = 0;
+  inspect->add_option("--lm-head-chunk-rows", inspect_lm_head_chunk_rows,
+                      "The plan with training.lm_head_chunk_rows: the LM head's chunk of logits (0: auto)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
 
   moetune::model::LoraConfig inspect_lora;
   inspect->add_option("--lora-rank", inspect_lora.rank, "Add the plan of a LoRA fine-tune of this rank");
@@ -150,7 +154,8 @@ int main(int argc, char** argv) {
     if (!generate_model.empty()) generate_model = moetune::io::resolve_model_folder(generate_model).string();
     if (*inspect) {
       nlohmann::json report = moetune::cli::inspect_model(
-          model_dir, plan_tokens, moetune::model::parse_recompute(inspect_recompute, "--recompute"), inspect_update_in_backward);
+          model_dir, plan_tokens, moetune::model::parse_recompute(inspect_recompute, "--recompute"), inspect_update_in_backward,
+          inspect_lm_head_chunk_rows);
       if (inspect_expert > 0 || inspect_world > 0)
         moetune::cli::add_expert_parallel_plan(report, model_dir, inspect_world > 0 ? inspect_world : inspect_expert,
                                                std::max(inspect_expert, 1), plan_tokens);

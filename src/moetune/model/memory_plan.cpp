@@ -134,7 +134,8 @@ int64_t gradient_parameters_held(const ParameterLayout& layout, bool update_in_b
   return outside + *std::max_element(per_layer.begin(), per_layer.end());
 }
 
-ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute, int64_t keep_last_layers) {
+ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute, int64_t keep_last_layers,
+                                   int64_t lm_head_chunk_rows) {
   const int64_t T = tokens, H = spec.hidden_size;
   ActivationPlan plan;
   int64_t moe_backward = 0, mlp_backward = 0, mamba2_backward = 0;  // the largest such backward's temporaries (not recomputed)
@@ -167,7 +168,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
   // The largest sets of temporaries on top of the stashes: the fused head + loss at the end of the forward
   // pass (normalised hidden state, its gradient, one chunk of logits), an MoE or MLP sublayer's backward, and
   // a recomputed sublayer's stash with its backward.
-  const int64_t chunk_rows = ops::lm_head_chunk_rows(T, spec.vocab_size);  // the op's own chunk
+  const int64_t chunk_rows = ops::lm_head_chunk_rows(T, spec.vocab_size, lm_head_chunk_rows);  // the op's own chunk
   const std::vector<std::pair<std::string, int64_t>> candidates = {
       {"lm head + loss", 2 * T * H * kBf16 + chunk_rows * spec.vocab_size * kBf16},
       {"moe backward", moe_backward},

@@ -59,9 +59,10 @@ struct ActivationPlan {
 
 // With recomputation (training.recompute) a recomputed sublayer keeps only its input, and its whole stash comes
 // back, on top of its backward pass's temporaries, while that backward runs.
-// `keep_last_layers`: training.recompute_keep_layers (model/recompute.h).
+// `keep_last_layers`: training.recompute_keep_layers (model/recompute.h). `lm_head_chunk_rows`:
+// training.lm_head_chunk_rows, the fused LM head's chunk height (0: the op's own rule, ops/lm_head_chunk.h).
 ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute = Recompute::None,
-                                   int64_t keep_last_layers = 0);
+                                   int64_t keep_last_layers = 0, int64_t lm_head_chunk_rows = 0);
 
 // The trainable parameters whose gradients exist at once: all of them, or with the update during the backward
 // pass (optimizer.update_in_backward) those outside the decoder layers plus the largest layer's (they share one

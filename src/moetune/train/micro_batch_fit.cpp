@@ -33,7 +33,8 @@ const model::PrecisionPlan& precision_plan(const std::string& precision, const s
 }
 
 int64_t planned_peak_bytes(const model::ParameterLayout& layout, const model::PrecisionPlan& precision, int64_t tokens,
-                           model::Recompute recompute, bool update_in_backward, LoraFit lora, int64_t keep_last_layers) {
+                           model::Recompute recompute, bool update_in_backward, LoraFit lora, int64_t keep_last_layers,
+                           int64_t lm_head_chunk_rows) {
   int64_t blocks = 0, trainable = 0, frozen = 0;
   for (const model::ParameterSpec& p : layout.parameters) {
     (p.trainable ? trainable : frozen) += shape_numel(p.shape);
@@ -48,12 +49,13 @@ int64_t planned_peak_bytes(const model::ParameterLayout& layout, const model::Pr
   const int64_t adapters =
       lora.rank > 0 ? model::lora_gpu_stash_bytes(layout, lora.rank, tokens, recompute, keep_last_layers) : 0;
   return precision.static_bytes(trainable, blocks) - precision.gradient_bytes * gradients_dropped + frozen_bytes +
-         model::gpu_activation_plan(layout.spec, tokens, recompute, keep_last_layers).total() + adapters;
+         model::gpu_activation_plan(layout.spec, tokens, recompute, keep_last_layers, lm_head_chunk_rows).total() + adapters;
 }
 
 MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model::PrecisionPlan& precision,
                               int64_t sequence_length, int64_t device_bytes, model::Recompute recompute,
-                              bool update_in_backward, LoraFit lora, int64_t keep_last_layers) {
+                              bool update_in_backward, LoraFit lora, int64_t keep_last_layers,
+                              int64_t lm_head_chunk_rows) {
   MicroBatchFit fit;
   fit.usable_bytes = usable_gpu_bytes(device_bytes);
   const int64_t cap = std::clamp<int64_t>(kMaxTokensPerMicroBatch / std::max<int64_t>(sequence_length, 1), 1, kMaxMicroBatch);
@@ -64,7 +66,7 @@ MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model:
   for (const model::Recompute tried : order) {
     int64_t best = 0;
     for (int64_t rows = 1; rows <= cap; ++rows) {
-      const int64_t peak = planned_peak_bytes(layout, precision, rows * sequence_length, tried, update_in_backward, lora, keep_last_layers);
+      const int64_t peak = planned_peak_bytes(layout, precision, rows * sequence_length, tried, update_in_backward, lora, keep_last_layers, lm_head_chunk_rows);
       if (peak > fit.usable_bytes) break;
       best = rows;
       fit.planned_bytes = peak;
@@ -75,7 +77,7 @@ MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model:
     const std::string limit =
         best == cap ? fmt::format("the cap of {} tokens per micro-batch", kMaxTokensPerMicroBatch)
                     : fmt::format("{} rows would plan {:.1f} GB", best + 1,
-                                  gb(planned_peak_bytes(layout, precision, (best + 1) * sequence_length, tried, update_in_backward, lora, keep_last_layers)));
+                                  gb(planned_peak_bytes(layout, precision, (best + 1) * sequence_length, tried, update_in_backward, lora, keep_last_layers, lm_head_chunk_rows)));
     fit.reason = fmt::format(
         "training.micro_batch_size auto: {} row(s) of {} tokens, recompute {} (planned peak {:.1f} GB of {:.1f} GB usable "
         "on this {:.1f} GB GPU, {} precision; {})",
@@ -83,7 +85,7 @@ MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model:
         precision.name, limit);
     return fit;
   }
-  const int64_t smallest = planned_peak_bytes(layout, precision, sequence_length, model::Recompute::Full, update_in_backward, lora, keep_last_layers);
+  const int64_t smallest = planned_peak_bytes(layout, precision, sequence_length, model::Recompute::Full, update_in_backward, lora, keep_last_layers, lm_head_chunk_rows);
   fit.reason = fmt::format(
       "training.micro_batch_size auto: not even one row of {} tokens fits: the plan needs {:.1f} GB with full "
       "recomputation, {:.1f} GB are usable on this {:.1f} GB GPU ({} precision). Use several GPUs (parallel.expert), "

@@ -32,18 +32,20 @@ struct LoraFit {
 };
 
 // training.recompute_keep_layers: with recomputation on, the last this many layers keep their stash anyway.
+// training.lm_head_chunk_rows: the fused LM head's chunk height (0: ops/lm_head_chunk.h's rule).
 
 // `recompute` is the recipe's mode: the fit may raise it from none, never lower it.
 // `update_in_backward`: the gradients held are gradient_parameters_held's.
 MicroBatchFit fit_micro_batch(const model::ParameterLayout& layout, const model::PrecisionPlan& precision,
                               int64_t sequence_length, int64_t device_bytes, model::Recompute recompute,
-                              bool update_in_backward = false, LoraFit lora = {}, int64_t keep_last_layers = 0);
+                              bool update_in_backward = false, LoraFit lora = {}, int64_t keep_last_layers = 0,
+                              int64_t lm_head_chunk_rows = 0);
 
 // The plan's peak for one configuration: static (weights; gradients and optimizer state of the trainable
 // parameters) plus activations.
 int64_t planned_peak_bytes(const model::ParameterLayout& layout, const model::PrecisionPlan& precision, int64_t tokens,
                            model::Recompute recompute, bool update_in_backward = false, LoraFit lora = {},
-                           int64_t keep_last_layers = 0);
+                           int64_t keep_last_layers = 0, int64_t lm_head_chunk_rows = 0);
 
 // optimizer.precision (+ "+int8" for optimizer.state int8) -> its plan; fails naming the precision.
 const model::PrecisionPlan& precision_plan(const std::string& precision, const std::string& state);

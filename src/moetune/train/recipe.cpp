@@ -25,7 +25,7 @@ constexpr const char* kDefaultRecipe = R"({
   "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 0, "epochs": 1.0,
                "seed": 1234, "device": "auto", "max_nonfinite_steps": 0, "aux_loss": "config",
                "aux_loss_coef": "config", "freeze": [], "router_bias_update_rate": 0.0, "profile": false,
-               "recompute": "none", "recompute_keep_layers": 0},
+               "recompute": "none", "recompute_keep_layers": 0, "lm_head_chunk_rows": 0},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32", "state": "fp32", "update_in_backward": "auto",
                 "lazy_embedding": "auto", "norm_in_backward": "off"},
@@ -193,7 +193,8 @@ Recipe to_recipe(const json& j, const std::string& source) {
   const bool micro_batch_auto = t["micro_batch_size"] == "auto";
   r.training = {micro_batch_auto ? int64_t(1) : t["micro_batch_size"].get<int64_t>(), t["gradient_accumulation_steps"], t["max_steps"], t["epochs"], t["seed"],
                 t["device"], t["max_nonfinite_steps"], t["aux_loss"], std::nullopt, t["freeze"],
-                t["router_bias_update_rate"], t["profile"], t["recompute"], t["recompute_keep_layers"], micro_batch_auto};
+                t["router_bias_update_rate"], t["profile"], t["recompute"], t["recompute_keep_layers"], micro_batch_auto,
+                t["lm_head_chunk_rows"]};
   if (t["aux_loss_coef"].is_number()) r.training.aux_loss_coef = t["aux_loss_coef"].get<double>();
   else if (t["aux_loss_coef"] != "config")
     fail("{}: 'training.aux_loss_coef' must be config or a number, got {}", source, io::abbreviated_dump(t["aux_loss_coef"]));
@@ -247,6 +248,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
           "'data.validation_fraction' must be in [0, 1)");
   require(r.training.micro_batch_size >= 1, source, "'training.micro_batch_size' must be at least 1");
   require(r.training.recompute_keep_layers >= 0, source, "'training.recompute_keep_layers' must not be negative");
+  require(r.training.lm_head_chunk_rows >= 0, source, "'training.lm_head_chunk_rows' must not be negative (0: auto)");
   require(r.training.router_bias_update_rate >= 0, source, "'training.router_bias_update_rate' must not be negative");
   require(r.training.gradient_accumulation_steps >= 1, source, "'training.gradient_accumulation_steps' must be at least 1");
   require(r.training.max_steps >= 0, source, "'training.max_steps' must not be negative");

@@ -71,6 +71,10 @@ struct Recipe {
     // micro_batch_size: auto. The trainer picks the largest micro-batch the memory plan fits on the GPU
     // (train/micro_batch_fit.h), turning recomputation on when not even one row fits without it.
     bool micro_batch_auto = false;
+    // The GPU engine's fused LM head + loss runs the rows in chunks of this many (ops/cuda/linear_cross_entropy.h),
+    // each holding [rows, vocabulary] bf16 logits; the memory plan counts the same. 0: as many whole 256-row
+    // blocks as fit 640 MiB of logits (ops/lm_head_chunk.h; 2048 rows at Moonlight's 163,840 classes).
+    int64_t lm_head_chunk_rows = 0;
   } training;
 
   struct Optimizer {

@@ -138,7 +138,7 @@ void fit_micro_batch_to_gpu(Recipe& r, int world, bool log) {
   const MicroBatchFit fit = fit_micro_batch(layout, precision_plan(r.optimizer.precision, r.optimizer.state),
                                             r.data.max_length, cuda_total_memory_bytes(),
                                             model::parse_recompute(r.training.recompute), updates_in_backward(r, world), lora,
-                                            r.training.recompute_keep_layers);
+                                            r.training.recompute_keep_layers, r.training.lm_head_chunk_rows);
   if (fit.micro_batch_size == 0) fail("{}", fit.reason);
   r.training.micro_batch_size = fit.micro_batch_size;
   r.training.recompute = model::recompute_name(fit.recompute);

@@ -43,17 +43,23 @@ void require_full_fine_tuning_for_latent_attention(const ModelWeights& weights) 
 }  // namespace
 
 void CausalLM::zero_grad() {
-  for (const Tensor& run : store_->replicated_grad_runs()) {
-    char* begin = static_cast<char*>(run.raw_data());
-    char* end = begin + run.nbytes();
-    char* kept = kept_gradient_.defined() ? static_cast<char*>(kept_gradient_.raw_data()) : nullptr;
-    if (kept >= begin && kept < end) {  // the run around the kept gradient
-      char* kept_end = kept + kept_gradient_.nbytes();
-      zero_bytes(begin, run.device(), size_t(kept - begin));
-      zero_bytes(kept_end, run.device(), size_t(end - kept_end));
-    } else {
-      zero_bytes(begin, run.device(), run.nbytes());
+  // The byte ranges of the replicated runs left alone, in address order.
+  std::vector<std::pair<char*, char*>> left_alone;
+  for (const Tensor& grad : {kept_gradient_, written_head_gradient_})
+    if (grad.defined()) {
+      char* begin = static_cast<char*>(grad.raw_data());
+      left_alone.emplace_back(begin, begin + grad.nbytes());
     }
+  std::sort(left_alone.begin(), left_alone.end());
+  for (const Tensor& run : store_->replicated_grad_runs()) {
+    char* at = static_cast<char*>(run.raw_data());
+    char* const end = at + run.nbytes();
+    for (const auto& [skip_begin, skip_end] : left_alone) {
+      if (skip_begin < at || skip_begin >= end) continue;  // in another run
+      zero_bytes(at, run.device(), size_t(skip_begin - at));
+      at = skip_end;
+    }
+    zero_bytes(at, run.device(), size_t(end - at));
   }
   store_->zero_layer_arena();
   const auto overwritten = [&](const Tensor& grad) {
@@ -90,6 +96,15 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
   for (const auto& sublayer : sublayers_)
     if (sublayer.moe)
       for (const Tensor& grad : sublayer.moe->overwritten_gradients()) overwritten_gradients_.push_back(grad);
+  set_head_gradient_written(true);
+}
+
+void CausalLM::set_head_gradient_written(bool on) {
+  // Between zero_grad() and the step's first backward pass the gradient holds the last step's: a pass that adds
+  // needs it zeroed.
+  if (!on && written_head_gradient_.defined() && next_backward_overwrites_)
+    zero_bytes(written_head_gradient_.raw_data(), written_head_gradient_.device(), written_head_gradient_.nbytes());
+  written_head_gradient_ = on && !spec().tie_word_embeddings ? head_.grad : Tensor();
 }
 
 void CausalLM::set_recompute(Recompute mode, int64_t keep_last_layers) {
@@ -168,7 +183,10 @@ CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   PhaseScope phase("lm_head+loss");
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
   Tensor dnormed = device_like(f.normed.shape());
-  ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, lm_scale, loss_sum, dnormed, head_.grad);
+  // The step's first pass writes the untied head's gradient whole: zero_grad() left it alone.
+  const bool write_head_gradient = context.overwrite_gradients && written_head_gradient_.defined();
+  ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, lm_scale, loss_sum, dnormed, head_.grad,
+                                  lm_head_chunk_rows_, write_head_gradient);
   f.normed = Tensor();
   Tensor aux_loss;
   if (with_aux) {
@@ -200,7 +218,7 @@ CausalLMOutput CausalLM::loss(const Batch& batch) {
   Forward f = run_layers(context, with_aux);
   clear_stashes();
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
-  ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, 1.0, loss_sum);
+  ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, 1.0, loss_sum, {}, {}, lm_head_chunk_rows_);
   CausalLMOutput out;
   out.num_tokens = device_batch.scored;
   const double divisor = batch.num_items_in_batch.value_or(double(device_batch.scored));

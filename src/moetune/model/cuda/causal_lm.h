@@ -74,6 +74,14 @@ class CausalLM final : public LanguageModel {
   // Told, in forward_backward's backward pass, before layer L's backward (and recomputation) runs: QLoRA
   // dequantizes the layer's frozen base there again (model/cuda/nf4_base.h).
   void on_layer_backward(LayerStarting hook) { layer_backward_ = std::move(hook); }
+  // training.lm_head_chunk_rows: the fused LM head + loss's chunk height (ops/cuda/linear_cross_entropy.h), in
+  // training and evaluation; 0 (the default) picks ops/lm_head_chunk.h's, which the memory plan assumes unless
+  // told the same number.
+  void set_lm_head_chunk_rows(int64_t rows) { lm_head_chunk_rows_ = rows; }
+  // On (the default): an untied, trainable LM head's gradient is written whole by a step's first backward pass
+  // (StepContext::overwrite_gradients: its first chunk's d(W) with beta 0) and zero_grad() leaves it alone. Off:
+  // zero_grad() zeroes it and every pass adds, the path before; the tests compare the two, bit for bit.
+  void set_head_gradient_written(bool on);
   // training.recompute: which sublayers keep only their input for the backward pass (model/recompute.h); the
   // last `keep_last_layers` layers keep their stash anyway (training.recompute_keep_layers).
   void set_recompute(Recompute mode, int64_t keep_last_layers = 0);
@@ -92,7 +100,9 @@ class CausalLM final : public LanguageModel {
   Device device() const override { return Device::cuda(); }
   // Leaves alone an expert-gradient run whose every gradient a MoE block overwrites on the step's first backward
   // pass (StepContext::overwrite_gradients): zeroing them would only cost bandwidth (4.8 GB per step on the
-  // 4-layer Qwen3-30B-A3B cut). The runs' alignment gaps and padding are never written, so they stay zero.
+  // 4-layer Qwen3-30B-A3B cut). The runs' alignment gaps and padding are never written, so they stay zero. In
+  // the replicated runs it leaves alone the untied head's gradient, which that pass writes too (671 MB on
+  // Moonlight), and the kept gradient (keep_gradient_in_zero_grad).
   void zero_grad() override;
   void set_lora_draw(uint64_t draw) override { lora_draw_ = draw; }
   void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const override;
@@ -141,6 +151,11 @@ class CausalLM final : public LanguageModel {
   // What the MoE blocks write whole on a step's first backward pass (StepContext::overwrite_gradients), which
   // zero_grad() therefore leaves alone.
   std::vector<Tensor> overwritten_gradients_;
+  // The LM head's gradient when the step's first backward pass writes it whole (set_head_gradient_written):
+  // untied and trainable. Undefined otherwise: a tied head's gradient is the embedding's, which the embedding's
+  // backward pass adds to as well.
+  Tensor written_head_gradient_;
+  int64_t lm_head_chunk_rows_ = 0;  // set_lm_head_chunk_rows
   // No backward pass since the gradients were made or zero_grad(): the next forward_backward is a step's first
   // micro-batch. Only zero_grad() sets it.
   bool next_backward_overwrites_ = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/core/device.h"
 #include "moetune/ops/cuda/cross_entropy_kernels.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/gemm_candidates.h"
@@ -33,7 +34,8 @@ size_t linear_cross_entropy_workspace_bytes(int64_t rows, int64_t vocab, int64_t
 }
 
 void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets, double grad_scale,
-                          const Tensor& loss_sum, const Tensor& dhidden, const Tensor& dweight, int64_t chunk_rows) {
+                          const Tensor& loss_sum, const Tensor& dhidden, const Tensor& dweight, int64_t chunk_rows,
+                          bool write_dweight) {
   check_gpu_matrix(hidden, "hidden");
   check_gpu_matrix(weight, "weight");
   const int64_t rows = hidden.size(0), width = hidden.size(1), vocab = weight.size(0);
@@ -58,7 +60,10 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
                   weight.str());
   }
   const int64_t chunk = linear_cross_entropy_chunk_rows(rows, vocab, chunk_rows);
-  if (rows == 0) return;
+  if (rows == 0) {
+    if (write_dweight && dweight.defined()) zero_bytes(dweight.raw_data(), dweight.device(), dweight.nbytes());
+    return;
+  }
   const bool backward = dhidden.defined() || dweight.defined();
 
   // Freed stream-ordered when these go out of scope, after the work queued on them.
@@ -78,14 +83,16 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
     // chunk_logits now holds grad_scale · d(loss)/d(logits).
     if (dhidden.defined()) matmul(chunk_logits, false, weight, false, dhidden.narrow(start, length));
     if (dweight.defined()) {
+      // The first chunk writes a gradient whose old contents are not wanted; every later one adds.
+      const float beta = write_dweight && start == 0 ? 0.0f : 1.0f;
       // cuBLASLt's 128x160 tiles run this [V, H] += [c, V]ᵀ·[c, H] (K = c, beta 1) at ~740-760 TFLOP/s where
       // the heuristic's first pick (256x128 or 128x256) reaches 580-680, at both vocabularies and c = 768 to
       // 1024; at c = 2048 the heuristic's pick is the faster (781 against 735; tests/gpu/test_lm_head_timing.cpp,
       // docs/benchmarks.md).
       if (length <= kShortWeightGradientK)
-        matmul_with_tile(GemmTile::k128x160, chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+        matmul_with_tile(GemmTile::k128x160, chunk_logits, true, hidden_rows, false, dweight, 1.0f, beta);
       else
-        matmul(chunk_logits, true, hidden_rows, false, dweight, 1.0f, 1.0f);
+        matmul(chunk_logits, true, hidden_rows, false, dweight, 1.0f, beta);
     }
   }
   gpu::check(launch_sum_into(losses, rows, static_cast<float*>(loss_sum.raw_data()), gpu::stream()),

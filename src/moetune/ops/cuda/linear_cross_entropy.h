@@ -17,12 +17,16 @@ namespace moetune::ops::cuda {
 // gradient zero): a bad label is reported by the loss the trainer reads, without a host synchronisation here.
 // When dhidden is defined, writes dhidden = grad_scale · d(loss_sum)/d(hidden) ([T, H] BF16 or F32); when
 // dweight is defined, accumulates dweight += grad_scale · d(loss_sum)/d(W) ([V, H] BF16 or F32; a BF16
-// dweight is rounded once per chunk). chunk_rows = 0 picks chunks whose bf16 logits take at most 256 MiB, in
+// dweight is rounded once per chunk). chunk_rows = 0 picks chunks whose bf16 logits take at most 640 MiB, in
 // whole 256-row blocks (ops/lm_head_chunk.h).
+// write_dweight: dweight = (not +=) that gradient, what it held never read: the first chunk's GEMM runs with
+// beta 0, the others add to it as before (T = 0 zeroes it). A step's first backward pass writes the LM head's
+// gradient so, instead of having it zeroed first (model/cuda/step_context.h overwrite_gradients); beta 0 gives
+// the bits beta 1 gives into zeros, and skips reading the 671 MB of Moonlight's head gradient once.
 // The result is deterministic (no atomics).
 void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets, double grad_scale,
                           const Tensor& loss_sum, const Tensor& dhidden = {}, const Tensor& dweight = {},
-                          int64_t chunk_rows = 0);
+                          int64_t chunk_rows = 0, bool write_dweight = false);
 
 // Bytes of scratch the call allocates (for the memory plan), for T rows and V classes; the GEMM library's
 // persistent workspace (gemm_workspace_bytes()) is not included.

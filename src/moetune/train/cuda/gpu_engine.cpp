@@ -93,6 +93,7 @@ class GpuEngine final : public TrainingEngine {
       model_.on_layer_backward([this](int64_t layer) { nf4_->dequantize_layer(layer); });
     }
     model_.set_recompute(model::parse_recompute(r.training.recompute), r.training.recompute_keep_layers);
+    model_.set_lm_head_chunk_rows(r.training.lm_head_chunk_rows);
     norm_squared_ = Tensor::empty({1}, DType::F32, Device::cuda());
     coefficient_ = Tensor::empty({1}, DType::F32, Device::cuda());
   }
