@@ -27,6 +27,7 @@ using testing::poisoned;
 const Device kGpu = Device::cuda();
 constexpr float kEps = 1e-6f;
 constexpr int kRowsInRegisters[] = {1, 2, 4, 8};
+constexpr int kBackwardRowsInRegisters[] = {1, 2, 4};  // 8 rows: 255 registers, too many for a 256-thread block
 
 std::vector<char> bytes_of(const Tensor& t) {
   const Tensor host = t.to(Device::cpu());
@@ -123,7 +124,7 @@ TEST_F(RowKernelsGpu, NormRowsInRegistersGiveTheOneRowKernelsBits) {
       for (const Case c : {Case{false, Dx::Fresh}, Case{true, Dx::Fresh}, Case{true, Dx::Residual}, Case{false, Dx::Dy}}) {
         const Tensor r = c.residual ? residual : Tensor();
         const std::vector<char> expected = norm_backward(0, dy, x, weight, r, dweight, c.dx);
-        for (const int rows : kRowsInRegisters)
+        for (const int rows : kBackwardRowsInRegisters)
           EXPECT_EQ(norm_backward(rows, dy, x, weight, r, dweight, c.dx), expected)
               << "backward, " << rows << " rows, dweight " << dtype_name(dweight_dtype) << ", residual "
               << c.residual << ", dx storage " << int(c.dx);
@@ -234,7 +235,7 @@ TEST_F(RowKernelsGpu, DISABLED_TimesMoonlightShapes) {
       report(what, ms, 2 * tensor_bytes);
     }
     for (const bool with_residual : {false, true})
-      for (const int rows : {0, 1, 2, 4, 8}) {
+      for (const int rows : {0, 1, 2, 4}) {
         const double ms = testing::mean_gpu_ms(
             [&] {
               gpu::check(ops::cuda::launch_rms_norm_backward_with(

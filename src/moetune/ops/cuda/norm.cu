@@ -310,7 +310,7 @@ cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy,
     case 1: status = backward_rows<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
     case 2: status = backward_rows<2>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
     case 4: status = backward_rows<4>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
-    case 8: status = backward_rows<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
+    // No 8: its 255 registers a thread left a 256-thread block out of resources (cudaErrorLaunchOutOfResources, H200).
     default: return cudaErrorInvalidValue;
   }
   if (status != cudaSuccess || dweight == nullptr) return status;  // no dweight: a frozen norm
