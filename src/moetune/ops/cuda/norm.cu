@@ -207,14 +207,19 @@ bool vectorizable(int64_t width, std::initializer_list<const void*> pointers) {
 
 int64_t backward_blocks(int64_t rows) { return std::min(rows, kBackwardBlocks); }
 
-// Rows of at most this many chunks fit the rows-in-registers kernels: one chunk per thread of a block of at most
-// 512 threads, row_block_threads' cap, so the block (and its block_sum order) is the one-row kernels' block.
-constexpr int64_t kMaxRegisterChunks = 512;
-// Rows a block holds at once (tests/gpu/test_row_kernels_gpu.cpp times 1, 2, 4 and 8). Registers at width 2048
-// (256 threads, sm_90a): forward 39/48/72/118, backward 72/94/162/255, so an SM holds two blocks of the
-// backward with 2 rows but only one with 4.
-constexpr int kForwardRowsInRegisters = 4;
-constexpr int kBackwardRowsInRegisters = 2;
+// Rows of at most this many chunks (2048 elements) fit the rows-in-registers kernels: one chunk per thread of a
+// block of at most 256 threads, so the block (and its block_sum order) is the one-row kernels' block. (At 4096
+// elements the block has 512 threads, and the 4-row backward's 162 registers a thread are more than an SM has:
+// cudaErrorLaunchOutOfResources on the H200.)
+constexpr int64_t kMaxRegisterChunks = 256;
+// Rows a block holds at once, by width, as measured (H200, session 10, RowKernelsGpu.DISABLED_TimesMoonlightShapes,
+// 8192 rows): at 2048 the one-row kernels are the faster (forward 23.6 us against 24.8 / 25.7 / 31.3 / 34.5 for 1, 2,
+// 4, 8 rows; backward 47.3 against 58.8 / 59.2 / 82.2, with a residual 54.1 against 62.8 / 62.4 / 86.6), at 512
+// (MLA's kv_a_layernorm) the rows-in-registers ones (forward 2 rows 6.1 us against 7.9; backward 4 rows 16.8 against
+// 21.5, with a residual 17.3 against 23.5). Registers at width 2048 (sm_90a): forward 39/48/72/118, backward
+// 72/94/162/255 for 1/2/4/8 rows.
+int forward_rows_in_registers(int64_t width) { return width <= 512 ? 2 : 0; }
+int backward_rows_in_registers(int64_t width) { return width <= 512 ? 4 : 0; }
 
 bool fits_registers(int64_t width, std::initializer_list<const void*> pointers) {
   return vectorizable(width, pointers) && width / kChunk <= kMaxRegisterChunks;
@@ -279,7 +284,7 @@ cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, c
 
 cudaError_t launch_rms_norm_forward(const void* x, const void* weight, void* y, int64_t rows, int64_t width,
                                     float eps, cudaStream_t stream) {
-  const int rows_in_registers = fits_registers(width, {x, weight, y}) ? kForwardRowsInRegisters : 0;
+  const int rows_in_registers = fits_registers(width, {x, weight, y}) ? forward_rows_in_registers(width) : 0;
   return launch_rms_norm_forward_with(rows_in_registers, x, weight, y, rows, width, eps, stream);
 }
 
@@ -322,7 +327,7 @@ cudaError_t launch_rms_norm_backward(const void* dy, const void* x, const void* 
                                      float eps, void* workspace, cudaStream_t stream) {
   // The workspace is aligned for the partials' 16-byte stores whenever the width is (gpu::allocate aligns it).
   const int rows_in_registers =
-      fits_registers(width, {dy, x, weight, residual, dx, workspace}) ? kBackwardRowsInRegisters : 0;
+      fits_registers(width, {dy, x, weight, residual, dx, workspace}) ? backward_rows_in_registers(width) : 0;
   return launch_rms_norm_backward_with(rows_in_registers, dy, x, weight, residual, dx, dweight, dweight_is_bf16,
                                        rows, width, eps, workspace, stream);
 }
