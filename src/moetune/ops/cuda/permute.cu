@@ -117,6 +117,27 @@ __global__ void permute_rows_kernel(const Unit* __restrict__ x, const int32_t* _
   }
 }
 
+// A gather-sum's column of kVec sums: started from the residual's values (zero without one), stored rounded.
+template <typename T, int kVec>
+__device__ __forceinline__ void start_sum(const T* residual, float (&acc)[kVec]) {
+  if (residual) {
+    const Pack<T, kVec> r = *reinterpret_cast<const Pack<T, kVec>*>(residual);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[i] = to_f32(r.v[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[i] = 0.0f;
+  }
+}
+
+template <typename T, int kVec>
+__device__ __forceinline__ void store_sum(const float (&acc)[kVec], T* out) {
+  Pack<T, kVec> o;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) o.v[i] = from_f32<T>(acc[i]);
+  *reinterpret_cast<Pack<T, kVec>*>(out) = o;
+}
+
 // residual and out may be the same rows: each element is read before the same thread writes it.
 template <typename T, int kVec>
 __global__ void gather_sum_rows_kernel(const T* __restrict__ rows, const int32_t* __restrict__ row_of,
@@ -130,14 +151,7 @@ __global__ void gather_sum_rows_kernel(const T* __restrict__ rows, const int32_t
   for (int64_t c = lane_id(); c < hidden / kVec; c += kWarpSize) {
     const int64_t column = c * kVec;
     float acc[kVec];
-    if (residual) {
-      const P r = *reinterpret_cast<const P*>(residual + token * hidden + column);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] = to_f32(r.v[i]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] = 0.0f;
-    }
+    start_sum<T, kVec>(residual ? residual + token * hidden + column : nullptr, acc);
     for (int j = 0; j < top_k; ++j) {
       const int64_t row = token_rows[j];
       if (row >= kept_rows) continue;  // a choice made elsewhere: it names no row here
@@ -146,10 +160,7 @@ __global__ void gather_sum_rows_kernel(const T* __restrict__ rows, const int32_t
 #pragma unroll
       for (int i = 0; i < kVec; ++i) acc[i] += w * to_f32(y.v[i]);
     }
-    P o;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) o.v[i] = from_f32<T>(acc[i]);
-    *reinterpret_cast<P*>(out + token * hidden + column) = o;
+    store_sum<T, kVec>(acc, out + token * hidden + column);
   }
 }
 
@@ -175,14 +186,7 @@ __global__ void gather_sum_hoisted_rows_kernel(const T* __restrict__ rows, const
   for (int64_t c = lane_id(); c < hidden / kVec; c += kWarpSize) {
     const int64_t column = c * kVec;
     float acc[kVec];
-    if (residual) {
-      const P r = *reinterpret_cast<const P*>(residual + token * hidden + column);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] = to_f32(r.v[i]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] = 0.0f;
-    }
+    start_sum<T, kVec>(residual ? residual + token * hidden + column : nullptr, acc);
     P y[kMaxHoistedChoices];
 #pragma unroll
     for (int j = 0; j < kMaxHoistedChoices; ++j)
@@ -193,10 +197,7 @@ __global__ void gather_sum_hoisted_rows_kernel(const T* __restrict__ rows, const
 #pragma unroll
       for (int i = 0; i < kVec; ++i) acc[i] += w[j] * to_f32(y[j].v[i]);
     }
-    P o;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) o.v[i] = from_f32<T>(acc[i]);
-    *reinterpret_cast<P*>(out + token * hidden + column) = o;
+    store_sum<T, kVec>(acc, out + token * hidden + column);
   }
 }
 
