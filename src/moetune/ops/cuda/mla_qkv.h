@@ -29,7 +29,9 @@ void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, cons
                       const Tensor& dk_rope);
 
 // q [T, heads, nope + rope] in place: the rope columns of each head rotated as mla_qkv_forward rotates q_proj's
-// (q_proj becomes attention's q without a copy), or with `backward` by the transpose (dq becomes dq_proj).
+// (q_proj becomes attention's q without a copy), or with `backward` by the transpose (dq becomes dq_proj). The MLA
+// block runs the one-launch functions below; this and the k/v-only modes above are what the tests compare them
+// with, and their kernels are the one-launch launchers' fallback for the shapes those do not take.
 void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& positions, const MlaQkvLayout& layout,
                          bool backward);
 

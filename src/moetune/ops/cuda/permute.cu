@@ -93,28 +93,14 @@ __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// Each lane copies kUnroll units of the row at a time, all loaded before any is stored, so that a warp has
-// kUnroll·32 loads in flight rather than one unit's worth per lane (kUnroll 1: the loop as it was).
-template <typename Unit, int kUnroll>
+template <typename Unit>
 __global__ void permute_rows_kernel(const Unit* __restrict__ x, const int32_t* __restrict__ source, int64_t rows,
                                     int64_t units_per_row, Unit* __restrict__ out) {
   const int64_t row = global_warp();
   if (row >= rows) return;
   const Unit* from = x + int64_t(source[row]) * units_per_row;
   Unit* to = out + row * units_per_row;
-  for (int64_t base = lane_id(); base < units_per_row; base += int64_t(kWarpSize) * kUnroll) {
-    Unit v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kWarpSize;
-      if (i < units_per_row) v[u] = from[i];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kWarpSize;
-      if (i < units_per_row) to[i] = v[u];
-    }
-  }
+  for (int64_t i = lane_id(); i < units_per_row; i += kWarpSize) to[i] = from[i];
 }
 
 // A gather-sum's column of kVec sums: started from the residual's values (zero without one), stored rounded.
@@ -245,19 +231,11 @@ unsigned warp_grid(int64_t items) {
   return blocks > INT_MAX ? 0u : unsigned(blocks);
 }
 
-// Units a lane copies at a time: 8 (with 16-byte units, a 4 KiB row in one pass of the warp).
-constexpr int kCopyUnroll = 8;
-
 template <typename Unit>
 cudaError_t launch_copy_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
-                             bool unrolled, cudaStream_t stream) {
-  const auto* from = static_cast<const Unit*>(x);
-  auto* to = static_cast<Unit*>(out);
-  const int64_t units = row_bytes / int64_t(sizeof(Unit));
-  if (unrolled)
-    permute_rows_kernel<Unit, kCopyUnroll><<<warp_grid(rows), kThreads, 0, stream>>>(from, source, rows, units, to);
-  else
-    permute_rows_kernel<Unit, 1><<<warp_grid(rows), kThreads, 0, stream>>>(from, source, rows, units, to);
+                             cudaStream_t stream) {
+  permute_rows_kernel<Unit><<<warp_grid(rows), kThreads, 0, stream>>>(
+      static_cast<const Unit*>(x), source, rows, row_bytes / int64_t(sizeof(Unit)), static_cast<Unit*>(out));
   return cudaGetLastError();
 }
 
@@ -359,26 +337,21 @@ cudaError_t launch_plan_permutation(const int32_t* expert_ids, int64_t choices, 
   return cudaGetLastError();
 }
 
-cudaError_t launch_permute_rows_with(bool unrolled, const void* x, const int32_t* source, int64_t rows,
-                                     int64_t row_bytes, void* out, cudaStream_t stream) {
+cudaError_t launch_permute_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
+                                cudaStream_t stream) {
   if (rows < 0 || row_bytes < 0 || (rows > 0 && warp_grid(rows) == 0)) return cudaErrorInvalidValue;
   if (rows == 0 || row_bytes == 0) return cudaSuccess;
   // The widest unit that divides the row and both base addresses.
   for (size_t unit : {16, 8, 4, 2}) {
     if (row_bytes % int64_t(unit) != 0 || !aligned_to(x, unit) || !aligned_to(out, unit)) continue;
     switch (unit) {
-      case 16: return launch_copy_rows<uint4>(x, source, rows, row_bytes, out, unrolled, stream);
-      case 8: return launch_copy_rows<uint2>(x, source, rows, row_bytes, out, unrolled, stream);
-      case 4: return launch_copy_rows<uint32_t>(x, source, rows, row_bytes, out, unrolled, stream);
-      case 2: return launch_copy_rows<uint16_t>(x, source, rows, row_bytes, out, unrolled, stream);
+      case 16: return launch_copy_rows<uint4>(x, source, rows, row_bytes, out, stream);
+      case 8: return launch_copy_rows<uint2>(x, source, rows, row_bytes, out, stream);
+      case 4: return launch_copy_rows<uint32_t>(x, source, rows, row_bytes, out, stream);
+      case 2: return launch_copy_rows<uint16_t>(x, source, rows, row_bytes, out, stream);
     }
   }
-  return launch_copy_rows<uint8_t>(x, source, rows, row_bytes, out, unrolled, stream);
-}
-
-cudaError_t launch_permute_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
-                                cudaStream_t stream) {
-  return launch_permute_rows_with(/*unrolled=*/true, x, source, rows, row_bytes, out, stream);
+  return launch_copy_rows<uint8_t>(x, source, rows, row_bytes, out, stream);
 }
 
 cudaError_t launch_gather_sum_rows_with(bool hoisted, RowType type, const void* rows, const int32_t* row_of,

@@ -1,15 +1,11 @@
-// The row-copy and row-sum launchers of permute_kernels.h with the kernel named instead of picked: for the GPU
-// tests that check the kernel shapes give the same bits and time them against each other
-// (tests/gpu/test_row_kernels_gpu.cpp). The engine calls the plain launchers, which take the faster shape.
+// The row-sum launcher of permute_kernels.h with the kernel named instead of picked: for the GPU
+// tests that check the two kernel shapes give the same bits and time them against each other
+// (tests/gpu/test_row_kernels_gpu.cpp). The engine calls the plain launcher, which takes the faster shape.
 #pragma once
 
 #include "moetune/ops/cuda/permute_kernels.h"
 
 namespace moetune::ops::cuda {
-
-// unrolled false: each lane copies one unit at a time (the kernel before session 10); true: kCopyUnroll units.
-cudaError_t launch_permute_rows_with(bool unrolled, const void* x, const int32_t* source, int64_t rows,
-                                     int64_t row_bytes, void* out, cudaStream_t stream);
 
 // hoisted false: the loop over the choices reads each choice's row and weight per column (the kernel before
 // session 10, and the one for top_k > 8 or unaligned rows); true: they are read once per token and the rows'
