@@ -113,12 +113,22 @@ TEST_F(GemmGpu, EveryRankedCandidateMatchesCpu) {
     EXPECT_LT(relative_error(d, expected), kBf16Tolerance);
   }
   EXPECT_THROW(ops::cuda::matmul_candidate(int(candidates.size()) + 1000, a, false, b, false, d0), Error);
-  // A preferred tile shape: that algorithm where the heuristic offers it, its first otherwise; right either way.
-  {
+  // The tuned matmul (the fastest candidate, timed in place at the problem's first beta-0 call): right when it
+  // is met first adding (beta 1: no timing, the heuristic's first), and when met first writing, then adding.
+  for (const bool write_first : {false, true}) {
+    SCOPED_TRACE(write_first ? "tuned, met first writing" : "tuned, met first adding");
     const Tensor d = Tensor::empty({m, n}, DType::BF16, Device::cuda());
-    gpu::check(cudaMemcpyAsync(d.raw_data(), d0.raw_data(), d0.nbytes(), cudaMemcpyDeviceToDevice, gpu::stream()), "copy");
-    ops::cuda::matmul_with_tile(ops::cuda::GemmTile::k128x160, a, false, b, false, d, 1.0f, 1.0f);
-    EXPECT_LT(relative_error(d, expected), kBf16Tolerance);
+    // A view at an offset of its own gives the problem its own plan (alignments are part of the key) per round.
+    const Tensor held = Tensor::empty({m + 1, n}, DType::BF16, Device::cuda());
+    const Tensor view = held.narrow(write_first ? 1 : 0, m);
+    if (write_first) {
+      ops::cuda::matmul_tuned(a, false, b, false, view, 1.0f, 0.0f);
+      EXPECT_LT(relative_error(view, reference_matmul(a, false, b, false, m, k, n, 1.0f, 0.0f, to_cpu_f32(d0))),
+                kBf16Tolerance);
+    }
+    gpu::check(cudaMemcpyAsync(view.raw_data(), d0.raw_data(), d0.nbytes(), cudaMemcpyDeviceToDevice, gpu::stream()), "copy");
+    ops::cuda::matmul_tuned(a, false, b, false, view, 1.0f, 1.0f);
+    EXPECT_LT(relative_error(view, expected), kBf16Tolerance);
   }
   // K split in parts, where the first algorithm allows it (a refusal is an Error, never a wrong result).
   for (const int parts : {1, 2, 4}) {

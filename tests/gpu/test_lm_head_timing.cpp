@@ -86,17 +86,17 @@ TEST_F(LmHeadTiming, DISABLED_PartsPerChunkHeight) {
       }, 3);
       const Tensor x = h.hidden.narrow(0, chunk), l = logits.narrow(0, chunk), dx = h.dhidden.narrow(0, chunk);
       const double gemm_flop = 2.0 * double(chunk) * double(vocab) * double(kWidth);
-      const double t_logits = time_ms([&] { ops::cuda::matmul(x, false, h.weight, true, l); });
+      const double t_logits = time_ms([&] { ops::cuda::matmul_tuned(x, false, h.weight, true, l); });
       const double t_ce = time_ms([&] {
         gpu::check(ops::cuda::launch_cross_entropy_rows(l.raw_data(), targets, chunk, vocab, 1e-4f, true,
                                                         static_cast<float*>(row_losses.raw_data()), gpu::stream()),
                    "cross-entropy");
       });
-      const double t_dx = time_ms([&] { ops::cuda::matmul(l, false, h.weight, false, dx); });
-      // d(weight) as the op runs it (128x160 tiles) and as cuBLASLt's heuristic would (what the op ran before).
-      const double t_dw = time_ms([&] {
-        ops::cuda::matmul_with_tile(ops::cuda::GemmTile::k128x160, l, true, x, false, h.dweight, 1.0f, 1.0f);
-      });
+      const double t_dx = time_ms([&] { ops::cuda::matmul_tuned(l, false, h.weight, false, dx); });
+      // d(weight) as the op runs it (the fastest candidate, timed at its first call: beta 0 here) and as
+      // cuBLASLt's heuristic would.
+      ops::cuda::matmul_tuned(l, true, x, false, h.dweight, 1.0f, 0.0f);
+      const double t_dw = time_ms([&] { ops::cuda::matmul_tuned(l, true, x, false, h.dweight, 1.0f, 1.0f); });
       const double t_dw_first = time_ms([&] { ops::cuda::matmul(l, true, x, false, h.dweight, 1.0f, 1.0f); });
       const double chunks = double(kRows) / double(chunk);
       std::printf("lmhead vocab %lld chunk %lld%s (%lld chunks, logits %.0f MB): whole %.2f ms (%.0f TFLOP/s) | "
@@ -124,6 +124,48 @@ TEST_F(LmHeadTiming, DISABLED_WeightGradientRoundingPerChunkHeight) {
     std::printf("lmhead d(weight) in bf16 at chunk %lld (%lld roundings): relative error %.3e against fp32\n",
                 (long long)chunk, (long long)((kRows + chunk - 1) / chunk),
                 testing::relative_error(rounded, testing::to_cpu_f32(exact)));
+  }
+}
+
+// The whole op with its GEMMs tuned (ops/cuda/gemm_candidates.h: matmul_tuned) against the heuristic's first
+// algorithms, alternating, at the default chunk; and whether the ranked candidates of each GEMM give the first's
+// bits (they may differ in how they split K): whether the tuned choice can change a run's numbers.
+TEST_F(LmHeadTiming, DISABLED_TunedAgainstFirstAlgorithms) {
+  std::mt19937 rng(7);
+  for (const int64_t vocab : {151936, 163840}) {
+    Head h = make_head(vocab, rng);
+    const double step_flop = 6.0 * double(kRows) * double(kWidth) * double(vocab);
+    for (int round = 0; round < 2; ++round)
+      for (const bool tuned : {false, true}) {
+        ops::cuda::set_gemm_tuning(tuned);
+        const double ms = time_ms([&] {
+          ops::cuda::linear_cross_entropy(h.hidden, h.weight, h.targets, 1e-4, h.loss, h.dhidden, h.dweight, 0, true);
+        }, 5);
+        std::printf("lmhead vocab %lld whole op, %s: %.3f ms (%.0f TFLOP/s)\n", (long long)vocab,
+                    tuned ? "tuned" : "heuristic's first", ms, tflops(step_flop, ms));
+      }
+    ops::cuda::set_gemm_tuning(true);
+    const int64_t chunk = ops::cuda::linear_cross_entropy_chunk_rows(kRows, vocab, 0);
+    const Tensor logits = tiled_random(chunk, vocab, rng, 1e-4f);
+    const Tensor x = h.hidden.narrow(0, chunk), dx = h.dhidden.narrow(0, chunk);
+    using testing::GemmProblem;
+    for (const GemmProblem& g : {GemmProblem{"logits", x, false, h.weight, true, Tensor::empty({chunk, vocab}, DType::BF16, Device::cuda()), 0.0f},
+                                 GemmProblem{"dhidden", logits, false, h.weight, false, dx, 0.0f},
+                                 GemmProblem{"dweight", logits, true, x, false, h.dweight, 0.0f}}) {
+      const size_t count = ops::cuda::matmul_candidates(g.a, g.transpose_a, g.b, g.transpose_b, g.d, 8).size();
+      ops::cuda::matmul_candidate(0, g.a, g.transpose_a, g.b, g.transpose_b, g.d);
+      const Tensor first = g.d.to(Device::cpu());
+      const auto* first_bits = static_cast<const uint16_t*>(first.raw_data());
+      for (size_t i = 1; i < count; ++i) {
+        ops::cuda::matmul_candidate(int(i), g.a, g.transpose_a, g.b, g.transpose_b, g.d);
+        const Tensor bits = g.d.to(Device::cpu());
+        const auto* candidate_bits = static_cast<const uint16_t*>(bits.raw_data());
+        int64_t differ = 0;
+        for (int64_t e = 0; e < bits.numel(); ++e) differ += candidate_bits[e] != first_bits[e];
+        std::printf("lmhead vocab %lld chunk %lld %s candidate %zu: %lld of %lld elements differ from candidate 0's\n",
+                    (long long)vocab, (long long)chunk, g.name, i, (long long)differ, (long long)bits.numel());
+      }
+    }
   }
 }
 

@@ -22,11 +22,11 @@ namespace moetune::ops::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-// How far down the heuristic's ranking a preferred tile shape is looked for (the LM head's d(weight) finds
-// 128x160 5th or 6th of 8).
-constexpr int kTileSearchDepth = 16;
-
-static_assert(uint32_t(GemmTile::k128x160) == CUBLASLT_MATMUL_TILE_128x160);
+// How many of the heuristic's ranked algorithms matmul_tuned times (the LM head's faster ones rank 2nd to 7th).
+constexpr int kTunedCandidates = 8;
+// matmul_tuned leaves the heuristic's first algorithm only for one at least this much faster: candidates within
+// the timing's noise (~1%) would otherwise swap from one process to the next.
+constexpr double kTuningMargin = 0.02;
 
 void check_cublas(cublasStatus_t status, std::string_view what) {
   if (status != CUBLAS_STATUS_SUCCESS)
@@ -67,7 +67,7 @@ struct PlanKey {
   uint32_t align_first = 0, align_second = 0, align_d = 0;
   int candidate = 0;  // which of the heuristic's ranked algorithms (0: its first, what matmul runs)
   int split_k = 0;    // K split into this many parts when > 0 (0: as the algorithm comes)
-  uint32_t tile = 0;  // when set (a cublasLtMatmulTile_t), the highest-ranked algorithm of this tile shape
+  bool tuned = false;  // the fastest of the first kTunedCandidates, timed (matmul_tuned)
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -124,7 +124,7 @@ class Plan {
       check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)),
                    "set MIN_ALIGNMENT");
 
-    ranked_.resize(size_t(std::max({limit, key.candidate + 1, key.tile ? kTileSearchDepth : 0})));
+    ranked_.resize(size_t(std::max({limit, key.candidate + 1, key.tuned ? kTunedCandidates : 0})));
     int returned = 0;
     check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, desc_, first_, second_, d_, d_, preference, int(ranked_.size()),
                                                 ranked_.data(), &returned),
@@ -138,12 +138,6 @@ class Plan {
                   key.d_type == CUDA_R_16BF ? "BF16" : "F32", key.align_second, key.align_first, key.align_d,
                   key.candidate);
     algo_ = ranked_[size_t(key.candidate)].algo;
-    if (key.tile) {
-      const auto same_tile = std::find_if(ranked_.begin(), ranked_.end(), [&](const auto& r) {
-        return algo_config(r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == key.tile;
-      });
-      if (same_tile != ranked_.end()) algo_ = same_tile->algo;
-    }
     if (key.split_k > 0) split(handle, key.split_k);
   }
   ~Plan() {
@@ -189,6 +183,39 @@ class Plan {
   // What the heuristic offered, best first.
   const std::vector<cublasLtMatmulHeuristicResult_t>& ranked() const { return ranked_; }
 
+  // Times each ranked algorithm on these operands, writing D (beta 0: the caller's D is about to be overwritten,
+  // so no scratch memory is needed), and keeps the fastest where it beats the heuristic's first by kTuningMargin.
+  // The host waits for the timings: once per problem and process.
+  void choose_fastest(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha,
+                      void* workspace) {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    gpu::check(cudaEventCreate(&start), "matmul_tuned: cudaEventCreate");
+    gpu::check(cudaEventCreate(&stop), "matmul_tuned: cudaEventCreate");
+    constexpr int kRepeats = 3;
+    double first_ms = 0.0, best_ms = 0.0;
+    cublasLtMatmulAlgo_t best = ranked_.front().algo;
+    for (size_t i = 0; i < ranked_.size(); ++i) {
+      algo_ = ranked_[i].algo;
+      const float beta = 0.0f;
+      auto launch = [&] {
+        return cublasLtMatmul(handle, desc_, &alpha, first, first_, second, second_, &beta, d, d_, d, d_, &algo_,
+                              workspace, kWorkspaceBytes, gpu::stream());
+      };
+      if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; an algorithm that will not run is not chosen
+      gpu::check(cudaEventRecord(start, gpu::stream()), "matmul_tuned: cudaEventRecord");
+      for (int r = 0; r < kRepeats; ++r) check_cublas(launch(), "cublasLtMatmul (timed)");
+      gpu::check(cudaEventRecord(stop, gpu::stream()), "matmul_tuned: cudaEventRecord");
+      gpu::check(cudaEventSynchronize(stop), "matmul_tuned: cudaEventSynchronize");
+      float ms = 0.0f;
+      gpu::check(cudaEventElapsedTime(&ms, start, stop), "matmul_tuned: cudaEventElapsedTime");
+      if (i == 0) first_ms = best_ms = ms;
+      if (i > 0 && ms < best_ms && ms < first_ms * (1.0 - kTuningMargin)) best_ms = ms, best = ranked_[i].algo;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    algo_ = best;
+  }
+
   void run(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha, float beta,
            void* workspace) const {
     check_cublas(cublasLtMatmul(handle, desc_, &alpha, first, first_, second, second_, &beta, d, d_, d, d_, &algo_,
@@ -222,7 +249,13 @@ class GemmLibrary {
   void run(const PlanKey& key, const void* first, const void* second, void* d, float alpha, float beta) {
     std::lock_guard lock(mutex_);
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<Plan>(handle_, key)).first;
+    if (it == plans_.end()) {
+      auto plan = std::make_unique<Plan>(handle_, key);
+      // A tuned problem met first with beta ≠ 0 keeps the heuristic's first algorithm: D holds what the call adds
+      // to, so it cannot be written by timing runs.
+      if (key.tuned && beta == 0.0f) plan->choose_fastest(handle_, first, second, d, alpha, workspace_);
+      it = plans_.emplace(key, std::move(plan)).first;
+    }
     it->second->run(handle_, first, second, d, alpha, beta, workspace_);
   }
 
@@ -243,6 +276,8 @@ class GemmLibrary {
   void* workspace_ = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
 };
+
+bool g_tuning = true;  // set_gemm_tuning
 
 bool is_bf16_or_f32(DType dtype) { return dtype == DType::BF16 || dtype == DType::F32; }
 
@@ -304,13 +339,15 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   matmul_candidate(0, a, transpose_a, b, transpose_b, d, alpha, beta);
 }
 
-void matmul_with_tile(GemmTile tile, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                      const Tensor& d, float alpha, float beta) {
+void matmul_tuned(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d, float alpha,
+                  float beta) {
   std::optional<PlanKey> key = plan_key(a, transpose_a, b, transpose_b, d, beta);
   if (!key) return;
-  key->tile = uint32_t(tile);
+  key->tuned = g_tuning;
   run_plan(*key, a, b, d, alpha, beta);
 }
+
+void set_gemm_tuning(bool on) { g_tuning = on; }
 
 std::vector<GemmCandidate> matmul_candidates(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                                              const Tensor& d, int limit) {

@@ -1,6 +1,6 @@
 // cuBLASLt's heuristic ranks several algorithms for a GEMM; ops/cuda/gemm.h's matmul runs its first. These
-// expose the rest: a timing test measures them side by side (tests/gpu/test_lm_head_timing.cpp), and a caller
-// whose shape measured faster with another one (the LM head's d(weight)) runs that one. Kept out of gemm.h so that
+// expose the rest: a timing test measures them side by side (tests/gpu/test_lm_head_timing.cpp), and
+// matmul_tuned runs the fastest of them (the LM head's GEMMs). Kept out of gemm.h so that
 // its many users do not depend on it.
 #pragma once
 
@@ -21,15 +21,19 @@ struct GemmCandidate {
 std::vector<GemmCandidate> matmul_candidates(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                                              const Tensor& d, int limit = 16);
 
-// Tile shapes of cuBLASLt's algorithms (values of cublasLt.h's cublasLtMatmulTile_t).
-enum class GemmTile : uint32_t {
-  k128x160 = 29,
-};
+// matmul (same semantics and arguments) with the fastest of the heuristic's first 8 algorithms for the problem,
+// timed on the first call whose beta is 0 (in place: D is about to be written anyway, so the timing needs no
+// scratch memory; the host waits for it, once per problem and process). The heuristic's first stays unless another
+// is at least 2% faster; a problem first met with beta ≠ 0 keeps it for the life of the process, so every call
+// of one problem runs one algorithm. For large GEMMs whose best algorithm the heuristic misses by shape: at 2048
+// rows the LM head's three GEMMs ran 5-9% faster on other candidates at Moonlight's vocabulary and 2-4% at
+// Qwen3's, on different tiles for each (tests/gpu/test_lm_head_timing.cpp, docs/benchmarks.md).
+void matmul_tuned(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d,
+                  float alpha = 1.0f, float beta = 0.0f);
 
-// matmul (same semantics and arguments) with the heuristic's highest-ranked algorithm of this tile shape among its
-// first 16, or its first when none has it. Cached per problem like matmul's plans.
-void matmul_with_tile(GemmTile tile, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
-                      const Tensor& d, float alpha = 1.0f, float beta = 0.0f);
+// Off: matmul_tuned runs what matmul runs (the same algorithm in every process). On by default; for problems
+// not yet met.
+void set_gemm_tuning(bool on);
 
 // matmul (same semantics and arguments) with the heuristic's algorithm number `candidate` (0 is matmul's own),
 // its K split into `split_k` parts when split_k > 0 (partial sums reduced in a fixed order in the workspace);

@@ -12,9 +12,6 @@
 namespace moetune::ops::cuda {
 namespace {
 
-// Chunks of up to this many rows take d(weight) on 128x160 tiles (measured faster up to here; see below).
-constexpr int64_t kShortWeightGradientK = 1024;
-
 void check_gpu_matrix(const Tensor& t, std::string_view role) {
   MOETUNE_CHECK(t.defined() && t.device().is_cuda() && t.dim() == 2,
                 "linear_cross_entropy: {} {} must be a 2-D tensor on the GPU", role, t.defined() ? t.str() : "(undefined)");
@@ -76,23 +73,21 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
     const int64_t length = std::min(chunk, rows - start);
     const Tensor hidden_rows = hidden.narrow(start, length);
     const Tensor chunk_logits = logits.narrow(0, length);
-    matmul(hidden_rows, false, weight, true, chunk_logits);
+    // The three GEMMs run cuBLASLt's fastest ranked algorithm for their shape, timed at their first call
+    // (matmul_tuned): which one wins changes with the vocabulary and the chunk's height (5-9% apart at
+    // Moonlight's vocabulary and 2048 rows, on three different tiles; tests/gpu/test_lm_head_timing.cpp).
+    matmul_tuned(hidden_rows, false, weight, true, chunk_logits);
     gpu::check(launch_cross_entropy_rows(chunk_logits.raw_data(), target_ids + start, length, vocab, float(grad_scale),
                                          backward, losses + start, gpu::stream()),
                "linear_cross_entropy: cross-entropy kernel");
     // chunk_logits now holds grad_scale · d(loss)/d(logits).
-    if (dhidden.defined()) matmul(chunk_logits, false, weight, false, dhidden.narrow(start, length));
+    if (dhidden.defined()) matmul_tuned(chunk_logits, false, weight, false, dhidden.narrow(start, length));
     if (dweight.defined()) {
-      // The first chunk writes a gradient whose old contents are not wanted; every later one adds.
+      // The first chunk writes a gradient whose old contents are not wanted; every later one adds. Written, the
+      // first chunk is where its algorithm is timed; a gradient that is only ever added to (tied embeddings,
+      // later micro-batches first) keeps the heuristic's first.
       const float beta = write_dweight && start == 0 ? 0.0f : 1.0f;
-      // cuBLASLt's 128x160 tiles run this [V, H] += [c, V]ᵀ·[c, H] (K = c, beta 1) at ~740-760 TFLOP/s where
-      // the heuristic's first pick (256x128 or 128x256) reaches 580-680, at both vocabularies and c = 768 to
-      // 1024; at c = 2048 the heuristic's pick is the faster (781 against 735; tests/gpu/test_lm_head_timing.cpp,
-      // docs/benchmarks.md).
-      if (length <= kShortWeightGradientK)
-        matmul_with_tile(GemmTile::k128x160, chunk_logits, true, hidden_rows, false, dweight, 1.0f, beta);
-      else
-        matmul(chunk_logits, true, hidden_rows, false, dweight, 1.0f, beta);
+      matmul_tuned(chunk_logits, true, hidden_rows, false, dweight, 1.0f, beta);
     }
   }
   gpu::check(launch_sum_into(losses, rows, static_cast<float*>(loss_sum.raw_data()), gpu::stream()),
