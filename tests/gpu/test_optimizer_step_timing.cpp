@@ -57,8 +57,6 @@ std::string describe(const AdamWAccess& access) {
   std::string text = access.stages >= 2 ? "staged kernel, " + std::to_string(access.stages) + " stages" : "register kernel";
   if (access.stages < 2 && access.f32_master_stages >= 2)
     text += " (fp32 master: staged, " + std::to_string(access.f32_master_stages) + " stages)";
-  if (access.stages < 2 && access.nearest_rounding_stages >= 2)
-    text += " (pure bf16: staged, " + std::to_string(access.nearest_rounding_stages) + " stages)";
   text += ", min blocks " + std::to_string(access.min_blocks_per_sm);
   text += access.hardware_rounding ? ", hardware rounding" : ", software rounding";
   text += access.skip_untouched ? ", skip" : ", no skip";
@@ -74,7 +72,7 @@ std::vector<AdamWAccess> access_variants() {
     const bool hardware = mode == 2, skip = mode > 0;
     for (int min_blocks : {0, 6})
       variants.push_back({.min_blocks_per_sm = min_blocks, .hardware_rounding = hardware, .skip_untouched = skip,
-                          .f32_master_stages = 0, .nearest_rounding_stages = 0});
+                          .f32_master_stages = 0});
     for (int stages : {2, 3})
       for (int min_blocks : {0, 3})
         variants.push_back({.min_blocks_per_sm = min_blocks, .hardware_rounding = hardware, .skip_untouched = skip, .stages = stages});
@@ -191,7 +189,7 @@ TEST_F(OptimizerAccessGpu, StagedKernelGivesTheRegisterKernelsStateAndNorm) {
       append_host_state(slots, state);
       return state;
     };
-    const std::vector<Tensor> reference = run({.f32_master_stages = 0, .nearest_rounding_stages = 0});  // the register kernel in every precision
+    const std::vector<Tensor> reference = run({.f32_master_stages = 0});  // the register kernel in every precision
     for (int stages : {2, 4, 6, ops::cuda::kAdamWMaxStages})
       for (int min_blocks : {0, 3}) {
         const AdamWAccess access{.min_blocks_per_sm = min_blocks, .stages = stages};
@@ -460,7 +458,7 @@ TEST_F(OptimizerAccessGpu, DISABLED_TimesMoonlightSlots) {
     std::printf("  the clipping norm's pass: %.3f ms (%.0f GB/s at 2 B, read only)\n", ms, 2.0 * double(total) / ms / 1e6);
   }
 
-  std::vector<AdamWAccess> accesses = {{}, {.f32_master_stages = 0, .nearest_rounding_stages = 0}};
+  std::vector<AdamWAccess> accesses = {{}, {.f32_master_stages = 0}};
   for (int stages : {2, 3, 4, 6}) accesses.push_back({.stages = stages});
   accesses.push_back({.min_blocks_per_sm = 3, .stages = 3});
   accesses.push_back({.min_blocks_per_sm = 3, .stages = 4});

@@ -86,7 +86,6 @@ cudaError_t launch_adamw(AdamWStorage storage, const AdamWTensorPointers* tensor
                          cudaStream_t stream, int64_t first_position) {
   AdamWAccess access = g_access;
   if (access.stages < 2 && storage == AdamWStorage::F32Master) access.stages = access.f32_master_stages;
-  if (access.stages < 2 && storage == AdamWStorage::Bf16NearestRounding) access.stages = access.nearest_rounding_stages;
   if (access.stages < 2)
     return launch_adamw_tables<AdamWTable>(
         storage, tensors, count, first_position,

@@ -57,18 +57,17 @@ struct AdamWAccess {
   int min_blocks_per_sm = 0;
   bool hardware_rounding = true;
   bool skip_untouched = true;
-  // 0: the register kernel, except for fp32 master weights and pure bf16 (below). Measured over Moonlight's slots
-  // on the H200 (OptimizerAccessGpu.DISABLED_TimesMoonlightSlots, sessions 9 and 11, docs/benchmarks.md): with
-  // stochastic rounding the staged kernel loses (13.0-15.8 ms against 11.6); both give the same bits (the GPU
-  // tests above passed).
+  // 0: the register kernel, except for fp32 master weights (below). Measured over Moonlight's slots on the H200
+  // (OptimizerAccessGpu.DISABLED_TimesMoonlightSlots, session 9, docs/benchmarks.md): in pure bf16 the staged kernel
+  // gains nothing (9.06-9.22 ms at 2-6 stages against the register kernel's 9.17), with stochastic rounding it
+  // loses (13.0-15.8 against 11.6); both give the same bits (the GPU tests above passed). In Moonlight's step
+  // (kernel timeline, session 11) 2 stages took 8.53 ms against the register kernel's 8.03, though the slots
+  // timing put it 1% ahead: the register kernel stays.
   int stages = 0;
   bool evict_first = false;
   // With fp32 master weights (28 B an element) and stages < 2: the staged kernel at this depth (0: the register
   // kernel), 18.0 ms over Moonlight's slots at 6 stages against the register kernel's 55.0 (3.9 against 1.3 TB/s).
   int f32_master_stages = 6;
-  // Pure bf16 (Bf16NearestRounding, 14 B an element) and stages < 2: likewise. 2 stages ran 1% faster than the
-  // register kernel in both calls that timed them (9.06 against 9.17 ms, 9.10 against 9.18), deeper ones no faster.
-  int nearest_rounding_stages = 2;
 };
 void set_adamw_access(AdamWAccess access);
 AdamWAccess adamw_access();
