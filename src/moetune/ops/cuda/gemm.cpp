@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <compare>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -185,15 +186,15 @@ class Plan {
 
   // Times each ranked algorithm on these operands, writing D (beta 0: the caller's D is about to be overwritten,
   // so no scratch memory is needed), and keeps the fastest where it beats the heuristic's first by kTuningMargin.
-  // The host waits for the timings: once per problem and process.
-  void choose_fastest(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha,
-                      void* workspace) {
+  // The host waits for the timings: once per problem and process. Returns what it chose, in words.
+  std::string choose_fastest(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha,
+                             void* workspace) {
     cudaEvent_t start = nullptr, stop = nullptr;
     gpu::check(cudaEventCreate(&start), "matmul_tuned: cudaEventCreate");
     gpu::check(cudaEventCreate(&stop), "matmul_tuned: cudaEventCreate");
     constexpr int kRepeats = 3;
     double first_ms = 0.0, best_ms = 0.0;
-    cublasLtMatmulAlgo_t best = ranked_.front().algo;
+    size_t best = 0;
     for (size_t i = 0; i < ranked_.size(); ++i) {
       algo_ = ranked_[i].algo;
       const float beta = 0.0f;
@@ -209,11 +210,14 @@ class Plan {
       float ms = 0.0f;
       gpu::check(cudaEventElapsedTime(&ms, start, stop), "matmul_tuned: cudaEventElapsedTime");
       if (i == 0) first_ms = best_ms = ms;
-      if (i > 0 && ms < best_ms && ms < first_ms * (1.0 - kTuningMargin)) best_ms = ms, best = ranked_[i].algo;
+      if (i > 0 && ms < best_ms && ms < first_ms * (1.0 - kTuningMargin)) best_ms = ms, best = i;
     }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
-    algo_ = best;
+    algo_ = ranked_[best].algo;
+    return fmt::format("the heuristic's algorithm {} of {} (tile {}), {:.3f} ms, against its first's {:.3f} ms", best,
+                       ranked_.size(), algo_config(algo_, CUBLASLT_ALGO_CONFIG_TILE_ID), best_ms / kRepeats,
+                       first_ms / kRepeats);
   }
 
   void run(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha, float beta,
@@ -253,7 +257,10 @@ class GemmLibrary {
       auto plan = std::make_unique<Plan>(handle_, key);
       // A tuned problem met first with beta ≠ 0 keeps the heuristic's first algorithm: D holds what the call adds
       // to, so it cannot be written by timing runs.
-      if (key.tuned && beta == 0.0f) plan->choose_fastest(handle_, first, second, d, alpha, workspace_);
+      // Said on stderr (a handful of lines a process: the LM head's problems), for whoever reads a run's speed.
+      if (key.tuned && beta == 0.0f)
+        fmt::print(stderr, "moetune: matmul D[{}, {}] = op(A)·op(B), K = {}, tuned: {}\n", key.n, key.m, key.k,
+                   plan->choose_fastest(handle_, first, second, d, alpha, workspace_));
       it = plans_.emplace(key, std::move(plan)).first;
     }
     it->second->run(handle_, first, second, d, alpha, beta, workspace_);
