@@ -5,10 +5,12 @@
 
 Each line of runs.jsonl names a run: label, runner (hf and nemo: hf_train.py's or nemo_train.py's JSON; moetune:
 its metrics.jsonl), routing (balanced / skewed), result and model_config (the model's config.json), both relative to runs.jsonl's
-folder, model_dir, seq, micro_batch, warmup, rc, wall_seconds, log.
+folder, model_dir, seq, micro_batch, warmup, rc, wall_seconds, log, and pair (run.sh --pairs: which (HF grouped_mm,
+moetune) pair a run belongs to; 1 where absent).
 For moetune the step time is the median of step_seconds over the steps after warm-up, memory the largest
 gpu_peak_bytes (its allocator's peak) and gpu_device_used_bytes over the steps. Model TFLOP/s use the same
-FLOPs per token for both sides (model_flops.py). Ratios are against HF grouped_mm on the same routing.
+FLOPs per token for both sides (model_flops.py). Ratios are against HF grouped_mm on the same routing, of the same
+pair where the runs came in pairs (then the pairs' ratios and their median follow the table).
 Writes results.json (everything, per step too) and results.md (the table) to --out (default: beside runs.jsonl).
 """
 import argparse
@@ -108,11 +110,11 @@ def main() -> int:
             row.update(throughput(row["tokens_per_second"], row["flops_per_token"]))
         rows.append(row)
 
-    baselines = {r["routing"]: r for r in rows
+    baselines = {(r["routing"], r.get("pair", 1)): r for r in rows
                  if r["runner"] == "hf" and r["label"] in (BASELINE, BASELINE + " skewed")  # not + compile, + Liger
                  and r.get("tokens_per_second")}
     for row in rows:
-        base = baselines.get(row["routing"])
+        base = baselines.get((row["routing"], row.get("pair", 1)))
         if base and row.get("tokens_per_second"):
             row["speedup_vs_hf_grouped_mm"] = row["tokens_per_second"] / base["tokens_per_second"]
         if base and row.get("peak_bytes") and base.get("peak_bytes"):
@@ -127,13 +129,22 @@ def main() -> int:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
         losses = r.get("losses") or []
-        cells = [r["label"], r["routing"], number(r.get("tokens_per_second"), ",.0f"),
+        label = r["label"] + (f" (pair {r['pair']})" if r.get("pair", 1) > 1 else "")
+        cells = [label, r["routing"], number(r.get("tokens_per_second"), ",.0f"),
                  number(r.get("step_seconds_median"), ".3f"), number(r.get("model_tflops"), ".0f"),
                  number(r.get("mfu"), ".1%"), gb(r.get("peak_bytes")), gb(r.get("planned_peak_bytes")),
                  gb(r.get("device_bytes")),
                  number(r.get("speedup_vs_hf_grouped_mm"), ".2f"), number(losses[0] if losses else None, ".4f"),
                  number(losses[-1] if losses else None, ".4f"), str(r.get("measured_steps", "-")), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
+    # Each pair's moetune against its own HF grouped_mm, and their median: the ratio to quote (run.sh --pairs).
+    paired = [r for r in rows if r["runner"] == "moetune" and r["routing"] == "balanced"
+              and r.get("speedup_vs_hf_grouped_mm") and not r["label"].endswith("skewed")]
+    if len(paired) > 1:
+        ratios = [r["speedup_vs_hf_grouped_mm"] for r in paired]
+        lines.append("")
+        lines.append(f"Pairs (HF grouped_mm, then moetune), {len(ratios)}: x {BASELINE} "
+                     + ", ".join(f"{x:.2f}" for x in ratios) + f"; median {statistics.median(ratios):.3f}")
     table = "\n".join(lines)
     print(header)
     print(table)

@@ -3,7 +3,13 @@
 #
 #   bench/run.sh [--quick] [--no-grouped] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
 #                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu]
-#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|nemotron_h] [--peers]
+#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|nemotron_h] [--peers] [--pairs N]
+#
+# --pairs N: N - 1 more (HF grouped_mm, moetune) pairs on the balanced model after the other runs, each HF run
+# followed by moetune's; report.py sets each moetune run against its own pair's HF run and prints the ratios and
+# their median. One H200 runs the same binary a few percent apart from one call to the next (its 700 W power
+# cap takes more from the faster run's clock: docs/benchmarks.md, session 11), so a ratio is best read as the
+# median of pairs run in turn.
 #
 # --peers: the peers on the balanced model too, each in its fastest configuration that computes HF's loss:
 # HF grouped_mm + Liger kernels (RoPE, RMSNorm, fused linear cross-entropy; bench/hf_train.py --liger), and NVIDIA
@@ -33,7 +39,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 quick=0; grouped=1; compile=1; eager=1; skew=1; hf=1; moetune=1; layers=4; tiny=0; device=cuda; micro_batch=2; family=qwen3_moe
-peers=0
+peers=0; pairs=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -49,12 +55,14 @@ while [[ $# -gt 0 ]]; do
     --device) device="$2"; shift ;;
     --family) family="$2"; shift ;;
     --peers) peers=1 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --pairs) pairs="$2"; shift ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
+[[ $pairs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --pairs '$pairs' is not a whole number of at least 1" >&2; exit 2; }
 PYTHON=${PYTHON:-python3}
 MOETUNE=${MOETUNE:-build/src/moetune/moetune}
 SCRATCH=${BENCH_SCRATCH:-/tmp/moetune-bench}
@@ -130,15 +138,18 @@ PY
 }
 
 # One line per run in runs.jsonl: what report.py needs to read its result. Paths are relative to $OUT, so the
-# folder can be read again anywhere it is copied to.
+# folder can be read again anywhere it is copied to. `pair`: which (HF grouped_mm, moetune) pair a run belongs to
+# (--pairs; 1 for every run outside the later pairs).
+pair=1
 record() {  # LABEL RUNNER ROUTING RESULT MODEL_NAME WARMUP RC SECONDS LOG
-  printf '{"label": "%s", "runner": "%s", "routing": "%s", "result": "%s", "model_config": "config_%s.json", "model_dir": "%s", "seq": %d, "micro_batch": %d, "warmup": %d, "rc": %d, "wall_seconds": %d, "log": "%s"}\n' \
-    "$1" "$2" "$3" "$4" "$5" "$SCRATCH/$5" "$seq" "$micro_batch" "$6" "$7" "$8" "$9" >> "$MANIFEST"
+  printf '{"label": "%s", "runner": "%s", "routing": "%s", "pair": %d, "result": "%s", "model_config": "config_%s.json", "model_dir": "%s", "seq": %d, "micro_batch": %d, "warmup": %d, "rc": %d, "wall_seconds": %d, "log": "%s"}\n' \
+    "$1" "$2" "$3" "$pair" "$4" "$5" "$SCRATCH/$5" "$seq" "$micro_batch" "$6" "$7" "$8" "$9" >> "$MANIFEST"
 }
 
 run_hf() {  # LABEL ROUTING MODEL_NAME STEPS WARMUP EXTRA...
   local label=$1 routing=$2 model=$3 steps=$4 warmup=$5; shift 5
   local name=${label//[^A-Za-z0-9]/_}
+  [[ $pair -gt 1 ]] && name+="_pair$pair"
   log "$label: $steps steps"
   local start=$SECONDS
   "$PYTHON" bench/hf_train.py "$SCRATCH/$model" "$DATA" --micro-batch "$micro_batch" --seq "$seq" --steps "$steps" \
@@ -152,6 +163,7 @@ run_hf() {  # LABEL ROUTING MODEL_NAME STEPS WARMUP EXTRA...
 run_moetune() {  # LABEL ROUTING MODEL_NAME
   local label=$1 routing=$2 model=$3
   local name=${label//[^A-Za-z0-9]/_}
+  [[ $pair -gt 1 ]] && name+="_pair$pair"
   local output="$SCRATCH/output_$name"
   rm -rf "$output"
   log "$label: $mt_steps steps"
@@ -227,6 +239,11 @@ if [[ $skew == 1 ]]; then
   [[ $moetune == 1 ]] && run_moetune "moetune skewed" skewed model_hot
   [[ $hf == 1 ]] && run_hf "HF grouped_mm skewed" skewed model_hot "$hf_steps" "$hf_warmup" --experts grouped_mm
 fi
+for ((pair = 2; pair <= pairs; pair++)); do
+  [[ $hf == 1 && $grouped == 1 ]] && run_hf "HF grouped_mm" balanced "$model_name" "$hf_steps" "$hf_warmup" --experts grouped_mm
+  [[ $moetune == 1 ]] && run_moetune "moetune" balanced "$model_name"
+done
+pair=1
 
 "$PYTHON" bench/report.py "$MANIFEST" --out "$OUT"
 log "results in $OUT"
