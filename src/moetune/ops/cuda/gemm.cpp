@@ -28,6 +28,9 @@ constexpr int kTunedCandidates = 8;
 // matmul_tuned leaves the heuristic's first algorithm only for one at least this much faster: candidates within
 // the timing's noise (~1%) would otherwise swap from one process to the next.
 constexpr double kTuningMargin = 0.02;
+// At most this many problems a process are timed; later ones run the heuristic's first. A guard: a caller that
+// met a new shape at every step would otherwise wait for 8 algorithms' timings at every step.
+constexpr int kMaxTunedProblems = 64;
 
 void check_cublas(cublasStatus_t status, std::string_view what) {
   if (status != CUBLAS_STATUS_SUCCESS)
@@ -258,9 +261,11 @@ class GemmLibrary {
       // A tuned problem met first with beta ≠ 0 keeps the heuristic's first algorithm: D holds what the call adds
       // to, so it cannot be written by timing runs.
       // Said on stderr (a handful of lines a process: the LM head's problems), for whoever reads a run's speed.
-      if (key.tuned && beta == 0.0f)
+      if (key.tuned && beta == 0.0f && tuned_problems_ < kMaxTunedProblems) {
+        ++tuned_problems_;
         fmt::print(stderr, "moetune: matmul D[{}, {}] = op(A)·op(B), K = {}, tuned: {}\n", key.n, key.m, key.k,
                    plan->choose_fastest(handle_, first, second, d, alpha, workspace_));
+      }
       it = plans_.emplace(key, std::move(plan)).first;
     }
     it->second->run(handle_, first, second, d, alpha, beta, workspace_);
@@ -282,6 +287,7 @@ class GemmLibrary {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+  int tuned_problems_ = 0;  // kMaxTunedProblems
 };
 
 bool g_tuning = true;  // set_gemm_tuning

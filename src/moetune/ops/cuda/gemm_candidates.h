@@ -25,9 +25,11 @@ std::vector<GemmCandidate> matmul_candidates(const Tensor& a, bool transpose_a, 
 // timed on the first call whose beta is 0 (in place: D is about to be written anyway, so the timing needs no
 // scratch memory; the host waits for it, once per problem and process). The heuristic's first stays unless another
 // is at least 2% faster; a problem first met with beta ≠ 0 keeps it for the life of the process, so every call
-// of one problem runs one algorithm. For large GEMMs whose best algorithm the heuristic misses by shape: at 2048
-// rows the LM head's three GEMMs ran 5-9% faster on other candidates at Moonlight's vocabulary and 2-4% at
-// Qwen3's, on different tiles for each (tests/gpu/test_lm_head_timing.cpp, docs/benchmarks.md).
+// of one problem runs one algorithm; past 64 timed problems a process, new ones run the heuristic's first (a
+// guard against callers whose shapes change every step: call it for shapes that repeat). For large GEMMs whose
+// best algorithm the heuristic misses by shape: at 2048 rows the LM head's three GEMMs ran 5-9% faster on other
+// candidates at Moonlight's vocabulary and 2-4% at Qwen3's, on different tiles for each
+// (tests/gpu/test_lm_head_timing.cpp, docs/benchmarks.md).
 void matmul_tuned(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d,
                   float alpha = 1.0f, float beta = 0.0f);
 

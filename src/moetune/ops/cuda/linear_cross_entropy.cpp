@@ -1,6 +1,7 @@
 #include "moetune/ops/cuda/linear_cross_entropy.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/device.h"
@@ -68,26 +69,31 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
   const Tensor row_losses = Tensor::empty({rows}, DType::F32, Device::cuda());
   const auto* target_ids = static_cast<const int32_t*>(targets.raw_data());
   auto* losses = static_cast<float*>(row_losses.raw_data());
+  // The three GEMMs of a full chunk run cuBLASLt's fastest ranked algorithm for their shape, timed at their first
+  // call (matmul_tuned): which one wins changes with the vocabulary and the chunk's height (5-9% apart at
+  // Moonlight's vocabulary and 2048 rows, on three different tiles; tests/gpu/test_lm_head_timing.cpp). A full
+  // chunk's shape repeats from step to step however many tokens a step holds (the data's lengths set that); a
+  // shorter one (the last, or a batch smaller than a chunk) may be new at every step, where timing 8 algorithms
+  // (and the host's wait for it) would cost more than any of them saves: those run the heuristic's first.
+  const int64_t full_chunk = linear_cross_entropy_chunk_rows(std::numeric_limits<int64_t>::max(), vocab, chunk_rows);
 
   for (int64_t start = 0; start < rows; start += chunk) {
     const int64_t length = std::min(chunk, rows - start);
     const Tensor hidden_rows = hidden.narrow(start, length);
     const Tensor chunk_logits = logits.narrow(0, length);
-    // The three GEMMs run cuBLASLt's fastest ranked algorithm for their shape, timed at their first call
-    // (matmul_tuned): which one wins changes with the vocabulary and the chunk's height (5-9% apart at
-    // Moonlight's vocabulary and 2048 rows, on three different tiles; tests/gpu/test_lm_head_timing.cpp).
-    matmul_tuned(hidden_rows, false, weight, true, chunk_logits);
+    const auto gemm = length == full_chunk ? matmul_tuned : matmul;
+    gemm(hidden_rows, false, weight, true, chunk_logits, 1.0f, 0.0f);
     gpu::check(launch_cross_entropy_rows(chunk_logits.raw_data(), target_ids + start, length, vocab, float(grad_scale),
                                          backward, losses + start, gpu::stream()),
                "linear_cross_entropy: cross-entropy kernel");
     // chunk_logits now holds grad_scale · d(loss)/d(logits).
-    if (dhidden.defined()) matmul_tuned(chunk_logits, false, weight, false, dhidden.narrow(start, length));
+    if (dhidden.defined()) gemm(chunk_logits, false, weight, false, dhidden.narrow(start, length), 1.0f, 0.0f);
     if (dweight.defined()) {
       // The first chunk writes a gradient whose old contents are not wanted; every later one adds. Written, the
       // first chunk is where its algorithm is timed; a gradient that is only ever added to (tied embeddings,
       // later micro-batches first) keeps the heuristic's first.
       const float beta = write_dweight && start == 0 ? 0.0f : 1.0f;
-      matmul_tuned(chunk_logits, true, hidden_rows, false, dweight, 1.0f, beta);
+      gemm(chunk_logits, true, hidden_rows, false, dweight, 1.0f, beta);
     }
   }
   gpu::check(launch_sum_into(losses, rows, static_cast<float*>(loss_sum.raw_data()), gpu::stream()),
