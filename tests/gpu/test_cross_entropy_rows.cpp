@@ -16,7 +16,6 @@
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/cross_entropy_kernels.h"
 #include "moetune/ops/cuda/gemm.h"
-#include "moetune/ops/cuda/gemm_candidates.h"
 #include "moetune/ops/loss.h"
 
 namespace moetune {
@@ -208,7 +207,7 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
                                                           gpu::stream(), how),
                      "cross-entropy");
           ops::cuda::matmul(l, false, weight, false, dhidden.narrow(start, length));
-          ops::cuda::matmul_tuned(l, true, x, false, dweight, 1.0f, 1.0f);
+          ops::cuda::matmul(l, true, x, false, dweight, 1.0f, 1.0f);
         }
       }, 2, 10);
       std::printf("ce vocab %lld lm head loop over %lld tokens %-20s %.2f ms\n", (long long)vocab, (long long)kTokens,
@@ -242,13 +241,13 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
           gpu::check(cudaEventRecord(grad_ready, side), "record");
           if (start > 0) {  // the previous chunk's d(weight) beside this chunk's cross-entropy
             const int64_t previous = start - kChunk;
-            ops::cuda::matmul_tuned(buffers[(i + 1) % 2].narrow(0, kChunk), true,
-                                        hidden.narrow(previous, kChunk), false, dweight, 1.0f, 1.0f);
+            ops::cuda::matmul(buffers[(i + 1) % 2].narrow(0, kChunk), true, hidden.narrow(previous, kChunk), false,
+                              dweight, 1.0f, 1.0f);
           }
           gpu::check(cudaStreamWaitEvent(gpu::stream(), grad_ready), "wait");
           ops::cuda::matmul(l, false, weight, false, dhidden.narrow(start, length));
           if (start + length == kTokens)
-            ops::cuda::matmul_tuned(l, true, x, false, dweight, 1.0f, 1.0f);
+            ops::cuda::matmul(l, true, x, false, dweight, 1.0f, 1.0f);
         }
       }, 2, 10);
       std::printf("ce vocab %lld lm head loop over %lld tokens, cross-entropy overlapped with d(weight) %-20s %.2f ms\n",
