@@ -197,6 +197,56 @@ TEST_F(GemmGpu, RejectsMismatchedShapesAndTypes) {
                Error);  // a on the CPU
 }
 
+// D = op(A)·op(B) + C with C apart from D (the residual sublayers' output projections): C read, left as it was,
+// D written; C at a 16-byte offset (below D's 256) sets the plan's alignment; K = 0 copies C; C = D refused.
+TEST_F(GemmGpu, MatmulAddReadsCAndWritesD) {
+  SCOPED_TRACE(seed());
+  const int64_t m = 37, k = 70, n = 56;
+  for (bool transpose_a : {false, true})
+    for (const int64_t c_offset : {int64_t(0), int64_t(8)}) {
+      SCOPED_TRACE(::testing::Message() << "transpose_a " << transpose_a << " C offset " << c_offset);
+      const Tensor a = random_normal(transpose_a ? Shape{k, m} : Shape{m, k}, DType::BF16, Device::cuda(), rng());
+      const Tensor b = random_normal({n, k}, DType::BF16, Device::cuda(), rng());
+      const Tensor held = random_normal({m * n + 8}, DType::BF16, Device::cuda(), rng());
+      const Tensor c = held.narrow(c_offset, m * n).view({m, n});
+      const Tensor c_before = to_cpu_f32(c);
+      const Tensor d = poisoned({m, n}, DType::BF16, Device::cuda());
+      ops::cuda::matmul_add(a, transpose_a, b, true, c, d);
+      EXPECT_LT(relative_error(d, reference_matmul(a, transpose_a, b, true, m, k, n, 1.0f, 1.0f, c_before)),
+                kBf16Tolerance);
+      EXPECT_EQ(relative_error(c, c_before), 0.0);
+    }
+  const Tensor c = random_normal({4, 8}, DType::BF16, Device::cuda(), rng());
+  const Tensor d = poisoned({4, 8}, DType::BF16, Device::cuda());
+  ops::cuda::matmul_add(Tensor::empty({4, 0}, DType::BF16, Device::cuda()), false,
+                        Tensor::empty({0, 8}, DType::BF16, Device::cuda()), false, c, d);
+  EXPECT_EQ(relative_error(d, to_cpu_f32(c)), 0.0);
+  const Tensor a = random_normal({4, 16}, DType::BF16, Device::cuda(), rng());
+  const Tensor b = random_normal({16, 8}, DType::BF16, Device::cuda(), rng());
+  EXPECT_THROW(ops::cuda::matmul_add(a, false, b, false, c, c), Error);
+  EXPECT_THROW(ops::cuda::matmul_add(a, false, b, false, Tensor::empty({4, 8}, DType::F32, Device::cuda()), d), Error);
+}
+
+// y = residual + x·Wᵀ (+ bias), with and without a bias (the two paths: one GEMM, or a GEMM and an add).
+TEST_F(LinearGpu, ForwardResidualMatchesCpu) {
+  SCOPED_TRACE(seed());
+  const int64_t rows = 37, in = 70, out = 56;
+  for (bool with_bias : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "bias " << with_bias);
+    const Tensor x = random_normal({rows, in}, DType::BF16, Device::cuda(), rng());
+    const Tensor weight = random_normal({out, in}, DType::BF16, Device::cuda(), rng(), 0.1f);
+    const Tensor bias = with_bias ? random_normal({out}, DType::BF16, Device::cuda(), rng()) : Tensor();
+    const Tensor residual = random_normal({rows, out}, DType::BF16, Device::cuda(), rng());
+    const Tensor y = poisoned({rows, out}, DType::BF16, Device::cuda());
+    ops::cuda::linear_forward_residual(x, weight, bias, residual, y);
+    Tensor expected = ops::linear_forward(to_cpu_f32(x), to_cpu_f32(weight), with_bias ? to_cpu_f32(bias) : Tensor());
+    const Tensor r = to_cpu_f32(residual);
+    for (int64_t i = 0; i < expected.numel(); ++i) expected.data<float>()[i] += r.data<float>()[i];
+    // Two bf16 roundings on the bias path (the GEMM's output, then the sum): twice the one-rounding tolerance.
+    EXPECT_LT(relative_error(y, expected), 2 * kBf16Tolerance);
+  }
+}
+
 TEST_F(LinearGpu, ForwardMatchesCpuWithAndWithoutBias) {
   SCOPED_TRACE(seed());
   const int64_t rows = 37, in = 70, out = 53;

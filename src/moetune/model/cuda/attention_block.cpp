@@ -3,7 +3,6 @@
 
 #include "moetune/model/block_util.h"
 #include "moetune/ops/cuda/attention_sinks.h"
-#include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
 #include "moetune/ops/cuda/qkv_rope.h"
@@ -68,9 +67,8 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                                             scores_scale(spec_), stash_.attended, window());
   if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, stash_.attended, stash_.softmax_stats);
   Tensor out = device_like(h.shape());
-  ops::cuda::linear_forward(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
+  ops::cuda::linear_forward_residual(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, h, out);
   o_lora_.forward(stash_.attended.view({tokens, nq * d}), out, context.lora_pass());
-  ops::cuda::add(out, h, out);
   return out;
 }
 

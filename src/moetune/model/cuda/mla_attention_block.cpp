@@ -6,7 +6,6 @@
 #include "moetune/model/block_util.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/ops/cuda/attention.h"
-#include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
 #include "moetune/ops/rope.h"
@@ -106,8 +105,7 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                                             mla_.softmax_scale, stash_.attended);
   part.next("mla.o");
   Tensor out = device_like(h.shape());
-  ops::cuda::linear_forward(attended_for_o(stash_.attended), p_.o.value, p_.o_bias.value, out);
-  ops::cuda::add(out, h, out);
+  ops::cuda::linear_forward_residual(attended_for_o(stash_.attended), p_.o.value, p_.o_bias.value, h, out);
   return out;
 }
 

@@ -3,7 +3,6 @@
 
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
-#include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/norm.h"
 
 namespace moetune::model::cuda {
@@ -22,8 +21,7 @@ Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
   Tensor out = device_like(h.shape());
-  gate_up_out_ = swiglu_mlp(normed, p_.mlp, out, &lora_, spec_);
-  ops::cuda::add(out, h, out);
+  gate_up_out_ = swiglu_mlp(normed, p_.mlp, out, &lora_, spec_, /*residual=*/h);
   return out;
 }
 

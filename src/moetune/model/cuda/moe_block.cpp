@@ -147,9 +147,13 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   dispatched_ = dispatcher_->dispatch(experts_input, expert_ids_);
   experts_input = Tensor();
   phase.next("moe.experts");
+  // An ungated shared expert's output takes the residual in its down GEMM (h + shared), and the combine then
+  // adds the routed sum to that: no pass of its own for either add.
+  const bool shared_takes_residual = p_.shared.defined() && !p_.shared_gate.defined() && !p_.latent_out.defined();
   if (p_.shared.defined()) {
     shared_out_ = device_like(h.shape());
-    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp);
+    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp,
+                                 shared_takes_residual ? h : Tensor());
     if (p_.shared_gate.defined()) {
       shared_gate_logits_ = device_like({tokens, 1}, DType::F32);
       ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
@@ -176,11 +180,11 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
     ops::cuda::linear_forward(latent_combined_, p_.latent_out.value, p_.latent_out_bias.value, out);
     ops::cuda::add(out, h, out);
   } else {
-    dispatcher_->combine(expert_out_, weights_, out, h);
+    dispatcher_->combine(expert_out_, weights_, out, shared_takes_residual ? shared_out_ : h);
   }
   if (shared_gate_logits_.defined())
     ops::cuda::sigmoid_gated_add(out, shared_out_, shared_gate_logits_, out);
-  else if (shared_out_.defined())
+  else if (shared_out_.defined() && !shared_takes_residual)
     ops::cuda::add(out, shared_out_, out);
   if (!shared_gate_logits_.defined()) shared_out_ = Tensor();  // only the gate's backward reads it
   return out;

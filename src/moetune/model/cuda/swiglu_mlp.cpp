@@ -8,14 +8,18 @@ namespace {
 Tensor device_like(Shape shape) { return Tensor::empty(std::move(shape), DType::BF16, Device::cuda()); }
 }  // namespace
 
-Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora, const MlpSpec& mlp) {
+Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora, const MlpSpec& mlp,
+                  const Tensor& residual) {
   const int64_t tokens = x.size(0), first = p.gate_up.value.size(0), inner = activated_width(mlp, first);
   Tensor gate_up = device_like({tokens, first});
   ops::cuda::linear_forward(x, p.gate_up.value, p.gate_up_bias.value, gate_up);
   if (lora) lora->gate_up.forward(x, gate_up, lora->pass);
   Tensor activated = device_like({tokens, inner});
   activation_forward(mlp, gate_up, activated);
-  ops::cuda::linear_forward(activated, p.down.value, p.down_bias.value, out);
+  if (residual.defined())
+    ops::cuda::linear_forward_residual(activated, p.down.value, p.down_bias.value, residual, out);
+  else
+    ops::cuda::linear_forward(activated, p.down.value, p.down_bias.value, out);
   if (lora) lora->down.forward(activated, out, lora->pass);
   return gate_up;
 }

@@ -9,10 +9,11 @@
 
 namespace moetune::model::cuda {
 
-// Writes out [T, H]; returns the pre-activation [T, 2I] ([T, I] for relu²), what the backward pass needs besides
-// x. `lora`: the adapters on its weights, if any; `mlp`: the activation (the default: SwiGLU).
+// Writes out [T, H] (residual + the MLP's output when `residual` is given: added in down's GEMM); returns the
+// pre-activation [T, 2I] ([T, I] for relu²), what the backward pass needs besides x. `lora`: the adapters on its
+// weights, if any; `mlp`: the activation (the default: SwiGLU).
 Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora = nullptr,
-                  const MlpSpec& mlp = {});
+                  const MlpSpec& mlp = {}, const Tensor& residual = {});
 // Accumulates the weight gradients; writes d(x) into dx, or adds it there when accumulate_dx.
 void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
                          const Tensor& dx, bool accumulate_dx, SwigluLora* lora = nullptr, const MlpSpec& mlp = {});

@@ -18,6 +18,7 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/bias_broadcast_kernels.h"
 #include "moetune/ops/cuda/bias_grad_kernels.h"
+#include "moetune/ops/cuda/elementwise.h"
 
 namespace moetune::ops::cuda {
 namespace {
@@ -223,9 +224,10 @@ class Plan {
                        first_ms / kRepeats);
   }
 
-  void run(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha, float beta,
-           void* workspace) const {
-    check_cublas(cublasLtMatmul(handle, desc_, &alpha, first, first_, second, second_, &beta, d, d_, d, d_, &algo_,
+  // C is D unless the caller gives another matrix of D's layout (matmul_add): cuBLASLt reads C and writes D.
+  void run(cublasLtHandle_t handle, const void* first, const void* second, const void* c, void* d, float alpha,
+           float beta, void* workspace) const {
+    check_cublas(cublasLtMatmul(handle, desc_, &alpha, first, first_, second, second_, &beta, c, d_, d, d_, &algo_,
                                 workspace, kWorkspaceBytes, gpu::stream()),
                  "cublasLtMatmul");
   }
@@ -253,7 +255,8 @@ class GemmLibrary {
     cublasLtDestroy(handle_);
   }
 
-  void run(const PlanKey& key, const void* first, const void* second, void* d, float alpha, float beta) {
+  void run(const PlanKey& key, const void* first, const void* second, const void* c, void* d, float alpha,
+           float beta) {
     std::lock_guard lock(mutex_);
     auto it = plans_.find(key);
     if (it == plans_.end()) {
@@ -268,7 +271,7 @@ class GemmLibrary {
       }
       it = plans_.emplace(key, std::move(plan)).first;
     }
-    it->second->run(handle_, first, second, d, alpha, beta, workspace_);
+    it->second->run(handle_, first, second, c, d, alpha, beta, workspace_);
   }
 
   // The heuristic's first `limit` algorithms for the problem (a plan made for the question, not kept).
@@ -326,10 +329,12 @@ std::optional<PlanKey> plan_key(const Tensor& a, bool transpose_a, const Tensor&
                  .align_d = alignment_of(d.raw_data())};
 }
 
-// Runs (making it the first time) the plan of `key` on matmul's operands.
-void run_plan(const PlanKey& key, const Tensor& a, const Tensor& b, const Tensor& d, float alpha, float beta) {
+// Runs (making it the first time) the plan of `key` on matmul's operands; C is D unless `c` is given.
+void run_plan(const PlanKey& key, const Tensor& a, const Tensor& b, const Tensor& d, float alpha, float beta,
+              const Tensor* c = nullptr) {
   try {
-    GemmLibrary::instance().run(key, b.raw_data(), a.raw_data(), d.raw_data(), alpha, beta);
+    GemmLibrary::instance().run(key, b.raw_data(), a.raw_data(), c ? c->raw_data() : d.raw_data(), d.raw_data(),
+                                alpha, beta);
   } catch (const Error& e) {  // the context is formatted only on failure: this is the hot path
     fail("matmul of a {} and b {} into d {}: {}", a.str(), b.str(), d.str(), e.what());
   }
@@ -350,6 +355,23 @@ void matmul_candidate(int candidate, const Tensor& a, bool transpose_a, const Te
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d, float alpha,
             float beta) {
   matmul_candidate(0, a, transpose_a, b, transpose_b, d, alpha, beta);
+}
+
+void matmul_add(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
+                const Tensor& d) {
+  MOETUNE_CHECK(c.defined() && c.device().is_cuda() && c.dtype() == d.dtype() && c.shape() == d.shape(),
+                "matmul_add: c {} must be on the GPU with d {}'s dtype and shape", c.str(), d.str());
+  MOETUNE_CHECK(c.raw_data() != d.raw_data(), "matmul_add: c {} is d (use matmul with beta 1)", c.str());
+  std::optional<PlanKey> key = plan_key(a, transpose_a, b, transpose_b, d, 1.0f);
+  if (!key) {  // nothing to multiply: D = C (K = 0 left D as it was; M or N = 0 has no elements)
+    if (d.numel() > 0)
+      gpu::check(cudaMemcpyAsync(d.raw_data(), c.raw_data(), d.nbytes(), cudaMemcpyDeviceToDevice, gpu::stream()),
+                 "matmul_add: copy c");
+    return;
+  }
+  // C and D share one layout descriptor and one alignment promise: the lesser of the two addresses'.
+  key->align_d = std::min(key->align_d, alignment_of(c.raw_data()));
+  run_plan(*key, a, b, d, 1.0f, 1.0f, &c);
 }
 
 void matmul_tuned(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d, float alpha,
@@ -403,6 +425,21 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
                                    ym.rows, ym.cols, gpu::stream()),
              fmt::format("bias broadcast of {} into {}", bias.str(), y.str()));
   matmul(x, false, weight, true, y, 1.0f, 1.0f);
+}
+
+void linear_forward_residual(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                             const Tensor& y) {
+  if (bias.defined()) {  // the bias goes into y first, so the residual takes an add of its own
+    linear_forward(x, weight, bias, y);
+    add(y, residual, y);
+    return;
+  }
+  const Matrix xm = matrix_of(x, "x", "linear_forward_residual"), wm = matrix_of(weight, "weight", "linear_forward_residual");
+  const Matrix ym = matrix_of(y, "y", "linear_forward_residual");
+  MOETUNE_CHECK(xm.cols == wm.cols && ym.rows == xm.rows && ym.cols == wm.rows,
+                "linear_forward_residual: x {} with weight {} into y {}: shapes do not agree", x.str(), weight.str(),
+                y.str());
+  matmul_add(x, false, weight, true, residual, y);
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx, const Tensor& dweight,

@@ -18,10 +18,20 @@ namespace moetune::ops::cuda {
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& d,
             float alpha = 1.0f, float beta = 0.0f);
 
+// Row-major D = op(A) · op(B) + C with C another matrix of D's dtype and shape (not D itself): cuBLASLt reads C
+// in the GEMM's epilogue, so a residual add costs no pass of its own. One rounding to D's type, where a GEMM and
+// then an add would round twice.
+void matmul_add(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& c,
+                const Tensor& d);
+
 // nn.Linear on the GPU (semantics of ops/linear.h): y = x·Wᵀ (+ bias), written into y.
 // x [T, in] BF16, weight [out, in] BF16, bias [out] BF16 or F32 or undefined, y [T, out] BF16 or F32.
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
 
+// y = residual + x·Wᵀ (+ bias): a residual sublayer's output projection. Without a bias one GEMM (matmul_add);
+// with one, linear_forward and then an add. residual and y: [T, out] BF16, distinct.
+void linear_forward_residual(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                             const Tensor& y);
 // dx = dy·W written into dx (skipped when dx is undefined; added to dx when accumulate_dx);
 // dweight += dyᵀ·x (always accumulates, like .grad); dbias += Σ_rows dy when dbias is defined.
 // dy [T, out] BF16, x [T, in] BF16, weight [out, in] BF16; dx [T, in] BF16 or F32; dweight [out, in] and
