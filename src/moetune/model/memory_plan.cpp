@@ -53,9 +53,10 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
   const int64_t T = tokens, H = hidden;
   if (const AttentionSpec* a = sublayer.attention()) {
     if (const MlaSpec* mla = a->mla ? &*a->mla : nullptr) {
-      // input, q's latent (with q_lora_rank), the kv latent (not the shared rope key), q, k, v and attended at
-      // cuDNN's widths, the softmax statistics (model/cuda/mla_attention_block.cpp: no fused q/k/v output kept).
-      const int64_t q_latent = mla->q_lora_rank.value_or(0), kv_latent = mla->kv_lora_rank;
+      // input, q's latent (with q_lora_rank), kv_a's output (the kv latent and the shared rope key), q, k, v and
+      // attended at cuDNN's widths, the softmax statistics (model/cuda/mla_attention_block.cpp: no fused q/k/v
+      // output kept).
+      const int64_t q_latent = mla->q_lora_rank.value_or(0), kv_latent = mla->kv_lora_rank + mla->qk_rope_head_dim;
       const MlaHeadWidths widths = gpu_mla_head_widths(*a);
       const int64_t qk = a->num_heads * widths.qk, v = a->num_heads * widths.v;
       return T * (H + q_latent + kv_latent + 2 * qk + 2 * v) * kBf16 + T * a->num_heads * kF32;

@@ -15,12 +15,6 @@ namespace {
 
 Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
 
-// Rows [start, start + length) of a parameter's value and gradient (undefined stays undefined).
-Param rows(const Param& p, int64_t start, int64_t length) {
-  if (!p.defined()) return {};
-  return {p.value.narrow(start, length), p.grad.defined() ? p.grad.narrow(start, length) : Tensor()};
-}
-
 }  // namespace
 
 MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
@@ -35,11 +29,7 @@ MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::str
       p_(MlaParams::lookup(store, layer, sublayer.norm)) {
   MOETUNE_CHECK(p_.q.defined() != mla_.q_lora_rank.has_value(), "{}: the q projections do not match q_lora_rank", layer);
   MOETUNE_CHECK(spec_.num_kv_heads == spec_.num_heads, "{}: MLA expands k and v for every head", layer);
-  const int64_t latent = mla_.kv_lora_rank, rope = mla_.qk_rope_head_dim;
-  kv_latent_ = rows(p_.kv_a, 0, latent);
-  kv_rope_ = rows(p_.kv_a, latent, rope);
-  kv_latent_bias_ = rows(p_.kv_a_bias, 0, latent);
-  kv_rope_bias_ = rows(p_.kv_a_bias, latent, rope);
+  const int64_t rope = mla_.qk_rope_head_dim;
   inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, rope), {rope / 2}).to(Device::cuda());
 }
 
@@ -76,13 +66,12 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   Tensor x = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, x);
   const Tensor q_proj = project_q(x);
-  stash_.kv_latent = device_like({tokens, latent});
-  ops::cuda::linear_forward(x, kv_latent_.value, kv_latent_bias_.value, stash_.kv_latent);
-  Tensor k_rope = device_like({tokens, rope});
-  ops::cuda::linear_forward(x, kv_rope_.value, kv_rope_bias_.value, k_rope);
+  stash_.kv_a_out = device_like({tokens, latent + rope});
+  ops::cuda::linear_forward(x, p_.kv_a.value, p_.kv_a_bias.value, stash_.kv_a_out);
+  const ops::cuda::ColumnBlock latent_columns(stash_.kv_a_out, 0, latent), k_rope(stash_.kv_a_out, latent, rope);
   x = Tensor();
   Tensor kv_normed = device_like({tokens, latent});
-  ops::cuda::rms_norm_forward(stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
+  ops::cuda::rms_norm_forward(latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
   Tensor kv = device_like({tokens, heads * (nope + dv)});
   ops::cuda::linear_forward(kv_normed, p_.kv_b.value, {}, kv);
   kv_normed = Tensor();
@@ -145,7 +134,8 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   dattended = Tensor();
   part.next("mla.bwd.qkv");
   Tensor dkv = device_like({tokens, heads * (nope + dv)});
-  Tensor dk_rope = device_like({tokens, rope});
+  Tensor dkv_a_out = device_like({tokens, latent + rope});  // [d(c) | d(k_rope)]: kv_a's output gradient
+  const ops::cuda::ColumnBlock dk_rope(dkv_a_out, latent, rope);
   Tensor dq_proj;
   if (q_in_place_) {
     ops::cuda::mla_qkv_backward_in_place(dq, dk, dvv, inv_freq_, batch.positions, layout_,
@@ -159,19 +149,21 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   dq = dk = dvv = Tensor();
   part.next("mla.bwd.kv");
 
+  const ops::cuda::ColumnBlock latent_columns(stash_.kv_a_out, 0, latent);
   Tensor kv_normed = device_like({tokens, latent});  // recomputed, not kept
-  ops::cuda::rms_norm_forward(stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
+  ops::cuda::rms_norm_forward(latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
   Tensor dlatent = device_like({tokens, latent});
   ops::cuda::linear_backward(dkv, kv_normed, p_.kv_b.value, dlatent, p_.kv_b.grad);
   dkv = kv_normed = Tensor();
-  ops::cuda::rms_norm_backward(dlatent, stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps, dlatent,
-                               p_.kv_a_norm.grad);
+  ops::cuda::rms_norm_backward(dlatent, latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps,
+                               ops::cuda::ColumnBlock(dkv_a_out, 0, latent), p_.kv_a_norm.grad);
+  dlatent = Tensor();
 
   Tensor x = device_like(stash_.input.shape());  // recomputed, not kept
   ops::cuda::rms_norm_forward(stash_.input, p_.norm.value, eps_, x);
   Tensor dx = device_like(stash_.input.shape());
-  ops::cuda::linear_backward(dlatent, x, kv_latent_.value, dx, kv_latent_.grad, kv_latent_bias_.grad);
-  ops::cuda::linear_backward(dk_rope, x, kv_rope_.value, dx, kv_rope_.grad, kv_rope_bias_.grad, /*accumulate_dx=*/true);
+  ops::cuda::linear_backward(dkv_a_out, x, p_.kv_a.value, dx, p_.kv_a.grad, p_.kv_a_bias.grad);
+  dkv_a_out = Tensor();
   part.next("mla.bwd.q");
   project_q_backward(dq_proj, x, dx);
   part.next("mla.bwd.norm");
@@ -182,7 +174,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
 }
 
 size_t MlaAttentionBlock::stash_bytes() const {
-  return held_bytes({&stash_.input, &stash_.q_latent, &stash_.kv_latent, &stash_.q, &stash_.k, &stash_.v,
+  return held_bytes({&stash_.input, &stash_.q_latent, &stash_.kv_a_out, &stash_.q, &stash_.k, &stash_.v,
                      &stash_.attended, &stash_.softmax_stats});
 }
 

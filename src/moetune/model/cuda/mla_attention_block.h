@@ -2,7 +2,9 @@
 // transformers 5.17's DeepseekV3Attention compute it:
 //   x = rms_norm(h); q = q_b(rms_norm(q_a(x))) or q(x); c = kv_a(x)[:latent], k_rope = kv_a(x)[latent:]
 //   [k_nope | v] per head = kv_b(rms_norm(c)); h + o(flash_attention([q_nope | rope(q_rope)], [k_nope | rope(k_rope)], v))
-// kv_a runs as two GEMMs over its weight's row blocks, so that c and k_rope come out contiguous. q/k and v keep
+// kv_a runs as one GEMM into [T, latent + rope]: kv_a_layernorm reads c and the q/k/v kernels read k_rope as blocks
+// of its columns in place (ops/cuda/column_block.h), and the backward pass writes d(c) and d(k_rope) into one
+// [T, latent + rope] gradient for kv_a's one backward GEMM pair. q/k and v keep
 // their own head widths in cuDNN's attention (192 and 128 for DeepSeek-V3), each rounded up to a multiple of 8
 // with zero columns (and q/k's raised to v's if v's is wider), which changes no score and no kept output.
 #pragma once
@@ -36,12 +38,10 @@ class MlaAttentionBlock {
   ops::cuda::MlaQkvLayout layout_;
   Tensor inv_freq_;             // F32 [rope / 2] on the device
   MlaParams p_;
-  Param kv_latent_, kv_rope_;   // kv_a's row blocks (weight, with bias and gradients alike)
-  Param kv_latent_bias_, kv_rope_bias_;
   struct Stash {
     Tensor input;          // h
     Tensor q_latent;       // q_a(x) before its norm; undefined without q_lora_rank
-    Tensor kv_latent;      // c before kv_a_layernorm
+    Tensor kv_a_out;       // kv_a(x) [T, latent + rope]: c before kv_a_layernorm, then k_rope before RoPE
     Tensor q, k, v;        // attention's inputs [T, heads, width]
     Tensor attended;       // [T, heads, v_width]
     Tensor softmax_stats;  // flash attention's log-sum-exp

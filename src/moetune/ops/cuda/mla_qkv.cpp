@@ -13,11 +13,19 @@ MlaQkvShape shape_of(std::string_view op, const Tensor& qk, const Tensor& v, con
   MOETUNE_CHECK(qk.dim() == 3 && v.dim() == 3 && v.size(0) == qk.size(0) && v.size(1) == qk.size(1),
                 "{}: q/k {} and v {} must be [T, heads, width] with the same T and heads", op, qk.str(), v.str());
   MlaQkvShape s{qk.size(0), int(qk.size(1)), int(l.nope), int(l.rope), int(l.v_dim), int(qk.size(2)), int(v.size(2)),
-                l.interleaved, float(l.scale)};
+                l.interleaved, float(l.scale), l.rope};
   MOETUNE_CHECK(l.rope > 0 && l.rope % 2 == 0 && s.qk_width >= l.nope + l.rope && s.v_width >= l.v_dim,
                 "{}: head widths q/k {} and v {} for nope {}, rope {} (even), v {}", op, s.qk_width, s.v_width, l.nope,
                 l.rope, l.v_dim);
   return s;
+}
+
+// k_rope (dk_rope) [T, rope], packed or a block of columns of a wider matrix (MLA's kv_a output): its address,
+// with the shape's row stride set.
+void* key_rope_operand(std::string_view op, std::string_view name, const ColumnBlock& block, MlaQkvShape& s) {
+  const StridedBf16 operand = strided_operand(op, name, block, s.tokens, s.rope);
+  s.k_rope_stride = operand.ld;
+  return operand.data;
 }
 
 void check_common(std::string_view op, const MlaQkvShape& s, const Tensor& inv_freq, const Tensor& positions) {
@@ -33,21 +41,21 @@ void check_in_place_width(std::string_view op, const MlaQkvShape& s) {
 
 }  // namespace
 
-void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
+void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const ColumnBlock& k_rope, const Tensor& inv_freq,
                      const Tensor& positions, const MlaQkvLayout& layout, const Tensor& q, const Tensor& k,
                      const Tensor& v) {
   constexpr std::string_view op = "mla_qkv_forward";
-  const MlaQkvShape s = shape_of(op, k, v, layout);
+  MlaQkvShape s = shape_of(op, k, v, layout);
   check_common(op, s, inv_freq, positions);
   check_gpu_tensor(op, "kv", kv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
-  check_gpu_tensor(op, "k_rope", k_rope, DType::BF16, {s.tokens, s.rope});
+  void* key_rope = key_rope_operand(op, "k_rope", k_rope, s);
   check_gpu_tensor(op, "k", k, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "v", v, DType::BF16, {s.tokens, s.heads, s.v_width});
   if (q.defined()) {
     check_gpu_tensor(op, "q_proj", q_proj, DType::BF16, {s.tokens, s.heads, s.nope + s.rope});
     check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
   }
-  gpu::check(launch_mla_qkv_forward(q.defined() ? q_proj.raw_data() : nullptr, kv.raw_data(), k_rope.raw_data(),
+  gpu::check(launch_mla_qkv_forward(q.defined() ? q_proj.raw_data() : nullptr, kv.raw_data(), key_rope,
                                     device_data<float>(inv_freq), device_data<int32_t>(positions),
                                     q.defined() ? q.raw_data() : nullptr, k.raw_data(), v.raw_data(), s, gpu::stream()),
              fmt::format("{} of {}", op, kv.str()));
@@ -55,14 +63,14 @@ void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rop
 
 void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
                       const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dq_proj, const Tensor& dkv,
-                      const Tensor& dk_rope) {
+                      const ColumnBlock& dk_rope) {
   constexpr std::string_view op = "mla_qkv_backward";
-  const MlaQkvShape s = shape_of(op, dk, dv, layout);
+  MlaQkvShape s = shape_of(op, dk, dv, layout);
   check_common(op, s, inv_freq, positions);
   check_gpu_tensor(op, "dk", dk, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "dv", dv, DType::BF16, {s.tokens, s.heads, s.v_width});
   check_gpu_tensor(op, "dkv", dkv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
-  check_gpu_tensor(op, "dk_rope", dk_rope, DType::BF16, {s.tokens, s.rope});
+  void* dkey_rope = key_rope_operand(op, "dk_rope", dk_rope, s);
   MOETUNE_CHECK(dq.defined() == dq_proj.defined(), "{}: dq and dq_proj must be both given or both left out", op);
   if (dq.defined()) {
     check_gpu_tensor(op, "dq", dq, DType::BF16, {s.tokens, s.heads, s.qk_width});
@@ -70,41 +78,41 @@ void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, cons
   }
   gpu::check(launch_mla_qkv_backward(dq.defined() ? dq.raw_data() : nullptr, dk.raw_data(), dv.raw_data(),
                                      device_data<float>(inv_freq), device_data<int32_t>(positions),
-                                     dq.defined() ? dq_proj.raw_data() : nullptr, dkv.raw_data(), dk_rope.raw_data(), s,
+                                     dq.defined() ? dq_proj.raw_data() : nullptr, dkv.raw_data(), dkey_rope, s,
                                      gpu::stream()),
              fmt::format("{} of {}", op, dk.str()));
 }
 
-void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
+void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const ColumnBlock& k_rope, const Tensor& inv_freq,
                               const Tensor& positions, const MlaQkvLayout& layout, const Tensor& k, const Tensor& v) {
   constexpr std::string_view op = "mla_qkv_forward_in_place";
-  const MlaQkvShape s = shape_of(op, k, v, layout);
+  MlaQkvShape s = shape_of(op, k, v, layout);
   check_common(op, s, inv_freq, positions);
   check_in_place_width(op, s);
   check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "kv", kv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
-  check_gpu_tensor(op, "k_rope", k_rope, DType::BF16, {s.tokens, s.rope});
+  void* key_rope = key_rope_operand(op, "k_rope", k_rope, s);
   check_gpu_tensor(op, "k", k, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "v", v, DType::BF16, {s.tokens, s.heads, s.v_width});
-  gpu::check(launch_mla_qkv_forward_in_place(q.raw_data(), kv.raw_data(), k_rope.raw_data(), device_data<float>(inv_freq),
+  gpu::check(launch_mla_qkv_forward_in_place(q.raw_data(), kv.raw_data(), key_rope, device_data<float>(inv_freq),
                                              device_data<int32_t>(positions), k.raw_data(), v.raw_data(), s, gpu::stream()),
              fmt::format("{} of {}", op, q.str()));
 }
 
 void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
                                const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dkv,
-                               const Tensor& dk_rope) {
+                               const ColumnBlock& dk_rope) {
   constexpr std::string_view op = "mla_qkv_backward_in_place";
-  const MlaQkvShape s = shape_of(op, dk, dv, layout);
+  MlaQkvShape s = shape_of(op, dk, dv, layout);
   check_common(op, s, inv_freq, positions);
   check_in_place_width(op, s);
   check_gpu_tensor(op, "dq", dq, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "dk", dk, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "dv", dv, DType::BF16, {s.tokens, s.heads, s.v_width});
   check_gpu_tensor(op, "dkv", dkv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
-  check_gpu_tensor(op, "dk_rope", dk_rope, DType::BF16, {s.tokens, s.rope});
+  void* dkey_rope = key_rope_operand(op, "dk_rope", dk_rope, s);
   gpu::check(launch_mla_qkv_backward_in_place(dq.raw_data(), dk.raw_data(), dv.raw_data(), device_data<float>(inv_freq),
-                                              device_data<int32_t>(positions), dkv.raw_data(), dk_rope.raw_data(), s,
+                                              device_data<int32_t>(positions), dkv.raw_data(), dkey_rope, s,
                                               gpu::stream()),
              fmt::format("{} of {}", op, dk.str()));
 }
@@ -116,8 +124,9 @@ void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& 
   MOETUNE_CHECK(q.dim() == 3 && q.size(2) == layout.nope + layout.rope && layout.rope > 0 && layout.rope % 2 == 0,
                 "{}: q {} must be [T, heads, nope + rope] for nope {}, rope {} (even)", op, q.str(), layout.nope,
                 layout.rope);
-  const MlaQkvShape s{q.size(0), int(q.size(1)), int(layout.nope), int(layout.rope), int(layout.v_dim),
-                      int(q.size(2)), int(layout.v_dim), layout.interleaved, float(layout.scale)};
+  const MlaQkvShape s{q.size(0),          int(q.size(1)),     int(layout.nope),      int(layout.rope),
+                      int(layout.v_dim),  int(q.size(2)),     int(layout.v_dim),     layout.interleaved,
+                      float(layout.scale), layout.rope};
   check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_common(op, s, inv_freq, positions);
   gpu::check(launch_mla_q_rope_in_place(q.raw_data(), device_data<float>(inv_freq), device_data<int32_t>(positions), s,

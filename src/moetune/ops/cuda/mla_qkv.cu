@@ -31,7 +31,7 @@ __global__ void mla_qkv_forward_kernel(const bf16* __restrict__ q_proj, const bf
   const int64_t t = blockIdx.x;
   const RotationAtPosition at_position{positions[t], inv_freq, s.scale};
   const int dqk = s.nope + s.rope, dkv = s.nope + s.v_dim;
-  const bf16* key_rope = k_rope + t * s.rope;
+  const bf16* key_rope = k_rope + t * s.k_rope_stride;
   for (int idx = threadIdx.x; idx < s.heads * s.qk_width; idx += blockDim.x) {
     const int h = idx / s.qk_width, c = idx % s.qk_width;
     const bf16* kv_head = kv + (t * s.heads + h) * dkv;
@@ -78,7 +78,7 @@ __global__ void mla_qkv_backward_kernel(const bf16* __restrict__ dq, const bf16*
     return total;
   };
   for (int j = threadIdx.x; j < s.rope; j += blockDim.x)
-    dk_rope[t * s.rope + j] = from_float<bf16>(unrotated(summed, j, s, at_position));
+    dk_rope[t * s.k_rope_stride + j] = from_float<bf16>(unrotated(summed, j, s, at_position));
 }
 
 // k and v alone (q rotated in place by mla_q_rope_in_place_kernel) with 16-byte accesses: one thread per 8
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kVecThreads)
       const RotationAtPosition at_position{positions[t], inv_freq, s.scale};
 #pragma unroll
       for (int j = 0; j < kVec; ++j)
-        out[j] = c0 < s.nope + s.rope ? rotated(k_rope + t * s.rope, c0 - s.nope + j, s, at_position) : 0.0f;
+        out[j] = c0 < s.nope + s.rope ? rotated(k_rope + t * s.k_rope_stride, c0 - s.nope + j, s, at_position) : 0.0f;
     } else {
       r -= s.heads * k_chunks;
       const int h = r / v_chunks, c0 = (r - h * v_chunks) * kVec;
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kVecThreads)
     float out[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) out[j] = unrotated(summed, j0 + j, s, at_position);
-    pointwise::store<kVec>(dk_rope + t * s.rope + j0, out);
+    pointwise::store<kVec>(dk_rope + t * s.k_rope_stride + j0, out);
   }
 }
 

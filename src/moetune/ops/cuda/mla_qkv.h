@@ -1,10 +1,12 @@
 // DeepSeek-V3's latent attention on the GPU between its projections and flash attention: q, k and v from the q
 // projection, kv_b's per-head [k_nope | v] and the one shared rope key (RoPE on the rope columns only, as
 // ops/mla_rope.h does it on the CPU), padded to head widths cuDNN takes; and the gradients back. All BF16 on the
-// GPU but inv_freq (F32 [rope / 2]) and positions (I32 [T]); queued on gpu::stream().
+// GPU but inv_freq (F32 [rope / 2]) and positions (I32 [T]); queued on gpu::stream(). k_rope and dk_rope may be
+// a block of columns of a wider matrix (ops/cuda/column_block.h): MLA's kv_a output [T, latent + rope], one GEMM's.
 #pragma once
 
 #include "moetune/core/tensor.h"
+#include "moetune/ops/cuda/column_block.h"
 
 namespace moetune::ops::cuda {
 
@@ -17,7 +19,7 @@ struct MlaQkvLayout {
 // q_proj [T, heads, nope + rope], kv [T, heads, nope + v_dim], k_rope [T, rope] -> q, k [T, heads, Wqk] and
 // v [T, heads, Wv] (Wqk ≥ nope + rope, Wv ≥ v_dim: their shapes say; zero past the real columns). q undefined:
 // k and v only, q_proj unread (where Wqk is nope + rope, q is q_proj rotated in place by mla_q_rope_in_place).
-void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
+void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const ColumnBlock& k_rope, const Tensor& inv_freq,
                      const Tensor& positions, const MlaQkvLayout& layout, const Tensor& q, const Tensor& k,
                      const Tensor& v);
 
@@ -26,7 +28,7 @@ void mla_qkv_forward(const Tensor& q_proj, const Tensor& kv, const Tensor& k_rop
 // mla_q_rope_in_place).
 void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
                       const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dq_proj, const Tensor& dkv,
-                      const Tensor& dk_rope);
+                      const ColumnBlock& dk_rope);
 
 // q [T, heads, nope + rope] in place: the rope columns of each head rotated as mla_qkv_forward rotates q_proj's
 // (q_proj becomes attention's q without a copy), or with `backward` by the transpose (dq becomes dq_proj). The MLA
@@ -37,14 +39,14 @@ void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& 
 
 // Where Wqk is nope + rope: q [T, heads, Wqk] (q_proj's output) rotated in place and k, v built from kv and
 // k_rope, in one launch: what mla_q_rope_in_place then mla_qkv_forward with q undefined give.
-void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const Tensor& k_rope, const Tensor& inv_freq,
+void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const ColumnBlock& k_rope, const Tensor& inv_freq,
                               const Tensor& positions, const MlaQkvLayout& layout, const Tensor& k, const Tensor& v);
 
 // Its transpose: dq [T, heads, nope + rope] rotated back in place (it becomes dq_proj), dkv and dk_rope
 // (overwritten): what mla_q_rope_in_place(backward) then mla_qkv_backward with dq undefined give.
 void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
                                const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dkv,
-                               const Tensor& dk_rope);
+                               const ColumnBlock& dk_rope);
 
 // dst [..., Wd] = src [..., Ws]'s first min(Ws, Wd) columns, zero past them (BF16; the leading dims agree):
 // attention's padded output narrowed for o_proj, and o_proj's input gradient padded back.

@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kThreads)
     if (i < staged) {
       const int h = i / rope_chunks, c0 = (i - h * rope_chunks) * kVec;
       if (h < s.heads) return {q_token + h * dqk + s.nope + c0, q_rope + h * s.rope + c0};
-      return {k_rope + t * s.rope + c0, key_rope + c0};
+      return {k_rope + t * s.k_rope_stride + c0, key_rope + c0};
     }
     i -= staged;
     if (i < k_moves) {
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < kVec; ++j)
         out[j] = mla_rotation::unrotated(HeadSumAt{dk_rope_heads, s.heads, s.rope}, j0 + j, s, rot);
     }
-    pointwise::store<kVec>(h < s.heads ? dq_token + h * dqk + s.nope + j0 : dk_rope + t * s.rope + j0, out);
+    pointwise::store<kVec>(h < s.heads ? dq_token + h * dqk + s.nope + j0 : dk_rope + t * s.k_rope_stride + j0, out);
   }
 }
 

@@ -14,6 +14,7 @@ struct MlaQkvShape {
   int qk_width = 0, v_width = 0;                 // the attention tensors' head widths (≥ nope + rope, ≥ v_dim)
   bool interleaved = false;
   float scale = 1.0f;                            // YaRN's attention factor on cos and sin
+  int64_t k_rope_stride = 0;                     // k_rope's (dk_rope's) row stride: rope when packed
 };
 
 // All BF16 but inv_freq (F32 [rope / 2]) and positions (I32 [T]).

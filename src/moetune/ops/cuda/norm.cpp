@@ -73,4 +73,49 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
   gpu::check(status, "rms_norm_backward kernels");
 }
 
+void rms_norm_forward(const ColumnBlock& x, const Tensor& weight, double eps, const Tensor& y) {
+  constexpr std::string_view op = "rms_norm_forward";
+  check_gpu_tensor(op, "weight", weight, {DType::BF16});
+  MOETUNE_CHECK(weight.dim() == 1, "{}: weight {} must be one-dimensional", op, weight.str());
+  const int64_t width = weight.size(0), rows = x.tensor.defined() && x.tensor.dim() == 2 ? x.tensor.size(0) : -1;
+  const StridedBf16 in = strided_operand(op, "x", x, rows, width);
+  check_gpu_tensor(op, "y", y, {DType::BF16});
+  check_shape(op, "y", y, {rows, width});
+  MOETUNE_CHECK(!overlaps(y, x.tensor) && !overlaps(y, weight), "{}: y {} overlaps x's matrix or the weight", op,
+                y.str());
+  gpu::check(launch_rms_norm_forward(in.data, weight.raw_data(), y.raw_data(), rows, width, float(eps), gpu::stream(),
+                                     {in.ld, width}),
+             "rms_norm_forward kernel (column block)");
+}
+
+void rms_norm_backward(const Tensor& dy, const ColumnBlock& x, const Tensor& weight, double eps, const ColumnBlock& dx,
+                       const Tensor& dweight) {
+  constexpr std::string_view op = "rms_norm_backward";
+  check_gpu_tensor(op, "weight", weight, {DType::BF16});
+  MOETUNE_CHECK(weight.dim() == 1, "{}: weight {} must be one-dimensional", op, weight.str());
+  const int64_t width = weight.size(0), rows = x.tensor.defined() && x.tensor.dim() == 2 ? x.tensor.size(0) : -1;
+  const StridedBf16 in = strided_operand(op, "x", x, rows, width);
+  const StridedBf16 out = strided_operand(op, "dx", dx, rows, width);
+  check_gpu_tensor(op, "dy", dy, {DType::BF16});
+  check_shape(op, "dy", dy, {rows, width});
+  if (dweight.defined()) {
+    check_gpu_tensor(op, "dweight", dweight, {DType::BF16, DType::F32});
+    check_shape(op, "dweight", dweight, weight.shape());
+  }
+  // dx's matrix is written where other threads still read x, dy or the weight if they share memory.
+  MOETUNE_CHECK(!overlaps(dx.tensor, x.tensor) && !overlaps(dx.tensor, dy) && !overlaps(dx.tensor, weight) &&
+                    !overlaps(dx.tensor, dweight),
+                "{}: dx's matrix {} overlaps an input or dweight", op, dx.tensor.str());
+  MOETUNE_CHECK(!overlaps(dweight, x.tensor) && !overlaps(dweight, dy) && !overlaps(dweight, weight),
+                "{}: dweight {} overlaps an input", op, dweight.str());
+  if (rows == 0) return;
+  void* workspace = gpu::allocate(rms_norm_backward_workspace_bytes(rows, width));
+  const cudaError_t status = launch_rms_norm_backward(
+      dy.raw_data(), in.data, weight.raw_data(), nullptr, out.data, device_data<void>(dweight),
+      dweight.defined() && dweight.dtype() == DType::BF16, rows, width, float(eps), workspace, gpu::stream(),
+      {in.ld, out.ld});
+  gpu::release(workspace);  // stream-ordered: freed only after the kernels above have run
+  gpu::check(status, "rms_norm_backward kernels (column block)");
+}
+
 }  // namespace moetune::ops::cuda

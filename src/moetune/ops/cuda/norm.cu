@@ -28,12 +28,17 @@ constexpr int64_t kBackwardBlocks = 512;
 // The forward needs no cross-row state; the cap only bounds gridDim.
 constexpr int64_t kMaxForwardBlocks = int64_t(1) << 30;
 
+// Strides of 0 are the width: packed rows.
+RowStrides packed_if_unset(RowStrides strides, int64_t width) {
+  return {strides.x != 0 ? strides.x : width, strides.out != 0 ? strides.out : width};
+}
+
 template <int kVec>
 __global__ void rms_norm_forward_kernel(const bf16* x, const bf16* __restrict__ weight, bf16* y, int64_t rows,
-                                        int64_t width, float eps) {
+                                        int64_t width, float eps, RowStrides strides) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const bf16* xr = x + row * width;
-    bf16* yr = y + row * width;
+    const bf16* xr = x + row * strides.x;
+    bf16* yr = y + row * strides.out;
     float square_sum[1] = {0.0f};
     for (int64_t c = int64_t(threadIdx.x) * kVec; c < width; c += int64_t(blockDim.x) * kVec) {
       float v[kVec];
@@ -59,7 +64,7 @@ __global__ void rms_norm_forward_kernel(const bf16* x, const bf16* __restrict__ 
 template <int kVec>
 __global__ void rms_norm_backward_kernel(const bf16* dy, const bf16* __restrict__ x, const bf16* __restrict__ weight,
                                          const bf16* residual, bf16* dx, float* __restrict__ partial, int64_t rows,
-                                         int64_t width, float eps) {
+                                         int64_t width, float eps, RowStrides strides) {
   extern __shared__ float dweight_acc[];
   const int64_t first = int64_t(threadIdx.x) * kVec, step = int64_t(blockDim.x) * kVec;
   for (int64_t c = first; c < width; c += step)
@@ -67,11 +72,11 @@ __global__ void rms_norm_backward_kernel(const bf16* dy, const bf16* __restrict_
     for (int k = 0; k < kVec; ++k) dweight_acc[c + k] = 0.0f;
 
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t offset = row * width;
+    const int64_t offset = row * width, x_offset = row * strides.x, out_offset = row * strides.out;
     float sums[2] = {0.0f, 0.0f};  // Σ x², Σ w·dy·x
     for (int64_t c = first; c < width; c += step) {
       float xv[kVec], gv[kVec], wv[kVec];
-      load<kVec>(x + offset + c, xv);
+      load<kVec>(x + x_offset + c, xv);
       load<kVec>(dy + offset + c, gv);
       load<kVec>(weight + c, wv);
 #pragma unroll
@@ -85,17 +90,17 @@ __global__ void rms_norm_backward_kernel(const bf16* dy, const bf16* __restrict_
     const float correction = rstd * rstd * rstd * sums[1] / float(width);
     for (int64_t c = first; c < width; c += step) {
       float xv[kVec], gv[kVec], wv[kVec], rv[kVec] = {};
-      load<kVec>(x + offset + c, xv);
+      load<kVec>(x + x_offset + c, xv);
       load<kVec>(dy + offset + c, gv);
       load<kVec>(weight + c, wv);
-      if (residual != nullptr) load<kVec>(residual + offset + c, rv);
+      if (residual != nullptr) load<kVec>(residual + out_offset + c, rv);
       float out[kVec];
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         out[k] = rv[k] + (rstd * wv[k] * gv[k] - xv[k] * correction);
         dweight_acc[c + k] += gv[k] * xv[k] * rstd;
       }
-      store<kVec>(dx + offset + c, out);
+      store<kVec>(dx + out_offset + c, out);
     }
   }
 
@@ -115,7 +120,7 @@ __device__ __forceinline__ Chunk load_chunk(const bf16* p) { return *reinterpret
 // The forward of rows [first, first + kRows) per block iteration; thread t holds chunk t of each.
 template <int kRows>
 __global__ void rms_norm_forward_rows_kernel(const bf16* x, const bf16* __restrict__ weight, bf16* y, int64_t rows,
-                                             int64_t width, float eps) {
+                                             int64_t width, float eps, RowStrides strides) {
   const int64_t c = int64_t(threadIdx.x) * kChunk;
   const bool has_chunk = c < width;  // the block is rounded up to whole warps
   float w[kChunk] = {};
@@ -127,7 +132,7 @@ __global__ void rms_norm_forward_rows_kernel(const bf16* x, const bf16* __restri
     for (int r = 0; r < kRows; ++r) {
       square_sum[r] = 0.0f;
       if (!has_chunk || first + r >= rows) continue;
-      xv[r] = load_chunk(x + (first + r) * width + c);
+      xv[r] = load_chunk(x + (first + r) * strides.x + c);
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) {
         const float v = to_float(xv[r].v[k]);
@@ -143,7 +148,7 @@ __global__ void rms_norm_forward_rows_kernel(const bf16* x, const bf16* __restri
       float v[kChunk];
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) v[k] = w[k] * (to_float(xv[r].v[k]) * rstd);
-      store<kChunk>(y + (first + r) * width + c, v);
+      store<kChunk>(y + (first + r) * strides.out + c, v);
     }
   }
 }
@@ -153,7 +158,8 @@ __global__ void rms_norm_forward_rows_kernel(const bf16* x, const bf16* __restri
 template <int kRows>
 __global__ void rms_norm_backward_rows_kernel(const bf16* dy, const bf16* __restrict__ x,
                                               const bf16* __restrict__ weight, const bf16* residual, bf16* dx,
-                                              float* __restrict__ partial, int64_t rows, int64_t width, float eps) {
+                                              float* __restrict__ partial, int64_t rows, int64_t width, float eps,
+                                              RowStrides strides) {
   const int64_t c = int64_t(threadIdx.x) * kChunk;
   const bool has_chunk = c < width;
   float wv[kChunk] = {}, dweight_acc[kChunk] = {};
@@ -167,9 +173,9 @@ __global__ void rms_norm_backward_rows_kernel(const bf16* dy, const bf16* __rest
       const int64_t row = first + r * stride;
       sums[2 * r] = sums[2 * r + 1] = 0.0f;
       if (!has_chunk || row >= rows) continue;
-      xv[r] = load_chunk(x + row * width + c);
+      xv[r] = load_chunk(x + row * strides.x + c);
       gv[r] = load_chunk(dy + row * width + c);
-      if (residual != nullptr) rv[r] = load_chunk(residual + row * width + c);  // early: more bytes in flight
+      if (residual != nullptr) rv[r] = load_chunk(residual + row * strides.out + c);  // early: more bytes in flight
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) {
         const float xf = to_float(xv[r].v[k]), gf = to_float(gv[r].v[k]);
@@ -193,14 +199,14 @@ __global__ void rms_norm_backward_rows_kernel(const bf16* dy, const bf16* __rest
         out[k] = rf + (rstd * wv[k] * gf - xf * correction);
         dweight_acc[k] += gf * xf * rstd;
       }
-      store<kChunk>(dx + row * width + c, out);
+      store<kChunk>(dx + row * strides.out + c, out);
     }
   }
   if (has_chunk) store<kChunk>(partial + int64_t(blockIdx.x) * width + c, dweight_acc);
 }
 
-bool vectorizable(int64_t width, std::initializer_list<const void*> pointers) {
-  if (width % 8 != 0) return false;
+bool vectorizable(int64_t width, std::initializer_list<const void*> pointers, RowStrides strides) {
+  if (width % 8 != 0 || strides.x % 8 != 0 || strides.out % 8 != 0) return false;
   for (const void* p : pointers)
     if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   return true;
@@ -222,30 +228,32 @@ constexpr int64_t kMaxRegisterChunks = 256;
 int forward_rows_in_registers(int64_t width) { return width <= 512 ? 2 : 0; }
 int backward_rows_in_registers(int64_t width) { return width <= 512 ? 4 : 0; }
 
-bool fits_registers(int64_t width, std::initializer_list<const void*> pointers) {
-  return vectorizable(width, pointers) && width / kChunk <= kMaxRegisterChunks;
+bool fits_registers(int64_t width, std::initializer_list<const void*> pointers, RowStrides strides) {
+  return vectorizable(width, pointers, strides) && width / kChunk <= kMaxRegisterChunks;
 }
 
 template <int kRows>
 cudaError_t forward_rows(const bf16* x, const bf16* weight, bf16* y, int64_t rows, int64_t width, float eps,
-                         cudaStream_t stream) {
+                         RowStrides strides, cudaStream_t stream) {
   const unsigned blocks = unsigned(std::min((rows + kRows - 1) / kRows, kMaxForwardBlocks));
   rms_norm_forward_rows_kernel<kRows><<<blocks, row_block_threads(width, kChunk), 0, stream>>>(x, weight, y, rows,
-                                                                                               width, eps);
+                                                                                               width, eps, strides);
   return cudaGetLastError();
 }
 
 template <int kRows>
 cudaError_t backward_rows(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx,
-                          float* partial, int64_t rows, int64_t width, float eps, cudaStream_t stream) {
+                          float* partial, int64_t rows, int64_t width, float eps, RowStrides strides,
+                          cudaStream_t stream) {
   rms_norm_backward_rows_kernel<kRows><<<unsigned(backward_blocks(rows)), row_block_threads(width, kChunk), 0,
-                                         stream>>>(dy, x, weight, residual, dx, partial, rows, width, eps);
+                                         stream>>>(dy, x, weight, residual, dx, partial, rows, width, eps, strides);
   return cudaGetLastError();
 }
 
 template <int kVec>
 cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx,
-                     float* partial, int64_t rows, int64_t width, float eps, cudaStream_t stream) {
+                     float* partial, int64_t rows, int64_t width, float eps, RowStrides strides,
+                     cudaStream_t stream) {
   const int threads = row_block_threads(width, kVec);
   const size_t shared = size_t(width) * sizeof(float);
   if (shared > 32 * 1024) {  // opt in past the default 48 KiB (block_sum adds a small static buffer)
@@ -254,39 +262,45 @@ cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf
     if (status != cudaSuccess) return status;
   }
   rms_norm_backward_kernel<kVec><<<unsigned(backward_blocks(rows)), threads, shared, stream>>>(
-      dy, x, weight, residual, dx, partial, rows, width, eps);
+      dy, x, weight, residual, dx, partial, rows, width, eps, strides);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, const void* weight, void* y,
-                                         int64_t rows, int64_t width, float eps, cudaStream_t stream) {
+                                         int64_t rows, int64_t width, float eps, cudaStream_t stream,
+                                         RowStrides strides) {
   if (rows == 0 || width == 0) return cudaSuccess;
+  strides = packed_if_unset(strides, width);
   const auto* xp = static_cast<const bf16*>(x);
   const auto* wp = static_cast<const bf16*>(weight);
   auto* yp = static_cast<bf16*>(y);
-  if (rows_in_registers != 0 && !fits_registers(width, {x, weight, y})) return cudaErrorInvalidValue;
+  if (rows_in_registers != 0 && !fits_registers(width, {x, weight, y}, strides)) return cudaErrorInvalidValue;
   switch (rows_in_registers) {
     case 0: break;
-    case 1: return forward_rows<1>(xp, wp, yp, rows, width, eps, stream);
-    case 2: return forward_rows<2>(xp, wp, yp, rows, width, eps, stream);
-    case 4: return forward_rows<4>(xp, wp, yp, rows, width, eps, stream);
-    case 8: return forward_rows<8>(xp, wp, yp, rows, width, eps, stream);
+    case 1: return forward_rows<1>(xp, wp, yp, rows, width, eps, strides, stream);
+    case 2: return forward_rows<2>(xp, wp, yp, rows, width, eps, strides, stream);
+    case 4: return forward_rows<4>(xp, wp, yp, rows, width, eps, strides, stream);
+    case 8: return forward_rows<8>(xp, wp, yp, rows, width, eps, strides, stream);
     default: return cudaErrorInvalidValue;
   }
   const unsigned blocks = unsigned(std::min(rows, kMaxForwardBlocks));
-  if (vectorizable(width, {x, weight, y}))
-    rms_norm_forward_kernel<8><<<blocks, row_block_threads(width, 8), 0, stream>>>(xp, wp, yp, rows, width, eps);
+  if (vectorizable(width, {x, weight, y}, strides))
+    rms_norm_forward_kernel<8><<<blocks, row_block_threads(width, 8), 0, stream>>>(xp, wp, yp, rows, width, eps,
+                                                                                    strides);
   else
-    rms_norm_forward_kernel<1><<<blocks, row_block_threads(width, 1), 0, stream>>>(xp, wp, yp, rows, width, eps);
+    rms_norm_forward_kernel<1><<<blocks, row_block_threads(width, 1), 0, stream>>>(xp, wp, yp, rows, width, eps,
+                                                                                    strides);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rms_norm_forward(const void* x, const void* weight, void* y, int64_t rows, int64_t width,
-                                    float eps, cudaStream_t stream) {
-  const int rows_in_registers = fits_registers(width, {x, weight, y}) ? forward_rows_in_registers(width) : 0;
-  return launch_rms_norm_forward_with(rows_in_registers, x, weight, y, rows, width, eps, stream);
+                                    float eps, cudaStream_t stream, RowStrides strides) {
+  strides = packed_if_unset(strides, width);
+  const int rows_in_registers =
+      fits_registers(width, {x, weight, y}, strides) ? forward_rows_in_registers(width) : 0;
+  return launch_rms_norm_forward_with(rows_in_registers, x, weight, y, rows, width, eps, stream, strides);
 }
 
 size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t width) {
@@ -296,26 +310,27 @@ size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t width) {
 cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy, const void* x, const void* weight,
                                           const void* residual, void* dx, void* dweight, bool dweight_is_bf16,
                                           int64_t rows, int64_t width, float eps, void* workspace,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, RowStrides strides) {
   if (rows == 0 || width == 0) return cudaSuccess;
+  strides = packed_if_unset(strides, width);
   const auto* dyp = static_cast<const bf16*>(dy);
   const auto* xp = static_cast<const bf16*>(x);
   const auto* wp = static_cast<const bf16*>(weight);
   const auto* rp = static_cast<const bf16*>(residual);
   auto* dxp = static_cast<bf16*>(dx);
   auto* partial = static_cast<float*>(workspace);
-  if (rows_in_registers != 0 && !fits_registers(width, {dy, x, weight, residual, dx, workspace}))
+  if (rows_in_registers != 0 && !fits_registers(width, {dy, x, weight, residual, dx, workspace}, strides))
     return cudaErrorInvalidValue;
   cudaError_t status = cudaSuccess;
   switch (rows_in_registers) {
     case 0:
-      status = vectorizable(width, {dy, x, weight, residual, dx})
-                   ? backward<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream)
-                   : backward<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream);
+      status = vectorizable(width, {dy, x, weight, residual, dx}, strides)
+                   ? backward<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream)
+                   : backward<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream);
       break;
-    case 1: status = backward_rows<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
-    case 2: status = backward_rows<2>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
-    case 4: status = backward_rows<4>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
+    case 1: status = backward_rows<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream); break;
+    case 2: status = backward_rows<2>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream); break;
+    case 4: status = backward_rows<4>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream); break;
     // No 8: its 255 registers a thread left a 256-thread block out of resources (cudaErrorLaunchOutOfResources, H200).
     default: return cudaErrorInvalidValue;
   }
@@ -325,12 +340,14 @@ cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy,
 
 cudaError_t launch_rms_norm_backward(const void* dy, const void* x, const void* weight, const void* residual,
                                      void* dx, void* dweight, bool dweight_is_bf16, int64_t rows, int64_t width,
-                                     float eps, void* workspace, cudaStream_t stream) {
+                                     float eps, void* workspace, cudaStream_t stream, RowStrides strides) {
+  strides = packed_if_unset(strides, width);
   // The workspace is aligned for the partials' 16-byte stores whenever the width is (gpu::allocate aligns it).
-  const int rows_in_registers =
-      fits_registers(width, {dy, x, weight, residual, dx, workspace}) ? backward_rows_in_registers(width) : 0;
+  const int rows_in_registers = fits_registers(width, {dy, x, weight, residual, dx, workspace}, strides)
+                                    ? backward_rows_in_registers(width)
+                                    : 0;
   return launch_rms_norm_backward_with(rows_in_registers, dy, x, weight, residual, dx, dweight, dweight_is_bf16,
-                                       rows, width, eps, workspace, stream);
+                                       rows, width, eps, workspace, stream, strides);
 }
 
 }  // namespace moetune::ops::cuda

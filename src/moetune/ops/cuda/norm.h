@@ -2,6 +2,7 @@
 #pragma once
 
 #include "moetune/core/tensor.h"
+#include "moetune/ops/cuda/column_block.h"
 
 namespace moetune::ops::cuda {
 
@@ -14,5 +15,11 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const T
 // once per element. The statistics are recomputed from x.
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, double eps, const Tensor& dx,
                        const Tensor& dweight, const Tensor& residual = {});
+
+// The same where x (and dx) is a block of columns of a wider BF16 matrix [T, *], read (written) in place: MLA's
+// kv_a output holds the latent the norm reads beside the rope key, and one GEMM gives both. y and dy: [T, W].
+void rms_norm_forward(const ColumnBlock& x, const Tensor& weight, double eps, const Tensor& y);
+void rms_norm_backward(const Tensor& dy, const ColumnBlock& x, const Tensor& weight, double eps, const ColumnBlock& dx,
+                       const Tensor& dweight);
 
 }  // namespace moetune::ops::cuda
