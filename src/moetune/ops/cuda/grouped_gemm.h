@@ -5,7 +5,11 @@
 // be multiples of 8 (TMA moves 16-byte rows).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "moetune/core/tensor.h"
+#include "moetune/ops/cuda/grouped_gemm_kernels.h"
 
 namespace moetune::ops::cuda {
 
@@ -22,5 +26,32 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
 // accumulate: dW_e += ... instead of =. An empty group gives dW_e = 0 (or leaves it when accumulating).
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
                                 bool accumulate);
+
+// Which kernel runs a product: one of its kind's compiled tiles and the order its CTAs walk the tiles in.
+struct GroupedGemmSchedule {
+  GroupedGemmTile tile;
+  GroupedGemmOrder order;
+};
+std::string describe(const GroupedGemmSchedule& schedule);
+
+// Every schedule a kind can run (its tiles in both orders), the default first.
+std::vector<GroupedGemmSchedule> grouped_gemm_schedules(GroupedGemmKind kind);
+
+// The kind grouped_matmul runs: RowsTimesWeightT when transpose_w, else RowsTimesWeight.
+inline GroupedGemmKind grouped_matmul_kind(bool transpose_w) {
+  return transpose_w ? GroupedGemmKind::RowsTimesWeightT : GroupedGemmKind::RowsTimesWeight;
+}
+
+// grouped_matmul and grouped_matmul_weight_grad on a given schedule (the tests of each kernel, timing tests).
+void grouped_matmul_on(const GroupedGemmSchedule& schedule, const Tensor& x, const Tensor& weights, bool transpose_w,
+                       const Tensor& offsets, const Tensor& out, float alpha = 1.0f, bool accumulate = false);
+void grouped_matmul_weight_grad_on(const GroupedGemmSchedule& schedule, const Tensor& dy, const Tensor& x,
+                                   const Tensor& offsets, const Tensor& dw, bool accumulate);
+
+// On (the default): the first call of a problem (kind, N, K, rows, groups) that overwrites its output times every
+// schedule of its kind on the call's own operands (the host waits, once per problem and process) and keeps the
+// fastest where it beats the default by 2%; a problem first met accumulating keeps the default. Off: the default
+// for problems not yet met.
+void set_grouped_gemm_tuning(bool on);
 
 }  // namespace moetune::ops::cuda

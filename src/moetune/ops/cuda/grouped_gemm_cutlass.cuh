@@ -36,18 +36,29 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // D [M, N] row-major = A [M, K] · B [K, N]; LayoutA / LayoutB say which of A's and B's dimensions is contiguous
 // (CUTLASS's convention: B ColumnMajor means K-contiguous, i.e. a [N, K] row-major weight).
 //
-// Ping-pong (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop); each .cu file
-// picks its tile and cluster: 64x256x64 for the M-grouped products, 128x128x64 for the weight gradient, cluster
-// 2x1 (the two CTAs of a cluster multicast the shared operand tile). On Qwen3's experts this beat the cooperative
-// 128x256x64 tile (torch._grouped_mm's choice) by up to 15% per product (equal for the gate/up forward) and
-// 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the 64-row tiles pad an expert's last tile half as
-// much, and short main loops (a weight gradient's K is the expert's row count, 512 on average) leave the epilogue
-// a large share of a tile's time. Groups whose M is not a multiple of the tile (or of the cluster) get partial
-// tiles: TMA zero-fills the loads past the group's bounds and clips the stores, so nothing outside the group is
-// read or written.
+// Ping-pong (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop) by default;
+// each .cu file picks its tile, cluster and schedule: 64x256x64 for the M-grouped products, 128x128x64 for the
+// weight gradient, cluster 2x1 (the two CTAs of a cluster multicast the shared operand tile). On Qwen3's experts
+// this beat the cooperative 128x256x64 tile (torch._grouped_mm's choice) by up to 15% per product (equal for the
+// gate/up forward) and 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the 64-row tiles pad an
+// expert's last tile half as much, and short main loops (a weight gradient's K is the expert's row count, 512 on
+// average) leave the epilogue a large share of a tile's time. Other tiles are compiled for the shapes where
+// that one loses (grouped_gemm_kernels.h lists them; grouped_gemm_choice.cpp picks one per problem). Groups
+// whose M is not a multiple of the tile (or of the cluster) get partial tiles: TMA zero-fills the loads past the
+// group's bounds and clips the stores, so nothing outside the group is read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
-template <class LayoutA, class LayoutB, class TileShape, class ClusterShape>
+struct PingPong {
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+// Both consumer warpgroups on one tile (its M split between them): tiles of 128 rows or more.
+struct Cooperative {
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+
+template <class LayoutA, class LayoutB, class TileShape, class ClusterShape, class Schedule = PingPong>
 struct GroupedGemmConfig {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignment = 16 / int(sizeof(Element));  // TMA needs 16-byte aligned rows
@@ -57,7 +68,7 @@ struct GroupedGemmConfig {
       cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
       Element, LayoutD*, kAlignment,  // C: read only when beta != 0 (accumulating into D)
       Element, LayoutD*, kAlignment,  // D
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+      typename Schedule::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -66,7 +77,7 @@ struct GroupedGemmConfig {
       Element, LayoutB*, kAlignment,
       Accumulator, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>::CollectiveOp;
+      typename Schedule::Kernel>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -175,7 +186,7 @@ __global__ void build_group_arrays_kernel(Geometry geometry, const int32_t* __re
 
 template <class Config>
 typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Config>& arrays, float alpha,
-                                                float beta, int sm_count) {
+                                                float beta, int sm_count, GroupedGemmOrder order = {}) {
   typename Config::Gemm::Arguments arguments{
       cutlass::gemm::GemmUniversalMode::kGrouped,
       {groups, arrays.shapes, /*host problem shapes:*/ nullptr},
@@ -195,6 +206,12 @@ typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Co
   cudaGetDevice(&device);
   arguments.hw_info.device_id = device;
   arguments.hw_info.sm_count = sm_count;
+  // The order in which the persistent CTAs walk a group's tiles (consecutive CTAs down M, or along N) and how
+  // many neighbouring cluster columns they take together (a swizzle: a wave's tiles then share more operand rows
+  // in L2).
+  using RasterOrder = typename Config::Kernel::TileScheduler::RasterOrderOptions;
+  arguments.scheduler.raster_order = order.along_n ? RasterOrder::AlongN : RasterOrder::AlongM;
+  arguments.scheduler.max_swizzle_size = order.swizzle;
   return arguments;
 }
 
@@ -220,9 +237,9 @@ inline std::string cutlass_failure(const char* step, cutlass::Status status) {
 template <class Config, class Geometry>
 std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Config>& strides,
                              const int32_t* offsets, int groups, int64_t rows, float alpha, float beta, void* scratch,
-                             size_t scratch_size, int sm_count, cudaStream_t stream) {
+                             size_t scratch_size, int sm_count, GroupedGemmOrder order, cudaStream_t stream) {
   const size_t workspace_bytes = Config::Gemm::get_workspace_size(
-      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count));
+      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count, order));
   const ScratchLayout layout = scratch_layout<Config>(groups, workspace_bytes);
   if (scratch == nullptr || scratch_size < layout.total || reinterpret_cast<uintptr_t>(scratch) % 128 != 0)
     return "grouped GEMM scratch is missing, too small (" + std::to_string(scratch_size) + " < " +
@@ -244,7 +261,7 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
     return cuda_failure("launch of the group-array kernel", status);
 
-  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count);
+  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count, order);
   typename Config::Gemm gemm;
   if (const cutlass::Status status = gemm.can_implement(arguments); status != cutlass::Status::kSuccess)
     return cutlass_failure("can_implement", status);
@@ -283,7 +300,8 @@ std::string run_rows_times_weight(const GroupedGemmProblem& problem, int64_t wei
                                        row_stride<typename Config::StrideB>(weight_row),
                                        row_stride<typename Config::StrideD>(problem.n)};
   return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
-                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream);
+                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count,
+                                  problem.order, stream);
 }
 
 }  // namespace moetune::ops::cuda::grouped_gemm_detail

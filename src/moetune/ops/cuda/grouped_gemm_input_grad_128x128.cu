@@ -1,0 +1,31 @@
+// The experts' input gradients: dx[rows_e] = dy[rows_e] · W_e with W [E, K, N] as stored for the forward
+// (e.g. d(permuted) = d(gate_up) · gate_up_e, gate_up_e [2I, H]). W_e stored [K, N] is an N-contiguous B
+// operand, CUTLASS's RowMajor ("NN" GEMM).
+// Ping-pong, 128x128x64 tiles without a cluster: N = 1408 (Moonlight's down projection) is 11 such tiles
+// where it is 5.5 of 256.
+#include "moetune/ops/cuda/grouped_gemm_cutlass.cuh"
+
+namespace moetune::ops::cuda {
+namespace {
+
+using Config = grouped_gemm_detail::GroupedGemmConfig<cutlass::layout::RowMajor, cutlass::layout::RowMajor,
+                                                      cute::Shape<cute::_128, cute::_128, cute::_64>,
+                                                      cute::Shape<cute::_1, cute::_1, cute::_1>>;
+constexpr auto kKind = GroupedGemmKind::RowsTimesWeight;
+constexpr auto kTile = GroupedGemmTile::PingPong128x128Cluster1x1;
+
+}  // namespace
+
+template <>
+size_t grouped_gemm_scratch_bytes<kKind, kTile>(int groups, int sm_count) {
+  return grouped_gemm_detail::scratch_bytes<Config>(groups, sm_count);
+}
+
+template <>
+std::string launch_grouped_gemm<kKind, kTile>(const GroupedGemmProblem& problem, void* scratch, size_t scratch_bytes,
+                                             int sm_count, cudaStream_t stream) {
+  return grouped_gemm_detail::run_rows_times_weight<Config>(problem, /*weight_row=*/problem.n, scratch,
+                                                            scratch_bytes, sm_count, stream);
+}
+
+}  // namespace moetune::ops::cuda
