@@ -206,12 +206,12 @@ typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Co
   cudaGetDevice(&device);
   arguments.hw_info.device_id = device;
   arguments.hw_info.sm_count = sm_count;
-  // The order in which the persistent CTAs walk a group's tiles (consecutive CTAs down M, or along N) and how
-  // many neighbouring cluster columns they take together (a swizzle: a wave's tiles then share more operand rows
-  // in L2).
+  // The order in which the persistent CTAs walk a group's tiles: consecutive CTAs down M, or along N. (No
+  // swizzle: CUTLASS's grouped scheduler rounds every group's tile counts up to a multiple of it, and runs the
+  // padding tiles in full.)
   using RasterOrder = typename Config::Kernel::TileScheduler::RasterOrderOptions;
   arguments.scheduler.raster_order = order.along_n ? RasterOrder::AlongN : RasterOrder::AlongM;
-  arguments.scheduler.max_swizzle_size = order.swizzle;
+  arguments.scheduler.max_swizzle_size = 1;
   return arguments;
 }
 
