@@ -1,11 +1,11 @@
 // Not a check: the experts' six grouped GEMMs of one MoE layer (forward gate_up and down, both input gradients,
-// both weight gradients) on every compiled schedule (ops/cuda/grouped_gemm.h), at Moonlight-16B-A3B's shapes
+// both weight gradients) on every compiled tile (ops/cuda/grouped_gemm.h), at Moonlight-16B-A3B's shapes
 // (64 experts x 1408, top-6; issue 14) and Qwen3-30B-A3B's (128 experts x 768, top-8; issue 11), 8192 tokens,
 // hidden 2048. Run with
 //   moetune_tests --gtest_also_run_disabled_tests --gtest_filter='GroupedGemmTimingGpu.*'
 // The rows per expert are drawn as a router would send them: every row picks an expert with probability
 // proportional to exp(skew · z_e), z_e ~ N(0, 1) fixed per expert (skew 0: balanced up to sampling noise).
-// Each schedule is timed in interleaved rounds (the clocks drift under the power cap), 20 runs after 3
+// Each tile is timed in interleaved rounds (the clocks drift under the power cap), 20 runs after 3
 // warm-ups each, and the best round is reported, with its rate and its gain over the kind's default.
 #include <gtest/gtest.h>
 
@@ -25,7 +25,7 @@ namespace moetune {
 namespace {
 
 using ops::cuda::GroupedGemmKind;
-using ops::cuda::GroupedGemmSchedule;
+using ops::cuda::GroupedGemmTile;
 using testing::random_normal;
 
 const Device kGpu = Device::cuda();
@@ -71,7 +71,7 @@ struct Product {
   std::string name;
   GroupedGemmKind kind;
   double flops;
-  std::function<void(const GroupedGemmSchedule&)> run;
+  std::function<void(GroupedGemmTile)> run;
 };
 
 void time_products(const ExpertShape& L, double skew) {
@@ -95,44 +95,44 @@ void time_products(const ExpertShape& L, double skew) {
   using ops::cuda::grouped_matmul_weight_grad_on;
   const std::vector<Product> products = {
       {"gate_up forward", GroupedGemmKind::RowsTimesWeightT, 2 * G,
-       [&](const GroupedGemmSchedule& s) { grouped_matmul_on(s, rows, gate_up, true, offsets, gate_up_out); }},
+       [&](GroupedGemmTile s) { grouped_matmul_on(s, rows, gate_up, true, offsets, gate_up_out); }},
       {"down forward", GroupedGemmKind::RowsTimesWeightT, G,
-       [&](const GroupedGemmSchedule& s) { grouped_matmul_on(s, activated, down, true, offsets, expert_out); }},
+       [&](GroupedGemmTile s) { grouped_matmul_on(s, activated, down, true, offsets, expert_out); }},
       {"down dX", GroupedGemmKind::RowsTimesWeight, G,
-       [&](const GroupedGemmSchedule& s) { grouped_matmul_on(s, expert_out, down, false, offsets, activated); }},
+       [&](GroupedGemmTile s) { grouped_matmul_on(s, expert_out, down, false, offsets, activated); }},
       {"gate_up dX", GroupedGemmKind::RowsTimesWeight, 2 * G,
-       [&](const GroupedGemmSchedule& s) { grouped_matmul_on(s, gate_up_out, gate_up, false, offsets, rows); }},
+       [&](GroupedGemmTile s) { grouped_matmul_on(s, gate_up_out, gate_up, false, offsets, rows); }},
       {"down dW =", GroupedGemmKind::WeightGrad, G,
-       [&](const GroupedGemmSchedule& s) {
+       [&](GroupedGemmTile s) {
          grouped_matmul_weight_grad_on(s, expert_out, activated, offsets, down_grad, false);
        }},
       {"gate_up dW =", GroupedGemmKind::WeightGrad, 2 * G,
-       [&](const GroupedGemmSchedule& s) {
+       [&](GroupedGemmTile s) {
          grouped_matmul_weight_grad_on(s, gate_up_out, rows, offsets, gate_up_grad, false);
        }},
   };
   constexpr int kRounds = 3;
   for (const Product& p : products) {
-    const std::vector<GroupedGemmSchedule> schedules = ops::cuda::grouped_gemm_schedules(p.kind);
-    std::vector<double> best(schedules.size(), 1e30);
+    const std::vector<GroupedGemmTile> tiles = ops::cuda::grouped_gemm_tiles(p.kind);
+    std::vector<double> best(tiles.size(), 1e30);
     for (int round = 0; round < kRounds; ++round)
-      for (size_t i = 0; i < schedules.size(); ++i)
-        best[i] = std::min(best[i], testing::mean_gpu_ms([&] { p.run(schedules[i]); }));
+      for (size_t i = 0; i < tiles.size(); ++i)
+        best[i] = std::min(best[i], testing::mean_gpu_ms([&] { p.run(tiles[i]); }));
     const size_t fastest = size_t(std::min_element(best.begin(), best.end()) - best.begin());
-    for (size_t i = 0; i < schedules.size(); ++i)
-      std::printf("  %-14s %-32s %7.3f ms  %4.0f TFLOP/s  %+6.1f%%%s\n", p.name.c_str(),
-                  ops::cuda::describe(schedules[i]).c_str(), best[i], p.flops / best[i] / 1e9,
+    for (size_t i = 0; i < tiles.size(); ++i)
+      std::printf("  %-14s %-12s %7.3f ms  %4.0f TFLOP/s  %+6.1f%%%s\n", p.name.c_str(),
+                  ops::cuda::describe(tiles[i]).c_str(), best[i], p.flops / best[i] / 1e9,
                   100.0 * (best[0] / best[i] - 1.0), i == fastest ? "  <- fastest" : "");
   }
 }
 
 class GroupedGemmTimingGpu : public testing::GpuTest {};
 
-TEST_F(GroupedGemmTimingGpu, DISABLED_TimesSchedulesAtMoonlightShapes) {
+TEST_F(GroupedGemmTimingGpu, DISABLED_TimesTilesAtMoonlightShapes) {
   for (const double skew : {0.0, 0.5}) time_products(kMoonlight, skew);
 }
 
-TEST_F(GroupedGemmTimingGpu, DISABLED_TimesSchedulesAtQwen3Shapes) {
+TEST_F(GroupedGemmTimingGpu, DISABLED_TimesTilesAtQwen3Shapes) {
   for (const double skew : {0.0, 0.5}) time_products(kQwen3, skew);
 }
 

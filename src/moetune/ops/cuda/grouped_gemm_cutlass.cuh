@@ -36,23 +36,27 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // D [M, N] row-major = A [M, K] · B [K, N]; LayoutA / LayoutB say which of A's and B's dimensions is contiguous
 // (CUTLASS's convention: B ColumnMajor means K-contiguous, i.e. a [N, K] row-major weight).
 //
-// Ping-pong (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop) by default;
-// each .cu file picks its tile, cluster and schedule: 64x256x64 for the M-grouped products, 128x128x64 for the
-// weight gradient, cluster 2x1 (the two CTAs of a cluster multicast the shared operand tile). On Qwen3's experts
-// this beat the cooperative 128x256x64 tile (torch._grouped_mm's choice) by up to 15% per product (equal for the
-// gate/up forward) and 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the 64-row tiles pad an
-// expert's last tile half as much, and short main loops (a weight gradient's K is the expert's row count, 512 on
-// average) leave the epilogue a large share of a tile's time. Other tiles are compiled for the shapes where
-// that one loses (grouped_gemm_kernels.h lists them; grouped_gemm_choice.cpp picks one per problem). Groups
-// whose M is not a multiple of the tile (or of the cluster) get partial tiles: TMA zero-fills the loads past the
-// group's bounds and clips the stores, so nothing outside the group is read or written.
+// Ping-pong (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop) unless a .cu
+// file asks for cooperative; each picks its tile and cluster: 64x256x64 for the M-grouped products (2x1
+// clusters, whose two CTAs multicast the shared weight tile; the forward also without a cluster, and cooperative
+// 128x256x64 without one: grouped_gemm_kernels.h), 128x128x64 with a 2x1 cluster for the weight gradient. On
+// Qwen3's experts ping-pong 64x256 2x1 beat the cooperative 128x256x64 2x1 tile (torch._grouped_mm's choice) by
+// up to 15% per product (equal for the gate/up forward) and 0.05-0.28 ms per MoE layer (docs/benchmarks.md,
+// issue 11): the 64-row tiles pad an expert's last tile half as much, and short main loops (a weight gradient's
+// K is the expert's row count, 512 on average) leave the epilogue a large share of a tile's time. Session 12
+// also timed 64x256 with a 1x2 cluster (up to 40% slower), 128x128 without a cluster for the input gradient
+// (N = 1408 is 11 such tiles: 2% faster at Moonlight's down projection, 4-6% slower at Qwen3's), 64x256 without
+// a cluster for the input gradient (4-6% faster at Qwen3's down projection, 3-14% slower at Moonlight's) and
+// the tile scheduler's other order (along N: up to 30% slower); see docs/benchmarks.md. Groups whose M is not a
+// multiple of the tile (or of the cluster) get partial tiles: TMA zero-fills the loads past the group's bounds
+// and clips the stores, so nothing outside the group is read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
 struct PingPong {
   using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
-// Both consumer warpgroups on one tile (its M split between them): tiles of 128 rows or more.
+// Both consumer warpgroups on one tile, its M split between them (tiles of 128 rows or more).
 struct Cooperative {
   using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
@@ -186,7 +190,7 @@ __global__ void build_group_arrays_kernel(Geometry geometry, const int32_t* __re
 
 template <class Config>
 typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Config>& arrays, float alpha,
-                                                float beta, int sm_count, GroupedGemmOrder order = {}) {
+                                                float beta, int sm_count) {
   typename Config::Gemm::Arguments arguments{
       cutlass::gemm::GemmUniversalMode::kGrouped,
       {groups, arrays.shapes, /*host problem shapes:*/ nullptr},
@@ -206,12 +210,8 @@ typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Co
   cudaGetDevice(&device);
   arguments.hw_info.device_id = device;
   arguments.hw_info.sm_count = sm_count;
-  // The order in which the persistent CTAs walk a group's tiles: consecutive CTAs down M, or along N. (No
-  // swizzle: CUTLASS's grouped scheduler rounds every group's tile counts up to a multiple of it, and runs the
-  // padding tiles in full.)
-  using RasterOrder = typename Config::Kernel::TileScheduler::RasterOrderOptions;
-  arguments.scheduler.raster_order = order.along_n ? RasterOrder::AlongN : RasterOrder::AlongM;
-  arguments.scheduler.max_swizzle_size = 1;
+  // No swizzle (CUTLASS's grouped scheduler would round every group's tile counts up to a multiple of it and run
+  // the padding tiles) and its default order, consecutive CTAs down M: along N ran up to 30% slower.
   return arguments;
 }
 
@@ -237,9 +237,9 @@ inline std::string cutlass_failure(const char* step, cutlass::Status status) {
 template <class Config, class Geometry>
 std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Config>& strides,
                              const int32_t* offsets, int groups, int64_t rows, float alpha, float beta, void* scratch,
-                             size_t scratch_size, int sm_count, GroupedGemmOrder order, cudaStream_t stream) {
+                             size_t scratch_size, int sm_count, cudaStream_t stream) {
   const size_t workspace_bytes = Config::Gemm::get_workspace_size(
-      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count, order));
+      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count));
   const ScratchLayout layout = scratch_layout<Config>(groups, workspace_bytes);
   if (scratch == nullptr || scratch_size < layout.total || reinterpret_cast<uintptr_t>(scratch) % 128 != 0)
     return "grouped GEMM scratch is missing, too small (" + std::to_string(scratch_size) + " < " +
@@ -261,7 +261,7 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
     return cuda_failure("launch of the group-array kernel", status);
 
-  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count, order);
+  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count);
   typename Config::Gemm gemm;
   if (const cutlass::Status status = gemm.can_implement(arguments); status != cutlass::Status::kSuccess)
     return cutlass_failure("can_implement", status);
@@ -300,8 +300,7 @@ std::string run_rows_times_weight(const GroupedGemmProblem& problem, int64_t wei
                                        row_stride<typename Config::StrideB>(weight_row),
                                        row_stride<typename Config::StrideD>(problem.n)};
   return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
-                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count,
-                                  problem.order, stream);
+                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream);
 }
 
 }  // namespace moetune::ops::cuda::grouped_gemm_detail

@@ -23,21 +23,16 @@ enum class GroupedGemmKind {
 // A CTA tile (M x N, K 64), the thread-block cluster that shares operand tiles through TMA multicast, and the
 // consumer schedule (grouped_gemm_cutlass.cuh says what ping-pong and cooperative are). A cluster of 2 along M
 // rounds every group's M tiles up to an even count, and CUTLASS runs the padding tile in full (zero-filled
-// loads, clipped stores): at ~768 rows an expert that costs half a tile per group, beside the half tile the
-// group's last partial tile pads. A 1x1 cluster pads less but reads its operand tiles from L2 alone.
+// loads, clipped stores): half a 64-row tile per group on average, ~4-6% of the MMA at 512-768 rows an expert.
+// Without a cluster nothing is padded, but each CTA reads its weight tile from L2 alone. Which tile wins
+// depends on the shape and, it seems, on the data (docs/benchmarks.md, session 12), so the forward has three,
+// timed on each problem's first call (grouped_gemm.cpp). All three compute every output element with the same
+// MMAs in the same order: their results are bit-identical.
 enum class GroupedGemmTile {
   PingPong64x256Cluster2x1,
   PingPong64x256Cluster1x1,
-  PingPong64x256Cluster1x2,
-  PingPong128x128Cluster2x1,
-  PingPong128x128Cluster1x1,
   Cooperative128x256Cluster1x1,
-};
-
-// The order the persistent CTAs walk a group's tiles in: consecutive CTAs down M (CUTLASS's default for
-// grouped problems) or along N. Chosen at run time: no instantiation of its own.
-struct GroupedGemmOrder {
-  bool along_n = false;
+  PingPong128x128Cluster2x1,
 };
 
 // All operands bf16, row-major, 16-byte aligned; n and k multiples of 8; 0 < rows < 2^31; groups > 0.
@@ -51,7 +46,6 @@ struct GroupedGemmProblem {
   int n, k;
   bool accumulate;   // out (+)= : added to what out holds instead of overwriting it
   float alpha = 1;   // out = alpha · product (+ out): LoRA's scale applied in the epilogue
-  GroupedGemmOrder order{};
 };
 
 // Device scratch one launch needs (per-group shapes, pointers and strides, CUTLASS's workspace) on a GPU with
@@ -66,14 +60,11 @@ std::string launch_grouped_gemm(const GroupedGemmProblem& problem, void* scratch
 
 // Every compiled kernel, each specialised in its own .cu file: kind, tile, file. The first of a kind is its
 // default (the one chosen when nothing else is known to be faster).
-#define MOETUNE_GROUPED_GEMM_KERNELS(X)                                                         \
-  X(RowsTimesWeightT, PingPong64x256Cluster2x1)     /* grouped_gemm_forward.cu */               \
-  X(RowsTimesWeightT, PingPong64x256Cluster1x1)     /* grouped_gemm_forward_64x256_1x1.cu */    \
-  X(RowsTimesWeightT, PingPong64x256Cluster1x2)     /* grouped_gemm_forward_64x256_1x2.cu */    \
-  X(RowsTimesWeightT, Cooperative128x256Cluster1x1) /* grouped_gemm_forward_128x256_coop.cu */  \
-  X(RowsTimesWeight, PingPong64x256Cluster2x1)      /* grouped_gemm_input_grad.cu */            \
-  X(RowsTimesWeight, PingPong64x256Cluster1x1)      /* grouped_gemm_input_grad_64x256_1x1.cu */ \
-  X(RowsTimesWeight, PingPong128x128Cluster1x1)     /* grouped_gemm_input_grad_128x128.cu */    \
+#define MOETUNE_GROUPED_GEMM_KERNELS(X)                                                        \
+  X(RowsTimesWeightT, PingPong64x256Cluster2x1)     /* grouped_gemm_forward.cu */              \
+  X(RowsTimesWeightT, PingPong64x256Cluster1x1)     /* grouped_gemm_forward_64x256_1x1.cu */   \
+  X(RowsTimesWeightT, Cooperative128x256Cluster1x1) /* grouped_gemm_forward_128x256_coop.cu */ \
+  X(RowsTimesWeight, PingPong64x256Cluster2x1)      /* grouped_gemm_input_grad.cu */           \
   X(WeightGrad, PingPong128x128Cluster2x1)          /* grouped_gemm_weight_grad.cu */
 
 #define MOETUNE_DECLARE_GROUPED_GEMM_KERNEL(kind, tile)                                                    \

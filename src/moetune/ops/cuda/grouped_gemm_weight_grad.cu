@@ -78,8 +78,7 @@ std::string launch_grouped_gemm<kKind, kTile>(const GroupedGemmProblem& problem,
   const UniformStrides<Config> strides{row_stride<Config::StrideA>(problem.n), row_stride<Config::StrideB>(problem.k),
                                        row_stride<Config::StrideD>(problem.k)};
   return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
-                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count,
-                                  problem.order, stream);
+                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream);
 }
 
 }  // namespace moetune::ops::cuda
