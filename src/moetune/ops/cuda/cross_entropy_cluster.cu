@@ -81,20 +81,6 @@ __global__ void __launch_bounds__(kThreads)
   cluster.barrier_wait();  // and no block exits while another may still read its partial
 }
 
-// Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory, once per device:
-// cudaFuncSetAttribute is reported to wait for work in flight, so called before every launch it would stall the
-// host once per chunk. (Set per launch, the profiled lm_head+loss phase measured 22.13 / 23.98 ms on the
-// reference job / Moonlight; once per device 21.86 / 23.68, in another call: docs/benchmarks.md.) `opted_in`
-// holds one bit per device.
-template <typename Kernel>
-cudaError_t allow_shared_memory_once(Kernel kernel, std::atomic<uint64_t>& opted_in, int device, int bytes) {
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (opted_in.load(std::memory_order_acquire) & bit) return cudaSuccess;
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (status == cudaSuccess) opted_in.fetch_or(bit, std::memory_order_acq_rel);
-  return status;
-}
-
 template <int kWidth, int kThreads>
 cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
                           bool write_grad, float* row_losses, cudaStream_t stream, int cluster_blocks) {
@@ -149,6 +135,11 @@ cudaError_t launch_cross_entropy_cluster_rows(void* logits, const int32_t* targe
                                               float grad_scale, bool write_grad, float* row_losses,
                                               cudaStream_t stream, CrossEntropyLaunch how, bool packed) {
   if (how.cluster_blocks != 2 && how.cluster_blocks != 4 && how.cluster_blocks != 8) return cudaErrorInvalidValue;
+  if (packed && how.stages > 1) {
+    const cudaError_t status = launch_cross_entropy_streamed_rows(logits, targets, rows, vocab, grad_scale, write_grad,
+                                                                  row_losses, stream, how);
+    if (status != cudaErrorNotSupported) return status;  // else the slices' buffers do not fit: one buffer below
+  }
   return packed ? launch_width<8>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how)
                 : launch_width<1>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how);
 }
