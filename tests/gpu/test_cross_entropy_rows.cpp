@@ -1,6 +1,6 @@
 // The cross-entropy kernels behind the LM head (ops/cuda/cross_entropy_kernels.h) on their own, every launch
 // shape (one block per row; clusters of 2, 4, 8 blocks of 256 or 512 threads, a cluster a row or persistent
-// clusters streaming rows through 2 or 3 buffers) against the CPU reference
+// clusters streaming rows through 2 to 4 buffers) against the CPU reference
 // (ops::cross_entropy_backward, losses in double), then timed (DISABLED_) at the benchmark jobs' chunk.
 #include <gtest/gtest.h>
 
@@ -33,7 +33,7 @@ using testing::to_cpu_f32;
 // where the rows are packed and its buffers fit, else the held kernel.
 const std::vector<CrossEntropyLaunch> kLaunches = {{1, 512},    {2, 256, 1}, {2, 512, 1}, {4, 256, 1}, {4, 512, 1},
                                                    {8, 256, 1}, {8, 512, 1}, {4, 512, 2}, {8, 256, 2}, {8, 512, 2},
-                                                   {8, 512, 3}};
+                                                   {8, 512, 3}, {8, 512, 4}};
 
 std::string describe(const CrossEntropyLaunch& how) {
   if (how.cluster_blocks == 1) return "one block a row";
