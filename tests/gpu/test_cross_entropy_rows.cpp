@@ -1,6 +1,6 @@
 // The cross-entropy kernels behind the LM head (ops/cuda/cross_entropy_kernels.h) on their own, every launch
 // shape (one block per row; clusters of 2, 4, 8 blocks of 256 or 512 threads, a cluster a row or persistent
-// clusters streaming rows through 2 to 4 buffers) against the CPU reference
+// clusters streaming rows through 2 or 3 buffers) against the CPU reference
 // (ops::cross_entropy_backward, losses in double), then timed (DISABLED_) at the benchmark jobs' chunk.
 #include <gtest/gtest.h>
 
@@ -29,16 +29,18 @@ using testing::random_normal;
 using testing::relative_error;
 using testing::to_cpu_f32;
 
-// Clusters with stages 1 run the held kernel (a cluster a row); 2 and more the streamed one (persistent clusters)
-// where the rows are packed and its buffers fit, else the held kernel.
-const std::vector<CrossEntropyLaunch> kLaunches = {{1, 512},    {2, 256, 1}, {2, 512, 1}, {4, 256, 1}, {4, 512, 1},
-                                                   {8, 256, 1}, {8, 512, 1}, {4, 512, 2}, {8, 256, 2}, {8, 512, 2},
-                                                   {8, 512, 3}, {8, 512, 4}};
+// Clusters with stages 1 run the held kernel (a cluster a row), its slices loaded by one bulk copy where the rows
+// are packed or by its threads (bulk_load false); 2 and more the streamed one (persistent clusters) where the rows
+// are packed and its buffers fit, else the held kernel.
+const std::vector<CrossEntropyLaunch> kLaunches = {
+    {1, 512},           {2, 256, 1},        {2, 512, 1},       {4, 256, 1},       {4, 512, 1},
+    {8, 256, 1, false}, {8, 512, 1, false}, {8, 256, 1, true}, {8, 512, 1, true}, {4, 512, 1, false},
+    {8, 512, 2},        {8, 512, 3}};
 
 std::string describe(const CrossEntropyLaunch& how) {
   if (how.cluster_blocks == 1) return "one block a row";
   return "cluster " + std::to_string(how.cluster_blocks) + " x " + std::to_string(how.threads) +
-         (how.stages > 1 ? " streamed " + std::to_string(how.stages) : " held");
+         (how.stages > 1 ? " streamed " + std::to_string(how.stages) : how.bulk_load ? " held, bulk" : " held");
 }
 
 // -log softmax(row)[target] in double.
@@ -201,9 +203,9 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
     std::uniform_int_distribution<int32_t> token(0, int32_t(vocab - 1));
     for (auto& id : ids) id = token(rng);
     const Tensor targets = Tensor::from_vector<int32_t>(ids, {kTokens}).to(Device::cuda());
-    for (const CrossEntropyLaunch& how : {CrossEntropyLaunch{1, 512}, CrossEntropyLaunch{8, 512, 1},
-                                          CrossEntropyLaunch{8, 512, 2}, CrossEntropyLaunch{8, 512, 1},
-                                          CrossEntropyLaunch{8, 512, 2}}) {
+    for (const CrossEntropyLaunch& how : {CrossEntropyLaunch{1, 512}, CrossEntropyLaunch{8, 512, 1, false},
+                                          CrossEntropyLaunch{8, 512, 1, true}, CrossEntropyLaunch{8, 512, 1, false},
+                                          CrossEntropyLaunch{8, 512, 1, true}}) {
       const double ms = testing::mean_gpu_ms([&] {
         for (int64_t start = 0; start < kTokens; start += kChunk) {
           const int64_t length = std::min(kChunk, kTokens - start);
@@ -233,7 +235,7 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
     cudaEvent_t logits_ready, grad_ready;
     gpu::check(cudaEventCreateWithFlags(&logits_ready, cudaEventDisableTiming), "event");
     gpu::check(cudaEventCreateWithFlags(&grad_ready, cudaEventDisableTiming), "event");
-    for (const CrossEntropyLaunch& how : {CrossEntropyLaunch{8, 512, 1}, CrossEntropyLaunch{8, 512, 2}}) {
+    for (const CrossEntropyLaunch& how : {CrossEntropyLaunch{8, 512, 1, false}, CrossEntropyLaunch{8, 512, 1, true}}) {
       const double ms = testing::mean_gpu_ms([&] {
         const Tensor buffers[2] = {logits, other_logits};
         for (int64_t start = 0, i = 0; start < kTokens; start += kChunk, ++i) {

@@ -4,10 +4,17 @@
 // slice's gradient from shared memory. DRAM sees one read and one write of the row, where one block per row
 // (cross_entropy.cu) reads it twice: a 300 KB row does not fit one SM's 227 KB, and the second read of rows
 // evicted from L2 between the passes was ~1/3 of that kernel's traffic (docs/benchmarks.md).
+//
+// Packed rows can have the slice loaded by one bulk copy (bulk_copy.cuh; kBulkLoad): the whole slice is then in
+// flight at once and costs no registers, where the threads' own loads keep four 16-byte packs a thread in flight
+// (32 registers is what four blocks of 512 threads a SM allow) and fetch a fifth after them: two DRAM round trips
+// in a block's life of load, cluster barrier and write. The statistics are accumulated from shared memory in the
+// threads' order, so both loads give the same bits.
 #include <cooperative_groups.h>
 
 #include <atomic>
 
+#include "moetune/ops/cuda/bulk_copy.cuh"
 #include "moetune/ops/cuda/cross_entropy_common.cuh"
 
 namespace moetune::ops::cuda {
@@ -16,7 +23,7 @@ namespace {
 namespace cg = cooperative_groups;
 
 // Blocks of a cluster are consecutive in x: row = blockIdx.x / cluster size, slice = the block's rank.
-template <int kWidth, int kThreads>
+template <int kWidth, int kThreads, bool kBulkLoad>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_cluster_rows_kernel(__nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
                                       int64_t vocab, int slice_packs, float grad_scale, bool write_grad,
@@ -25,6 +32,7 @@ __global__ void __launch_bounds__(kThreads)
   Pack<kWidth>* held = reinterpret_cast<Pack<kWidth>*>(shared_bytes);
   __shared__ MaxSum block_total;
   __shared__ float row_log_sum_exp;
+  __shared__ uint64_t slice_loaded;  // kBulkLoad: completed by the copy's bytes
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int blocks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
@@ -42,12 +50,33 @@ __global__ void __launch_bounds__(kThreads)
       for (int p = threadIdx.x; p < count; p += kThreads) packs[p] = zero_pack<kWidth>();
     return;  // uniform across the cluster: no block reaches the cluster barriers below
   }
+  if constexpr (kBulkLoad) {
+    static_assert(kWidth == 8, "bulk copies move 16-byte packs");
+    if (threadIdx.x == 0) {
+      bulk::barrier_init(&slice_loaded, 1);
+      bulk::fence_barrier_init();
+      if (count > 0) {
+        bulk::arrive_expect_bytes(&slice_loaded, uint32_t(count) * uint32_t(sizeof(Pack<kWidth>)));
+        bulk::copy_to_shared(held, packs, uint32_t(count) * uint32_t(sizeof(Pack<kWidth>)), &slice_loaded);
+      }
+    }
+  }
   // Read before the cluster barrier, after which the row may be overwritten.
   const float target_logit = leader ? __bfloat162float(logits[row * vocab + target]) : 0.0f;
 
   MaxSum partial{-INFINITY, 0.0f};
   int p = threadIdx.x;
-  for (; p + 3 * kThreads < count; p += 4 * kThreads) {  // four 16-byte loads in flight per thread
+  if constexpr (kBulkLoad) {
+    __syncthreads();  // the barrier is initialised before anyone waits on it
+    if (count > 0) bulk::wait(&slice_loaded, 0);
+    for (; p + 3 * kThreads < count; p += 4 * kThreads) {  // the same packs in the same order as below
+      Pack<kWidth> four[4];
+      for (int u = 0; u < 4; ++u) four[u] = held[p + u * kThreads];
+      for (int u = 0; u < 4; ++u) accumulate(partial, four[u]);
+    }
+    for (; p < count; p += kThreads) accumulate(partial, held[p]);
+  }
+  for (; !kBulkLoad && p + 3 * kThreads < count; p += 4 * kThreads) {  // four 16-byte loads in flight per thread
     Pack<kWidth> loaded[4];
     for (int u = 0; u < 4; ++u) loaded[u] = packs[p + u * kThreads];
     for (int u = 0; u < 4; ++u) {
@@ -55,7 +84,7 @@ __global__ void __launch_bounds__(kThreads)
       accumulate(partial, loaded[u]);
     }
   }
-  for (; p < count; p += kThreads) {
+  for (; !kBulkLoad && p < count; p += kThreads) {
     const Pack<kWidth> pack = packs[p];
     held[p] = pack;
     accumulate(partial, pack);
@@ -81,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
   cluster.barrier_wait();  // and no block exits while another may still read its partial
 }
 
-template <int kWidth, int kThreads>
+template <int kWidth, int kThreads, bool kBulkLoad>
 cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
                           bool write_grad, float* row_losses, cudaStream_t stream, int cluster_blocks) {
   const int64_t pack_count = vocab / kWidth;
@@ -97,7 +126,7 @@ cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, in
   if (bytes > size_t(dynamic_limit)) return cudaErrorNotSupported;
   if (rows * cluster_blocks > 0x7fffffff) return cudaErrorInvalidValue;
 
-  const auto kernel = cross_entropy_cluster_rows_kernel<kWidth, kThreads>;
+  const auto kernel = cross_entropy_cluster_rows_kernel<kWidth, kThreads, kBulkLoad>;
   static std::atomic<uint64_t> opted_in{0};
   status = allow_shared_memory_once(kernel, opted_in, device, dynamic_limit);
   if (status != cudaSuccess) return status;
@@ -117,15 +146,15 @@ cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, in
                             grad_scale, write_grad, row_losses);
 }
 
-template <int kWidth>
+template <int kWidth, bool kBulkLoad>
 cudaError_t launch_width(void* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
                          bool write_grad, float* row_losses, cudaStream_t stream, CrossEntropyLaunch how) {
   if (how.threads == 256)
-    return launch_kernel<kWidth, 256>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream,
-                                      how.cluster_blocks);
+    return launch_kernel<kWidth, 256, kBulkLoad>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses,
+                                                 stream, how.cluster_blocks);
   if (how.threads == 512)
-    return launch_kernel<kWidth, 512>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream,
-                                      how.cluster_blocks);
+    return launch_kernel<kWidth, 512, kBulkLoad>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses,
+                                                 stream, how.cluster_blocks);
   return cudaErrorInvalidValue;
 }
 
@@ -140,8 +169,10 @@ cudaError_t launch_cross_entropy_cluster_rows(void* logits, const int32_t* targe
                                                                   row_losses, stream, how);
     if (status != cudaErrorNotSupported) return status;  // else the slices' buffers do not fit: one buffer below
   }
-  return packed ? launch_width<8>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how)
-                : launch_width<1>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how);
+  if (!packed) return launch_width<1, false>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how);
+  return how.bulk_load
+             ? launch_width<8, true>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how)
+             : launch_width<8, false>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses, stream, how);
 }
 
 }  // namespace moetune::ops::cuda

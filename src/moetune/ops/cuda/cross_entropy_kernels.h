@@ -15,14 +15,18 @@ namespace moetune::ops::cuda {
 // memory fall back to one block per row. The default is the fastest measured alone on the H200 at 151936 and
 // 163840 columns (8 x 256 within 1%; 0.155 ms a 768-row chunk against one block per row's 0.186 at 151936;
 // tests/gpu/test_cross_entropy_rows.cpp, docs/benchmarks.md).
-// stages (clusters only): 1, the held kernel (a cluster per row, its threads loading the row); 2 to 4, persistent
-// clusters streaming rows through that many slice buffers a block (cross_entropy_streamed.cu), the next rows'
-// slices copied in while the current row is written, with the held kernel's bits; packed rows only (others, and
-// buffers that do not fit, take the held kernel).
+// stages (clusters only): 1, the held kernel (a cluster per row); 2 to 4, persistent clusters streaming rows
+// through that many slice buffers a block (cross_entropy_streamed.cu), the next rows' slices copied in while the
+// current row is written, with the held kernel's bits; packed rows only (others, and buffers that do not fit,
+// take the held kernel). Slower than the held kernel alone on the H200 (0.527 against 0.416 ms a 2048-row chunk
+// at 163840 columns, session 12): not the default.
+// bulk_load (clusters, stages 1, packed rows): each block's slice comes into shared memory by one bulk copy, all
+// of it in flight at once, instead of by its threads' loads (four packs a thread, then the rest); the same bits.
 struct CrossEntropyLaunch {
   int cluster_blocks = 8;
   int threads = 512;
-  int stages = 2;
+  int stages = 1;
+  bool bulk_load = true;
 };
 
 // For each of `rows` rows of bf16 logits [rows, vocab] (row stride vocab) with int32 targets:
