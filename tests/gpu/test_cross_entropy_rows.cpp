@@ -35,12 +35,15 @@ using testing::to_cpu_f32;
 const std::vector<CrossEntropyLaunch> kLaunches = {
     {1, 512},           {2, 256, 1},        {2, 512, 1},       {4, 256, 1},       {4, 512, 1},
     {8, 256, 1, false}, {8, 512, 1, false}, {8, 256, 1, true}, {8, 512, 1, true}, {4, 512, 1, false},
-    {8, 512, 2},        {8, 512, 3}};
+    {8, 256, 1, true, true}, {8, 512, 1, true, true}, {8, 512, 2}, {8, 512, 3}};
 
 std::string describe(const CrossEntropyLaunch& how) {
   if (how.cluster_blocks == 1) return "one block a row";
   return "cluster " + std::to_string(how.cluster_blocks) + " x " + std::to_string(how.threads) +
-         (how.stages > 1 ? " streamed " + std::to_string(how.stages) : how.bulk_load ? " held, bulk" : " held");
+         (how.stages > 1    ? " streamed " + std::to_string(how.stages)
+          : how.early_copy ? " held, bulk early"
+          : how.bulk_load  ? " held, bulk"
+                           : " held");
 }
 
 // -log softmax(row)[target] in double.
@@ -186,7 +189,7 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
                                                             static_cast<float*>(losses.raw_data()), gpu::stream(), how),
                        "cross-entropy");
           }, 3, 50);
-          std::printf("ce round %d vocab %lld chunk %lld ignored %.2f %-26s %.3f ms = %.0f GB/s of needed bytes (%.2f x copy); "
+          std::printf("ce round %d vocab %lld chunk %lld ignored %.2f %-34s %.3f ms = %.0f GB/s of needed bytes (%.2f x copy); "
                       "x %.2f chunks a step: %.2f ms\n",
                       round, (long long)vocab, (long long)kChunk, ignored_fraction, describe(how).c_str(), ms, needed / ms / 1e6,
                       ms / copy_ms, double(kTokens) / kChunk, ms * double(kTokens) / kChunk);
@@ -203,9 +206,10 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
     std::uniform_int_distribution<int32_t> token(0, int32_t(vocab - 1));
     for (auto& id : ids) id = token(rng);
     const Tensor targets = Tensor::from_vector<int32_t>(ids, {kTokens}).to(Device::cuda());
-    for (const CrossEntropyLaunch& how : {CrossEntropyLaunch{1, 512}, CrossEntropyLaunch{8, 512, 1, false},
-                                          CrossEntropyLaunch{8, 512, 1, true}, CrossEntropyLaunch{8, 512, 1, false},
-                                          CrossEntropyLaunch{8, 512, 1, true}}) {
+    for (const CrossEntropyLaunch& how :
+         {CrossEntropyLaunch{1, 512}, CrossEntropyLaunch{8, 512, 1, false}, CrossEntropyLaunch{8, 512, 1, true},
+          CrossEntropyLaunch{8, 512, 1, true, true}, CrossEntropyLaunch{8, 512, 1, false},
+          CrossEntropyLaunch{8, 512, 1, true}, CrossEntropyLaunch{8, 512, 1, true, true}}) {
       const double ms = testing::mean_gpu_ms([&] {
         for (int64_t start = 0; start < kTokens; start += kChunk) {
           const int64_t length = std::min(kChunk, kTokens - start);

@@ -63,14 +63,15 @@ class CrossEntropySameBitsGpu : public testing::GpuTest {
                                                           {cluster_blocks, threads, 1, false}),
                      "held cross-entropy");
           const Tensor expected = held.to(Device::cpu()), expected_losses = held_losses.to(Device::cpu());
-          {
+          for (const bool early_copy : {false, true}) {
             SCOPED_TRACE(::testing::Message() << "rows " << rows << " vocab " << vocab << " cluster " << cluster_blocks
-                                              << " x " << threads << " bulk load" << (write_grad ? "" : " loss only"));
+                                              << " x " << threads << " bulk load" << (early_copy ? ", early" : "")
+                                              << (write_grad ? "" : " loss only"));
             const Tensor work = logits.clone();
             const Tensor losses = poisoned({rows}, DType::F32, Device::cuda());
             gpu::check(ops::cuda::launch_cross_entropy_rows(work.raw_data(), target_ids, rows, vocab, 0.37f, write_grad,
                                                             static_cast<float*>(losses.raw_data()), gpu::stream(),
-                                                            {cluster_blocks, threads, 1, true}),
+                                                            {cluster_blocks, threads, 1, true, early_copy}),
                        "held cross-entropy, bulk load");
             EXPECT_EQ(differing_elements(losses.to(Device::cpu()), expected_losses, 4), 0);
             EXPECT_EQ(differing_elements(work.to(Device::cpu()), expected, 2), 0);

@@ -27,7 +27,7 @@ template <int kWidth, int kThreads, bool kBulkLoad>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_cluster_rows_kernel(__nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
                                       int64_t vocab, int slice_packs, float grad_scale, bool write_grad,
-                                      float* __restrict__ row_losses) {
+                                      float* __restrict__ row_losses, bool copy_early) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   Pack<kWidth>* held = reinterpret_cast<Pack<kWidth>*>(shared_bytes);
   __shared__ MaxSum block_total;
@@ -43,16 +43,11 @@ __global__ void __launch_bounds__(kThreads)
   Pack<kWidth>* packs = reinterpret_cast<Pack<kWidth>*>(logits + row * vocab) + begin;
   const int32_t target = targets[row];
   const bool leader = rank == 0 && threadIdx.x == 0;  // writes the row's loss
-
-  if (unscored(target, vocab)) {
-    if (leader) row_losses[row] = unscored_loss(target);
-    if (write_grad)
-      for (int p = threadIdx.x; p < count; p += kThreads) packs[p] = zero_pack<kWidth>();
-    return;  // uniform across the cluster: no block reaches the cluster barriers below
-  }
-  if constexpr (kBulkLoad) {
-    static_assert(kWidth == 8, "bulk copies move 16-byte packs");
-    if (threadIdx.x == 0) {
+  // kBulkLoad: thread 0 copies the slice into `held`, after the target says the row is scored or (copy_early)
+  // before, taking the target's load off the block's path at the price of reading ignored rows for nothing.
+  const auto start_copy = [&] {
+    if constexpr (kBulkLoad) {
+      static_assert(kWidth == 8, "bulk copies move 16-byte packs");
       bulk::barrier_init(&slice_loaded, 1);
       bulk::fence_barrier_init();
       if (count > 0) {
@@ -60,7 +55,19 @@ __global__ void __launch_bounds__(kThreads)
         bulk::copy_to_shared(held, packs, uint32_t(count) * uint32_t(sizeof(Pack<kWidth>)), &slice_loaded);
       }
     }
+  };
+  if (kBulkLoad && copy_early && threadIdx.x == 0) start_copy();
+
+  if (unscored(target, vocab)) {
+    if (leader) row_losses[row] = unscored_loss(target);
+    if (write_grad)
+      for (int p = threadIdx.x; p < count; p += kThreads) packs[p] = zero_pack<kWidth>();
+    // A copy still landing in this block's shared memory keeps the block alive (its values are not used; the
+    // zeros written meanwhile are what global memory keeps: the copy only reads it).
+    if (kBulkLoad && copy_early && threadIdx.x == 0 && count > 0) bulk::wait(&slice_loaded, 0);
+    return;  // uniform across the cluster: no block reaches the cluster barriers below
   }
+  if (kBulkLoad && !copy_early && threadIdx.x == 0) start_copy();
   // Read before the cluster barrier, after which the row may be overwritten.
   const float target_logit = leader ? __bfloat162float(logits[row * vocab + target]) : 0.0f;
 
@@ -112,7 +119,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kWidth, int kThreads, bool kBulkLoad>
 cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
-                          bool write_grad, float* row_losses, cudaStream_t stream, int cluster_blocks) {
+                          bool write_grad, float* row_losses, cudaStream_t stream, int cluster_blocks,
+                          bool copy_early) {
   const int64_t pack_count = vocab / kWidth;
   const int64_t slice_packs = (pack_count + cluster_blocks - 1) / cluster_blocks;
   const size_t bytes = size_t(slice_packs) * sizeof(Pack<kWidth>);
@@ -143,7 +151,7 @@ cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, in
   config.attrs = &cluster;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, static_cast<__nv_bfloat16*>(logits), targets, vocab, int(slice_packs),
-                            grad_scale, write_grad, row_losses);
+                            grad_scale, write_grad, row_losses, copy_early);
 }
 
 template <int kWidth, bool kBulkLoad>
@@ -151,10 +159,10 @@ cudaError_t launch_width(void* logits, const int32_t* targets, int64_t rows, int
                          bool write_grad, float* row_losses, cudaStream_t stream, CrossEntropyLaunch how) {
   if (how.threads == 256)
     return launch_kernel<kWidth, 256, kBulkLoad>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses,
-                                                 stream, how.cluster_blocks);
+                                                 stream, how.cluster_blocks, how.early_copy);
   if (how.threads == 512)
     return launch_kernel<kWidth, 512, kBulkLoad>(logits, targets, rows, vocab, grad_scale, write_grad, row_losses,
-                                                 stream, how.cluster_blocks);
+                                                 stream, how.cluster_blocks, how.early_copy);
   return cudaErrorInvalidValue;
 }
 

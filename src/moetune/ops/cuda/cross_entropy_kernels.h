@@ -22,11 +22,14 @@ namespace moetune::ops::cuda {
 // at 163840 columns, session 12): not the default.
 // bulk_load (clusters, stages 1, packed rows): each block's slice comes into shared memory by one bulk copy, all
 // of it in flight at once, instead of by its threads' loads (four packs a thread, then the rest); the same bits.
+// early_copy (with bulk_load): the copy starts before the row's target is read, so that the target's load is
+// not on the block's path; a row that turns out ignored has then been read for nothing.
 struct CrossEntropyLaunch {
   int cluster_blocks = 8;
   int threads = 512;
   int stages = 1;
   bool bulk_load = true;
+  bool early_copy = false;
 };
 
 // For each of `rows` rows of bf16 logits [rows, vocab] (row stride vocab) with int32 targets:
