@@ -1,6 +1,5 @@
 // The cross-entropy kernels behind the LM head (ops/cuda/cross_entropy_kernels.h) on their own, every launch
-// shape (one block per row; clusters of 2, 4, 8 blocks of 256 or 512 threads, a cluster a row or persistent
-// clusters streaming rows through 2 or 3 buffers) against the CPU reference
+// shape (one block per row; clusters of 2, 4, 8 blocks of 256 or 512 threads) against the CPU reference
 // (ops::cross_entropy_backward, losses in double), then timed (DISABLED_) at the benchmark jobs' chunk.
 #include <gtest/gtest.h>
 
@@ -29,21 +28,12 @@ using testing::random_normal;
 using testing::relative_error;
 using testing::to_cpu_f32;
 
-// Clusters with stages 1 run the held kernel (a cluster a row), its slices loaded by one bulk copy where the rows
-// are packed or by its threads (bulk_load false); 2 and more the streamed one (persistent clusters) where the rows
-// are packed and its buffers fit, else the held kernel.
-const std::vector<CrossEntropyLaunch> kLaunches = {
-    {1, 512},           {2, 256, 1},        {2, 512, 1},       {4, 256, 1},       {4, 512, 1},
-    {8, 256, 1, false}, {8, 512, 1, false}, {8, 256, 1, true}, {8, 512, 1, true}, {4, 512, 1, false},
-    {8, 256, 1, true, true}, {8, 512, 1, true, true}, {8, 512, 2}, {8, 512, 3}};
+const std::vector<CrossEntropyLaunch> kLaunches = {{1, 512}, {2, 256}, {2, 512}, {4, 256},
+                                                   {4, 512}, {8, 256}, {8, 512}};
 
 std::string describe(const CrossEntropyLaunch& how) {
-  if (how.cluster_blocks == 1) return "one block a row";
-  return "cluster " + std::to_string(how.cluster_blocks) + " x " + std::to_string(how.threads) +
-         (how.stages > 1    ? " streamed " + std::to_string(how.stages)
-          : how.early_copy ? " held, bulk early"
-          : how.bulk_load  ? " held, bulk"
-                           : " held");
+  return how.cluster_blocks == 1 ? "one block a row"
+                                 : "cluster " + std::to_string(how.cluster_blocks) + " x " + std::to_string(how.threads);
 }
 
 // -log softmax(row)[target] in double.
@@ -189,10 +179,10 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
                                                             static_cast<float*>(losses.raw_data()), gpu::stream(), how),
                        "cross-entropy");
           }, 3, 50);
-          std::printf("ce round %d vocab %lld chunk %lld ignored %.2f %-34s %.3f ms = %.0f GB/s of needed bytes (%.2f x copy); "
-                      "x %.2f chunks a step: %.2f ms\n",
-                      round, (long long)vocab, (long long)kChunk, ignored_fraction, describe(how).c_str(), ms, needed / ms / 1e6,
-                      ms / copy_ms, double(kTokens) / kChunk, ms * double(kTokens) / kChunk);
+          std::printf("ce round %d vocab %lld chunk %lld ignored %.2f %-20s %.3f ms = %.0f GB/s of needed bytes (%.2f x "
+                      "copy); x %.2f chunks a step: %.2f ms\n",
+                      round, (long long)vocab, (long long)kChunk, ignored_fraction, describe(how).c_str(), ms,
+                      needed / ms / 1e6, ms / copy_ms, double(kTokens) / kChunk, ms * double(kTokens) / kChunk);
         }
     }
 
@@ -206,10 +196,8 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
     std::uniform_int_distribution<int32_t> token(0, int32_t(vocab - 1));
     for (auto& id : ids) id = token(rng);
     const Tensor targets = Tensor::from_vector<int32_t>(ids, {kTokens}).to(Device::cuda());
-    for (const CrossEntropyLaunch& how :
-         {CrossEntropyLaunch{1, 512}, CrossEntropyLaunch{8, 512, 1, false}, CrossEntropyLaunch{8, 512, 1, true},
-          CrossEntropyLaunch{8, 512, 1, true, true}, CrossEntropyLaunch{8, 512, 1, false},
-          CrossEntropyLaunch{8, 512, 1, true}, CrossEntropyLaunch{8, 512, 1, true, true}}) {
+    for (const CrossEntropyLaunch& how : {CrossEntropyLaunch{1, 512}, CrossEntropyLaunch{4, 512},
+                                          CrossEntropyLaunch{8, 256}, CrossEntropyLaunch{8, 512}}) {
       const double ms = testing::mean_gpu_ms([&] {
         for (int64_t start = 0; start < kTokens; start += kChunk) {
           const int64_t length = std::min(kChunk, kTokens - start);
@@ -239,7 +227,7 @@ TEST_F(CrossEntropyRowsGpu, DISABLED_TimesTheChunkPerLaunchShape) {
     cudaEvent_t logits_ready, grad_ready;
     gpu::check(cudaEventCreateWithFlags(&logits_ready, cudaEventDisableTiming), "event");
     gpu::check(cudaEventCreateWithFlags(&grad_ready, cudaEventDisableTiming), "event");
-    for (const CrossEntropyLaunch& how : {CrossEntropyLaunch{8, 512, 1, false}, CrossEntropyLaunch{8, 512, 1, true}}) {
+    for (const CrossEntropyLaunch& how : {CrossEntropyLaunch{1, 512}, CrossEntropyLaunch{}}) {
       const double ms = testing::mean_gpu_ms([&] {
         const Tensor buffers[2] = {logits, other_logits};
         for (int64_t start = 0, i = 0; start < kTokens; start += kChunk, ++i) {

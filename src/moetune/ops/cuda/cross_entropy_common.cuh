@@ -1,12 +1,10 @@
-// What the cross-entropy kernels (cross_entropy.cu: one block a row; cross_entropy_cluster.cu: a cluster of
-// blocks a row, held in shared memory; cross_entropy_streamed.cu: persistent clusters streaming rows through
-// shared memory) share: packs of bf16 logits, the online-softmax partial (max, Σ exp) and its merge across a
-// block, and the gradient of one pack. Included by .cu files only.
+// What the two cross-entropy kernels (cross_entropy.cu: one block a row; cross_entropy_cluster.cu: a cluster of
+// blocks a row, held in shared memory) share: packs of bf16 logits, the online-softmax partial (max, Σ exp) and
+// its merge across a block, and the gradient of one pack. Included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -123,20 +121,6 @@ __device__ __forceinline__ bool unscored(int32_t target, int64_t vocab) {
 }
 __device__ __forceinline__ float unscored_loss(int32_t target) {
   return target == kCrossEntropyIgnoreIndex ? 0.0f : NAN;
-}
-
-// Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory, once per device:
-// cudaFuncSetAttribute is reported to wait for work in flight, so called before every launch it would stall the
-// host once per chunk. (Set per launch, the profiled lm_head+loss phase measured 22.13 / 23.98 ms on the
-// reference job / Moonlight; once per device 21.86 / 23.68, in another call: docs/benchmarks.md.) `opted_in`
-// holds one bit per device.
-template <typename Kernel>
-inline cudaError_t allow_shared_memory_once(Kernel kernel, std::atomic<uint64_t>& opted_in, int device, int bytes) {
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (opted_in.load(std::memory_order_acquire) & bit) return cudaSuccess;
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (status == cudaSuccess) opted_in.fetch_or(bit, std::memory_order_acq_rel);
-  return status;
 }
 
 // The cluster kernel's launch (cross_entropy_cluster.cu), behind launch_cross_entropy_rows: packed when the
