@@ -4,6 +4,13 @@
 // slice's gradient from shared memory. DRAM sees one read and one write of the row, where one block per row
 // (cross_entropy.cu) reads it twice: a 300 KB row does not fit one SM's 227 KB, and the second read of rows
 // evicted from L2 between the passes was ~1/3 of that kernel's traffic (docs/benchmarks.md).
+//
+// Tried and slower on the H200 (session 12, branch s12-ce at 2a1c564, 2048-row chunks at 163840 columns, where
+// this kernel takes 0.413 ms and a copy of the bytes 0.318): each block's slice loaded by one bulk copy
+// (cp.async.bulk into shared memory, an mbarrier counting its bytes) instead of the threads' loads, 0.483 ms,
+// also when the copy starts before the target is read; persistent clusters looping over rows with two to four
+// slice buffers a block, the next row's slice bulk-copied in while the current one is merged and written,
+// 0.523-0.645 ms (two blocks a SM at most, where this kernel keeps four). Same bits in every case.
 #include <cooperative_groups.h>
 
 #include <atomic>
