@@ -1,0 +1,189 @@
+// SwiGLU's kernel shapes on the 16-byte path (ops/cuda/activation_kernel_choice.h): the several-packs kernels, in
+// registers or staged through shared memory, one block a tile or a resident grid, give the one-pack kernel's
+// bits (forward; backward with the recomputed activation apart, in dout's place and absent; clamped SwiGLU too)
+// at Moonlight's widths and ragged ones. Not a check: DISABLED_TimesMoonlightShapes times every shape at the
+// Moonlight benchmark's three SwiGLU shapes beside a device-to-device copy of the same bytes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "gpu_tiled_random.h"
+#include "gpu_timing.h"
+#include "moetune/core/cuda_runtime.h"
+#include "moetune/ops/cuda/activation_kernel_choice.h"
+
+namespace moetune {
+namespace {
+
+using ops::cuda::GatedKernel;
+using testing::poisoned;
+
+const Device kGpu = Device::cuda();
+constexpr GatedKernel kOnePack{0, false, false};
+// Every several-packs shape the launchers take.
+const std::vector<GatedKernel> kCandidates = {{1, false, false}, {2, false, false}, {4, false, false},
+                                              {1, true, false},  {2, true, false},  {4, true, false},
+                                              {1, true, true},   {2, true, true},   {4, true, true}};
+
+std::string name_of(GatedKernel kernel) {
+  if (kernel.packs == 0) return "one pack a thread (before)";
+  return std::to_string(kernel.packs) + (kernel.packs == 1 ? " pack" : " packs") +
+         (kernel.staged ? ", staged" : (kernel.resident ? ", resident grid" : ", a block a tile"));
+}
+
+std::vector<char> bytes_of(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu());
+  const auto* p = static_cast<const char*>(host.raw_data());
+  return {p, p + host.nbytes()};
+}
+
+// SwiGLU, or GPT-OSS's clamped SwiGLU at its alpha 1.702 and limit 7.
+struct Activation {
+  bool clamped = false;
+  float alpha = 1.702f, limit = 7.0f;
+};
+
+class GatedPacksGpu : public testing::GpuTest {
+ protected:
+  Tensor forward(GatedKernel kernel, Activation a, const Tensor& gate_up) {
+    const int64_t rows = gate_up.size(0), inner = gate_up.size(1) / 2;
+    const Tensor out = poisoned({rows, inner}, DType::BF16, kGpu);
+    gpu::check(ops::cuda::launch_gated_forward_with(kernel, a.clamped, a.alpha, a.limit, gate_up.raw_data(),
+                                                    out.raw_data(), rows, inner, gpu::stream()),
+               "gated forward");
+    return out;
+  }
+
+  // dgate_up's bytes, then recomputed's. recomputed: 0 none, 1 apart, 2 in dout's place.
+  std::vector<char> backward(GatedKernel kernel, Activation a, const Tensor& dout, const Tensor& gate_up,
+                             int recomputed_mode) {
+    const int64_t rows = gate_up.size(0), inner = gate_up.size(1) / 2;
+    const Tensor dout_copy = dout.clone();
+    const Tensor dgate_up = poisoned(gate_up.shape(), DType::BF16, kGpu);
+    Tensor recomputed;
+    if (recomputed_mode == 1) recomputed = poisoned({rows, inner}, DType::BF16, kGpu);
+    if (recomputed_mode == 2) recomputed = dout_copy;
+    gpu::check(ops::cuda::launch_gated_backward_with(kernel, a.clamped, a.alpha, a.limit, dout_copy.raw_data(),
+                                                     gate_up.raw_data(), dgate_up.raw_data(),
+                                                     recomputed.defined() ? recomputed.raw_data() : nullptr, rows,
+                                                     inner, gpu::stream()),
+               "gated backward");
+    std::vector<char> out = bytes_of(dgate_up);
+    if (recomputed.defined()) {
+      const std::vector<char> r = bytes_of(recomputed);
+      out.insert(out.end(), r.begin(), r.end());
+    }
+    return out;
+  }
+
+  void expect_same_bits(const std::vector<GatedKernel>& kernels, Activation a, int64_t rows, int64_t inner,
+                        const std::vector<int>& recomputed_modes) {
+    SCOPED_TRACE(::testing::Message() << "[" << rows << ", 2 x " << inner << "], clamped " << a.clamped);
+    // Values of scale 3 reach the clamp (7) and sigmoid's flat ends.
+    const Tensor gate_up = testing::tiled_random(rows, 2 * inner, rng(), 3.0f);
+    const Tensor dout = testing::tiled_random(rows, inner, rng(), 1.0f);
+    const std::vector<char> expected_out = bytes_of(forward(kOnePack, a, gate_up));
+    std::vector<std::vector<char>> expected_grad;
+    for (const int mode : recomputed_modes) expected_grad.push_back(backward(kOnePack, a, dout, gate_up, mode));
+    for (const GatedKernel kernel : kernels) {
+      SCOPED_TRACE(name_of(kernel));
+      EXPECT_TRUE(bytes_of(forward(kernel, a, gate_up)) == expected_out) << "forward";
+      for (size_t m = 0; m < recomputed_modes.size(); ++m)
+        EXPECT_TRUE(backward(kernel, a, dout, gate_up, recomputed_modes[m]) == expected_grad[m])
+            << "backward, recomputed mode " << recomputed_modes[m];
+    }
+  }
+};
+
+// Moonlight's three SwiGLU widths (routed experts 1408, shared experts 2816, dense layer 11264) at an eighth of
+// their rows, every candidate, every recomputed mode; and ragged ones: one pack a row, a row of 2056, rows that
+// end in a partial tile.
+TEST_F(GatedPacksGpu, EveryShapeGivesTheOnePackKernelsBits) {
+  SCOPED_TRACE(seed());
+  struct Case { int64_t rows, inner; };
+  for (const Case c : {Case{6144, 1408}, Case{1024, 2816}, Case{1024, 11264}, Case{37, 8}, Case{1001, 2056},
+                       Case{3, 1408}, Case{1, 8}})
+    for (const bool clamped : {false, true})
+      expect_same_bits(kCandidates, Activation{clamped}, c.rows, c.inner, {0, 1, 2});
+}
+
+// The default at Moonlight's whole shapes, as the step runs it (recomputed in dout's place).
+TEST_F(GatedPacksGpu, DefaultGivesTheOnePackKernelsBitsAtMoonlightShapes) {
+  SCOPED_TRACE(seed());
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{49152, 1408}, {8192, 11264}, {8192, 2816}};
+  for (const auto& [rows, inner] : shapes)
+    expect_same_bits({ops::cuda::kDefaultGatedKernel}, Activation{}, rows, inner, {2});
+}
+
+TEST_F(GatedPacksGpu, UnknownPackCountsAreRefused) {
+  const Tensor gate_up = testing::random_normal({4, 2 * 64}, DType::BF16, kGpu, rng());
+  const Tensor out = poisoned({4, 64}, DType::BF16, kGpu);
+  for (const int packs : {3, 8, -1})
+    EXPECT_EQ(ops::cuda::launch_gated_forward_with(GatedKernel{packs, true, false}, false, 0, 0, gate_up.raw_data(),
+                                                   out.raw_data(), 4, 64, gpu::stream()),
+              cudaErrorInvalidValue);
+}
+
+// Microseconds a launch, and the bandwidth that makes of `bytes` (what the kernel must move at least).
+void report(const std::string& what, double ms, double bytes) {
+  std::printf("  %-44s %8.1f us  %6.2f TB/s (%.1f MB)\n", what.c_str(), ms * 1e3, bytes / (ms * 1e-3) / 1e12,
+              bytes / 1e6);
+}
+
+TEST_F(GatedPacksGpu, DISABLED_TimesMoonlightShapes) {
+  constexpr int kRuns = 40;
+  struct Case { const char* name; int64_t rows, inner; };
+  std::vector<GatedKernel> kernels = {kOnePack};
+  kernels.insert(kernels.end(), kCandidates.begin(), kCandidates.end());
+  for (const Case c : {Case{"routed experts", 49152, 1408}, Case{"dense layer", 8192, 11264},
+                       Case{"shared experts", 8192, 2816}}) {
+    const Tensor gate_up = testing::tiled_random(c.rows, 2 * c.inner, rng(), 2.0f);
+    const Tensor dout = testing::tiled_random(c.rows, c.inner, rng(), 1.0f);
+    const Tensor out = Tensor::empty({c.rows, c.inner}, DType::BF16, kGpu);
+    const Tensor dgate_up = Tensor::empty(gate_up.shape(), DType::BF16, kGpu);
+    const double half = double(c.rows * c.inner * 2);  // bytes of [rows, inner] bf16
+    // Forward: reads gate_up, writes out. Backward (as the step runs it, recomputed over dout): reads gate_up and
+    // dout, writes dgate_up and recomputed.
+    const double forward_bytes = 3 * half, backward_bytes = 6 * half;
+    std::printf("SwiGLU, %s: gate_up [%lld, %lld] bf16\n", c.name, static_cast<long long>(c.rows),
+                static_cast<long long>(2 * c.inner));
+    const auto copy = [&](double bytes) {  // a copy of bytes/2: bytes moved in all
+      return testing::mean_gpu_ms(
+          [&] {
+            gpu::check(cudaMemcpyAsync(dgate_up.raw_data(), gate_up.raw_data(), size_t(bytes / 2),
+                                       cudaMemcpyDeviceToDevice, gpu::stream()),
+                       "copy");
+          },
+          3, kRuns);
+    };
+    report("forward bytes as a device-to-device copy", copy(forward_bytes), forward_bytes);
+    for (const GatedKernel kernel : kernels) {
+      const double ms = testing::mean_gpu_ms(
+          [&] {
+            gpu::check(ops::cuda::launch_gated_forward_with(kernel, false, 0, 0, gate_up.raw_data(), out.raw_data(),
+                                                            c.rows, c.inner, gpu::stream()),
+                       "forward");
+          },
+          3, kRuns);
+      report("forward, " + name_of(kernel), ms, forward_bytes);
+    }
+    report("backward bytes as a device-to-device copy", copy(backward_bytes), backward_bytes);
+    for (const GatedKernel kernel : kernels) {
+      const double ms = testing::mean_gpu_ms(
+          [&] {
+            gpu::check(ops::cuda::launch_gated_backward_with(kernel, false, 0, 0, dout.raw_data(), gate_up.raw_data(),
+                                                             dgate_up.raw_data(), dout.raw_data(), c.rows, c.inner,
+                                                             gpu::stream()),
+                       "backward");
+          },
+          3, kRuns);
+      report("backward, " + name_of(kernel), ms, backward_bytes);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moetune
