@@ -98,16 +98,16 @@ class GatedPacksGpu : public testing::GpuTest {
   }
 };
 
-// Moonlight's three SwiGLU widths (routed experts 1408, shared experts 2816, dense layer 11264) at an eighth of
-// their rows, every candidate, every recomputed mode; and ragged ones: one pack a row, a row of 2056, rows that
-// end in a partial tile.
+// Moonlight's three SwiGLU widths (routed experts 1408, shared experts 2816, dense layer 11264) at a sixteenth to
+// an eighth of their rows, every candidate, every recomputed mode; ragged ones (one pack a row, a row of 2056,
+// rows that end in a partial tile); GPT-OSS's clamped SwiGLU on three of them.
 TEST_F(GatedPacksGpu, EveryShapeGivesTheOnePackKernelsBits) {
   SCOPED_TRACE(seed());
-  struct Case { int64_t rows, inner; };
-  for (const Case c : {Case{6144, 1408}, Case{1024, 2816}, Case{1024, 11264}, Case{37, 8}, Case{1001, 2056},
-                       Case{3, 1408}, Case{1, 8}})
-    for (const bool clamped : {false, true})
-      expect_same_bits(kCandidates, Activation{clamped}, c.rows, c.inner, {0, 1, 2});
+  struct Case { int64_t rows, inner; bool clamped; };
+  for (const Case c : {Case{6144, 1408, false}, Case{1024, 2816, false}, Case{512, 11264, false}, Case{37, 8, false},
+                       Case{1001, 2056, false}, Case{3, 1408, false}, Case{1, 8, false}, Case{1536, 1408, true},
+                       Case{1001, 2056, true}, Case{37, 8, true}})
+    expect_same_bits(kCandidates, Activation{c.clamped}, c.rows, c.inner, {0, 1, 2});
 }
 
 // The default at Moonlight's whole shapes, as the step runs it (recomputed in dout's place).
