@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,16 +23,30 @@ using ops::cuda::GatedKernel;
 using testing::poisoned;
 
 const Device kGpu = Device::cuda();
-constexpr GatedKernel kOnePack{0, false, false};
-// Every several-packs shape the launchers take.
-const std::vector<GatedKernel> kCandidates = {{1, false, false}, {2, false, false}, {4, false, false},
-                                              {1, true, false},  {2, true, false},  {4, true, false},
-                                              {1, true, true},   {2, true, true},   {4, true, true}};
+constexpr GatedKernel kOnePack{0, false, false, false};
+// Every several-packs shape the launchers take (register kernels, a block a tile or resident; staged), some
+// reversed.
+const std::vector<GatedKernel> kCandidates = {
+    {1, false, false, false}, {2, false, false, false}, {4, false, false, false}, {1, true, false, false},
+    {2, true, false, false},  {4, true, false, false},  {1, true, true, false},   {2, true, true, false},
+    {4, true, true, false},   {1, false, false, true},  {2, true, false, true},   {1, true, true, true},
+    {2, true, true, true},    {4, true, true, true}};
+// What the timing compares: the one-pack kernel, the staged kernels both ways, the resident register ones.
+const std::vector<GatedKernel> kTimed = {kOnePack,
+                                         {1, true, false, false},
+                                         {2, true, false, false},
+                                         {1, true, true, false},
+                                         {2, true, true, false},
+                                         {4, true, true, false},
+                                         {1, true, true, true},
+                                         {2, true, true, true},
+                                         {4, true, true, true}};
 
 std::string name_of(GatedKernel kernel) {
   if (kernel.packs == 0) return "one pack a thread (before)";
   return std::to_string(kernel.packs) + (kernel.packs == 1 ? " pack" : " packs") +
-         (kernel.staged ? ", staged" : (kernel.resident ? ", resident grid" : ", a block a tile"));
+         (kernel.staged ? ", staged" : (kernel.resident ? ", resident grid" : ", a block a tile")) +
+         (kernel.reversed ? ", reversed" : "");
 }
 
 std::vector<char> bytes_of(const Tensor& t) {
@@ -127,60 +142,97 @@ TEST_F(GatedPacksGpu, UnknownPackCountsAreRefused) {
               cudaErrorInvalidValue);
 }
 
-// Microseconds a launch, and the bandwidth that makes of `bytes` (what the kernel must move at least).
-void report(const std::string& what, double ms, double bytes) {
-  std::printf("  %-44s %8.1f us  %6.2f TB/s (%.1f MB)\n", what.c_str(), ms * 1e3, bytes / (ms * 1e-3) / 1e12,
+// Microseconds a launch, back to back and after its input's producer, and the bandwidth each makes of `bytes`
+// (what the kernel must move at least).
+void report(const std::string& what, double ms, double after_producer_ms, double bytes) {
+  std::printf("  %-44s %7.1f us %5.2f TB/s | after producer %7.1f us %5.2f TB/s (%.0f MB)\n", what.c_str(), ms * 1e3,
+              bytes / (ms * 1e-3) / 1e12, after_producer_ms * 1e3, bytes / (after_producer_ms * 1e-3) / 1e12,
               bytes / 1e6);
 }
 
+// Mean milliseconds of `kernel` alone when `producer` runs before each launch (untimed, events around the kernel):
+// as in the step, where a GEMM has just written the kernel's input and left its last tiles in L2.
+double mean_ms_after(const std::function<void()>& producer, const std::function<void()>& kernel, int runs) {
+  std::vector<cudaEvent_t> events(size_t(2 * runs));
+  for (cudaEvent_t& e : events) gpu::check(cudaEventCreate(&e), "cudaEventCreate");
+  producer();
+  kernel();  // warm-up
+  for (int r = 0; r < runs; ++r) {
+    producer();
+    gpu::check(cudaEventRecord(events[size_t(2 * r)], gpu::stream()), "cudaEventRecord");
+    kernel();
+    gpu::check(cudaEventRecord(events[size_t(2 * r + 1)], gpu::stream()), "cudaEventRecord");
+  }
+  gpu::synchronize();
+  double total = 0;
+  for (int r = 0; r < runs; ++r) {
+    float ms = 0;
+    gpu::check(cudaEventElapsedTime(&ms, events[size_t(2 * r)], events[size_t(2 * r + 1)]), "cudaEventElapsedTime");
+    total += ms;
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  return total / runs;
+}
+
 TEST_F(GatedPacksGpu, DISABLED_TimesMoonlightShapes) {
-  constexpr int kRuns = 40;
+  constexpr int kRuns = 40, kRunsAfterProducer = 20;
   struct Case { const char* name; int64_t rows, inner; };
-  std::vector<GatedKernel> kernels = {kOnePack};
-  kernels.insert(kernels.end(), kCandidates.begin(), kCandidates.end());
   for (const Case c : {Case{"routed experts", 49152, 1408}, Case{"dense layer", 8192, 11264},
                        Case{"shared experts", 8192, 2816}}) {
     const Tensor gate_up = testing::tiled_random(c.rows, 2 * c.inner, rng(), 2.0f);
     const Tensor dout = testing::tiled_random(c.rows, c.inner, rng(), 1.0f);
+    const Tensor gate_up_source = gate_up.clone(), dout_source = dout.clone();
     const Tensor out = Tensor::empty({c.rows, c.inner}, DType::BF16, kGpu);
     const Tensor dgate_up = Tensor::empty(gate_up.shape(), DType::BF16, kGpu);
-    const double half = double(c.rows * c.inner * 2);  // bytes of [rows, inner] bf16
+    const int64_t half = c.rows * c.inner * 2;  // bytes of [rows, inner] bf16
     // Forward: reads gate_up, writes out. Backward (as the step runs it, recomputed over dout): reads gate_up and
     // dout, writes dgate_up and recomputed.
-    const double forward_bytes = 3 * half, backward_bytes = 6 * half;
+    const double forward_bytes = 3.0 * double(half), backward_bytes = 6.0 * double(half);
+    const Tensor copy_from = Tensor::empty({3 * half / 2}, DType::BF16, kGpu);
+    const Tensor copy_to = Tensor::empty({3 * half / 2}, DType::BF16, kGpu);
     std::printf("SwiGLU, %s: gate_up [%lld, %lld] bf16\n", c.name, static_cast<long long>(c.rows),
                 static_cast<long long>(2 * c.inner));
-    const auto copy = [&](double bytes) {  // a copy of bytes/2: bytes moved in all
-      return testing::mean_gpu_ms(
-          [&] {
-            gpu::check(cudaMemcpyAsync(dgate_up.raw_data(), gate_up.raw_data(), size_t(bytes / 2),
-                                       cudaMemcpyDeviceToDevice, gpu::stream()),
-                       "copy");
-          },
-          3, kRuns);
+    const auto copy_of = [&](double bytes) {  // a copy of bytes/2: bytes moved in all
+      return [&, bytes] {
+        gpu::check(cudaMemcpyAsync(copy_to.raw_data(), copy_from.raw_data(), size_t(bytes / 2),
+                                   cudaMemcpyDeviceToDevice, gpu::stream()),
+                   "copy");
+      };
     };
-    report("forward bytes as a device-to-device copy", copy(forward_bytes), forward_bytes);
-    for (const GatedKernel kernel : kernels) {
-      const double ms = testing::mean_gpu_ms(
-          [&] {
-            gpu::check(ops::cuda::launch_gated_forward_with(kernel, false, 0, 0, gate_up.raw_data(), out.raw_data(),
-                                                            c.rows, c.inner, gpu::stream()),
-                       "forward");
-          },
-          3, kRuns);
-      report("forward, " + name_of(kernel), ms, forward_bytes);
+    // The producers: the gate_up GEMM (forward), the d(activated) GEMM (backward), as copies of their outputs.
+    const auto write_gate_up = [&] {
+      gpu::check(cudaMemcpyAsync(gate_up.raw_data(), gate_up_source.raw_data(), size_t(gate_up.nbytes()),
+                                 cudaMemcpyDeviceToDevice, gpu::stream()),
+                 "producer");
+    };
+    const auto write_dout = [&] {
+      gpu::check(cudaMemcpyAsync(dout.raw_data(), dout_source.raw_data(), size_t(dout.nbytes()),
+                                 cudaMemcpyDeviceToDevice, gpu::stream()),
+                 "producer");
+    };
+    const auto forward_copy = copy_of(forward_bytes), backward_copy = copy_of(backward_bytes);
+    report("forward bytes as a device-to-device copy", testing::mean_gpu_ms(forward_copy, 3, kRuns),
+           mean_ms_after(write_gate_up, forward_copy, kRunsAfterProducer), forward_bytes);
+    for (const GatedKernel kernel : kTimed) {
+      const auto run = [&] {
+        gpu::check(ops::cuda::launch_gated_forward_with(kernel, false, 0, 0, gate_up.raw_data(), out.raw_data(),
+                                                        c.rows, c.inner, gpu::stream()),
+                   "forward");
+      };
+      report("forward, " + name_of(kernel), testing::mean_gpu_ms(run, 3, kRuns),
+             mean_ms_after(write_gate_up, run, kRunsAfterProducer), forward_bytes);
     }
-    report("backward bytes as a device-to-device copy", copy(backward_bytes), backward_bytes);
-    for (const GatedKernel kernel : kernels) {
-      const double ms = testing::mean_gpu_ms(
-          [&] {
-            gpu::check(ops::cuda::launch_gated_backward_with(kernel, false, 0, 0, dout.raw_data(), gate_up.raw_data(),
-                                                             dgate_up.raw_data(), dout.raw_data(), c.rows, c.inner,
-                                                             gpu::stream()),
-                       "backward");
-          },
-          3, kRuns);
-      report("backward, " + name_of(kernel), ms, backward_bytes);
+    report("backward bytes as a device-to-device copy", testing::mean_gpu_ms(backward_copy, 3, kRuns),
+           mean_ms_after(write_dout, backward_copy, kRunsAfterProducer), backward_bytes);
+    for (const GatedKernel kernel : kTimed) {
+      const auto run = [&] {
+        gpu::check(ops::cuda::launch_gated_backward_with(kernel, false, 0, 0, dout.raw_data(), gate_up.raw_data(),
+                                                         dgate_up.raw_data(), dout.raw_data(), c.rows, c.inner,
+                                                         gpu::stream()),
+                   "backward");
+      };
+      report("backward, " + name_of(kernel), testing::mean_gpu_ms(run, 3, kRuns),
+             mean_ms_after(write_dout, run, kRunsAfterProducer), backward_bytes);
     }
   }
 }

@@ -112,8 +112,11 @@ unsigned blocks_for(int64_t chunks) { return unsigned(std::min((chunks + kThread
 template <int kPacks, typename Index, typename Act>
 cudaError_t forward_packs_indexed(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row,
                                   GatedKernel kernel, Act act, cudaStream_t stream) {
-  if (kernel.staged) return gated::launch_forward_staged<kPacks, Index>(gate_up, out, chunks, chunks_per_row, act, stream);
-  return gated::launch_forward_packs<kPacks, Index>(gate_up, out, chunks, chunks_per_row, kernel.resident, act, stream);
+  if (kernel.staged)
+    return gated::launch_forward_staged<kPacks, Index>(gate_up, out, chunks, chunks_per_row, kernel.reversed, act,
+                                                       stream);
+  return gated::launch_forward_packs<kPacks, Index>(gate_up, out, chunks, chunks_per_row, kernel.resident,
+                                                    kernel.reversed, act, stream);
 }
 
 template <int kPacks, typename Act>
@@ -130,9 +133,9 @@ cudaError_t backward_packs_indexed(const void* dout, const void* gate_up, void* 
                                    cudaStream_t stream) {
   if (kernel.staged)
     return gated::launch_backward_staged<kPacks, Index>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
-                                                        act, stream);
+                                                        kernel.reversed, act, stream);
   return gated::launch_backward_packs<kPacks, Index>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
-                                                     kernel.resident, act, stream);
+                                                     kernel.resident, kernel.reversed, act, stream);
 }
 
 template <int kPacks, typename Act>

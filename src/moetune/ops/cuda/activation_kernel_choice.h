@@ -14,15 +14,17 @@ namespace moetune::ops::cuda {
 // before session 12); 1, 2 or 4: that many packs a thread, every load issued before the first pack's math
 // (ops/cuda/gated_packs.cuh). resident (packs > 0): as many blocks as fit the GPU at once, striding over the
 // tiles, instead of a block per tile. staged (packs > 0, resident implied): the next tile's packs copied into
-// shared memory while the current one's are computed (ops/cuda/gated_staged.cuh).
+// shared memory while the current one's are computed (ops/cuda/gated_staged.cuh). reversed (packs > 0): the tiles
+// from the last back to the first, where the producer of the input (a GEMM) may have left its last tiles in L2.
 struct GatedKernel {
   int packs = 0;
   bool resident = false;
   bool staged = false;
+  bool reversed = false;
 };
 
 // What the plain launchers run (measured: docs/benchmarks.md, session 12).
-inline constexpr GatedKernel kDefaultGatedKernel{2, true, true};
+inline constexpr GatedKernel kDefaultGatedKernel{2, true, true, true};
 
 // clamped false: SwiGLU (alpha and limit unused); true: GPT-OSS's clamped SwiGLU. Otherwise the plain launchers'
 // arguments; cudaErrorInvalidValue for packs other than 0, 1, 2, 4.

@@ -56,12 +56,22 @@ __device__ __forceinline__ Index gate_pack_of(Index chunk, Index chunks_per_row)
   return chunk + chunk / chunks_per_row * chunks_per_row;
 }
 
+// The first pack of the t-th tile a kernel visits (of `tiles`): in order, or (reversed) from the last tile back.
+// Reversed, a kernel starts where its input's producer (a GEMM writing its output in tile order) finished, whose
+// last tens of MB may still be in L2 (50 MB on the H200): same packs, same math, a different visiting order.
+template <typename Index>
+__device__ __forceinline__ Index tile_start(Index t, Index tiles, bool reversed, Index tile_packs) {
+  return (reversed ? tiles - 1 - t : t) * tile_packs;
+}
+
 template <int kPacks, typename Index, typename Act>
 __global__ void __launch_bounds__(kPackThreads, forward_min_blocks<kPacks>()) gated_forward_packs_kernel(const Pack8* __restrict__ gate_up,
                                                                           Pack8* __restrict__ out, Index chunks,
-                                                                          Index chunks_per_row, Act act) {
+                                                                          Index chunks_per_row, bool reversed, Act act) {
   constexpr Index kTile = Index(kPacks) * kPackThreads;
-  for (Index tile = Index(blockIdx.x) * kTile; tile < chunks; tile += Index(gridDim.x) * kTile) {
+  const Index tiles = (chunks + kTile - 1) / kTile;
+  for (Index t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const Index tile = tile_start(t, tiles, reversed, kTile);
     Pack8 gate[kPacks], up[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -91,9 +101,11 @@ __global__ void __launch_bounds__(kPackThreads, forward_min_blocks<kPacks>()) ga
 template <int kPacks, typename Index, typename Act>
 __global__ void __launch_bounds__(kPackThreads, backward_min_blocks<kPacks>())
     gated_backward_packs_kernel(const Pack8* dout, const Pack8* __restrict__ gate_up, Pack8* __restrict__ dgate_up,
-                                Pack8* recomputed, Index chunks, Index chunks_per_row, Act act) {
+                                Pack8* recomputed, Index chunks, Index chunks_per_row, bool reversed, Act act) {
   constexpr Index kTile = Index(kPacks) * kPackThreads;
-  for (Index tile = Index(blockIdx.x) * kTile; tile < chunks; tile += Index(gridDim.x) * kTile) {
+  const Index tiles = (chunks + kTile - 1) / kTile;
+  for (Index t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const Index tile = tile_start(t, tiles, reversed, kTile);
     Pack8 gate[kPacks], up[kPacks], grad[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -155,19 +167,19 @@ inline bool fits_32_bits(int64_t chunks, int packs) {
 
 template <int kPacks, typename Index, typename Act>
 cudaError_t launch_forward_packs(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row,
-                                 bool resident, Act act, cudaStream_t stream) {
+                                 bool resident, bool reversed, Act act, cudaStream_t stream) {
   const auto kernel = gated_forward_packs_kernel<kPacks, Index, Act>;
   unsigned blocks = 0;
   const int64_t tiles = (chunks + int64_t(kPacks) * kPackThreads - 1) / (int64_t(kPacks) * kPackThreads);
   if (cudaError_t status = pack_blocks(kernel, tiles, resident, blocks); status != cudaSuccess) return status;
   kernel<<<blocks, kPackThreads, 0, stream>>>(static_cast<const Pack8*>(gate_up), static_cast<Pack8*>(out),
-                                             Index(chunks), Index(chunks_per_row), act);
+                                             Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();
 }
 
 template <int kPacks, typename Index, typename Act>
 cudaError_t launch_backward_packs(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
-                                  int64_t chunks, int64_t chunks_per_row, bool resident, Act act,
+                                  int64_t chunks, int64_t chunks_per_row, bool resident, bool reversed, Act act,
                                   cudaStream_t stream) {
   const auto kernel = gated_backward_packs_kernel<kPacks, Index, Act>;
   unsigned blocks = 0;
@@ -175,7 +187,7 @@ cudaError_t launch_backward_packs(const void* dout, const void* gate_up, void* d
   if (cudaError_t status = pack_blocks(kernel, tiles, resident, blocks); status != cudaSuccess) return status;
   kernel<<<blocks, kPackThreads, 0, stream>>>(static_cast<const Pack8*>(dout), static_cast<const Pack8*>(gate_up),
                                              static_cast<Pack8*>(dgate_up), static_cast<Pack8*>(recomputed),
-                                             Index(chunks), Index(chunks_per_row), act);
+                                             Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();
 }
 

@@ -56,16 +56,18 @@ __device__ __forceinline__ void fetch_tile(Pack8* stage, int buffer, Index tile,
 template <int kPacks, typename Index, typename Act>
 __global__ void __launch_bounds__(kPackThreads) gated_forward_staged_kernel(const Pack8* __restrict__ gate_up,
                                                                            Pack8* __restrict__ out, Index chunks,
-                                                                           Index chunks_per_row, Act act) {
+                                                                           Index chunks_per_row, bool reversed, Act act) {
   extern __shared__ Pack8 stage[];
   constexpr Index kTile = Index(kPacks) * kPackThreads;
-  const Index stride = Index(gridDim.x) * kTile;
-  Index tile = Index(blockIdx.x) * kTile;
-  if (tile >= chunks) return;
-  fetch_tile<kPacks, 2>(stage, 0, tile, chunks, chunks_per_row, gate_up, nullptr);
-  for (int buffer = 0; tile < chunks; tile += stride, buffer ^= 1) {
-    if (tile + stride < chunks) {
-      fetch_tile<kPacks, 2>(stage, buffer ^ 1, tile + stride, chunks, chunks_per_row, gate_up, nullptr);
+  const Index tiles = (chunks + kTile - 1) / kTile;
+  Index t = blockIdx.x;
+  if (t >= tiles) return;
+  fetch_tile<kPacks, 2>(stage, 0, tile_start(t, tiles, reversed, kTile), chunks, chunks_per_row, gate_up, nullptr);
+  for (int buffer = 0; t < tiles; t += gridDim.x, buffer ^= 1) {
+    const Index tile = tile_start(t, tiles, reversed, kTile);
+    if (t + gridDim.x < tiles) {
+      fetch_tile<kPacks, 2>(stage, buffer ^ 1, tile_start(t + gridDim.x, tiles, reversed, kTile), chunks,
+                            chunks_per_row, gate_up, nullptr);
       wait_copies<1>();
     } else {
       wait_copies<0>();
@@ -89,16 +91,18 @@ __global__ void __launch_bounds__(kPackThreads) gated_forward_staged_kernel(cons
 template <int kPacks, typename Index, typename Act>
 __global__ void __launch_bounds__(kPackThreads)
     gated_backward_staged_kernel(const Pack8* dout, const Pack8* __restrict__ gate_up, Pack8* __restrict__ dgate_up,
-                                 Pack8* recomputed, Index chunks, Index chunks_per_row, Act act) {
+                                 Pack8* recomputed, Index chunks, Index chunks_per_row, bool reversed, Act act) {
   extern __shared__ Pack8 stage[];
   constexpr Index kTile = Index(kPacks) * kPackThreads;
-  const Index stride = Index(gridDim.x) * kTile;
-  Index tile = Index(blockIdx.x) * kTile;
-  if (tile >= chunks) return;
-  fetch_tile<kPacks, 3>(stage, 0, tile, chunks, chunks_per_row, gate_up, dout);
-  for (int buffer = 0; tile < chunks; tile += stride, buffer ^= 1) {
-    if (tile + stride < chunks) {
-      fetch_tile<kPacks, 3>(stage, buffer ^ 1, tile + stride, chunks, chunks_per_row, gate_up, dout);
+  const Index tiles = (chunks + kTile - 1) / kTile;
+  Index t = blockIdx.x;
+  if (t >= tiles) return;
+  fetch_tile<kPacks, 3>(stage, 0, tile_start(t, tiles, reversed, kTile), chunks, chunks_per_row, gate_up, dout);
+  for (int buffer = 0; t < tiles; t += gridDim.x, buffer ^= 1) {
+    const Index tile = tile_start(t, tiles, reversed, kTile);
+    if (t + gridDim.x < tiles) {
+      fetch_tile<kPacks, 3>(stage, buffer ^ 1, tile_start(t + gridDim.x, tiles, reversed, kTile), chunks,
+                            chunks_per_row, gate_up, dout);
       wait_copies<1>();
     } else {
       wait_copies<0>();
@@ -133,8 +137,8 @@ cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
 }
 
 template <int kPacks, typename Index, typename Act>
-cudaError_t launch_forward_staged(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row, Act act,
-                                  cudaStream_t stream) {
+cudaError_t launch_forward_staged(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row,
+                                  bool reversed, Act act, cudaStream_t stream) {
   const auto kernel = gated_forward_staged_kernel<kPacks, Index, Act>;
   constexpr size_t kShared = staged_shared_bytes<kPacks, 2>();
   if (cudaError_t status = allow_shared_bytes(kernel, kShared); status != cudaSuccess) return status;
@@ -143,13 +147,14 @@ cudaError_t launch_forward_staged(const void* gate_up, void* out, int64_t chunks
   if (cudaError_t status = pack_blocks(kernel, tiles, /*resident=*/true, blocks, kShared); status != cudaSuccess)
     return status;
   kernel<<<blocks, kPackThreads, kShared, stream>>>(static_cast<const Pack8*>(gate_up), static_cast<Pack8*>(out),
-                                                   Index(chunks), Index(chunks_per_row), act);
+                                                   Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();
 }
 
 template <int kPacks, typename Index, typename Act>
 cudaError_t launch_backward_staged(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
-                                   int64_t chunks, int64_t chunks_per_row, Act act, cudaStream_t stream) {
+                                   int64_t chunks, int64_t chunks_per_row, bool reversed, Act act,
+                                   cudaStream_t stream) {
   const auto kernel = gated_backward_staged_kernel<kPacks, Index, Act>;
   constexpr size_t kShared = staged_shared_bytes<kPacks, 3>();
   if (cudaError_t status = allow_shared_bytes(kernel, kShared); status != cudaSuccess) return status;
@@ -159,7 +164,7 @@ cudaError_t launch_backward_staged(const void* dout, const void* gate_up, void* 
     return status;
   kernel<<<blocks, kPackThreads, kShared, stream>>>(static_cast<const Pack8*>(dout), static_cast<const Pack8*>(gate_up),
                                                    static_cast<Pack8*>(dgate_up), static_cast<Pack8*>(recomputed),
-                                                   Index(chunks), Index(chunks_per_row), act);
+                                                   Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();
 }
 
