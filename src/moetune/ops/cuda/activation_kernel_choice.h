@@ -23,7 +23,15 @@ struct GatedKernel {
   bool reversed = false;
 };
 
-// What the plain launchers run (measured: docs/benchmarks.md, session 12).
+// What the plain launchers run. Session 12 (H200, call C): in Moonlight's step (kernel trace, 3 steps each, same
+// call) its 14 SwiGLU launches took 1.835 ms a step against the one-pack kernel's 1.920 (routed experts forward
+// 112-118 us against 122-125, backward 223-225 against 237-247, the dense layer's forward 155 against 168, its
+// backward and the shared experts' even). In isolation (GatedPacksGpu.DISABLED_TimesMoonlightShapes) it is no
+// faster than the one-pack kernel back to back (routed forward 114.5 against 109.4 us, backward 234.5 against
+// 217.3), about even right after a producer writes its input (113.0 against 112.4; 222.6 against 218.4): the gain
+// is in the step's conditions (the power cap's lower clocks, the producer's tiles in L2), which a trace shows and
+// an isolated timing does not. The register kernels (staged false) were slower everywhere but the backward at one
+// pack, resident (214.6 against 217.3 us back to back; not run in the step).
 inline constexpr GatedKernel kDefaultGatedKernel{2, true, true, true};
 
 // clamped false: SwiGLU (alpha and limit unused); true: GPT-OSS's clamped SwiGLU. Otherwise the plain launchers'

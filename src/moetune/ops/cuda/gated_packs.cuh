@@ -5,7 +5,10 @@
 // (each p one coalesced sweep of the block), and issues every load of its kPacks packs before the math of the
 // first: kPacks times the bytes in flight a thread, and one block per tile or a resident grid striding over the
 // tiles. The arithmetic is gated_activation.cuh's, element for element the one-pack kernel's (same bits).
-// Device code and launch helpers for activation.cu only.
+// Measured (H200, session 12, isolated): slower than the one-pack kernel forward at every pack count (routed
+// experts 120-195 us against 110: their 53-104 registers a thread leave an SM fewer threads, and a thread's packs'
+// math runs serially after its loads) and backward at 2 and 4 packs; backward at 1 pack, resident, 214.6 against
+// 217.3 us. The staged kernels (gated_staged.cuh) are the default; these stay as the timing test's candidates. Device code and launch helpers for activation.cu only.
 #pragma once
 
 #include <cuda_runtime.h>
