@@ -25,9 +25,8 @@ using testing::poisoned;
 
 const Device kGpu = Device::cuda();
 constexpr float kEps = 1e-6f;
-// ops::cuda::kNormPrefetchNextRow (-1): one row in registers, the next one prefetched.
-constexpr int kRowsInRegisters[] = {1, 2, 4, 8, ops::cuda::kNormPrefetchNextRow};
-constexpr int kBackwardRowsInRegisters[] = {1, 2, 4, ops::cuda::kNormPrefetchNextRow};  // 8 rows: 255 registers, too many for a 256-thread block
+constexpr int kRowsInRegisters[] = {1, 2, 4, 8};
+constexpr int kBackwardRowsInRegisters[] = {1, 2, 4};  // 8 rows: 255 registers, too many for a 256-thread block
 
 std::vector<char> bytes_of(const Tensor& t) {
   const Tensor host = t.to(Device::cpu());
@@ -185,7 +184,7 @@ void report(const char* what, double ms, double bytes) {
 TEST_F(RowKernelsGpu, DISABLED_TimesMoonlightShapes) {
   const int64_t tokens = 8192, hidden = 2048;
   constexpr int kRuns = 50;
-  std::printf("RMSNorm, bf16 rows (0 = the one-row kernel, before; n = n rows in registers; -1 = one row, the next prefetched)\n");
+  std::printf("RMSNorm, bf16 rows (0 = the one-row kernel, before; n = n rows in registers)\n");
   for (const int64_t width : {hidden, int64_t(512)}) {
     const Tensor x = random_bf16({tokens, width}), dy = random_bf16({tokens, width});
     const Tensor residual = random_bf16({tokens, width}), dx = random_bf16({tokens, width});
@@ -195,7 +194,7 @@ TEST_F(RowKernelsGpu, DISABLED_TimesMoonlightShapes) {
     const size_t workspace_bytes = ops::cuda::rms_norm_backward_workspace_bytes(tokens, width);
     const Tensor workspace = Tensor::empty({int64_t(workspace_bytes / 4)}, DType::F32, kGpu);
     const double tensor_bytes = double(tokens * width * 2);
-    for (const int rows : {0, 1, 2, 4, 8, ops::cuda::kNormPrefetchNextRow, 0}) {
+    for (const int rows : {0, 1, 2, 4, 8}) {
       const double ms = testing::mean_gpu_ms(
           [&] {
             gpu::check(ops::cuda::launch_rms_norm_forward_with(rows, x.raw_data(), weight.raw_data(), y.raw_data(),
@@ -209,7 +208,7 @@ TEST_F(RowKernelsGpu, DISABLED_TimesMoonlightShapes) {
       report(what, ms, 2 * tensor_bytes);
     }
     for (const bool with_residual : {false, true})
-      for (const int rows : {0, 1, 2, 4, ops::cuda::kNormPrefetchNextRow, 0}) {
+      for (const int rows : {0, 1, 2, 4}) {
         const double ms = testing::mean_gpu_ms(
             [&] {
               gpu::check(ops::cuda::launch_rms_norm_backward_with(

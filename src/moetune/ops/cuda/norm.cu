@@ -15,7 +15,6 @@
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/norm_kernel_choice.h"
 #include "moetune/ops/cuda/norm_kernels.h"
-#include "moetune/ops/cuda/norm_prefetch_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
 namespace moetune::ops::cuda {
@@ -270,7 +269,6 @@ cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, c
   if (rows_in_registers != 0 && !fits_registers(width, {x, weight, y})) return cudaErrorInvalidValue;
   switch (rows_in_registers) {
     case 0: break;
-    case kNormPrefetchNextRow: return launch_rms_norm_forward_prefetch(x, weight, y, rows, width, eps, stream);
     case 1: return forward_rows<1>(xp, wp, yp, rows, width, eps, stream);
     case 2: return forward_rows<2>(xp, wp, yp, rows, width, eps, stream);
     case 4: return forward_rows<4>(xp, wp, yp, rows, width, eps, stream);
@@ -314,10 +312,6 @@ cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy,
       status = vectorizable(width, {dy, x, weight, residual, dx})
                    ? backward<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream)
                    : backward<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream);
-      break;
-    case kNormPrefetchNextRow:
-      status = launch_rms_norm_backward_prefetch(dy, x, weight, residual, dx, partial, backward_blocks(rows), rows,
-                                                 width, eps, stream);
       break;
     case 1: status = backward_rows<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;
     case 2: status = backward_rows<2>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, stream); break;

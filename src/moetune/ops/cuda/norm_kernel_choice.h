@@ -11,10 +11,7 @@ namespace moetune::ops::cuda {
 
 // rows_in_registers 0: the one-row-per-pass kernels (any width, any alignment). 1, 2, 4 or 8 (forward), 1, 2 or 4
 // (backward): the rows-in-registers kernels holding that many rows at once, for 16-byte-aligned rows (the workspace too) of at most 2048 elements,
-// a multiple of 8 (else cudaErrorInvalidValue). kNormPrefetchNextRow, on the same rows: one row in registers and
-// the block's next row loaded before its block_sum (ops/cuda/norm_prefetch.cu). The arguments are the plain
-// launchers'.
-inline constexpr int kNormPrefetchNextRow = -1;
+// a multiple of 8 (else cudaErrorInvalidValue). The arguments are the plain launchers'.
 cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, const void* weight, void* y,
                                          int64_t rows, int64_t width, float eps, cudaStream_t stream);
 cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy, const void* x, const void* weight,
