@@ -1,47 +1,29 @@
 // SwiGLU and GPT-OSS's clamped SwiGLU, forward and backward, on a fused [gate | up] row, and Nemotron-H's
-// ungated relu², fp32 math on BF16 storage. Grid-stride over kVec-wide column chunks of every row: kVec = 8
-// (16-byte accesses) when the inner width and the pointers allow it, else 1.
+// ungated relu², fp32 math on BF16 storage. When the inner width and the pointers allow 16-byte accesses, SwiGLU
+// runs gated_packs.cuh's kernels (several packs of 8 in flight a thread; kDefaultGatedKernel says which shape);
+// otherwise, and relu² always, a grid-stride over kVec-wide column chunks of every row, kVec = 8 (16-byte
+// accesses) or 1.
 #include <algorithm>
 #include <initializer_list>
 
+#include "moetune/ops/cuda/activation_kernel_choice.h"
 #include "moetune/ops/cuda/activation_kernels.h"
+#include "moetune/ops/cuda/gated_activation.cuh"
+#include "moetune/ops/cuda/gated_packs.cuh"
+#include "moetune/ops/cuda/gated_staged.cuh"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
 namespace moetune::ops::cuda {
 namespace {
 
 using namespace pointwise;
+using gated::ClampedSilu;
+using gated::Silu;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride beyond this: bounds the grid, not the work
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// The gated activations the kernels below apply per (gate, up) pair.
-struct Silu {
-  __device__ __forceinline__ float forward(float g, float u) const { return g * sigmoid(g) * u; }
-  __device__ __forceinline__ void backward(float g, float u, float d, float& dg, float& du) const {
-    const float s = sigmoid(g);
-    du = d * g * s;
-    dg = d * u * s * (1.0f + g * (1.0f - s));  // d silu = s (1 + g (1 - s))
-  }
-};
-
-// GPT-OSS (ops/activation.h's clamped_swiglu_*): a clamped value passes no gradient, as torch's clamp.
-struct ClampedSilu {
-  float alpha, limit;
-  __device__ __forceinline__ float forward(float gate, float up) const {
-    const float g = fminf(gate, limit), u = fminf(fmaxf(up, -limit), limit);
-    return (u + 1.0f) * (g * sigmoid(g * alpha));
-  }
-  __device__ __forceinline__ void backward(float gate, float up, float d, float& dg, float& du) const {
-    const float g = fminf(gate, limit), u = fminf(fmaxf(up, -limit), limit);
-    const float s = sigmoid(g * alpha);
-    du = up >= -limit && up <= limit ? d * g * s : 0.0f;
-    dg = gate <= limit ? d * (u + 1.0f) * (s + alpha * g * s * (1.0f - s)) : 0.0f;
-  }
-};
-
+// The one-pack kernels (GatedKernel packs 0): one kVec-wide chunk a thread per grid-stride step.
 template <int kVec, typename Act>
 __global__ void gated_forward_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out, int64_t rows,
                                      int64_t inner, Act act) {
@@ -126,31 +108,93 @@ bool vectorizable(int64_t inner, std::initializer_list<const void*> pointers) {
 
 unsigned blocks_for(int64_t chunks) { return unsigned(std::min((chunks + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-template <typename Act>
-cudaError_t launch_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, Act act, cudaStream_t stream) {
-  if (rows == 0 || inner == 0) return cudaSuccess;
-  const auto* in = static_cast<const bf16*>(gate_up);
-  auto* o = static_cast<bf16*>(out);
-  if (vectorizable(inner, {gate_up, out}))
-    gated_forward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(in, o, rows, inner, act);
-  else
-    gated_forward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(in, o, rows, inner, act);
-  return cudaGetLastError();
+// The several-packs kernels in registers or staged (GatedKernel), on 32-bit indices where they fit.
+template <int kPacks, typename Index, typename Act>
+cudaError_t forward_packs_indexed(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row,
+                                  GatedKernel kernel, Act act, cudaStream_t stream) {
+  if (kernel.staged)
+    return gated::launch_forward_staged<kPacks, Index>(gate_up, out, chunks, chunks_per_row, kernel.reversed, act,
+                                                       stream);
+  return gated::launch_forward_packs<kPacks, Index>(gate_up, out, chunks, chunks_per_row, kernel.resident,
+                                                    kernel.reversed, act, stream);
+}
+
+template <int kPacks, typename Act>
+cudaError_t forward_packs(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row, GatedKernel kernel,
+                          Act act, cudaStream_t stream) {
+  return gated::fits_32_bits(chunks, kPacks)
+             ? forward_packs_indexed<kPacks, uint32_t>(gate_up, out, chunks, chunks_per_row, kernel, act, stream)
+             : forward_packs_indexed<kPacks, int64_t>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
+}
+
+template <int kPacks, typename Index, typename Act>
+cudaError_t backward_packs_indexed(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
+                                   int64_t chunks, int64_t chunks_per_row, GatedKernel kernel, Act act,
+                                   cudaStream_t stream) {
+  if (kernel.staged)
+    return gated::launch_backward_staged<kPacks, Index>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
+                                                        kernel.reversed, act, stream);
+  return gated::launch_backward_packs<kPacks, Index>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
+                                                     kernel.resident, kernel.reversed, act, stream);
+}
+
+template <int kPacks, typename Act>
+cudaError_t backward_packs(const void* dout, const void* gate_up, void* dgate_up, void* recomputed, int64_t chunks,
+                           int64_t chunks_per_row, GatedKernel kernel, Act act, cudaStream_t stream) {
+  return gated::fits_32_bits(chunks, kPacks)
+             ? backward_packs_indexed<kPacks, uint32_t>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
+                                                        kernel, act, stream)
+             : backward_packs_indexed<kPacks, int64_t>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
+                                                       kernel, act, stream);
 }
 
 template <typename Act>
-cudaError_t launch_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed, int64_t rows,
-                            int64_t inner, Act act, cudaStream_t stream) {
+cudaError_t launch_forward(GatedKernel kernel, const void* gate_up, void* out, int64_t rows, int64_t inner, Act act,
+                           cudaStream_t stream) {
+  if (rows == 0 || inner == 0) return cudaSuccess;
+  const auto* in = static_cast<const bf16*>(gate_up);
+  auto* o = static_cast<bf16*>(out);
+  if (!vectorizable(inner, {gate_up, out})) {
+    gated_forward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(in, o, rows, inner, act);
+    return cudaGetLastError();
+  }
+  const int64_t chunks = rows * inner / 8, chunks_per_row = inner / 8;
+  switch (kernel.packs) {
+    case 0:
+      gated_forward_kernel<8><<<blocks_for(chunks), kThreads, 0, stream>>>(in, o, rows, inner, act);
+      return cudaGetLastError();
+    case 1: return forward_packs<1>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
+    case 2: return forward_packs<2>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
+    case 4: return forward_packs<4>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+template <typename Act>
+cudaError_t launch_backward(GatedKernel kernel, const void* dout, const void* gate_up, void* dgate_up,
+                            void* recomputed, int64_t rows, int64_t inner, Act act, cudaStream_t stream) {
   if (rows == 0 || inner == 0) return cudaSuccess;
   const auto* d = static_cast<const bf16*>(dout);
   const auto* in = static_cast<const bf16*>(gate_up);
   auto* dg = static_cast<bf16*>(dgate_up);
   auto* r = static_cast<bf16*>(recomputed);
-  if (vectorizable(inner, {dout, gate_up, dgate_up, recomputed}))
-    gated_backward_kernel<8><<<blocks_for(rows * inner / 8), kThreads, 0, stream>>>(d, in, dg, r, rows, inner, act);
-  else
+  if (!vectorizable(inner, {dout, gate_up, dgate_up, recomputed})) {
     gated_backward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(d, in, dg, r, rows, inner, act);
-  return cudaGetLastError();
+    return cudaGetLastError();
+  }
+  const int64_t chunks = rows * inner / 8, chunks_per_row = inner / 8;
+  switch (kernel.packs) {
+    case 0:
+      gated_backward_kernel<8><<<blocks_for(chunks), kThreads, 0, stream>>>(d, in, dg, r, rows, inner, act);
+      return cudaGetLastError();
+    case 1:
+      return backward_packs<1>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
+    case 2:
+      return backward_packs<2>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
+    case 4:
+      return backward_packs<4>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace
@@ -179,22 +223,37 @@ cudaError_t launch_relu_squared_backward(const void* dout, const void* x, void* 
 }
 
 cudaError_t launch_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, cudaStream_t stream) {
-  return launch_forward(gate_up, out, rows, inner, Silu{}, stream);
+  return launch_forward(kDefaultGatedKernel, gate_up, out, rows, inner, Silu{}, stream);
 }
 
 cudaError_t launch_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed, int64_t rows,
                                    int64_t inner, cudaStream_t stream) {
-  return launch_backward(dout, gate_up, dgate_up, recomputed, rows, inner, Silu{}, stream);
+  return launch_backward(kDefaultGatedKernel, dout, gate_up, dgate_up, recomputed, rows, inner, Silu{}, stream);
 }
 
 cudaError_t launch_clamped_swiglu_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, float alpha,
                                           float limit, cudaStream_t stream) {
-  return launch_forward(gate_up, out, rows, inner, ClampedSilu{alpha, limit}, stream);
+  return launch_forward(kDefaultGatedKernel, gate_up, out, rows, inner, ClampedSilu{alpha, limit}, stream);
 }
 
 cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
                                            int64_t rows, int64_t inner, float alpha, float limit, cudaStream_t stream) {
-  return launch_backward(dout, gate_up, dgate_up, recomputed, rows, inner, ClampedSilu{alpha, limit}, stream);
+  return launch_backward(kDefaultGatedKernel, dout, gate_up, dgate_up, recomputed, rows, inner,
+                         ClampedSilu{alpha, limit}, stream);
+}
+
+cudaError_t launch_gated_forward_with(GatedKernel kernel, bool clamped, float alpha, float limit, const void* gate_up,
+                                      void* out, int64_t rows, int64_t inner, cudaStream_t stream) {
+  return clamped ? launch_forward(kernel, gate_up, out, rows, inner, ClampedSilu{alpha, limit}, stream)
+                 : launch_forward(kernel, gate_up, out, rows, inner, Silu{}, stream);
+}
+
+cudaError_t launch_gated_backward_with(GatedKernel kernel, bool clamped, float alpha, float limit, const void* dout,
+                                       const void* gate_up, void* dgate_up, void* recomputed, int64_t rows,
+                                       int64_t inner, cudaStream_t stream) {
+  return clamped ? launch_backward(kernel, dout, gate_up, dgate_up, recomputed, rows, inner,
+                                   ClampedSilu{alpha, limit}, stream)
+                 : launch_backward(kernel, dout, gate_up, dgate_up, recomputed, rows, inner, Silu{}, stream);
 }
 
 }  // namespace moetune::ops::cuda

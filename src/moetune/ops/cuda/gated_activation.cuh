@@ -1,0 +1,34 @@
+// The gated activations the SwiGLU kernels apply per (gate, up) pair, fp32 math: SwiGLU and GPT-OSS's clamped
+// SwiGLU (ops/activation.h), forward and backward. Device code only; shared by the kernel shapes of
+// activation.cu and gated_packs.cuh, which must give the same bits (one definition of the arithmetic).
+#pragma once
+
+namespace moetune::ops::cuda::gated {
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+struct Silu {
+  __device__ __forceinline__ float forward(float g, float u) const { return g * sigmoid(g) * u; }
+  __device__ __forceinline__ void backward(float g, float u, float d, float& dg, float& du) const {
+    const float s = sigmoid(g);
+    du = d * g * s;
+    dg = d * u * s * (1.0f + g * (1.0f - s));  // d silu = s (1 + g (1 - s))
+  }
+};
+
+// GPT-OSS (ops/activation.h's clamped_swiglu_*): a clamped value passes no gradient, as torch's clamp.
+struct ClampedSilu {
+  float alpha, limit;
+  __device__ __forceinline__ float forward(float gate, float up) const {
+    const float g = fminf(gate, limit), u = fminf(fmaxf(up, -limit), limit);
+    return (u + 1.0f) * (g * sigmoid(g * alpha));
+  }
+  __device__ __forceinline__ void backward(float gate, float up, float d, float& dg, float& du) const {
+    const float g = fminf(gate, limit), u = fminf(fmaxf(up, -limit), limit);
+    const float s = sigmoid(g * alpha);
+    du = up >= -limit && up <= limit ? d * g * s : 0.0f;
+    dg = gate <= limit ? d * (u + 1.0f) * (s + alpha * g * s * (1.0f - s)) : 0.0f;
+  }
+};
+
+}  // namespace moetune::ops::cuda::gated

@@ -1,0 +1,171 @@
+// SwiGLU's 16-byte path staged through shared memory (session 12, a candidate beside gated_packs.cuh's register
+// kernels): a resident grid strides over tiles of kPacks × kPackThreads packs, and each thread copies its packs
+// of the next tile into shared memory (cp.async, 16 bytes each) before it computes the current tile's, so that
+// loads stay in flight through the math without holding registers (the register kernels' limit). Each thread
+// reads back only the slots it filled itself, so cp.async.wait_group alone orders them: no block barrier.
+// Same arithmetic and indexing as gated_packs.cuh (same bits). Device code and launch helpers for activation.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "moetune/ops/cuda/gated_packs.cuh"
+
+namespace moetune::ops::cuda::gated {
+
+__device__ __forceinline__ void copy_async_16(Pack8* shared, const Pack8* global) {
+  const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(destination), "l"(global) : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Shared memory of a block: two buffers of kOperands × kPacks packs a thread.
+template <int kPacks, int kOperands>
+constexpr size_t staged_shared_bytes() {
+  return size_t(2) * kOperands * kPacks * kPackThreads * sizeof(Pack8);
+}
+
+// The slot of (buffer, pack p, operand) of this thread: consecutive threads, consecutive 16 bytes.
+template <int kPacks, int kOperands>
+__device__ __forceinline__ Pack8* staged_slot(Pack8* stage, int buffer, int p, int operand) {
+  return stage + ((buffer * kPacks + p) * kOperands + operand) * kPackThreads + threadIdx.x;
+}
+
+// Operands: 0 gate, 1 up (forward); 2 dout (backward).
+template <int kPacks, int kOperands, typename Index>
+__device__ __forceinline__ void fetch_tile(Pack8* stage, int buffer, Index tile, Index chunks, Index chunks_per_row,
+                                           const Pack8* gate_up, const Pack8* dout) {
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const Index chunk = tile + Index(p) * kPackThreads + threadIdx.x;
+    if (chunk >= chunks) continue;
+    const Index g = gate_pack_of(chunk, chunks_per_row);
+    copy_async_16(staged_slot<kPacks, kOperands>(stage, buffer, p, 0), gate_up + g);
+    copy_async_16(staged_slot<kPacks, kOperands>(stage, buffer, p, 1), gate_up + g + chunks_per_row);
+    if constexpr (kOperands == 3) copy_async_16(staged_slot<kPacks, kOperands>(stage, buffer, p, 2), dout + chunk);
+  }
+  commit_copies();
+}
+
+template <int kPacks, typename Index, typename Act>
+__global__ void __launch_bounds__(kPackThreads) gated_forward_staged_kernel(const Pack8* __restrict__ gate_up,
+                                                                           Pack8* __restrict__ out, Index chunks,
+                                                                           Index chunks_per_row, bool reversed, Act act) {
+  extern __shared__ Pack8 stage[];
+  constexpr Index kTile = Index(kPacks) * kPackThreads;
+  const Index tiles = (chunks + kTile - 1) / kTile;
+  Index t = blockIdx.x;
+  if (t >= tiles) return;
+  fetch_tile<kPacks, 2>(stage, 0, tile_start(t, tiles, reversed, kTile), chunks, chunks_per_row, gate_up, nullptr);
+  for (int buffer = 0; t < tiles; t += gridDim.x, buffer ^= 1) {
+    const Index tile = tile_start(t, tiles, reversed, kTile);
+    if (t + gridDim.x < tiles) {
+      fetch_tile<kPacks, 2>(stage, buffer ^ 1, tile_start(t + gridDim.x, tiles, reversed, kTile), chunks,
+                            chunks_per_row, gate_up, nullptr);
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const Index chunk = tile + Index(p) * kPackThreads + threadIdx.x;
+      if (chunk >= chunks) continue;
+      float g[kPackElements], u[kPackElements], o[kPackElements];
+      unpack(*staged_slot<kPacks, 2>(stage, buffer, p, 0), g);
+      unpack(*staged_slot<kPacks, 2>(stage, buffer, p, 1), u);
+#pragma unroll
+      for (int k = 0; k < kPackElements; ++k) o[k] = act.forward(g[k], u[k]);
+      out[chunk] = pack(o);
+    }
+  }
+}
+
+// recomputed may alias dout: a tile's dout packs are in shared memory before any of its recomputed packs is
+// written, and no other thread reads them.
+template <int kPacks, typename Index, typename Act>
+__global__ void __launch_bounds__(kPackThreads)
+    gated_backward_staged_kernel(const Pack8* dout, const Pack8* __restrict__ gate_up, Pack8* __restrict__ dgate_up,
+                                 Pack8* recomputed, Index chunks, Index chunks_per_row, bool reversed, Act act) {
+  extern __shared__ Pack8 stage[];
+  constexpr Index kTile = Index(kPacks) * kPackThreads;
+  const Index tiles = (chunks + kTile - 1) / kTile;
+  Index t = blockIdx.x;
+  if (t >= tiles) return;
+  fetch_tile<kPacks, 3>(stage, 0, tile_start(t, tiles, reversed, kTile), chunks, chunks_per_row, gate_up, dout);
+  for (int buffer = 0; t < tiles; t += gridDim.x, buffer ^= 1) {
+    const Index tile = tile_start(t, tiles, reversed, kTile);
+    if (t + gridDim.x < tiles) {
+      fetch_tile<kPacks, 3>(stage, buffer ^ 1, tile_start(t + gridDim.x, tiles, reversed, kTile), chunks,
+                            chunks_per_row, gate_up, dout);
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const Index chunk = tile + Index(p) * kPackThreads + threadIdx.x;
+      if (chunk >= chunks) continue;
+      float g[kPackElements], u[kPackElements], d[kPackElements], dg[kPackElements], du[kPackElements];
+      unpack(*staged_slot<kPacks, 3>(stage, buffer, p, 0), g);
+      unpack(*staged_slot<kPacks, 3>(stage, buffer, p, 1), u);
+      unpack(*staged_slot<kPacks, 3>(stage, buffer, p, 2), d);
+#pragma unroll
+      for (int k = 0; k < kPackElements; ++k) act.backward(g[k], u[k], d[k], dg[k], du[k]);
+      const Index at = gate_pack_of(chunk, chunks_per_row);
+      dgate_up[at] = pack(dg);
+      dgate_up[at + chunks_per_row] = pack(du);
+      if (recomputed) {
+#pragma unroll
+        for (int k = 0; k < kPackElements; ++k) d[k] = act.forward(g[k], u[k]);
+        recomputed[chunk] = pack(d);
+      }
+    }
+  }
+}
+
+// Dynamic shared memory above 48 KiB must be allowed per kernel, once.
+template <typename Kernel>
+cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+template <int kPacks, typename Index, typename Act>
+cudaError_t launch_forward_staged(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row,
+                                  bool reversed, Act act, cudaStream_t stream) {
+  const auto kernel = gated_forward_staged_kernel<kPacks, Index, Act>;
+  constexpr size_t kShared = staged_shared_bytes<kPacks, 2>();
+  if (cudaError_t status = allow_shared_bytes(kernel, kShared); status != cudaSuccess) return status;
+  unsigned blocks = 0;
+  const int64_t tiles = (chunks + int64_t(kPacks) * kPackThreads - 1) / (int64_t(kPacks) * kPackThreads);
+  if (cudaError_t status = pack_blocks(kernel, tiles, /*resident=*/true, blocks, kShared); status != cudaSuccess)
+    return status;
+  kernel<<<blocks, kPackThreads, kShared, stream>>>(static_cast<const Pack8*>(gate_up), static_cast<Pack8*>(out),
+                                                   Index(chunks), Index(chunks_per_row), reversed, act);
+  return cudaGetLastError();
+}
+
+template <int kPacks, typename Index, typename Act>
+cudaError_t launch_backward_staged(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
+                                   int64_t chunks, int64_t chunks_per_row, bool reversed, Act act,
+                                   cudaStream_t stream) {
+  const auto kernel = gated_backward_staged_kernel<kPacks, Index, Act>;
+  constexpr size_t kShared = staged_shared_bytes<kPacks, 3>();
+  if (cudaError_t status = allow_shared_bytes(kernel, kShared); status != cudaSuccess) return status;
+  unsigned blocks = 0;
+  const int64_t tiles = (chunks + int64_t(kPacks) * kPackThreads - 1) / (int64_t(kPacks) * kPackThreads);
+  if (cudaError_t status = pack_blocks(kernel, tiles, /*resident=*/true, blocks, kShared); status != cudaSuccess)
+    return status;
+  kernel<<<blocks, kPackThreads, kShared, stream>>>(static_cast<const Pack8*>(dout), static_cast<const Pack8*>(gate_up),
+                                                   static_cast<Pack8*>(dgate_up), static_cast<Pack8*>(recomputed),
+                                                   Index(chunks), Index(chunks_per_row), reversed, act);
+  return cudaGetLastError();
+}
+
+}  // namespace moetune::ops::cuda::gated
