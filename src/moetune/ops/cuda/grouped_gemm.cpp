@@ -1,16 +1,11 @@
 #include "moetune/ops/cuda/grouped_gemm.h"
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <tuple>
-#include <vector>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/grouped_gemm_kernels.h"
@@ -82,117 +77,19 @@ class Scratch {
   size_t nbytes_;
 };
 
-const GroupedGemmKernel& kernel_for(GroupedGemmKind kind, GroupedGemmTile tile) {
-  for (const GroupedGemmKernel& kernel : kGroupedGemmKernels)
-    if (kernel.kind == kind && kernel.tile == tile) return kernel;
-  ::moetune::fail("grouped GEMM: no kernel of tile {} is compiled for kind {}", int(tile), int(kind));
-}
-
-void launch_on(GroupedGemmTile tile, GroupedGemmKind kind, std::string_view op, const GroupedGemmProblem& problem,
-               std::string_view shapes) {
-  const GroupedGemmKernel& kernel = kernel_for(kind, tile);
+template <GroupedGemmKind kind>
+void launch(std::string_view op, const GroupedGemmProblem& problem, std::string_view shapes) {
   const int sm_count = multiprocessor_count();
-  const Scratch scratch(kernel.scratch_bytes(problem.groups, sm_count));
-  const std::string error = kernel.launch(problem, scratch.data(), scratch.nbytes(), sm_count, gpu::stream());
+  const Scratch scratch(grouped_gemm_scratch_bytes<kind>(problem.groups, sm_count));
+  const std::string error =
+      launch_grouped_gemm<kind>(problem, scratch.data(), scratch.nbytes(), sm_count, gpu::stream());
   MOETUNE_CHECK(error.empty(), "{} of {}: {}", op, shapes, error);
 }
 
-const char* kind_name(GroupedGemmKind kind) {
-  switch (kind) {
-    case GroupedGemmKind::RowsTimesWeightT: return "x·Wᵀ";
-    case GroupedGemmKind::RowsTimesWeight: return "x·W";
-    case GroupedGemmKind::WeightGrad: return "dW";
-  }
-  return "?";
-}
+}  // namespace
 
-// The tuning of grouped_matmul and grouped_matmul_weight_grad (set_grouped_gemm_tuning): one tile per problem
-// and process, chosen by timing on the problem's first overwriting call.
-constexpr double kTuningMargin = 0.02;  // the default stays unless another tile is at least this much faster
-constexpr int kMaxTunedProblems = 64;   // past these, new problems run the default (shapes that never repeat)
-constexpr int kTimedRepeats = 3;        // back-to-back launches per timing
-constexpr int kTimedRounds = 2;         // the tiles timed in turn, twice (the clocks drift): the faster round counts
-
-class TileChoices {
- public:
-  static TileChoices& instance() {
-    static TileChoices choices;
-    return choices;
-  }
-
-  void set_tuning(bool on) {
-    std::lock_guard lock(mutex_);
-    tuning_ = on;
-  }
-
-  GroupedGemmTile choose(GroupedGemmKind kind, std::string_view op, const GroupedGemmProblem& problem,
-                         std::string_view shapes) {
-    int device = 0;
-    gpu::check(cudaGetDevice(&device), "cudaGetDevice");
-    const Key key{int(kind), device, problem.n, problem.k, problem.groups, problem.rows};
-    std::lock_guard lock(mutex_);
-    if (auto it = chosen_.find(key); it != chosen_.end()) return it->second;
-    const std::vector<GroupedGemmTile> tiles = grouped_gemm_tiles(kind);
-    GroupedGemmTile choice = tiles.front();
-    // Timing runs write the output, so only a call that overwrites it can be timed.
-    if (tuning_ && !problem.accumulate && tiles.size() > 1 && tuned_ < kMaxTunedProblems) {
-      ++tuned_;
-      choice = fastest(tiles, kind, op, problem, shapes);
-    }
-    chosen_.emplace(key, choice);
-    return choice;
-  }
-
- private:
-  using Key = std::tuple<int, int, int, int, int, int64_t>;  // kind, device, n, k, groups, rows
-
-  // Times every tile on the call's operands: a warm-up, then kTimedRepeats launches back to back, in
-  // kTimedRounds rounds over the tiles. Said on stderr (one line per problem: a handful a process), for whoever
-  // reads a run's speed.
-  static GroupedGemmTile fastest(const std::vector<GroupedGemmTile>& tiles, GroupedGemmKind kind, std::string_view op,
-                                 const GroupedGemmProblem& problem, std::string_view shapes) {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    gpu::check(cudaEventCreate(&start), "grouped GEMM tuning: cudaEventCreate");
-    gpu::check(cudaEventCreate(&stop), "grouped GEMM tuning: cudaEventCreate");
-    std::vector<double> best_ms(tiles.size(), 1e30);
-    for (int round = 0; round < kTimedRounds; ++round)
-      for (size_t i = 0; i < tiles.size(); ++i) {
-        launch_on(tiles[i], kind, op, problem, shapes);
-        gpu::check(cudaEventRecord(start, gpu::stream()), "grouped GEMM tuning: cudaEventRecord");
-        for (int r = 0; r < kTimedRepeats; ++r) launch_on(tiles[i], kind, op, problem, shapes);
-        gpu::check(cudaEventRecord(stop, gpu::stream()), "grouped GEMM tuning: cudaEventRecord");
-        gpu::check(cudaEventSynchronize(stop), "grouped GEMM tuning: cudaEventSynchronize");
-        float total_ms = 0.0f;
-        gpu::check(cudaEventElapsedTime(&total_ms, start, stop), "grouped GEMM tuning: cudaEventElapsedTime");
-        best_ms[i] = std::min(best_ms[i], double(total_ms) / kTimedRepeats);
-      }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    size_t best = 0;
-    std::string timings;
-    for (size_t i = 0; i < tiles.size(); ++i) {
-      timings += fmt::format("{}{} {:.3f}", i ? ", " : "", describe(tiles[i]), best_ms[i]);
-      if (i > 0 && best_ms[i] < best_ms[best] && best_ms[i] < best_ms[0] * (1.0 - kTuningMargin)) best = i;
-    }
-    fmt::print(stderr, "moetune: grouped GEMM {} N {} K {}, {} rows in {} groups, tuned: {} ({} ms)\n",
-               kind_name(kind), problem.n, problem.k, problem.rows, problem.groups, describe(tiles[best]), timings);
-    return tiles[best];
-  }
-
-  std::mutex mutex_;
-  bool tuning_ = true;
-  int tuned_ = 0;
-  std::map<Key, GroupedGemmTile> chosen_;
-};
-
-void launch(GroupedGemmKind kind, std::string_view op, const GroupedGemmProblem& problem, std::string_view shapes,
-            const GroupedGemmTile* tile) {
-  launch_on(tile != nullptr ? *tile : TileChoices::instance().choose(kind, op, problem, shapes), kind, op, problem,
-            shapes);
-}
-
-void grouped_matmul_impl(const GroupedGemmTile* tile, const Tensor& x, const Tensor& weights, bool transpose_w,
-                         const Tensor& offsets, const Tensor& out, float alpha, bool accumulate) {
+void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
+                    float alpha, bool accumulate) {
   constexpr std::string_view op = "grouped_matmul";
   check_matrix(op, "x", x, 2);
   check_matrix(op, "weights", weights, 3);
@@ -213,11 +110,12 @@ void grouped_matmul_impl(const GroupedGemmTile* tile, const Tensor& x, const Ten
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
                                    .n = int(n), .k = int(k), .accumulate = accumulate, .alpha = alpha};
   const std::string shapes = fmt::format("x {}, weights {}{}", x.str(), weights.str(), transpose_w ? "ᵀ" : "");
-  launch(grouped_matmul_kind(transpose_w), op, problem, shapes, tile);
+  if (transpose_w) launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
+  else launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
 }
 
-void grouped_matmul_weight_grad_impl(const GroupedGemmTile* tile, const Tensor& dy, const Tensor& x,
-                                     const Tensor& offsets, const Tensor& dw, bool accumulate) {
+void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
+                                bool accumulate) {
   constexpr std::string_view op = "grouped_matmul_weight_grad";
   check_matrix(op, "dy", dy, 2);
   check_matrix(op, "x", x, 2);
@@ -238,48 +136,7 @@ void grouped_matmul_weight_grad_impl(const GroupedGemmTile* tile, const Tensor& 
   const GroupedGemmProblem problem{.a = dy.raw_data(), .b = x.raw_data(), .out = dw.raw_data(),
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
                                    .n = int(n), .k = int(k), .accumulate = accumulate};
-  launch(GroupedGemmKind::WeightGrad, op, problem, fmt::format("dy {}ᵀ, x {}", dy.str(), x.str()), tile);
+  launch<GroupedGemmKind::WeightGrad>(op, problem, fmt::format("dy {}ᵀ, x {}", dy.str(), x.str()));
 }
-
-}  // namespace
-
-std::string describe(GroupedGemmTile tile) {
-  switch (tile) {
-    case GroupedGemmTile::PingPong64x256Cluster2x1: return "64x256 2x1";
-    case GroupedGemmTile::PingPong64x256Cluster1x1: return "64x256 1x1";
-    case GroupedGemmTile::Cooperative128x256Cluster1x1: return "cooperative 128x256 1x1";
-    case GroupedGemmTile::PingPong128x128Cluster2x1: return "128x128 2x1";
-  }
-  return "?";
-}
-
-std::vector<GroupedGemmTile> grouped_gemm_tiles(GroupedGemmKind kind) {
-  std::vector<GroupedGemmTile> tiles;
-  for (const GroupedGemmKernel& kernel : kGroupedGemmKernels)
-    if (kernel.kind == kind) tiles.push_back(kernel.tile);
-  return tiles;
-}
-
-void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
-                    float alpha, bool accumulate) {
-  grouped_matmul_impl(nullptr, x, weights, transpose_w, offsets, out, alpha, accumulate);
-}
-
-void grouped_matmul_on(GroupedGemmTile tile, const Tensor& x, const Tensor& weights, bool transpose_w,
-                       const Tensor& offsets, const Tensor& out, float alpha, bool accumulate) {
-  grouped_matmul_impl(&tile, x, weights, transpose_w, offsets, out, alpha, accumulate);
-}
-
-void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
-                                bool accumulate) {
-  grouped_matmul_weight_grad_impl(nullptr, dy, x, offsets, dw, accumulate);
-}
-
-void grouped_matmul_weight_grad_on(GroupedGemmTile tile, const Tensor& dy, const Tensor& x, const Tensor& offsets,
-                                   const Tensor& dw, bool accumulate) {
-  grouped_matmul_weight_grad_impl(&tile, dy, x, offsets, dw, accumulate);
-}
-
-void set_grouped_gemm_tuning(bool on) { TileChoices::instance().set_tuning(on); }
 
 }  // namespace moetune::ops::cuda

@@ -36,33 +36,18 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // D [M, N] row-major = A [M, K] · B [K, N]; LayoutA / LayoutB say which of A's and B's dimensions is contiguous
 // (CUTLASS's convention: B ColumnMajor means K-contiguous, i.e. a [N, K] row-major weight).
 //
-// Ping-pong (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop) unless a .cu
-// file asks for cooperative; each picks its tile and cluster: 64x256x64 for the M-grouped products (2x1
-// clusters, whose two CTAs multicast the shared weight tile; the forward also without a cluster, and cooperative
-// 128x256x64 without one: grouped_gemm_kernels.h), 128x128x64 with a 2x1 cluster for the weight gradient. On
-// Qwen3's experts ping-pong 64x256 2x1 beat the cooperative 128x256x64 2x1 tile (torch._grouped_mm's choice) by
-// up to 15% per product (equal for the gate/up forward) and 0.05-0.28 ms per MoE layer (docs/benchmarks.md,
-// issue 11): the 64-row tiles pad an expert's last tile half as much, and short main loops (a weight gradient's
-// K is the expert's row count, 512 on average) leave the epilogue a large share of a tile's time. Session 12
-// also timed 64x256 with a 1x2 cluster (up to 40% slower), 128x128 without a cluster for the input gradient
-// (N = 1408 is 11 such tiles: 2% faster at Moonlight's down projection, 4-6% slower at Qwen3's), 64x256 without
-// a cluster for the input gradient (4-6% faster at Qwen3's down projection, 3-14% slower at Moonlight's) and
-// the tile scheduler's other order (along N: up to 30% slower); see docs/benchmarks.md. Groups whose M is not a
-// multiple of the tile (or of the cluster) get partial tiles: TMA zero-fills the loads past the group's bounds
-// and clips the stores, so nothing outside the group is read or written.
+// Ping-pong (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop); each .cu file
+// picks its tile and cluster: 64x256x64 for the M-grouped products, 128x128x64 for the weight gradient, cluster
+// 2x1 (the two CTAs of a cluster multicast the shared operand tile). On Qwen3's experts this beat the cooperative
+// 128x256x64 tile (torch._grouped_mm's choice) by up to 15% per product (equal for the gate/up forward) and
+// 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the 64-row tiles pad an expert's last tile half as
+// much, and short main loops (a weight gradient's K is the expert's row count, 512 on average) leave the epilogue
+// a large share of a tile's time. Groups whose M is not a multiple of the tile (or of the cluster) get partial
+// tiles: TMA zero-fills the loads past the group's bounds and clips the stores, so nothing outside the group is
+// read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
-struct PingPong {
-  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-};
-// Both consumer warpgroups on one tile, its M split between them (tiles of 128 rows or more).
-struct Cooperative {
-  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-
-template <class LayoutA, class LayoutB, class TileShape, class ClusterShape, class Schedule = PingPong>
+template <class LayoutA, class LayoutB, class TileShape, class ClusterShape>
 struct GroupedGemmConfig {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignment = 16 / int(sizeof(Element));  // TMA needs 16-byte aligned rows
@@ -72,7 +57,7 @@ struct GroupedGemmConfig {
       cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
       Element, LayoutD*, kAlignment,  // C: read only when beta != 0 (accumulating into D)
       Element, LayoutD*, kAlignment,  // D
-      typename Schedule::Epilogue,
+      cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
       cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -81,7 +66,7 @@ struct GroupedGemmConfig {
       Element, LayoutB*, kAlignment,
       Accumulator, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      typename Schedule::Kernel>::CollectiveOp;
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -210,8 +195,6 @@ typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Co
   cudaGetDevice(&device);
   arguments.hw_info.device_id = device;
   arguments.hw_info.sm_count = sm_count;
-  // No swizzle (CUTLASS's grouped scheduler would round every group's tile counts up to a multiple of it and run
-  // the padding tiles) and its default order, consecutive CTAs down M: along N ran up to 30% slower.
   return arguments;
 }
 

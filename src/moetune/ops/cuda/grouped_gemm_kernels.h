@@ -13,26 +13,11 @@
 
 namespace moetune::ops::cuda {
 
-// One operand arrangement per kind; each kind has kernels of one or more tiles (below).
+// One kernel per operand arrangement; each is instantiated in its own .cu file.
 enum class GroupedGemmKind {
-  RowsTimesWeightT,  // out[rows_e] = x[rows_e] · W_eᵀ, W [E, N, K] (forward)
-  RowsTimesWeight,   // out[rows_e] = x[rows_e] · W_e,  W [E, K, N] (input grad)
-  WeightGrad,        // dW_e (+)= dy[rows_e]ᵀ · x[rows_e], dW [E, N, K]
-};
-
-// A CTA tile (M x N, K 64), the thread-block cluster that shares operand tiles through TMA multicast, and the
-// consumer schedule (grouped_gemm_cutlass.cuh says what ping-pong and cooperative are). A cluster of 2 along M
-// rounds every group's M tiles up to an even count, and CUTLASS runs the padding tile in full (zero-filled
-// loads, clipped stores): half a 64-row tile per group on average, ~4-6% of the MMA at 512-768 rows an expert.
-// Without a cluster nothing is padded, but each CTA reads its weight tile from L2 alone. Which tile wins
-// depends on the shape and, it seems, on the data (docs/benchmarks.md, session 12), so the forward has three,
-// timed on each problem's first call (grouped_gemm.cpp). All three compute every output element with the same
-// MMAs in the same order: their results are bit-identical.
-enum class GroupedGemmTile {
-  PingPong64x256Cluster2x1,
-  PingPong64x256Cluster1x1,
-  Cooperative128x256Cluster1x1,
-  PingPong128x128Cluster2x1,
+  RowsTimesWeightT,  // out[rows_e] = x[rows_e] · W_eᵀ, W [E, N, K] (forward)      grouped_gemm_forward.cu
+  RowsTimesWeight,   // out[rows_e] = x[rows_e] · W_e,  W [E, K, N] (input grad)   grouped_gemm_input_grad.cu
+  WeightGrad,        // dW_e (+)= dy[rows_e]ᵀ · x[rows_e], dW [E, N, K]             grouped_gemm_weight_grad.cu
 };
 
 // All operands bf16, row-major, 16-byte aligned; n and k multiples of 8; 0 < rows < 2^31; groups > 0.
@@ -50,47 +35,31 @@ struct GroupedGemmProblem {
 
 // Device scratch one launch needs (per-group shapes, pointers and strides, CUTLASS's workspace) on a GPU with
 // `sm_count` multiprocessors. The caller allocates it and may free it stream-ordered once the launch is queued.
-template <GroupedGemmKind kind, GroupedGemmTile tile>
+template <GroupedGemmKind kind>
 size_t grouped_gemm_scratch_bytes(int groups, int sm_count);
 
 // Queues the whole product on `stream`; nothing is read back to the host.
-template <GroupedGemmKind kind, GroupedGemmTile tile>
+template <GroupedGemmKind kind>
 std::string launch_grouped_gemm(const GroupedGemmProblem& problem, void* scratch, size_t scratch_bytes, int sm_count,
                                 cudaStream_t stream);
 
-// Every compiled kernel, each specialised in its own .cu file: kind, tile, file. The first of a kind is its
-// default (the one chosen when nothing else is known to be faster).
-#define MOETUNE_GROUPED_GEMM_KERNELS(X)                                                        \
-  X(RowsTimesWeightT, PingPong64x256Cluster2x1)     /* grouped_gemm_forward.cu */              \
-  X(RowsTimesWeightT, PingPong64x256Cluster1x1)     /* grouped_gemm_forward_64x256_1x1.cu */   \
-  X(RowsTimesWeightT, Cooperative128x256Cluster1x1) /* grouped_gemm_forward_128x256_coop.cu */ \
-  X(RowsTimesWeight, PingPong64x256Cluster2x1)      /* grouped_gemm_input_grad.cu */           \
-  X(WeightGrad, PingPong128x128Cluster2x1)          /* grouped_gemm_weight_grad.cu */
-
-#define MOETUNE_DECLARE_GROUPED_GEMM_KERNEL(kind, tile)                                                    \
-  template <>                                                                                              \
-  size_t grouped_gemm_scratch_bytes<GroupedGemmKind::kind, GroupedGemmTile::tile>(int groups, int sm_count); \
-  template <>                                                                                              \
-  std::string launch_grouped_gemm<GroupedGemmKind::kind, GroupedGemmTile::tile>(                           \
-      const GroupedGemmProblem& problem, void* scratch, size_t scratch_bytes, int sm_count, cudaStream_t stream);
-MOETUNE_GROUPED_GEMM_KERNELS(MOETUNE_DECLARE_GROUPED_GEMM_KERNEL)
-#undef MOETUNE_DECLARE_GROUPED_GEMM_KERNEL
-
-// The same kernels as a table, for choosing one at run time.
-struct GroupedGemmKernel {
-  GroupedGemmKind kind;
-  GroupedGemmTile tile;
-  size_t (*scratch_bytes)(int groups, int sm_count);
-  std::string (*launch)(const GroupedGemmProblem& problem, void* scratch, size_t scratch_bytes, int sm_count,
-                        cudaStream_t stream);
-};
-
-#define MOETUNE_GROUPED_GEMM_KERNEL_ENTRY(kind, tile)                                            \
-  GroupedGemmKernel{GroupedGemmKind::kind, GroupedGemmTile::tile,                                \
-                    &grouped_gemm_scratch_bytes<GroupedGemmKind::kind, GroupedGemmTile::tile>,   \
-                    &launch_grouped_gemm<GroupedGemmKind::kind, GroupedGemmTile::tile>},
-inline constexpr GroupedGemmKernel kGroupedGemmKernels[] = {
-    MOETUNE_GROUPED_GEMM_KERNELS(MOETUNE_GROUPED_GEMM_KERNEL_ENTRY)};
-#undef MOETUNE_GROUPED_GEMM_KERNEL_ENTRY
+// Each kind is specialised in its own .cu file (see GroupedGemmKind).
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeightT>(int groups, int sm_count);
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeight>(int groups, int sm_count);
+template <>
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGrad>(int groups, int sm_count);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeightT>(const GroupedGemmProblem& problem, void* scratch,
+                                                                   size_t scratch_bytes, int sm_count,
+                                                                   cudaStream_t stream);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::RowsTimesWeight>(const GroupedGemmProblem& problem, void* scratch,
+                                                                  size_t scratch_bytes, int sm_count,
+                                                                  cudaStream_t stream);
+template <>
+std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmProblem& problem, void* scratch,
+                                                             size_t scratch_bytes, int sm_count, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

@@ -11,8 +11,7 @@ namespace moetune::ops::cuda {
 namespace {
 
 using namespace grouped_gemm_detail;
-// Ping-pong, 128x128x64 tiles, 2x1 clusters (grouped_gemm_cutlass.cuh says why; M here is N or 2I, an even
-// number of 128-row tiles at Moonlight's and Qwen3's shapes, so the cluster pads nothing).
+// Ping-pong, 128x128x64 tiles (grouped_gemm_cutlass.cuh says why).
 using Config = GroupedGemmConfig<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor,
                                  cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
 
@@ -51,19 +50,16 @@ cudaError_t launch_zero_empty_groups(const int32_t* offsets, void* dw, int group
   return cudaGetLastError();
 }
 
-constexpr auto kKind = GroupedGemmKind::WeightGrad;
-constexpr auto kTile = GroupedGemmTile::PingPong128x128Cluster2x1;
-
 }  // namespace
 
 template <>
-size_t grouped_gemm_scratch_bytes<kKind, kTile>(int groups, int sm_count) {
+size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGrad>(int groups, int sm_count) {
   return grouped_gemm_detail::scratch_bytes<Config>(groups, sm_count);
 }
 
 template <>
-std::string launch_grouped_gemm<kKind, kTile>(const GroupedGemmProblem& problem, void* scratch, size_t scratch_bytes,
-                                             int sm_count, cudaStream_t stream) {
+std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmProblem& problem, void* scratch,
+                                                             size_t scratch_bytes, int sm_count, cudaStream_t stream) {
   if (!problem.accumulate) {
     const int64_t group_elements = int64_t(problem.n) * problem.k;
     if (group_elements > 0) {
