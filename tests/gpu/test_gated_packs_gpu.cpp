@@ -1,6 +1,6 @@
-// SwiGLU's kernel shapes on the 16-byte path (ops/cuda/activation_kernel_choice.h): the several-packs kernels, in
-// registers or staged through shared memory, one block a tile or a resident grid, give the one-pack kernel's
-// bits (forward; backward with the recomputed activation apart, in dout's place and absent; clamped SwiGLU too)
+// SwiGLU's kernel shapes on the 16-byte path (ops/cuda/activation_kernel_choice.h): the several-packs kernels
+// staged through shared memory, in tile order and reversed, give the one-pack kernel's bits (forward; backward
+// with the recomputed activation apart, in dout's place and absent; clamped SwiGLU too)
 // at Moonlight's widths and ragged ones. Not a check: DISABLED_TimesMoonlightShapes times every shape at the
 // Moonlight benchmark's three SwiGLU shapes beside a device-to-device copy of the same bytes.
 #include <gtest/gtest.h>
@@ -23,29 +23,20 @@ using ops::cuda::GatedKernel;
 using testing::poisoned;
 
 const Device kGpu = Device::cuda();
-constexpr GatedKernel kOnePack{0, false, false, false};
-// Every several-packs shape the launchers take (register kernels, a block a tile or resident; staged), some
-// reversed.
-const std::vector<GatedKernel> kCandidates = {
-    {1, false, false, false}, {2, false, false, false}, {4, false, false, false}, {1, true, false, false},
-    {2, true, false, false},  {4, true, false, false},  {1, true, true, false},   {2, true, true, false},
-    {4, true, true, false},   {1, false, false, true},  {2, true, false, true},   {1, true, true, true},
-    {2, true, true, true},    {4, true, true, true}};
-// What the timing compares: the one-pack kernel, the staged kernels both ways, the resident register ones.
-const std::vector<GatedKernel> kTimed = {kOnePack,
-                                         {1, true, false, false},
-                                         {2, true, false, false},
-                                         {1, true, true, false},
-                                         {2, true, true, false},
-                                         {4, true, true, false},
-                                         {1, true, true, true},
-                                         {2, true, true, true},
-                                         {4, true, true, true}};
+constexpr GatedKernel kOnePack{0, false};
+// Every several-packs shape the launchers take, in tile order and reversed.
+const std::vector<GatedKernel> kCandidates = {{1, false}, {2, false}, {4, false}, {1, true}, {2, true}, {4, true}};
+// What the timing compares: the one-pack kernel and every several-packs shape.
+std::vector<GatedKernel> timed() {
+  std::vector<GatedKernel> kernels{kOnePack};
+  kernels.insert(kernels.end(), kCandidates.begin(), kCandidates.end());
+  return kernels;
+}
 
 std::string name_of(GatedKernel kernel) {
   if (kernel.packs == 0) return "one pack a thread (before)";
   return std::to_string(kernel.packs) + (kernel.packs == 1 ? " pack" : " packs") +
-         (kernel.staged ? ", staged" : (kernel.resident ? ", resident grid" : ", a block a tile")) +
+         ", staged" +
          (kernel.reversed ? ", reversed" : "");
 }
 
@@ -137,7 +128,7 @@ TEST_F(GatedPacksGpu, UnknownPackCountsAreRefused) {
   const Tensor gate_up = testing::random_normal({4, 2 * 64}, DType::BF16, kGpu, rng());
   const Tensor out = poisoned({4, 64}, DType::BF16, kGpu);
   for (const int packs : {3, 8, -1})
-    EXPECT_EQ(ops::cuda::launch_gated_forward_with(GatedKernel{packs, true, false}, false, 0, 0, gate_up.raw_data(),
+    EXPECT_EQ(ops::cuda::launch_gated_forward_with(GatedKernel{packs, false}, false, 0, 0, gate_up.raw_data(),
                                                    out.raw_data(), 4, 64, gpu::stream()),
               cudaErrorInvalidValue);
 }
@@ -213,7 +204,7 @@ TEST_F(GatedPacksGpu, DISABLED_TimesMoonlightShapes) {
     const auto forward_copy = copy_of(forward_bytes), backward_copy = copy_of(backward_bytes);
     report("forward bytes as a device-to-device copy", testing::mean_gpu_ms(forward_copy, 3, kRuns),
            mean_ms_after(write_gate_up, forward_copy, kRunsAfterProducer), forward_bytes);
-    for (const GatedKernel kernel : kTimed) {
+    for (const GatedKernel kernel : timed()) {
       const auto run = [&] {
         gpu::check(ops::cuda::launch_gated_forward_with(kernel, false, 0, 0, gate_up.raw_data(), out.raw_data(),
                                                         c.rows, c.inner, gpu::stream()),
@@ -224,7 +215,7 @@ TEST_F(GatedPacksGpu, DISABLED_TimesMoonlightShapes) {
     }
     report("backward bytes as a device-to-device copy", testing::mean_gpu_ms(backward_copy, 3, kRuns),
            mean_ms_after(write_dout, backward_copy, kRunsAfterProducer), backward_bytes);
-    for (const GatedKernel kernel : kTimed) {
+    for (const GatedKernel kernel : timed()) {
       const auto run = [&] {
         gpu::check(ops::cuda::launch_gated_backward_with(kernel, false, 0, 0, dout.raw_data(), gate_up.raw_data(),
                                                          dgate_up.raw_data(), dout.raw_data(), c.rows, c.inner,

@@ -1,6 +1,6 @@
 // SwiGLU and GPT-OSS's clamped SwiGLU, forward and backward, on a fused [gate | up] row, and Nemotron-H's
 // ungated relu², fp32 math on BF16 storage. When the inner width and the pointers allow 16-byte accesses, SwiGLU
-// runs gated_packs.cuh's kernels (several packs of 8 in flight a thread; kDefaultGatedKernel says which shape);
+// runs gated_staged.cuh's kernels (several packs of 8 in flight a thread; kDefaultGatedKernel says how many);
 // otherwise, and relu² always, a grid-stride over kVec-wide column chunks of every row, kVec = 8 (16-byte
 // accesses) or 1.
 #include <algorithm>
@@ -9,7 +9,6 @@
 #include "moetune/ops/cuda/activation_kernel_choice.h"
 #include "moetune/ops/cuda/activation_kernels.h"
 #include "moetune/ops/cuda/gated_activation.cuh"
-#include "moetune/ops/cuda/gated_packs.cuh"
 #include "moetune/ops/cuda/gated_staged.cuh"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -108,44 +107,25 @@ bool vectorizable(int64_t inner, std::initializer_list<const void*> pointers) {
 
 unsigned blocks_for(int64_t chunks) { return unsigned(std::min((chunks + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-// The several-packs kernels in registers or staged (GatedKernel), on 32-bit indices where they fit.
-template <int kPacks, typename Index, typename Act>
-cudaError_t forward_packs_indexed(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row,
-                                  GatedKernel kernel, Act act, cudaStream_t stream) {
-  if (kernel.staged)
-    return gated::launch_forward_staged<kPacks, Index>(gate_up, out, chunks, chunks_per_row, kernel.reversed, act,
-                                                       stream);
-  return gated::launch_forward_packs<kPacks, Index>(gate_up, out, chunks, chunks_per_row, kernel.resident,
-                                                    kernel.reversed, act, stream);
-}
-
+// The staged several-packs kernels, on 32-bit indices where they fit.
 template <int kPacks, typename Act>
 cudaError_t forward_packs(const void* gate_up, void* out, int64_t chunks, int64_t chunks_per_row, GatedKernel kernel,
                           Act act, cudaStream_t stream) {
   return gated::fits_32_bits(chunks, kPacks)
-             ? forward_packs_indexed<kPacks, uint32_t>(gate_up, out, chunks, chunks_per_row, kernel, act, stream)
-             : forward_packs_indexed<kPacks, int64_t>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
-}
-
-template <int kPacks, typename Index, typename Act>
-cudaError_t backward_packs_indexed(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
-                                   int64_t chunks, int64_t chunks_per_row, GatedKernel kernel, Act act,
-                                   cudaStream_t stream) {
-  if (kernel.staged)
-    return gated::launch_backward_staged<kPacks, Index>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
-                                                        kernel.reversed, act, stream);
-  return gated::launch_backward_packs<kPacks, Index>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
-                                                     kernel.resident, kernel.reversed, act, stream);
+             ? gated::launch_forward_staged<kPacks, uint32_t>(gate_up, out, chunks, chunks_per_row, kernel.reversed,
+                                                               act, stream)
+             : gated::launch_forward_staged<kPacks, int64_t>(gate_up, out, chunks, chunks_per_row, kernel.reversed,
+                                                              act, stream);
 }
 
 template <int kPacks, typename Act>
 cudaError_t backward_packs(const void* dout, const void* gate_up, void* dgate_up, void* recomputed, int64_t chunks,
                            int64_t chunks_per_row, GatedKernel kernel, Act act, cudaStream_t stream) {
   return gated::fits_32_bits(chunks, kPacks)
-             ? backward_packs_indexed<kPacks, uint32_t>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
-                                                        kernel, act, stream)
-             : backward_packs_indexed<kPacks, int64_t>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row,
-                                                       kernel, act, stream);
+             ? gated::launch_backward_staged<kPacks, uint32_t>(dout, gate_up, dgate_up, recomputed, chunks,
+                                                                chunks_per_row, kernel.reversed, act, stream)
+             : gated::launch_backward_staged<kPacks, int64_t>(dout, gate_up, dgate_up, recomputed, chunks,
+                                                               chunks_per_row, kernel.reversed, act, stream);
 }
 
 template <typename Act>

@@ -11,15 +11,11 @@ namespace moetune::ops::cuda {
 
 // The 16-byte path's kernel (the scalar path of odd widths and misaligned views is the one-pack kernel at one
 // element, whatever this says). packs 0: one 16-byte pack of each operand a thread, a thread per pack (the kernel
-// before session 12); 1, 2 or 4: that many packs a thread, every load issued before the first pack's math
-// (ops/cuda/gated_packs.cuh). resident (packs > 0): as many blocks as fit the GPU at once, striding over the
-// tiles, instead of a block per tile. staged (packs > 0, resident implied): the next tile's packs copied into
+// before session 12); 1, 2 or 4: that many packs a thread, on a resident grid, the next tile's packs copied into
 // shared memory while the current one's are computed (ops/cuda/gated_staged.cuh). reversed (packs > 0): the tiles
 // from the last back to the first, where the producer of the input (a GEMM) may have left its last tiles in L2.
 struct GatedKernel {
   int packs = 0;
-  bool resident = false;
-  bool staged = false;
   bool reversed = false;
 };
 
@@ -30,9 +26,9 @@ struct GatedKernel {
 // faster than the one-pack kernel back to back (routed forward 114.5 against 109.4 us, backward 234.5 against
 // 217.3), about even right after a producer writes its input (113.0 against 112.4; 222.6 against 218.4): the gain
 // is in the step's conditions (the power cap's lower clocks, the producer's tiles in L2), which a trace shows and
-// an isolated timing does not. The register kernels (staged false) were slower everywhere but the backward at one
-// pack, resident (214.6 against 217.3 us back to back; not run in the step).
-inline constexpr GatedKernel kDefaultGatedKernel{2, true, true, true};
+// an isolated timing does not. Kernels holding the packs in registers instead were slower everywhere but the
+// backward at one pack (214.6 against 217.3 us back to back; not run in the step), and were taken out.
+inline constexpr GatedKernel kDefaultGatedKernel{2, true};
 
 // clamped false: SwiGLU (alpha and limit unused); true: GPT-OSS's clamped SwiGLU. Otherwise the plain launchers'
 // arguments; cudaErrorInvalidValue for packs other than 0, 1, 2, 4.

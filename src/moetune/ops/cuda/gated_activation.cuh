@@ -1,6 +1,6 @@
 // The gated activations the SwiGLU kernels apply per (gate, up) pair, fp32 math: SwiGLU and GPT-OSS's clamped
 // SwiGLU (ops/activation.h), forward and backward. Device code only; shared by the kernel shapes of
-// activation.cu and gated_packs.cuh, which must give the same bits (one definition of the arithmetic).
+// activation.cu and gated_staged.cuh, which must give the same bits (one definition of the arithmetic).
 #pragma once
 
 namespace moetune::ops::cuda::gated {

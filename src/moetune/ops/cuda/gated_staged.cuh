@@ -1,18 +1,64 @@
-// SwiGLU's 16-byte path staged through shared memory (session 12, a candidate beside gated_packs.cuh's register
-// kernels): a resident grid strides over tiles of kPacks × kPackThreads packs, and each thread copies its packs
-// of the next tile into shared memory (cp.async, 16 bytes each) before it computes the current tile's, so that
-// loads stay in flight through the math without holding registers (the register kernels' limit). Each thread
-// reads back only the slots it filled itself, so cp.async.wait_group alone orders them: no block barrier.
-// Same arithmetic and indexing as gated_packs.cuh (same bits). Device code and launch helpers for activation.cu.
+// SwiGLU's 16-byte path staged through shared memory (session 12): a resident grid strides over tiles of
+// kPacks × kPackThreads consecutive packs of 8 (thread t packs t, t + 256, ...: each p one coalesced sweep of the
+// block), and each thread copies its packs of the next tile into shared memory (cp.async, 16 bytes each) before it
+// computes the current tile's, so that loads stay in flight through the math without holding registers. Each
+// thread reads back only the slots it filled itself, so cp.async.wait_group alone orders them: no block barrier.
+// The arithmetic is gated_activation.cuh's, element for element the one-pack kernel's (activation.cu; same bits).
+// Kernels that held several packs a thread in registers instead measured slower everywhere (H200, session 12,
+// isolated: routed experts' forward 120-195 us against the one-pack kernel's 110, their 53-153 registers a thread
+// leaving an SM fewer threads) and were taken out; docs/benchmarks.md (session 12) has their numbers. Device code
+// and launch helpers for activation.cu only.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
-#include "moetune/ops/cuda/gated_packs.cuh"
+#include "moetune/ops/cuda/gated_activation.cuh"
+#include "moetune/ops/cuda/multi_tensor.cuh"
+#include "moetune/ops/cuda/pointwise_common.cuh"
 
 namespace moetune::ops::cuda::gated {
+
+using pointwise::bf16;
+using Pack8 = pointwise::Pack<bf16, 8>;  // 16 bytes
+constexpr int kPackElements = 8;
+constexpr int kPackThreads = 256;
+
+__device__ __forceinline__ void unpack(const Pack8& pack, float (&out)[kPackElements]) {
+#pragma unroll
+  for (int k = 0; k < kPackElements; ++k) out[k] = pointwise::to_float(pack.v[k]);
+}
+
+__device__ __forceinline__ Pack8 pack(const float (&in)[kPackElements]) {
+  Pack8 packed;
+#pragma unroll
+  for (int k = 0; k < kPackElements; ++k) packed.v[k] = pointwise::from_float<bf16>(in[k]);
+  return packed;
+}
+
+// Pack `chunk` of the output [rows, chunks_per_row] is row r = chunk / chunks_per_row, column c; its gate pack
+// in gate_up [rows, 2·chunks_per_row] is r·2·chunks_per_row + c = chunk + r·chunks_per_row, its up pack that +
+// chunks_per_row. Index: uint32_t where every index fits (the launcher checks), else int64_t.
+template <typename Index>
+__device__ __forceinline__ Index gate_pack_of(Index chunk, Index chunks_per_row) {
+  return chunk + chunk / chunks_per_row * chunks_per_row;
+}
+
+// The first pack of the t-th tile a kernel visits (of `tiles`): in order, or (reversed) from the last tile back.
+// Reversed, a kernel starts where its input's producer (a GEMM writing its output in tile order) finished, whose
+// last tens of MB may still be in L2 (50 MB on the H200): same packs, same math, a different visiting order.
+template <typename Index>
+__device__ __forceinline__ Index tile_start(Index t, Index tiles, bool reversed, Index tile_packs) {
+  return (reversed ? tiles - 1 - t : t) * tile_packs;
+}
+
+// Whether every index a launch forms fits 32 bits, where the kernels' divisions are cheaper: gate packs below
+// 2·chunks, the tile start after the last stride below chunks + the grid's tiles ≤ 2·chunks + one tile.
+inline bool fits_32_bits(int64_t chunks, int packs) {
+  return 2 * chunks + int64_t(packs) * kPackThreads < (int64_t(1) << 32);
+}
 
 __device__ __forceinline__ void copy_async_16(Pack8* shared, const Pack8* global) {
   const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared));
@@ -142,10 +188,11 @@ cudaError_t launch_forward_staged(const void* gate_up, void* out, int64_t chunks
   const auto kernel = gated_forward_staged_kernel<kPacks, Index, Act>;
   constexpr size_t kShared = staged_shared_bytes<kPacks, 2>();
   if (cudaError_t status = allow_shared_bytes(kernel, kShared); status != cudaSuccess) return status;
-  unsigned blocks = 0;
   const int64_t tiles = (chunks + int64_t(kPacks) * kPackThreads - 1) / (int64_t(kPacks) * kPackThreads);
-  if (cudaError_t status = pack_blocks(kernel, tiles, /*resident=*/true, blocks, kShared); status != cudaSuccess)
+  int resident = 0;
+  if (cudaError_t status = multi_tensor::resident_blocks(kernel, resident, kPackThreads, kShared); status != cudaSuccess)
     return status;
+  const unsigned blocks = unsigned(std::min<int64_t>(tiles, resident));
   kernel<<<blocks, kPackThreads, kShared, stream>>>(static_cast<const Pack8*>(gate_up), static_cast<Pack8*>(out),
                                                    Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();
@@ -158,10 +205,11 @@ cudaError_t launch_backward_staged(const void* dout, const void* gate_up, void* 
   const auto kernel = gated_backward_staged_kernel<kPacks, Index, Act>;
   constexpr size_t kShared = staged_shared_bytes<kPacks, 3>();
   if (cudaError_t status = allow_shared_bytes(kernel, kShared); status != cudaSuccess) return status;
-  unsigned blocks = 0;
   const int64_t tiles = (chunks + int64_t(kPacks) * kPackThreads - 1) / (int64_t(kPacks) * kPackThreads);
-  if (cudaError_t status = pack_blocks(kernel, tiles, /*resident=*/true, blocks, kShared); status != cudaSuccess)
+  int resident = 0;
+  if (cudaError_t status = multi_tensor::resident_blocks(kernel, resident, kPackThreads, kShared); status != cudaSuccess)
     return status;
+  const unsigned blocks = unsigned(std::min<int64_t>(tiles, resident));
   kernel<<<blocks, kPackThreads, kShared, stream>>>(static_cast<const Pack8*>(dout), static_cast<const Pack8*>(gate_up),
                                                    static_cast<Pack8*>(dgate_up), static_cast<Pack8*>(recomputed),
                                                    Index(chunks), Index(chunks_per_row), reversed, act);
