@@ -511,6 +511,35 @@ TEST_F(EmbeddingGpu, BackwardOneIdEverywhereAndOutOfRangeIdsSkipped) {
   EXPECT_LT(relative_error(dtable, expected), kBf16Tolerance);
 }
 
+// nn.Embedding's padding_idx: positions holding the padding row add nothing to it (the same bits as the CPU op
+// told the same); every other row as without it, and the padding row keeps what it held.
+TEST_F(EmbeddingGpu, BackwardSkipsThePaddingRow) {
+  SCOPED_TRACE(seed());
+  const int64_t vocab = 16, hidden = 64, padding_row = 3;
+  std::vector<int32_t> ids = random_ids(512, vocab);
+  for (size_t t = 0; t < ids.size(); t += 5) ids[t] = int32_t(padding_row);
+  const Tensor dout = random_gpu({int64_t(ids.size()), hidden});
+  const Tensor initial = random_gpu({vocab, hidden}, DType::F32);
+  Tensor expected = to_cpu_f32(initial);
+  ops::embedding_backward(to_cpu_f32(dout), ids_i64(ids), expected, padding_row);
+  const Tensor dtable = initial.clone();
+  ops::cuda::embedding_backward(dout, upload_i32(ids), dtable, padding_row);
+  EXPECT_LT(relative_error(dtable, expected), kBf16Tolerance);
+  const Tensor before = initial.to(Device::cpu()), after = dtable.to(Device::cpu());
+  EXPECT_EQ(std::memcmp(before.data<float>() + padding_row * hidden, after.data<float>() + padding_row * hidden,
+                        size_t(hidden) * sizeof(float)),
+            0);
+  const Tensor unpadded = initial.clone();
+  ops::cuda::embedding_backward(dout, upload_i32(ids), unpadded);
+  const Tensor other = unpadded.to(Device::cpu());
+  for (int64_t id = 0; id < vocab; ++id)
+    if (id != padding_row)
+      EXPECT_EQ(std::memcmp(other.data<float>() + id * hidden, after.data<float>() + id * hidden,
+                            size_t(hidden) * sizeof(float)),
+                0)
+          << "row " << id;
+}
+
 TEST_F(EmbeddingGpu, BackwardIsDeterministic) {
   SCOPED_TRACE(seed());
   const std::vector<int32_t> ids = random_ids(4096, 16);

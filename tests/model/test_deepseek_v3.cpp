@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "moetune/core/error.h"
 #include "moetune/model/causal_lm.h"
@@ -172,6 +173,84 @@ TEST(DeepseekV3, MultiTokenPredictionLayersAreSkippedAndNotSaved) {
 }
 
 // The GPU engine runs DeepSeek-V3 and Moonlight; Kimi-K2's 384 experts are past its router kernels' 256, named.
+// MLA has a key and a value per head whatever num_key_value_heads says. transformers defaults it to 128 when
+// absent and to the heads when null, then repeats k/v heads // num_key_value_heads times: fine at 0 or 1 (its sdpa
+// path repeats only above 1), broken above. Tiny configs saved with the default therefore carry 128.
+TEST(DeepseekV3, KeyValueHeadsAreAcceptedWhereTransformersRunsThem) {
+  const std::optional<json> cases[] = {std::nullopt, json(nullptr), json(128), json(256), json(100), json(65)};
+  for (const std::optional<json>& kv : cases) {
+    json config = deepseek_v3_config();
+    if (kv) config["num_key_value_heads"] = *kv;
+    else config.erase("num_key_value_heads");
+    EXPECT_EQ(describe_model(config, "config.json").first_attention().num_kv_heads, 128) << (kv ? kv->dump() : "absent");
+  }
+  json tiny = deepseek_v3_config();
+  tiny.erase("num_key_value_heads");
+  tiny["num_attention_heads"] = 4;
+  EXPECT_EQ(describe_model(tiny, "config.json").first_attention().num_kv_heads, 4);  // 4 // 128 = 0 repeats
+  tiny["num_key_value_heads"] = 2;
+  EXPECT_NE(error_of(tiny).find("'num_key_value_heads'"), std::string::npos);
+}
+
+// `bool | None` fields that transformers tests for truth: an explicit null is false, not the default.
+TEST(DeepseekV3, ExplicitNullsAreFalseWhereTransformersTestsTruth) {
+  json config = deepseek_v3_config();
+  config["rope_interleave"] = nullptr;
+  config["norm_topk_prob"] = nullptr;
+  config["rope_scaling"]["truncate"] = nullptr;
+  ModelSpec spec = describe_model(config, "config.json");
+  EXPECT_FALSE(spec.first_attention().mla->rope_interleave);
+  EXPECT_FALSE(spec.layers[3].moe()->router.renormalize);
+  EXPECT_FALSE(spec.first_attention().rope.truncate);
+  config.erase("rope_interleave");
+  config.erase("norm_topk_prob");
+  config["rope_scaling"].erase("truncate");
+  spec = describe_model(config, "config.json");
+  EXPECT_TRUE(spec.first_attention().mla->rope_interleave);
+  EXPECT_TRUE(spec.layers[3].moe()->router.renormalize);
+  EXPECT_TRUE(spec.first_attention().rope.truncate);
+}
+
+// transformers' `rope_scaling or rope_parameters`: a non-empty rope_scaling wins, an empty one does not; a dict per
+// layer type means default RoPE to a config class without layer_types, so it is refused.
+TEST(DeepseekV3, RopeScalingWinsOverRopeParametersUnlessEmpty) {
+  json config = deepseek_v3_config();
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  ModelSpec spec = describe_model(config, "config.json");
+  EXPECT_EQ(spec.first_attention().rope.type, "yarn");
+  EXPECT_NEAR(spec.first_attention().mla->softmax_scale, 0.1352337788608801, 1e-15);
+  config["rope_parameters"] = config["rope_scaling"];
+  config["rope_scaling"] = json::object();
+  spec = describe_model(config, "config.json");
+  EXPECT_EQ(spec.first_attention().rope.type, "yarn");
+  EXPECT_NEAR(spec.first_attention().mla->softmax_scale, 0.1352337788608801, 1e-15);
+  config = deepseek_v3_config();
+  config["rope_scaling"] = {{"full_attention", config["rope_scaling"]}};
+  EXPECT_NE(error_of(config).find("'rope_scaling'"), std::string::npos);
+}
+
+// attribute_map sets n_routed_experts from num_local_experts after the field itself: the alias wins.
+TEST(DeepseekV3, NumLocalExpertsWinsOverNRoutedExperts) {
+  json config = deepseek_v3_config();
+  config["num_local_experts"] = 64;
+  EXPECT_EQ(describe_model(config, "config.json").num_experts(), 64);
+}
+
+// Past the GPU router kernels' limits the GPU engine refuses at load, naming the key, instead of mid-run.
+TEST(DeepseekV3, GpuRefusesRoutersPastItsKernelsNamingTheKey) {
+  json config = deepseek_v3_config();
+  config["n_group"] = 64;
+  config["topk_group"] = 8;
+  std::vector<std::string> missing = features_missing_on_gpu(describe_model(config, "config.json"));
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_NE(missing[0].find("n_group 64"), std::string::npos) << missing[0];
+  config = deepseek_v3_config();
+  config["num_experts_per_tok"] = 20;
+  missing = features_missing_on_gpu(describe_model(config, "config.json"));
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_NE(missing[0].find("num_experts_per_tok 20"), std::string::npos) << missing[0];
+}
+
 TEST(DeepseekV3, GpuEngineRunsItAndRefusesKimiK2sExpertCount) {
   EXPECT_TRUE(features_missing_on_gpu(describe_model(deepseek_v3_config(), "config.json")).empty());
   // Generation keeps it on the CPU: the latent attention has no GPU KV cache.

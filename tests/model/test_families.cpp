@@ -307,7 +307,6 @@ TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
       {R"({"model_type":"llama","rope_parameters":{"rope_type":"dynamic","factor":2.0}})", "'rope_parameters'"},
       {R"({"model_type":"llama","partial_rotary_factor":0.5})", "'partial_rotary_factor'"},
       {R"({"model_type":"llama","attention_dropout":0.1})", "'attention_dropout'"},
-      {R"({"model_type":"llama","pretraining_tp":2})", "'pretraining_tp'"},
       {R"({"model_type":"mixtral","router_jitter_noise":0.1})", "'router_jitter_noise'"},
       {R"({"model_type":"gpt_oss","rope_parameters":{"rope_type":"longrope","factor":2.0}})", "'rope_parameters'"},
       {R"({"model_type":"gpt_oss","quantization_config":{"quant_method":"fp8"}})", "'quantization_config'"},
@@ -318,6 +317,30 @@ TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
     EXPECT_NE(error.find(key), std::string::npos) << config << " -> " << error;
     EXPECT_NE(error.find("not implemented"), std::string::npos) << config << " -> " << error;
   }
+}
+
+// transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same
+// product): any value is accepted.
+TEST(Families, PretrainingTpIsIgnoredAsTransformersIgnoresIt) {
+  for (const char* type : {"llama", "qwen3_moe", "deepseek_v3"})
+    EXPECT_NO_THROW(describe_model(json{{"model_type", type}, {"pretraining_tp", 2}}, "config.json")) << type;
+}
+
+// nn.Embedding(vocab, hidden, padding_idx=pad_token_id) in every decoder family but Nemotron-H's: the row whose
+// lookup passes no gradient back. A negative id counts from the end; one outside the table is refused, naming it.
+TEST(Families, PadTokenIdIsTheEmbeddingsPaddingRow) {
+  auto row = [](const json& config) { return describe_model(config, "config.json").embedding_padding_idx; };
+  for (const char* type : {"llama", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "deepseek_v3"}) {
+    EXPECT_EQ(row(json{{"model_type", type}, {"vocab_size", 100}, {"pad_token_id", 7}}), std::optional<int64_t>(7)) << type;
+    EXPECT_EQ(row(json{{"model_type", type}, {"vocab_size", 100}, {"pad_token_id", -1}}), std::optional<int64_t>(99)) << type;
+    EXPECT_EQ(row(json{{"model_type", type}, {"vocab_size", 100}, {"pad_token_id", nullptr}}), std::nullopt) << type;
+    EXPECT_EQ(row(json{{"model_type", type}, {"vocab_size", 100}}), std::nullopt) << type;
+    for (int pad : {100, -101}) {
+      const std::string error = error_of(json{{"model_type", type}, {"vocab_size", 100}, {"pad_token_id", pad}}.dump());
+      EXPECT_NE(error.find("'pad_token_id'"), std::string::npos) << type << ": " << error;
+    }
+  }
+  EXPECT_EQ(load_model_spec(testing::fixture("nemotron_h_tiny") / "config.json").embedding_padding_idx, std::nullopt);
 }
 
 TEST(Families, HostileFilesAreCleanErrors) {

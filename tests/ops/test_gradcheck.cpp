@@ -131,6 +131,19 @@ TEST(GradCheck, Embedding) {
   expect_gradient("dtable", table, [&] { return weighted_sum(embedding_forward(ids, table), dy); }, dtable);
 }
 
+// nn.Embedding(padding_idx=2): the lookups of row 2 pass nothing back; the others as before.
+TEST(GradCheck, EmbeddingPaddingRowGetsNoGradient) {
+  Tensor ids = Tensor::from_vector<int64_t>({2, 0, 2, 5}, {4});
+  // Fixed values: the file's random() stream stays as the other checks were tuned with.
+  Tensor dy = Tensor::from_vector<float>({0.5f, -1.0f, 2.0f, 0.25f, 3.0f, -0.5f, 1.5f, 1.0f, -2.0f, 0.75f, -0.25f, 4.0f}, {4, 3});
+  Tensor padded = Tensor::zeros({6, 3}, DType::F32), plain = Tensor::zeros({6, 3}, DType::F32);
+  embedding_backward(dy, ids, padded, /*padding_row=*/2);
+  embedding_backward(dy, ids, plain);
+  for (int64_t row = 0; row < 6; ++row)
+    for (int64_t i = 0; i < 3; ++i)
+      EXPECT_EQ(padded.data<float>()[row * 3 + i], row == 2 ? 0.0f : plain.data<float>()[row * 3 + i]) << row;
+}
+
 TEST(GradCheck, CrossEntropy) {
   Tensor logits = random({4, 7});
   const std::vector<int64_t> targets = {3, kIgnoreIndex, 0, 6};

@@ -118,12 +118,33 @@ FIXTURES = {
             rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
             tie_word_embeddings=True, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
+    # DeepSeek-V3 as transformers reads the spellings that differ from their defaults: rope_interleave and
+    # norm_topk_prob null (falsy: rotate-half RoPE, no renormalisation), YaRN's truncate null (no rounding of the
+    # correction range), and a pad_token_id that make_parity.py's plain batch holds (nn.Embedding's padding_idx:
+    # that row's lookups pass no gradient; the tied head still adds its own). Tied, fp32.
+    "deepseek_v3_pad_nulls": dict(
+        config=DeepseekV3Config(
+            vocab_size=VOCAB, hidden_size=24, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
+            qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
+            n_shared_experts=1, first_k_dense_replace=1, norm_topk_prob=None, routed_scaling_factor=2.0,
+            rope_interleave=None, max_position_embeddings=64,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
+                             "truncate": None},
+            tie_word_embeddings=True, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
 }
 
 
 def make(out_root: Path, name: str, spec: dict) -> None:
     torch.manual_seed(1234)
     config = spec["config"]
+    if spec.get("pad_from_plain_batch"):
+        # An id the parity batch holds (make_parity.py's seeded plain batch), so the padding row is exercised.
+        from make_parity import make_inputs
+        config.pad_token_id = int(make_inputs(config.vocab_size)["plain"]["input_ids"][0, 1])
+        print(f"{name}: pad_token_id {config.pad_token_id}")
     config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
     model = AutoModelForCausalLM.from_config(config, dtype=spec["dtype"])
     # Random weights far from init so that dtype and layout mistakes show; norms too (they init to ones).

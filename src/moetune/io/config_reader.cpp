@@ -47,6 +47,12 @@ bool ConfigReader::boolean(const char* key, bool fallback) const {
   return value->get<bool>();
 }
 
+bool ConfigReader::truthy(const char* key, bool fallback) const {
+  const auto found = object_.find(key);
+  if (found == object_.end()) return fallback;
+  return !found->is_null() && boolean(key, fallback);
+}
+
 std::string ConfigReader::string(const char* key, const std::string& fallback) const {
   const json* value = find(key);
   if (!value) return fallback;

@@ -20,6 +20,8 @@ class ConfigReader {
   std::optional<int64_t> optional_integer(const char* key) const;
   double number(const char* key, double fallback) const;
   bool boolean(const char* key, bool fallback) const;
+  // A `bool | None` field that Python tests for truth: absent gives `fallback`, an explicit null false.
+  bool truthy(const char* key, bool fallback) const;
   std::string string(const char* key, const std::string& fallback) const;
   std::vector<int64_t> integers(const char* key) const;     // an integer or a list of them
   std::vector<std::string> strings(const char* key) const;  // a list of strings

@@ -161,7 +161,8 @@ void CausalLM::backward() {
     ops::aux_loss_backward(all, stash_.context.layout.token_valid, stash_.aux_scale, stash_.context.drouter_logits);
   }
   dh = walk_backward(sublayers_, dh, stash_.context);
-  ops::embedding_backward(dh, stash_.input_ids.view({-1}), store_->get("embed_tokens").grad);
+  ops::embedding_backward(dh, stash_.input_ids.view({-1}), store_->get("embed_tokens").grad,
+                          c.embedding_padding_idx.value_or(-1));
   stash_ = {};
 }
 

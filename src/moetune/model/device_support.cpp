@@ -7,6 +7,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/model/moe_variant.h"
+#include "moetune/ops/router_limits.h"
 
 namespace moetune::model {
 namespace {
@@ -25,8 +26,14 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
         if (m->router.score == RouterScore::Sigmoid ? !is_sigmoid_group_limited(m->router)
                                                      : !m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
           note(missing, "this router");
-        if (m->router.num_experts > 256)  // the one-warp-per-token router kernels (Kimi-K2 has 384)
-          note(missing, "routers over more than 256 experts");
+        if (m->router.num_experts > ops::kRouterMaxExperts)  // the one-warp-per-token kernels (Kimi-K2 has 384)
+          note(missing, fmt::format("routers over more than {} experts", ops::kRouterMaxExperts));
+        if (m->router.top_k > ops::kRouterMaxTopK)
+          note(missing, fmt::format("routers choosing more than {} experts a token (num_experts_per_tok {})",
+                                    ops::kRouterMaxTopK, m->router.top_k));
+        if (m->router.score == RouterScore::Sigmoid && m->router.num_groups > ops::kSigmoidRouterMaxGroups)
+          note(missing, fmt::format("more than {} expert groups (n_group {})", ops::kSigmoidRouterMaxGroups,
+                                    m->router.num_groups));
       }
   return missing;
 }

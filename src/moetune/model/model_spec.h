@@ -151,6 +151,10 @@ struct ModelSpec {
   std::optional<DType> dtype;  // the checkpoint's dtype as config.json states it
   std::optional<int64_t> bos_token_id, pad_token_id;
   std::vector<int64_t> eos_token_ids;
+  // The embedding row whose lookup passes no gradient back: transformers builds the decoders' token embedding as
+  // nn.Embedding(vocab, hidden, padding_idx=pad_token_id), which zeroes that row's gradient from the lookup (a
+  // tied LM head still adds its own). nullopt: every row learns (no pad_token_id, or a family without it).
+  std::optional<int64_t> embedding_padding_idx;
   nlohmann::json json;  // config.json as read, written back unchanged on save
 
   int64_t num_layers() const { return int64_t(layers.size()); }

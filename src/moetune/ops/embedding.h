@@ -7,7 +7,8 @@ namespace moetune::ops {
 
 // ids [N] (i64) -> [N, H]; an id outside the table is an Error naming it and its position.
 Tensor embedding_forward(const Tensor& ids, const Tensor& table);
-// dtable undefined: a frozen table, nothing to do.
-void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable);
+// dtable undefined: a frozen table, nothing to do. Positions whose id is `padding_row` (nn.Embedding's
+// padding_idx; -1: none) add nothing.
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, int64_t padding_row = -1);
 
 }  // namespace moetune::ops

@@ -202,7 +202,8 @@ CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   phase.next("layers.bwd");
   dh = walk_backward(sublayers_, dh, context, gradients_done_, layer_backward_);
   phase.next("embedding.bwd");
-  if (embed_.grad.defined()) ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad);  // undefined: frozen
+  if (embed_.grad.defined())  // undefined: frozen
+    ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad, c.embedding_padding_idx.value_or(-1));
   if (gradients_done_) gradients_done_(-1);
   phase.end();
 

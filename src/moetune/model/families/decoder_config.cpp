@@ -21,12 +21,17 @@ void require_in_range(int64_t value, const char* key, int64_t most) {
 // rope_scaling = {type or rope_type, factor, ...}. Values inside the dict win over top-level ones. A family
 // whose config class fills in a RoPE dict when there is none (GPT-OSS: yarn) passes it in DecoderDefaults.
 ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embeddings, const DecoderDefaults& d) {
-  const char* key = top.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const char* key = rope_dict_key(top);
   const json* parameters = top.find(key);
   json dict = parameters ? *parameters : d.rope_parameters.value_or(json::object());
   if (!dict.is_object()) fail("'{}' must be an object", key);
-  // Per-layer-type RoPE ({"full_attention": {...}, "sliding_attention": {...}}): one set must serve all.
+  // Per-layer-type RoPE ({"full_attention": {...}, "sliding_attention": {...}}): one set must serve all. A config
+  // class without layer_types reads such a dict as one global dict of unknown keys, i.e. default RoPE at the
+  // top-level rope_theta (transformers' standardize_rope_params): surely not what the file meant, so refused.
   if (dict.contains("full_attention") && dict["full_attention"].is_object()) {
+    if (!d.has_layer_types && !top.has("layer_types"))
+      refuse(key, "a dict per layer type", "per-layer-type RoPE for a family without layer_types (transformers would "
+             "ignore it and run default RoPE)");
     json first = dict["full_attention"];
     for (auto& [layer_type, value] : dict.items())
       if (value != first) refuse(key, layer_type, "RoPE that differs between layer types");
@@ -46,7 +51,7 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
   // yarn: `beta_fast or 32` in transformers, so 0 means the default too; truncate defaults to true there.
   rope.beta_fast = reader.number("beta_fast", 0.0) != 0.0 ? reader.number("beta_fast", 0.0) : 32.0;
   rope.beta_slow = reader.number("beta_slow", 0.0) != 0.0 ? reader.number("beta_slow", 0.0) : 1.0;
-  rope.truncate = reader.boolean("truncate", true);
+  rope.truncate = reader.truthy("truncate", true);  // `.get("truncate", True)`: an explicit null is falsy
   if (reader.has("attention_factor")) rope.attention_factor = reader.number("attention_factor", 1.0);
   rope.mscale = reader.number("mscale", 0.0);
   rope.mscale_all_dim = reader.number("mscale_all_dim", 0.0);
@@ -93,7 +98,7 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   require_in_range(a.num_heads, "num_attention_heads", kMaxWidth);
   a.num_kv_heads = r.integer("num_key_value_heads", d.num_key_value_heads.value_or(a.num_heads));
   require_in_range(a.num_kv_heads, "num_key_value_heads", kMaxWidth);
-  if (a.num_heads % a.num_kv_heads != 0)
+  if (a.num_heads % a.num_kv_heads != 0 && !d.per_head_kv)
     fail("'num_attention_heads' ({}) must be a multiple of 'num_key_value_heads' ({})", a.num_heads, a.num_kv_heads);
   a.qk_head_dim = a.v_head_dim = r.integer("head_dim", d.head_dim.value_or(spec.hidden_size / a.num_heads));
   require_in_range(a.qk_head_dim, "head_dim", kMaxWidth);
@@ -104,11 +109,28 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   if (act != "silu" && act != "swish") refuse("hidden_act", act, "an MLP activation other than silu");
   if (double p = r.number("attention_dropout", 0.0); p != 0.0)
     refuse("attention_dropout", fmt::format("{}", p), "attention dropout");
-  if (r.integer("pretraining_tp", 1) != 1)
-    refuse("pretraining_tp", fmt::format("{}", r.integer("pretraining_tp", 1)), "tensor-parallel slicing");
+  // pretraining_tp is left alone: transformers 5.17's decoders never read it (v4's Llama sliced its
+  // projections by it; the result was the same product).
 
   read_dtype_and_token_ids(r, spec);
+  spec.embedding_padding_idx = embedding_padding_row(spec.pad_token_id, spec.vocab_size);
   return out;
+}
+
+const char* rope_dict_key(const io::ConfigReader& r) {
+  // transformers' convert_rope_params_to_dict: `rope_scaling or rope_parameters`, so a non-empty rope_scaling wins.
+  const json* scaling = r.find("rope_scaling");
+  return scaling && !(scaling->is_object() && scaling->empty()) ? "rope_scaling" : "rope_parameters";
+}
+
+std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id, int64_t vocab_size) {
+  if (!pad_token_id) return std::nullopt;
+  // nn.Embedding's padding_idx: a negative index counts from the end; one outside the table is refused there too.
+  const int64_t row = *pad_token_id < 0 ? vocab_size + *pad_token_id : *pad_token_id;
+  if (row < 0 || row >= vocab_size)
+    fail("'pad_token_id' is {}, outside the vocabulary of {} (transformers' nn.Embedding refuses it as padding_idx)",
+         *pad_token_id, vocab_size);
+  return row;
 }
 
 void read_dtype_and_token_ids(const io::ConfigReader& r, ModelSpec& spec) {

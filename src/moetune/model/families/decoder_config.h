@@ -23,6 +23,11 @@ struct DecoderDefaults {
   // rope_scaling (GPT-OSS: its yarn settings); nullopt: default RoPE.
   std::optional<nlohmann::json> rope_parameters;
   bool accepts_yarn = false;  // YaRN is implemented on the CPU only; families opt in (the GPU refuses it)
+  // The family's config class has layer_types (so a RoPE dict per layer type means something to it).
+  bool has_layer_types = false;
+  // Every query head has its own key and value (MLA): num_key_value_heads need not divide the heads; the family
+  // decides what it means.
+  bool per_head_kv = false;
 };
 
 struct DecoderConfig {
@@ -34,6 +39,14 @@ struct DecoderConfig {
 DecoderConfig read_decoder_config(const io::ConfigReader& config, const DecoderDefaults& defaults);
 // The part of it every family shares, whatever its layers: dtype, bos / pad / eos token ids.
 void read_dtype_and_token_ids(const io::ConfigReader& config, ModelSpec& spec);
+
+// Where the RoPE settings are: "rope_scaling" when it is a non-empty dict (transformers prefers it), else
+// "rope_parameters" (which may be absent).
+const char* rope_dict_key(const io::ConfigReader& config);
+
+// nn.Embedding(vocab, hidden, padding_idx=pad_token_id)'s row: nullopt without a pad id; a negative id counts from
+// the end; one outside the table is an error naming pad_token_id.
+std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id, int64_t vocab_size);
 
 // One layer of the usual shape: h + attention(input_norm(h)), then h + ffn(post_attn_norm(h)).
 LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn);

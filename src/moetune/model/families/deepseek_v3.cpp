@@ -26,7 +26,7 @@ using nlohmann::json;
 // by YaRN's attention scaling; the softmax scale grows by mscale(factor, mscale_all_dim)² (yarn_apply_mscale).
 void read_mla_rope(const io::ConfigReader& r, int64_t max_position_embeddings, AttentionSpec& a) {
   MlaSpec& mla = *a.mla;
-  const char* key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const char* key = rope_dict_key(r);
   const double head_scale = 1.0 / std::sqrt(double(a.qk_head_dim));
   if (a.rope.type == "default") {
     mla.softmax_scale = head_scale;
@@ -47,15 +47,22 @@ void read_mla_rope(const io::ConfigReader& r, int64_t max_position_embeddings, A
 
 AttentionSpec read_mla(const io::ConfigReader& r, const DecoderConfig& c) {
   AttentionSpec a = c.attention;
-  if (a.num_kv_heads != a.num_heads)
-    refuse("num_key_value_heads", std::to_string(a.num_kv_heads), "MLA with fewer key/value heads than query heads");
+  // MLA makes a key and a value per head whatever num_key_value_heads says; transformers still repeats them
+  // heads // num_key_value_heads times (absent: 128, its default; null: the heads), which only works out when
+  // that is at most 1 (0 too: its sdpa path repeats only above 1).
+  const int64_t kv_heads = r.object().contains("num_key_value_heads") ? r.integer("num_key_value_heads", a.num_heads) : 128;
+  if (kv_heads <= 0) fail("'num_key_value_heads' must be positive, got {}", kv_heads);
+  if (a.num_heads / kv_heads > 1)
+    refuse("num_key_value_heads", std::to_string(kv_heads),
+           fmt::format("MLA with {} heads sharing each key/value head", a.num_heads / kv_heads));
+  a.num_kv_heads = a.num_heads;
   MlaSpec mla;
   if (r.has("q_lora_rank")) mla.q_lora_rank = r.integer("q_lora_rank", 1536);
   else if (!r.object().contains("q_lora_rank")) mla.q_lora_rank = 1536;  // absent: the default; null: q_proj
   mla.kv_lora_rank = r.integer("kv_lora_rank", 512);
   mla.qk_nope_head_dim = r.integer("qk_nope_head_dim", 128);
   mla.qk_rope_head_dim = r.integer("qk_rope_head_dim", 64);
-  mla.rope_interleave = r.boolean("rope_interleave", true);
+  mla.rope_interleave = r.truthy("rope_interleave", true);  // `bool | None`: null is plain rotate-half
   mla.bias = r.boolean("attention_bias", false);
   const std::pair<const char*, int64_t> widths[] = {{"kv_lora_rank", mla.kv_lora_rank},
                                                     {"qk_nope_head_dim", mla.qk_nope_head_dim},
@@ -76,14 +83,15 @@ AttentionSpec read_mla(const io::ConfigReader& r, const DecoderConfig& c) {
 MoeSpec read_moe(const io::ConfigReader& r) {
   MoeSpec moe;
   RouterSpec& router = moe.router;
-  // v5 maps num_local_experts onto n_routed_experts; released configs write n_routed_experts.
-  router.num_experts = r.integer("n_routed_experts", r.integer("num_local_experts", 256));
+  // v5 maps num_local_experts onto n_routed_experts (attribute_map), set after the field: it wins when both are
+  // written. Released configs write n_routed_experts.
+  router.num_experts = r.integer("num_local_experts", r.integer("n_routed_experts", 256));
   router.top_k = r.integer("num_experts_per_tok", 8);
   router.score = RouterScore::Sigmoid;
   router.num_groups = r.integer("n_group", 8);
   router.topk_groups = r.integer("topk_group", 4);
   router.correction_bias = true;
-  router.renormalize = r.boolean("norm_topk_prob", true);
+  router.renormalize = r.truthy("norm_topk_prob", true);  // `bool | None`: null does not renormalise
   router.scaling_factor = r.number("routed_scaling_factor", 2.5);
   if (router.num_groups <= 0 || router.num_experts % router.num_groups != 0 || router.num_experts / router.num_groups < 2)
     fail("'n_group' ({}) must divide 'n_routed_experts' ({}) into groups of at least 2 (groups rank by their top-2)",
@@ -103,7 +111,8 @@ ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r,
                                         {.vocab_size = 129280, .hidden_size = 7168, .intermediate_size = 18432,
                                          .num_hidden_layers = 61, .num_attention_heads = 128,
-                                         .max_position_embeddings = 4096, .accepts_yarn = true});
+                                         .max_position_embeddings = 4096, .accepts_yarn = true,
+                                         .per_head_kv = true});
   // FP8 e4m3 block-scaled weights (the released checkpoints) are dequantised on load (model/fp8_dequantize.h).
   if (const json* q = r.find("quantization_config")) {
     const bool fp8 = q->is_object() && q->value("quant_method", std::string()) == "fp8" &&

@@ -51,7 +51,7 @@ ModelSpec describe(const io::ConfigReader& r) {
                                             .num_key_value_heads = 8, .head_dim = 64,
                                             .max_position_embeddings = 131072, .rms_norm_eps = 1e-5,
                                             .rope_theta = 150000.0, .rope_parameters = kDefaultRope,
-                                            .accepts_yarn = true});
+                                            .accepts_yarn = true, .has_layer_types = true});
   check_quantization(r);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", true);
   c.attention.sinks = true;

@@ -15,7 +15,7 @@ bool qwen2_moe_sliding(int64_t layer, int64_t max_window_layers) { return layer 
 ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r, {.vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 5632,
                                             .num_hidden_layers = 24, .num_attention_heads = 16,
-                                            .max_position_embeddings = 32768});
+                                            .max_position_embeddings = 32768, .has_layer_types = true});
   refuse_qwen_sliding_window(r, c.spec.num_layers(), /*default_max_window_layers=*/28, qwen2_moe_sliding);
   c.attention.qkv_bias = r.boolean("qkv_bias", true);
   MoeSpec moe;

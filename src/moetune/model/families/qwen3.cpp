@@ -13,7 +13,7 @@ bool from_max_window_layers(int64_t layer, int64_t max_window_layers) { return l
 ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r, {.vocab_size = 151936, .hidden_size = 4096, .intermediate_size = 22016,
                                             .num_hidden_layers = 32, .num_key_value_heads = 32, .head_dim = 128,
-                                            .max_position_embeddings = 32768});
+                                            .max_position_embeddings = 32768, .has_layer_types = true});
   refuse_qwen_sliding_window(r, c.spec.num_layers(), /*default_max_window_layers=*/28, from_max_window_layers);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
   c.attention.qk_norm = true;

@@ -15,10 +15,11 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   return out;
 }
 
-void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, int64_t padding_row) {
   if (!dtable.defined()) return;  // a frozen table
   const int64_t hidden = dtable.size(1);
   for (int64_t t = 0; t < ids.numel(); ++t) {
+    if (ids.data<int64_t>()[t] == padding_row) continue;
     float* row = dtable.data<float>() + ids.data<int64_t>()[t] * hidden;
     const float* d = dout.data<float>() + t * hidden;
     for (int64_t i = 0; i < hidden; ++i) row[i] += d[i];

@@ -39,7 +39,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
              "embedding_forward kernel");
 }
 
-void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, int64_t padding_row) {
   constexpr std::string_view op = "embedding_backward";
   const int64_t tokens = checked_ids(op, ids);
   check_table(op, "dtable", dtable, {DType::BF16, DType::F32});
@@ -52,7 +52,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dta
   void* workspace = gpu::allocate(workspace_bytes);
   const cudaError_t status = launch_embedding_backward(
       dout.raw_data(), static_cast<const int32_t*>(ids.raw_data()), dtable.raw_data(), dtable.dtype() == DType::BF16,
-      tokens, dtable.size(0), dtable.size(1), workspace, workspace_bytes, gpu::stream());
+      tokens, dtable.size(0), dtable.size(1), padding_row, workspace, workspace_bytes, gpu::stream());
   gpu::release(workspace);  // stream-ordered: after the sort and the sums above
   gpu::check(status, "embedding_backward kernels");
 }

@@ -35,12 +35,13 @@ __global__ void embedding_forward_kernel(const int32_t* __restrict__ ids, const 
   }
 }
 
-// Sort keys: the id, or `vocab` for an id outside the table (sorted last, then skipped); values: the position.
+// Sort keys: the id, or `vocab` for an id outside the table or the padding row (sorted last, then skipped);
+// values: the position.
 __global__ void sort_input_kernel(const int32_t* __restrict__ ids, uint32_t* __restrict__ keys,
-                                  int32_t* __restrict__ positions, int64_t tokens, int64_t vocab) {
+                                  int32_t* __restrict__ positions, int64_t tokens, int64_t vocab, int64_t padding_row) {
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < tokens; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t id = ids[t];
-    keys[t] = uint32_t(id >= 0 && id < vocab ? id : vocab);
+    keys[t] = uint32_t(id >= 0 && id < vocab && id != padding_row ? id : vocab);
     positions[t] = int32_t(t);
   }
 }
@@ -150,12 +151,13 @@ size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
 }
 
 cudaError_t launch_embedding_backward(const void* dout, const int32_t* ids, void* dtable, bool dtable_is_bf16,
-                                      int64_t tokens, int64_t vocab, int64_t hidden, void* workspace,
-                                      size_t workspace_bytes, cudaStream_t stream) {
+                                      int64_t tokens, int64_t vocab, int64_t hidden, int64_t padding_row,
+                                      void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (tokens == 0 || hidden == 0) return cudaSuccess;
   if (workspace_bytes < embedding_backward_workspace_bytes(tokens, vocab)) return cudaErrorInvalidValue;
   Workspace w = carve(workspace, tokens, vocab);
-  sort_input_kernel<<<blocks_for(tokens), kThreads, 0, stream>>>(ids, w.keys_in, w.positions_in, tokens, vocab);
+  sort_input_kernel<<<blocks_for(tokens), kThreads, 0, stream>>>(ids, w.keys_in, w.positions_in, tokens, vocab,
+                                                                 padding_row);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;
   status = cub::DeviceRadixSort::SortPairs(w.sort_storage, w.sort_bytes, w.keys_in, w.keys_out, w.positions_in,

@@ -11,7 +11,8 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 
 // dtable (BF16 or F32 [V, H]) [id] += Σ over positions t with ids[t] = id of dout[t] (BF16 [T, H]): positions
 // sorted by id, one fp32 sum per (id, column) in position order, added once, so the result is deterministic. Only
-// the rows of ids that occur are touched; ids outside [0, V) are skipped.
-void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable);
+// the rows of ids that occur are touched; ids outside [0, V) are skipped, and so is `padding_row` (nn.Embedding's
+// padding_idx; -1: none).
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, int64_t padding_row = -1);
 
 }  // namespace moetune::ops::cuda

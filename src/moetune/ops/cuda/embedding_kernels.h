@@ -20,9 +20,10 @@ size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
 
 // dtable[id] += Σ_{t: ids[t] = id} dout[t] for every id that occurs (other rows are untouched): the positions are
 // sorted by id (stable radix sort), then each (id, column) is summed in fp32 in position order and added once,
-// so the result is deterministic. dtable is BF16 or F32 (dtable_is_bf16); ids outside [0, vocab) are skipped.
+// so the result is deterministic. dtable is BF16 or F32 (dtable_is_bf16); ids outside [0, vocab) are skipped, and
+// so is `padding_row` (-1: none).
 cudaError_t launch_embedding_backward(const void* dout, const int32_t* ids, void* dtable, bool dtable_is_bf16,
-                                      int64_t tokens, int64_t vocab, int64_t hidden, void* workspace,
-                                      size_t workspace_bytes, cudaStream_t stream);
+                                      int64_t tokens, int64_t vocab, int64_t hidden, int64_t padding_row,
+                                      void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

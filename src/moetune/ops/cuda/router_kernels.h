@@ -6,11 +6,13 @@
 
 #include <cstdint>
 
+#include "moetune/ops/router_limits.h"
+
 namespace moetune::ops::cuda {
 
 // The limits of the one-warp-per-token kernels (the launchers answer cudaErrorInvalidValue past them).
-inline constexpr int kRouterMaxExperts = 256;
-inline constexpr int kRouterMaxTopK = 16;
+using ops::kRouterMaxExperts;
+using ops::kRouterMaxTopK;
 
 // logits [tokens, experts] f32 -> expert_ids [tokens, top_k] i32 (most probable first, ties to the lower index)
 // and weights [tokens, top_k] f32 (renormalised over the k when `normalize`).

@@ -16,10 +16,11 @@ SigmoidRouterShape checked_shape(std::string_view op, const Tensor& logits, cons
   MOETUNE_CHECK(experts >= 1 && experts <= kRouterMaxExperts && r.num_groups >= 1 &&
                     r.num_groups <= kSigmoidRouterMaxGroups && experts % r.num_groups == 0 &&
                     experts / r.num_groups >= 2 && r.topk_groups >= 1 && r.topk_groups <= r.num_groups &&
-                    r.top_k >= 1 && r.top_k <= 16 && r.top_k <= r.topk_groups * (experts / r.num_groups),
+                    r.top_k >= 1 && r.top_k <= kRouterMaxTopK && r.top_k <= r.topk_groups * (experts / r.num_groups),
                 "{}: {} experts in {} groups, top-{} groups, top-{} experts; the GPU router takes at most {} experts, "
-                "{} groups of at least 2 and k ≤ 16",
-                op, experts, r.num_groups, r.topk_groups, r.top_k, kRouterMaxExperts, kSigmoidRouterMaxGroups);
+                "{} groups of at least 2 and k ≤ {}",
+                op, experts, r.num_groups, r.topk_groups, r.top_k, kRouterMaxExperts, kSigmoidRouterMaxGroups,
+                kRouterMaxTopK);
   return {logits.size(0), int(experts), int(r.top_k), int(r.num_groups), int(r.topk_groups), r.renormalize,
           float(r.scaling_factor)};
 }

@@ -6,9 +6,11 @@
 
 #include <cstdint>
 
+#include "moetune/ops/router_limits.h"
+
 namespace moetune::ops::cuda {
 
-inline constexpr int kSigmoidRouterMaxGroups = 32;  // one lane per group ranks the groups
+using ops::kSigmoidRouterMaxGroups;  // one lane per group ranks the groups
 
 struct SigmoidRouterShape {
   int64_t tokens = 0;

@@ -1,0 +1,11 @@
+// What the GPU router kernels take (one warp per token, one lane per expert group), in a header free of CUDA so
+// that the model layer can refuse a config past them when it loads, naming the key, instead of failing mid-run.
+#pragma once
+
+namespace moetune::ops {
+
+inline constexpr int kRouterMaxExperts = 256;
+inline constexpr int kRouterMaxTopK = 16;
+inline constexpr int kSigmoidRouterMaxGroups = 32;
+
+}  // namespace moetune::ops
