@@ -326,6 +326,14 @@ TEST(Families, PretrainingTpIsIgnoredAsTransformersIgnoresIt) {
     EXPECT_NO_THROW(describe_model(json{{"model_type", type}, {"pretraining_tp", 2}}, "config.json")) << type;
 }
 
+// num_key_value_heads: absent is the family's default, an explicit null the heads (__post_init__ in transformers).
+TEST(Families, NullKeyValueHeadsMeansOnePerHead) {
+  auto kv = [](const json& config) { return describe_model(config, "config.json").first_attention().num_kv_heads; };
+  for (const char* type : {"llama", "qwen3", "mixtral", "gpt_oss"})
+    EXPECT_EQ(kv(json{{"model_type", type}, {"num_attention_heads", 16}, {"num_key_value_heads", nullptr}}), 16) << type;
+  EXPECT_EQ(kv(json{{"model_type", "qwen3"}, {"num_attention_heads", 64}}), 32);  // Qwen3Config's default
+}
+
 // nn.Embedding(vocab, hidden, padding_idx=pad_token_id) in every decoder family but Nemotron-H's: the row whose
 // lookup passes no gradient back. A negative id counts from the end; one outside the table is refused, naming it.
 TEST(Families, PadTokenIdIsTheEmbeddingsPaddingRow) {

@@ -96,7 +96,9 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   AttentionSpec& a = out.attention;
   a.num_heads = r.integer("num_attention_heads", d.num_attention_heads);
   require_in_range(a.num_heads, "num_attention_heads", kMaxWidth);
-  a.num_kv_heads = r.integer("num_key_value_heads", d.num_key_value_heads.value_or(a.num_heads));
+  // Absent: the family's default; an explicit null: the heads (the config classes' __post_init__), not the default.
+  const bool kv_null = r.object().contains("num_key_value_heads") && r.object()["num_key_value_heads"].is_null();
+  a.num_kv_heads = kv_null ? a.num_heads : r.integer("num_key_value_heads", d.num_key_value_heads.value_or(a.num_heads));
   require_in_range(a.num_kv_heads, "num_key_value_heads", kMaxWidth);
   if (a.num_heads % a.num_kv_heads != 0 && !d.per_head_kv)
     fail("'num_attention_heads' ({}) must be a multiple of 'num_key_value_heads' ({})", a.num_heads, a.num_kv_heads);
