@@ -20,6 +20,17 @@ from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config
 
 VOCAB = 96
 
+DEEPSEEK_V3_TINY = dict(
+    vocab_size=VOCAB, hidden_size=24, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
+    qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
+    n_shared_experts=2, first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+    rope_interleave=True, max_position_embeddings=64,
+    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                     "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
+                     "mscale": 0.707, "mscale_all_dim": 1.0},
+    tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
+
 FIXTURES = {
     # MoE with one dense layer among MoE layers, renormalised top-k, untied, fp32, sharded into several files.
     "qwen3_moe_tiny": dict(
@@ -94,16 +105,7 @@ FIXTURES = {
     # MoE layers with 4 groups of 2 experts (top-2 groups, top-3 experts), correction bias, renormalised,
     # scaled by 2.5, 2 shared experts; untied, fp32.
     "deepseek_v3_tiny": dict(
-        config=DeepseekV3Config(
-            vocab_size=VOCAB, hidden_size=24, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
-            qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
-            n_shared_experts=2, first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
-            rope_interleave=True, max_position_embeddings=64,
-            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                             "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
-                             "mscale": 0.707, "mscale_all_dim": 1.0},
-            tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+        config=DeepseekV3Config(**DEEPSEEK_V3_TINY),
         dtype=torch.float32, max_shard_size=None),
     # DeepSeek-V3 without q_lora_rank (q_proj), attention biases, default RoPE not interleaved, v head dim (10)
     # above the q/k one (8), one group (top-k over all), no renormalisation, scaled by 1.5, every layer MoE,
@@ -123,16 +125,12 @@ FIXTURES = {
     # correction range), and a pad_token_id that make_parity.py's plain batch holds (nn.Embedding's padding_idx:
     # that row's lookups pass no gradient; the tied head still adds its own). Tied, fp32.
     "deepseek_v3_pad_nulls": dict(
-        config=DeepseekV3Config(
-            vocab_size=VOCAB, hidden_size=24, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
-            qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
-            n_shared_experts=1, first_k_dense_replace=1, norm_topk_prob=None, routed_scaling_factor=2.0,
-            rope_interleave=None, max_position_embeddings=64,
-            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                             "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
-                             "truncate": None},
-            tie_word_embeddings=True, bos_token_id=0, eos_token_id=1),
+        config=DeepseekV3Config(**{
+            **DEEPSEEK_V3_TINY, "num_hidden_layers": 2, "n_shared_experts": 1, "norm_topk_prob": None,
+            "routed_scaling_factor": 2.0, "rope_interleave": None, "tie_word_embeddings": True,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
+                                "truncate": None}}),
         dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
 }
 
