@@ -532,12 +532,13 @@ TEST_F(EmbeddingGpu, BackwardSkipsThePaddingRow) {
   const Tensor unpadded = initial.clone();
   ops::cuda::embedding_backward(dout, upload_i32(ids), unpadded);
   const Tensor other = unpadded.to(Device::cpu());
-  for (int64_t id = 0; id < vocab; ++id)
-    if (id != padding_row)
-      EXPECT_EQ(std::memcmp(other.data<float>() + id * hidden, after.data<float>() + id * hidden,
-                            size_t(hidden) * sizeof(float)),
-                0)
-          << "row " << id;
+  for (int64_t id = 0; id < vocab; ++id) {
+    if (id == padding_row) continue;
+    EXPECT_EQ(std::memcmp(other.data<float>() + id * hidden, after.data<float>() + id * hidden,
+                          size_t(hidden) * sizeof(float)),
+              0)
+        << "row " << id;
+  }
 }
 
 TEST_F(EmbeddingGpu, BackwardIsDeterministic) {
