@@ -229,6 +229,24 @@ TEST(DeepseekV3, RopeScalingWinsOverRopeParametersUnlessEmpty) {
   EXPECT_NE(error_of(config).find("'rope_scaling'"), std::string::npos);
 }
 
+// transformers' DeepSeek-V3 runs any RoPE schedule; yarn_apply_mscale grows the softmax scale for every type but
+// default when mscale_all_dim is set, and the cos/sin factor is YaRN's alone (1 for linear and llama3).
+TEST(DeepseekV3, LinearAndLlama3RopeScaleTheSoftmaxByMscaleAllDim) {
+  for (const char* type : {"linear", "llama3"}) {
+    json config = deepseek_v3_config();
+    config["rope_scaling"] = {{"rope_type", type}, {"factor", 2.0}, {"mscale_all_dim", 1.0}, {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 4096}};
+    const ModelSpec spec = describe_model(config, "config.json");
+    const AttentionSpec& a = spec.first_attention();
+    EXPECT_EQ(a.rope.type, type);
+    EXPECT_DOUBLE_EQ(a.mla->rope_scale, 1.0) << type;
+    const double m = 0.1 * std::log(2.0) + 1.0;
+    EXPECT_NEAR(a.mla->softmax_scale, m * m / std::sqrt(192.0), 1e-15) << type;
+    config["rope_scaling"].erase("mscale_all_dim");
+    EXPECT_NEAR(describe_model(config, "config.json").first_attention().mla->softmax_scale, 1 / std::sqrt(192.0), 1e-15);
+  }
+}
+
 // attribute_map sets n_routed_experts from num_local_experts after the field itself: the alias wins.
 TEST(DeepseekV3, NumLocalExpertsWinsOverNRoutedExperts) {
   json config = deepseek_v3_config();

@@ -20,10 +20,11 @@ namespace {
 
 using nlohmann::json;
 
-// RoPE over qk_rope_head_dim. read_decoder_config reads the schedule (ops::RopeSpec, yarn accepted); DeepSeek adds
-// its own rules: default or yarn only; a yarn dict without a factor takes max_position_embeddings /
+// RoPE over qk_rope_head_dim. read_decoder_config reads the schedule (ops::RopeSpec: default, linear, llama3, yarn);
+// DeepSeek adds its own rules: a yarn dict without a factor takes max_position_embeddings /
 // original_max_position_embeddings (as transformers does for DeepSeek-style configs); cos and sin are multiplied
-// by YaRN's attention scaling; the softmax scale grows by mscale(factor, mscale_all_dim)² (yarn_apply_mscale).
+// by the schedule's attention scaling (YaRN's; 1 for the others); for any type but default the softmax scale grows
+// by mscale(factor, mscale_all_dim)² when mscale_all_dim is set (yarn_apply_mscale, whatever the type).
 void read_mla_rope(const io::ConfigReader& r, int64_t max_position_embeddings, AttentionSpec& a) {
   MlaSpec& mla = *a.mla;
   const char* key = rope_dict_key(r);
@@ -32,11 +33,10 @@ void read_mla_rope(const io::ConfigReader& r, int64_t max_position_embeddings, A
     mla.softmax_scale = head_scale;
     return;
   }
-  if (a.rope.type != "yarn") refuse(key, "rope_type " + a.rope.type, "a DeepSeek-V3 RoPE schedule other than default and yarn");
   const json* found = r.find(key);
   const json dict = found && found->is_object() ? *found : json::object();
   const io::ConfigReader rope(dict);  // holds a reference: `dict` outlives it
-  if (!rope.has("factor"))
+  if (a.rope.type == "yarn" && !rope.has("factor"))
     a.rope.factor = double(max_position_embeddings) / double(a.rope.original_max_position_embeddings);
   mla.rope_scale = ops::rope_attention_scaling(a.rope);
   // Python truthiness: a zero mscale_all_dim counts as absent; transformers reads the dict's own factor here.
