@@ -97,7 +97,7 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   a.num_heads = r.integer("num_attention_heads", d.num_attention_heads);
   require_in_range(a.num_heads, "num_attention_heads", kMaxWidth);
   // Absent: the family's default; an explicit null: the heads (the config classes' __post_init__), not the default.
-  const bool kv_null = r.object().contains("num_key_value_heads") && r.object()["num_key_value_heads"].is_null();
+  const bool kv_null = r.object().contains("num_key_value_heads") && !r.has("num_key_value_heads");
   a.num_kv_heads = kv_null ? a.num_heads : r.integer("num_key_value_heads", d.num_key_value_heads.value_or(a.num_heads));
   require_in_range(a.num_kv_heads, "num_key_value_heads", kMaxWidth);
   if (a.num_heads % a.num_kv_heads != 0 && !d.per_head_kv)

@@ -47,14 +47,12 @@ void read_mla_rope(const io::ConfigReader& r, int64_t max_position_embeddings, A
 
 AttentionSpec read_mla(const io::ConfigReader& r, const DecoderConfig& c) {
   AttentionSpec a = c.attention;
-  // MLA makes a key and a value per head whatever num_key_value_heads says; transformers still repeats them
-  // heads // num_key_value_heads times (absent: 128, its default; null: the heads), which only works out when
-  // that is at most 1 (0 too: its sdpa path repeats only above 1).
-  const int64_t kv_heads = r.object().contains("num_key_value_heads") ? r.integer("num_key_value_heads", a.num_heads) : 128;
-  if (kv_heads <= 0) fail("'num_key_value_heads' must be positive, got {}", kv_heads);
-  if (a.num_heads / kv_heads > 1)
-    refuse("num_key_value_heads", std::to_string(kv_heads),
-           fmt::format("MLA with {} heads sharing each key/value head", a.num_heads / kv_heads));
+  // MLA makes a key and a value per head whatever num_key_value_heads says (read_decoder_config: absent 128,
+  // transformers' default; null the heads); transformers still repeats them heads // num_key_value_heads times,
+  // which only works out when that is at most 1 (0 too: its sdpa path repeats only above 1).
+  if (a.num_heads / a.num_kv_heads > 1)
+    refuse("num_key_value_heads", std::to_string(a.num_kv_heads),
+           fmt::format("MLA with {} heads sharing each key/value head", a.num_heads / a.num_kv_heads));
   a.num_kv_heads = a.num_heads;
   MlaSpec mla;
   if (r.has("q_lora_rank")) mla.q_lora_rank = r.integer("q_lora_rank", 1536);
@@ -111,7 +109,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r,
                                         {.vocab_size = 129280, .hidden_size = 7168, .intermediate_size = 18432,
                                          .num_hidden_layers = 61, .num_attention_heads = 128,
-                                         .max_position_embeddings = 4096, .accepts_yarn = true,
+                                         .num_key_value_heads = 128, .max_position_embeddings = 4096, .accepts_yarn = true,
                                          .per_head_kv = true});
   // FP8 e4m3 block-scaled weights (the released checkpoints) are dequantised on load (model/fp8_dequantize.h).
   if (const json* q = r.find("quantization_config")) {
