@@ -11,10 +11,6 @@ Tensor device_rows(int64_t rows, int64_t columns, DType dtype) {
   return Tensor::empty({rows, columns}, dtype, Device::cuda());
 }
 
-Tensor device_index(const std::vector<int32_t>& index, Shape shape) {
-  return Tensor::from_vector(index, std::move(shape)).to(Device::cuda());
-}
-
 }  // namespace
 
 AllToAllDispatcher::AllToAllDispatcher(int64_t num_experts, std::shared_ptr<parallel::Communicator> group, bool overlap)
