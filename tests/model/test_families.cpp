@@ -6,6 +6,8 @@
 
 #include "moetune/core/error.h"
 #include "moetune/model/model_description.h"
+#include "moetune/model/sequence_layout.h"
+#include "moetune/ops/rope.h"
 #include "test_util.h"
 
 namespace moetune::model {
@@ -128,7 +130,7 @@ TEST(Families, MixtralDefaultsAndLayout) {
 
 TEST(Families, Qwen2MoeDefaultsAndSharedExpert) {
   ModelSpec c = parse(R"({"architectures":["Qwen2MoeForCausalLM"],"hidden_size":64,"num_hidden_layers":2,
-    "num_attention_heads":4,"use_sliding_window":false,"sliding_window":0})");
+    "num_attention_heads":32,"use_sliding_window":false,"sliding_window":0})");
   const MoeSpec& moe = *c.layers[0].moe();
   EXPECT_EQ(moe.router.num_experts, 60);
   EXPECT_EQ(moe.router.top_k, 4);
@@ -139,7 +141,7 @@ TEST(Families, Qwen2MoeDefaultsAndSharedExpert) {
   EXPECT_TRUE(moe.shared_expert->sigmoid_gate);
   EXPECT_TRUE(attention(c).qkv_bias);
   EXPECT_FALSE(attention(c).o_bias);
-  EXPECT_EQ(attention(c).num_kv_heads, 4);
+  EXPECT_EQ(attention(c).num_kv_heads, 16);  // Qwen2MoeConfig's default, not the heads (its __post_init__ has no fallback)
 }
 
 // gpt-oss-20b's config.json as released (v4 spelling: rope_scaling beside rope_theta; MXFP4 experts).
@@ -272,8 +274,6 @@ TEST(Families, BadValuesNameTheKey) {
                 .find("'num_key_value_heads'"), std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_experts":4,"num_experts_per_tok":8})").find("'num_experts_per_tok'"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_hidden_layers":2,"mlp_only_layers":[5]})").find("'mlp_only_layers'"),
-            std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"llama","hidden_act":"gelu"})").find("'hidden_act'"), std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"llama","dtype":"float7"})").find("'dtype'"), std::string::npos);
   EXPECT_NE(error_of(R"([1,2])").find("not a JSON object"), std::string::npos);
@@ -298,14 +298,10 @@ TEST(Families, BadValuesNameTheKey) {
 // What the engine does not implement is refused, naming the key: never trained as something else.
 TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"model_type":"mixtral","sliding_window":4096})", "'sliding_window'"},
-      {R"({"model_type":"qwen3_moe","use_sliding_window":true})", "'use_sliding_window'"},
-      {R"({"model_type":"qwen3","num_hidden_layers":4,"use_sliding_window":true,"max_window_layers":2})", "'use_sliding_window'"},
-      {R"({"model_type":"qwen2_moe","use_sliding_window":true,"sliding_window":64})", "'use_sliding_window'"},
-      {R"({"model_type":"qwen3","num_hidden_layers":2,"layer_types":["full_attention","sliding_attention"]})", "'layer_types'"},
-      {R"({"model_type":"llama","rope_scaling":{"rope_type":"yarn","factor":4.0}})", "'rope_scaling'"},
-      {R"({"model_type":"llama","rope_parameters":{"rope_type":"dynamic","factor":2.0}})", "'rope_parameters'"},
-      {R"({"model_type":"llama","partial_rotary_factor":0.5})", "'partial_rotary_factor'"},
+      {R"({"model_type":"llama","rope_parameters":{"rope_type":"longrope","factor":2.0}})", "'rope_parameters'"},
+      // Partial RoPE on a scaled schedule (transformers' rotation fails on the shortened frequencies).
+      {R"({"model_type":"llama","partial_rotary_factor":0.5,"rope_scaling":{"rope_type":"linear","factor":2.0}})",
+       "'partial_rotary_factor'"},
       {R"({"model_type":"llama","attention_dropout":0.1})", "'attention_dropout'"},
       {R"({"model_type":"mixtral","router_jitter_noise":0.1})", "'router_jitter_noise'"},
       {R"({"model_type":"gpt_oss","rope_parameters":{"rope_type":"longrope","factor":2.0}})", "'rope_parameters'"},
@@ -317,6 +313,117 @@ TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
     EXPECT_NE(error.find(key), std::string::npos) << config << " -> " << error;
     EXPECT_NE(error.find("not implemented"), std::string::npos) << config << " -> " << error;
   }
+}
+
+// What transformers 5.17 runs for these families, accepted as it reads it (helpers 41-43's audits).
+TEST(Families, RopeSchedulesEveryFamilyTakes) {
+  for (const char* type : {"llama", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral"}) {
+    const json yarn = {{"model_type", type}, {"num_attention_heads", 32}, {"max_position_embeddings", 16384},
+                       {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 4096}}}};
+    const ModelSpec y = describe_model(yarn, "config.json");
+    EXPECT_EQ(attention(y).rope.type, "yarn") << type;
+    EXPECT_EQ(attention(y).rope.factor, 4.0) << type;
+    EXPECT_TRUE(attention(y).rope.truncate) << type;
+    // dynamic: default RoPE below max_position_embeddings (its frequencies are the default ones).
+    const ModelSpec d = describe_model(json{{"model_type", type}, {"num_attention_heads", 32},
+                                            {"rope_parameters", {{"rope_type", "dynamic"}, {"factor", 2.0}}}}, "config.json");
+    EXPECT_EQ(attention(d).rope.type, "dynamic") << type;
+    ops::RopeSpec plain = attention(d).rope;
+    plain.type = "default";
+    EXPECT_EQ(ops::rope_inverse_frequencies(attention(d).rope, 128), ops::rope_inverse_frequencies(plain, 128)) << type;
+    // Every family's default RoPE rotates the whole head whatever partial_rotary_factor says.
+    const ModelSpec p = describe_model(json{{"model_type", type}, {"num_attention_heads", 32}, {"partial_rotary_factor", 0.5}},
+                                       "config.json");
+    EXPECT_EQ(attention(p).rope.partial_rotary_factor, 1.0) << type;
+  }
+  // YaRN's explicit null factor: max_position_embeddings / original_max_position_embeddings (_compute_yarn_parameters).
+  const ModelSpec n = parse(R"({"model_type":"qwen3","max_position_embeddings":4096,
+    "rope_parameters":{"rope_type":"yarn","factor":null,"original_max_position_embeddings":1024}})");
+  EXPECT_EQ(attention(n).rope.factor, 4.0);
+}
+
+// Dynamic RoPE rescales once a position reaches max_position_embeddings: refused there, naming the key.
+TEST(Families, DynamicRopeRefusesPositionsBeyondItsRange) {
+  const ModelSpec spec = parse(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,
+    "max_position_embeddings":8,"rope_parameters":{"rope_type":"dynamic","factor":2.0}})");
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>(8, 1), {1, 8});
+  EXPECT_NO_THROW(require_rope_positions(spec, sequence_layout(ids, Tensor(), Tensor())));
+  const Tensor long_ids = Tensor::from_vector(std::vector<int64_t>(9, 1), {1, 9});
+  try {
+    require_rope_positions(spec, sequence_layout(long_ids, Tensor(), Tensor()));
+    FAIL() << "position 8 of max_position_embeddings 8 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'max_position_embeddings'"), std::string::npos) << e.what();
+  }
+  // Packed documents restart their positions: 9 tokens in two documents stay in range.
+  EXPECT_NO_THROW(require_rope_positions(spec, sequence_layout(long_ids, Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3}, {1, 9}), Tensor())));
+  // Other schedules take any position.
+  const ModelSpec plain = parse(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,
+    "max_position_embeddings":8})");
+  EXPECT_NO_THROW(require_rope_positions(plain, sequence_layout(long_ids, Tensor(), Tensor())));
+}
+
+std::vector<std::optional<int64_t>> windows_of(const ModelSpec& spec) {
+  std::vector<std::optional<int64_t>> windows;
+  for (size_t layer = 0; layer < spec.layers.size(); ++layer) windows.push_back(attention(spec, layer).sliding_window);
+  return windows;
+}
+
+// Sliding windows as each config class and modeling file place them (masking_utils: kv > q - window).
+TEST(Families, SlidingWindowsWhereTransformersPutsThem) {
+  using W = std::vector<std::optional<int64_t>>;
+  const std::optional<int64_t> none;
+  // Qwen3: layer_types when listed, else the layers from max_window_layers on; no window unless use_sliding_window.
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"qwen3","num_hidden_layers":4,"use_sliding_window":true,
+    "sliding_window":64,"max_window_layers":2})")), (W{none, none, 64, 64}));
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"qwen3","num_hidden_layers":2,"use_sliding_window":true,"sliding_window":32,
+    "layer_types":["sliding_attention","full_attention"]})")), (W{32, none}));
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"qwen3","num_hidden_layers":4,"use_sliding_window":true,
+    "sliding_window":null,"max_window_layers":2})")), (W{none, none, none, none}));
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"qwen3","num_hidden_layers":2,"use_sliding_window":false,"sliding_window":64,
+    "max_window_layers":0})")), (W{none, none}));
+  // A layer listed as sliding without a window: transformers' mask fails; refused naming the keys.
+  EXPECT_NE(error_of(R"({"model_type":"qwen3","num_hidden_layers":2,"layer_types":["full_attention","sliding_attention"]})")
+                .find("'sliding_window'"), std::string::npos);
+  // Qwen3-MoE: every layer with use_sliding_window; layer_types is not read.
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"qwen3_moe","num_hidden_layers":2,"use_sliding_window":true,
+    "sliding_window":16,"layer_types":["full_attention","full_attention"]})")), (W{16, 16}));
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"qwen3_moe","num_hidden_layers":2,
+    "layer_types":["sliding_attention","full_attention"]})")), (W{none, none}));
+  // Qwen2-MoE: the even layers below max_window_layers.
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"qwen2_moe","num_hidden_layers":4,"num_attention_heads":16,
+    "use_sliding_window":true,"sliding_window":64,"max_window_layers":3})")), (W{64, none, 64, none}));
+  // Mixtral: every layer when sliding_window is not null.
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"mixtral","num_hidden_layers":2,"sliding_window":4096})")), (W{4096, 4096}));
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"mixtral","num_hidden_layers":2,"sliding_window":null})")), (W{none, none}));
+}
+
+// Qwen MoE layers: num_experts 0 makes every layer dense; mlp_only_layers naming no layer match nothing; a negative
+// decoder_sparse_step acts as its magnitude (Python's %).
+TEST(Families, QwenSparseLayersAsTransformersPicksThem) {
+  const ModelSpec none = parse(R"({"model_type":"qwen3_moe","num_hidden_layers":2,"num_experts":0})");
+  EXPECT_EQ(none.layers[0].moe(), nullptr);
+  EXPECT_EQ(none.layers[1].moe(), nullptr);
+  EXPECT_EQ(none.aux_loss, AuxLoss::None);
+  const ModelSpec out_of_range = parse(R"({"model_type":"qwen3_moe","num_hidden_layers":2,"mlp_only_layers":[5,-1]})");
+  EXPECT_NE(out_of_range.layers[0].moe(), nullptr);
+  EXPECT_NE(out_of_range.layers[1].moe(), nullptr);
+  const ModelSpec negative = parse(R"({"model_type":"qwen2_moe","num_hidden_layers":4,"num_attention_heads":16,
+    "decoder_sparse_step":-2})");
+  EXPECT_EQ(negative.layers[0].moe(), nullptr);
+  EXPECT_NE(negative.layers[1].moe(), nullptr);
+  EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_experts":0,"output_router_logits":true})").find("'output_router_logits'"),
+            std::string::npos);
+}
+
+// Keys a family's modeling code never reads are not refused for it; attribute_map aliases win over their fields.
+TEST(Families, KeysOnlySomeFamiliesRead) {
+  EXPECT_NO_THROW(parse(R"({"model_type":"gpt_oss","hidden_act":"gelu"})"));
+  EXPECT_NO_THROW(parse(R"({"model_type":"gpt_oss","router_jitter_noise":0.1})"));
+  EXPECT_NO_THROW(parse(R"({"model_type":"qwen2_moe","num_attention_heads":16,"router_jitter_noise":0.1})"));
+  EXPECT_NO_THROW(parse(R"({"model_type":"qwen3_moe","router_jitter_noise":0.1})"));
+  EXPECT_EQ(parse(R"({"model_type":"mixtral","num_experts":4,"num_local_experts":6})").layers[0].moe()->router.num_experts, 4);
+  EXPECT_EQ(parse(R"({"model_type":"gpt_oss","num_experts":8,"num_local_experts":16})").layers[0].moe()->router.num_experts, 8);
 }
 
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same

@@ -62,6 +62,7 @@ Tensor CausalLM::next_token_logits(const std::vector<int64_t>& ids, DecodeCache&
   const Tensor input_ids = Tensor::from_vector(ids, {1, count});
   StepContext context;
   context.layout = sequence_layout(input_ids, Tensor::from_vector(positions, {1, count}), Tensor());
+  require_rope_positions(spec(), context.layout);
   context.kv_cache = &cache;
   cache.start_pass(count);
   const Tensor hidden = run_layers(input_ids, context);
@@ -78,6 +79,7 @@ CausalLMOutput CausalLM::forward(const Batch& batch) {
   stash_ = {};
   stash_.input_ids = batch.input_ids;
   stash_.context.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
+  require_rope_positions(c, stash_.context.layout);
   stash_.context.training = training_;
   stash_.context.lora_draw = lora_draw_;
   stash_.final_hidden = run_layers(batch.input_ids, stash_.context);

@@ -1,5 +1,9 @@
 #include "moetune/model/sequence_layout.h"
 
+#include <algorithm>
+
+#include "moetune/core/error.h"
+
 namespace moetune::model {
 
 SequenceLayout sequence_layout(const Tensor& input_ids, const Tensor& position_ids,
@@ -22,6 +26,19 @@ SequenceLayout sequence_layout(const Tensor& input_ids, const Tensor& position_i
     layout.mask.key_valid = layout.token_valid;
   }
   return layout;
+}
+
+void require_rope_positions(const ModelSpec& spec, const SequenceLayout& layout) {
+  bool dynamic = false;
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers)
+      if (const AttentionSpec* a = sublayer.attention(); a && a->rope.type == "dynamic") dynamic = true;
+  if (!dynamic || layout.positions.empty()) return;
+  const int64_t last = *std::max_element(layout.positions.begin(), layout.positions.end());
+  if (last >= spec.max_position_embeddings)
+    fail("position {} reaches 'max_position_embeddings' ({}), where the config's dynamic RoPE (rope_type dynamic) "
+         "rescales its frequencies, which moetune does not implement: use sequences of at most {} tokens",
+         last, spec.max_position_embeddings, spec.max_position_embeddings);
 }
 
 }  // namespace moetune::model

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "moetune/core/tensor.h"
+#include "moetune/model/model_spec.h"
 #include "moetune/ops/attention.h"
 
 namespace moetune::model {
@@ -19,5 +20,10 @@ struct SequenceLayout {
 // A new document starts at each row and wherever a position does not follow its predecessor by one.
 SequenceLayout sequence_layout(const Tensor& input_ids, const Tensor& position_ids,
                                const Tensor& attention_mask);
+
+// transformers' dynamic RoPE is default RoPE until a position reaches max_position_embeddings; there it rescales
+// its base, and keeps the new base for later calls, which a step of its own cannot follow: such positions are
+// refused, naming the key. Other schedules take any position.
+void require_rope_positions(const ModelSpec& spec, const SequenceLayout& layout);
 
 }  // namespace moetune::model

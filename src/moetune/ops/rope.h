@@ -1,5 +1,6 @@
 // Rotary position embeddings, rotate-half style (the first and second halves of head_dim form the pairs),
-// with the frequency schedules transformers implements for these families: default, linear, llama3, yarn.
+// with the frequency schedules transformers implements for these families: default, dynamic (below
+// max_position_embeddings, where it is default RoPE), linear, llama3, yarn.
 #pragma once
 
 #include <optional>
@@ -12,7 +13,7 @@ namespace moetune::ops {
 
 // The RoPE frequency schedule as config.json's rope_parameters (v5) or rope_theta + rope_scaling (v4) give it.
 struct RopeSpec {
-  std::string type = "default";  // default, linear, llama3, yarn; "none": no RoPE at all (Nemotron-H)
+  std::string type = "default";  // default, dynamic, linear, llama3, yarn; "none": no RoPE at all (Nemotron-H)
   double theta = 10000.0;
   double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3

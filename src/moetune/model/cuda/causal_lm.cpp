@@ -162,7 +162,7 @@ CausalLMOutput CausalLM::QueuedLosses::read(float loss_sum_value, float aux_valu
 CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   const ModelSpec& c = spec();
   MOETUNE_CHECK(batch.labels.defined(), "forward_backward needs labels");
-  const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
+  const DeviceBatch device_batch = upload_batch(c, batch);
   const bool with_aux = wants_aux(batch);
   StepContext context{device_batch};
   context.training = true;
@@ -213,7 +213,7 @@ CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
 CausalLMOutput CausalLM::loss(const Batch& batch) {
   const ModelSpec& c = spec();
   MOETUNE_CHECK(batch.labels.defined(), "loss needs labels");
-  const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
+  const DeviceBatch device_batch = upload_batch(c, batch);
   const bool with_aux = wants_aux(batch);
   StepContext context{device_batch};
   Forward f = run_layers(context, with_aux);
@@ -236,7 +236,7 @@ CausalLMOutput CausalLM::loss(const Batch& batch) {
 
 Tensor CausalLM::logits(const Batch& batch) {
   const ModelSpec& c = spec();
-  const DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
+  const DeviceBatch device_batch = upload_batch(c, batch);
   StepContext context{device_batch};
   Forward f = run_layers(context, /*with_aux=*/false);
   clear_stashes();
@@ -246,7 +246,7 @@ Tensor CausalLM::logits(const Batch& batch) {
 }
 
 std::vector<std::vector<int32_t>> CausalLM::routing_choices(const Batch& batch) {
-  const DeviceBatch device_batch = upload_batch(spec().vocab_size, batch);
+  const DeviceBatch device_batch = upload_batch(spec(), batch);
   StepContext context{device_batch};
   run_layers(context, /*with_aux=*/false);
   std::vector<std::vector<int32_t>> choices;

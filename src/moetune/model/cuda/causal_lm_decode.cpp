@@ -30,7 +30,7 @@ Tensor CausalLM::next_token_logits(const std::vector<int64_t>& ids, DecodeCache&
   Batch batch;
   batch.input_ids = Tensor::from_vector(ids, {1, count});
   batch.position_ids = Tensor::from_vector(positions, {1, count});
-  DeviceBatch device_batch = upload_batch(c.vocab_size, batch);
+  DeviceBatch device_batch = upload_batch(c, batch);
   if (cache->tokens() == 0) {
     const int64_t bound = (count + kPromptLengthGranularity - 1) / kPromptLengthGranularity * kPromptLengthGranularity;
     device_batch.documents = ops::cuda::pack_documents(std::vector<int64_t>(ids.size(), 0), bound);

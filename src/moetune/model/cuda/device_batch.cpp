@@ -41,7 +41,8 @@ std::vector<int64_t> attention_documents(const SequenceLayout& layout) {
 
 }  // namespace
 
-DeviceBatch upload_batch(int64_t vocab_size, const Batch& batch) {
+DeviceBatch upload_batch(const ModelSpec& spec, const Batch& batch) {
+  const int64_t vocab_size = spec.vocab_size;
   MOETUNE_CHECK(batch.input_ids.dim() == 2 && batch.input_ids.dtype() == DType::I64 && batch.input_ids.device().is_cpu(),
                 "forward: input_ids must be I64 [B, S] on the host, got {}", batch.input_ids.str());
   DeviceBatch out;
@@ -49,6 +50,7 @@ DeviceBatch upload_batch(int64_t vocab_size, const Batch& batch) {
   out.seq = batch.input_ids.size(1);
   out.tokens = batch.input_ids.numel();
   out.layout = sequence_layout(batch.input_ids, batch.position_ids, batch.attention_mask);
+  require_rope_positions(spec, out.layout);
   const int64_t* ids = batch.input_ids.data<int64_t>();
   for (int64_t t = 0; t < out.tokens; ++t)
     if (ids[t] < 0 || ids[t] >= vocab_size)

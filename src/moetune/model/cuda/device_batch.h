@@ -37,7 +37,8 @@ struct DeviceBatch {
 // Padding cannot sit inside a document on the GPU (flash attention sees whole documents): each run of padding
 // becomes a document of its own, which no real token can see. A real token after padding in the same row
 // starts a new document too; that is exactly left padding. Padding between two parts of one document, which
-// the CPU reference can express, is refused.
-DeviceBatch upload_batch(int64_t vocab_size, const Batch& batch);
+// the CPU reference can express, is refused. Token ids outside the vocabulary, and positions the config's RoPE
+// does not take (model/sequence_layout.h), are refused too.
+DeviceBatch upload_batch(const ModelSpec& spec, const Batch& batch);
 
 }  // namespace moetune::model::cuda

@@ -1,6 +1,7 @@
 #include "moetune/model/families/decoder_config.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "moetune/core/error.h"
 
@@ -55,14 +56,22 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
   if (reader.has("attention_factor")) rope.attention_factor = reader.number("attention_factor", 1.0);
   rope.mscale = reader.number("mscale", 0.0);
   rope.mscale_all_dim = reader.number("mscale_all_dim", 0.0);
-  const bool known = rope.type == "default" || rope.type == "linear" || rope.type == "llama3" ||
-                     (rope.type == "yarn" && d.accepts_yarn);
-  if (!known)
-    refuse(key, "rope_type " + rope.type,
-           d.accepts_yarn ? "a RoPE schedule other than default, linear, llama3 and yarn"
-                          : "for this family, a RoPE schedule other than default, linear and llama3");
+  // _compute_yarn_parameters: `if factor is None: factor = max_position_embeddings / original_max_position_embeddings`
+  // (an explicit null; an absent key fails transformers' validation).
+  if (rope.type == "yarn" && dict.contains("factor") && dict["factor"].is_null() && rope.original_max_position_embeddings > 0)
+    rope.factor = double(max_position_embeddings) / double(rope.original_max_position_embeddings);
+  // dynamic (NTK) RoPE starts from the base rescaled for max_position_embeddings, which is the base itself, and
+  // rescales only when a position reaches max_position_embeddings: default RoPE below that (the model refuses
+  // positions beyond it, model/sequence_layout.h).
+  const bool known = rope.type == "default" || rope.type == "linear" || rope.type == "llama3" || rope.type == "yarn" ||
+                     rope.type == "dynamic";
+  if (!known) refuse(key, "rope_type " + rope.type, "a RoPE schedule other than default, dynamic, linear, llama3 and yarn");
+  // Every family's default RoPE rotates the whole head_dim whatever partial_rotary_factor says (their
+  // compute_default_rope_parameters never read it); the other schedules shorten their frequencies by it, which
+  // transformers' rotation then fails on, so they are refused.
+  if (rope.type == "default") rope.partial_rotary_factor = 1.0;
   if (rope.partial_rotary_factor != 1.0)
-    refuse("partial_rotary_factor", fmt::format("{}", rope.partial_rotary_factor), "partial RoPE");
+    refuse("partial_rotary_factor", fmt::format("{} with rope_type {}", rope.partial_rotary_factor, rope.type), "partial RoPE");
   if (!(rope.theta > 0)) fail("'rope_theta' must be positive, got {}", rope.theta);
   if (rope.type != "default" && !(rope.factor > 0)) fail("RoPE 'factor' must be positive, got {}", rope.factor);
   if (rope.type == "yarn" && rope.original_max_position_embeddings <= 0)
@@ -107,8 +116,10 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   if (a.qk_head_dim % 2 != 0) fail("'head_dim' must be even for RoPE, got {}", a.qk_head_dim);
   a.rope = read_rope(r, spec.max_position_embeddings, d);
 
-  const std::string act = r.string("hidden_act", "silu");
-  if (act != "silu" && act != "swish") refuse("hidden_act", act, "an MLP activation other than silu");
+  if (d.reads_hidden_act) {
+    const std::string act = r.string("hidden_act", "silu");
+    if (act != "silu" && act != "swish") refuse("hidden_act", act, "an MLP activation other than silu");
+  }
   if (double p = r.number("attention_dropout", 0.0); p != 0.0)
     refuse("attention_dropout", fmt::format("{}", p), "attention dropout");
   // pretraining_tp is left alone: transformers 5.17's decoders never read it (v4's Llama sliced its
@@ -150,54 +161,75 @@ LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::
   return LayerSpec{{SublayerSpec{"input_norm", attention}, SublayerSpec{"post_attn_norm", std::move(ffn)}}};
 }
 
-std::vector<bool> qwen_sparse_layers(const io::ConfigReader& r, int64_t num_layers) {
-  const int64_t step = r.integer("decoder_sparse_step", 1);
-  if (step <= 0) fail("'decoder_sparse_step' must be positive, got {}", step);
+std::vector<bool> qwen_sparse_layers(const io::ConfigReader& r, int64_t num_layers, int64_t num_experts) {
+  const int64_t step = std::abs(r.integer("decoder_sparse_step", 1));
+  if (step == 0) fail("'decoder_sparse_step' must not be 0");
   const std::vector<int64_t> dense = r.integers("mlp_only_layers");
-  for (int64_t layer : dense)
-    if (layer < 0 || layer >= num_layers)
-      fail("'mlp_only_layers' names layer {}, but there are {} layers", layer, num_layers);
   std::vector<bool> sparse(static_cast<size_t>(num_layers));
   for (int64_t layer = 0; layer < num_layers; ++layer)
-    sparse[size_t(layer)] = std::find(dense.begin(), dense.end(), layer) == dense.end() && (layer + 1) % step == 0;
+    sparse[size_t(layer)] = num_experts > 0 && std::find(dense.begin(), dense.end(), layer) == dense.end() &&
+                            (layer + 1) % step == 0;
   return sparse;
 }
 
-void build_qwen_moe_layers(const io::ConfigReader& r, DecoderConfig& c, const MoeSpec& moe) {
-  const std::vector<bool> sparse = qwen_sparse_layers(r, c.spec.num_layers());
-  for (size_t i = 0; i < sparse.size(); ++i)
-    c.spec.layers[i] = sparse[i] ? attention_then(c.attention, moe) : attention_then(c.attention, MlpSpec{c.intermediate_size});
-  read_load_balancing_loss(r, c.spec);
-  validate_decoder(c.spec);
+std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader& r, int64_t num_layers,
+                                                         bool reads_layer_types, SlidingRule derived) {
+  std::optional<int64_t> window;
+  if (r.boolean("use_sliding_window", false)) {
+    // Absent: the config classes' default 4096; an explicit null: no window.
+    const bool null_window = r.object().contains("sliding_window") && !r.has("sliding_window");
+    if (!null_window) window = r.integer("sliding_window", 4096);
+  }
+  const int64_t max_window_layers = r.integer("max_window_layers", 28);
+  const std::vector<std::string> types = reads_layer_types ? r.strings("layer_types") : std::vector<std::string>{};
+  if (!types.empty() && int64_t(types.size()) != num_layers)
+    fail("'layer_types' must list one type per layer ({}), got {}", num_layers, types.size());
+  std::vector<std::optional<int64_t>> windows(static_cast<size_t>(num_layers));
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    bool slides = false;
+    if (!types.empty()) {
+      const std::string& type = types[size_t(layer)];
+      if (type != "full_attention" && type != "sliding_attention")
+        fail("'layer_types' holds '{}', not a layer type moetune knows", type.substr(0, 100));
+      slides = type == "sliding_attention";
+    } else {
+      slides = derived(layer, max_window_layers, window.has_value());
+    }
+    if (!slides) continue;
+    if (!window || *window <= 0)
+      fail("layer {} is a sliding_attention layer but the window is {} ('use_sliding_window' {}, 'sliding_window' {}): "
+           "transformers' sliding mask fails or hides every key there", layer, window ? std::to_string(*window) : "none",
+           r.boolean("use_sliding_window", false), r.has("sliding_window") ? r.find("sliding_window")->dump() : std::string("null"));
+    windows[size_t(layer)] = window;
+  }
+  return windows;
 }
 
-void refuse_qwen_sliding_window(const io::ConfigReader& r, int64_t num_layers, int64_t default_max_window_layers,
-                                SlidingRule derived_sliding) {
-  const std::vector<std::string> types = r.strings("layer_types");
-  if (!types.empty()) {
-    if (int64_t(types.size()) != num_layers)
-      fail("'layer_types' must list one type per layer ({}), got {}", num_layers, types.size());
-    for (const std::string& type : types) {
-      if (type == "sliding_attention") refuse("layer_types", type, "sliding-window attention");
-      if (type != "full_attention") fail("'layer_types' holds '{}', not a layer type moetune knows", type.substr(0, 100));
-    }
+void build_qwen_moe_layers(const io::ConfigReader& r, DecoderConfig& c, const MoeSpec& moe,
+                           const std::vector<std::optional<int64_t>>& windows) {
+  const std::vector<bool> sparse = qwen_sparse_layers(r, c.spec.num_layers(), moe.router.num_experts);
+  for (size_t i = 0; i < sparse.size(); ++i) {
+    AttentionSpec attention = c.attention;
+    attention.sliding_window = windows[i];
+    c.spec.layers[i] = sparse[i] ? attention_then(attention, moe) : attention_then(attention, MlpSpec{c.intermediate_size});
+  }
+  if (std::none_of(sparse.begin(), sparse.end(), [](bool s) { return s; })) {
+    // No MoE layer (num_experts 0, or every layer listed dense): no router, so no aux loss (transformers fails
+    // when asked for router logits then).
+    if (r.boolean("output_router_logits", false))
+      fail("'output_router_logits' is true but no layer is sparse ('num_experts' {}): transformers fails there too",
+           moe.router.num_experts);
+    validate_decoder(c.spec);
     return;
   }
-  if (!r.boolean("use_sliding_window", false)) return;  // then sliding_window is ignored (Qwen2-MoE saves it as 0)
-  const int64_t window = r.integer("sliding_window", 4096);
-  if (window <= 0) fail("'sliding_window' must be positive when 'use_sliding_window' is true, got {}", window);
-  const int64_t max_window_layers = r.integer("max_window_layers", default_max_window_layers);
-  for (int64_t layer = 0; layer < num_layers; ++layer)
-    if (derived_sliding(layer, max_window_layers))
-      refuse("use_sliding_window", fmt::format("true (layer {} slides)", layer), "sliding-window attention");
+  read_load_balancing_loss(r, c.spec);
+  validate_decoder(c.spec);
 }
 
 void read_load_balancing_loss(const io::ConfigReader& r, ModelSpec& spec) {
   spec.aux_loss = AuxLoss::LoadBalancing;
   spec.aux_loss_coef = r.number("router_aux_loss_coef", 0.001);
   spec.aux_loss_by_default = r.boolean("output_router_logits", false);
-  if (double noise = r.number("router_jitter_noise", 0.0); noise != 0.0)
-    refuse("router_jitter_noise", fmt::format("{}", noise), "router jitter noise");
 }
 
 void validate_decoder(const ModelSpec& spec) {

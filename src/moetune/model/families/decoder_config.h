@@ -22,12 +22,13 @@ struct DecoderDefaults {
   // The RoPE dict the family's config class fills in when config.json has neither rope_parameters nor
   // rope_scaling (GPT-OSS: its yarn settings); nullopt: default RoPE.
   std::optional<nlohmann::json> rope_parameters;
-  bool accepts_yarn = false;  // YaRN is implemented on the CPU only; families opt in (the GPU refuses it)
   // The family's config class has layer_types (so a RoPE dict per layer type means something to it).
   bool has_layer_types = false;
   // Every query head has its own key and value (MLA): num_key_value_heads need not divide the heads; the family
   // decides what it means.
   bool per_head_kv = false;
+  // The family's modeling code reads hidden_act (GPT-OSS's hard-codes its activation and never reads it).
+  bool reads_hidden_act = true;
 };
 
 struct DecoderConfig {
@@ -51,21 +52,26 @@ std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id
 // One layer of the usual shape: h + attention(input_norm(h)), then h + ffn(post_attn_norm(h)).
 LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn);
 
-// The Qwen MoE rule: a layer is sparse unless listed in mlp_only_layers, then every decoder_sparse_step-th.
-std::vector<bool> qwen_sparse_layers(const io::ConfigReader& config, int64_t num_layers);
+// The Qwen MoE rule (Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer): a layer is sparse when num_experts > 0, it is
+// not listed in mlp_only_layers (entries naming no layer match nothing) and (layer + 1) % decoder_sparse_step is 0
+// (Python's %, so a negative step acts as its magnitude; 0 is refused: transformers divides by it).
+std::vector<bool> qwen_sparse_layers(const io::ConfigReader& config, int64_t num_layers, int64_t num_experts);
 
-// The Qwen families' attention pattern: layer_types when config.json lists them, else derived as the family's
-// config class does from use_sliding_window and max_window_layers (`derived_sliding` says which layers slide).
-// Sliding layers are refused until sliding attention exists.
-using SlidingRule = bool (*)(int64_t layer, int64_t max_window_layers);
-void refuse_qwen_sliding_window(const io::ConfigReader& config, int64_t num_layers, int64_t default_max_window_layers,
-                                SlidingRule derived_sliding);
+// Each layer's sliding window (nullopt: full attention), as the Qwen families' config classes and modeling decide:
+// the window is sliding_window when use_sliding_window (else none); which layers slide comes from layer_types when
+// the family reads them and config.json lists them, else from `derived` (given whether there is a window). A layer
+// that slides without a positive window (null, or Qwen2-MoE's 0 when use_sliding_window is off) is refused:
+// transformers' mask then fails or hides every key.
+using SlidingRule = bool (*)(int64_t layer, int64_t max_window_layers, bool windowed);
+std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader& config, int64_t num_layers,
+                                                         bool reads_layer_types, SlidingRule derived);
 
 // The Qwen MoE families' layers: `moe` where qwen_sparse_layers says, a dense MLP of intermediate_size
-// elsewhere; then their load-balancing loss and the shared checks.
-void build_qwen_moe_layers(const io::ConfigReader& config, DecoderConfig& decoder, const MoeSpec& moe);
+// elsewhere, each layer's attention with its window; then their load-balancing loss and the shared checks.
+void build_qwen_moe_layers(const io::ConfigReader& config, DecoderConfig& decoder, const MoeSpec& moe,
+                           const std::vector<std::optional<int64_t>>& windows);
 
-// The MoE load-balancing loss as the Qwen/Mixtral families configure it.
+// The MoE load-balancing loss as the Qwen/Mixtral/GPT-OSS families configure it.
 void read_load_balancing_loss(const io::ConfigReader& config, ModelSpec& spec);
 
 // Checks what every family shares once the layers exist: sizes positive and sane, k ≤ experts.

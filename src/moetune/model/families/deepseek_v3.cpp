@@ -109,7 +109,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r,
                                         {.vocab_size = 129280, .hidden_size = 7168, .intermediate_size = 18432,
                                          .num_hidden_layers = 61, .num_attention_heads = 128,
-                                         .num_key_value_heads = 128, .max_position_embeddings = 4096, .accepts_yarn = true,
+                                         .num_key_value_heads = 128, .max_position_embeddings = 4096,
                                          .per_head_kv = true});
   // FP8 e4m3 block-scaled weights (the released checkpoints) are dequantised on load (model/fp8_dequantize.h).
   if (const json* q = r.find("quantization_config")) {

@@ -51,7 +51,7 @@ ModelSpec describe(const io::ConfigReader& r) {
                                             .num_key_value_heads = 8, .head_dim = 64,
                                             .max_position_embeddings = 131072, .rms_norm_eps = 1e-5,
                                             .rope_theta = 150000.0, .rope_parameters = kDefaultRope,
-                                            .accepts_yarn = true, .has_layer_types = true});
+                                            .has_layer_types = true, .reads_hidden_act = false});
   check_quantization(r);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", true);
   c.attention.sinks = true;
@@ -59,7 +59,8 @@ ModelSpec describe(const io::ConfigReader& r) {
   if (window <= 0) fail("'sliding_window' must be positive, got {}", window);
 
   MoeSpec moe;
-  moe.router.num_experts = r.integer("num_local_experts", r.integer("num_experts", 128));
+  // attribute_map {"num_experts": "num_local_experts"}: the alias, set after the field, wins.
+  moe.router.num_experts = r.integer("num_experts", r.integer("num_local_experts", 128));
   moe.router.top_k = r.integer("num_experts_per_tok", 4);
   moe.router.topk_before_softmax = true;
   moe.router.bias = true;

@@ -9,14 +9,19 @@
 namespace moetune::model {
 namespace {
 
-// Qwen2MoeConfig (unlike Qwen2Config): the even layers below max_window_layers slide.
-bool qwen2_moe_sliding(int64_t layer, int64_t max_window_layers) { return layer % 2 == 0 && layer < max_window_layers; }
+// Qwen2MoeConfig without layer_types (unlike Qwen2Config): with use_sliding_window, the even layers below
+// max_window_layers slide.
+bool qwen2_moe_sliding(int64_t layer, int64_t max_window_layers, bool windowed) {
+  return windowed && layer % 2 == 0 && layer < max_window_layers;
+}
 
 ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r, {.vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 5632,
                                             .num_hidden_layers = 24, .num_attention_heads = 16,
+                                            .num_key_value_heads = 16,  // Qwen2MoeConfig's default, not the heads
                                             .max_position_embeddings = 32768, .has_layer_types = true});
-  refuse_qwen_sliding_window(r, c.spec.num_layers(), /*default_max_window_layers=*/28, qwen2_moe_sliding);
+  const std::vector<std::optional<int64_t>> windows =
+      qwen_sliding_windows(r, c.spec.num_layers(), /*reads_layer_types=*/true, qwen2_moe_sliding);
   c.attention.qkv_bias = r.boolean("qkv_bias", true);
   MoeSpec moe;
   moe.router.num_experts = r.integer("num_experts", 60);
@@ -24,7 +29,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   moe.router.renormalize = r.boolean("norm_topk_prob", false);
   moe.experts.intermediate = r.integer("moe_intermediate_size", 1408);
   moe.shared_expert = SharedExpertSpec{MlpSpec{r.integer("shared_expert_intermediate_size", 5632)}, /*sigmoid_gate=*/true};
-  build_qwen_moe_layers(r, c, moe);
+  build_qwen_moe_layers(r, c, moe, windows);
   return c.spec;
 }
 

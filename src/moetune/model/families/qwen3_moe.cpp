@@ -8,14 +8,16 @@
 namespace moetune::model {
 namespace {
 
-// Qwen3MoeConfig: with use_sliding_window every layer slides (max_window_layers is not read).
-bool every_layer(int64_t, int64_t) { return true; }
+// Qwen3MoeConfig has no layer_types (one in config.json is kept but never read): with a window every layer slides
+// (max_window_layers is not read either).
+bool every_layer(int64_t, int64_t, bool windowed) { return windowed; }
 
 ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r, {.vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144,
                                             .num_hidden_layers = 24, .num_key_value_heads = 4,
                                             .max_position_embeddings = 32768});
-  refuse_qwen_sliding_window(r, c.spec.num_layers(), /*default_max_window_layers=*/28, every_layer);
+  const std::vector<std::optional<int64_t>> windows =
+      qwen_sliding_windows(r, c.spec.num_layers(), /*reads_layer_types=*/false, every_layer);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
   c.attention.qk_norm = true;
   MoeSpec moe;
@@ -24,7 +26,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   moe.router.top_k = r.integer("num_experts_per_tok", 8);
   moe.router.renormalize = r.boolean("norm_topk_prob", false);
   moe.experts.intermediate = r.integer("moe_intermediate_size", 768);
-  build_qwen_moe_layers(r, c, moe);
+  build_qwen_moe_layers(r, c, moe, windows);
   return c.spec;
 }
 

@@ -55,7 +55,8 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
   std::vector<float> inv(size_t(head_dim / 2));
   for (size_t i = 0; i < inv.size(); ++i)
     inv[i] = 1.0f / std::pow(float(rope.theta), float(2 * i) / float(head_dim));
-  if (rope.type == "default") return inv;
+  // dynamic: default RoPE below max_position_embeddings, the only positions the model takes (decoder_config.cpp)
+  if (rope.type == "default" || rope.type == "dynamic") return inv;
   if (rope.type == "yarn") return yarn_inverse_frequencies(rope, head_dim);
   if (rope.type == "linear") {
     for (float& f : inv) f /= float(rope.factor);
@@ -80,7 +81,7 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
     }
     return inv;
   }
-  fail("rope_type '{}' is not supported yet (supported: default, linear, llama3, yarn)", rope.type);
+  fail("rope_type '{}' is not supported yet (supported: default, dynamic, linear, llama3, yarn)", rope.type);
 }
 
 void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int64_t>& positions, bool inverse,
