@@ -266,6 +266,18 @@ TEST(Families, UnknownArchitectureListsTheSupportedOnes) {
   for (const auto& name : supported_architectures()) EXPECT_NE(error.find(name), std::string::npos) << error;
 }
 
+// model_type picks the family, as AutoModelForCausalLM does; architectures only where model_type is unknown
+// (remote-code configs such as Kimi-K2's kimi_k2 / DeepseekV3ForCausalLM); known and contradicting: refused.
+TEST(Families, ModelTypePicksTheFamily) {
+  EXPECT_EQ(parse(R"({"model_type":"llama","architectures":["LlamaModel"],"num_attention_heads":4})").family, "llama");
+  EXPECT_EQ(parse(R"({"model_type":"llama","architectures":[],"num_attention_heads":4})").family, "llama");
+  EXPECT_EQ(parse(R"({"model_type":"kimi_k2","architectures":["DeepseekV3ForCausalLM"]})").family, "deepseek_v3");
+  const std::string error = error_of(R"({"model_type":"llama","architectures":["Qwen3ForCausalLM"]})");
+  EXPECT_NE(error.find("'model_type'"), std::string::npos) << error;
+  EXPECT_NE(error.find("Qwen3ForCausalLM"), std::string::npos) << error;
+  EXPECT_NE(error_of(R"({"model_type":"mistral","architectures":["MistralForCausalLM"]})").find("'mistral'"), std::string::npos);
+}
+
 TEST(Families, BadValuesNameTheKey) {
   EXPECT_NE(error_of(R"({"model_type":"llama","hidden_size":"big"})").find("'hidden_size' must be an integer"), std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"llama","hidden_size":64.5})").find("'hidden_size'"), std::string::npos);

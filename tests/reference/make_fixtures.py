@@ -132,6 +132,28 @@ FIXTURES = {
                                 "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
                                 "truncate": None}}),
         dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
+    # Dense Qwen3 with sliding windows where Qwen3Config puts them (use_sliding_window, layers from
+    # max_window_layers = 1 on slide, a window of 4 keys, shorter than the parity batches' documents) and YaRN RoPE
+    # (factor 4 over an original context of 16, truncated correction range); untied, fp32.
+    "qwen3_sliding_yarn": dict(
+        config=Qwen3Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+            use_sliding_window=True, sliding_window=4, max_window_layers=1,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 16},
+            tie_word_embeddings=False),
+        dtype=torch.float32, max_shard_size=None),
+    # Mixtral with a sliding window of 3 keys on every layer and dynamic RoPE (default RoPE below
+    # max_position_embeddings); untied, fp32.
+    "mixtral_sliding_dynamic": dict(
+        config=MixtralConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
+            num_experts_per_tok=2, sliding_window=3, max_position_embeddings=64,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 1e6, "factor": 2.0},
+            tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.01),
+        dtype=torch.float32, max_shard_size=None),
 }
 
 

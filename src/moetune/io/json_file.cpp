@@ -1,6 +1,8 @@
 #include "moetune/io/json_file.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "moetune/core/error.h"
 #include "moetune/io/regular_file.h"
@@ -32,6 +34,40 @@ void check_nesting(std::string_view text, const std::string& source) {
   }
 }
 
+// Python's json.dump writes float('inf') and float('nan') as bare Infinity / -Infinity / NaN, which json.load (so
+// transformers) reads back; JSON has no spelling for them (some published Mamba2 / Nemotron-H configs hold
+// "time_step_limit": [0.0, Infinity]). Outside strings JSON has no other bare word starting with I or N, so each
+// such token is rewritten as transformers 5's {"__float__": "Infinity"}, which the config reader takes. Nothing to
+// rewrite: nullopt (no copy).
+std::optional<std::string> respell_python_floats(std::string_view text) {
+  std::optional<std::string> out;
+  bool in_string = false;
+  size_t copied = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    for (std::string_view word : {std::string_view("-Infinity"), std::string_view("Infinity"), std::string_view("NaN")}) {
+      if (text.substr(i, word.size()) != word) continue;
+      if (!out) out.emplace();
+      out->append(text.substr(copied, i - copied));
+      out->append(fmt::format("{{\"__float__\": \"{}\"}}", word));
+      i += word.size() - 1;
+      copied = i + 1;
+      break;
+    }
+  }
+  if (out) out->append(text.substr(copied));
+  return out;
+}
+
 template <typename Json>
 std::string dump_abbreviated(const Json& value, size_t max_chars) {
   std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -46,18 +82,12 @@ std::string dump_abbreviated(const Json& value, size_t max_chars) {
 template <typename Json>
 Json parse_json_text(std::string_view text, const std::string& source) {
   check_nesting(text, source);
+  const std::optional<std::string> respelled = respell_python_floats(text);
+  if (respelled) text = *respelled;
   try {
     return Json::parse(text);
   } catch (const typename Json::parse_error& e) {
-    // Python's json.dump writes float('inf') and NaN as bare Infinity / NaN, which JSON has no spelling for (some
-    // published Mamba2 / Nemotron-H configs hold "time_step_limit": [0.0, Infinity]); say how to fix the file.
-    const size_t from = e.byte > 16 ? size_t(e.byte) - 16 : 0;
-    const std::string_view near = text.substr(std::min(from, text.size()), 32);
-    const bool python_float = near.find("Infinity") != std::string_view::npos || near.find("NaN") != std::string_view::npos;
-    throw Error(fmt::format("{}not JSON (syntax error at byte {}){}", prefix(source), e.byte,
-                            python_float ? ": Infinity and NaN are Python's, not JSON; write the value as a number or as "
-                                           "{\"__float__\": \"Infinity\"} (how transformers 5 saves it)"
-                                         : ""));
+    throw Error(fmt::format("{}not JSON (syntax error at byte {})", prefix(source), e.byte));
   } catch (const typename Json::exception& e) {  // a number past double's range (1e309)
     throw Error(fmt::format("{}not JSON ({})", prefix(source), e.what()));
   }

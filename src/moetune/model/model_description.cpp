@@ -17,19 +17,40 @@ std::string supported_list() {
   return names;
 }
 
+const Family* family_by_model_type(const std::string& model_type) {
+  for (const Family* family : families())
+    if (model_type == family->model_type) return family;
+  return nullptr;
+}
+
+const Family* family_by_architecture(const std::string& architecture) {
+  for (const Family* family : families())
+    if (architecture == family->architecture) return family;
+  return nullptr;
+}
+
+// As transformers' AutoModelForCausalLM: model_type picks the family (architectures may name another head class,
+// e.g. "LlamaModel", or be absent). A model_type moetune does not know falls back to architectures[0], which is
+// how remote-code configs of a known architecture read (Kimi-K2: model_type "kimi_k2", DeepseekV3ForCausalLM).
+// The two naming different known families is refused, naming both.
 const Family& resolve_family(const json& config) {
-  auto architectures = config.find("architectures");
-  if (architectures != config.end() && !architectures->is_null()) {
-    if (!architectures->is_array() || architectures->empty() || !(*architectures)[0].is_string())
+  std::string architecture;
+  if (auto architectures = config.find("architectures"); architectures != config.end() && !architectures->is_null()) {
+    if (!architectures->is_array() || (!architectures->empty() && !(*architectures)[0].is_string()))
       fail("'architectures' must be a list of class names");
-    const std::string architecture = (*architectures)[0].get<std::string>();
-    for (const Family* family : families())
-      if (architecture == family->architecture) return *family;
-    fail("architecture '{}' is not supported; supported: {}", architecture.substr(0, 100), supported_list());
+    if (!architectures->empty()) architecture = (*architectures)[0].get<std::string>();
   }
   const std::string model_type = io::ConfigReader(config).string("model_type", "");
-  for (const Family* family : families())
-    if (model_type == family->model_type) return *family;
+  const Family* by_type = family_by_model_type(model_type);
+  const Family* by_architecture = family_by_architecture(architecture);
+  if (by_type && by_architecture && by_type != by_architecture)
+    fail("'model_type' is '{}' but 'architectures' names {} ({}): transformers builds the model_type's family; fix "
+         "whichever is wrong", model_type.substr(0, 100), architecture.substr(0, 100), by_architecture->model_type);
+  if (by_type) return *by_type;
+  if (by_architecture) return *by_architecture;
+  if (!architecture.empty() || !model_type.empty())
+    fail("model_type '{}' / architecture '{}' is not supported; supported: {}", model_type.substr(0, 100),
+         architecture.substr(0, 100), supported_list());
   fail("neither 'architectures' nor a supported 'model_type' (got '{}'); supported: {}", model_type.substr(0, 100),
        supported_list());
 }

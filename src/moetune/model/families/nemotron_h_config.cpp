@@ -39,11 +39,12 @@ NemotronHLayer layer_from_pattern(char symbol) {
   }
 }
 
-// transformers: layers_block_type (or its alias layer_types) wins; else hybrid_override_pattern; else its default
-// pattern of four layers. num_hidden_layers is ignored when it disagrees (transformers only warns).
+// transformers: layer_types wins (it is applied last, over its alias layers_block_type); else layers_block_type;
+// else hybrid_override_pattern; else its default pattern of four layers. num_hidden_layers is ignored when it
+// disagrees (transformers only warns).
 std::vector<NemotronHLayer> read_layers(const io::ConfigReader& r) {
   std::vector<NemotronHLayer> layers;
-  for (const char* key : {"layers_block_type", "layer_types"}) {
+  for (const char* key : {"layer_types", "layers_block_type"}) {
     if (!r.has(key)) continue;
     for (const std::string& name : r.strings(key)) layers.push_back(layer_named(name, key));
     return layers;
@@ -98,7 +99,8 @@ NemotronHConfig read_nemotron_h_config(const io::ConfigReader& r) {
   c.head_dim = r.integer("head_dim", 128);
   c.intermediate_size = r.integer("intermediate_size", 21504);
   c.mlp_bias = r.boolean("mlp_bias", false);
-  c.num_experts = r.integer(spelled(r, {"n_routed_experts", "num_local_experts"}), 8);
+  // num_local_experts wins when both are given (NemotronHConfig sets it after n_routed_experts).
+  c.num_experts = r.integer(spelled(r, {"num_local_experts", "n_routed_experts"}), 8);
   c.top_k = r.integer("num_experts_per_tok", 2);
   c.moe_intermediate_size = r.integer("moe_intermediate_size", 7688);
   c.shared_intermediate_size = r.integer("moe_shared_expert_intermediate_size", 7688);
@@ -108,6 +110,9 @@ NemotronHConfig read_nemotron_h_config(const io::ConfigReader& r) {
   c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
   c.moe_latent_size = r.optional_integer("moe_latent_size");
   c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0);
+  // NemotronHAttention applies attention_dropout in training mode: random masks no step can reproduce.
+  if (double p = r.number("attention_dropout", 0.0); p != 0.0)
+    refuse("attention_dropout", fmt::format("{}", p), "attention dropout");
   if (r.string("mlp_hidden_act", "relu2") != "relu2")
     refuse("mlp_hidden_act", r.string("mlp_hidden_act", ""), "a Nemotron-H MLP activation other than relu2");
   if (c.layers.empty()) fail("config.json: the Nemotron-H layer pattern is empty (layers_block_type / hybrid_override_pattern)");
