@@ -42,14 +42,14 @@ struct AttentionSpec {
   int64_t qk_head_dim = 0, v_head_dim = 0;  // equal for every family so far; MLA will differ
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;                     // RMSNorm over head_dim on q and k before RoPE (Qwen3)
-  std::optional<int64_t> sliding_window;    // GPT-OSS's sliding_attention layers (CPU only so far)
-  bool sinks = false;                       // a learned per-head softmax sink, GPT-OSS (CPU only so far)
+  std::optional<int64_t> sliding_window;    // sliding_attention layers: keys t - window + 1 .. t (GPT-OSS, Qwen, Mixtral)
+  bool sinks = false;                       // a learned per-head softmax sink, GPT-OSS
   ops::RopeSpec rope;                       // type "none": no positional embedding at all (Nemotron-H)
   std::optional<MlaSpec> mla;               // DeepSeek-V3: multi-head latent attention instead of q/k/v
   double softmax_scale() const;             // 1 / sqrt(qk_head_dim)
 };
 
-// ClampedSwiGLU: GPT-OSS's experts, with `MlpSpec::clamp`'s constants (CPU only so far).
+// ClampedSwiGLU: GPT-OSS's experts, with `MlpSpec::clamp`'s constants.
 // ReluSquared: Nemotron-H's MLPs and experts, down(relu(up x)²) with no gate: the first projection (the engine's
 // `gate_up` parameter) holds up alone, [I, H] instead of [2I, H].
 enum class Activation { SwiGLU, ClampedSwiGLU, ReluSquared };
