@@ -2,6 +2,7 @@
 // tensor, for every fixture and every way of holding the weights.
 #include <gtest/gtest.h>
 
+#include "moetune/io/safetensors.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/ops/cast.h"
 #include "test_util.h"
@@ -91,6 +92,33 @@ TEST(Checkpoint, TiedModelsHaveNoLmHead) {
   ModelWeights weights = load_checkpoint(testing::fixture("qwen3_tiny"));
   EXPECT_TRUE(weights.spec().tie_word_embeddings);
   EXPECT_THROW(weights.parameter("lm_head"), Error);
+}
+
+// transformers' tie_weights: a tied config whose files hold a differing lm_head.weight loads untied (both trained);
+// an equal copy (in any dtype) is the embedding itself.
+TEST(Checkpoint, TiedConfigWithADifferingHeadLoadsUntied) {
+  ScratchDir differing, equal, out;
+  const SafetensorsFolder original = SafetensorsFolder::open(testing::fixture("qwen3_tiny"));
+  io::NamedTensors tensors;
+  for (const std::string& name : original.names()) tensors.emplace_back(name, original.tensor(name));
+  const Tensor embedding = original.tensor("model.embed_tokens.weight");
+  std::filesystem::copy_file(testing::fixture("qwen3_tiny") / "config.json", differing.path() / "config.json");
+  std::filesystem::copy_file(testing::fixture("qwen3_tiny") / "config.json", equal.path() / "config.json");
+  io::NamedTensors with_copy = tensors;
+  with_copy.emplace_back("lm_head.weight", ops::cast(embedding, DType::F32));  // the same values, another dtype
+  io::save_safetensors(equal.path() / "model.safetensors", with_copy);
+  EXPECT_TRUE(load_checkpoint(equal.path()).spec().tie_word_embeddings);
+  Tensor head = ops::cast(embedding, DType::F32);
+  head.data<float>()[0] += 1.0f;
+  tensors.emplace_back("lm_head.weight", ops::cast(head, embedding.dtype()));
+  io::save_safetensors(differing.path() / "model.safetensors", tensors);
+  ModelWeights weights = load_checkpoint(differing.path());
+  EXPECT_FALSE(weights.spec().tie_word_embeddings);
+  EXPECT_TRUE(weights.parameter("lm_head").same_bytes(ops::cast(head, embedding.dtype())));
+  save_checkpoint(weights, out.path());
+  const SafetensorsFolder saved = SafetensorsFolder::open(out.path());
+  EXPECT_TRUE(saved.contains("lm_head.weight"));
+  EXPECT_TRUE(saved.tensor("model.embed_tokens.weight").same_bytes(embedding));
 }
 
 TEST(Checkpoint, GpuLoadRoundTrips) {

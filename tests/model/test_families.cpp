@@ -315,6 +315,7 @@ TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
       {R"({"model_type":"llama","partial_rotary_factor":0.5,"rope_scaling":{"rope_type":"linear","factor":2.0}})",
        "'partial_rotary_factor'"},
       {R"({"model_type":"llama","attention_dropout":0.1})", "'attention_dropout'"},
+      {R"({"model_type":"qwen3","is_causal":false})", "'is_causal'"},
       {R"({"model_type":"mixtral","router_jitter_noise":0.1})", "'router_jitter_noise'"},
       {R"({"model_type":"gpt_oss","rope_parameters":{"rope_type":"longrope","factor":2.0}})", "'rope_parameters'"},
       {R"({"model_type":"gpt_oss","quantization_config":{"quant_method":"fp8"}})", "'quantization_config'"},
@@ -348,6 +349,8 @@ TEST(Families, RopeSchedulesEveryFamilyTakes) {
                                        "config.json");
     EXPECT_EQ(attention(p).rope.partial_rotary_factor, 1.0) << type;
   }
+  // rope_scaling false is falsy: rope_parameters (or default RoPE) as Python's `or` reads it.
+  EXPECT_EQ(attention(parse(R"({"model_type":"llama","num_attention_heads":32,"rope_scaling":false})")).rope.type, "default");
   // YaRN's explicit null factor: max_position_embeddings / original_max_position_embeddings (_compute_yarn_parameters).
   const ModelSpec n = parse(R"({"model_type":"qwen3","max_position_embeddings":4096,
     "rope_parameters":{"rope_type":"yarn","factor":null,"original_max_position_embeddings":1024}})");

@@ -70,7 +70,7 @@ std::string human_bytes(double bytes) {
 
 json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::Recompute recompute, bool update_in_backward,
                    int64_t lm_head_chunk_rows) {
-  const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
+  const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec_for(folder));
   const model::ModelSpec& c = layout.spec;
   static const model::AttentionSpec kNoAttention{};  // a model of Mamba2 and feed-forward layers only
   const model::AttentionSpec* first_attention = nullptr;

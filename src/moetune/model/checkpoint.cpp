@@ -1,5 +1,6 @@
 #include "moetune/model/checkpoint.h"
 
+#include <cstdio>
 #include <set>
 
 #include "moetune/core/flat_buffers.h"
@@ -41,6 +42,15 @@ bool is_layer_past_last(const std::string& name, int64_t num_layers) {
   const std::string index = name.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
   if (index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos) return false;
   return std::stoll(index) >= num_layers;
+}
+
+// lm_head.weight holds the embedding's values (in its dtype or another): a tied model's copy of its head.
+bool head_is_the_embedding(const SafetensorsFolder& files) {
+  const std::string head = "lm_head.weight", embedding = "model.embed_tokens.weight";
+  if (!files.contains(head) || !files.contains(embedding)) return false;
+  if (files.entry(head).shape != files.entry(embedding).shape) return false;
+  const Tensor a = files.tensor(head), b = files.tensor(embedding);
+  return a.dtype() == b.dtype() ? a.same_bytes(b) : ops::cast(a, DType::F32).same_bytes(ops::cast(b, DType::F32));
 }
 
 std::string where(const SafetensorsFolder& folder, const std::string& name) {
@@ -106,21 +116,31 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
     if (claimed.count(name) || is_ignored_buffer(name)) continue;
     if (config.skips_layers_past_last && is_layer_past_last(name, config.num_layers())) continue;  // not saved either
     // A tied model's head is its embedding; a copy of it on disk is harmless only if it is that copy.
-    if (name == "lm_head.weight" && config.tie_word_embeddings && files.contains("model.embed_tokens.weight") &&
-        files.tensor(name).same_bytes(files.tensor("model.embed_tokens.weight")))
-      continue;
+    if (name == "lm_head.weight" && config.tie_word_embeddings && head_is_the_embedding(files)) continue;
     fail("{}: unexpected tensor '{}' (not part of {} as config.json describes it)", where(files, name), name,
          config.architecture);
   }
   return stored_fused;
 }
 
+ModelSpec load_model_spec_for(const fs::path& folder) {
+  ModelSpec spec = load_model_spec(folder / "config.json");
+  if (!spec.tie_word_embeddings) return spec;
+  const SafetensorsFolder files = SafetensorsFolder::open(folder);
+  if (!files.contains("lm_head.weight") || head_is_the_embedding(files)) return spec;
+  if (files.entry("lm_head.weight").shape != files.entry("model.embed_tokens.weight").shape) return spec;  // named later
+  std::fprintf(stderr, "%s: tie_word_embeddings is true but lm_head.weight differs from the embedding: trained untied, "
+               "as transformers loads it (it warns the same)\n", folder.string().c_str());
+  spec.tie_word_embeddings = false;
+  return spec;
+}
+
 ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options) {
   ModelWeights weights;
   weights.source = folder;
-  weights.layout = parameter_layout(load_model_spec(folder / "config.json"));
-  freeze_parameters(weights.layout, options.frozen);
+  weights.layout = parameter_layout(load_model_spec_for(folder));
   SafetensorsFolder files = SafetensorsFolder::open(folder);
+  freeze_parameters(weights.layout, options.frozen);
   // The whole model is checked (headers only), then this rank keeps its share of the experts.
   const std::vector<bool> whole_fused = match_checkpoint(weights.layout, files);
   const ParameterLayout whole = weights.layout;

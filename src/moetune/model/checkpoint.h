@@ -61,6 +61,12 @@ struct ModelWeights {
 // file and tensor at fault. Returns, per parameter, whether the folder holds it as one v5 fused tensor.
 std::vector<bool> match_checkpoint(const ParameterLayout& layout, const io::SafetensorsFolder& files);
 
+// The model description of the folder's config.json as its weight files make it: transformers' tie_weights
+// leaves a tied config untied (with a warning) when the files hold an lm_head.weight whose values differ from
+// the embedding's, and trains both; so does moetune (config.json is saved back unchanged, so transformers unties
+// the saved folder the same way). Said on stderr.
+ModelSpec load_model_spec_for(const std::filesystem::path& folder);
+
 // Marks every parameter whose engine name matches one of `patterns` as not trainable; a pattern that matches
 // nothing is an error naming it.
 void freeze_parameters(ParameterLayout& layout, const std::vector<std::string>& patterns);

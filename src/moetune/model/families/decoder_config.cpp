@@ -122,6 +122,8 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   }
   if (double p = r.number("attention_dropout", 0.0); p != 0.0)
     refuse("attention_dropout", fmt::format("{}", p), "attention dropout");
+  // masking_utils' create_causal_mask: a config with is_causal false attends both ways (a "power feature").
+  if (!r.truthy("is_causal", true)) refuse("is_causal", "false", "bidirectional attention in a causal LM");
   // pretraining_tp is left alone: transformers 5.17's decoders never read it (v4's Llama sliced its
   // projections by it; the result was the same product).
 
@@ -131,9 +133,11 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
 }
 
 const char* rope_dict_key(const io::ConfigReader& r) {
-  // transformers' convert_rope_params_to_dict: `rope_scaling or rope_parameters`, so a non-empty rope_scaling wins.
+  // transformers' convert_rope_params_to_dict: `rope_scaling or rope_parameters`, so a non-empty rope_scaling wins
+  // (an empty dict or false falls through to rope_parameters, as Python's `or` does).
   const json* scaling = r.find("rope_scaling");
-  return scaling && !(scaling->is_object() && scaling->empty()) ? "rope_scaling" : "rope_parameters";
+  const bool falsy = scaling && ((scaling->is_object() && scaling->empty()) || (scaling->is_boolean() && !scaling->get<bool>()));
+  return scaling && !falsy ? "rope_scaling" : "rope_parameters";
 }
 
 std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id, int64_t vocab_size) {
