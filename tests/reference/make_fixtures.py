@@ -31,6 +31,11 @@ DEEPSEEK_V3_TINY = dict(
                      "mscale": 0.707, "mscale_all_dim": 1.0},
     tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
 
+MIXTRAL_TINY = dict(
+    vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
+    tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.01)
+
 FIXTURES = {
     # MoE with one dense layer among MoE layers, renormalised top-k, untied, fp32, sharded into several files.
     "qwen3_moe_tiny": dict(
@@ -84,11 +89,7 @@ FIXTURES = {
         dtype=torch.float32, max_shard_size=None),
     # Mixtral: every layer MoE (always renormalised top-k), no sliding window, untied, fp32, sharded.
     "mixtral_tiny": dict(
-        config=MixtralConfig(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
-            num_experts_per_tok=2, sliding_window=None, rope_theta=1e6, max_position_embeddings=64,
-            tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.01),
+        config=MixtralConfig(**MIXTRAL_TINY, sliding_window=None, rope_theta=1e6),
         dtype=torch.float32, max_shard_size="40KB"),
     # Qwen2-MoE: q/k/v biases, sigmoid-gated shared expert, one dense layer among MoE layers, no
     # renormalisation, untied, fp32.
@@ -147,12 +148,8 @@ FIXTURES = {
     # Mixtral with a sliding window of 3 keys on every layer and dynamic RoPE (default RoPE below
     # max_position_embeddings); untied, fp32.
     "mixtral_sliding_dynamic": dict(
-        config=MixtralConfig(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
-            num_experts_per_tok=2, sliding_window=3, max_position_embeddings=64,
-            rope_parameters={"rope_type": "dynamic", "rope_theta": 1e6, "factor": 2.0},
-            tie_word_embeddings=False, output_router_logits=True, router_aux_loss_coef=0.01),
+        config=MixtralConfig(**MIXTRAL_TINY, sliding_window=3,
+                             rope_parameters={"rope_type": "dynamic", "rope_theta": 1e6, "factor": 2.0}),
         dtype=torch.float32, max_shard_size=None),
 }
 
