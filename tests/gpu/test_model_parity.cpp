@@ -277,7 +277,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
                          ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny",
                                            "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied",
                                            "deepseek_v3_pad_nulls", "nemotron_h_tiny", "qwen3_sliding_yarn",
-                                           "mixtral_sliding_dynamic"));
+                                           "mixtral_sliding_dynamic", "qwen2_tiny", "mistral_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

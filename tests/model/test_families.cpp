@@ -275,7 +275,7 @@ TEST(Families, ModelTypePicksTheFamily) {
   const std::string error = error_of(R"({"model_type":"llama","architectures":["Qwen3ForCausalLM"]})");
   EXPECT_NE(error.find("'model_type'"), std::string::npos) << error;
   EXPECT_NE(error.find("Qwen3ForCausalLM"), std::string::npos) << error;
-  EXPECT_NE(error_of(R"({"model_type":"mistral","architectures":["MistralForCausalLM"]})").find("'mistral'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"phi3","architectures":["Phi3ForCausalLM"]})").find("'phi3'"), std::string::npos);
 }
 
 TEST(Families, BadValuesNameTheKey) {
@@ -439,6 +439,32 @@ TEST(Families, KeysOnlySomeFamiliesRead) {
   EXPECT_NO_THROW(parse(R"({"model_type":"qwen3_moe","router_jitter_noise":0.1})"));
   EXPECT_EQ(parse(R"({"model_type":"mixtral","num_experts":4,"num_local_experts":6})").layers[0].moe()->router.num_experts, 4);
   EXPECT_EQ(parse(R"({"model_type":"gpt_oss","num_experts":8,"num_local_experts":16})").layers[0].moe()->router.num_experts, 8);
+}
+
+// Qwen2ForCausalLM and MistralForCausalLM: transformers v5's defaults and where their windows go.
+TEST(Families, Qwen2AndMistralDefaults) {
+  const ModelSpec q = parse(R"({"model_type":"qwen2","num_hidden_layers":3,"use_sliding_window":true,"sliding_window":16,
+    "max_window_layers":1})");
+  EXPECT_EQ(q.architecture, "Qwen2ForCausalLM");
+  EXPECT_EQ(q.vocab_size, 151936);
+  EXPECT_EQ(attention(q).num_kv_heads, 32);
+  EXPECT_EQ(attention(q).qk_head_dim, 128);  // 4096 / 32
+  EXPECT_TRUE(attention(q).qkv_bias);
+  EXPECT_FALSE(attention(q).o_bias);
+  EXPECT_FALSE(attention(q).qk_norm);
+  EXPECT_EQ(windows_of(q), (std::vector<std::optional<int64_t>>{std::nullopt, 16, 16}));
+  EXPECT_EQ(q.layers[0].sublayers[1].mlp()->intermediate, 22016);
+
+  const ModelSpec m = parse(R"({"model_type":"mistral","num_hidden_layers":2})");
+  EXPECT_EQ(m.architecture, "MistralForCausalLM");
+  EXPECT_EQ(attention(m).num_kv_heads, 8);
+  EXPECT_FALSE(attention(m).qkv_bias);
+  EXPECT_EQ(windows_of(m), (std::vector<std::optional<int64_t>>{4096, 4096}));  // MistralConfig's default window
+  EXPECT_EQ(m.max_position_embeddings, 131072);
+  const ModelSpec v3 = parse(R"({"model_type":"mistral","num_hidden_layers":2,"sliding_window":null,"head_dim":128,
+    "hidden_size":5120})");
+  EXPECT_EQ(windows_of(v3), (std::vector<std::optional<int64_t>>{std::nullopt, std::nullopt}));
+  EXPECT_EQ(attention(v3).qk_head_dim, 128);
 }
 
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same

@@ -16,7 +16,7 @@ import torch
 import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
-from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config
+from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig
 
 VOCAB = 96
 
@@ -143,6 +143,24 @@ FIXTURES = {
             use_sliding_window=True, sliding_window=4, max_window_layers=1,
             rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                              "original_max_position_embeddings": 16},
+            tie_word_embeddings=False),
+        dtype=torch.float32, max_shard_size=None),
+    # Dense Qwen2 (Qwen2.5): q/k/v biases, no o bias, sliding windows of 4 keys from max_window_layers = 2 on,
+    # tied embeddings, fp32.
+    "qwen2_tiny": dict(
+        config=Qwen2Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+            use_sliding_window=True, sliding_window=4, max_window_layers=2, rope_theta=1e6,
+            tie_word_embeddings=True),
+        dtype=torch.float32, max_shard_size=None),
+    # Mistral: head_dim (16) other than hidden / heads (8), a sliding window of 5 keys on every layer, linear RoPE,
+    # untied, fp32.
+    "mistral_tiny": dict(
+        config=MistralConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+            sliding_window=5, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
             tie_word_embeddings=False),
         dtype=torch.float32, max_shard_size=None),
     # Mixtral with a sliding window of 3 keys on every layer and dynamic RoPE (default RoPE below

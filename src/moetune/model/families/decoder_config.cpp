@@ -176,6 +176,10 @@ std::vector<bool> qwen_sparse_layers(const io::ConfigReader& r, int64_t num_laye
   return sparse;
 }
 
+bool slides_from_max_window_layers(int64_t layer, int64_t max_window_layers, bool windowed) {
+  return windowed && layer >= max_window_layers;
+}
+
 std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader& r, int64_t num_layers,
                                                          bool reads_layer_types, SlidingRule derived) {
   std::optional<int64_t> window;

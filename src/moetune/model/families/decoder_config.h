@@ -63,6 +63,8 @@ std::vector<bool> qwen_sparse_layers(const io::ConfigReader& config, int64_t num
 // that slides without a positive window (null, or Qwen2-MoE's 0 when use_sliding_window is off) is refused:
 // transformers' mask then fails or hides every key.
 using SlidingRule = bool (*)(int64_t layer, int64_t max_window_layers, bool windowed);
+// Qwen2Config's and Qwen3Config's rule without layer_types: with a window, the layers from max_window_layers on.
+bool slides_from_max_window_layers(int64_t layer, int64_t max_window_layers, bool windowed);
 std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader& config, int64_t num_layers,
                                                          bool reads_layer_types, SlidingRule derived);
 

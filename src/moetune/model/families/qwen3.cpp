@@ -7,17 +7,12 @@
 namespace moetune::model {
 namespace {
 
-// Qwen3Config without layer_types: with a window, the layers from max_window_layers on slide.
-bool from_max_window_layers(int64_t layer, int64_t max_window_layers, bool windowed) {
-  return windowed && layer >= max_window_layers;
-}
-
 ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r, {.vocab_size = 151936, .hidden_size = 4096, .intermediate_size = 22016,
                                             .num_hidden_layers = 32, .num_key_value_heads = 32, .head_dim = 128,
                                             .max_position_embeddings = 32768, .has_layer_types = true});
   const std::vector<std::optional<int64_t>> windows =
-      qwen_sliding_windows(r, c.spec.num_layers(), /*reads_layer_types=*/true, from_max_window_layers);
+      qwen_sliding_windows(r, c.spec.num_layers(), /*reads_layer_types=*/true, slides_from_max_window_layers);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
   c.attention.qk_norm = true;
   for (size_t i = 0; i < c.spec.layers.size(); ++i) {
