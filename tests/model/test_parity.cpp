@@ -24,8 +24,10 @@ constexpr double kTolerance = 1e-5;
 // score of a query by about the same amount, which softmax ignores; only RoPE's rotation breaks the tie), so
 // some of its elements are fp32 cancellation noise three to four orders below the rest, in transformers as
 // here. AdamW divides each element by its own RMS, which turns that noise into lr-sized steps: both sides
-// then move those elements by different amounts. Measured: 1.3e-5 and 2.5e-5 on llama_tiny's two layers.
-constexpr double kNearSymmetricTolerance = 1e-4;
+// then move those elements by different amounts. Measured: 1.3e-5 and 2.5e-5 on llama_tiny's two layers; 2.1e-4
+// (the GPU machine's 16 cores) and 2.7e-4 (2 cores) on qwen2_tiny's layer 1, whose rope_theta of 1e6 turns the
+// keys of an 8-token batch by so little that the tie is barely broken (its gradients before the step match at 1e-5).
+constexpr double kNearSymmetricTolerance = 5e-4;
 // After AdamW every tensor gets 3e-5: the per-element normalisation amplifies fp32 summation-order noise, and
 // OpenBLAS blocks its GEMMs differently with the thread count. Measured: at most 1e-5 on 2 cores, 1.67e-5 on
 // llama_tiny's layers.1 o_proj on the GPU machine's 16 cores.
