@@ -434,6 +434,9 @@ TEST(Families, QwenSparseLayersAsTransformersPicksThem) {
 // Keys a family's modeling code never reads are not refused for it; attribute_map aliases win over their fields.
 TEST(Families, KeysOnlySomeFamiliesRead) {
   EXPECT_NO_THROW(parse(R"({"model_type":"gpt_oss","hidden_act":"gelu"})"));
+  // GPT-OSS's sliding_window is read by sliding layers only.
+  EXPECT_NO_THROW(parse(R"({"model_type":"gpt_oss","num_hidden_layers":2,"sliding_window":0,
+    "layer_types":["full_attention","full_attention"]})"));
   EXPECT_NO_THROW(parse(R"({"model_type":"gpt_oss","router_jitter_noise":0.1})"));
   EXPECT_NO_THROW(parse(R"({"model_type":"qwen2_moe","num_attention_heads":16,"router_jitter_noise":0.1})"));
   EXPECT_NO_THROW(parse(R"({"model_type":"qwen3_moe","router_jitter_noise":0.1})"));

@@ -4,6 +4,8 @@
 // with biases and a clamped SwiGLU, stored fused and transposed with gate/up interleaved (mlp.experts.gate_up_proj
 // [E, H, 2I], down_proj [E, I, H]); the released checkpoints hold those as MXFP4, which loading dequantizes
 // (model/mxfp4.h). The load-balancing loss when output_router_logits. Defaults: transformers v5's GptOssConfig.
+#include <algorithm>
+
 #include "moetune/model/families/decoder_config.h"
 #include "moetune/model/families/decoder_parameters.h"
 #include "moetune/model/families/family.h"
@@ -56,7 +58,6 @@ ModelSpec describe(const io::ConfigReader& r) {
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", true);
   c.attention.sinks = true;
   const int64_t window = r.integer("sliding_window", 128);
-  if (window <= 0) fail("'sliding_window' must be positive, got {}", window);
 
   MoeSpec moe;
   // attribute_map {"num_experts": "num_local_experts"}: the alias, set after the field, wins.
@@ -72,6 +73,9 @@ ModelSpec describe(const io::ConfigReader& r) {
   moe.experts.clamp = ops::SwigluClamp{1.702f, 7.0f};
 
   const std::vector<bool> sliding = sliding_layers(r, c.spec.num_layers());
+  // Read only by the sliding layers: with none (every layer full_attention) any value goes, as in transformers.
+  if (window <= 0 && std::find(sliding.begin(), sliding.end(), true) != sliding.end())
+    fail("'sliding_window' must be positive where a layer slides, got {}", window);
   for (size_t layer = 0; layer < sliding.size(); ++layer) {
     AttentionSpec attention = c.attention;
     if (sliding[layer]) attention.sliding_window = window;
