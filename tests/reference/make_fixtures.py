@@ -31,6 +31,10 @@ DEEPSEEK_V3_TINY = dict(
                      "mscale": 0.707, "mscale_all_dim": 1.0},
     tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
 
+# The dense fixtures' shared sizes (Qwen3, Qwen2).
+DENSE_TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=64)
+
 MIXTRAL_TINY = dict(
     vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
@@ -56,10 +60,7 @@ FIXTURES = {
         dtype=torch.bfloat16, max_shard_size=None),
     # Dense Qwen3 (q/k norm), tied embeddings, bf16.
     "qwen3_tiny": dict(
-        config=Qwen3Config(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-            tie_word_embeddings=True),
+        config=Qwen3Config(**DENSE_TINY, num_hidden_layers=2, head_dim=8, tie_word_embeddings=True),
         dtype=torch.bfloat16, max_shard_size=None),
     # Llama with llama3 RoPE scaling and attention / MLP biases, fp32.
     "llama_tiny": dict(
@@ -82,10 +83,7 @@ FIXTURES = {
         dtype=torch.float32, max_shard_size=None),
     # Like qwen3_tiny but fp32 and untied (parity tests).
     "qwen3_f32": dict(
-        config=Qwen3Config(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-            tie_word_embeddings=False),
+        config=Qwen3Config(**DENSE_TINY, num_hidden_layers=2, head_dim=8, tie_word_embeddings=False),
         dtype=torch.float32, max_shard_size=None),
     # Mixtral: every layer MoE (always renormalised top-k), no sliding window, untied, fp32, sharded.
     "mixtral_tiny": dict(
@@ -138,9 +136,7 @@ FIXTURES = {
     # (factor 4 over an original context of 16, truncated correction range); untied, fp32.
     "qwen3_sliding_yarn": dict(
         config=Qwen3Config(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-            use_sliding_window=True, sliding_window=4, max_window_layers=1,
+            **DENSE_TINY, num_hidden_layers=3, head_dim=8, use_sliding_window=True, sliding_window=4, max_window_layers=1,
             rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                              "original_max_position_embeddings": 16},
             tie_word_embeddings=False),
@@ -149,9 +145,7 @@ FIXTURES = {
     # tied embeddings, fp32.
     "qwen2_tiny": dict(
         config=Qwen2Config(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-            use_sliding_window=True, sliding_window=4, max_window_layers=2, rope_theta=1e6,
+            **DENSE_TINY, num_hidden_layers=3, use_sliding_window=True, sliding_window=4, max_window_layers=2, rope_theta=1e6,
             tie_word_embeddings=True),
         dtype=torch.float32, max_shard_size=None),
     # Mistral: head_dim (16) other than hidden / heads (8), a sliding window of 5 keys on every layer, linear RoPE,

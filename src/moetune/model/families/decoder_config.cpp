@@ -213,6 +213,15 @@ std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader&
   return windows;
 }
 
+void build_dense_layers(DecoderConfig& c, const std::vector<std::optional<int64_t>>& windows) {
+  for (size_t i = 0; i < c.spec.layers.size(); ++i) {
+    AttentionSpec attention = c.attention;
+    attention.sliding_window = windows[i];
+    c.spec.layers[i] = attention_then(attention, MlpSpec{c.intermediate_size});
+  }
+  validate_decoder(c.spec);
+}
+
 void build_qwen_moe_layers(const io::ConfigReader& r, DecoderConfig& c, const MoeSpec& moe,
                            const std::vector<std::optional<int64_t>>& windows) {
   const std::vector<bool> sparse = qwen_sparse_layers(r, c.spec.num_layers(), moe.router.num_experts);

@@ -68,6 +68,10 @@ bool slides_from_max_window_layers(int64_t layer, int64_t max_window_layers, boo
 std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader& config, int64_t num_layers,
                                                          bool reads_layer_types, SlidingRule derived);
 
+// Dense decoder layers (attention then a SwiGLU MLP of intermediate_size), each attention with its window; then
+// the shared checks.
+void build_dense_layers(DecoderConfig& decoder, const std::vector<std::optional<int64_t>>& windows);
+
 // The Qwen MoE families' layers: `moe` where qwen_sparse_layers says, a dense MLP of intermediate_size
 // elsewhere, each layer's attention with its window; then their load-balancing loss and the shared checks.
 void build_qwen_moe_layers(const io::ConfigReader& config, DecoderConfig& decoder, const MoeSpec& moe,

@@ -15,12 +15,7 @@ ModelSpec describe(const io::ConfigReader& r) {
       qwen_sliding_windows(r, c.spec.num_layers(), /*reads_layer_types=*/true, slides_from_max_window_layers);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
   c.attention.qk_norm = true;
-  for (size_t i = 0; i < c.spec.layers.size(); ++i) {
-    AttentionSpec attention = c.attention;
-    attention.sliding_window = windows[i];
-    c.spec.layers[i] = attention_then(attention, MlpSpec{c.intermediate_size});
-  }
-  validate_decoder(c.spec);
+  build_dense_layers(c, windows);
   return c.spec;
 }
 
