@@ -47,6 +47,11 @@ bool ConfigReader::boolean(const char* key, bool fallback) const {
   return value->get<bool>();
 }
 
+bool ConfigReader::is_null(const char* key) const {
+  const auto found = object_.find(key);
+  return found != object_.end() && found->is_null();
+}
+
 bool ConfigReader::truthy(const char* key, bool fallback) const {
   const auto found = object_.find(key);
   if (found == object_.end()) return fallback;

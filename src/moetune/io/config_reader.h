@@ -16,6 +16,8 @@ class ConfigReader {
 
   const nlohmann::json* find(const char* key) const;  // null when absent or null
   bool has(const char* key) const { return find(key) != nullptr; }
+  // Written as an explicit null (Python's None), which several config classes read apart from an absent key.
+  bool is_null(const char* key) const;
   int64_t integer(const char* key, int64_t fallback) const;
   std::optional<int64_t> optional_integer(const char* key) const;
   double number(const char* key, double fallback) const;

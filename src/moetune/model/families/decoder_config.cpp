@@ -106,8 +106,7 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   a.num_heads = r.integer("num_attention_heads", d.num_attention_heads);
   require_in_range(a.num_heads, "num_attention_heads", kMaxWidth);
   // Absent: the family's default; an explicit null: the heads (the config classes' __post_init__), not the default.
-  const bool kv_null = r.object().contains("num_key_value_heads") && !r.has("num_key_value_heads");
-  a.num_kv_heads = kv_null ? a.num_heads : r.integer("num_key_value_heads", d.num_key_value_heads.value_or(a.num_heads));
+  a.num_kv_heads = r.is_null("num_key_value_heads") ? a.num_heads : r.integer("num_key_value_heads", d.num_key_value_heads.value_or(a.num_heads));
   require_in_range(a.num_kv_heads, "num_key_value_heads", kMaxWidth);
   if (a.num_heads % a.num_kv_heads != 0 && !d.per_head_kv)
     fail("'num_attention_heads' ({}) must be a multiple of 'num_key_value_heads' ({})", a.num_heads, a.num_kv_heads);
@@ -183,11 +182,8 @@ bool slides_from_max_window_layers(int64_t layer, int64_t max_window_layers, boo
 std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader& r, int64_t num_layers,
                                                          bool reads_layer_types, SlidingRule derived) {
   std::optional<int64_t> window;
-  if (r.boolean("use_sliding_window", false)) {
-    // Absent: the config classes' default 4096; an explicit null: no window.
-    const bool null_window = r.object().contains("sliding_window") && !r.has("sliding_window");
-    if (!null_window) window = r.integer("sliding_window", 4096);
-  }
+  // Absent: the config classes' default 4096; an explicit null: no window.
+  if (r.boolean("use_sliding_window", false) && !r.is_null("sliding_window")) window = r.integer("sliding_window", 4096);
   const int64_t max_window_layers = r.integer("max_window_layers", 28);
   const std::vector<std::string> types = reads_layer_types ? r.strings("layer_types") : std::vector<std::string>{};
   if (!types.empty() && int64_t(types.size()) != num_layers)
@@ -211,6 +207,14 @@ std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader&
     windows[size_t(layer)] = window;
   }
   return windows;
+}
+
+std::optional<int64_t> every_layer_window(const io::ConfigReader& r, std::optional<int64_t> absent) {
+  if (r.is_null("sliding_window") || (!r.has("sliding_window") && !absent)) return std::nullopt;
+  const int64_t window = r.integer("sliding_window", absent.value_or(0));
+  if (window <= 0)
+    fail("'sliding_window' must be positive or null, got {} (transformers' mask would hide every key)", window);
+  return window;
 }
 
 void build_dense_layers(DecoderConfig& c, const std::vector<std::optional<int64_t>>& windows) {

@@ -41,8 +41,8 @@ DecoderConfig read_decoder_config(const io::ConfigReader& config, const DecoderD
 // The part of it every family shares, whatever its layers: dtype, bos / pad / eos token ids.
 void read_dtype_and_token_ids(const io::ConfigReader& config, ModelSpec& spec);
 
-// Where the RoPE settings are: "rope_scaling" when it is a non-empty dict (transformers prefers it), else
-// "rope_parameters" (which may be absent).
+// Where the RoPE settings are: "rope_scaling" unless it is absent or falsy (null, {}, false: transformers reads
+// `rope_scaling or rope_parameters`), else "rope_parameters" (which may be absent).
 const char* rope_dict_key(const io::ConfigReader& config);
 
 // nn.Embedding(vocab, hidden, padding_idx=pad_token_id)'s row: nullopt without a pad id; a negative id counts from
@@ -67,6 +67,11 @@ using SlidingRule = bool (*)(int64_t layer, int64_t max_window_layers, bool wind
 bool slides_from_max_window_layers(int64_t layer, int64_t max_window_layers, bool windowed);
 std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader& config, int64_t num_layers,
                                                          bool reads_layer_types, SlidingRule derived);
+
+// sliding_window as MixtralModel and MistralModel read it, one window for every layer: an explicit null is full
+// attention, an absent key `absent` (the config class's default: none for Mixtral, 4096 for Mistral); a value must
+// be positive (transformers' mask would hide every key otherwise).
+std::optional<int64_t> every_layer_window(const io::ConfigReader& config, std::optional<int64_t> absent);
 
 // Dense decoder layers (attention then a SwiGLU MLP of intermediate_size), each attention with its window; then
 // the shared checks.

@@ -14,13 +14,8 @@ ModelSpec describe(const io::ConfigReader& r) {
                                             .num_hidden_layers = 32, .num_key_value_heads = 8,
                                             .max_position_embeddings = 4096 * 32, .rms_norm_eps = 1e-5,
                                             .rope_theta = 1e6});
-  // MixtralModel takes the sliding mask on every layer when sliding_window is not null.
-  if (r.has("sliding_window")) {
-    c.attention.sliding_window = r.integer("sliding_window", 0);
-    if (*c.attention.sliding_window <= 0)
-      fail("'sliding_window' must be positive or null, got {} (transformers' mask would hide every key)",
-           *c.attention.sliding_window);
-  }
+  // MixtralModel takes the sliding mask on every layer when sliding_window is not null (MixtralConfig: none).
+  c.attention.sliding_window = every_layer_window(r, std::nullopt);
   // The router's input jitter (MixtralSparseMoeBlock, in training mode) is random noise no step can reproduce.
   if (double noise = r.number("router_jitter_noise", 0.0); noise != 0.0)
     refuse("router_jitter_noise", fmt::format("{}", noise), "router jitter noise");

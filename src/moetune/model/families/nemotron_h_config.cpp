@@ -94,8 +94,7 @@ NemotronHConfig read_nemotron_h_config(const io::ConfigReader& r) {
   c.chunk_size = r.integer(spelled(r, {"mamba_chunk_size", "chunk_size"}), 128);
   c.num_heads = r.integer("num_attention_heads", 32);
   // An explicit null means as many as the query heads (NemotronHConfig.__post_init__).
-  const bool kv_null = r.object().contains("num_key_value_heads") && !r.has("num_key_value_heads");
-  c.num_kv_heads = kv_null ? c.num_heads : r.integer("num_key_value_heads", 8);
+  c.num_kv_heads = r.is_null("num_key_value_heads") ? c.num_heads : r.integer("num_key_value_heads", 8);
   c.head_dim = r.integer("head_dim", 128);
   c.intermediate_size = r.integer("intermediate_size", 21504);
   c.mlp_bias = r.boolean("mlp_bias", false);
