@@ -158,6 +158,47 @@ TEST_F(GroupedGemmGpu, WeightGradMatchesCpu) {
       }
 }
 
+// The weight gradient's norm partials (grouped_matmul_weight_grad's last argument): their sum is Σ dW² over the
+// bf16 values written (fp32 sums of up to 128 x 128 squares a warp's slot, so a few ulps apart from a double sum),
+// dW itself is what it is without them, empty groups and partial tiles included, and two runs give the same bits.
+// Accumulating with partials is refused (an accumulated dW's empty groups hold sums no tile visits).
+TEST_F(GroupedGemmGpu, WeightGradSumsItsSquares) {
+  SCOPED_TRACE(seed());
+  for (const auto& sizes : kGroupSizes)
+    for (const auto& [n, k] : kSizes) {
+      SCOPED_TRACE(describe(sizes, n, k));
+      const Groups groups = make_groups(sizes);
+      const Tensor dy = random_normal({groups.rows(), n}, DType::BF16, Device::cuda(), rng());
+      const Tensor x = random_normal({groups.rows(), k}, DType::BF16, Device::cuda(), rng());
+      const Tensor plain = poisoned({groups.count(), n, k}, DType::BF16, Device::cuda());
+      const Tensor summed = poisoned({groups.count(), n, k}, DType::BF16, Device::cuda());
+      const int64_t slots = ops::cuda::grouped_weight_grad_norm_slots(summed);
+      // Stale values in both: every slot must be written (empty groups' with 0).
+      const Tensor partials = Tensor::from_vector(std::vector<float>(size_t(slots), 1e30f), {slots}).to(Device::cuda());
+      const Tensor again = Tensor::from_vector(std::vector<float>(size_t(slots), -1.0f), {slots}).to(Device::cuda());
+      ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, plain, /*accumulate=*/false);
+      ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, summed, /*accumulate=*/false, partials);
+      expect_same_values(summed, plain, "dW with partials");
+      const Tensor values = to_cpu_f32(summed);
+      double expected = 0;
+      for (int64_t i = 0; i < values.numel(); ++i) expected += double(values.data<float>()[i]) * values.data<float>()[i];
+      const Tensor host = partials.to(Device::cpu());
+      double total = 0;
+      for (int64_t i = 0; i < slots; ++i) total += host.data<float>()[i];
+      EXPECT_NEAR(total, expected, 1e-5 * expected + 1e-30);
+      ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, summed, /*accumulate=*/false, again);
+      expect_same_values(again.to(Device::cpu()), host, "partials of a second run");
+    }
+  const Groups groups = make_groups({3, 5});
+  const Tensor dy = random_normal({8, 64}, DType::BF16, Device::cuda(), rng());
+  const Tensor x = random_normal({8, 64}, DType::BF16, Device::cuda(), rng());
+  const Tensor dw = random_normal({2, 64, 64}, DType::BF16, Device::cuda(), rng());
+  const Tensor partials = Tensor::zeros({ops::cuda::grouped_weight_grad_norm_slots(dw)}, DType::F32).to(Device::cuda());
+  EXPECT_THROW(ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, dw, /*accumulate=*/true, partials), Error);
+  const Tensor short_partials = Tensor::zeros({1}, DType::F32).to(Device::cuda());
+  EXPECT_THROW(ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, dw, false, short_partials), Error);
+}
+
 TEST_F(GroupedGemmGpu, AllGroupsEmpty) {
   SCOPED_TRACE(seed());
   const int64_t experts = 5, n = 64, k = 136;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "moetune/io/safetensors.h"
 #include "test_util.h"
@@ -15,12 +16,17 @@
 namespace moetune {
 namespace {
 
+// The optimizer's phase where the experts' GEMM sums are added in (train/cuda/gpu_engine.cpp).
+constexpr const char* kExpertSumsPhase = "optimizer.norm (experts' sums from their GEMMs)";
+
 class NormInBackwardGpu : public testing::GpuTrainerTest {
  protected:
   // Runs the job with the overlap on and off and compares them; `extra` adds recipe overrides.
   void expect_same_runs(const std::string& name, std::vector<std::string> extra) {
     SCOPED_TRACE(name);
-    extra.insert(extra.end(), {"training.device=cuda", "optimizer.max_grad_norm=0.01", "training.profile=true"});
+    // The experts' GEMM sums (optimizer.norm_from_expert_gemms) are other partial sums: off on both sides here.
+    extra.insert(extra.end(), {"training.device=cuda", "optimizer.max_grad_norm=0.01", "training.profile=true",
+                               "optimizer.norm_from_expert_gemms=off"});
     std::vector<train::TrainResult> results;
     for (const std::string overlap : {"false", "true"}) {
       std::vector<std::string> overrides = extra;
@@ -91,6 +97,43 @@ TEST_F(NormInBackwardGpu, SameBitsWithTiedEmbeddingsDeepseekRecomputeAndLora) {
 TEST_F(NormInBackwardGpu, SameBitsWithTheLazyEmbedding) {
   expect_same_runs("lazy", {"optimizer.lazy_embedding=auto"});
   expect_same_runs("lazy_accumulate_1", {"optimizer.lazy_embedding=auto", "training.gradient_accumulation_steps=1"});
+}
+
+// optimizer.norm_from_expert_gemms (model/cuda/expert_norm_partials.h): with one micro-batch a step the experts'
+// weight-gradient GEMMs sum the squares they write and the norm's pass leaves those gradients out. The norm is
+// then the same squares in other partial sums: within 1e-6 of the pass's at step 1 (the same gradients), and the
+// same bits from run to run. With two micro-batches a step nothing is summed there (the pass reads them all).
+TEST_F(NormInBackwardGpu, ExpertGemmsSumTheirSquares) {
+  std::map<std::string, std::filesystem::path> saved;
+  const auto run = [&](const std::string& name, const std::string& setting, const std::string& accumulation) {
+    saved[name] = train::Trainer(recipe(name, {"training.device=cuda", "optimizer.max_grad_norm=0.01",
+                                               "training.profile=true", "optimizer.norm_from_expert_gemms=" + setting,
+                                               "training.gradient_accumulation_steps=" + accumulation}),
+                                 {}, false)
+                      .run()
+                      .final_model;
+    return steps(metrics(name));
+  };
+  const std::vector<nlohmann::json> off = run("gemm_off", "off", "1"), on = run("gemm_on", "on", "1"),
+                                    again = run("gemm_on_again", "on", "1");
+  ASSERT_EQ(off.size(), 6u);
+  ASSERT_EQ(on.size(), 6u);
+  ASSERT_EQ(again.size(), 6u);
+  EXPECT_EQ(on[0]["loss"].get<double>(), off[0]["loss"].get<double>());
+  EXPECT_NEAR(on[0]["grad_norm"].get<double>(), off[0]["grad_norm"].get<double>(), 1e-6 * off[0]["grad_norm"].get<double>());
+  for (size_t i = 0; i < on.size(); ++i) {
+    std::printf("step %zu: loss %.6f grad_norm %.9g (pass: %.6f %.9g)\n", i + 1, on[i]["loss"].get<double>(),
+                on[i]["grad_norm"].get<double>(), off[i]["loss"].get<double>(), off[i]["grad_norm"].get<double>());
+    EXPECT_EQ(again[i]["loss"].get<double>(), on[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(again[i]["grad_norm"].get<double>(), on[i]["grad_norm"].get<double>()) << "step " << i + 1;
+    EXPECT_NEAR(on[i]["loss"].get<double>(), off[i]["loss"].get<double>(), 1e-3) << "step " << i + 1;
+    EXPECT_GT(on[i]["grad_norm"].get<double>(), 0.01) << "step " << i + 1 << " not clipped";
+  }
+  expect_same_files(saved["gemm_on_again"], saved["gemm_on"]);
+  EXPECT_TRUE(profiled("gemm_on", kExpertSumsPhase));
+  EXPECT_FALSE(profiled("gemm_off", kExpertSumsPhase));
+  run("gemm_on_accumulate_2", "on", "2");
+  EXPECT_FALSE(profiled("gemm_on_accumulate_2", kExpertSumsPhase));
 }
 
 }  // namespace

@@ -64,6 +64,9 @@ TEST(RecipeTrainingKeys, LazyEmbeddingSetting) {
   EXPECT_EQ(parse_recipe("", "recipe.yaml").optimizer.norm_in_backward, "off");
   EXPECT_EQ(parse_recipe("", "r", {"optimizer.norm_in_backward=on"}).optimizer.norm_in_backward, "on");
   EXPECT_NE(error_of({"optimizer.norm_in_backward=auto"}).find("optimizer.norm_in_backward"), std::string::npos);
+  EXPECT_EQ(parse_recipe("", "r", {}).optimizer.norm_from_expert_gemms, "on");
+  EXPECT_EQ(parse_recipe("", "r", {"optimizer.norm_from_expert_gemms=off"}).optimizer.norm_from_expert_gemms, "off");
+  EXPECT_NE(error_of({"optimizer.norm_from_expert_gemms=auto"}).find("optimizer.norm_from_expert_gemms"), std::string::npos);
 }
 
 TEST(RecipeTrainingKeys, RecomputeAndAutoMicroBatch) {

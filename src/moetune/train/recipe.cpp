@@ -28,7 +28,8 @@ constexpr const char* kDefaultRecipe = R"({
                "recompute": "none", "recompute_keep_layers": 0, "lm_head_chunk_rows": 0},
   "optimizer": {"lr": 1e-5, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "precision": "fp32", "state": "fp32", "update_in_backward": "auto",
-                "lazy_embedding": "auto", "norm_in_backward": "off"},
+                "lazy_embedding": "auto", "norm_in_backward": "off",
+                "norm_from_expert_gemms": "on"},
   "schedule": {"type": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.0},
   "output": {"dir": "moetune-output", "save_every": 0, "keep_last": 2, "save_final": true},
   "logging": {"every": 1, "validation_every": 0, "tensorboard": true},
@@ -200,7 +201,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
     fail("{}: 'training.aux_loss_coef' must be config or a number, got {}", source, io::abbreviated_dump(t["aux_loss_coef"]));
   const json& o = j["optimizer"];
   r.optimizer = {o["lr"], o["beta1"], o["beta2"], o["eps"], o["weight_decay"], o["max_grad_norm"], o["precision"], o["state"],
-                 o["update_in_backward"], o["lazy_embedding"], o["norm_in_backward"]};
+                 o["update_in_backward"], o["lazy_embedding"], o["norm_in_backward"], o["norm_from_expert_gemms"]};
   const json& s = j["schedule"];
   r.schedule = {s["type"], s["warmup_steps"], s["min_lr_ratio"]};
   const json& out = j["output"];
@@ -239,6 +240,7 @@ Recipe to_recipe(const json& j, const std::string& source) {
   one_of("optimizer.update_in_backward", r.optimizer.update_in_backward, {"auto", "on", "off"});
   one_of("optimizer.lazy_embedding", r.optimizer.lazy_embedding, {"auto", "off"});
   one_of("optimizer.norm_in_backward", r.optimizer.norm_in_backward, {"on", "off"});
+  one_of("optimizer.norm_from_expert_gemms", r.optimizer.norm_from_expert_gemms, {"on", "off"});
   one_of("schedule.type", r.schedule.type, {"constant", "linear", "cosine"});
   one_of("lora.quantize", r.lora.quantize, {"none", "nf4"});
   require(r.lora.quantize == "none" || r.lora.settings.enabled() || !r.lora.adapter.empty(), source,

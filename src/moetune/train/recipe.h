@@ -105,6 +105,10 @@ struct Recipe {
     // slower, 110,229 → 108,387 tokens/s (H200, session 9: its reads slow the backward GEMMs beside them more than
     // the 1.2 ms pass it hides).
     std::string norm_in_backward = "off";
+    // The GPU engine on one rank, with clipping after the backward pass, one micro-batch a step: the experts'
+    // weight-gradient GEMMs sum the squares they write (model/cuda/expert_norm_partials.h), and the norm's pass
+    // reads every other gradient only. Fixed bits run to run, not the pass's (other partial sums, ~1e-7 apart).
+    std::string norm_from_expert_gemms = "on";
   } optimizer;
 
   struct Schedule {

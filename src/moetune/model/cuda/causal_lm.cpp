@@ -168,6 +168,7 @@ CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   context.training = true;
   context.lora_draw = lora_draw_++;
   context.overwrite_gradients = next_backward_overwrites_;
+  context.expert_norms = expert_norms_;
   next_backward_overwrites_ = false;
   Forward f;
   {

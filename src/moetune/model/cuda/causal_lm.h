@@ -82,6 +82,9 @@ class CausalLM final : public LanguageModel {
   // (StepContext::overwrite_gradients: its first chunk's d(W) with beta 0) and zero_grad() leaves it alone. Off:
   // zero_grad() zeroes it and every pass adds, the path before; the tests compare the two, bit for bit.
   void set_head_gradient_written(bool on);
+  // Or null: the MoE blocks' expert weight gradients sum their squares for the clipping norm there
+  // (model/cuda/expert_norm_partials.h) when their backward pass writes them whole. The engine owns it.
+  void set_expert_norm_partials(ExpertNormPartials* partials) { expert_norms_ = partials; }
   // training.recompute: which sublayers keep only their input for the backward pass (model/recompute.h); the
   // last `keep_last_layers` layers keep their stash anyway (training.recompute_keep_layers).
   void set_recompute(Recompute mode, int64_t keep_last_layers = 0);
@@ -156,6 +159,7 @@ class CausalLM final : public LanguageModel {
   // backward pass adds to as well.
   Tensor written_head_gradient_;
   int64_t lm_head_chunk_rows_ = 0;  // set_lm_head_chunk_rows
+  ExpertNormPartials* expert_norms_ = nullptr;  // set_expert_norm_partials
   // No backward pass since the gradients were made or zero_grad(): the next forward_backward is a step's first
   // micro-batch. Only zero_grad() sets it.
   bool next_backward_overwrites_ = true;

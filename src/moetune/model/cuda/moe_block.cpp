@@ -1,5 +1,7 @@
 #include "moetune/model/cuda/moe_block.h"
 
+#include "moetune/model/cuda/expert_norm_partials.h"
+
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/mlp_activation.h"
@@ -63,11 +65,16 @@ std::pair<Tensor, Tensor> MoeBlock::expert_weights() const {
   return {up_padded_, down_padded_};
 }
 
-void MoeBlock::add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite) const {
+// An overwritten gradient's squares are summed by its GEMM when the engine asks (StepContext::expert_norms).
+Tensor MoeBlock::norm_partials_for(const Tensor& grad, bool overwrite, ExpertNormPartials* norms) {
+  return overwrite && norms != nullptr ? norms->claim(grad) : Tensor();
+}
+
+void MoeBlock::add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite, ExpertNormPartials* norms) const {
   if (!p_.gate_up.grad.defined()) return;
   if (!padded_width_) {
     ops::cuda::grouped_matmul_weight_grad(dgate_up, dispatched_.rows, dispatched_.offsets, p_.gate_up.grad,
-                                          /*accumulate=*/!overwrite);
+                                          /*accumulate=*/!overwrite, norm_partials_for(p_.gate_up.grad, overwrite, norms));
     return;
   }
   Tensor padded = Tensor::empty(up_padded_.shape(), p_.gate_up.grad.dtype(), Device::cuda());
@@ -75,10 +82,11 @@ void MoeBlock::add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite) c
   add_cut_expert_rows(padded, p_.gate_up.grad);
 }
 
-void MoeBlock::add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated, bool overwrite) const {
+void MoeBlock::add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated, bool overwrite,
+                                    ExpertNormPartials* norms) const {
   if (!padded_width_) {
     ops::cuda::grouped_matmul_weight_grad(dexpert_out, activated, dispatched_.offsets, p_.down.grad,
-                                          /*accumulate=*/!overwrite);
+                                          /*accumulate=*/!overwrite, norm_partials_for(p_.down.grad, overwrite, norms));
     return;
   }
   Tensor padded = Tensor::empty(down_padded_.shape(), p_.down.grad.dtype(), Device::cuda());
@@ -226,7 +234,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     if (!p_.down.grad.defined()) return;
     Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
     activation_forward(spec_.experts, gate_up_out_, activated);
-    add_down_weight_grad(dexpert_out, activated, context.overwrite_gradients);
+    add_down_weight_grad(dexpert_out, activated, context.overwrite_gradients, context.expert_norms);
   };
   if (!overlap && !fused) down_weight_gradient();
   Tensor dactivated = device_like({rows, inner});
@@ -241,13 +249,13 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   activation_backward(spec_.experts, dactivated, gate_up_out_, dgate_up, /*recomputed=*/fused ? dactivated : Tensor());
   if (p_.gate_up_bias.grad.defined()) ops::cuda::expert_bias_grad(dgate_up, dispatched_.offsets, p_.gate_up_bias.grad);
   if (fused) {
-    add_down_weight_grad(dexpert_out, /*activated=*/dactivated, context.overwrite_gradients);
+    add_down_weight_grad(dexpert_out, /*activated=*/dactivated, context.overwrite_gradients, context.expert_norms);
     dexpert_out = Tensor();
   }
   dactivated = Tensor();
   if (!overlap) {
     gate_up_out_ = Tensor();
-    add_gate_up_weight_grad(dgate_up, context.overwrite_gradients);
+    add_gate_up_weight_grad(dgate_up, context.overwrite_gradients, context.expert_norms);
   }
   Tensor drows = device_like({rows, width});
   ops::cuda::grouped_matmul(dgate_up, up, /*transpose_w=*/false, dispatched_.offsets, drows);
@@ -258,7 +266,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   if (overlap) {
     phase.next("moe.experts.bwd");
     down_weight_gradient();
-    add_gate_up_weight_grad(dgate_up, context.overwrite_gradients);
+    add_gate_up_weight_grad(dgate_up, context.overwrite_gradients, context.expert_norms);
     dexpert_out = gate_up_out_ = Tensor();
     phase.next("moe.dispatch.bwd");
   }

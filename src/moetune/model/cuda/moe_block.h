@@ -45,8 +45,10 @@ class MoeBlock {
   std::pair<Tensor, Tensor> expert_weights() const;
   // The experts' weight gradients (accumulated into the parameters', cut back from the padded width if padded;
   // written instead when `overwrite`: StepContext::overwrite_gradients).
-  void add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite) const;
-  void add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated, bool overwrite) const;
+  static Tensor norm_partials_for(const Tensor& grad, bool overwrite, ExpertNormPartials* norms);
+  void add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite, ExpertNormPartials* norms) const;
+  void add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated, bool overwrite,
+                            ExpertNormPartials* norms) const;
   // rows [R, N] += bias[e] per expert group (GPT-OSS); nothing when the bias is absent.
   void add_expert_bias(const Param& bias, const Tensor& rows) const;
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows

@@ -7,6 +7,7 @@
 
 namespace moetune::model::cuda {
 
+class ExpertNormPartials;
 class KvCache;
 
 // The load-balancing loss's running sums over the MoE layers of one forward pass (device F32 [E] each).
@@ -34,6 +35,9 @@ struct StepContext {
   // zero them, and writing saves reading them (the experts' weight gradients: 1.2 GB per Qwen3-30B-A3B layer).
   // Every other gradient holds zeros then.
   bool overwrite_gradients = false;
+  // Or null: where a MoE block that overwrites its expert weights' gradients has their grouped GEMM sum their
+  // squares for the clipping norm (model/cuda/expert_norm_partials.h).
+  ExpertNormPartials* expert_norms = nullptr;
   uint64_t lora_draw = 0;       // with these masks, the same in a recomputed forward
 
   // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux

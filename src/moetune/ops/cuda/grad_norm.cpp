@@ -64,16 +64,31 @@ void grad_norm_sum_partials(const Tensor& partials, const Tensor& norm_squared) 
              fmt::format("grad_norm_sum_partials over {} partials", partials.numel()));
 }
 
-void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared, const MarkedRows* sparse) {
+void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared, const MarkedRows* sparse,
+                       const std::vector<Tensor>& precomputed) {
   check_device_scalar(norm_squared, "grad_norm_squared: norm_squared");
-  std::vector<int64_t> first_slots;
   int64_t slots = 0;
+  for (const Tensor& given : precomputed) {
+    MOETUNE_CHECK(given.defined() && given.device().is_cuda() && given.dtype() == DType::F32,
+                  "grad_norm_squared: precomputed partials {} are not F32 on cuda",
+                  given.defined() ? given.str() : std::string("undefined"));
+    slots += given.numel();
+  }
+  std::vector<int64_t> first_slots;
   for (const Tensor& grad : grads) {
     first_slots.push_back(slots);
     slots += grad.defined() ? grad_norm_slots(grad) : 0;  // an undefined one fails in grad_norm_partials
   }
   // Stream-ordered workspace: freed (back to the pool) after the kernels that use it, without waiting.
   const Tensor partials = Tensor::empty({slots}, DType::F32, Device::cuda());
+  int64_t at = 0;
+  for (const Tensor& given : precomputed) {
+    if (given.numel() > 0)
+      gpu::check(cudaMemcpyAsync(static_cast<float*>(partials.raw_data()) + at, given.raw_data(), given.nbytes(),
+                                 cudaMemcpyDeviceToDevice, gpu::stream()),
+                 "grad_norm_squared: copying precomputed partials");
+    at += given.numel();
+  }
   grad_norm_partials(grads, first_slots, partials, sparse);
   grad_norm_sum_partials(partials, norm_squared);
 }

@@ -20,7 +20,10 @@ struct MarkedRows {
 // sums below, each gradient's slots after the previous one's, then one fixed-order final reduction. An empty
 // list gives 0. sparse (or null): a gradient read in its marked rows only, with the same result bits (the others
 // would add +0).
-void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared, const MarkedRows* sparse = nullptr);
+// precomputed: partial sums some other kernel already made (CUDA F32, e.g. the experts' weight-gradient epilogue:
+// model/cuda/expert_norm_partials.h) for gradients left out of `grads`; they go first in the final reduction.
+void grad_norm_squared(const std::vector<Tensor>& grads, const Tensor& norm_squared, const MarkedRows* sparse = nullptr,
+                       const std::vector<Tensor>& precomputed = {});
 
 // grad_norm_squared in two parts, for a caller that has some gradients before others (the engine's backward
 // pass: train/cuda/overlapped_grad_norm.h). Each gradient owns grad_norm_slots(grad) consecutive floats of a

@@ -114,8 +114,13 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
   else launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
 }
 
+int64_t grouped_weight_grad_norm_slots(const Tensor& dw) {
+  MOETUNE_CHECK(dw.dim() == 3, "grouped_weight_grad_norm_slots: dw {} is not [experts, n, k]", dw.str());
+  return grouped_weight_grad_norm_slots(int(dw.size(0)), int(dw.size(1)), int(dw.size(2)));
+}
+
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
-                                bool accumulate) {
+                                bool accumulate, const Tensor& norm_partials) {
   constexpr std::string_view op = "grouped_matmul_weight_grad";
   check_matrix(op, "dy", dy, 2);
   check_matrix(op, "x", x, 2);
@@ -127,15 +132,26 @@ void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor&
   check_inner_size(op, "K", k);
   check_inner_size(op, "N", n);
   check_offsets(op, offsets, groups, rows);
+  if (norm_partials.defined()) {
+    check_operand(op, "norm_partials", norm_partials, 1, DType::F32);
+    check_same_device(op, {&dw, &norm_partials});
+    MOETUNE_CHECK(!accumulate, "{}: norm partials need an overwriting product (accumulate off): an accumulated "
+                  "dW's empty groups keep sums no tile visits", op);
+    MOETUNE_CHECK(norm_partials.numel() == grouped_weight_grad_norm_slots(dw), "{}: norm_partials {} for dw {}, expected [{}]",
+                  op, norm_partials.str(), dw.str(), grouped_weight_grad_norm_slots(dw));
+  }
   if (groups == 0) return;
   if (rows == 0) {  // every group is empty
     if (!accumulate) gpu::check(cudaMemsetAsync(dw.raw_data(), 0, dw.nbytes(), gpu::stream()), "zeroing dw");
+    if (norm_partials.defined())
+      gpu::check(cudaMemsetAsync(norm_partials.raw_data(), 0, norm_partials.nbytes(), gpu::stream()), "zeroing norm_partials");
     return;
   }
 
   const GroupedGemmProblem problem{.a = dy.raw_data(), .b = x.raw_data(), .out = dw.raw_data(),
                                    .offsets = static_cast<const int32_t*>(offsets.raw_data()), .rows = rows, .groups = int(groups),
-                                   .n = int(n), .k = int(k), .accumulate = accumulate};
+                                   .n = int(n), .k = int(k), .accumulate = accumulate,
+                                   .norm_partials = norm_partials.defined() ? static_cast<float*>(norm_partials.raw_data()) : nullptr};
   launch<GroupedGemmKind::WeightGrad>(op, problem, fmt::format("dy {}ᵀ, x {}", dy.str(), x.str()));
 }
 

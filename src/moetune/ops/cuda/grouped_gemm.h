@@ -20,7 +20,13 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
 
 // K-grouped weight gradient: dW_e = dy[rows_e]ᵀ · x[rows_e] for every e, dy [R, N], x [R, K], dw [E, N, K];
 // accumulate: dW_e += ... instead of =. An empty group gives dW_e = 0 (or leaves it when accumulating).
+// norm_partials (CUDA F32 [grouped_weight_grad_norm_slots(dw)], or undefined; not with accumulate): the
+// epilogue also writes partial sums of dW's squares there (of its bf16 values, as stored), so that their sum is
+// Σ dW² without reading dW back: the clipping norm's share of the experts (model/cuda/expert_norm_partials.h).
+// Each partial has one writer and a fixed order: the same bits for the same dW on every run.
 void grouped_matmul_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
-                                bool accumulate);
+                                bool accumulate, const Tensor& norm_partials = Tensor());
+// The floats grouped_matmul_weight_grad's norm partials take for dw [E, N, K].
+int64_t grouped_weight_grad_norm_slots(const Tensor& dw);
 
 }  // namespace moetune::ops::cuda

@@ -25,6 +25,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
 #include "moetune/ops/cuda/grouped_gemm_kernels.h"
+#include "moetune/ops/cuda/grouped_gemm_square_sum.cuh"
 
 namespace moetune::ops::cuda::grouped_gemm_detail {
 
@@ -47,8 +48,12 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
-template <class LayoutA, class LayoutB, class TileShape, class ClusterShape>
+// FusionOp: the epilogue's tree; the weight gradient's adds its squares' sums (grouped_gemm_square_sum.cuh).
+template <class LayoutA, class LayoutB, class TileShape, class ClusterShape,
+          class FusionOp = cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>>
 struct GroupedGemmConfig {
+  using Tile = TileShape;
+  using Cluster = ClusterShape;
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignment = 16 / int(sizeof(Element));  // TMA needs 16-byte aligned rows
 
@@ -57,8 +62,7 @@ struct GroupedGemmConfig {
       cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
       Element, LayoutD*, kAlignment,  // C: read only when beta != 0 (accumulating into D)
       Element, LayoutD*, kAlignment,  // D
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
-      cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>>::CollectiveOp;
+      cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong, FusionOp>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -173,24 +177,38 @@ __global__ void build_group_arrays_kernel(Geometry geometry, const int32_t* __re
   }
 }
 
+// One alpha and one beta for every group, in CUTLASS's linear-combination arguments (its friendly form).
+template <class Thread>
+void set_scalars(Thread& thread, float alpha, float beta) {
+  thread.alpha = alpha;
+  thread.beta = beta;
+  thread.alpha_ptr = nullptr;
+  thread.beta_ptr = nullptr;
+  thread.alpha_ptr_array = nullptr;
+  thread.beta_ptr_array = nullptr;
+  thread.dAlpha = {cute::_0{}, cute::_0{}, 0};
+  thread.dBeta = {cute::_0{}, cute::_0{}, 0};
+}
+
+// The same in the square-summed tree's arguments: the linear combination's (beta's broadcast, C, alpha's
+// broadcast times the accumulator, the multiply-add) under the node's own.
+inline void set_scalars(SquareSummedLinearCombination::Arguments& thread, float alpha, float beta) {
+  using Zero = cute::Stride<cute::_0, cute::_0, int64_t>;
+  thread.op_0 = {{{beta}, {nullptr}, {nullptr}, {Zero{}}}, {}, {{{alpha}, {nullptr}, {nullptr}, {Zero{}}}, {}, {}}, {}};
+}
+
 template <class Config>
 typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Config>& arrays, float alpha,
-                                                float beta, int sm_count) {
+                                                float beta, int sm_count, SquareSumPerWarp::Arguments sums = {}) {
   typename Config::Gemm::Arguments arguments{
       cutlass::gemm::GemmUniversalMode::kGrouped,
       {groups, arrays.shapes, /*host problem shapes:*/ nullptr},
       {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b},
       // C aliases D: only read when beta != 0 (CUTLASS skips the C load for a zero scalar beta).
       {{}, const_cast<const Element**>(arrays.d), arrays.stride_d, arrays.d, arrays.stride_d}};
-  auto& epilogue = arguments.epilogue.thread;
-  epilogue.alpha = alpha;
-  epilogue.beta = beta;
-  epilogue.alpha_ptr = nullptr;
-  epilogue.beta_ptr = nullptr;
-  epilogue.alpha_ptr_array = nullptr;
-  epilogue.beta_ptr_array = nullptr;
-  epilogue.dAlpha = {cute::_0{}, cute::_0{}, 0};  // one alpha and one beta for all groups
-  epilogue.dBeta = {cute::_0{}, cute::_0{}, 0};
+  set_scalars(arguments.epilogue.thread, alpha, beta);
+  if constexpr (std::is_same_v<std::decay_t<decltype(arguments.epilogue.thread)>, SquareSummedLinearCombination::Arguments>)
+    arguments.epilogue.thread.op_1 = sums;
   int device = 0;
   cudaGetDevice(&device);
   arguments.hw_info.device_id = device;
@@ -220,7 +238,8 @@ inline std::string cutlass_failure(const char* step, cutlass::Status status) {
 template <class Config, class Geometry>
 std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Config>& strides,
                              const int32_t* offsets, int groups, int64_t rows, float alpha, float beta, void* scratch,
-                             size_t scratch_size, int sm_count, cudaStream_t stream) {
+                             size_t scratch_size, int sm_count, cudaStream_t stream,
+                             SquareSumPerWarp::Arguments sums = {}) {
   const size_t workspace_bytes = Config::Gemm::get_workspace_size(
       make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count));
   const ScratchLayout layout = scratch_layout<Config>(groups, workspace_bytes);
@@ -244,7 +263,7 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
     return cuda_failure("launch of the group-array kernel", status);
 
-  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count);
+  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count, sums);
   typename Config::Gemm gemm;
   if (const cutlass::Status status = gemm.can_implement(arguments); status != cutlass::Status::kSuccess)
     return cutlass_failure("can_implement", status);

@@ -31,7 +31,14 @@ struct GroupedGemmProblem {
   int n, k;
   bool accumulate;   // out (+)= : added to what out holds instead of overwriting it
   float alpha = 1;   // out = alpha · product (+ out): LoRA's scale applied in the epilogue
+  // WeightGrad only, without accumulate (or null): grouped_weight_grad_norm_slots floats the epilogue fills with
+  // partial sums of dW's squares (its bf16 values, as stored), each written by one warp in a fixed order; their
+  // sum is Σ dW² (grouped_gemm_square_sum.cuh). Empty groups' slots are written 0.
+  float* norm_partials = nullptr;
 };
+
+// How many floats WeightGrad's norm partials take for dW [groups, n, k]: one per warp of every output tile.
+int64_t grouped_weight_grad_norm_slots(int groups, int n, int k);
 
 // Device scratch one launch needs (per-group shapes, pointers and strides, CUTLASS's workspace) on a GPU with
 // `sm_count` multiprocessors. The caller allocates it and may free it stream-ordered once the launch is queued.

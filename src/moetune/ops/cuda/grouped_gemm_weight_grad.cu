@@ -11,9 +11,25 @@ namespace moetune::ops::cuda {
 namespace {
 
 using namespace grouped_gemm_detail;
-// Ping-pong, 128x128x64 tiles (grouped_gemm_cutlass.cuh says why).
+// Ping-pong, 128x128x64 tiles (grouped_gemm_cutlass.cuh says why); the epilogue can sum the squares it stores
+// for the clipping norm (grouped_gemm_square_sum.cuh).
 using Config = GroupedGemmConfig<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor,
-                                 cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
+                                 cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
+                                 SquareSummedLinearCombination>;
+constexpr int kTileM = cute::size<0>(Config::Tile{}), kTileN = cute::size<1>(Config::Tile{});
+constexpr int kClusterM = cute::size<0>(Config::Cluster{}), kClusterN = cute::size<1>(Config::Cluster{});
+constexpr int kWarpsPerTile = 128 / 32;  // ping-pong: one consumer warpgroup a tile
+static_assert(cute::size(typename Config::Mainloop::TiledMma{}) == kWarpsPerTile * 32,
+              "the norm partials' slot count assumes one warpgroup a tile");
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+// A group's tile columns, and its slots: (n / kTileM) x (k / kTileN) tiles rounded up, and the tile rows and
+// columns up to whole clusters (CUTLASS's grouped scheduler visits those tiles too: measured, session 15),
+// times the warps of each tile.
+int tiles_n(int k) { return ceil_div(ceil_div(k, kTileN), kClusterN) * kClusterN; }
+int64_t slots_per_group(int n, int k) {
+  return int64_t(ceil_div(ceil_div(n, kTileM), kClusterM) * kClusterM) * tiles_n(k) * kWarpsPerTile;
+}
 
 // An empty group is given M = 0 rather than K = 0: with K = 0 CUTLASS would still visit the group's tiles but
 // run no MMA, and store accumulators that were never cleared. With M = 0 the group has no tiles at all, and
@@ -52,6 +68,8 @@ cudaError_t launch_zero_empty_groups(const int32_t* offsets, void* dw, int group
 
 }  // namespace
 
+int64_t grouped_weight_grad_norm_slots(int groups, int n, int k) { return int64_t(groups) * slots_per_group(n, k); }
+
 template <>
 size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGrad>(int groups, int sm_count) {
   return grouped_gemm_detail::scratch_bytes<Config>(groups, sm_count);
@@ -60,6 +78,14 @@ size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGrad>(int groups, int s
 template <>
 std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmProblem& problem, void* scratch,
                                                              size_t scratch_bytes, int sm_count, cudaStream_t stream) {
+  if (problem.norm_partials != nullptr) {
+    if (problem.accumulate) return "the weight gradient's norm partials need an overwriting product (accumulate off)";
+    // Empty groups have no tiles: their slots stay as zeroed here, as their dW_e is zeroed below.
+    if (const cudaError_t status = cudaMemsetAsync(
+            problem.norm_partials, 0, size_t(grouped_weight_grad_norm_slots(problem.groups, problem.n, problem.k)) * sizeof(float), stream);
+        status != cudaSuccess)
+      return cuda_failure("zeroing the norm partials", status);
+  }
   if (!problem.accumulate) {
     const int64_t group_elements = int64_t(problem.n) * problem.k;
     if (group_elements > 0) {
@@ -73,8 +99,10 @@ std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmPr
                                     static_cast<Element*>(problem.out), problem.n, problem.k};
   const UniformStrides<Config> strides{row_stride<Config::StrideA>(problem.n), row_stride<Config::StrideB>(problem.k),
                                        row_stride<Config::StrideD>(problem.k)};
+  const SquareSumPerWarp::Arguments sums{problem.norm_partials, tiles_n(problem.k), slots_per_group(problem.n, problem.k)};
   return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
-                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream);
+                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream,
+                                  sums);
 }
 
 }  // namespace moetune::ops::cuda

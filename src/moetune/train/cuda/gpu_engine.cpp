@@ -6,12 +6,15 @@
 // all-gathered back in place.
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <optional>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/flat_buffers.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/cuda/all_to_all_dispatcher.h"
 #include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/cuda/expert_norm_partials.h"
 #include "moetune/model/cuda/nf4_base.h"
 #include "moetune/model/device_support.h"
 #include "moetune/model/lora_weights.h"
@@ -82,6 +85,10 @@ class GpuEngine final : public TrainingEngine {
         model_.on_gradients_done([this](int64_t layer) { update_->layer_done(layer); });
       } else if (r.optimizer.norm_in_backward == "on" && r.optimizer.max_grad_norm > 0) {
         start_norm_in_backward(gradients);
+      } else if (r.optimizer.max_grad_norm > 0 && r.optimizer.norm_from_expert_gemms == "on") {
+        // The norm pass after the backward pass: the experts' weight gradients bring their own sums.
+        expert_norms_ = std::make_unique<model::cuda::ExpertNormPartials>();
+        model_.set_expert_norm_partials(expert_norms_.get());
       }
     }
     if (router_bias_rate_ > 0) {
@@ -155,6 +162,7 @@ class GpuEngine final : public TrainingEngine {
     }
     Tensor scale;
     const bool clipping = max_grad_norm > 0;
+    if (!clipping && expert_norms_) expert_norms_->take();  // the step sums the norm itself (below)
     if (clipping) {
       phase.next("optimizer.norm");
       gradient_norm_squared(gradients);
@@ -282,8 +290,25 @@ class GpuEngine final : public TrainingEngine {
     const ops::cuda::MarkedRows embedding_rows = lazy_ ? ops::cuda::MarkedRows{lazy_->position(), lazy_->marked_rows()}
                                                        : ops::cuda::MarkedRows{};
     const ops::cuda::MarkedRows* sparse = lazy_ ? &embedding_rows : nullptr;
-    if (norm_in_backward_) norm_in_backward_->finish(norm_squared_, sparse);
-    else ops::cuda::grad_norm_squared(gradients, norm_squared_, sparse);
+    if (norm_in_backward_) return norm_in_backward_->finish(norm_squared_, sparse);
+    if (!expert_norms_) return ops::cuda::grad_norm_squared(gradients, norm_squared_, sparse);
+    // The gradients whose grouped GEMM summed their squares this step are left out of the pass; their partials
+    // go first, in the list's order (the same order every step).
+    const std::map<const void*, Tensor> summed = expert_norms_->take();
+    std::vector<Tensor> rest, precomputed;
+    std::optional<ops::cuda::MarkedRows> rest_rows;
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      if (const auto found = summed.find(gradients[i].raw_data()); found != summed.end()) {
+        precomputed.push_back(found->second);
+        continue;
+      }
+      if (sparse && sparse->index == i) rest_rows = ops::cuda::MarkedRows{rest.size(), sparse->marked};
+      rest.push_back(gradients[i]);
+    }
+    MOETUNE_CHECK(precomputed.size() == summed.size(), "{} expert gradients summed their squares, {} of them are clipped",
+                  summed.size(), precomputed.size());
+    const PhaseScope phase(precomputed.empty() ? "optimizer.norm (pass)" : "optimizer.norm (experts' sums from their GEMMs)");
+    ops::cuda::grad_norm_squared(rest, norm_squared_, rest_rows ? &*rest_rows : nullptr, precomputed);
   }
   // Before each micro-batch's forward and backward pass: the step's last one starts the reductions (several
   // ranks) or the norm's partials (one rank) as its backward pass finishes each layer.
@@ -291,6 +316,8 @@ class GpuEngine final : public TrainingEngine {
     const bool last = ++micro_batch_ == micro_batches_;
     if (reduction_) reduction_->begin_micro_batch(last);
     if (norm_in_backward_) norm_in_backward_->begin_micro_batch(last);
+    // Only a step of one micro-batch: its backward pass writes the expert gradients whole, and last.
+    if (expert_norms_) expert_norms_->arm(micro_batches_ == 1);
   }
 
   // AdamW's moments (and fp32 master weights) in flat buffers, one view per slot; 8-bit moments with their
@@ -416,6 +443,8 @@ class GpuEngine final : public TrainingEngine {
   std::unique_ptr<cuda::BucketedReduction> reduction_;  // several ranks only
   std::unique_ptr<cuda::UpdateInBackward> update_;       // optimizer.update_in_backward only
   std::unique_ptr<cuda::OverlappedGradNorm> norm_in_backward_;  // one rank, clipping, optimizer.norm_in_backward on
+  // One rank, clipping after the backward pass, optimizer.norm_from_expert_gemms on.
+  std::unique_ptr<model::cuda::ExpertNormPartials> expert_norms_;
   std::unique_ptr<ops::cuda::AdamWLazyRows> lazy_;       // optimizer.lazy_embedding: the embedding's slot
   int64_t micro_batches_ = 1, micro_batch_ = 0;           // of the current step
   FlatBuffers exp_avg_, exp_avg_sq_, master_, exp_avg_absmax_, exp_avg_sq_absmax_;
