@@ -1,6 +1,6 @@
 // The experts' grouped GEMMs (ops/cuda/grouped_gemm.h, CUTLASS SM90) against a CPU loop over experts in fp32
 // on the same bf16 values: empty groups first, in the middle and last, every group empty, one group holding
-// every row, and sizes that are not multiples of the tiles (64x256x64; 128x128x64 for the weight gradient).
+// every row, and sizes that are not multiples of the tiles (64x256x64; 128x256x64 for the weight gradient).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -93,7 +93,7 @@ void expect_same_values(const Tensor& actual, const Tensor& expected, const std:
 const std::vector<std::vector<int64_t>> kGroupSizes = {
     {0, 37, 1, 200, 0}, {0, 0, 333, 0, 0}, {333}, {300, 0, 129, 513, 7}, {1, 1, 1, 1, 1}};
 // (N, K) pairs: multiples of 8 but not of the 256-wide N tile or the 64-deep K tile, and one of several tiles.
-const std::vector<std::pair<int64_t, int64_t>> kSizes = {{64, 136}, {136, 64}, {264, 200}};
+const std::vector<std::pair<int64_t, int64_t>> kSizes = {{64, 136}, {136, 64}, {264, 200}, {72, 520}};
 
 TEST_F(GroupedGemmGpu, RowsTimesWeightMatchesCpu) {
   SCOPED_TRACE(seed());

@@ -37,21 +37,24 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // D [M, N] row-major = A [M, K] · B [K, N]; LayoutA / LayoutB say which of A's and B's dimensions is contiguous
 // (CUTLASS's convention: B ColumnMajor means K-contiguous, i.e. a [N, K] row-major weight).
 //
-// Ping-pong (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop); each .cu file
-// picks its tile and cluster: 64x256x64 for the M-grouped products, 128x128x64 for the weight gradient, cluster
-// 2x1 (the two CTAs of a cluster multicast the shared operand tile). On Qwen3's experts this beat the cooperative
+// Each .cu file picks its tile, cluster and schedule. The M-grouped products (forward, input gradient): ping-pong
+// (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop), 64x256x64, cluster 2x1
+// (the two CTAs of a cluster multicast the shared operand tile); on Qwen3's experts this beat the cooperative
 // 128x256x64 tile (torch._grouped_mm's choice) by up to 15% per product (equal for the gate/up forward) and
 // 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the 64-row tiles pad an expert's last tile half as
-// much, and short main loops (a weight gradient's K is the expert's row count, 512 on average) leave the epilogue
-// a large share of a tile's time. Groups whose M is not a multiple of the tile (or of the cluster) get partial
-// tiles: TMA zero-fills the loads past the group's bounds and clips the stores, so nothing outside the group is
-// read or written.
+// much. The weight gradient: cooperative 128x256x64 (grouped_gemm_weight_grad.cu says why). Groups whose M is not
+// a multiple of the tile (or of the cluster) get partial tiles: TMA zero-fills the loads past the group's bounds
+// and clips the stores, so nothing outside the group is read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
 // FusionOp: the epilogue's tree; the weight gradient's adds its squares' sums (grouped_gemm_square_sum.cuh).
 template <class LayoutA, class LayoutB, class TileShape, class ClusterShape,
-          class FusionOp = cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>>
+          class FusionOp = cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>, bool kCooperative = false>
 struct GroupedGemmConfig {
+  using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+                                              cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
+  using KernelSchedule = std::conditional_t<kCooperative, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>;
   using Tile = TileShape;
   using Cluster = ClusterShape;
   using LayoutD = cutlass::layout::RowMajor;
@@ -62,7 +65,7 @@ struct GroupedGemmConfig {
       cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
       Element, LayoutD*, kAlignment,  // C: read only when beta != 0 (accumulating into D)
       Element, LayoutD*, kAlignment,  // D
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong, FusionOp>::CollectiveOp;
+      EpilogueSchedule, FusionOp>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -70,7 +73,7 @@ struct GroupedGemmConfig {
       Element, LayoutB*, kAlignment,
       Accumulator, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>::CollectiveOp;
+      KernelSchedule>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
