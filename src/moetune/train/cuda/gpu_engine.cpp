@@ -110,6 +110,7 @@ class GpuEngine final : public TrainingEngine {
   void begin_step(int64_t micro_batches, double lr) override {
     micro_batches_ = micro_batches;
     micro_batch_ = 0;
+    if (expert_norms_) expert_norms_->take();  // claims live within one step
     model_.set_lora_draw(uint64_t(steps_) << 20);  // LoRA dropout's masks follow the step, as on the CPU
     if (update_) {
       MOETUNE_CHECK(micro_batches == 1, "optimizer.update_in_backward with {} micro-batches in a step", micro_batches);
