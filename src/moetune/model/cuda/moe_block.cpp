@@ -1,9 +1,8 @@
 #include "moetune/model/cuda/moe_block.h"
 
-#include "moetune/model/cuda/expert_norm_partials.h"
-
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
+#include "moetune/model/cuda/expert_norm_partials.h"
 #include "moetune/model/cuda/mlp_activation.h"
 #include "moetune/model/cuda/padded_experts.h"
 #include "moetune/model/memory_plan.h"

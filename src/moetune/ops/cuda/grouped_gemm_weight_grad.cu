@@ -82,7 +82,6 @@ template <>
 std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmProblem& problem, void* scratch,
                                                              size_t scratch_bytes, int sm_count, cudaStream_t stream) {
   if (problem.norm_partials != nullptr) {
-    if (problem.accumulate) return "the weight gradient's norm partials need an overwriting product (accumulate off)";
     // Empty groups have no tiles: their slots stay as zeroed here, as their dW_e is zeroed below.
     if (const cudaError_t status = cudaMemsetAsync(
             problem.norm_partials, 0, size_t(grouped_weight_grad_norm_slots(problem.groups, problem.n, problem.k)) * sizeof(float), stream);

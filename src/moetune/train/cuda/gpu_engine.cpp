@@ -163,7 +163,6 @@ class GpuEngine final : public TrainingEngine {
     }
     Tensor scale;
     const bool clipping = max_grad_norm > 0;
-    if (!clipping && expert_norms_) expert_norms_->take();  // the step sums the norm itself (below)
     if (clipping) {
       phase.next("optimizer.norm");
       gradient_norm_squared(gradients);
