@@ -1,6 +1,6 @@
 // The experts' grouped GEMMs (ops/cuda/grouped_gemm.h, CUTLASS SM90) against a CPU loop over experts in fp32
 // on the same bf16 values: empty groups first, in the middle and last, every group empty, one group holding
-// every row, and sizes that are not multiples of the tiles (64x256x64; 128x256x64 for the weight gradient).
+// every row, and sizes that are not multiples of the tiles (64x256x64, with 2x1 clusters).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -159,7 +159,7 @@ TEST_F(GroupedGemmGpu, WeightGradMatchesCpu) {
 }
 
 // The weight gradient's norm partials (grouped_matmul_weight_grad's last argument): their sum is Σ dW² over the
-// bf16 values written (fp32 sums of up to 128 x 128 squares a warp's slot, so a few ulps apart from a double sum),
+// bf16 values written (fp32 sums of up to 4,096 squares a warp's slot, so a few ulps apart from a double sum),
 // dW itself is what it is without them, empty groups and partial tiles included, and two runs give the same bits.
 // Accumulating with partials is refused (an accumulated dW's empty groups hold sums no tile visits).
 TEST_F(GroupedGemmGpu, WeightGradSumsItsSquares) {

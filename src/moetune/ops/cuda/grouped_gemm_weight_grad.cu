@@ -11,18 +11,20 @@ namespace moetune::ops::cuda {
 namespace {
 
 using namespace grouped_gemm_detail;
-// Cooperative (both consumer warpgroups on one 128x256 tile), cluster 2x1; the epilogue can sum the squares it
-// stores for the clipping norm (grouped_gemm_square_sum.cuh). The weight gradient's K is an expert's row count
-// (~768 on Moonlight), so a 128x128 ping-pong tile ran 12 k-blocks between group switches and epilogues: on
-// Moonlight's layer (MoeLayerSpeedGpu.DISABLED_TimesMoonlightLayer, H200, session 15) the 128x256 cooperative tile
-// takes gate_up's dW 1.496 -> 1.123 ms and down's 0.810 -> 0.650 ms (379 -> 505 and 350 -> 436 TFLOP/s); ping-pong
-// without a cluster 1.492 / 0.793, cooperative 256x128 1.317 / 0.691; the step +2.0% (two rounds each).
+// Ping-pong (each consumer warpgroup on its own 64x256 tile, one's epilogue beside the other's main loop), cluster
+// 2x1, as the M-grouped products; the epilogue can sum the squares it stores for the clipping norm
+// (grouped_gemm_square_sum.cuh). The weight gradient's K is an expert's row count (~768 on Moonlight), so each
+// tile runs only ~12 k-blocks and its epilogue weighs: ping-pong hides it behind the other warpgroup's main loop.
+// Moonlight's shapes, 64 groups of 768 rows (H200, session 16, .hq sweep): gate_up's dW 0.96 ms (ping-pong
+// 64x256) against 1.10 (cooperative 128x256, session 15's choice), down's 0.55 against 0.60, sums included; the
+// earlier ranking (cooperative ahead of ping-pong 128x128) was taken with the square-sum node's printf inlined,
+// which slowed every tile it was in (grouped_gemm_square_sum.cuh).
 using Config = GroupedGemmConfig<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor,
-                                 cute::Shape<cute::_128, cute::_256, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                                 SquareSummedLinearCombination, /*kCooperative=*/true>;
+                                 cute::Shape<cute::_64, cute::_256, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
+                                 SquareSummedLinearCombination, /*kCooperative=*/false>;
 constexpr int kTileM = cute::size<0>(Config::Tile{}), kTileN = cute::size<1>(Config::Tile{});
 constexpr int kClusterM = cute::size<0>(Config::Cluster{}), kClusterN = cute::size<1>(Config::Cluster{});
-// The epilogue's warps on one tile: each writes a slot (cooperative: both warpgroups, 8 warps).
+// The epilogue's warps on one tile: each writes a slot (ping-pong: one warpgroup, 4 warps).
 constexpr int kWarpsPerTile = int(cute::size(typename Config::Mainloop::TiledMma{})) / 32;
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
