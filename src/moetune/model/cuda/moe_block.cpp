@@ -24,6 +24,10 @@
 namespace moetune::model::cuda {
 namespace {
 Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
+// An overwritten gradient's squares are summed by its GEMM when the engine asks (StepContext::expert_norms).
+Tensor norm_partials_for(const Tensor& grad, bool overwrite, ExpertNormPartials* norms) {
+  return overwrite && norms != nullptr ? norms->claim(grad) : Tensor();
+}
 }  // namespace
 
 MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps,
@@ -62,11 +66,6 @@ std::vector<Tensor> MoeBlock::overwritten_gradients() const {
 std::pair<Tensor, Tensor> MoeBlock::expert_weights() const {
   if (!padded_width_) return {p_.gate_up.value, p_.down.value};
   return {up_padded_, down_padded_};
-}
-
-// An overwritten gradient's squares are summed by its GEMM when the engine asks (StepContext::expert_norms).
-Tensor MoeBlock::norm_partials_for(const Tensor& grad, bool overwrite, ExpertNormPartials* norms) {
-  return overwrite && norms != nullptr ? norms->claim(grad) : Tensor();
 }
 
 void MoeBlock::add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite, ExpertNormPartials* norms) const {

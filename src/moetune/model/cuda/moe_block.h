@@ -45,7 +45,6 @@ class MoeBlock {
   std::pair<Tensor, Tensor> expert_weights() const;
   // The experts' weight gradients (accumulated into the parameters', cut back from the padded width if padded;
   // written instead when `overwrite`: StepContext::overwrite_gradients).
-  static Tensor norm_partials_for(const Tensor& grad, bool overwrite, ExpertNormPartials* norms);
   void add_gate_up_weight_grad(const Tensor& dgate_up, bool overwrite, ExpertNormPartials* norms) const;
   void add_down_weight_grad(const Tensor& dexpert_out, const Tensor& activated, bool overwrite,
                             ExpertNormPartials* norms) const;

@@ -101,9 +101,10 @@ struct SquareSumPerWarp {
     float* slot = nullptr;
     if (params.partials != nullptr) {
       const int64_t within = (int64_t(m) * params.tiles_n + int64_t(n)) * kWarps + args.thread_idx / 32;
-      // No printf here: inline (session 15) or out of line, its call made the kernel keep a stack frame and spill, and cost every
-      // tile ~50% (gate_up's dW 1.46 against 0.96 ms on Moonlight's shapes, H200, session 16); a bare trap cost
-      // 1-2%. The GPU tests cover the cluster-padded rows this guards (odd tile-row counts).
+      // No printf here: inline (session 15) or out of line, its call made the kernel keep a stack frame and
+      // spill, and cost every tile 25-50% (gate_up's dW 1.46 against 0.96 ms on Moonlight's shapes, H200,
+      // session 16); a bare trap costs 1-2%. The GPU tests cover the cluster-padded rows this guards (odd
+      // tile-row counts).
       if (within >= params.slots_per_group) __trap();
       slot = params.partials + int64_t(l) * params.slots_per_group + within;
     }
