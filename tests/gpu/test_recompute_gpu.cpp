@@ -71,7 +71,8 @@ TEST_F(RecomputeGpu, SameLossAndGradientsInEveryMode) {
       for (const model::LayerSpec& layer : spec.layers)
         for (const model::SublayerSpec& sublayer : layer.sublayers)
           planned += model::recomputes(mode, sublayer) ? rows * seq * spec.hidden_size * 2
-                                                       : model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq);
+                                                       : model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq,
+                                                                                model::keeps_norm_outputs(mode, false));
       EXPECT_EQ(step.stash, planned);
       EXPECT_LT(step.stash, reference.stash);
     }
@@ -106,7 +107,8 @@ TEST_F(RecomputeGpu, LoraAdaptersAreRecomputedToo) {
       for (const model::SublayerSpec& sublayer : spec.layers[size_t(layer)].sublayers)
         bytes += model::recomputes(mode, sublayer, layer, spec.num_layers(), keep_last_layers)
                      ? kRows * kSeq * spec.hidden_size * 2
-                     : model::gpu_stash_bytes(sublayer, spec.hidden_size, kRows * kSeq);
+                     : model::gpu_stash_bytes(sublayer, spec.hidden_size, kRows * kSeq,
+                                              model::keeps_norm_outputs(mode, /*lora=*/true));
     return bytes;
   };
   const Step reference = run_step(model, batch, model::Recompute::None);

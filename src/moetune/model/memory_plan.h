@@ -61,8 +61,9 @@ struct ActivationPlan {
 // back, on top of its backward pass's temporaries, while that backward runs.
 // `keep_last_layers`: training.recompute_keep_layers (model/recompute.h). `lm_head_chunk_rows`:
 // training.lm_head_chunk_rows, the fused LM head's chunk height (0: the op's own rule, ops/lm_head_chunk.h).
+// `lora`: LoRA adapters are trained (the blocks then recompute their norms: model/recompute.h keeps_norm_outputs).
 ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute = Recompute::None,
-                                   int64_t keep_last_layers = 0, int64_t lm_head_chunk_rows = 0);
+                                   int64_t keep_last_layers = 0, int64_t lm_head_chunk_rows = 0, bool lora = false);
 
 // The trainable parameters whose gradients exist at once: all of them, or with the update during the backward
 // pass (optimizer.update_in_backward) those outside the decoder layers plus the largest layer's (they share one
@@ -76,8 +77,9 @@ struct MlaHeadWidths {
 };
 MlaHeadWidths gpu_mla_head_widths(const AttentionSpec& attention);
 
-// What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens.
-int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens);
+// What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens, with
+// its norms' outputs when `keep_norm_outputs` (model/recompute.h keeps_norm_outputs).
+int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens, bool keep_norm_outputs);
 
 // The routed experts' pre-activation width on the GPU: the grouped GEMMs move 16-byte rows, so relu² experts
 // whose intermediate size is not a multiple of 8 run padded to the next one (model/cuda/padded_experts.h);

@@ -20,4 +20,10 @@ bool recomputes(Recompute mode, const SublayerSpec& sublayer);
 // stash even where `mode` recomputes (memory left after recomputing, spent on speed).
 bool recomputes(Recompute mode, const SublayerSpec& sublayer, int64_t layer, int64_t num_layers, int64_t keep_last_layers);
 
+// Whether the GPU blocks keep their RMSNorms' outputs for the backward pass instead of running each norm again
+// there: with nothing recomputed and no LoRA adapters (full fine-tuning, where the weights and optimizer state
+// dominate the memory: T·width·2 bytes a norm buy back a ~20 us norm pass at T = 8192, width 2048). Where memory
+// is the constraint (recomputation, LoRA's small-memory runs) the norms are recomputed.
+bool keeps_norm_outputs(Recompute mode, bool lora);
+
 }  // namespace moetune::model

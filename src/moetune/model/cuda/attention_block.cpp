@@ -2,6 +2,7 @@
 #include "moetune/core/phase_profile.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/ops/cuda/attention_sinks.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
@@ -56,6 +57,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
   qkv_lora_.forward(normed, stash_.qkv, context.lora_pass());
+  if (context.keep_norm_outputs) stash_.normed = normed;
   normed = Tensor();
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
@@ -92,8 +94,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions,
                                     dqkv, p_.q_norm.grad, p_.k_norm.grad);
   dq = dk = dv = Tensor();
-  Tensor normed = device_like(stash_.input.shape());  // recomputed, not kept
-  ops::cuda::rms_norm_forward(stash_.input, p_.norm.value, eps, normed);
+  Tensor normed = norm_for_backward(stash_.normed, stash_.input, p_.norm.value, eps, stash_.input.shape());
   Tensor dnormed = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dqkv, normed, p_.qkv.value, dnormed, p_.qkv.grad, p_.qkv_bias.grad);
   qkv_lora_.backward(dqkv, normed, dnormed);
@@ -105,7 +106,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
 
 size_t AttentionBlock::stash_bytes() const {
   if (mla_) return mla_->stash_bytes();
-  return held_bytes({&stash_.input, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats}) +
+  return held_bytes({&stash_.input, &stash_.normed, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats}) +
          qkv_lora_.stash_bytes() + o_lora_.stash_bytes();
 }
 

@@ -97,6 +97,7 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
     if (sublayer.moe)
       for (const Tensor& grad : sublayer.moe->overwritten_gradients()) overwritten_gradients_.push_back(grad);
   set_head_gradient_written(true);
+  keep_norm_outputs_ = keeps_norm_outputs(Recompute::None, store_->weights().lora != nullptr);
 }
 
 void CausalLM::set_head_gradient_written(bool on) {
@@ -112,6 +113,7 @@ void CausalLM::set_recompute(Recompute mode, int64_t keep_last_layers) {
   for (int64_t i = 0, s = 0; i < layers; ++i)
     for (const SublayerSpec& sublayer : spec().layers[size_t(i)].sublayers)
       sublayers_[size_t(s++)].recompute = recomputes(mode, sublayer, i, layers, keep_last_layers);
+  keep_norm_outputs_ = keeps_norm_outputs(mode, store_->weights().lora != nullptr);
 }
 
 bool CausalLM::wants_aux(const Batch& batch) const {
@@ -167,6 +169,7 @@ CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   StepContext context{device_batch};
   context.training = true;
   context.lora_draw = lora_draw_++;
+  context.keep_norm_outputs = keep_norm_outputs_;
   context.overwrite_gradients = next_backward_overwrites_;
   context.expert_norms = expert_norms_;
   next_backward_overwrites_ = false;

@@ -4,6 +4,7 @@
 
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
+#include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/ops/cuda/attention.h"
 #include "moetune/ops/cuda/gemm.h"
@@ -42,9 +43,9 @@ Tensor MlaAttentionBlock::project_q(const Tensor& x) {
   }
   stash_.q_latent = device_like({tokens, p_.q_a.value.size(0)});
   ops::cuda::linear_forward(x, p_.q_a.value, p_.q_a_bias.value, stash_.q_latent);
-  Tensor normed = device_like(stash_.q_latent.shape());
-  ops::cuda::rms_norm_forward(stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, normed);
-  ops::cuda::linear_forward(normed, p_.q_b.value, {}, q);
+  stash_.q_normed = device_like(stash_.q_latent.shape());
+  ops::cuda::rms_norm_forward(stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, stash_.q_normed);
+  ops::cuda::linear_forward(stash_.q_normed, p_.q_b.value, {}, q);
   return q;
 }
 
@@ -65,6 +66,7 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   PhaseScope part("mla.projections");  // the parts of the attention phase, nested in it
   Tensor x = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, x);
+  if (context.keep_norm_outputs) stash_.x = x;
   const Tensor q_proj = project_q(x);
   stash_.kv_a_out = device_like({tokens, latent + rope});
   ops::cuda::linear_forward(x, p_.kv_a.value, p_.kv_a_bias.value, stash_.kv_a_out);
@@ -74,7 +76,9 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::rms_norm_forward(latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
   Tensor kv = device_like({tokens, heads * (nope + dv)});
   ops::cuda::linear_forward(kv_normed, p_.kv_b.value, {}, kv);
+  if (context.keep_norm_outputs) stash_.kv_normed = kv_normed;
   kv_normed = Tensor();
+  if (!context.keep_norm_outputs) stash_.q_normed = Tensor();
 
   part.next("mla.qkv");
   stash_.k = device_like({tokens, heads, qk_width_});
@@ -103,8 +107,8 @@ void MlaAttentionBlock::project_q_backward(const Tensor& dq_proj, const Tensor& 
     ops::cuda::linear_backward(dq_proj, x, p_.q.value, dx, p_.q.grad, {}, /*accumulate_dx=*/true);
     return;
   }
-  Tensor normed = device_like(stash_.q_latent.shape());
-  ops::cuda::rms_norm_forward(stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, normed);
+  const Tensor normed = norm_for_backward(stash_.q_normed, stash_.q_latent, p_.q_a_norm.value,
+                                         mla_.latent_norm_eps, stash_.q_latent.shape());
   Tensor dlatent = device_like(stash_.q_latent.shape());
   ops::cuda::linear_backward(dq_proj, normed, p_.q_b.value, dlatent, p_.q_b.grad);
   ops::cuda::rms_norm_backward(dlatent, stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, dlatent,
@@ -150,8 +154,8 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   part.next("mla.bwd.kv");
 
   const ops::cuda::ColumnBlock latent_columns(stash_.kv_a_out, 0, latent);
-  Tensor kv_normed = device_like({tokens, latent});  // recomputed, not kept
-  ops::cuda::rms_norm_forward(latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
+  Tensor kv_normed =
+      norm_for_backward(stash_.kv_normed, latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, {tokens, latent});
   Tensor dlatent = device_like({tokens, latent});
   ops::cuda::linear_backward(dkv, kv_normed, p_.kv_b.value, dlatent, p_.kv_b.grad);
   dkv = kv_normed = Tensor();
@@ -159,8 +163,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
                                ops::cuda::ColumnBlock(dkv_a_out, 0, latent), p_.kv_a_norm.grad);
   dlatent = Tensor();
 
-  Tensor x = device_like(stash_.input.shape());  // recomputed, not kept
-  ops::cuda::rms_norm_forward(stash_.input, p_.norm.value, eps_, x);
+  const Tensor x = norm_for_backward(stash_.x, stash_.input, p_.norm.value, eps_, stash_.input.shape());
   Tensor dx = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dkv_a_out, x, p_.kv_a.value, dx, p_.kv_a.grad, p_.kv_a_bias.grad);
   dkv_a_out = Tensor();
@@ -174,7 +177,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
 }
 
 size_t MlaAttentionBlock::stash_bytes() const {
-  return held_bytes({&stash_.input, &stash_.q_latent, &stash_.kv_a_out, &stash_.q, &stash_.k, &stash_.v,
+  return held_bytes({&stash_.input, &stash_.x, &stash_.q_latent, &stash_.q_normed, &stash_.kv_a_out, &stash_.kv_normed, &stash_.q, &stash_.k, &stash_.v,
                      &stash_.attended, &stash_.softmax_stats});
 }
 

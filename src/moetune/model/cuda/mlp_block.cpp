@@ -2,6 +2,7 @@
 #include "moetune/core/phase_profile.h"
 
 #include "moetune/model/block_util.h"
+#include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
 #include "moetune/ops/cuda/norm.h"
 
@@ -18,17 +19,17 @@ Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   const PhaseScope phase("mlp");
   input_ = h;
   lora_.pass = context.lora_pass();
-  Tensor normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
+  normed_ = device_like(h.shape());
+  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed_);
   Tensor out = device_like(h.shape());
-  gate_up_out_ = swiglu_mlp(normed, p_.mlp, out, &lora_, spec_, /*residual=*/h);
+  gate_up_out_ = swiglu_mlp(normed_, p_.mlp, out, &lora_, spec_, /*residual=*/h);
+  if (!context.keep_norm_outputs) normed_ = Tensor();
   return out;
 }
 
 Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext&) {
   const PhaseScope phase("mlp.bwd");
-  Tensor normed = device_like(input_.shape());  // recomputed, not kept
-  ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
+  const Tensor normed = norm_for_backward(normed_, input_, p_.norm.value, eps_, input_.shape());
   Tensor dnormed = device_like(input_.shape());
   swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp, dnormed, /*accumulate_dx=*/false, &lora_, spec_);
   Tensor dh = device_like(input_.shape());
@@ -37,6 +38,6 @@ Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext&) {
   return dh;
 }
 
-size_t DenseMlpBlock::stash_bytes() const { return held_bytes({&input_, &gate_up_out_}) + lora_.stash_bytes(); }
+size_t DenseMlpBlock::stash_bytes() const { return held_bytes({&input_, &normed_, &gate_up_out_}) + lora_.stash_bytes(); }
 
 }  // namespace moetune::model::cuda

@@ -1,5 +1,5 @@
-// A dense SwiGLU (or relu², Nemotron-H) feed-forward sublayer on the GPU: h + swiglu_mlp(rms_norm(h)). Keeps h
-// and the pre-activation; the rest is recomputed.
+// A dense SwiGLU (or relu², Nemotron-H) feed-forward sublayer on the GPU: h + swiglu_mlp(rms_norm(h)). Keeps h,
+// rms_norm(h) and the pre-activation; the activation is recomputed.
 #pragma once
 
 #include "moetune/model/block_params.h"
@@ -17,7 +17,7 @@ class DenseMlpBlock {
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
   void clear_stash() {
-    input_ = gate_up_out_ = Tensor();
+    input_ = normed_ = gate_up_out_ = Tensor();
     lora_.clear_stash();
   }
 
@@ -26,7 +26,7 @@ class DenseMlpBlock {
   double eps_;
   MlpParams p_;
   SwigluLora lora_;  // LoRA adapters, if any
-  Tensor input_, gate_up_out_;
+  Tensor input_, normed_, gate_up_out_;  // normed_: the norm's output, kept for the backward pass (not recomputed)
 };
 
 }  // namespace moetune::model::cuda

@@ -4,6 +4,7 @@
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/expert_norm_partials.h"
 #include "moetune/model/cuda/mlp_activation.h"
+#include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/model/cuda/padded_experts.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
@@ -116,8 +117,9 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   PhaseScope phase("moe.router");
   input_ = h;
   shared_lora_.pass = context.lora_pass();
-  Tensor normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
+  normed_ = device_like(h.shape());
+  const Tensor& normed = normed_;
+  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed_);
   logits_ = device_like({tokens, experts}, DType::F32);
   if (p_.router_bias.defined())
     ops::cuda::linear_forward(normed, p_.router.value, p_.router_bias.value, logits_);
@@ -165,7 +167,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
       ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
     }
   }
-  normed = Tensor();
+  if (!context.keep_norm_outputs) normed_ = Tensor();
   const int64_t rows = dispatched_.rows.size(0);
   gate_up_out_ = device_like({rows, first});
   ops::cuda::grouped_matmul(dispatched_.rows, up, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
@@ -269,8 +271,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     phase.next("moe.dispatch.bwd");
   }
   dgate_up = dispatched_.rows = Tensor();
-  Tensor normed = device_like(input_.shape());  // recomputed, not kept
-  ops::cuda::rms_norm_forward(input_, p_.norm.value, eps_, normed);
+  const Tensor normed = norm_for_backward(normed_, input_, p_.norm.value, eps_, input_.shape());
   Tensor dnormed = device_like({tokens, hidden});
   if (p_.latent_in.defined()) {
     Tensor dlatent = device_like({tokens, width});
@@ -316,13 +317,13 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
 }
 
 size_t MoeBlock::stash_bytes() const {
-  return held_bytes({&input_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_, &expert_out_,
+  return held_bytes({&input_, &normed_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_, &expert_out_,
                      &latent_combined_, &shared_gate_up_, &shared_out_, &shared_gate_logits_}) +
          dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
-  input_ = logits_ = expert_ids_ = weights_ = gate_up_out_ = expert_out_ = latent_combined_ = Tensor();
+  input_ = normed_ = logits_ = expert_ids_ = weights_ = gate_up_out_ = expert_out_ = latent_combined_ = Tensor();
   up_padded_ = down_padded_ = Tensor();
   shared_gate_up_ = shared_out_ = shared_gate_logits_ = Tensor();
   dispatched_ = {};

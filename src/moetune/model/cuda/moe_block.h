@@ -62,6 +62,7 @@ class MoeBlock {
   ExpertLora expert_lora_;  // LoRA adapters on the experts, if any
   SwigluLora shared_lora_;  // and on the shared expert
   Tensor input_;             // h
+  Tensor normed_;            // rms_norm(h), kept for the router's, shared expert's and latent's backward
   Tensor logits_;            // F32 [T, E]
   Tensor expert_ids_;        // I32 [T, k]
   Tensor weights_;           // F32 [T, k]

@@ -1,0 +1,19 @@
+// A GPU block's RMSNorm output in its backward pass: the tensor its forward pass kept (StepContext::
+// keep_norm_outputs), or else the norm run again on the kept input.
+#pragma once
+
+#include "moetune/core/tensor.h"
+#include "moetune/ops/cuda/norm.h"
+
+namespace moetune::model::cuda {
+
+// `input`: a Tensor or an ops::cuda::ColumnBlock (ops/cuda/norm.h takes both); `shape`: the output's.
+template <class Input>
+Tensor norm_for_backward(const Tensor& kept, const Input& input, const Tensor& weight, double eps, Shape shape) {
+  if (kept.defined()) return kept;
+  Tensor normed = Tensor::empty(std::move(shape), DType::BF16, Device::cuda());
+  ops::cuda::rms_norm_forward(input, weight, eps, normed);
+  return normed;
+}
+
+}  // namespace moetune::model::cuda
