@@ -1,7 +1,8 @@
-// A step's first backward pass writes the experts' weight gradients instead of adding to them, and zero_grad()
-// leaves those gradients' runs alone (model/cuda/step_context.h overwrite_gradients): after zero_grad() the
-// gradients must be the one micro-batch's, whatever the previous step left there, and a second micro-batch
-// without zero_grad() must still add to them.
+// A step's first backward pass writes the experts' and the dense projections' weight gradients instead of adding
+// to them, and zero_grad() leaves those gradients alone (model/cuda/step_context.h overwrite_gradients): after
+// zero_grad() the gradients must be the one micro-batch's, whatever the previous step left there, and a second
+// micro-batch without zero_grad() must still add to them. The fixtures cover attention with and without biases
+// (GPT-OSS, Qwen2-MoE's shared expert gate), latent attention, dense layers, shared experts and Mamba2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,7 +37,8 @@ double worst_error(const std::vector<Tensor>& actual, const std::vector<Tensor>&
 }
 
 TEST_F(GradientOverwriteGpu, FirstMicroBatchWritesAndLaterOnesAdd) {
-  for (const char* name : {"qwen3_moe_tiny", "mixtral_tiny", "nemotron_h_tiny"}) {
+  for (const char* name : {"qwen3_moe_tiny", "mixtral_tiny", "nemotron_h_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied",
+                           "qwen2_moe_tiny", "gpt_oss_tiny", "llama_tiny"}) {
     SCOPED_TRACE(name);
     auto model = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
     const int64_t vocab = model.spec().vocab_size;

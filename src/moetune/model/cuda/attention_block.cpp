@@ -81,7 +81,8 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;
   Tensor dattended = device_like({tokens, nq * d});
-  ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad, p_.o_bias.grad);
+  ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad, p_.o_bias.grad,
+                             false, context.overwrite_gradients);
   o_lora_.backward(dout, stash_.attended.view({tokens, nq * d}), dattended);
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
   if (spec_.sinks && p_.sinks.grad.defined())
@@ -96,12 +97,21 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   dq = dk = dv = Tensor();
   Tensor normed = norm_for_backward(stash_.normed, stash_.input, p_.norm.value, eps, stash_.input.shape());
   Tensor dnormed = device_like(stash_.input.shape());
-  ops::cuda::linear_backward(dqkv, normed, p_.qkv.value, dnormed, p_.qkv.grad, p_.qkv_bias.grad);
+  ops::cuda::linear_backward(dqkv, normed, p_.qkv.value, dnormed, p_.qkv.grad, p_.qkv_bias.grad, false,
+                             context.overwrite_gradients);
   qkv_lora_.backward(dqkv, normed, dnormed);
   Tensor dh = device_like(stash_.input.shape());
   ops::cuda::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps, dh, p_.norm.grad, dout);
   clear_stash();
   return dh;
+}
+
+std::vector<Tensor> AttentionBlock::overwritten_gradients() const {
+  if (mla_) return mla_->overwritten_gradients();
+  std::vector<Tensor> grads;
+  for (const Tensor& grad : {p_.qkv.grad, p_.o.grad})
+    if (grad.defined()) grads.push_back(grad);
+  return grads;
 }
 
 size_t AttentionBlock::stash_bytes() const {

@@ -22,6 +22,9 @@ class AttentionBlock {
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
+  // The gradients its backward pass writes whole on a step's first pass (StepContext::overwrite_gradients): the
+  // projections' weight gradients (their biases' add).
+  std::vector<Tensor> overwritten_gradients() const;
   void clear_stash() {
     stash_ = {};
     qkv_lora_.clear_stash();

@@ -43,29 +43,41 @@ void require_full_fine_tuning_for_latent_attention(const ModelWeights& weights) 
 }  // namespace
 
 void CausalLM::zero_grad() {
-  // The byte ranges of the replicated runs left alone, in address order.
-  std::vector<std::pair<char*, char*>> left_alone;
-  for (const Tensor& grad : {kept_gradient_, written_head_gradient_})
-    if (grad.defined()) {
-      char* begin = static_cast<char*>(grad.raw_data());
-      left_alone.emplace_back(begin, begin + grad.nbytes());
-    }
-  std::sort(left_alone.begin(), left_alone.end());
-  for (const Tensor& run : store_->replicated_grad_runs()) {
-    char* at = static_cast<char*>(run.raw_data());
-    char* const end = at + run.nbytes();
-    for (const auto& [skip_begin, skip_end] : left_alone) {
-      if (skip_begin < at || skip_begin >= end) continue;  // in another run
-      zero_bytes(at, run.device(), size_t(skip_begin - at));
-      at = skip_end;
-    }
-    zero_bytes(at, run.device(), size_t(end - at));
-  }
-  store_->zero_layer_arena();
+  const auto same = [](const Tensor& a, const Tensor& b) {
+    return b.defined() && a.raw_data() == b.raw_data() && a.nbytes() == b.nbytes();
+  };
   const auto overwritten = [&](const Tensor& grad) {
     return std::any_of(overwritten_gradients_.begin(), overwritten_gradients_.end(),
-                       [&](const Tensor& o) { return o.raw_data() == grad.raw_data() && o.nbytes() == grad.nbytes(); });
+                       [&](const Tensor& o) { return same(grad, o); });
   };
+  // In each replicated run, the gradients nothing writes whole are zeroed, neighbours in one memset (with the
+  // alignment padding between them: never written, it stays zero either way).
+  for (const Tensor& run : store_->replicated_grad_runs()) {
+    const char* const run_begin = static_cast<const char*>(run.raw_data());
+    const char* const run_end = run_begin + run.nbytes();
+    std::vector<std::pair<char*, bool>> grads;  // (start, zeroed) of each gradient in the run, then by address
+    std::vector<char*> ends;
+    for (const Tensor& grad : store_->grads()) {
+      char* begin = grad.defined() ? static_cast<char*>(grad.raw_data()) : nullptr;
+      if (begin < run_begin || begin >= run_end) continue;
+      grads.emplace_back(begin, !overwritten(grad) && !same(grad, kept_gradient_) && !same(grad, written_head_gradient_));
+      ends.push_back(begin + grad.nbytes());
+    }
+    std::vector<size_t> order(grads.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return grads[a].first < grads[b].first; });
+    for (size_t i = 0; i < order.size();) {
+      if (!grads[order[i]].second) {
+        ++i;
+        continue;
+      }
+      char* const begin = grads[order[i]].first;
+      char* end = ends[order[i]];
+      for (++i; i < order.size() && grads[order[i]].second; ++i) end = std::max(end, ends[order[i]]);
+      zero_bytes(begin, run.device(), size_t(end - begin));
+    }
+  }
+  store_->zero_layer_arena();
   for (const Tensor& run : store_->expert_grad_runs()) {
     const char* begin = static_cast<const char*>(run.raw_data());
     const char* end = begin + run.nbytes();
@@ -94,8 +106,8 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");
   for (const auto& sublayer : sublayers_)
-    if (sublayer.moe)
-      for (const Tensor& grad : sublayer.moe->overwritten_gradients()) overwritten_gradients_.push_back(grad);
+    for (const Tensor& grad : sublayer.with_block([](const auto& block) { return block.overwritten_gradients(); }))
+      overwritten_gradients_.push_back(grad);
   set_head_gradient_written(true);
   keep_norm_outputs_ = keeps_norm_outputs(Recompute::None, store_->weights().lora != nullptr);
 }

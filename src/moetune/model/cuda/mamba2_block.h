@@ -19,6 +19,8 @@ class Mamba2Block {
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
   size_t stash_bytes() const;
+  // None: the mixer's gradients are zeroed and added to (StepContext::overwrite_gradients is not read here).
+  std::vector<Tensor> overwritten_gradients() const { return {}; }
   void clear_stash() {
     input_ = Tensor();
     stash_ = {};

@@ -102,18 +102,19 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   return out;
 }
 
-void MlaAttentionBlock::project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx) {
+void MlaAttentionBlock::project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx, bool write) {
   if (p_.q.defined()) {
-    ops::cuda::linear_backward(dq_proj, x, p_.q.value, dx, p_.q.grad, {}, /*accumulate_dx=*/true);
+    ops::cuda::linear_backward(dq_proj, x, p_.q.value, dx, p_.q.grad, {}, /*accumulate_dx=*/true, write);
     return;
   }
   const Tensor normed = norm_for_backward(stash_.q_normed, stash_.q_latent, p_.q_a_norm.value,
                                          mla_.latent_norm_eps, stash_.q_latent.shape());
   Tensor dlatent = device_like(stash_.q_latent.shape());
-  ops::cuda::linear_backward(dq_proj, normed, p_.q_b.value, dlatent, p_.q_b.grad);
+  ops::cuda::linear_backward(dq_proj, normed, p_.q_b.value, dlatent, p_.q_b.grad, {}, false, write);
   ops::cuda::rms_norm_backward(dlatent, stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, dlatent,
                                p_.q_a_norm.grad);
-  ops::cuda::linear_backward(dlatent, x, p_.q_a.value, dx, p_.q_a.grad, p_.q_a_bias.grad, /*accumulate_dx=*/true);
+  ops::cuda::linear_backward(dlatent, x, p_.q_a.value, dx, p_.q_a.grad, p_.q_a_bias.grad, /*accumulate_dx=*/true,
+                             write);
 }
 
 Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& context) {
@@ -123,8 +124,9 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   const int64_t latent = mla_.kv_lora_rank, dv = spec_.v_head_dim;
   PhaseScope part("mla.bwd.o");
   Tensor dattended_narrow = device_like({tokens, heads * dv});
+  const bool write = context.overwrite_gradients;
   ops::cuda::linear_backward(dout, attended_for_o(stash_.attended), p_.o.value, dattended_narrow, p_.o.grad,
-                             p_.o_bias.grad);
+                             p_.o_bias.grad, false, write);
   Tensor dattended = dattended_narrow.view({tokens, heads, dv});
   if (v_width_ != dv) {
     dattended = device_like({tokens, heads, v_width_});
@@ -157,7 +159,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   Tensor kv_normed =
       norm_for_backward(stash_.kv_normed, latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, {tokens, latent});
   Tensor dlatent = device_like({tokens, latent});
-  ops::cuda::linear_backward(dkv, kv_normed, p_.kv_b.value, dlatent, p_.kv_b.grad);
+  ops::cuda::linear_backward(dkv, kv_normed, p_.kv_b.value, dlatent, p_.kv_b.grad, {}, false, write);
   dkv = kv_normed = Tensor();
   ops::cuda::rms_norm_backward(dlatent, latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps,
                                ops::cuda::ColumnBlock(dkv_a_out, 0, latent), p_.kv_a_norm.grad);
@@ -165,15 +167,22 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
 
   const Tensor x = norm_for_backward(stash_.x, stash_.input, p_.norm.value, eps_, stash_.input.shape());
   Tensor dx = device_like(stash_.input.shape());
-  ops::cuda::linear_backward(dkv_a_out, x, p_.kv_a.value, dx, p_.kv_a.grad, p_.kv_a_bias.grad);
+  ops::cuda::linear_backward(dkv_a_out, x, p_.kv_a.value, dx, p_.kv_a.grad, p_.kv_a_bias.grad, false, write);
   dkv_a_out = Tensor();
   part.next("mla.bwd.q");
-  project_q_backward(dq_proj, x, dx);
+  project_q_backward(dq_proj, x, dx, write);
   part.next("mla.bwd.norm");
   Tensor dh = device_like(stash_.input.shape());
   ops::cuda::rms_norm_backward(dx, stash_.input, p_.norm.value, eps_, dh, p_.norm.grad, dout);
   clear_stash();
   return dh;
+}
+
+std::vector<Tensor> MlaAttentionBlock::overwritten_gradients() const {
+  std::vector<Tensor> grads;
+  for (const Tensor& grad : {p_.q.grad, p_.q_a.grad, p_.q_b.grad, p_.kv_a.grad, p_.kv_b.grad, p_.o.grad})
+    if (grad.defined()) grads.push_back(grad);
+  return grads;
 }
 
 size_t MlaAttentionBlock::stash_bytes() const {

@@ -23,11 +23,15 @@ class MlaAttentionBlock {
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
+  // The gradients its backward pass writes whole on a step's first pass (StepContext::overwrite_gradients): the
+  // projections' weight gradients (their biases' add).
+  std::vector<Tensor> overwritten_gradients() const;
   void clear_stash() { stash_ = {}; }
 
  private:
   Tensor project_q(const Tensor& x);  // [T, heads·(nope + rope)]
-  void project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx);  // adds into dx
+  // Adds into dx; writes the weight gradients when `write` (StepContext::overwrite_gradients).
+  void project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx, bool write);
   Tensor attended_for_o(const Tensor& attended) const;  // [T, heads·v_dim]: the padding dropped
 
   const AttentionSpec& spec_;

@@ -27,15 +27,22 @@ Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   return out;
 }
 
-Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext&) {
+Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext& context) {
   const PhaseScope phase("mlp.bwd");
   const Tensor normed = norm_for_backward(normed_, input_, p_.norm.value, eps_, input_.shape());
   Tensor dnormed = device_like(input_.shape());
-  swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp, dnormed, /*accumulate_dx=*/false, &lora_, spec_);
+  swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp, dnormed, /*accumulate_dx=*/false, &lora_, spec_,
+                      context.overwrite_gradients);
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);
   clear_stash();
   return dh;
+}
+
+std::vector<Tensor> DenseMlpBlock::overwritten_gradients() const {
+  std::vector<Tensor> grads;
+  add_swiglu_weight_grads(p_.mlp, grads);
+  return grads;
 }
 
 size_t DenseMlpBlock::stash_bytes() const { return held_bytes({&input_, &normed_, &gate_up_out_}) + lora_.stash_bytes(); }

@@ -16,6 +16,8 @@ class DenseMlpBlock {
   Tensor forward(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
+  // The gradients its backward pass writes whole on a step's first pass (StepContext::overwrite_gradients).
+  std::vector<Tensor> overwritten_gradients() const;
   void clear_stash() {
     input_ = normed_ = gate_up_out_ = Tensor();
     lora_.clear_stash();

@@ -57,10 +57,14 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
 }
 
 std::vector<Tensor> MoeBlock::overwritten_gradients() const {
-  if (padded_width_) return {};  // cut back from a padded product and added
   std::vector<Tensor> grads;
-  for (const Param* p : {&p_.gate_up, &p_.down})
+  if (!padded_width_)  // a padded product's gradient is cut back from it and added
+    for (const Param* p : {&p_.gate_up, &p_.down})
+      if (p->grad.defined()) grads.push_back(p->grad);
+  // The dense weights' gradients (their linear_backward's write_dweight); the biases' add.
+  for (const Param* p : {&p_.router, &p_.shared_gate, &p_.latent_in, &p_.latent_out})
     if (p->grad.defined()) grads.push_back(p->grad);
+  if (p_.shared.defined()) add_swiglu_weight_grads(p_.shared, grads);
   return grads;
 }
 
@@ -210,7 +214,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   if (p_.latent_out.defined()) {
     dcombined = device_like({tokens, width});
     ops::cuda::linear_backward(dout, latent_combined_, p_.latent_out.value, dcombined, p_.latent_out.grad,
-                               p_.latent_out_bias.grad);
+                               p_.latent_out_bias.grad, false, context.overwrite_gradients);
     latent_combined_ = Tensor();
   }
   Tensor dexpert_out = device_like({rows, width});
@@ -276,7 +280,8 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   if (p_.latent_in.defined()) {
     Tensor dlatent = device_like({tokens, width});
     dispatcher_->end_dispatch_backward(dlatent);
-    ops::cuda::linear_backward(dlatent, normed, p_.latent_in.value, dnormed, p_.latent_in.grad, p_.latent_in_bias.grad);
+    ops::cuda::linear_backward(dlatent, normed, p_.latent_in.value, dnormed, p_.latent_in.grad, p_.latent_in_bias.grad,
+                               false, context.overwrite_gradients);
   } else {
     dispatcher_->end_dispatch_backward(dnormed);
   }
@@ -295,7 +300,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   Tensor dlogits_bf16 = device_like({tokens, experts});
   ops::cast_into(dlogits, dlogits_bf16);
   ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, p_.router_bias.grad,
-                             /*accumulate_dx=*/true);
+                             /*accumulate_dx=*/true, context.overwrite_gradients);
   if (p_.shared.defined()) {
     Tensor dshared = dout;
     if (shared_gate_logits_.defined()) {
@@ -305,10 +310,10 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
       Tensor dgate_bf16 = device_like({tokens, 1});
       ops::cast_into(dgate, dgate_bf16);
       ops::cuda::linear_backward(dgate_bf16, normed, p_.shared_gate.value, dnormed, p_.shared_gate.grad, {},
-                                 /*accumulate_dx=*/true);
+                                 /*accumulate_dx=*/true, context.overwrite_gradients);
     }
     swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true, &shared_lora_,
-                        spec_.shared_expert->mlp);
+                        spec_.shared_expert->mlp, context.overwrite_gradients);
   }
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);

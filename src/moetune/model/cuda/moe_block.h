@@ -36,7 +36,8 @@ class MoeBlock {
   size_t stash_bytes() const;
   void clear_stash();
   // The gradients the backward pass writes whole, not adds to, on a step's first micro-batch
-  // (StepContext::overwrite_gradients): the experts' weight gradients, unless padded.
+  // (StepContext::overwrite_gradients): the experts' weight gradients, unless padded, and the router's, the shared
+  // expert's and its gate's, and the latent projections' weight gradients.
   std::vector<Tensor> overwritten_gradients() const;
 
  private:

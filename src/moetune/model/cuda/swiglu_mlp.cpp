@@ -25,7 +25,8 @@ Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, Swi
 }
 
 void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
-                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora, const MlpSpec& mlp) {
+                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora, const MlpSpec& mlp,
+                         bool write_weight_grads) {
   const int64_t tokens = dout.size(0), first = p.gate_up.value.size(0), inner = activated_width(mlp, first);
   Tensor dgate_up = device_like({tokens, first});
   if (lora && !lora->down.empty()) {
@@ -33,7 +34,8 @@ void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate
     Tensor activated = device_like({tokens, inner});
     activation_forward(mlp, gate_up, activated);
     Tensor dactivated = device_like({tokens, inner});
-    ops::cuda::linear_backward(dout, activated, p.down.value, dactivated, p.down.grad, p.down_bias.grad);
+    ops::cuda::linear_backward(dout, activated, p.down.value, dactivated, p.down.grad, p.down_bias.grad, false,
+                               write_weight_grads);
     lora->down.backward(dout, activated, dactivated);
     activated = Tensor();
     activation_backward(mlp, dactivated, gate_up, dgate_up);
@@ -43,10 +45,17 @@ void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate
     Tensor activated = device_like({tokens, inner});
     ops::cuda::matmul(dout, false, p.down.value, false, activated);
     activation_backward(mlp, activated, gate_up, dgate_up, /*recomputed=*/activated);
-    ops::cuda::linear_backward(dout, activated, p.down.value, {}, p.down.grad, p.down_bias.grad);
+    ops::cuda::linear_backward(dout, activated, p.down.value, {}, p.down.grad, p.down_bias.grad, false,
+                               write_weight_grads);
   }
-  ops::cuda::linear_backward(dgate_up, x, p.gate_up.value, dx, p.gate_up.grad, p.gate_up_bias.grad, accumulate_dx);
+  ops::cuda::linear_backward(dgate_up, x, p.gate_up.value, dx, p.gate_up.grad, p.gate_up_bias.grad, accumulate_dx,
+                             write_weight_grads);
   if (lora) lora->gate_up.backward(dgate_up, x, dx);
+}
+
+void add_swiglu_weight_grads(const SwigluParams& p, std::vector<Tensor>& grads) {
+  for (const Tensor& grad : {p.gate_up.grad, p.down.grad})
+    if (grad.defined()) grads.push_back(grad);
 }
 
 }  // namespace moetune::model::cuda

@@ -3,6 +3,8 @@
 // down(relu(up(x))²), `gate_up` holding up alone. The CPU twin is model/swiglu_mlp.h.
 #pragma once
 
+#include <vector>
+
 #include "moetune/model/block_params.h"
 #include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/model_spec.h"
@@ -14,8 +16,12 @@ namespace moetune::model::cuda {
 // weights, if any; `mlp`: the activation (the default: SwiGLU).
 Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora = nullptr,
                   const MlpSpec& mlp = {}, const Tensor& residual = {});
-// Accumulates the weight gradients; writes d(x) into dx, or adds it there when accumulate_dx.
+// Accumulates the weight gradients (writes them when write_weight_grads: ops/cuda/gemm.h write_dweight; the
+// biases' always add); writes d(x) into dx, or adds it there when accumulate_dx.
 void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
-                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora = nullptr, const MlpSpec& mlp = {});
+                         const Tensor& dx, bool accumulate_dx, SwigluLora* lora = nullptr, const MlpSpec& mlp = {},
+                         bool write_weight_grads = false);
+// The weight gradients swiglu_mlp_backward writes whole when told to (the defined ones of gate_up and down).
+void add_swiglu_weight_grads(const SwigluParams& p, std::vector<Tensor>& grads);
 
 }  // namespace moetune::model::cuda

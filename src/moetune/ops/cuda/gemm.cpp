@@ -443,7 +443,7 @@ void linear_forward_residual(const Tensor& x, const Tensor& weight, const Tensor
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx, const Tensor& dweight,
-                     const Tensor& dbias, bool accumulate_dx) {
+                     const Tensor& dbias, bool accumulate_dx, bool write_dweight) {
   constexpr std::string_view op = "linear_backward";
   const Matrix dym = matrix_of(dy, "dy", op), xm = matrix_of(x, "x", op), wm = matrix_of(weight, "weight", op);
   MOETUNE_CHECK(dym.rows == xm.rows && dym.cols == wm.rows && xm.cols == wm.cols,
@@ -454,7 +454,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     const Matrix dwm = matrix_of(dweight, "dweight", op);
     MOETUNE_CHECK(dwm.rows == wm.rows && dwm.cols == wm.cols, "linear_backward: dweight {} for weight {}",
                   dweight.str(), weight.str());
-    matmul(dy, true, x, false, dweight, 1.0f, 1.0f);
+    matmul(dy, true, x, false, dweight, 1.0f, write_dweight ? 0.0f : 1.0f);
   }
   if (dbias.defined()) {
     MOETUNE_CHECK(dbias.device().is_cuda() && is_bf16_or_f32(dbias.dtype()) && dbias.numel() == wm.rows,

@@ -33,11 +33,14 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 void linear_forward_residual(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
                              const Tensor& y);
 // dx = dy·W written into dx (skipped when dx is undefined; added to dx when accumulate_dx);
-// dweight += dyᵀ·x (always accumulates, like .grad); dbias += Σ_rows dy when dbias is defined.
+// dweight += dyᵀ·x (accumulates, like .grad), or dweight = dyᵀ·x when write_dweight (a step's first backward pass
+// writing the gradient whole instead of adding to a zeroed one: model/cuda/step_context.h overwrite_gradients);
+// dbias += Σ_rows dy when dbias is defined.
 // dy [T, out] BF16, x [T, in] BF16, weight [out, in] BF16; dx [T, in] BF16 or F32; dweight [out, in] and
 // dbias [out] BF16 or F32. Undefined dweight skips the weight gradient (a frozen weight).
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx,
-                     const Tensor& dweight, const Tensor& dbias = {}, bool accumulate_dx = false);
+                     const Tensor& dweight, const Tensor& dbias = {}, bool accumulate_dx = false,
+                     bool write_dweight = false);
 
 // Bytes of GPU memory the GEMM library holds for the life of the process once used (its workspace).
 size_t gemm_workspace_bytes();
