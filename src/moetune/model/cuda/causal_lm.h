@@ -107,6 +107,9 @@ class CausalLM final : public LanguageModel {
   // the replicated runs it leaves alone the untied head's gradient, which that pass writes too (671 MB on
   // Moonlight), and the kept gradient (keep_gradient_in_zero_grad).
   void zero_grad() override;
+  // The gradients the blocks write whole on a step's first backward pass, which zero_grad() leaves alone (the
+  // head's apart: set_head_gradient_written).
+  const std::vector<Tensor>& overwritten_gradients() const { return overwritten_gradients_; }
   void set_lora_draw(uint64_t draw) override { lora_draw_ = draw; }
   void save_pretrained(const std::filesystem::path& folder, const io::SaveOptions& options = {}) const override;
   ParameterStore& parameters() override { return *store_; }
@@ -151,7 +154,7 @@ class CausalLM final : public LanguageModel {
   std::function<void(const Tensor& ids)> embedding_lookup_;
   Tensor kept_gradient_;  // keep_gradient_in_zero_grad
   uint64_t lora_draw_ = 0;  // LoRA dropout's draw for the next training forward
-  // What the MoE blocks write whole on a step's first backward pass (StepContext::overwrite_gradients), which
+  // What the blocks write whole on a step's first backward pass (StepContext::overwrite_gradients), which
   // zero_grad() therefore leaves alone.
   std::vector<Tensor> overwritten_gradients_;
   // The LM head's gradient when the step's first backward pass writes it whole (set_head_gradient_written):
