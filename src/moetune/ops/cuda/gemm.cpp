@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <compare>
+#include <cstdint>
+#include <limits>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -190,38 +192,48 @@ class Plan {
 
   // Times each ranked algorithm on these operands, writing D (beta 0: the caller's D is about to be overwritten,
   // so no scratch memory is needed), and keeps the fastest where it beats the heuristic's first by kTuningMargin.
-  // The host waits for the timings: once per problem and process. Returns what it chose, in words.
+  // The candidates take turns (kTuningRounds rounds, each candidate's best round counts): timed one after the
+  // other, each in one go, the later ones ran at the lower clocks of a GPU warming under the load (its 700 W
+  // cap), and a hot GPU's step 1 once picked a logits tile 10% slower in the steady state (docs/benchmarks.md,
+  // session 17). The host waits for the timings: once per problem and process. Returns what it chose, in words.
   std::string choose_fastest(cublasLtHandle_t handle, const void* first, const void* second, void* d, float alpha,
                              void* workspace) {
     cudaEvent_t start = nullptr, stop = nullptr;
     gpu::check(cudaEventCreate(&start), "matmul_tuned: cudaEventCreate");
     gpu::check(cudaEventCreate(&stop), "matmul_tuned: cudaEventCreate");
-    constexpr int kRepeats = 3;
-    double first_ms = 0.0, best_ms = 0.0;
-    size_t best = 0;
-    for (size_t i = 0; i < ranked_.size(); ++i) {
+    constexpr int kTuningRounds = 4, kRunsPerRound = 2;
+    const float beta = 0.0f;
+    auto launch = [&](size_t i) {
       algo_ = ranked_[i].algo;
-      const float beta = 0.0f;
-      auto launch = [&] {
-        return cublasLtMatmul(handle, desc_, &alpha, first, first_, second, second_, &beta, d, d_, d, d_, &algo_,
-                              workspace, kWorkspaceBytes, gpu::stream());
-      };
-      if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; an algorithm that will not run is not chosen
-      gpu::check(cudaEventRecord(start, gpu::stream()), "matmul_tuned: cudaEventRecord");
-      for (int r = 0; r < kRepeats; ++r) check_cublas(launch(), "cublasLtMatmul (timed)");
-      gpu::check(cudaEventRecord(stop, gpu::stream()), "matmul_tuned: cudaEventRecord");
-      gpu::check(cudaEventSynchronize(stop), "matmul_tuned: cudaEventSynchronize");
-      float ms = 0.0f;
-      gpu::check(cudaEventElapsedTime(&ms, start, stop), "matmul_tuned: cudaEventElapsedTime");
-      if (i == 0) first_ms = best_ms = ms;
-      if (i > 0 && ms < best_ms && ms < first_ms * (1.0 - kTuningMargin)) best_ms = ms, best = i;
-    }
+      return cublasLtMatmul(handle, desc_, &alpha, first, first_, second, second_, &beta, d, d_, d, d_, &algo_,
+                            workspace, kWorkspaceBytes, gpu::stream());
+    };
+    constexpr double kNotRun = std::numeric_limits<double>::infinity();
+    std::vector<double> round_ms(ranked_.size(), kNotRun);  // each candidate's best round
+    std::vector<bool> runs(ranked_.size());
+    for (size_t i = 0; i < ranked_.size(); ++i)
+      runs[i] = launch(i) == CUBLAS_STATUS_SUCCESS;  // warm-up; an algorithm that will not run is not chosen
+    for (int round = 0; round < kTuningRounds; ++round)
+      for (size_t i = 0; i < ranked_.size(); ++i) {
+        if (!runs[i]) continue;
+        gpu::check(cudaEventRecord(start, gpu::stream()), "matmul_tuned: cudaEventRecord");
+        for (int r = 0; r < kRunsPerRound; ++r) check_cublas(launch(i), "cublasLtMatmul (timed)");
+        gpu::check(cudaEventRecord(stop, gpu::stream()), "matmul_tuned: cudaEventRecord");
+        gpu::check(cudaEventSynchronize(stop), "matmul_tuned: cudaEventSynchronize");
+        float ms = 0.0f;
+        gpu::check(cudaEventElapsedTime(&ms, start, stop), "matmul_tuned: cudaEventElapsedTime");
+        round_ms[i] = std::min(round_ms[i], double(ms) / kRunsPerRound);
+      }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
+    const double first_ms = round_ms[0];
+    double best_ms = first_ms;
+    size_t best = 0;
+    for (size_t i = 1; i < ranked_.size(); ++i)
+      if (round_ms[i] < best_ms && round_ms[i] < first_ms * (1.0 - kTuningMargin)) best_ms = round_ms[i], best = i;
     algo_ = ranked_[best].algo;
     return fmt::format("the heuristic's algorithm {} of {} (tile {}), {:.3f} ms, against its first's {:.3f} ms", best,
-                       ranked_.size(), algo_config(algo_, CUBLASLT_ALGO_CONFIG_TILE_ID), best_ms / kRepeats,
-                       first_ms / kRepeats);
+                       ranked_.size(), algo_config(algo_, CUBLASLT_ALGO_CONFIG_TILE_ID), best_ms, first_ms);
   }
 
   // C is D unless the caller gives another matrix of D's layout (matmul_add): cuBLASLt reads C and writes D.
