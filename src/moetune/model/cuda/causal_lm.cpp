@@ -55,27 +55,25 @@ void CausalLM::zero_grad() {
   for (const Tensor& run : store_->replicated_grad_runs()) {
     const char* const run_begin = static_cast<const char*>(run.raw_data());
     const char* const run_end = run_begin + run.nbytes();
-    struct Span {
-      char* begin;
-      char* end;
-      bool zeroed;
-    };
-    std::vector<Span> spans;  // the run's gradients, then in address order
+    std::vector<std::pair<char*, bool>> grads;  // (start, zeroed) of each gradient in the run, then by address
+    std::vector<char*> ends;
     for (const Tensor& grad : store_->grads()) {
       char* begin = grad.defined() ? static_cast<char*>(grad.raw_data()) : nullptr;
       if (begin < run_begin || begin >= run_end) continue;
-      const bool left_alone = overwritten(grad) || same(grad, kept_gradient_) || same(grad, written_head_gradient_);
-      spans.push_back({begin, begin + grad.nbytes(), !left_alone});
+      grads.emplace_back(begin, !overwritten(grad) && !same(grad, kept_gradient_) && !same(grad, written_head_gradient_));
+      ends.push_back(begin + grad.nbytes());
     }
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
-    for (size_t i = 0; i < spans.size();) {
-      if (!spans[i].zeroed) {
+    std::vector<size_t> order(grads.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return grads[a].first < grads[b].first; });
+    for (size_t i = 0; i < order.size();) {
+      if (!grads[order[i]].second) {
         ++i;
         continue;
       }
-      char* const begin = spans[i].begin;
-      char* end = spans[i].end;
-      for (++i; i < spans.size() && spans[i].zeroed; ++i) end = std::max(end, spans[i].end);
+      char* const begin = grads[order[i]].first;
+      char* end = ends[order[i]];
+      for (++i; i < order.size() && grads[order[i]].second; ++i) end = std::max(end, ends[order[i]]);
       zero_bytes(begin, run.device(), size_t(end - begin));
     }
   }
