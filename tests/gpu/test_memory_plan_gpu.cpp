@@ -28,7 +28,8 @@ TEST_F(MemoryPlanGpu, BlockStashesAreWhatThePlanDeclares) {
     for (const model::LayerSpec& layer : spec.layers)
       for (const model::SublayerSpec& sublayer : layer.sublayers) {
         ASSERT_LT(i, report.size());
-        EXPECT_EQ(int64_t(report[i].second), model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq, /*keep_norm_outputs=*/true))
+        EXPECT_EQ(int64_t(report[i].second),
+                  model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq, /*keep_norm_outputs=*/true))
             << report[i].first;
         ++i;
       }

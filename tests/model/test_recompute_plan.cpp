@@ -62,7 +62,8 @@ TEST(RecomputePlan, RecomputedSublayersKeepTheirInputAndPeakInTheirBackward) {
   // The backward's temporaries where the experts' gradients meet: d(expert_out) [rows, 2048] beside d(gate_up)
   // [rows, 2 x 768] and d(activated) [rows, 768]; the incoming gradient; the routing weights' gradient.
   EXPECT_EQ(experts.transient_bytes,
-            gpu_stash_bytes(moe, 2048, T, /*keep_norm_outputs=*/false) - input + input + rows * (2048 + 3 * 768) * 2 + rows * 4);
+            gpu_stash_bytes(moe, 2048, T, /*keep_norm_outputs=*/false) - input + input + rows * (2048 + 3 * 768) * 2 +
+                rows * 4);
   EXPECT_LT(experts.total(), none.total());
   EXPECT_LT(full.total(), experts.total());
 }

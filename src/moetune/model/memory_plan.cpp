@@ -69,7 +69,8 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
     return T * (H + (q + k + v) + q + k + v + attended) * kBf16 + T * a->num_heads * kF32 + normed;
   }
-  if (const MlpSpec* m = sublayer.mlp()) return T * (H + m->first_projection()) * kBf16 + normed;  // input, pre-activation
+  // input, pre-activation, and the norm's output where kept
+  if (const MlpSpec* m = sublayer.mlp()) return T * (H + m->first_projection()) * kBf16 + normed;
   if (const Mamba2Spec* m = sublayer.mamba2()) {
     // input, in_proj's output, the conv's, the scan's (the normed input and the scan's chunk states are
     // recomputed in the backward pass).

@@ -49,7 +49,8 @@ int64_t planned_peak_bytes(const model::ParameterLayout& layout, const model::Pr
   const int64_t adapters =
       lora.rank > 0 ? model::lora_gpu_stash_bytes(layout, lora.rank, tokens, recompute, keep_last_layers) : 0;
   return precision.static_bytes(trainable, blocks) - precision.gradient_bytes * gradients_dropped + frozen_bytes +
-         model::gpu_activation_plan(layout.spec, tokens, recompute, keep_last_layers, lm_head_chunk_rows, lora.rank > 0).total() +
+         model::gpu_activation_plan(layout.spec, tokens, recompute, keep_last_layers, lm_head_chunk_rows,
+                                    /*lora=*/lora.rank > 0).total() +
          adapters;
 }
 

@@ -81,8 +81,8 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;
   Tensor dattended = device_like({tokens, nq * d});
-  ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad, p_.o_bias.grad,
-                             false, context.overwrite_gradients);
+  ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad,
+                             p_.o_bias.grad, false, context.overwrite_gradients);
   o_lora_.backward(dout, stash_.attended.view({tokens, nq * d}), dattended);
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
   if (spec_.sinks && p_.sinks.grad.defined())
@@ -116,7 +116,8 @@ std::vector<Tensor> AttentionBlock::overwritten_gradients() const {
 
 size_t AttentionBlock::stash_bytes() const {
   if (mla_) return mla_->stash_bytes();
-  return held_bytes({&stash_.input, &stash_.normed, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats}) +
+  return held_bytes({&stash_.input, &stash_.normed, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended,
+                     &stash_.softmax_stats}) +
          qkv_lora_.stash_bytes() + o_lora_.stash_bytes();
 }
 

@@ -60,7 +60,8 @@ void CausalLM::zero_grad() {
     for (const Tensor& grad : store_->grads()) {
       char* begin = grad.defined() ? static_cast<char*>(grad.raw_data()) : nullptr;
       if (begin < run_begin || begin >= run_end) continue;
-      grads.emplace_back(begin, !overwritten(grad) && !same(grad, kept_gradient_) && !same(grad, written_head_gradient_));
+      const bool left_alone = overwritten(grad) || same(grad, kept_gradient_) || same(grad, written_head_gradient_);
+      grads.emplace_back(begin, !left_alone);
       ends.push_back(begin + grad.nbytes());
     }
     std::vector<size_t> order(grads.size());

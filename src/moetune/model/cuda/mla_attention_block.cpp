@@ -186,8 +186,8 @@ std::vector<Tensor> MlaAttentionBlock::overwritten_gradients() const {
 }
 
 size_t MlaAttentionBlock::stash_bytes() const {
-  return held_bytes({&stash_.input, &stash_.x, &stash_.q_latent, &stash_.q_normed, &stash_.kv_a_out, &stash_.kv_normed, &stash_.q, &stash_.k, &stash_.v,
-                     &stash_.attended, &stash_.softmax_stats});
+  return held_bytes({&stash_.input, &stash_.x, &stash_.q_latent, &stash_.q_normed, &stash_.kv_a_out,
+                     &stash_.kv_normed, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats});
 }
 
 }  // namespace moetune::model::cuda

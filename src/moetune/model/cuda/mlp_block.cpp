@@ -45,6 +45,8 @@ std::vector<Tensor> DenseMlpBlock::overwritten_gradients() const {
   return grads;
 }
 
-size_t DenseMlpBlock::stash_bytes() const { return held_bytes({&input_, &normed_, &gate_up_out_}) + lora_.stash_bytes(); }
+size_t DenseMlpBlock::stash_bytes() const {
+  return held_bytes({&input_, &normed_, &gate_up_out_}) + lora_.stash_bytes();
+}
 
 }  // namespace moetune::model::cuda

@@ -322,8 +322,8 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
 }
 
 size_t MoeBlock::stash_bytes() const {
-  return held_bytes({&input_, &normed_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_, &expert_out_,
-                     &latent_combined_, &shared_gate_up_, &shared_out_, &shared_gate_logits_}) +
+  return held_bytes({&input_, &normed_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_,
+                     &expert_out_, &latent_combined_, &shared_gate_up_, &shared_out_, &shared_gate_logits_}) +
          dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
 }
 

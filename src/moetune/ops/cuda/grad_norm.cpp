@@ -41,7 +41,8 @@ void grad_norm_partials(const std::vector<Tensor>& grads, const std::vector<int6
     MOETUNE_CHECK(sparse->index < grads.size(), "grad_norm_partials: no gradient {} to read in rows", sparse->index);
     const Tensor& grad = grads[sparse->index];
     MOETUNE_CHECK(grad.dim() == 2 && sparse->marked.device().is_cuda() && sparse->marked.dtype() == DType::I32 &&
-                      sparse->marked.shape() == Shape{grad.size(0)} && grad.size(1) > 0 && grad.size(1) < (int64_t(1) << 31),
+                      sparse->marked.shape() == Shape{grad.size(0)} && grad.size(1) > 0 &&
+                      grad.size(1) < (int64_t(1) << 31),
                   "grad_norm_partials: row flags {} for the gradient {}", sparse->marked.str(), grad.str());
     tensors[sparse->index].row_marked = static_cast<const int32_t*>(sparse->marked.raw_data());
     tensors[sparse->index].row_length = grad.size(1);
