@@ -20,6 +20,7 @@
 #include "gpu_timing.h"
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/attention.h"
+#include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/attention.h"
 #include "moetune/ops/cuda/attention_graph.h"
 #include "moetune/ops/cuda/attention_plans.h"
@@ -497,7 +498,76 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
       EXPECT_LT(dq_error, 1e-3);
       EXPECT_LT(dk_rope_error, 1e-3);
       EXPECT_EQ(relative_error(dkv_one, to_cpu_f32(dkv_only)), 0.0);
+
+      // Where attention reads v in kv (the block's path at Moonlight's widths): v is not built and dkv's v columns
+      // are left to attention, the rest as above, bit for bit.
+      if (ops::cuda::mla_v_read_in_place(layout, H, c.qk_width)) {
+        const Tensor q_ref = q_proj.clone(), k_ref = poisoned(k.shape(), DType::BF16, kGpu);
+        ops::cuda::mla_qkv_forward_in_place(q_ref, kv, k_rope, inv_freq, pos, layout, k_ref,
+                                            poisoned(v.shape(), DType::BF16, kGpu));
+        const Tensor q_kv = q_proj.clone(), k_kv = poisoned(k.shape(), DType::BF16, kGpu);
+        ops::cuda::mla_qkv_forward_in_place(q_kv, kv, k_rope, inv_freq, pos, layout, k_kv, {});
+        EXPECT_EQ(relative_error(q_kv, to_cpu_f32(q_ref)), 0.0);
+        EXPECT_EQ(relative_error(k_kv, to_cpu_f32(k_ref)), 0.0);
+        const Tensor dq_kv = dq.clone(), dk_rope_kv = poisoned(k_rope.shape(), DType::BF16, kGpu);
+        const Tensor dkv_kv = random_normal(kv.shape(), DType::BF16, kGpu, rng());  // its v columns must stay
+        const Tensor expected_dkv = to_cpu_f32(dkv_kv);
+        place(expected_dkv, 0, take(to_cpu_f32(dkv_one), 0, c.nope));
+        ops::cuda::mla_qkv_backward_in_place(dq_kv, dk, {}, inv_freq, pos, layout, dkv_kv, dk_rope_kv);
+        EXPECT_EQ(relative_error(dq_kv, to_cpu_f32(dq_one)), 0.0);
+        EXPECT_EQ(relative_error(dk_rope_kv, to_cpu_f32(dk_rope_one)), 0.0);
+        EXPECT_EQ(relative_error(dkv_kv, expected_dkv), 0.0);
+      }
     }
+  }
+}
+
+// v read (and dv written) as columns of a wider per-head array, as the MLA block does at Moonlight's widths (kv_b's
+// output [T, heads, nope + v]): against packed v, in the rows layout and the ragged one; the other columns of the
+// gradient array are left as they were.
+TEST_F(MlaGpu, ValuesReadInPlaceMatchPackedValues) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  const int64_t heads = 4, d = 192, nope = 128, dv = 128, width = nope + dv;
+  for (const auto& [lengths, bound] : {std::pair<std::vector<int64_t>, int64_t>{{256, 256}, 256},
+                                       std::pair<std::vector<int64_t>, int64_t>{{100, 28, 128, 1, 127}, 128}}) {
+    SCOPED_TRACE(::testing::Message() << lengths.size() << " documents, bound " << bound);
+    const std::vector<int64_t> starts = document_starts(lengths);
+    const int64_t tokens = int64_t(starts.size());
+    const double scale = 0.3 / std::sqrt(double(d));
+    const Tensor q = random_normal({tokens, heads, d}, DType::BF16, kGpu, rng());
+    const Tensor k = random_normal({tokens, heads, d}, DType::BF16, kGpu, rng());
+    const Tensor kv = random_normal({tokens, heads, width}, DType::BF16, kGpu, rng());
+    const Tensor dout = random_normal({tokens, heads, dv}, DType::BF16, kGpu, rng());
+    const Tensor kv_host = to_cpu_f32(kv), v_packed = Tensor::zeros({tokens, heads, dv}, DType::F32);
+    place(v_packed, 0, take(kv_host, nope, dv));
+    const Tensor v = ops::cast(v_packed, DType::BF16).to(kGpu);  // exactly kv's v columns (bf16 values)
+    const ops::cuda::PackedDocuments docs = ops::cuda::pack_documents(starts, bound);
+
+    const Tensor out = poisoned({tokens, heads, dv}, DType::BF16, kGpu);
+    const Tensor stats = ops::cuda::causal_attention_forward(q, k, v, docs, scale, out);
+    const Tensor dq = poisoned(q.shape(), DType::BF16, kGpu), dk = poisoned(k.shape(), DType::BF16, kGpu);
+    const Tensor dvv = poisoned(v.shape(), DType::BF16, kGpu);
+    ops::cuda::causal_attention_backward(dout, q, k, v, out, stats, docs, scale, dq, dk, dvv);
+
+    const ops::cuda::HeadColumns v_in_kv(kv, nope, dv);
+    const Tensor out_kv = poisoned(out.shape(), DType::BF16, kGpu);
+    const Tensor stats_kv = ops::cuda::causal_attention_forward(q, k, v_in_kv, docs, scale, out_kv);
+    const Tensor dkv = random_normal(kv.shape(), DType::BF16, kGpu, rng());
+    const Tensor dkv_before = to_cpu_f32(dkv);
+    const Tensor dq_kv = poisoned(q.shape(), DType::BF16, kGpu), dk_kv = poisoned(k.shape(), DType::BF16, kGpu);
+    ops::cuda::causal_attention_backward(dout, q, k, v_in_kv, out_kv, stats_kv, docs, scale, dq_kv, dk_kv,
+                                         ops::cuda::HeadColumns(dkv, nope, dv));
+    // The same graph but for v's strides: cuDNN may pick another kernel for them, so within bf16's rounding.
+    EXPECT_LT(relative_error(out_kv, to_cpu_f32(out)), kBf16Tolerance);
+    EXPECT_LT(relative_error(stats_kv, to_cpu_f32(stats)), 1e-5);
+    EXPECT_LT(relative_error(dq_kv, to_cpu_f32(dq)), kBf16Tolerance);
+    EXPECT_LT(relative_error(dk_kv, to_cpu_f32(dk)), kBf16Tolerance);
+    const Tensor dkv_after = to_cpu_f32(dkv);
+    EXPECT_LT(relative_error(take(dkv_after, nope, dv), to_cpu_f32(dvv)), kBf16Tolerance);
+    EXPECT_EQ(relative_error(take(dkv_after, 0, nope), take(dkv_before, 0, nope)), 0.0);  // k_nope's columns kept
+    std::printf("v in kv against packed v (%zu documents): out %.3g, dq %.3g, dk %.3g, dv %.3g\n", lengths.size(),
+                relative_error(out_kv, to_cpu_f32(out)), relative_error(dq_kv, to_cpu_f32(dq)),
+                relative_error(dk_kv, to_cpu_f32(dk)), relative_error(take(dkv_after, nope, dv), to_cpu_f32(dvv)));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "moetune/model/gradient_ready_layer.h"
 #include "moetune/ops/lm_head_chunk.h"
+#include "moetune/ops/mla_v_in_place.h"
 
 
 namespace moetune::model {
@@ -49,6 +50,14 @@ MlaHeadWidths gpu_mla_head_widths(const AttentionSpec& attention) {
   return {std::max(round_up_8(attention.qk_head_dim), v), v};
 }
 
+bool gpu_mla_v_in_kv(const AttentionSpec& attention) {
+  const MlaSpec& mla = *attention.mla;
+  const MlaHeadWidths widths = gpu_mla_head_widths(attention);
+  return widths.qk == mla.qk_nope_head_dim + mla.qk_rope_head_dim && widths.v == attention.v_head_dim &&
+         ops::mla_v_in_kv(attention.num_heads, mla.qk_nope_head_dim, mla.qk_rope_head_dim, attention.v_head_dim,
+                          widths.qk);
+}
+
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens, bool keep_norm_outputs) {
   const int64_t T = tokens, H = hidden;
   const int64_t normed = keep_norm_outputs ? T * H * kBf16 : 0;  // the input norm's output, where kept
@@ -56,12 +65,14 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
     if (const MlaSpec* mla = a->mla ? &*a->mla : nullptr) {
       // input, q's latent (with q_lora_rank), kv_a's output (the kv latent and the shared rope key), q, k, v and
       // attended at cuDNN's widths, the softmax statistics (model/cuda/mla_attention_block.cpp: no fused q/k/v
-      // output kept); where kept, the three norms' outputs (input, q latent, kv latent).
+      // output kept); v is kv_b's whole output [k_nope | v] where attention reads it there (ops/mla_v_in_place.h);
+      // where kept, the three norms' outputs (input, q latent, kv latent).
       const int64_t q_latent = mla->q_lora_rank.value_or(0), kv_latent = mla->kv_lora_rank + mla->qk_rope_head_dim;
       const MlaHeadWidths widths = gpu_mla_head_widths(*a);
       const int64_t qk = a->num_heads * widths.qk, v = a->num_heads * widths.v;
+      const int64_t v_held = gpu_mla_v_in_kv(*a) ? a->num_heads * (mla->qk_nope_head_dim + a->v_head_dim) : v;
       const int64_t latents_normed = keep_norm_outputs ? T * (q_latent + mla->kv_lora_rank) * kBf16 : 0;
-      return T * (H + q_latent + kv_latent + 2 * qk + 2 * v) * kBf16 + T * a->num_heads * kF32 + normed +
+      return T * (H + q_latent + kv_latent + 2 * qk + v_held + v) * kBf16 + T * a->num_heads * kF32 + normed +
              latents_normed;
     }
     // input, qkv, q, k, v, attended, the softmax statistics.

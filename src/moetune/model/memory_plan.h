@@ -76,6 +76,9 @@ struct MlaHeadWidths {
   int64_t qk = 0, v = 0;
 };
 MlaHeadWidths gpu_mla_head_widths(const AttentionSpec& attention);
+// Whether the GPU's MLA block leaves v in kv_b's output for attention to read (and dv in its gradient): q rotated
+// in place, v unpadded, and ops/mla_v_in_place.h's conditions.
+bool gpu_mla_v_in_kv(const AttentionSpec& attention);
 
 // What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens, with
 // its norms' outputs when `keep_norm_outputs` (model/recompute.h keeps_norm_outputs).

@@ -26,6 +26,7 @@ MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::str
       qk_width_(gpu_mla_head_widths(spec_).qk),
       v_width_(gpu_mla_head_widths(spec_).v),
       q_in_place_(qk_width_ == mla_.qk_nope_head_dim + mla_.qk_rope_head_dim),
+      v_in_kv_(gpu_mla_v_in_kv(spec_)),
       layout_{mla_.qk_nope_head_dim, mla_.qk_rope_head_dim, spec_.v_head_dim, mla_.rope_interleave, mla_.rope_scale},
       p_(MlaParams::lookup(store, layer, sublayer.norm)) {
   MOETUNE_CHECK(p_.q.defined() != mla_.q_lora_rank.has_value(), "{}: the q projections do not match q_lora_rank", layer);
@@ -57,6 +58,11 @@ Tensor MlaAttentionBlock::attended_for_o(const Tensor& attended) const {
   return narrow.view({tokens, heads * dv});
 }
 
+ops::cuda::HeadColumns MlaAttentionBlock::attention_v() const {
+  if (!v_in_kv_) return stash_.v;
+  return {stash_.kv, mla_.qk_nope_head_dim, spec_.v_head_dim};
+}
+
 Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const PhaseScope phase("attention");
   const DeviceBatch& batch = context.batch;
@@ -82,7 +88,10 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
 
   part.next("mla.qkv");
   stash_.k = device_like({tokens, heads, qk_width_});
-  stash_.v = device_like({tokens, heads, v_width_});
+  if (v_in_kv_)
+    stash_.kv = kv.view({tokens, heads, nope + dv});
+  else
+    stash_.v = device_like({tokens, heads, v_width_});
   if (q_in_place_) {
     stash_.q = q_proj.view({tokens, heads, nope + rope});
     ops::cuda::mla_qkv_forward_in_place(stash_.q, kv.view({tokens, heads, nope + dv}), k_rope, inv_freq_,
@@ -94,7 +103,7 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   }
   part.next("mla.flash");
   stash_.attended = device_like({tokens, heads, v_width_});
-  stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
+  stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, attention_v(), batch.documents,
                                                             mla_.softmax_scale, stash_.attended);
   part.next("mla.o");
   Tensor out = device_like(h.shape());
@@ -134,12 +143,16 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   }
   dattended_narrow = Tensor();
   part.next("mla.bwd.flash");
-  Tensor dq = device_like(stash_.q.shape()), dk = device_like(stash_.k.shape()), dvv = device_like(stash_.v.shape());
-  ops::cuda::causal_attention_backward(dattended, stash_.q, stash_.k, stash_.v, stash_.attended, stash_.softmax_stats,
-                                      batch.documents, mla_.softmax_scale, dq, dk, dvv);
+  Tensor dq = device_like(stash_.q.shape()), dk = device_like(stash_.k.shape());
+  // dkv = [d(k_nope) | dv] per head: attention writes dv there itself where it reads v in kv.
+  Tensor dkv = device_like({tokens, heads * (nope + dv)});
+  Tensor dvv = v_in_kv_ ? Tensor() : device_like(stash_.v.shape());
+  const ops::cuda::HeadColumns dv_out =
+      v_in_kv_ ? ops::cuda::HeadColumns(dkv.view({tokens, heads, nope + dv}), nope, dv) : ops::cuda::HeadColumns(dvv);
+  ops::cuda::causal_attention_backward(dattended, stash_.q, stash_.k, attention_v(), stash_.attended,
+                                      stash_.softmax_stats, batch.documents, mla_.softmax_scale, dq, dk, dv_out);
   dattended = Tensor();
   part.next("mla.bwd.qkv");
-  Tensor dkv = device_like({tokens, heads * (nope + dv)});
   Tensor dkv_a_out = device_like({tokens, latent + rope});  // [d(c) | d(k_rope)]: kv_a's output gradient
   const ops::cuda::ColumnBlock dk_rope(dkv_a_out, latent, rope);
   Tensor dq_proj;
@@ -187,7 +200,8 @@ std::vector<Tensor> MlaAttentionBlock::overwritten_gradients() const {
 
 size_t MlaAttentionBlock::stash_bytes() const {
   return held_bytes({&stash_.input, &stash_.x, &stash_.q_latent, &stash_.q_normed, &stash_.kv_a_out,
-                     &stash_.kv_normed, &stash_.q, &stash_.k, &stash_.v, &stash_.attended, &stash_.softmax_stats});
+                     &stash_.kv_normed, &stash_.q, &stash_.k, &stash_.v, &stash_.kv, &stash_.attended,
+                     &stash_.softmax_stats});
 }
 
 }  // namespace moetune::model::cuda

@@ -12,6 +12,7 @@
 #include "moetune/model/cuda/step_context.h"
 #include "moetune/model/mla_attention_block.h"
 #include "moetune/model/model_spec.h"
+#include "moetune/ops/cuda/attention.h"
 #include "moetune/ops/cuda/mla_qkv.h"
 
 namespace moetune::model::cuda {
@@ -33,12 +34,14 @@ class MlaAttentionBlock {
   // Adds into dx; writes the weight gradients when `write` (StepContext::overwrite_gradients).
   void project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx, bool write);
   Tensor attended_for_o(const Tensor& attended) const;  // [T, heads·v_dim]: the padding dropped
+  ops::cuda::HeadColumns attention_v() const;            // v as attention reads it: its own tensor or kv's columns
 
   const AttentionSpec& spec_;
   const MlaSpec& mla_;
   double eps_;
   int64_t qk_width_, v_width_;  // the attention tensors' head widths
   bool q_in_place_;              // qk_width_ is q_proj's: q is q_proj rotated in place, dq becomes dq_proj in place
+  bool v_in_kv_;                 // attention reads v in kv_b's output, writes dv in its gradient (ops/mla_v_in_place.h)
   ops::cuda::MlaQkvLayout layout_;
   Tensor inv_freq_;             // F32 [rope / 2] on the device
   MlaParams p_;
@@ -49,7 +52,8 @@ class MlaAttentionBlock {
     // The norms' outputs where the step keeps them (StepContext::keep_norm_outputs), else undefined: x = rms_norm(h),
     // q_a_layernorm(q_latent) (with q_lora_rank), kv_a_layernorm(c).
     Tensor x, q_normed, kv_normed;
-    Tensor q, k, v;        // attention's inputs [T, heads, width]
+    Tensor q, k, v;        // attention's inputs [T, heads, width]; v undefined where read in kv (v_in_kv_)
+    Tensor kv;             // kv_b's output [T, heads, nope + v_dim], where attention reads v in it; else undefined
     Tensor attended;       // [T, heads, v_width]
     Tensor softmax_stats;  // flash attention's log-sum-exp
   } stash_;

@@ -67,10 +67,11 @@ const BuiltGraph& cached_graph(const GraphKey& key) {
 // does not), otherwise the ragged one, which must build.
 std::pair<GraphKey, const BuiltGraph*> choose_graph(bool backward, int64_t tokens, int64_t heads, int64_t kv_heads,
                                                     int64_t head_dim, int64_t v_head_dim, int64_t num_documents,
-                                                    int64_t max_document_length, int64_t window) {
+                                                    int64_t max_document_length, int64_t window,
+                                                    int64_t v_head_stride = 0) {
   if (num_documents > 0 && num_documents * max_document_length == tokens) {
     const GraphKey rows = attention_graph::rows_key(backward, heads, kv_heads, head_dim, v_head_dim, num_documents,
-                                                    max_document_length, window);
+                                                    max_document_length, window, v_head_stride);
     const BuiltGraph& built = cached_graph(rows);
     if (built.graph) return {rows, &built};
     static std::once_flag said;
@@ -79,7 +80,7 @@ std::pair<GraphKey, const BuiltGraph*> choose_graph(bool backward, int64_t token
     });
   }
   const GraphKey key = attention_graph::ragged_key(backward, tokens, heads, kv_heads, head_dim, v_head_dim,
-                                                   num_documents, max_document_length, window);
+                                                   num_documents, max_document_length, window, v_head_stride);
   const BuiltGraph& built = cached_graph(key);
   if (!built.graph) fail("cuDNN flash attention: {}", built.error);
   return {key, &built};
@@ -88,7 +89,7 @@ std::pair<GraphKey, const BuiltGraph*> choose_graph(bool backward, int64_t token
 // ---- argument checks ----
 
 struct Shapes {
-  int64_t tokens, heads, kv_heads, head_dim, v_head_dim;
+  int64_t tokens, heads, kv_heads, head_dim, v_head_dim, v_head_stride;
 };
 
 void check_tensor(const Tensor& t, std::string_view name, const Shape& shape, DType dtype) {
@@ -100,14 +101,27 @@ void check_tensor(const Tensor& t, std::string_view name, const Shape& shape, DT
                 "flash attention: {} ({}) does not start on a 16-byte boundary, which cuDNN needs", name, t.str());
 }
 
-Shapes check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs) {
+// v's columns within its heads: checked, and its address (the block's first column).
+void* head_columns_data(const HeadColumns& v, std::string_view name, int64_t tokens, int64_t kv_heads,
+                        int64_t v_head_dim) {
+  const Tensor& t = v.heads;
+  check_tensor(t, name, {tokens, kv_heads, t.size(2)}, DType::BF16);
+  MOETUNE_CHECK(v.first >= 0 && v.first % 8 == 0 && t.size(2) % 8 == 0 && v.first + v_head_dim <= t.size(2),
+                "flash attention: {}'s columns [{}, {}) of {} must lie in its heads and start, like the heads, on a "
+                "multiple of 8 (cuDNN's 16-byte alignment)", name, v.first, v.first + v_head_dim, t.str());
+  return static_cast<char*>(t.raw_data()) + v.first * int64_t(sizeof(uint16_t));
+}
+
+Shapes check_inputs(const Tensor& q, const Tensor& k, const HeadColumns& v, const PackedDocuments& docs) {
   MOETUNE_CHECK(q.defined() && q.dim() == 3, "flash attention: q must be [T, heads, head_dim], got {}",
                 q.defined() ? q.str() : "undefined");
   MOETUNE_CHECK(k.defined() && k.dim() == 3, "flash attention: k must be [T, kv_heads, head_dim], got {}",
                 k.defined() ? k.str() : "undefined");
-  MOETUNE_CHECK(v.defined() && v.dim() == 3, "flash attention: v must be [T, kv_heads, v_head_dim], got {}",
-                v.defined() ? v.str() : "undefined");
-  const Shapes s{q.size(0), q.size(1), k.size(1), q.size(2), v.size(2)};
+  const Tensor& vh = v.heads;
+  MOETUNE_CHECK(vh.defined() && vh.dim() == 3, "flash attention: v must be [T, kv_heads, v_head_dim], got {}",
+                vh.defined() ? vh.str() : "undefined");
+  const int64_t v_head_dim = v.count >= 0 ? v.count : vh.size(2);
+  const Shapes s{q.size(0), q.size(1), k.size(1), q.size(2), v_head_dim, vh.size(2)};
   MOETUNE_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
                 "flash attention: {} query heads cannot be grouped over {} key/value heads (q {}, k {})", s.heads,
                 s.kv_heads, q.str(), k.str());
@@ -119,7 +133,7 @@ Shapes check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Pac
                 s.head_dim);
   check_tensor(q, "q", {s.tokens, s.heads, s.head_dim}, DType::BF16);
   check_tensor(k, "k", {s.tokens, s.kv_heads, s.head_dim}, DType::BF16);
-  check_tensor(v, "v", {s.tokens, s.kv_heads, s.v_head_dim}, DType::BF16);
+  head_columns_data(v, "v", s.tokens, s.kv_heads, s.v_head_dim);
   MOETUNE_CHECK(docs.tokens == s.tokens, "flash attention: the documents cover {} tokens but q has {} ({})",
                 docs.tokens, s.tokens, q.str());
   check_tensor(docs.cu_seqlens, "cu_seqlens", {docs.num_documents + 1}, DType::I32);
@@ -176,38 +190,44 @@ PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64
   return docs;
 }
 
-Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
+Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const HeadColumns& v, const PackedDocuments& docs,
                                double scale, const Tensor& out, int64_t sliding_window) {
   const Shapes s = check_inputs(q, k, v, docs);
   check_tensor(out, "out", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
   Tensor stats = Tensor::empty({s.tokens, s.heads}, DType::F32, Device::cuda());
   if (s.tokens == 0) return stats;
   const auto [key, built] = choose_graph(false, s.tokens, s.heads, s.kv_heads, s.head_dim, s.v_head_dim,
-                                         docs.num_documents, docs.max_document_length, sliding_window);
+                                         docs.num_documents, docs.max_document_length, sliding_window, s.v_head_stride);
   using namespace attention_graph;
   execute(key, *built, docs, scale,
-          {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, v.raw_data()}, {kO, out.raw_data()},
-           {kStats, stats.raw_data()}});
+          {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, head_columns_data(v, "v", s.tokens, s.kv_heads, s.v_head_dim)},
+           {kO, out.raw_data()}, {kStats, stats.raw_data()}});
   return stats;
 }
 
-void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv, int64_t sliding_window) {
+void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const HeadColumns& v,
+                              const Tensor& out, const Tensor& stats, const PackedDocuments& docs, double scale,
+                              const Tensor& dq, const Tensor& dk, const HeadColumns& dv, int64_t sliding_window) {
   const Shapes s = check_inputs(q, k, v, docs);
   check_tensor(dout, "dout", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
   check_tensor(out, "out", {s.tokens, s.heads, s.v_head_dim}, DType::BF16);
   check_tensor(stats, "stats", {s.tokens, s.heads}, DType::F32);
   check_tensor(dq, "dq", q.shape(), DType::BF16);
   check_tensor(dk, "dk", k.shape(), DType::BF16);
-  check_tensor(dv, "dv", v.shape(), DType::BF16);
+  // dv is laid out as v is: the same head width, the same columns.
+  MOETUNE_CHECK(dv.heads.defined() && dv.heads.shape() == v.heads.shape() && dv.first == v.first &&
+                    (dv.count >= 0 ? dv.count : dv.heads.size(2)) == s.v_head_dim,
+                "flash attention: dv ({}, columns from {}) must be laid out as v ({}, columns from {})",
+                dv.heads.defined() ? dv.heads.str() : "undefined", dv.first, v.heads.str(), v.first);
+  void* const dv_data = head_columns_data(dv, "dv", s.tokens, s.kv_heads, s.v_head_dim);
   if (s.tokens == 0) return;
   const auto [key, built] = choose_graph(true, s.tokens, s.heads, s.kv_heads, s.head_dim, s.v_head_dim,
-                                         docs.num_documents, docs.max_document_length, sliding_window);
+                                         docs.num_documents, docs.max_document_length, sliding_window, s.v_head_stride);
   using namespace attention_graph;
   execute(key, *built, docs, scale,
-          {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, v.raw_data()}, {kO, out.raw_data()}, {kDO, dout.raw_data()},
-           {kStats, stats.raw_data()}, {kDQ, dq.raw_data()}, {kDK, dk.raw_data()}, {kDV, dv.raw_data()}});
+          {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, head_columns_data(v, "v", s.tokens, s.kv_heads, s.v_head_dim)},
+           {kO, out.raw_data()}, {kDO, dout.raw_data()}, {kStats, stats.raw_data()}, {kDQ, dq.raw_data()},
+           {kDK, dk.raw_data()}, {kDV, dv_data}});
 }
 
 size_t causal_attention_workspace_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,

@@ -38,18 +38,30 @@ struct PackedDocuments {
 // or document_start does not describe consecutive documents.
 PackedDocuments pack_documents(const std::vector<int64_t>& document_start, int64_t max_document_length);
 
+// v (or dv) as columns [first, first + count) of each head of a wider [T, kv_heads, width] array, which cuDNN reads
+// (writes) in place: MLA's kv_b output holds each head's k_nope and v side by side. A whole [T, kv_heads, dv]
+// tensor converts to its own block. first and width multiples of 8 (cuDNN's 16-byte alignment).
+struct HeadColumns {
+  Tensor heads;                   // [T, kv_heads, width] BF16 on the GPU
+  int64_t first = 0, count = -1;  // count -1: all `width` columns
+  HeadColumns() = default;
+  HeadColumns(Tensor whole) : heads(std::move(whole)) {}  // NOLINT: a whole tensor is its own block
+  HeadColumns(Tensor t, int64_t first_column, int64_t columns)
+      : heads(std::move(t)), first(first_column), count(columns) {}
+};
+
 // q and k [T, heads or kv_heads, d], v [T, kv_heads, dv], out [T, heads, dv], all BF16 on the GPU;
 // heads % kv_heads == 0, d and dv multiples of 8, dv <= d <= 256 (dv < d: DeepSeek's latent attention).
 // Writes out and returns the softmax statistics that the backward pass needs: the
 // natural-log logsumexp of the scaled scores, F32 [T, heads].
-Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const PackedDocuments& docs,
+Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const HeadColumns& v, const PackedDocuments& docs,
                                double scale, const Tensor& out, int64_t sliding_window = 0);
 
 // dout and out [T, heads, dv] BF16 (out as the forward pass wrote it), stats from the forward pass. Overwrites
-// dq [T, heads, d], dk [T, kv_heads, d] and dv [T, kv_heads, dv] (BF16).
-void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& stats, const PackedDocuments& docs, double scale, const Tensor& dq,
-                              const Tensor& dk, const Tensor& dv, int64_t sliding_window = 0);
+// dq [T, heads, d], dk [T, kv_heads, d] and dv [T, kv_heads, dv] (BF16; dv laid out as v is).
+void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const HeadColumns& v,
+                              const Tensor& out, const Tensor& stats, const PackedDocuments& docs, double scale,
+                              const Tensor& dq, const Tensor& dk, const HeadColumns& dv, int64_t sliding_window = 0);
 
 // Bytes of scratch GPU memory one forward or backward call allocates (and frees when its work is done) for this
 // shape: the larger of the two cuDNN workspaces plus the ragged offsets. Builds the graphs if they are not

@@ -34,26 +34,30 @@ bool reads_lengths(const GraphKey& key) { return ragged(key) || key.padding_mask
 
 // ---- graph construction ----
 
+// head_stride: elements from one head to the next within a token (0: width, packed); a token holds heads of them.
 fe::graph::Tensor_attributes& laid_out(fe::graph::Tensor_attributes& t, const GraphKey& key, int64_t heads,
-                                       int64_t width, const TensorAttributes& offsets) {
+                                       int64_t width, const TensorAttributes& offsets, int64_t head_stride = 0) {
+  const int64_t stride = head_stride > 0 ? head_stride : width;
   t.set_dim({key.batch, heads, key.max_length, width});
-  if (key.layout == Layout::kHeadMajor)
+  if (key.layout == Layout::kHeadMajor) {
+    MOETUNE_CHECK(stride == width, "flash attention: the head-major layout takes packed heads only ({})", describe(key));
     return t.set_stride({heads * key.max_length * width, key.max_length * width, width, 1});
-  t.set_stride({key.max_length * heads * width, width, heads * width, 1});
+  }
+  t.set_stride({key.max_length * heads * stride, stride, heads * stride, 1});
   return ragged(key) ? t.set_ragged_offset(offsets) : t;
 }
 
 TensorAttributes input(fe::graph::Graph& graph, const char* name, Uid uid, const GraphKey& key, int64_t heads,
-                       int64_t width, const TensorAttributes& offsets, fe::DataType_t type) {
+                       int64_t width, const TensorAttributes& offsets, fe::DataType_t type, int64_t head_stride = 0) {
   fe::graph::Tensor_attributes t;
   t.set_name(name).set_uid(uid).set_data_type(type);
-  return graph.tensor(laid_out(t, key, heads, width, offsets));
+  return graph.tensor(laid_out(t, key, heads, width, offsets, head_stride));
 }
 
 void output(const TensorAttributes& t, const char* name, Uid uid, const GraphKey& key, int64_t heads, int64_t width,
-            const TensorAttributes& offsets, fe::DataType_t type) {
+            const TensorAttributes& offsets, fe::DataType_t type, int64_t head_stride = 0) {
   t->set_name(name).set_uid(uid).set_output(true).set_data_type(type);
-  laid_out(*t, key, heads, width, offsets);
+  laid_out(*t, key, heads, width, offsets, head_stride);
 }
 
 // The per-call inputs both graphs read besides the activations: the scale (a host scalar, so that it is not
@@ -125,7 +129,7 @@ Inputs inputs(const GraphKey& key) {
   x.in = call_inputs(*x.graph, key);
   x.q = input(*x.graph, "q", kQ, key, key.heads, key.head_dim, x.in.q_offsets, kBf16);
   x.k = input(*x.graph, "k", kK, key, key.kv_heads, key.head_dim, x.in.k_offsets, kBf16);
-  x.v = input(*x.graph, "v", kV, key, key.kv_heads, key.v_head_dim, x.in.v_offsets, kBf16);
+  x.v = input(*x.graph, "v", kV, key, key.kv_heads, key.v_head_dim, x.in.v_offsets, kBf16, key.v_head_stride);
   return x;
 }
 
@@ -156,7 +160,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
   auto [dq, dk, dv_out] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
   output(dq, "dq", kDQ, key, key.heads, d, in.q_offsets, bf16);
   output(dk, "dk", kDK, key, key.kv_heads, d, in.k_offsets, bf16);
-  output(dv_out, "dv", kDV, key, key.kv_heads, dv, in.v_offsets, bf16);
+  output(dv_out, "dv", kDV, key, key.kv_heads, dv, in.v_offsets, bf16, key.v_head_stride);
   return graph;
 }
 
@@ -181,13 +185,17 @@ const char* layout_name(Layout layout) {
 }
 
 GraphKey ragged_key(bool backward, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                    int64_t v_head_dim, int64_t documents, int64_t max_document_length, int64_t window) {
+                    int64_t v_head_dim, int64_t documents, int64_t max_document_length, int64_t window,
+                    int64_t v_head_stride) {
   check_window(window);
+  MOETUNE_CHECK(v_head_stride == 0 || v_head_stride >= v_head_dim,
+                "flash attention: v's head stride {} is narrower than its head dim {}", v_head_stride, v_head_dim);
   return {.backward = backward,
           .heads = heads,
           .kv_heads = kv_heads,
           .head_dim = head_dim,
           .v_head_dim = v_head_dim,
+          .v_head_stride = v_head_stride > 0 ? v_head_stride : v_head_dim,
           .batch = padded_document_count(documents),
           .max_length = max_document_length,
           .max_tokens = backward ? std::max<int64_t>(1, (tokens + kTokenGranularity - 1) / kTokenGranularity) *
@@ -197,8 +205,8 @@ GraphKey ragged_key(bool backward, int64_t tokens, int64_t heads, int64_t kv_hea
 }
 
 GraphKey rows_key(bool backward, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, int64_t rows,
-                  int64_t length, int64_t window) {
-  GraphKey key = ragged_key(backward, 0, heads, kv_heads, head_dim, v_head_dim, 1, length, window);
+                  int64_t length, int64_t window, int64_t v_head_stride) {
+  GraphKey key = ragged_key(backward, 0, heads, kv_heads, head_dim, v_head_dim, 1, length, window, v_head_stride);
   key.batch = rows;
   key.max_tokens = 0;
   key.layout = Layout::kRows;
@@ -213,6 +221,7 @@ std::string describe(const GraphKey& key) {
   if (key.backward && ragged(key) && key.max_total_seq_len) options += fmt::format(", {} tokens", key.max_tokens);
   if (key.deterministic) options += ", deterministic";
   if (key.window > 0) options += fmt::format(", sliding window {}", key.window);
+  if (key.v_head_stride != key.v_head_dim) options += fmt::format(", v's heads {} apart", key.v_head_stride);
   return fmt::format("{} graph for {} heads, {} kv heads, head_dim {} (v {}), {} entries of at most {} tokens ({})",
                      key.backward ? "backward" : "forward", key.heads, key.kv_heads, key.head_dim, key.v_head_dim,
                      key.batch, key.max_length, options);
@@ -263,12 +272,12 @@ void add_call_inputs(const GraphKey& key, const PackedDocuments& docs, float& sc
   gpu::check(launch_ragged_offsets(cu_seqlens, docs.num_documents, key.batch, key.heads * key.head_dim,
                                    key.kv_heads * key.head_dim, key.heads, offsets, gpu::stream()),
              fmt::format("ragged offsets for the {}", describe(key)));
-  // The output and v by v's head dim (the same offsets as q's and k's when the head dims agree).
-  const bool same = key.v_head_dim == key.head_dim;
+  // The output by v's head dim and v by its head stride (the same offsets as q's and k's when both agree).
+  const bool same = key.v_head_dim == key.head_dim && key.v_head_stride == key.head_dim;
   const RaggedOffsets v_offsets = offsets_at(base + inputs_bytes(key) / 2);
   if (ragged(key) && !same)
     gpu::check(launch_ragged_offsets(cu_seqlens, docs.num_documents, key.batch, key.heads * key.v_head_dim,
-                                     key.kv_heads * key.v_head_dim, key.heads, v_offsets, gpu::stream()),
+                                     key.kv_heads * key.v_head_stride, key.heads, v_offsets, gpu::stream()),
                fmt::format("v's ragged offsets for the {}", describe(key)));
   if (key.padding_mask) {
     pack[kSeqLenQ] = offsets.lengths;

@@ -36,6 +36,7 @@ struct GraphKey {
   bool backward = false;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   int64_t v_head_dim = 0;  // v's and the output's (MLA's differs from q/k's)
+  int64_t v_head_stride = 0;  // elements from one head of v (dv) to the next: v_head_dim when packed
   int64_t batch = 0;       // kRagged: documents rounded up to a power of two (the extra ones empty); else rows
   int64_t max_length = 0;  // the bound on a document's length (kRows, kHeadMajor: the row length)
   int64_t max_tokens = 0;  // kRagged backward with max_total_seq_len: T rounded up to a multiple of 128
@@ -48,12 +49,14 @@ struct GraphKey {
 };
 
 // The engine's key for packed documents (the ragged layout, padding mask, max_total_seq_len).
+// v_head_stride 0: v packed (v_head_dim).
 GraphKey ragged_key(bool backward, int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                    int64_t v_head_dim, int64_t documents, int64_t max_document_length, int64_t window);
+                    int64_t v_head_dim, int64_t documents, int64_t max_document_length, int64_t window,
+                    int64_t v_head_stride = 0);
 
 // The key for `rows` rows of `length` tokens, each one document filling its row: no offsets, no padding mask.
 GraphKey rows_key(bool backward, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim, int64_t rows,
-                  int64_t length, int64_t window);
+                  int64_t length, int64_t window, int64_t v_head_stride = 0);
 
 std::string describe(const GraphKey& key);
 

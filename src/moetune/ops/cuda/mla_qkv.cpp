@@ -3,6 +3,7 @@
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/gpu_tensor_checks.h"
 #include "moetune/ops/cuda/mla_qkv_kernels.h"
+#include "moetune/ops/mla_v_in_place.h"
 
 namespace moetune::ops::cuda {
 namespace {
@@ -17,6 +18,18 @@ MlaQkvShape shape_of(std::string_view op, const Tensor& qk, const Tensor& v, con
   MOETUNE_CHECK(l.rope > 0 && l.rope % 2 == 0 && s.qk_width >= l.nope + l.rope && s.v_width >= l.v_dim,
                 "{}: head widths q/k {} and v {} for nope {}, rope {} (even), v {}", op, s.qk_width, s.v_width, l.nope,
                 l.rope, l.v_dim);
+  return s;
+}
+
+// The same with v (dv) optional: undefined, its width is v_dim (attention reads it, writes its gradient, in place).
+MlaQkvShape shape_of_optional_v(std::string_view op, const Tensor& qk, const Tensor& v, const MlaQkvLayout& l) {
+  if (v.defined()) return shape_of(op, qk, v, l);
+  check_gpu_tensor(op, "q/k", qk);
+  MOETUNE_CHECK(qk.dim() == 3, "{}: q/k {} must be [T, heads, width]", op, qk.str());
+  MlaQkvShape s{qk.size(0), int(qk.size(1)), int(l.nope), int(l.rope), int(l.v_dim), int(qk.size(2)), int(l.v_dim),
+                l.interleaved, float(l.scale), l.rope};
+  MOETUNE_CHECK(l.rope > 0 && l.rope % 2 == 0 && s.qk_width >= l.nope + l.rope && l.v_dim > 0,
+                "{}: head width q/k {} for nope {}, rope {} (even), v {}", op, s.qk_width, l.nope, l.rope, l.v_dim);
   return s;
 }
 
@@ -86,16 +99,20 @@ void mla_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, cons
 void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const ColumnBlock& k_rope, const Tensor& inv_freq,
                               const Tensor& positions, const MlaQkvLayout& layout, const Tensor& k, const Tensor& v) {
   constexpr std::string_view op = "mla_qkv_forward_in_place";
-  MlaQkvShape s = shape_of(op, k, v, layout);
+  MlaQkvShape s = shape_of_optional_v(op, k, v, layout);
   check_common(op, s, inv_freq, positions);
   check_in_place_width(op, s);
   check_gpu_tensor(op, "q", q, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "kv", kv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
   void* key_rope = key_rope_operand(op, "k_rope", k_rope, s);
   check_gpu_tensor(op, "k", k, DType::BF16, {s.tokens, s.heads, s.qk_width});
-  check_gpu_tensor(op, "v", v, DType::BF16, {s.tokens, s.heads, s.v_width});
+  if (v.defined()) check_gpu_tensor(op, "v", v, DType::BF16, {s.tokens, s.heads, s.v_width});
+  MOETUNE_CHECK(v.defined() || mla_v_read_in_place(layout, s.heads, s.qk_width),
+                "{}: v left out for a shape whose v must be built (nope {}, rope {}, v {}, {} heads)", op, s.nope,
+                s.rope, s.v_dim, s.heads);
   gpu::check(launch_mla_qkv_forward_in_place(q.raw_data(), kv.raw_data(), key_rope, device_data<float>(inv_freq),
-                                             device_data<int32_t>(positions), k.raw_data(), v.raw_data(), s, gpu::stream()),
+                                             device_data<int32_t>(positions), k.raw_data(),
+                                             v.defined() ? v.raw_data() : nullptr, s, gpu::stream()),
              fmt::format("{} of {}", op, q.str()));
 }
 
@@ -103,18 +120,26 @@ void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor&
                                const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dkv,
                                const ColumnBlock& dk_rope) {
   constexpr std::string_view op = "mla_qkv_backward_in_place";
-  MlaQkvShape s = shape_of(op, dk, dv, layout);
+  MlaQkvShape s = shape_of_optional_v(op, dk, dv, layout);
   check_common(op, s, inv_freq, positions);
   check_in_place_width(op, s);
   check_gpu_tensor(op, "dq", dq, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "dk", dk, DType::BF16, {s.tokens, s.heads, s.qk_width});
-  check_gpu_tensor(op, "dv", dv, DType::BF16, {s.tokens, s.heads, s.v_width});
+  if (dv.defined()) check_gpu_tensor(op, "dv", dv, DType::BF16, {s.tokens, s.heads, s.v_width});
+  MOETUNE_CHECK(dv.defined() || mla_v_read_in_place(layout, s.heads, s.qk_width),
+                "{}: dv left out for a shape whose dkv must take it (nope {}, rope {}, v {}, {} heads)", op, s.nope,
+                s.rope, s.v_dim, s.heads);
   check_gpu_tensor(op, "dkv", dkv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
   void* dkey_rope = key_rope_operand(op, "dk_rope", dk_rope, s);
-  gpu::check(launch_mla_qkv_backward_in_place(dq.raw_data(), dk.raw_data(), dv.raw_data(), device_data<float>(inv_freq),
+  gpu::check(launch_mla_qkv_backward_in_place(dq.raw_data(), dk.raw_data(), dv.defined() ? dv.raw_data() : nullptr,
+                                              device_data<float>(inv_freq),
                                               device_data<int32_t>(positions), dkv.raw_data(), dkey_rope, s,
                                               gpu::stream()),
              fmt::format("{} of {}", op, dk.str()));
+}
+
+bool mla_v_read_in_place(const MlaQkvLayout& layout, int64_t heads, int64_t qk_width) {
+  return mla_v_in_kv(heads, layout.nope, layout.rope, layout.v_dim, qk_width);
 }
 
 void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& positions, const MlaQkvLayout& layout,

@@ -42,11 +42,19 @@ void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& 
 void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const ColumnBlock& k_rope, const Tensor& inv_freq,
                               const Tensor& positions, const MlaQkvLayout& layout, const Tensor& k, const Tensor& v);
 
+// v undefined (where mla_v_read_in_place): k only; attention reads v in kv's columns [nope, nope + v_dim).
+
 // Its transpose: dq [T, heads, nope + rope] rotated back in place (it becomes dq_proj), dkv and dk_rope
 // (overwritten): what mla_q_rope_in_place(backward) then mla_qkv_backward with dq undefined give.
 void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& inv_freq,
                                const Tensor& positions, const MlaQkvLayout& layout, const Tensor& dkv,
                                const ColumnBlock& dk_rope);
+// dv undefined (where mla_v_read_in_place): dkv's v columns are left as they are (attention wrote dv there).
+
+// Whether the one-launch kernels can leave v to attention for this shape (q/k heads qk_width wide, v's head width
+// v_dim): v read in kv's columns, dv written in dkv's. Needs 16-byte columns (nope, rope, v_dim, qk_width
+// multiples of 8), qk_width == nope + rope, and the heads' rope columns within the kernels' shared memory.
+bool mla_v_read_in_place(const MlaQkvLayout& layout, int64_t heads, int64_t qk_width);
 
 // dst [..., Wd] = src [..., Ws]'s first min(Ws, Wd) columns, zero past them (BF16; the leading dims agree):
 // attention's padded output narrowed for o_proj, and o_proj's input gradient padded back.

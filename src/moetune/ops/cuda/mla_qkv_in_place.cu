@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* q_token = q + t * s.heads * dqk;
   const bf16* kv_token = kv + t * s.heads * dkv;
   bf16* k_token = k + t * s.heads * s.qk_width;
-  bf16* v_token = v + t * s.heads * s.v_width;
+  bf16* v_token = v != nullptr ? v + t * s.heads * s.v_width : nullptr;  // null: v is read from kv in place
 
   fill_rotations(angles, positions[t], inv_freq, s);
   // Staged: q's rope columns and the shared key. Copied: k's no-rope columns and v from kv, zeros past them (k's
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kThreads)
   const int rope_chunks = s.rope / kVec, k_chunks = s.qk_width / kVec, v_chunks = s.v_width / kVec;
   const int nope_chunks = s.nope / kVec, rope_end = dqk / kVec, v_real = s.v_dim / kVec;
   const int staged = (s.heads + 1) * rope_chunks, k_moves = s.heads * k_chunks;
-  run_moves(staged + k_moves + s.heads * v_chunks, [&](int i) -> Move {
+  run_moves(staged + k_moves + (v_token != nullptr ? s.heads * v_chunks : 0), [&](int i) -> Move {
     if (i < staged) {
       const int h = i / rope_chunks, c0 = (i - h * rope_chunks) * kVec;
       if (h < s.heads) return {q_token + h * dqk + s.nope + c0, q_rope + h * s.rope + c0};
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kThreads)
   const int dqk = s.nope + s.rope, dkv_width = s.nope + s.v_dim;
   bf16* dq_token = dq + t * s.heads * dqk;
   const bf16* dk_token = dk + t * s.heads * s.qk_width;
-  const bf16* dv_token = dv + t * s.heads * s.v_width;
+  const bf16* dv_token = dv != nullptr ? dv + t * s.heads * s.v_width : nullptr;  // null: dv is dkv's already
   bf16* dkv_token = dkv + t * s.heads * dkv_width;
 
   fill_rotations(angles, positions[t], inv_freq, s);
@@ -171,8 +171,9 @@ __global__ void __launch_bounds__(kThreads)
     if (h < s.heads) store16(dq_rope + h * s.rope + c0, load16(dq_token + h * dqk + s.nope + c0));
     else store16(dk_rope_heads + (h - s.heads) * s.rope + c0, load16(dk_token + (h - s.heads) * s.qk_width + s.nope + c0));
   }
-  for (int i = threadIdx.x; i < s.heads * kv_chunks; i += blockDim.x) {
-    const int h = i / kv_chunks, c = i - h * kv_chunks;
+  const int chunks = dv_token != nullptr ? kv_chunks : nope_chunks;  // a head's columns to write
+  for (int i = threadIdx.x; i < s.heads * chunks; i += blockDim.x) {
+    const int h = i / chunks, c = i - h * chunks;
     store16(dkv_token + h * dkv_width + c * kVec,
             c < nope_chunks ? load16(dk_token + h * s.qk_width + c * kVec)
                             : load16(dv_token + h * s.v_width + (c - nope_chunks) * kVec));
@@ -212,6 +213,7 @@ cudaError_t launch_mla_qkv_forward_in_place(void* q, const void* kv, const void*
   if (shape.tokens == 0) return cudaSuccess;
   const size_t shared = shared_bytes(shape, shape.heads + 1);
   if (!in_place_path(shape, shared, {q, kv, k_rope, k, v})) {  // the separate kernels take every other shape
+    if (v == nullptr) return cudaErrorInvalidValue;  // they build v: mla_v_read_in_place said no
     if (const cudaError_t status = launch_mla_q_rope_in_place(q, inv_freq, positions, shape, false, stream);
         status != cudaSuccess)
       return status;
@@ -230,6 +232,7 @@ cudaError_t launch_mla_qkv_backward_in_place(void* dq, const void* dk, const voi
   if (shape.tokens == 0) return cudaSuccess;
   const size_t shared = shared_bytes(shape, 2 * shape.heads);
   if (!in_place_path(shape, shared, {dq, dk, dv, dkv, dk_rope})) {
+    if (dv == nullptr) return cudaErrorInvalidValue;
     if (const cudaError_t status = launch_mla_q_rope_in_place(dq, inv_freq, positions, shape, true, stream);
         status != cudaSuccess)
       return status;

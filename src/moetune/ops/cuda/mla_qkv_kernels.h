@@ -44,7 +44,11 @@ cudaError_t launch_mla_qkv_forward_in_place(void* q, const void* kv, const void*
                                             const int32_t* positions, void* k, void* v, MlaQkvShape shape,
                                             cudaStream_t stream);
 
+// v null: v is not built (attention reads it in kv's columns; the one-launch path only: cudaErrorInvalidValue
+// where the shape takes the separate kernels; ops/mla_v_in_place.h says which shapes the callers leave it out for).
+
 // Its transpose: dq rotated back in place (it becomes dq_proj), dkv and dk_rope as launch_mla_qkv_backward gives them.
+// dv null: dkv's v columns are not written (attention wrote its dv there); as v null above.
 cudaError_t launch_mla_qkv_backward_in_place(void* dq, const void* dk, const void* dv, const float* inv_freq,
                                              const int32_t* positions, void* dkv, void* dk_rope, MlaQkvShape shape,
                                              cudaStream_t stream);

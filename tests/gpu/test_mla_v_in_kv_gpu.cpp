@@ -1,0 +1,116 @@
+// The GPU's latent attention block where attention reads v in kv_b's output (ops/mla_v_in_place.h: every width a
+// multiple of 8, as Moonlight's and DeepSeek-V3's are; the transformers fixtures' narrow heads take the copying
+// path). A DeepSeek-V3 with such heads (deepseek_v3_tiny's config, wider heads, random weights saved as bf16) runs
+// one forward and backward pass on the GPU and on the CPU engine (the fixtures' parity tests hold the CPU engine to
+// transformers): losses and the attention's gradients must agree within bf16's bounds, and the blocks' stashes must
+// be what the memory plan declares for them.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_test_util.h"
+#include "moetune/model/causal_lm.h"
+#include "moetune/model/checkpoint.h"
+#include "moetune/model/cuda/causal_lm.h"
+#include "moetune/model/memory_plan.h"
+#include "moetune/model/model_description.h"
+#include "moetune/model/parameter_layout.h"
+#include "test_util.h"
+
+namespace moetune {
+namespace {
+
+using testing::relative_error;
+using testing::to_cpu_f32;
+
+class MlaVInKvGpu : public testing::GpuTest {};
+
+// deepseek_v3_tiny's config with heads of nope 16, rope 8, v 16 (q/k 24), every layer dense (no routing, whose
+// near-ties could pick other experts in bf16 than in fp32), saved with random bf16 weights.
+std::filesystem::path write_model(const std::filesystem::path& folder, std::mt19937& rng) {
+  nlohmann::json config =
+      nlohmann::json::parse(std::ifstream(testing::fixture("deepseek_v3_tiny") / "config.json"));
+  config["num_attention_heads"] = 2;
+  config["num_key_value_heads"] = 2;
+  config["qk_nope_head_dim"] = 16;
+  config["qk_rope_head_dim"] = 8;
+  config["qk_head_dim"] = 24;
+  config["v_head_dim"] = 16;
+  config["head_dim"] = 8;
+  config["hidden_size"] = 32;
+  config["first_k_dense_replace"] = config["num_hidden_layers"];
+  std::filesystem::create_directories(folder);
+  testing::write_file(folder / "config.json", config.dump());
+  model::ModelWeights weights;
+  weights.layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const model::ParameterSpec& p : weights.layout.parameters) {
+    Tensor t = Tensor::empty(p.shape, DType::F32);
+    float* data = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const float z = normal(rng);
+      data[i] = p.role == model::ParameterRole::Norm ? 1.0f + 0.1f * z : p.role == model::ParameterRole::Buffer ? 0.0f
+                                                                                                                   : 0.1f * z;
+    }
+    weights.parameters.push_back(t);
+    weights.disk_dtypes.push_back(DType::BF16);
+    weights.stored_fused.push_back(false);
+  }
+  model::save_checkpoint(weights, folder);
+  return folder;
+}
+
+TEST_F(MlaVInKvGpu, MatchesTheCpuAndThePlan) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  const testing::ScratchDir scratch;
+  const std::filesystem::path folder = write_model(scratch / "model", rng());
+  auto gpu = model::cuda::CausalLM::from_pretrained(folder);
+  auto cpu = model::CausalLM::from_pretrained(folder);
+  const model::ModelSpec& spec = gpu.spec();
+  bool in_kv = false;
+  for (const model::LayerSpec& layer : spec.layers)
+    for (const model::SublayerSpec& sublayer : layer.sublayers)
+      if (sublayer.attention()) in_kv = model::gpu_mla_v_in_kv(*sublayer.attention());
+  ASSERT_TRUE(in_kv) << "the model's heads must take the path under test";
+
+  const int64_t rows = 2, seq = 24;
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < rows * seq; ++i) ids.push_back((i * 7 + 3) % spec.vocab_size);
+  const Tensor input_ids = Tensor::from_vector(ids, {rows, seq});
+  const model::CausalLMOutput on_gpu = gpu.forward_backward({.input_ids = input_ids, .labels = input_ids});
+  const model::CausalLMOutput on_cpu = cpu.forward_backward({.input_ids = input_ids, .labels = input_ids});
+  std::printf("loss: gpu %.6f cpu %.6f\n", on_gpu.loss, on_cpu.loss);
+  EXPECT_NEAR(on_gpu.loss, on_cpu.loss, 1e-2 * on_cpu.loss);
+  // The attention's projections, whose gradients pass through v and dv (bf16 activations against fp32).
+  for (const char* name : {"kv_b", "o", "q_b", "q_a", "kv_a"})
+    for (int64_t layer = 0; layer < int64_t(spec.layers.size()); ++layer) {
+      const std::string parameter = "layers." + std::to_string(layer) + ".attn." + name;
+      const model::Param g = gpu.parameters().find(parameter), c = cpu.parameters().find(parameter);
+      ASSERT_EQ(g.defined(), c.defined()) << parameter;
+      if (!g.defined()) continue;
+      const double error = relative_error(g.grad, to_cpu_f32(c.grad));
+      std::printf("%s: gradient relative error %.3g\n", parameter.c_str(), error);
+      EXPECT_LT(error, 5e-2) << parameter;
+    }
+
+  // The stashes (a forward pass kept whole) against the plan's declaration for these heads.
+  gpu.zero_grad();
+  gpu.forward_backward({.input_ids = input_ids, .labels = input_ids});
+  const auto& report = gpu.stash_report();
+  size_t i = 0;
+  for (const model::LayerSpec& layer : spec.layers)
+    for (const model::SublayerSpec& sublayer : layer.sublayers) {
+      ASSERT_LT(i, report.size());
+      EXPECT_EQ(int64_t(report[i].second),
+                model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq, /*keep_norm_outputs=*/true))
+          << report[i].first;
+      ++i;
+    }
+}
+
+}  // namespace
+}  // namespace moetune
