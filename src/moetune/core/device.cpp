@@ -106,7 +106,7 @@ void zero_bytes(void* data, Device device, size_t nbytes) {
     return;
   }
 #if MOETUNE_HAVE_CUDA
-  gpu::check(cudaMemsetAsync(data, 0, nbytes, gpu::stream()), "cudaMemsetAsync");
+  gpu::check(gpu::zero_async(data, nbytes, gpu::stream()), "zeroing GPU memory");
 #else
   fail("cannot clear memory on {}: {}", device.str(), cuda_unavailable_reason());
 #endif

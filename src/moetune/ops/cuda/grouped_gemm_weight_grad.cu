@@ -5,6 +5,7 @@
 // and a last K tile past rows_e is zero-filled by TMA rather than read from the next expert.
 #include <algorithm>
 
+#include "moetune/core/cuda_runtime.h"
 #include "moetune/ops/cuda/grouped_gemm_cutlass.cuh"
 
 namespace moetune::ops::cuda {
@@ -85,8 +86,8 @@ std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmPr
                                                              size_t scratch_bytes, int sm_count, cudaStream_t stream) {
   if (problem.norm_partials != nullptr) {
     // Empty groups have no tiles: their slots stay as zeroed here, as their dW_e is zeroed below.
-    if (const cudaError_t status = cudaMemsetAsync(
-            problem.norm_partials, 0, size_t(grouped_weight_grad_norm_slots(problem.groups, problem.n, problem.k)) * sizeof(float), stream);
+    const int64_t slots = grouped_weight_grad_norm_slots(problem.groups, problem.n, problem.k);
+    if (const cudaError_t status = gpu::zero_async(problem.norm_partials, size_t(slots) * sizeof(float), stream);
         status != cudaSuccess)
       return cuda_failure("zeroing the norm partials", status);
   }
