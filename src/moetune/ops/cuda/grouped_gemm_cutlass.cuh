@@ -202,7 +202,8 @@ inline void set_scalars(SquareSummedLinearCombination::Arguments& thread, float 
 
 template <class Config>
 typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Config>& arrays, float alpha,
-                                                float beta, int sm_count, SquareSumPerWarp::Arguments sums = {}) {
+                                                float beta, int sm_count, SquareSumPerWarp::Arguments sums = {},
+                                                bool raster_along_n = false) {
   typename Config::Gemm::Arguments arguments{
       cutlass::gemm::GemmUniversalMode::kGrouped,
       {groups, arrays.shapes, /*host problem shapes:*/ nullptr},
@@ -216,6 +217,8 @@ typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Co
   cudaGetDevice(&device);
   arguments.hw_info.device_id = device;
   arguments.hw_info.sm_count = sm_count;
+  using Raster = std::decay_t<decltype(arguments.scheduler.raster_order)>;
+  arguments.scheduler.raster_order = raster_along_n ? Raster::AlongN : Raster::AlongM;
   return arguments;
 }
 
@@ -242,9 +245,9 @@ template <class Config, class Geometry>
 std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Config>& strides,
                              const int32_t* offsets, int groups, int64_t rows, float alpha, float beta, void* scratch,
                              size_t scratch_size, int sm_count, cudaStream_t stream,
-                             SquareSumPerWarp::Arguments sums = {}) {
+                             SquareSumPerWarp::Arguments sums = {}, bool raster_along_n = false) {
   const size_t workspace_bytes = Config::Gemm::get_workspace_size(
-      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count));
+      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count, sums, raster_along_n));
   const ScratchLayout layout = scratch_layout<Config>(groups, workspace_bytes);
   if (scratch == nullptr || scratch_size < layout.total || reinterpret_cast<uintptr_t>(scratch) % 128 != 0)
     return "grouped GEMM scratch is missing, too small (" + std::to_string(scratch_size) + " < " +
@@ -266,7 +269,7 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
     return cuda_failure("launch of the group-array kernel", status);
 
-  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count, sums);
+  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count, sums, raster_along_n);
   typename Config::Gemm gemm;
   if (const cutlass::Status status = gemm.can_implement(arguments); status != cutlass::Status::kSuccess)
     return cutlass_failure("can_implement", status);
@@ -305,7 +308,8 @@ std::string run_rows_times_weight(const GroupedGemmProblem& problem, int64_t wei
                                        row_stride<typename Config::StrideB>(weight_row),
                                        row_stride<typename Config::StrideD>(problem.n)};
   return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
-                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream);
+                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream,
+                                  /*sums=*/{}, /*raster_along_n=*/true);
 }
 
 }  // namespace moetune::ops::cuda::grouped_gemm_detail
