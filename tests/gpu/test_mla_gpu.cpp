@@ -501,7 +501,7 @@ TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
 
       // Where attention reads v in kv (the block's path at Moonlight's widths): v is not built and dkv's v columns
       // are left to attention, the rest as above, bit for bit.
-      if (ops::cuda::mla_v_read_in_place(layout, H, c.qk_width)) {
+      if (ops::cuda::mla_v_read_in_place(layout, H, c.qk_width, /*k_rope_stride=*/c.rope)) {
         const Tensor q_ref = q_proj.clone(), k_ref = poisoned(k.shape(), DType::BF16, kGpu);
         ops::cuda::mla_qkv_forward_in_place(q_ref, kv, k_rope, inv_freq, pos, layout, k_ref,
                                             poisoned(v.shape(), DType::BF16, kGpu));

@@ -29,7 +29,7 @@ using testing::to_cpu_f32;
 
 class MlaVInKvGpu : public testing::GpuTest {};
 
-// deepseek_v3_tiny's config with heads of nope 16, rope 8, v 16 (q/k 24), every layer dense (no routing, whose
+// deepseek_v3_tiny's config with heads of nope 16, rope 8, v 16 (q/k 24), latent 16, every layer dense (no routing, whose
 // near-ties could pick other experts in bf16 than in fp32), saved with random bf16 weights.
 std::filesystem::path write_model(const std::filesystem::path& folder, std::mt19937& rng) {
   nlohmann::json config =
@@ -42,6 +42,7 @@ std::filesystem::path write_model(const std::filesystem::path& folder, std::mt19
   config["v_head_dim"] = 16;
   config["head_dim"] = 8;
   config["hidden_size"] = 32;
+  config["kv_lora_rank"] = 16;  // kv_a's output rows (latent + rope) a multiple of 8: the rope key read in place
   config["first_k_dense_replace"] = config["num_hidden_layers"];
   std::filesystem::create_directories(folder);
   testing::write_file(folder / "config.json", config.dump());

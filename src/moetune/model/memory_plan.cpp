@@ -55,7 +55,7 @@ bool gpu_mla_v_in_kv(const AttentionSpec& attention) {
   const MlaHeadWidths widths = gpu_mla_head_widths(attention);
   return widths.qk == mla.qk_nope_head_dim + mla.qk_rope_head_dim && widths.v == attention.v_head_dim &&
          ops::mla_v_in_kv(attention.num_heads, mla.qk_nope_head_dim, mla.qk_rope_head_dim, attention.v_head_dim,
-                          widths.qk);
+                          widths.qk, /*k_rope_stride=*/mla.kv_lora_rank + mla.qk_rope_head_dim);
 }
 
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens, bool keep_norm_outputs) {

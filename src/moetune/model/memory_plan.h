@@ -77,7 +77,7 @@ struct MlaHeadWidths {
 };
 MlaHeadWidths gpu_mla_head_widths(const AttentionSpec& attention);
 // Whether the GPU's MLA block leaves v in kv_b's output for attention to read (and dv in its gradient): q rotated
-// in place, v unpadded, and ops/mla_v_in_place.h's conditions.
+// in place, v unpadded, and ops/mla_v_in_place.h's conditions (the rope key read from kv_a's output).
 bool gpu_mla_v_in_kv(const AttentionSpec& attention);
 
 // What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens, with

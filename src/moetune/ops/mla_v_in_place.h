@@ -10,11 +10,15 @@
 
 namespace moetune::ops {
 
-// Moonlight and DeepSeek-V3 (nope 128, rope 64, v 128; 16 / 128 heads) qualify.
-inline bool mla_v_in_kv(int64_t heads, int64_t nope, int64_t rope, int64_t v_dim, int64_t qk_width) {
+// k_rope_stride: the shared rope key's row stride (kv_a's output [T, latent + rope], the key its last columns), whose
+// rows the kernels read 16 bytes at a time. Moonlight and DeepSeek-V3 (nope 128, rope 64, v 128, latent 512; 16 /
+// 128 heads) qualify.
+inline bool mla_v_in_kv(int64_t heads, int64_t nope, int64_t rope, int64_t v_dim, int64_t qk_width,
+                        int64_t k_rope_stride) {
   constexpr int64_t kVec = 8;                      // bf16 values a 16-byte access moves (cuDNN's alignment too)
   constexpr int64_t kSharedBytes = 48 * 1024;      // the kernels' shared memory without an opt-in
-  const bool columns = nope % kVec == 0 && rope > 0 && rope % kVec == 0 && v_dim > 0 && v_dim % kVec == 0;
+  const bool columns = nope % kVec == 0 && rope > 0 && rope % kVec == 0 && v_dim > 0 && v_dim % kVec == 0 &&
+                       k_rope_stride % kVec == 0;
   // The backward kernel stages 2 · heads rows of rope bf16 columns after rope fp32 angles (the forward fewer).
   const bool shared = rope * 4 + 2 * heads * rope * 2 <= kSharedBytes;
   return columns && qk_width == nope + rope && v_dim <= qk_width && shared;

@@ -107,7 +107,7 @@ void mla_qkv_forward_in_place(const Tensor& q, const Tensor& kv, const ColumnBlo
   void* key_rope = key_rope_operand(op, "k_rope", k_rope, s);
   check_gpu_tensor(op, "k", k, DType::BF16, {s.tokens, s.heads, s.qk_width});
   if (v.defined()) check_gpu_tensor(op, "v", v, DType::BF16, {s.tokens, s.heads, s.v_width});
-  MOETUNE_CHECK(v.defined() || mla_v_read_in_place(layout, s.heads, s.qk_width),
+  MOETUNE_CHECK(v.defined() || mla_v_read_in_place(layout, s.heads, s.qk_width, s.k_rope_stride),
                 "{}: v left out for a shape whose v must be built (nope {}, rope {}, v {}, {} heads)", op, s.nope,
                 s.rope, s.v_dim, s.heads);
   gpu::check(launch_mla_qkv_forward_in_place(q.raw_data(), kv.raw_data(), key_rope, device_data<float>(inv_freq),
@@ -126,7 +126,7 @@ void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor&
   check_gpu_tensor(op, "dq", dq, DType::BF16, {s.tokens, s.heads, s.qk_width});
   check_gpu_tensor(op, "dk", dk, DType::BF16, {s.tokens, s.heads, s.qk_width});
   if (dv.defined()) check_gpu_tensor(op, "dv", dv, DType::BF16, {s.tokens, s.heads, s.v_width});
-  MOETUNE_CHECK(dv.defined() || mla_v_read_in_place(layout, s.heads, s.qk_width),
+  MOETUNE_CHECK(dv.defined() || mla_v_read_in_place(layout, s.heads, s.qk_width, s.k_rope_stride),
                 "{}: dv left out for a shape whose dkv must take it (nope {}, rope {}, v {}, {} heads)", op, s.nope,
                 s.rope, s.v_dim, s.heads);
   check_gpu_tensor(op, "dkv", dkv, DType::BF16, {s.tokens, s.heads, s.nope + s.v_dim});
@@ -138,8 +138,8 @@ void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor&
              fmt::format("{} of {}", op, dk.str()));
 }
 
-bool mla_v_read_in_place(const MlaQkvLayout& layout, int64_t heads, int64_t qk_width) {
-  return mla_v_in_kv(heads, layout.nope, layout.rope, layout.v_dim, qk_width);
+bool mla_v_read_in_place(const MlaQkvLayout& layout, int64_t heads, int64_t qk_width, int64_t k_rope_stride) {
+  return mla_v_in_kv(heads, layout.nope, layout.rope, layout.v_dim, qk_width, k_rope_stride);
 }
 
 void mla_q_rope_in_place(const Tensor& q, const Tensor& inv_freq, const Tensor& positions, const MlaQkvLayout& layout,

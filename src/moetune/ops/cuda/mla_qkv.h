@@ -52,9 +52,10 @@ void mla_qkv_backward_in_place(const Tensor& dq, const Tensor& dk, const Tensor&
 // dv undefined (where mla_v_read_in_place): dkv's v columns are left as they are (attention wrote dv there).
 
 // Whether the one-launch kernels can leave v to attention for this shape (q/k heads qk_width wide, v's head width
-// v_dim): v read in kv's columns, dv written in dkv's. Needs 16-byte columns (nope, rope, v_dim, qk_width
-// multiples of 8), qk_width == nope + rope, and the heads' rope columns within the kernels' shared memory.
-bool mla_v_read_in_place(const MlaQkvLayout& layout, int64_t heads, int64_t qk_width);
+// v_dim, k_rope's rows k_rope_stride apart): v read in kv's columns, dv written in dkv's. Needs 16-byte columns
+// (nope, rope, v_dim, qk_width and k_rope_stride multiples of 8), qk_width == nope + rope, and the heads' rope
+// columns within the kernels' shared memory (ops/mla_v_in_place.h).
+bool mla_v_read_in_place(const MlaQkvLayout& layout, int64_t heads, int64_t qk_width, int64_t k_rope_stride);
 
 // dst [..., Wd] = src [..., Ws]'s first min(Ws, Wd) columns, zero past them (BF16; the leading dims agree):
 // attention's padded output narrowed for o_proj, and o_proj's input gradient padded back.
