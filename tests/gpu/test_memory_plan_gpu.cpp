@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"
+#include "stash_plan_check.h"
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/memory_plan.h"
 #include "test_util.h"
@@ -23,17 +24,7 @@ TEST_F(MemoryPlanGpu, BlockStashesAreWhatThePlanDeclares) {
     for (int64_t i = 0; i < rows * seq; ++i) ids.push_back((i * 7 + 3) % spec.vocab_size);
     const Tensor input_ids = Tensor::from_vector(ids, {rows, seq});
     model.forward_backward({.input_ids = input_ids, .labels = input_ids});
-    const auto& report = model.stash_report();
-    size_t i = 0;
-    for (const model::LayerSpec& layer : spec.layers)
-      for (const model::SublayerSpec& sublayer : layer.sublayers) {
-        ASSERT_LT(i, report.size());
-        EXPECT_EQ(int64_t(report[i].second),
-                  model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq, /*keep_norm_outputs=*/true))
-            << report[i].first;
-        ++i;
-      }
-    EXPECT_EQ(i, report.size());
+    testing::expect_stashes_as_planned(model, rows * seq);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_test_util.h"
+#include "stash_plan_check.h"
 #include "moetune/model/causal_lm.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/model/cuda/causal_lm.h"
@@ -101,16 +102,7 @@ TEST_F(MlaVInKvGpu, MatchesTheCpuAndThePlan) {
   // The stashes (a forward pass kept whole) against the plan's declaration for these heads.
   gpu.zero_grad();
   gpu.forward_backward({.input_ids = input_ids, .labels = input_ids});
-  const auto& report = gpu.stash_report();
-  size_t i = 0;
-  for (const model::LayerSpec& layer : spec.layers)
-    for (const model::SublayerSpec& sublayer : layer.sublayers) {
-      ASSERT_LT(i, report.size());
-      EXPECT_EQ(int64_t(report[i].second),
-                model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq, /*keep_norm_outputs=*/true))
-          << report[i].first;
-      ++i;
-    }
+  testing::expect_stashes_as_planned(gpu, rows * seq);
 }
 
 }  // namespace

@@ -14,9 +14,8 @@ constexpr size_t kKernelLimit = size_t(1) << 20;  // larger clears are bandwidth
 
 // 16-byte stores over the aligned middle, single bytes before and after it.
 __global__ void zero_fill_kernel(unsigned char* __restrict__ data, size_t nbytes) {
-  const size_t head = (16 - reinterpret_cast<uintptr_t>(data) % 16) % 16 < nbytes
-                          ? (16 - reinterpret_cast<uintptr_t>(data) % 16) % 16
-                          : nbytes;
+  const size_t to_aligned = (16 - reinterpret_cast<uintptr_t>(data) % 16) % 16;
+  const size_t head = to_aligned < nbytes ? to_aligned : nbytes;
   const size_t vectors = (nbytes - head) / 16, tail = head + vectors * 16;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
   uint4* middle = reinterpret_cast<uint4*>(data + head);

@@ -90,6 +90,7 @@ std::pair<GraphKey, const BuiltGraph*> choose_graph(bool backward, int64_t token
 
 struct Shapes {
   int64_t tokens, heads, kv_heads, head_dim, v_head_dim, v_head_stride;
+  void* v_data;  // v's first column (HeadColumns::first) in its heads
 };
 
 void check_tensor(const Tensor& t, std::string_view name, const Shape& shape, DType dtype) {
@@ -121,7 +122,7 @@ Shapes check_inputs(const Tensor& q, const Tensor& k, const HeadColumns& v, cons
   MOETUNE_CHECK(vh.defined() && vh.dim() == 3, "flash attention: v must be [T, kv_heads, v_head_dim], got {}",
                 vh.defined() ? vh.str() : "undefined");
   const int64_t v_head_dim = v.count >= 0 ? v.count : vh.size(2);
-  const Shapes s{q.size(0), q.size(1), k.size(1), q.size(2), v_head_dim, vh.size(2)};
+  Shapes s{q.size(0), q.size(1), k.size(1), q.size(2), v_head_dim, vh.size(2), nullptr};
   MOETUNE_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
                 "flash attention: {} query heads cannot be grouped over {} key/value heads (q {}, k {})", s.heads,
                 s.kv_heads, q.str(), k.str());
@@ -133,7 +134,7 @@ Shapes check_inputs(const Tensor& q, const Tensor& k, const HeadColumns& v, cons
                 s.head_dim);
   check_tensor(q, "q", {s.tokens, s.heads, s.head_dim}, DType::BF16);
   check_tensor(k, "k", {s.tokens, s.kv_heads, s.head_dim}, DType::BF16);
-  head_columns_data(v, "v", s.tokens, s.kv_heads, s.v_head_dim);
+  s.v_data = head_columns_data(v, "v", s.tokens, s.kv_heads, s.v_head_dim);
   MOETUNE_CHECK(docs.tokens == s.tokens, "flash attention: the documents cover {} tokens but q has {} ({})",
                 docs.tokens, s.tokens, q.str());
   check_tensor(docs.cu_seqlens, "cu_seqlens", {docs.num_documents + 1}, DType::I32);
@@ -200,7 +201,7 @@ Tensor causal_attention_forward(const Tensor& q, const Tensor& k, const HeadColu
                                          docs.num_documents, docs.max_document_length, sliding_window, s.v_head_stride);
   using namespace attention_graph;
   execute(key, *built, docs, scale,
-          {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, head_columns_data(v, "v", s.tokens, s.kv_heads, s.v_head_dim)},
+          {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, s.v_data},
            {kO, out.raw_data()}, {kStats, stats.raw_data()}});
   return stats;
 }
@@ -225,7 +226,7 @@ void causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor
                                          docs.num_documents, docs.max_document_length, sliding_window, s.v_head_stride);
   using namespace attention_graph;
   execute(key, *built, docs, scale,
-          {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, head_columns_data(v, "v", s.tokens, s.kv_heads, s.v_head_dim)},
+          {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, s.v_data},
            {kO, out.raw_data()}, {kDO, dout.raw_data()}, {kStats, stats.raw_data()}, {kDQ, dq.raw_data()},
            {kDK, dk.raw_data()}, {kDV, dv_data}});
 }
