@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/core/dependent_launch.cuh"
 
 namespace moetune::gpu {
 namespace {
@@ -14,6 +15,7 @@ constexpr size_t kKernelLimit = size_t(1) << 20;  // larger clears are bandwidth
 
 // 16-byte stores over the aligned middle, single bytes before and after it.
 __global__ void zero_fill_kernel(unsigned char* __restrict__ data, size_t nbytes) {
+  wait_for_previous_kernel();
   const size_t to_aligned = (16 - reinterpret_cast<uintptr_t>(data) % 16) % 16;
   const size_t head = to_aligned < nbytes ? to_aligned : nbytes;
   const size_t vectors = (nbytes - head) / 16, tail = head + vectors * 16;
@@ -31,8 +33,7 @@ cudaError_t zero_async(void* data, size_t nbytes, cudaStream_t stream) {
   if (nbytes > kKernelLimit) return cudaMemsetAsync(data, 0, nbytes, stream);
   const size_t vectors = nbytes / 16 + 1;
   const unsigned blocks = unsigned((vectors + kThreads - 1) / kThreads);
-  zero_fill_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<unsigned char*>(data), nbytes);
-  return cudaGetLastError();
+  return launch_dependent(zero_fill_kernel, blocks, kThreads, 0, stream, static_cast<unsigned char*>(data), nbytes);
 }
 
 }  // namespace moetune::gpu

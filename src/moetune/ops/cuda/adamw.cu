@@ -31,6 +31,7 @@ template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, in
 __global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
     adamw_kernel(const __grid_constant__ AdamWTable table, float* __restrict__ norm_partials,
                  const AdamWScalars scalars, const float* __restrict__ grad_scale) {
+  gpu::wait_for_previous_kernel();
   constexpr int kVector = multi_tensor::kVectorElements;
   const float scale = grad_scale ? *grad_scale : 1.0f;
   for_each_chunk<kStorage>(table, scalars, norm_partials, [&](const AdamWTensorPointers& t, multi_tensor::Range range,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
 #include "moetune/ops/cuda/multi_tensor.cuh"
@@ -128,7 +129,7 @@ cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, i
     const int blocks = int(std::min<int64_t>(table.total_chunks, max_blocks));
     float* partials = norm_partials ? norm_partials + chunks_before * kAdamWNormPartialsPerChunk : nullptr;
     chunks_before += table.total_chunks;
-    shaped.kernel<<<blocks, shaped.threads, size_t(shaped.shared_bytes), stream>>>(table, partials, args...);
+    gpu::launch_dependent(shaped.kernel, blocks, shaped.threads, size_t(shaped.shared_bytes), stream, table, partials, args...);
     return cudaGetLastError();
   };
   return multi_tensor::launch_in_batches<Table>(

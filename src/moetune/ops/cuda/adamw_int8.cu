@@ -191,6 +191,7 @@ template <AdamWStorage kStorage>
 __global__ void __launch_bounds__(multi_tensor::kThreads)
     adamw_int8_kernel(const __grid_constant__ AdamWInt8Table table, float* __restrict__ norm_partials,
                       const AdamWScalars scalars, const float* __restrict__ grad_scale, const DynamicCodes source) {
+  gpu::wait_for_previous_kernel();
   __shared__ Codes codes;
   load_codes(codes, source);
   const float scale = grad_scale ? *grad_scale : 1.0f;

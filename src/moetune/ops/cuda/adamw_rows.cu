@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/adamw_common.cuh"
 #include "moetune/ops/cuda/adamw_elements.cuh"
 #include "moetune/ops/cuda/multi_tensor.cuh"
@@ -56,6 +57,7 @@ __device__ __forceinline__ void bring_row(const AdamWRows& r, int64_t row, int32
 template <AdamWStorage kStorage, int kWidth>
 __global__ void __launch_bounds__(kThreads)
     catch_up_kernel(const AdamWRows r, const int32_t* __restrict__ ids, int64_t tokens, int32_t step) {
+  gpu::wait_for_previous_kernel();
   __shared__ int64_t owned_row;
   __shared__ int32_t first_step;
   for (int64_t token = blockIdx.x; token < tokens; token += gridDim.x) {
@@ -100,6 +102,7 @@ template <AdamWStorage kStorage>
 __global__ void __launch_bounds__(kThreads)
     step_kernel(const AdamWRows r, float* __restrict__ norm_partials, const AdamWScalars scalars,
                 const float* __restrict__ grad_scale) {
+  gpu::wait_for_previous_kernel();
   const float scale = grad_scale ? *grad_scale : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0) r.history[scalars.step] = {scalars.constants, scale};
   const int64_t numel = r.rows * r.row_length;
@@ -135,6 +138,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // After the step: the marked rows are at `step` and unmarked (the count is cleared after this kernel).
 __global__ void finish_kernel(const AdamWRows r, int32_t step) {
+  gpu::wait_for_previous_kernel();
   const int32_t count = *r.marked_count;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
     const int32_t row = r.marked_list[i];
@@ -146,6 +150,7 @@ __global__ void finish_kernel(const AdamWRows r, int32_t step) {
 // One block per row (grid-stride): every row to `step`.
 template <AdamWStorage kStorage, int kWidth>
 __global__ void __launch_bounds__(kThreads) flush_kernel(const AdamWRows r, int32_t step) {
+  gpu::wait_for_previous_kernel();
   for (int64_t row = blockIdx.x; row < r.rows; row += gridDim.x) {
     const int32_t first = r.last_step[row] + 1;
     __syncthreads();  // every thread has read it before thread 0 overwrites it
@@ -187,7 +192,7 @@ cudaError_t launch_adamw_rows_catch_up(AdamWStorage storage, const AdamWRows& ro
   if (tokens == 0) return cudaSuccess;
   return with_storage_and_width(storage, rows, [&](auto storage_constant, auto width) -> cudaError_t {
     const auto kernel = catch_up_kernel<decltype(storage_constant)::value, decltype(width)::value>;
-    kernel<<<int(std::min<int64_t>(tokens, 65535)), kThreads, 0, stream>>>(rows, ids, tokens, step);
+    gpu::launch_dependent(kernel, int(std::min<int64_t>(tokens, 65535)), kThreads, 0, stream, rows, ids, tokens, step);
     return cudaGetLastError();
   });
 }
@@ -198,11 +203,11 @@ cudaError_t launch_adamw_rows_step(AdamWStorage storage, const AdamWRows& rows, 
     const auto kernel = step_kernel<decltype(storage_constant)::value>;
     int blocks = 0;
     if (cudaError_t status = multi_tensor::resident_blocks(kernel, blocks); status != cudaSuccess) return status;
-    kernel<<<blocks, kThreads, 0, stream>>>(rows, norm_partials, scalars, grad_scale);
+    gpu::launch_dependent(kernel, blocks, kThreads, 0, stream, rows, norm_partials, scalars, grad_scale);
     return cudaGetLastError();
   });
   if (status != cudaSuccess) return status;
-  finish_kernel<<<int(std::clamp<int64_t>((rows.rows + kThreads - 1) / kThreads, 1, 1024)), kThreads, 0, stream>>>(
+  gpu::launch_dependent(finish_kernel, int(std::clamp<int64_t>((rows.rows + kThreads - 1) / kThreads, 1, 1024)), kThreads, 0, stream, 
       rows, int32_t(scalars.step));
   if (cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return launched;
   return cudaMemsetAsync(rows.marked_count, 0, sizeof(int32_t), stream);
@@ -213,7 +218,7 @@ cudaError_t launch_adamw_rows_flush(AdamWStorage storage, const AdamWRows& rows,
     const auto kernel = flush_kernel<decltype(storage_constant)::value, decltype(width)::value>;
     int blocks = 0;
     if (cudaError_t status = multi_tensor::resident_blocks(kernel, blocks); status != cudaSuccess) return status;
-    kernel<<<int(std::min<int64_t>(blocks, rows.rows)), kThreads, 0, stream>>>(rows, step);
+    gpu::launch_dependent(kernel, int(std::min<int64_t>(blocks, rows.rows)), kThreads, 0, stream, rows, step);
     return cudaGetLastError();
   });
 }

@@ -121,6 +121,7 @@ template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched, in
 __global__ void __launch_bounds__(kStagedThreads, kMinBlocks)
     adamw_staged_kernel(const __grid_constant__ Table table, float* __restrict__ norm_partials,
                         const AdamWScalars scalars, const float* __restrict__ grad_scale, const AdamWStaging staging) {
+  gpu::wait_for_previous_kernel();
   using Tile = StagedTile<kStorage>;
   constexpr int kVector = multi_tensor::kVectorElements;
   extern __shared__ __align__(128) unsigned char ring[];

@@ -3,6 +3,7 @@
 // accumulators, the loss is read off them once per step, and each layer's backward uses the final counts.
 #include <climits>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/aux_loss_kernels.h"
 #include "moetune/ops/cuda/router_softmax.cuh"
 
@@ -25,6 +26,7 @@ template <int kSlots>
 __global__ void aux_loss_accumulate_kernel(const float* __restrict__ logits, const int32_t* __restrict__ expert_ids,
                                            const uint8_t* __restrict__ token_valid, int64_t tokens, int experts,
                                            int top_k, float* __restrict__ counts, float* __restrict__ prob_sums) {
+  gpu::wait_for_previous_kernel();
   __shared__ int block_counts[kMaxExperts];
   __shared__ float block_probs[kMaxExperts];
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
@@ -107,10 +109,10 @@ cudaError_t launch_aux_loss_accumulate(const float* logits, const int32_t* exper
   const int64_t wanted = (tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const dim3 grid{unsigned(wanted < kMaxAccumulateBlocks ? wanted : kMaxAccumulateBlocks)}, block{kThreads};
   switch (softmax_slots(experts)) {
-    case 1: aux_loss_accumulate_kernel<1><<<grid, block, 0, stream>>>(logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
-    case 2: aux_loss_accumulate_kernel<2><<<grid, block, 0, stream>>>(logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
-    case 4: aux_loss_accumulate_kernel<4><<<grid, block, 0, stream>>>(logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
-    case 8: aux_loss_accumulate_kernel<8><<<grid, block, 0, stream>>>(logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
+    case 1: gpu::launch_dependent(aux_loss_accumulate_kernel<1>, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
+    case 2: gpu::launch_dependent(aux_loss_accumulate_kernel<2>, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
+    case 4: gpu::launch_dependent(aux_loss_accumulate_kernel<4>, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
+    case 8: gpu::launch_dependent(aux_loss_accumulate_kernel<8>, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

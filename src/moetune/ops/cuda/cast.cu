@@ -2,6 +2,7 @@
 // host/device definition in core/half.h, so GPU and CPU results agree to the bit.
 #include <algorithm>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/cast_kernels.h"
 
@@ -15,6 +16,7 @@ struct F32ToF16 { __device__ uint16_t operator()(float f) const { return f32_to_
 
 template <typename In, typename Out, typename Convert>
 __global__ void cast_kernel(const In* __restrict__ in, Out* __restrict__ out, int64_t n, Convert convert) {
+  gpu::wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = convert(in[i]);
 }
@@ -24,7 +26,7 @@ cudaError_t launch(const void* in, void* out, int64_t n, cudaStream_t stream, Co
   if (n == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int blocks = int(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  cast_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const In*>(in), static_cast<Out*>(out), n, convert);
+  gpu::launch_dependent(cast_kernel<In, Out, Convert>, blocks, kThreads, 0, stream, static_cast<const In*>(in), static_cast<Out*>(out), n, convert);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 // Column sums of per-block partials, added once into a gradient. A block covers 32 columns with 8 rows of
 // threads; each thread sums a strided subset of the parts, then the 8 subtotals are combined in a fixed order,
 // so the result does not depend on scheduling.
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -15,6 +16,7 @@ constexpr int kPartGroups = 8;
 template <typename Out>
 __global__ void add_column_sums_kernel(const float* __restrict__ partial, int64_t parts, int64_t stride,
                                        int64_t width, Out* __restrict__ out) {
+  gpu::wait_for_previous_kernel();
   __shared__ float subtotals[kPartGroups][kColumns];
   const int64_t column = int64_t(blockIdx.x) * kColumns + threadIdx.x;
   float sum = 0.0f;
@@ -37,9 +39,9 @@ cudaError_t launch_add_column_sums(const float* partial, int64_t parts, int64_t 
   const dim3 block(kColumns, kPartGroups);
   const dim3 grid(unsigned((width + kColumns - 1) / kColumns));
   if (out_is_bf16)
-    add_column_sums_kernel<<<grid, block, 0, stream>>>(partial, parts, stride, width, static_cast<bf16*>(out));
+    gpu::launch_dependent(add_column_sums_kernel<bf16>, grid, block, 0, stream, partial, parts, stride, width, static_cast<bf16*>(out));
   else
-    add_column_sums_kernel<<<grid, block, 0, stream>>>(partial, parts, stride, width, static_cast<float*>(out));
+    gpu::launch_dependent(add_column_sums_kernel<float>, grid, block, 0, stream, partial, parts, stride, width, static_cast<float*>(out));
   return cudaGetLastError();
 }
 

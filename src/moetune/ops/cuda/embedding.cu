@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/embedding_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -24,6 +25,7 @@ constexpr int kRunThreads = 64;
 template <int kVec>
 __global__ void embedding_forward_kernel(const int32_t* __restrict__ ids, const bf16* __restrict__ table,
                                          bf16* __restrict__ out, int64_t tokens, int64_t vocab, int64_t hidden) {
+  gpu::wait_for_previous_kernel();
   const int64_t chunks_per_row = hidden / kVec, chunks = tokens * chunks_per_row;
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
        chunk += int64_t(gridDim.x) * blockDim.x) {
@@ -39,6 +41,7 @@ __global__ void embedding_forward_kernel(const int32_t* __restrict__ ids, const 
 // values: the position.
 __global__ void sort_input_kernel(const int32_t* __restrict__ ids, uint32_t* __restrict__ keys,
                                   int32_t* __restrict__ positions, int64_t tokens, int64_t vocab, int64_t padding_row) {
+  gpu::wait_for_previous_kernel();
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < tokens; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t id = ids[t];
     keys[t] = uint32_t(id >= 0 && id < vocab && id != padding_row ? id : vocab);
@@ -51,6 +54,7 @@ template <int kVec, typename Out>
 __global__ void add_runs_kernel(const bf16* __restrict__ dout, const uint32_t* __restrict__ sorted_ids,
                                 const int32_t* __restrict__ sorted_positions, Out* __restrict__ dtable,
                                 int64_t tokens, int64_t vocab, int64_t hidden) {
+  gpu::wait_for_previous_kernel();
   const int64_t start = blockIdx.x;
   const uint32_t id = sorted_ids[start];
   if ((start > 0 && sorted_ids[start - 1] == id) || int64_t(id) >= vocab) return;
@@ -124,7 +128,7 @@ cudaError_t add_runs(const bf16* dout, const Workspace& w, Out* dtable, int64_t 
                      cudaStream_t stream) {
   const int64_t columns_per_block = int64_t(kRunThreads) * kVec;
   const dim3 grid(unsigned(tokens), unsigned((hidden + columns_per_block - 1) / columns_per_block));
-  add_runs_kernel<kVec, Out><<<grid, kRunThreads, 0, stream>>>(dout, w.keys_out, w.positions_out, dtable, tokens,
+  gpu::launch_dependent(add_runs_kernel<kVec, Out>, grid, kRunThreads, 0, stream, dout, w.keys_out, w.positions_out, dtable, tokens,
                                                                vocab, hidden);
   return cudaGetLastError();
 }
@@ -137,10 +141,10 @@ cudaError_t launch_embedding_forward(const int32_t* ids, const void* table, void
   const auto* tp = static_cast<const bf16*>(table);
   auto* op = static_cast<bf16*>(out);
   if (hidden % 8 == 0 && aligned16({table, out}))
-    embedding_forward_kernel<8><<<blocks_for(tokens * hidden / 8), kThreads, 0, stream>>>(ids, tp, op, tokens, vocab,
+    gpu::launch_dependent(embedding_forward_kernel<8>, blocks_for(tokens * hidden / 8), kThreads, 0, stream, ids, tp, op, tokens, vocab,
                                                                                            hidden);
   else
-    embedding_forward_kernel<1><<<blocks_for(tokens * hidden), kThreads, 0, stream>>>(ids, tp, op, tokens, vocab,
+    gpu::launch_dependent(embedding_forward_kernel<1>, blocks_for(tokens * hidden), kThreads, 0, stream, ids, tp, op, tokens, vocab,
                                                                                        hidden);
   return cudaGetLastError();
 }
@@ -156,7 +160,7 @@ cudaError_t launch_embedding_backward(const void* dout, const int32_t* ids, void
   if (tokens == 0 || hidden == 0) return cudaSuccess;
   if (workspace_bytes < embedding_backward_workspace_bytes(tokens, vocab)) return cudaErrorInvalidValue;
   Workspace w = carve(workspace, tokens, vocab);
-  sort_input_kernel<<<blocks_for(tokens), kThreads, 0, stream>>>(ids, w.keys_in, w.positions_in, tokens, vocab,
+  gpu::launch_dependent(sort_input_kernel, blocks_for(tokens), kThreads, 0, stream, ids, w.keys_in, w.positions_in, tokens, vocab,
                                                                  padding_row);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;

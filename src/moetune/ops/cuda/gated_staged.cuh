@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/gated_activation.cuh"
 #include "moetune/ops/cuda/multi_tensor.cuh"
 #include "moetune/ops/cuda/pointwise_common.cuh"
@@ -103,6 +104,7 @@ template <int kPacks, typename Index, typename Act>
 __global__ void __launch_bounds__(kPackThreads) gated_forward_staged_kernel(const Pack8* __restrict__ gate_up,
                                                                            Pack8* __restrict__ out, Index chunks,
                                                                            Index chunks_per_row, bool reversed, Act act) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ Pack8 stage[];
   constexpr Index kTile = Index(kPacks) * kPackThreads;
   const Index tiles = (chunks + kTile - 1) / kTile;
@@ -138,6 +140,7 @@ template <int kPacks, typename Index, typename Act>
 __global__ void __launch_bounds__(kPackThreads)
     gated_backward_staged_kernel(const Pack8* dout, const Pack8* __restrict__ gate_up, Pack8* __restrict__ dgate_up,
                                  Pack8* recomputed, Index chunks, Index chunks_per_row, bool reversed, Act act) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ Pack8 stage[];
   constexpr Index kTile = Index(kPacks) * kPackThreads;
   const Index tiles = (chunks + kTile - 1) / kTile;
@@ -193,7 +196,7 @@ cudaError_t launch_forward_staged(const void* gate_up, void* out, int64_t chunks
   if (cudaError_t status = multi_tensor::resident_blocks(kernel, resident, kPackThreads, kShared); status != cudaSuccess)
     return status;
   const unsigned blocks = unsigned(std::min<int64_t>(tiles, resident));
-  kernel<<<blocks, kPackThreads, kShared, stream>>>(static_cast<const Pack8*>(gate_up), static_cast<Pack8*>(out),
+  gpu::launch_dependent(kernel, blocks, kPackThreads, kShared, stream, static_cast<const Pack8*>(gate_up), static_cast<Pack8*>(out),
                                                    Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();
 }
@@ -210,7 +213,7 @@ cudaError_t launch_backward_staged(const void* dout, const void* gate_up, void* 
   if (cudaError_t status = multi_tensor::resident_blocks(kernel, resident, kPackThreads, kShared); status != cudaSuccess)
     return status;
   const unsigned blocks = unsigned(std::min<int64_t>(tiles, resident));
-  kernel<<<blocks, kPackThreads, kShared, stream>>>(static_cast<const Pack8*>(dout), static_cast<const Pack8*>(gate_up),
+  gpu::launch_dependent(kernel, blocks, kPackThreads, kShared, stream, static_cast<const Pack8*>(dout), static_cast<const Pack8*>(gate_up),
                                                    static_cast<Pack8*>(dgate_up), static_cast<Pack8*>(recomputed),
                                                    Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();

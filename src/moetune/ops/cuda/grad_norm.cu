@@ -3,6 +3,7 @@
 // coefficient computed on the device so the optimizer can read it there. Reads 2 bytes per gradient element.
 #include <cmath>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/grad_norm_kernels.h"
 #include "moetune/ops/cuda/multi_tensor.cuh"
@@ -60,6 +61,7 @@ __device__ __forceinline__ void add_squares(uint4 packed, float& sum) {
 template <int kInFlight>
 __global__ void __launch_bounds__(multi_tensor::kThreads)
     slot_partials_kernel(const __grid_constant__ GradNormTable table, float* __restrict__ slots) {
+  gpu::wait_for_previous_kernel();
   constexpr int kVector = multi_tensor::kVectorElements;
   const int tensor = multi_tensor::tensor_of_chunk(table.block_end, table.count, int64_t(blockIdx.x));
   const int64_t slot = int64_t(blockIdx.x) - (tensor == 0 ? 0 : table.block_end[tensor - 1]);
@@ -123,6 +125,7 @@ constexpr int kNormVectorsInFlight = 2;
 
 __global__ void __launch_bounds__(multi_tensor::kThreads)
     sum_partials_kernel(const float* __restrict__ partials, int64_t count, float* __restrict__ total) {
+  gpu::wait_for_previous_kernel();
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
   sum = block_sum(sum);
@@ -132,6 +135,7 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
 // Fixed geometry (kMaxPartialBlocks blocks, grid-stride), so the same order on every GPU.
 __global__ void __launch_bounds__(multi_tensor::kThreads)
     float_sum_partials_kernel(const float* __restrict__ values, int64_t count, float* __restrict__ partials) {
+  gpu::wait_for_previous_kernel();
   float sum = 0.0f;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
     sum += values[i];
@@ -141,6 +145,7 @@ __global__ void __launch_bounds__(multi_tensor::kThreads)
 
 __global__ void clip_coefficient_kernel(const float* __restrict__ norm_squared, double max_norm,
                                         float* __restrict__ coefficient) {
+  gpu::wait_for_previous_kernel();
   const double coefficient_unclamped = max_norm / (sqrt(double(*norm_squared)) + 1e-6);
   // fmin would turn a NaN into 1 and hide a broken step; torch's clamp keeps it.
   *coefficient = float(isnan(coefficient_unclamped) ? coefficient_unclamped : fmin(coefficient_unclamped, 1.0));
@@ -156,7 +161,7 @@ cudaError_t launch_grad_norm_partials(const GradNormTensor* tensors, int64_t cou
   const auto flush = [&]() -> cudaError_t {
     if (used == 0) return cudaSuccess;
     table.count = used;
-    slot_partials_kernel<kNormVectorsInFlight><<<unsigned(blocks), multi_tensor::kThreads, 0, stream>>>(table, slots);
+    gpu::launch_dependent(slot_partials_kernel<kNormVectorsInFlight>, unsigned(blocks), multi_tensor::kThreads, 0, stream, table, slots);
     used = 0;
     blocks = 0;
     table.sparse_tensor = -1;
@@ -184,15 +189,15 @@ cudaError_t launch_grad_norm_partials(const GradNormTensor* tensors, int64_t cou
 
 cudaError_t launch_float_sum(const float* values, int64_t count, float* scratch, float* total, cudaStream_t stream) {
   static_assert(kFloatSumScratch == kMaxPartialBlocks);
-  float_sum_partials_kernel<<<kMaxPartialBlocks, multi_tensor::kThreads, 0, stream>>>(values, count, scratch);
+  gpu::launch_dependent(float_sum_partials_kernel, kMaxPartialBlocks, multi_tensor::kThreads, 0, stream, values, count, scratch);
   if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-  sum_partials_kernel<<<1, multi_tensor::kThreads, 0, stream>>>(scratch, kMaxPartialBlocks, total);
+  gpu::launch_dependent(sum_partials_kernel, 1, multi_tensor::kThreads, 0, stream, scratch, kMaxPartialBlocks, total);
   return cudaGetLastError();
 }
 
 cudaError_t launch_clip_coefficient(const float* norm_squared, double max_norm, float* coefficient,
                                     cudaStream_t stream) {
-  clip_coefficient_kernel<<<1, 1, 0, stream>>>(norm_squared, max_norm, coefficient);
+  gpu::launch_dependent(clip_coefficient_kernel, 1, 1, 0, stream, norm_squared, max_norm, coefficient);
   return cudaGetLastError();
 }
 

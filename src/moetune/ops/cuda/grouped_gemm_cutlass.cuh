@@ -24,6 +24,7 @@
 #include <cutlass/gemm/group_array_problem_shape.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/grouped_gemm_kernels.h"
 #include "moetune/ops/cuda/grouped_gemm_square_sum.cuh"
 
@@ -162,6 +163,7 @@ struct GroupOperands {
 template <class Config, class Geometry>
 __global__ void build_group_arrays_kernel(Geometry geometry, const int32_t* __restrict__ offsets, int groups,
                                           int64_t rows, GroupArrays<Config> arrays, UniformStrides<Config> strides) {
+  gpu::wait_for_previous_kernel();
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < groups; e += gridDim.x * blockDim.x) {
     const int64_t begin = offsets[e], end = offsets[e + 1];
     if ((e == 0 && begin != 0) || end < begin || end > rows) {
@@ -265,7 +267,7 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
 
   constexpr int kThreads = 128;
   const int blocks = (groups + kThreads - 1) / kThreads;
-  build_group_arrays_kernel<Config><<<blocks, kThreads, 0, stream>>>(geometry, offsets, groups, rows, arrays, strides);
+  gpu::launch_dependent(build_group_arrays_kernel<Config, Geometry>, blocks, kThreads, 0, stream, geometry, offsets, groups, rows, arrays, strides);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
     return cuda_failure("launch of the group-array kernel", status);
 

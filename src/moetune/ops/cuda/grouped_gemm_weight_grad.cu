@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/grouped_gemm_cutlass.cuh"
 
 namespace moetune::ops::cuda {
@@ -54,6 +55,7 @@ struct WeightGradGeometry {
 // dW_e = 0 for every expert without rows. One grid row per expert; the experts that have rows return at once.
 __global__ void zero_empty_groups_kernel(const int32_t* __restrict__ offsets, uint4* __restrict__ dw,
                                          int64_t vectors_per_group) {
+  gpu::wait_for_previous_kernel();
   const int e = blockIdx.y;
   if (offsets[e + 1] != offsets[e]) return;
   uint4* group = dw + int64_t(e) * vectors_per_group;
@@ -68,7 +70,7 @@ cudaError_t launch_zero_empty_groups(const int32_t* offsets, void* dw, int group
   constexpr int64_t kElementsPerVector = sizeof(uint4) / sizeof(Element);  // group_elements is a multiple of 8
   const int64_t vectors = group_elements / kElementsPerVector;
   const dim3 grid(unsigned(std::min<int64_t>((vectors + kThreads - 1) / kThreads, 64)), unsigned(groups));
-  zero_empty_groups_kernel<<<grid, kThreads, 0, stream>>>(offsets, static_cast<uint4*>(dw), vectors);
+  gpu::launch_dependent(zero_empty_groups_kernel, grid, kThreads, 0, stream, offsets, static_cast<uint4*>(dw), vectors);
   return cudaGetLastError();
 }
 

@@ -13,6 +13,7 @@
 // The arithmetic is the separate kernels' (mla_rotation.cuh), with the angles read from the table: the same bits.
 #include <cstdint>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/mla_qkv_kernels.h"
 #include "moetune/ops/cuda/mla_qkv_paths.h"
 #include "moetune/ops/cuda/mla_rotation.cuh"
@@ -83,6 +84,7 @@ __global__ void __launch_bounds__(kThreads)
     mla_qkv_forward_in_place_kernel(bf16* __restrict__ q, const bf16* __restrict__ kv, const bf16* __restrict__ k_rope,
                                     const float* __restrict__ inv_freq, const int32_t* __restrict__ positions,
                                     bf16* __restrict__ k, bf16* __restrict__ v, MlaQkvShape s) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ __align__(16) unsigned char smem[];
   float* angles = reinterpret_cast<float*>(smem);
   bf16* q_rope = reinterpret_cast<bf16*>(angles + s.rope);  // [heads, rope]
@@ -150,6 +152,7 @@ __global__ void __launch_bounds__(kThreads)
     mla_qkv_backward_in_place_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dk, const bf16* __restrict__ dv,
                                      const float* __restrict__ inv_freq, const int32_t* __restrict__ positions,
                                      bf16* __restrict__ dkv, bf16* __restrict__ dk_rope, MlaQkvShape s) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ __align__(16) unsigned char smem[];
   float* angles = reinterpret_cast<float*>(smem);
   bf16* dq_rope = reinterpret_cast<bf16*>(angles + s.rope);  // [heads, rope]
@@ -219,7 +222,7 @@ cudaError_t launch_mla_qkv_forward_in_place(void* q, const void* kv, const void*
       return status;
     return launch_mla_qkv_forward(nullptr, kv, k_rope, inv_freq, positions, nullptr, k, v, shape, stream);
   }
-  mla_qkv_forward_in_place_kernel<<<unsigned(shape.tokens), kThreads, shared, stream>>>(
+  gpu::launch_dependent(mla_qkv_forward_in_place_kernel, unsigned(shape.tokens), kThreads, shared, stream, 
       static_cast<bf16*>(q), static_cast<const bf16*>(kv), static_cast<const bf16*>(k_rope), inv_freq, positions,
       static_cast<bf16*>(k), static_cast<bf16*>(v), shape);
   return cudaGetLastError();
@@ -238,7 +241,7 @@ cudaError_t launch_mla_qkv_backward_in_place(void* dq, const void* dk, const voi
       return status;
     return launch_mla_qkv_backward(nullptr, dk, dv, inv_freq, positions, nullptr, dkv, dk_rope, shape, stream);
   }
-  mla_qkv_backward_in_place_kernel<<<unsigned(shape.tokens), kThreads, shared, stream>>>(
+  gpu::launch_dependent(mla_qkv_backward_in_place_kernel, unsigned(shape.tokens), kThreads, shared, stream, 
       static_cast<bf16*>(dq), static_cast<const bf16*>(dk), static_cast<const bf16*>(dv), inv_freq, positions,
       static_cast<bf16*>(dkv), static_cast<bf16*>(dk_rope), shape);
   return cudaGetLastError();

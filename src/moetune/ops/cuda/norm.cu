@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/norm_kernel_choice.h"
 #include "moetune/ops/cuda/norm_kernels.h"
@@ -36,6 +37,7 @@ RowStrides packed_if_unset(RowStrides strides, int64_t width) {
 template <int kVec>
 __global__ void rms_norm_forward_kernel(const bf16* x, const bf16* __restrict__ weight, bf16* y, int64_t rows,
                                         int64_t width, float eps, RowStrides strides) {
+  gpu::wait_for_previous_kernel();
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const bf16* xr = x + row * strides.x;
     bf16* yr = y + row * strides.out;
@@ -65,6 +67,7 @@ template <int kVec>
 __global__ void rms_norm_backward_kernel(const bf16* dy, const bf16* __restrict__ x, const bf16* __restrict__ weight,
                                          const bf16* residual, bf16* dx, float* __restrict__ partial, int64_t rows,
                                          int64_t width, float eps, RowStrides strides) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ float dweight_acc[];
   const int64_t first = int64_t(threadIdx.x) * kVec, step = int64_t(blockDim.x) * kVec;
   for (int64_t c = first; c < width; c += step)
@@ -121,6 +124,7 @@ __device__ __forceinline__ Chunk load_chunk(const bf16* p) { return *reinterpret
 template <int kRows>
 __global__ void rms_norm_forward_rows_kernel(const bf16* x, const bf16* __restrict__ weight, bf16* y, int64_t rows,
                                              int64_t width, float eps, RowStrides strides) {
+  gpu::wait_for_previous_kernel();
   const int64_t c = int64_t(threadIdx.x) * kChunk;
   const bool has_chunk = c < width;  // the block is rounded up to whole warps
   float w[kChunk] = {};
@@ -160,6 +164,7 @@ __global__ void rms_norm_backward_rows_kernel(const bf16* dy, const bf16* __rest
                                               const bf16* __restrict__ weight, const bf16* residual, bf16* dx,
                                               float* __restrict__ partial, int64_t rows, int64_t width, float eps,
                                               RowStrides strides) {
+  gpu::wait_for_previous_kernel();
   const int64_t c = int64_t(threadIdx.x) * kChunk;
   const bool has_chunk = c < width;
   float wv[kChunk] = {}, dweight_acc[kChunk] = {};
@@ -236,7 +241,7 @@ template <int kRows>
 cudaError_t forward_rows(const bf16* x, const bf16* weight, bf16* y, int64_t rows, int64_t width, float eps,
                          RowStrides strides, cudaStream_t stream) {
   const unsigned blocks = unsigned(std::min((rows + kRows - 1) / kRows, kMaxForwardBlocks));
-  rms_norm_forward_rows_kernel<kRows><<<blocks, row_block_threads(width, kChunk), 0, stream>>>(x, weight, y, rows,
+  gpu::launch_dependent(rms_norm_forward_rows_kernel<kRows>, blocks, row_block_threads(width, kChunk), 0, stream, x, weight, y, rows,
                                                                                                width, eps, strides);
   return cudaGetLastError();
 }
@@ -245,8 +250,8 @@ template <int kRows>
 cudaError_t backward_rows(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx,
                           float* partial, int64_t rows, int64_t width, float eps, RowStrides strides,
                           cudaStream_t stream) {
-  rms_norm_backward_rows_kernel<kRows><<<unsigned(backward_blocks(rows)), row_block_threads(width, kChunk), 0,
-                                         stream>>>(dy, x, weight, residual, dx, partial, rows, width, eps, strides);
+  gpu::launch_dependent(rms_norm_backward_rows_kernel<kRows>, unsigned(backward_blocks(rows)), row_block_threads(width, kChunk), 0,
+                                         stream, dy, x, weight, residual, dx, partial, rows, width, eps, strides);
   return cudaGetLastError();
 }
 
@@ -261,7 +266,7 @@ cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
     if (status != cudaSuccess) return status;
   }
-  rms_norm_backward_kernel<kVec><<<unsigned(backward_blocks(rows)), threads, shared, stream>>>(
+  gpu::launch_dependent(rms_norm_backward_kernel<kVec>, unsigned(backward_blocks(rows)), threads, shared, stream, 
       dy, x, weight, residual, dx, partial, rows, width, eps, strides);
   return cudaGetLastError();
 }
@@ -287,10 +292,10 @@ cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, c
   }
   const unsigned blocks = unsigned(std::min(rows, kMaxForwardBlocks));
   if (vectorizable(width, {x, weight, y}, strides))
-    rms_norm_forward_kernel<8><<<blocks, row_block_threads(width, 8), 0, stream>>>(xp, wp, yp, rows, width, eps,
+    gpu::launch_dependent(rms_norm_forward_kernel<8>, blocks, row_block_threads(width, 8), 0, stream, xp, wp, yp, rows, width, eps,
                                                                                     strides);
   else
-    rms_norm_forward_kernel<1><<<blocks, row_block_threads(width, 1), 0, stream>>>(xp, wp, yp, rows, width, eps,
+    gpu::launch_dependent(rms_norm_forward_kernel<1>, blocks, row_block_threads(width, 1), 0, stream, xp, wp, yp, rows, width, eps,
                                                                                     strides);
   return cudaGetLastError();
 }

@@ -8,6 +8,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <initializer_list>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/permute_kernel_choice.h"
 #include "moetune/ops/cuda/permute_kernels.h"
 
@@ -28,6 +29,7 @@ __device__ __forceinline__ int lane_id() { return int(threadIdx.x) % kWarpSize; 
 // ---- the plan ---------------------------------------------------------------------------------------------
 
 __global__ void iota_kernel(int32_t* values, int64_t n) {
+  gpu::wait_for_previous_kernel();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) values[i] = int32_t(i);
 }
@@ -38,6 +40,7 @@ __global__ void scatter_plan_kernel(const uint32_t* __restrict__ sorted_experts,
                                     const int32_t* __restrict__ sorted_choices, int64_t choices, int top_k,
                                     int experts, int32_t* __restrict__ offsets, int32_t* __restrict__ row_of,
                                     int32_t* __restrict__ source) {
+  gpu::wait_for_previous_kernel();
   const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= choices) return;
   const int32_t choice = sorted_choices[r];
@@ -96,6 +99,7 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { retu
 template <typename Unit>
 __global__ void permute_rows_kernel(const Unit* __restrict__ x, const int32_t* __restrict__ source, int64_t rows,
                                     int64_t units_per_row, Unit* __restrict__ out) {
+  gpu::wait_for_previous_kernel();
   const int64_t row = global_warp();
   if (row >= rows) return;
   const Unit* from = x + int64_t(source[row]) * units_per_row;
@@ -129,6 +133,7 @@ template <typename T, int kVec>
 __global__ void gather_sum_rows_kernel(const T* __restrict__ rows, const int32_t* __restrict__ row_of,
                                        const float* __restrict__ weights, const T* residual, int64_t tokens,
                                        int top_k, int64_t hidden, int64_t kept_rows, T* out) {
+  gpu::wait_for_previous_kernel();
   using P = Pack<T, kVec>;
   const int64_t token = global_warp();
   if (token >= tokens) return;
@@ -159,6 +164,7 @@ template <typename T, int kVec>
 __global__ void gather_sum_hoisted_rows_kernel(const T* __restrict__ rows, const int32_t* __restrict__ row_of,
                                                const float* __restrict__ weights, const T* residual, int64_t tokens,
                                                int top_k, int64_t hidden, int64_t kept_rows, T* out) {
+  gpu::wait_for_previous_kernel();
   using P = Pack<T, kVec>;
   const int64_t token = global_warp();
   if (token >= tokens) return;
@@ -193,6 +199,7 @@ __global__ void combine_backward_kernel(const T* __restrict__ dout, const T* __r
                                         const int32_t* __restrict__ row_of, const float* __restrict__ weights,
                                         int64_t choices, int top_k, int64_t hidden, int64_t kept_rows,
                                         T* __restrict__ dexpert_out, float* __restrict__ dweights) {
+  gpu::wait_for_previous_kernel();
   using P = Pack<T, kVec>;
   const int64_t choice = global_warp();
   if (choice >= choices) return;
@@ -234,7 +241,7 @@ unsigned warp_grid(int64_t items) {
 template <typename Unit>
 cudaError_t launch_copy_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
                              cudaStream_t stream) {
-  permute_rows_kernel<Unit><<<warp_grid(rows), kThreads, 0, stream>>>(
+  gpu::launch_dependent(permute_rows_kernel<Unit>, warp_grid(rows), kThreads, 0, stream, 
       static_cast<const Unit*>(x), source, rows, row_bytes / int64_t(sizeof(Unit)), static_cast<Unit*>(out));
   return cudaGetLastError();
 }
@@ -262,13 +269,13 @@ cudaError_t launch_gather_sum_typed(const void* rows, const int32_t* row_of, con
   T* dst = static_cast<T*>(out);
   const bool packs = use_packs<T>(hidden, {rows, residual, out});
   if (hoisted && packs && top_k <= kMaxHoistedChoices)
-    gather_sum_hoisted_rows_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k,
+    gpu::launch_dependent(gather_sum_hoisted_rows_kernel<T, kVec>, grid, kThreads, 0, stream, in, row_of, weights, res, tokens, top_k,
                                                                            hidden, kept_rows, dst);
   else if (packs)
-    gather_sum_rows_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k, hidden,
+    gpu::launch_dependent(gather_sum_rows_kernel<T, kVec>, grid, kThreads, 0, stream, in, row_of, weights, res, tokens, top_k, hidden,
                                                                    kept_rows, dst);
   else
-    gather_sum_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(in, row_of, weights, res, tokens, top_k, hidden,
+    gpu::launch_dependent(gather_sum_rows_kernel<T, 1>, grid, kThreads, 0, stream, in, row_of, weights, res, tokens, top_k, hidden,
                                                                 kept_rows, dst);
   return cudaGetLastError();
 }
@@ -285,10 +292,10 @@ cudaError_t launch_combine_backward_typed(const void* dout, const void* expert_o
   const T* y = static_cast<const T*>(expert_out);
   T* dy = static_cast<T*>(dexpert_out);
   if (use_packs<T>(hidden, {dout, expert_out, dexpert_out}))
-    combine_backward_kernel<T, kVec><<<grid, kThreads, 0, stream>>>(d, y, row_of, weights, choices, top_k, hidden,
+    gpu::launch_dependent(combine_backward_kernel<T, kVec>, grid, kThreads, 0, stream, d, y, row_of, weights, choices, top_k, hidden,
                                                                     kept_rows, dy, dweights);
   else
-    combine_backward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(d, y, row_of, weights, choices, top_k, hidden,
+    gpu::launch_dependent(combine_backward_kernel<T, 1>, grid, kThreads, 0, stream, d, y, row_of, weights, choices, top_k, hidden,
                                                                  kept_rows, dy, dweights);
   return cudaGetLastError();
 }
@@ -323,7 +330,7 @@ cudaError_t launch_plan_permutation(const int32_t* expert_ids, int64_t choices, 
                    workspace_bytes - plan_arrays_bytes(choices)};
   constexpr int kPlanThreads = 256;
   const unsigned blocks = unsigned((choices + kPlanThreads - 1) / kPlanThreads);
-  iota_kernel<<<blocks, kPlanThreads, 0, stream>>>(ws.choices_in, choices);
+  gpu::launch_dependent(iota_kernel, blocks, kPlanThreads, 0, stream, ws.choices_in, choices);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   // Radix sort is stable, so equal experts keep choice order, which is token order.
   if (const cudaError_t status = cub::DeviceRadixSort::SortPairs(
@@ -332,7 +339,7 @@ cudaError_t launch_plan_permutation(const int32_t* expert_ids, int64_t choices, 
       status != cudaSuccess)
     return status;
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-  scatter_plan_kernel<<<blocks, kPlanThreads, 0, stream>>>(ws.sorted_experts, ws.sorted_choices, choices, top_k,
+  gpu::launch_dependent(scatter_plan_kernel, blocks, kPlanThreads, 0, stream, ws.sorted_experts, ws.sorted_choices, choices, top_k,
                                                            experts, offsets, row_of, source);
   return cudaGetLastError();
 }

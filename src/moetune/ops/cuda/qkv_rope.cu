@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 #include "moetune/ops/cuda/qkv_rope_kernels.h"
@@ -53,6 +54,7 @@ __global__ void qkv_norm_rope_forward_kernel(const bf16* __restrict__ qkv, const
                                              const float* __restrict__ inv_freq, const int32_t* __restrict__ positions,
                                              bf16* __restrict__ q, bf16* __restrict__ k, bf16* __restrict__ v,
                                              QkvShape shape) {
+  gpu::wait_for_previous_kernel();
   const int lane = threadIdx.x & 31;
   const int64_t d = shape.head_dim, half = d / 2;
   const int64_t heads = shape.q_heads + 2 * shape.kv_heads, items = shape.tokens * heads;
@@ -123,6 +125,7 @@ __global__ void qkv_norm_rope_backward_kernel(const bf16* __restrict__ dq, const
                                               const int32_t* __restrict__ positions, bf16* __restrict__ dqkv,
                                               bool accumulate_q, bool accumulate_k, float* __restrict__ partial,
                                               QkvShape shape) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ float shared[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int64_t d = shape.head_dim, half = d / 2;
@@ -256,10 +259,10 @@ cudaError_t launch_qkv_norm_rope_forward(const void* qkv, const void* q_norm, co
   auto* kp = static_cast<bf16*>(k);
   auto* vp = static_cast<bf16*>(v);
   if (pairs_of_two(shape.head_dim, {qkv, q_norm, k_norm, q, k, v}))
-    qkv_norm_rope_forward_kernel<2><<<blocks, kThreads, 0, stream>>>(in, qn, kn, eps, inv_freq, positions, qp, kp, vp,
+    gpu::launch_dependent(qkv_norm_rope_forward_kernel<2>, blocks, kThreads, 0, stream, in, qn, kn, eps, inv_freq, positions, qp, kp, vp,
                                                                       shape);
   else
-    qkv_norm_rope_forward_kernel<1><<<blocks, kThreads, 0, stream>>>(in, qn, kn, eps, inv_freq, positions, qp, kp, vp,
+    gpu::launch_dependent(qkv_norm_rope_forward_kernel<1>, blocks, kThreads, 0, stream, in, qn, kn, eps, inv_freq, positions, qp, kp, vp,
                                                                       shape);
   return cudaGetLastError();
 }
@@ -291,10 +294,10 @@ cudaError_t launch_qkv_norm_rope_backward(const void* dq, const void* dk, const 
   const auto* kn = static_cast<const bf16*>(k_norm);
   auto* out = static_cast<bf16*>(dqkv);
   if (pairs_of_two(shape.head_dim, {dq, dk, dv, qkv, q_norm, k_norm, dqkv}))
-    qkv_norm_rope_backward_kernel<2><<<unsigned(blocks), kThreads, shared, stream>>>(
+    gpu::launch_dependent(qkv_norm_rope_backward_kernel<2>, unsigned(blocks), kThreads, shared, stream, 
         dqp, dkp, dvp, in, qn, kn, eps, inv_freq, positions, out, accumulate_q, accumulate_k, partial, shape);
   else
-    qkv_norm_rope_backward_kernel<1><<<unsigned(blocks), kThreads, shared, stream>>>(
+    gpu::launch_dependent(qkv_norm_rope_backward_kernel<1>, unsigned(blocks), kThreads, shared, stream, 
         dqp, dkp, dvp, in, qn, kn, eps, inv_freq, positions, out, accumulate_q, accumulate_k, partial, shape);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;

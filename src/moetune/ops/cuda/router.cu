@@ -2,6 +2,7 @@
 // the k picks are k warp-wide arg-max reductions, and the backward recomputes the softmax rather than storing it.
 #include <climits>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/router_kernels.h"
 #include "moetune/ops/cuda/router_softmax.cuh"
 
@@ -16,6 +17,7 @@ template <int kSlots>
 __global__ void router_topk_forward_kernel(const float* __restrict__ logits, int64_t tokens, int experts, int top_k,
                                            bool normalize, int32_t* __restrict__ expert_ids,
                                            float* __restrict__ weights) {
+  gpu::wait_for_previous_kernel();
   const int64_t token = global_warp();
   if (token >= tokens) return;  // uniform across the warp
   const int lane = lane_id();
@@ -52,6 +54,7 @@ __global__ void router_topk_backward_kernel(const float* __restrict__ logits, co
                                             const float* __restrict__ weights, const float* __restrict__ dweights,
                                             int64_t tokens, int experts, int top_k, bool normalize,
                                             float* __restrict__ dlogits) {
+  gpu::wait_for_previous_kernel();
   const int64_t token = global_warp();
   if (token >= tokens) return;
   const int lane = lane_id();
@@ -112,10 +115,10 @@ cudaError_t launch_router_topk_forward(const float* logits, int64_t tokens, int 
   if (tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
   switch (routing::softmax_slots(experts)) {
-    case 1: router_topk_forward_kernel<1><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
-    case 2: router_topk_forward_kernel<2><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
-    case 4: router_topk_forward_kernel<4><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
-    case 8: router_topk_forward_kernel<8><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    case 1: gpu::launch_dependent(router_topk_forward_kernel<1>, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    case 2: gpu::launch_dependent(router_topk_forward_kernel<2>, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    case 4: gpu::launch_dependent(router_topk_forward_kernel<4>, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    case 8: gpu::launch_dependent(router_topk_forward_kernel<8>, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -128,10 +131,10 @@ cudaError_t launch_router_topk_backward(const float* logits, const int32_t* expe
   if (tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
   switch (routing::softmax_slots(experts)) {
-    case 1: router_topk_backward_kernel<1><<<grid, block, 0, stream>>>(logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
-    case 2: router_topk_backward_kernel<2><<<grid, block, 0, stream>>>(logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
-    case 4: router_topk_backward_kernel<4><<<grid, block, 0, stream>>>(logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
-    case 8: router_topk_backward_kernel<8><<<grid, block, 0, stream>>>(logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    case 1: gpu::launch_dependent(router_topk_backward_kernel<1>, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    case 2: gpu::launch_dependent(router_topk_backward_kernel<2>, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    case 4: gpu::launch_dependent(router_topk_backward_kernel<4>, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    case 8: gpu::launch_dependent(router_topk_backward_kernel<8>, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

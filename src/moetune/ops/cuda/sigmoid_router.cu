@@ -4,6 +4,7 @@
 // recomputes the sigmoid of the chosen experts instead of storing it.
 #include <climits>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/router_softmax.cuh"
 #include "moetune/ops/cuda/sigmoid_router_kernels.h"
 
@@ -20,6 +21,7 @@ template <int kSlots>
 __global__ void sigmoid_router_forward_kernel(const float* __restrict__ logits, const float* __restrict__ bias,
                                               SigmoidRouterShape s, int32_t* __restrict__ expert_ids,
                                               float* __restrict__ weights) {
+  gpu::wait_for_previous_kernel();
   __shared__ float choice_rows[kWarpsPerBlock][kMaxExperts];
   const int64_t token = global_warp();
   if (token >= s.tokens) return;  // uniform across the warp
@@ -100,6 +102,7 @@ template <int kSlots>
 __global__ void sigmoid_router_backward_kernel(const float* __restrict__ logits, const int32_t* __restrict__ expert_ids,
                                                const float* __restrict__ dweights, SigmoidRouterShape s,
                                                float* __restrict__ dlogits) {
+  gpu::wait_for_previous_kernel();
   const int64_t token = global_warp();
   if (token >= s.tokens) return;
   const int lane = lane_id();
@@ -154,10 +157,10 @@ cudaError_t launch_sigmoid_router_forward(const float* logits, const float* corr
   if (shape.tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(shape.tokens)}, block{kWarpsPerBlock * kWarpSize};
   switch (softmax_slots(shape.experts)) {
-    case 1: sigmoid_router_forward_kernel<1><<<grid, block, 0, stream>>>(logits, correction_bias, shape, expert_ids, weights); break;
-    case 2: sigmoid_router_forward_kernel<2><<<grid, block, 0, stream>>>(logits, correction_bias, shape, expert_ids, weights); break;
-    case 4: sigmoid_router_forward_kernel<4><<<grid, block, 0, stream>>>(logits, correction_bias, shape, expert_ids, weights); break;
-    case 8: sigmoid_router_forward_kernel<8><<<grid, block, 0, stream>>>(logits, correction_bias, shape, expert_ids, weights); break;
+    case 1: gpu::launch_dependent(sigmoid_router_forward_kernel<1>, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights); break;
+    case 2: gpu::launch_dependent(sigmoid_router_forward_kernel<2>, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights); break;
+    case 4: gpu::launch_dependent(sigmoid_router_forward_kernel<4>, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights); break;
+    case 8: gpu::launch_dependent(sigmoid_router_forward_kernel<8>, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -169,10 +172,10 @@ cudaError_t launch_sigmoid_router_backward(const float* logits, const int32_t* e
   if (shape.tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(shape.tokens)}, block{kWarpsPerBlock * kWarpSize};
   switch (softmax_slots(shape.experts)) {
-    case 1: sigmoid_router_backward_kernel<1><<<grid, block, 0, stream>>>(logits, expert_ids, dweights, shape, dlogits); break;
-    case 2: sigmoid_router_backward_kernel<2><<<grid, block, 0, stream>>>(logits, expert_ids, dweights, shape, dlogits); break;
-    case 4: sigmoid_router_backward_kernel<4><<<grid, block, 0, stream>>>(logits, expert_ids, dweights, shape, dlogits); break;
-    case 8: sigmoid_router_backward_kernel<8><<<grid, block, 0, stream>>>(logits, expert_ids, dweights, shape, dlogits); break;
+    case 1: gpu::launch_dependent(sigmoid_router_backward_kernel<1>, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits); break;
+    case 2: gpu::launch_dependent(sigmoid_router_backward_kernel<2>, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits); break;
+    case 4: gpu::launch_dependent(sigmoid_router_backward_kernel<4>, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits); break;
+    case 8: gpu::launch_dependent(sigmoid_router_backward_kernel<8>, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
