@@ -27,8 +27,8 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to start before the previous kernel ends.
 template <typename... Params, typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                             cudaStream_t stream, Args&&... args) {
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                             Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;

@@ -129,7 +129,8 @@ cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, i
     const int blocks = int(std::min<int64_t>(table.total_chunks, max_blocks));
     float* partials = norm_partials ? norm_partials + chunks_before * kAdamWNormPartialsPerChunk : nullptr;
     chunks_before += table.total_chunks;
-    gpu::launch_dependent(shaped.kernel, blocks, shaped.threads, size_t(shaped.shared_bytes), stream, table, partials, args...);
+    gpu::launch_dependent(shaped.kernel, blocks, shaped.threads, size_t(shaped.shared_bytes), stream, table, partials,
+                          args...);
     return cudaGetLastError();
   };
   return multi_tensor::launch_in_batches<Table>(

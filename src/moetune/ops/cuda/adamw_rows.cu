@@ -207,8 +207,8 @@ cudaError_t launch_adamw_rows_step(AdamWStorage storage, const AdamWRows& rows, 
     return cudaGetLastError();
   });
   if (status != cudaSuccess) return status;
-  gpu::launch_dependent(finish_kernel, int(std::clamp<int64_t>((rows.rows + kThreads - 1) / kThreads, 1, 1024)), kThreads, 0, stream, 
-      rows, int32_t(scalars.step));
+  gpu::launch_dependent(finish_kernel, int(std::clamp<int64_t>((rows.rows + kThreads - 1) / kThreads, 1, 1024)),
+                        kThreads, 0, stream, rows, int32_t(scalars.step));
   if (cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return launched;
   return cudaMemsetAsync(rows.marked_count, 0, sizeof(int32_t), stream);
 }

@@ -108,11 +108,15 @@ cudaError_t launch_aux_loss_accumulate(const float* logits, const int32_t* exper
   if (tokens == 0) return cudaSuccess;
   const int64_t wanted = (tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const dim3 grid{unsigned(wanted < kMaxAccumulateBlocks ? wanted : kMaxAccumulateBlocks)}, block{kThreads};
+  const auto launch = [&](auto kernel) {
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k,
+                          counts, prob_sums);
+  };
   switch (softmax_slots(experts)) {
-    case 1: gpu::launch_dependent(aux_loss_accumulate_kernel<1>, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
-    case 2: gpu::launch_dependent(aux_loss_accumulate_kernel<2>, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
-    case 4: gpu::launch_dependent(aux_loss_accumulate_kernel<4>, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
-    case 8: gpu::launch_dependent(aux_loss_accumulate_kernel<8>, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k, counts, prob_sums); break;
+    case 1: launch(aux_loss_accumulate_kernel<1>); break;
+    case 2: launch(aux_loss_accumulate_kernel<2>); break;
+    case 4: launch(aux_loss_accumulate_kernel<4>); break;
+    case 8: launch(aux_loss_accumulate_kernel<8>); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -26,7 +26,8 @@ cudaError_t launch(const void* in, void* out, int64_t n, cudaStream_t stream, Co
   if (n == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int blocks = int(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  gpu::launch_dependent(cast_kernel<In, Out, Convert>, blocks, kThreads, 0, stream, static_cast<const In*>(in), static_cast<Out*>(out), n, convert);
+  gpu::launch_dependent(cast_kernel<In, Out, Convert>, blocks, kThreads, 0, stream, static_cast<const In*>(in),
+                        static_cast<Out*>(out), n, convert);
   return cudaGetLastError();
 }
 

@@ -39,9 +39,11 @@ cudaError_t launch_add_column_sums(const float* partial, int64_t parts, int64_t 
   const dim3 block(kColumns, kPartGroups);
   const dim3 grid(unsigned((width + kColumns - 1) / kColumns));
   if (out_is_bf16)
-    gpu::launch_dependent(add_column_sums_kernel<bf16>, grid, block, 0, stream, partial, parts, stride, width, static_cast<bf16*>(out));
+    gpu::launch_dependent(add_column_sums_kernel<bf16>, grid, block, 0, stream, partial, parts, stride, width,
+                          static_cast<bf16*>(out));
   else
-    gpu::launch_dependent(add_column_sums_kernel<float>, grid, block, 0, stream, partial, parts, stride, width, static_cast<float*>(out));
+    gpu::launch_dependent(add_column_sums_kernel<float>, grid, block, 0, stream, partial, parts, stride, width,
+                          static_cast<float*>(out));
   return cudaGetLastError();
 }
 

@@ -128,8 +128,8 @@ cudaError_t add_runs(const bf16* dout, const Workspace& w, Out* dtable, int64_t 
                      cudaStream_t stream) {
   const int64_t columns_per_block = int64_t(kRunThreads) * kVec;
   const dim3 grid(unsigned(tokens), unsigned((hidden + columns_per_block - 1) / columns_per_block));
-  gpu::launch_dependent(add_runs_kernel<kVec, Out>, grid, kRunThreads, 0, stream, dout, w.keys_out, w.positions_out, dtable, tokens,
-                                                               vocab, hidden);
+  gpu::launch_dependent(add_runs_kernel<kVec, Out>, grid, kRunThreads, 0, stream, dout, w.keys_out, w.positions_out,
+                        dtable, tokens, vocab, hidden);
   return cudaGetLastError();
 }
 
@@ -141,11 +141,11 @@ cudaError_t launch_embedding_forward(const int32_t* ids, const void* table, void
   const auto* tp = static_cast<const bf16*>(table);
   auto* op = static_cast<bf16*>(out);
   if (hidden % 8 == 0 && aligned16({table, out}))
-    gpu::launch_dependent(embedding_forward_kernel<8>, blocks_for(tokens * hidden / 8), kThreads, 0, stream, ids, tp, op, tokens, vocab,
-                                                                                           hidden);
+    gpu::launch_dependent(embedding_forward_kernel<8>, blocks_for(tokens * hidden / 8), kThreads, 0, stream, ids, tp,
+                          op, tokens, vocab, hidden);
   else
-    gpu::launch_dependent(embedding_forward_kernel<1>, blocks_for(tokens * hidden), kThreads, 0, stream, ids, tp, op, tokens, vocab,
-                                                                                       hidden);
+    gpu::launch_dependent(embedding_forward_kernel<1>, blocks_for(tokens * hidden), kThreads, 0, stream, ids, tp, op,
+                          tokens, vocab, hidden);
   return cudaGetLastError();
 }
 
@@ -160,8 +160,8 @@ cudaError_t launch_embedding_backward(const void* dout, const int32_t* ids, void
   if (tokens == 0 || hidden == 0) return cudaSuccess;
   if (workspace_bytes < embedding_backward_workspace_bytes(tokens, vocab)) return cudaErrorInvalidValue;
   Workspace w = carve(workspace, tokens, vocab);
-  gpu::launch_dependent(sort_input_kernel, blocks_for(tokens), kThreads, 0, stream, ids, w.keys_in, w.positions_in, tokens, vocab,
-                                                                 padding_row);
+  gpu::launch_dependent(sort_input_kernel, blocks_for(tokens), kThreads, 0, stream, ids, w.keys_in, w.positions_in,
+                        tokens, vocab, padding_row);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;
   status = cub::DeviceRadixSort::SortPairs(w.sort_storage, w.sort_bytes, w.keys_in, w.keys_out, w.positions_in,

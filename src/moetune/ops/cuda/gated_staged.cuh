@@ -196,8 +196,8 @@ cudaError_t launch_forward_staged(const void* gate_up, void* out, int64_t chunks
   if (cudaError_t status = multi_tensor::resident_blocks(kernel, resident, kPackThreads, kShared); status != cudaSuccess)
     return status;
   const unsigned blocks = unsigned(std::min<int64_t>(tiles, resident));
-  gpu::launch_dependent(kernel, blocks, kPackThreads, kShared, stream, static_cast<const Pack8*>(gate_up), static_cast<Pack8*>(out),
-                                                   Index(chunks), Index(chunks_per_row), reversed, act);
+  gpu::launch_dependent(kernel, blocks, kPackThreads, kShared, stream, static_cast<const Pack8*>(gate_up),
+                        static_cast<Pack8*>(out), Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();
 }
 
@@ -213,9 +213,9 @@ cudaError_t launch_backward_staged(const void* dout, const void* gate_up, void* 
   if (cudaError_t status = multi_tensor::resident_blocks(kernel, resident, kPackThreads, kShared); status != cudaSuccess)
     return status;
   const unsigned blocks = unsigned(std::min<int64_t>(tiles, resident));
-  gpu::launch_dependent(kernel, blocks, kPackThreads, kShared, stream, static_cast<const Pack8*>(dout), static_cast<const Pack8*>(gate_up),
-                                                   static_cast<Pack8*>(dgate_up), static_cast<Pack8*>(recomputed),
-                                                   Index(chunks), Index(chunks_per_row), reversed, act);
+  gpu::launch_dependent(kernel, blocks, kPackThreads, kShared, stream, static_cast<const Pack8*>(dout),
+                        static_cast<const Pack8*>(gate_up), static_cast<Pack8*>(dgate_up),
+                        static_cast<Pack8*>(recomputed), Index(chunks), Index(chunks_per_row), reversed, act);
   return cudaGetLastError();
 }
 

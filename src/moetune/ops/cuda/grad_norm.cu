@@ -161,7 +161,8 @@ cudaError_t launch_grad_norm_partials(const GradNormTensor* tensors, int64_t cou
   const auto flush = [&]() -> cudaError_t {
     if (used == 0) return cudaSuccess;
     table.count = used;
-    gpu::launch_dependent(slot_partials_kernel<kNormVectorsInFlight>, unsigned(blocks), multi_tensor::kThreads, 0, stream, table, slots);
+    gpu::launch_dependent(slot_partials_kernel<kNormVectorsInFlight>, unsigned(blocks), multi_tensor::kThreads, 0,
+                          stream, table, slots);
     used = 0;
     blocks = 0;
     table.sparse_tensor = -1;
@@ -189,7 +190,8 @@ cudaError_t launch_grad_norm_partials(const GradNormTensor* tensors, int64_t cou
 
 cudaError_t launch_float_sum(const float* values, int64_t count, float* scratch, float* total, cudaStream_t stream) {
   static_assert(kFloatSumScratch == kMaxPartialBlocks);
-  gpu::launch_dependent(float_sum_partials_kernel, kMaxPartialBlocks, multi_tensor::kThreads, 0, stream, values, count, scratch);
+  gpu::launch_dependent(float_sum_partials_kernel, kMaxPartialBlocks, multi_tensor::kThreads, 0, stream, values, count,
+                        scratch);
   if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   gpu::launch_dependent(sum_partials_kernel, 1, multi_tensor::kThreads, 0, stream, scratch, kMaxPartialBlocks, total);
   return cudaGetLastError();

@@ -9,20 +9,20 @@
 // and its tile scheduler walks the groups' shapes on the device (as torch._grouped_mm does).
 #pragma once
 
-#include <cstdio>
-#include <string>
-#include <type_traits>
-
-#include <cute/tensor.hpp>
 #include <cutlass/bfloat16.h>
 #include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+
+#include <cstdio>
+#include <cute/tensor.hpp>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/epilogue/fusion/operations.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/group_array_problem_shape.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <string>
+#include <type_traits>
 
 #include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/grouped_gemm_kernels.h"
@@ -267,7 +267,8 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
 
   constexpr int kThreads = 128;
   const int blocks = (groups + kThreads - 1) / kThreads;
-  gpu::launch_dependent(build_group_arrays_kernel<Config, Geometry>, blocks, kThreads, 0, stream, geometry, offsets, groups, rows, arrays, strides);
+  gpu::launch_dependent(build_group_arrays_kernel<Config, Geometry>, blocks, kThreads, 0, stream, geometry, offsets,
+                        groups, rows, arrays, strides);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
     return cuda_failure("launch of the group-array kernel", status);
 

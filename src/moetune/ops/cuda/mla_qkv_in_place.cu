@@ -222,9 +222,9 @@ cudaError_t launch_mla_qkv_forward_in_place(void* q, const void* kv, const void*
       return status;
     return launch_mla_qkv_forward(nullptr, kv, k_rope, inv_freq, positions, nullptr, k, v, shape, stream);
   }
-  gpu::launch_dependent(mla_qkv_forward_in_place_kernel, unsigned(shape.tokens), kThreads, shared, stream, 
-      static_cast<bf16*>(q), static_cast<const bf16*>(kv), static_cast<const bf16*>(k_rope), inv_freq, positions,
-      static_cast<bf16*>(k), static_cast<bf16*>(v), shape);
+  gpu::launch_dependent(mla_qkv_forward_in_place_kernel, unsigned(shape.tokens), kThreads, shared, stream,
+                        static_cast<bf16*>(q), static_cast<const bf16*>(kv), static_cast<const bf16*>(k_rope), inv_freq,
+                        positions, static_cast<bf16*>(k), static_cast<bf16*>(v), shape);
   return cudaGetLastError();
 }
 
@@ -241,9 +241,9 @@ cudaError_t launch_mla_qkv_backward_in_place(void* dq, const void* dk, const voi
       return status;
     return launch_mla_qkv_backward(nullptr, dk, dv, inv_freq, positions, nullptr, dkv, dk_rope, shape, stream);
   }
-  gpu::launch_dependent(mla_qkv_backward_in_place_kernel, unsigned(shape.tokens), kThreads, shared, stream, 
-      static_cast<bf16*>(dq), static_cast<const bf16*>(dk), static_cast<const bf16*>(dv), inv_freq, positions,
-      static_cast<bf16*>(dkv), static_cast<bf16*>(dk_rope), shape);
+  gpu::launch_dependent(mla_qkv_backward_in_place_kernel, unsigned(shape.tokens), kThreads, shared, stream,
+                        static_cast<bf16*>(dq), static_cast<const bf16*>(dk), static_cast<const bf16*>(dv), inv_freq,
+                        positions, static_cast<bf16*>(dkv), static_cast<bf16*>(dk_rope), shape);
   return cudaGetLastError();
 }
 

@@ -241,8 +241,8 @@ template <int kRows>
 cudaError_t forward_rows(const bf16* x, const bf16* weight, bf16* y, int64_t rows, int64_t width, float eps,
                          RowStrides strides, cudaStream_t stream) {
   const unsigned blocks = unsigned(std::min((rows + kRows - 1) / kRows, kMaxForwardBlocks));
-  gpu::launch_dependent(rms_norm_forward_rows_kernel<kRows>, blocks, row_block_threads(width, kChunk), 0, stream, x, weight, y, rows,
-                                                                                               width, eps, strides);
+  gpu::launch_dependent(rms_norm_forward_rows_kernel<kRows>, blocks, row_block_threads(width, kChunk), 0, stream, x,
+                        weight, y, rows, width, eps, strides);
   return cudaGetLastError();
 }
 
@@ -250,8 +250,9 @@ template <int kRows>
 cudaError_t backward_rows(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx,
                           float* partial, int64_t rows, int64_t width, float eps, RowStrides strides,
                           cudaStream_t stream) {
-  gpu::launch_dependent(rms_norm_backward_rows_kernel<kRows>, unsigned(backward_blocks(rows)), row_block_threads(width, kChunk), 0,
-                                         stream, dy, x, weight, residual, dx, partial, rows, width, eps, strides);
+  gpu::launch_dependent(rms_norm_backward_rows_kernel<kRows>, unsigned(backward_blocks(rows)),
+                        row_block_threads(width, kChunk), 0, stream, dy, x, weight, residual, dx, partial, rows, width,
+                        eps, strides);
   return cudaGetLastError();
 }
 
@@ -266,8 +267,8 @@ cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
     if (status != cudaSuccess) return status;
   }
-  gpu::launch_dependent(rms_norm_backward_kernel<kVec>, unsigned(backward_blocks(rows)), threads, shared, stream, 
-      dy, x, weight, residual, dx, partial, rows, width, eps, strides);
+  gpu::launch_dependent(rms_norm_backward_kernel<kVec>, unsigned(backward_blocks(rows)), threads, shared, stream, dy, x,
+                        weight, residual, dx, partial, rows, width, eps, strides);
   return cudaGetLastError();
 }
 
@@ -292,11 +293,11 @@ cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, c
   }
   const unsigned blocks = unsigned(std::min(rows, kMaxForwardBlocks));
   if (vectorizable(width, {x, weight, y}, strides))
-    gpu::launch_dependent(rms_norm_forward_kernel<8>, blocks, row_block_threads(width, 8), 0, stream, xp, wp, yp, rows, width, eps,
-                                                                                    strides);
+    gpu::launch_dependent(rms_norm_forward_kernel<8>, blocks, row_block_threads(width, 8), 0, stream, xp, wp, yp, rows,
+                          width, eps, strides);
   else
-    gpu::launch_dependent(rms_norm_forward_kernel<1>, blocks, row_block_threads(width, 1), 0, stream, xp, wp, yp, rows, width, eps,
-                                                                                    strides);
+    gpu::launch_dependent(rms_norm_forward_kernel<1>, blocks, row_block_threads(width, 1), 0, stream, xp, wp, yp, rows,
+                          width, eps, strides);
   return cudaGetLastError();
 }
 

@@ -241,8 +241,8 @@ unsigned warp_grid(int64_t items) {
 template <typename Unit>
 cudaError_t launch_copy_rows(const void* x, const int32_t* source, int64_t rows, int64_t row_bytes, void* out,
                              cudaStream_t stream) {
-  gpu::launch_dependent(permute_rows_kernel<Unit>, warp_grid(rows), kThreads, 0, stream, 
-      static_cast<const Unit*>(x), source, rows, row_bytes / int64_t(sizeof(Unit)), static_cast<Unit*>(out));
+  gpu::launch_dependent(permute_rows_kernel<Unit>, warp_grid(rows), kThreads, 0, stream, static_cast<const Unit*>(x),
+                        source, rows, row_bytes / int64_t(sizeof(Unit)), static_cast<Unit*>(out));
   return cudaGetLastError();
 }
 
@@ -269,14 +269,14 @@ cudaError_t launch_gather_sum_typed(const void* rows, const int32_t* row_of, con
   T* dst = static_cast<T*>(out);
   const bool packs = use_packs<T>(hidden, {rows, residual, out});
   if (hoisted && packs && top_k <= kMaxHoistedChoices)
-    gpu::launch_dependent(gather_sum_hoisted_rows_kernel<T, kVec>, grid, kThreads, 0, stream, in, row_of, weights, res, tokens, top_k,
-                                                                           hidden, kept_rows, dst);
+    gpu::launch_dependent(gather_sum_hoisted_rows_kernel<T, kVec>, grid, kThreads, 0, stream, in, row_of, weights, res,
+                          tokens, top_k, hidden, kept_rows, dst);
   else if (packs)
-    gpu::launch_dependent(gather_sum_rows_kernel<T, kVec>, grid, kThreads, 0, stream, in, row_of, weights, res, tokens, top_k, hidden,
-                                                                   kept_rows, dst);
+    gpu::launch_dependent(gather_sum_rows_kernel<T, kVec>, grid, kThreads, 0, stream, in, row_of, weights, res, tokens,
+                          top_k, hidden, kept_rows, dst);
   else
-    gpu::launch_dependent(gather_sum_rows_kernel<T, 1>, grid, kThreads, 0, stream, in, row_of, weights, res, tokens, top_k, hidden,
-                                                                kept_rows, dst);
+    gpu::launch_dependent(gather_sum_rows_kernel<T, 1>, grid, kThreads, 0, stream, in, row_of, weights, res, tokens,
+                          top_k, hidden, kept_rows, dst);
   return cudaGetLastError();
 }
 
@@ -292,11 +292,11 @@ cudaError_t launch_combine_backward_typed(const void* dout, const void* expert_o
   const T* y = static_cast<const T*>(expert_out);
   T* dy = static_cast<T*>(dexpert_out);
   if (use_packs<T>(hidden, {dout, expert_out, dexpert_out}))
-    gpu::launch_dependent(combine_backward_kernel<T, kVec>, grid, kThreads, 0, stream, d, y, row_of, weights, choices, top_k, hidden,
-                                                                    kept_rows, dy, dweights);
+    gpu::launch_dependent(combine_backward_kernel<T, kVec>, grid, kThreads, 0, stream, d, y, row_of, weights, choices,
+                          top_k, hidden, kept_rows, dy, dweights);
   else
-    gpu::launch_dependent(combine_backward_kernel<T, 1>, grid, kThreads, 0, stream, d, y, row_of, weights, choices, top_k, hidden,
-                                                                 kept_rows, dy, dweights);
+    gpu::launch_dependent(combine_backward_kernel<T, 1>, grid, kThreads, 0, stream, d, y, row_of, weights, choices,
+                          top_k, hidden, kept_rows, dy, dweights);
   return cudaGetLastError();
 }
 
@@ -339,8 +339,8 @@ cudaError_t launch_plan_permutation(const int32_t* expert_ids, int64_t choices, 
       status != cudaSuccess)
     return status;
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-  gpu::launch_dependent(scatter_plan_kernel, blocks, kPlanThreads, 0, stream, ws.sorted_experts, ws.sorted_choices, choices, top_k,
-                                                           experts, offsets, row_of, source);
+  gpu::launch_dependent(scatter_plan_kernel, blocks, kPlanThreads, 0, stream, ws.sorted_experts, ws.sorted_choices,
+                        choices, top_k, experts, offsets, row_of, source);
   return cudaGetLastError();
 }
 

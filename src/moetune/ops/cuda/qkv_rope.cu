@@ -259,11 +259,11 @@ cudaError_t launch_qkv_norm_rope_forward(const void* qkv, const void* q_norm, co
   auto* kp = static_cast<bf16*>(k);
   auto* vp = static_cast<bf16*>(v);
   if (pairs_of_two(shape.head_dim, {qkv, q_norm, k_norm, q, k, v}))
-    gpu::launch_dependent(qkv_norm_rope_forward_kernel<2>, blocks, kThreads, 0, stream, in, qn, kn, eps, inv_freq, positions, qp, kp, vp,
-                                                                      shape);
+    gpu::launch_dependent(qkv_norm_rope_forward_kernel<2>, blocks, kThreads, 0, stream, in, qn, kn, eps, inv_freq,
+                          positions, qp, kp, vp, shape);
   else
-    gpu::launch_dependent(qkv_norm_rope_forward_kernel<1>, blocks, kThreads, 0, stream, in, qn, kn, eps, inv_freq, positions, qp, kp, vp,
-                                                                      shape);
+    gpu::launch_dependent(qkv_norm_rope_forward_kernel<1>, blocks, kThreads, 0, stream, in, qn, kn, eps, inv_freq,
+                          positions, qp, kp, vp, shape);
   return cudaGetLastError();
 }
 
@@ -294,11 +294,11 @@ cudaError_t launch_qkv_norm_rope_backward(const void* dq, const void* dk, const 
   const auto* kn = static_cast<const bf16*>(k_norm);
   auto* out = static_cast<bf16*>(dqkv);
   if (pairs_of_two(shape.head_dim, {dq, dk, dv, qkv, q_norm, k_norm, dqkv}))
-    gpu::launch_dependent(qkv_norm_rope_backward_kernel<2>, unsigned(blocks), kThreads, shared, stream, 
-        dqp, dkp, dvp, in, qn, kn, eps, inv_freq, positions, out, accumulate_q, accumulate_k, partial, shape);
+    gpu::launch_dependent(qkv_norm_rope_backward_kernel<2>, unsigned(blocks), kThreads, shared, stream, dqp, dkp, dvp,
+                          in, qn, kn, eps, inv_freq, positions, out, accumulate_q, accumulate_k, partial, shape);
   else
-    gpu::launch_dependent(qkv_norm_rope_backward_kernel<1>, unsigned(blocks), kThreads, shared, stream, 
-        dqp, dkp, dvp, in, qn, kn, eps, inv_freq, positions, out, accumulate_q, accumulate_k, partial, shape);
+    gpu::launch_dependent(qkv_norm_rope_backward_kernel<1>, unsigned(blocks), kThreads, shared, stream, dqp, dkp, dvp,
+                          in, qn, kn, eps, inv_freq, positions, out, accumulate_q, accumulate_k, partial, shape);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;
   const int64_t d = shape.head_dim;

@@ -114,11 +114,15 @@ cudaError_t launch_router_topk_forward(const float* logits, int64_t tokens, int 
   if (!valid_shape(tokens, experts, top_k)) return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
+  const auto launch = [&](auto kernel) {
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids,
+                          weights);
+  };
   switch (routing::softmax_slots(experts)) {
-    case 1: gpu::launch_dependent(router_topk_forward_kernel<1>, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
-    case 2: gpu::launch_dependent(router_topk_forward_kernel<2>, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
-    case 4: gpu::launch_dependent(router_topk_forward_kernel<4>, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
-    case 8: gpu::launch_dependent(router_topk_forward_kernel<8>, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids, weights); break;
+    case 1: launch(router_topk_forward_kernel<1>); break;
+    case 2: launch(router_topk_forward_kernel<2>); break;
+    case 4: launch(router_topk_forward_kernel<4>); break;
+    case 8: launch(router_topk_forward_kernel<8>); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -130,11 +134,15 @@ cudaError_t launch_router_topk_backward(const float* logits, const int32_t* expe
   if (!valid_shape(tokens, experts, top_k)) return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
+  const auto launch = [&](auto kernel) {
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts,
+                          top_k, normalize, dlogits);
+  };
   switch (routing::softmax_slots(experts)) {
-    case 1: gpu::launch_dependent(router_topk_backward_kernel<1>, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
-    case 2: gpu::launch_dependent(router_topk_backward_kernel<2>, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
-    case 4: gpu::launch_dependent(router_topk_backward_kernel<4>, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
-    case 8: gpu::launch_dependent(router_topk_backward_kernel<8>, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k, normalize, dlogits); break;
+    case 1: launch(router_topk_backward_kernel<1>); break;
+    case 2: launch(router_topk_backward_kernel<2>); break;
+    case 4: launch(router_topk_backward_kernel<4>); break;
+    case 8: launch(router_topk_backward_kernel<8>); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

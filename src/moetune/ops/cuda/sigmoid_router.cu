@@ -156,11 +156,14 @@ cudaError_t launch_sigmoid_router_forward(const float* logits, const float* corr
   if (!valid_shape(shape)) return cudaErrorInvalidValue;
   if (shape.tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(shape.tokens)}, block{kWarpsPerBlock * kWarpSize};
+  const auto launch = [&](auto kernel) {
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights);
+  };
   switch (softmax_slots(shape.experts)) {
-    case 1: gpu::launch_dependent(sigmoid_router_forward_kernel<1>, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights); break;
-    case 2: gpu::launch_dependent(sigmoid_router_forward_kernel<2>, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights); break;
-    case 4: gpu::launch_dependent(sigmoid_router_forward_kernel<4>, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights); break;
-    case 8: gpu::launch_dependent(sigmoid_router_forward_kernel<8>, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights); break;
+    case 1: launch(sigmoid_router_forward_kernel<1>); break;
+    case 2: launch(sigmoid_router_forward_kernel<2>); break;
+    case 4: launch(sigmoid_router_forward_kernel<4>); break;
+    case 8: launch(sigmoid_router_forward_kernel<8>); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -171,11 +174,14 @@ cudaError_t launch_sigmoid_router_backward(const float* logits, const int32_t* e
   if (!valid_shape(shape)) return cudaErrorInvalidValue;
   if (shape.tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(shape.tokens)}, block{kWarpsPerBlock * kWarpSize};
+  const auto launch = [&](auto kernel) {
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits);
+  };
   switch (softmax_slots(shape.experts)) {
-    case 1: gpu::launch_dependent(sigmoid_router_backward_kernel<1>, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits); break;
-    case 2: gpu::launch_dependent(sigmoid_router_backward_kernel<2>, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits); break;
-    case 4: gpu::launch_dependent(sigmoid_router_backward_kernel<4>, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits); break;
-    case 8: gpu::launch_dependent(sigmoid_router_backward_kernel<8>, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits); break;
+    case 1: launch(sigmoid_router_backward_kernel<1>); break;
+    case 2: launch(sigmoid_router_backward_kernel<2>); break;
+    case 4: launch(sigmoid_router_backward_kernel<4>); break;
+    case 8: launch(sigmoid_router_backward_kernel<8>); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
