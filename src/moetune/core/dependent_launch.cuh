@@ -25,6 +25,14 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
+// The launch attribute that makes a launch dependent (for launches that carry other attributes too).
+inline cudaLaunchAttribute dependent_launch_attribute() {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  return attribute;
+}
+
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to start before the previous kernel ends.
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
@@ -34,9 +42,7 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute = dependent_launch_attribute();
   config.attrs = &attribute;
   config.numAttrs = dependent_launch_enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);

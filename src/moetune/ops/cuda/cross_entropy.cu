@@ -4,6 +4,7 @@
 // the block) gives logsumexp in fp32, and a second pass re-reads the row and turns it into its gradient in place,
 // so the caller never holds a separate d(logits). Rows are read as 16-byte packs of 8 bf16 when the vocabulary
 // allows it (151936 does), one value at a time otherwise (odd vocabularies).
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/cross_entropy_common.cuh"
 #include "moetune/ops/cuda/cross_entropy_kernels.h"
 
@@ -19,6 +20,7 @@ template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows_kernel(__nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets, int64_t vocab,
                               float grad_scale, bool write_grad, float* __restrict__ row_losses) {
+  gpu::wait_for_previous_kernel();
   const int64_t row = blockIdx.x;
   Pack<kWidth>* packs = reinterpret_cast<Pack<kWidth>*>(logits + row * vocab);
   const int64_t pack_count = vocab / kWidth;
@@ -54,6 +56,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(1024) sum_into_kernel(const float* __restrict__ values, int64_t n, float* total) {
+  gpu::wait_for_previous_kernel();
   __shared__ double partials[1024];
   double sum = 0;
   for (int64_t i = threadIdx.x; i < n; i += 1024) sum += double(values[i]);
@@ -81,17 +84,17 @@ cudaError_t launch_cross_entropy_rows(void* logits, const int32_t* targets, int6
   }
   auto* bf16_logits = static_cast<__nv_bfloat16*>(logits);
   if (packed)
-    cross_entropy_rows_kernel<8><<<unsigned(rows), kThreads, 0, stream>>>(bf16_logits, targets, vocab, grad_scale,
-                                                                          write_grad, row_losses);
+    gpu::launch_dependent(cross_entropy_rows_kernel<8>, unsigned(rows), kThreads, 0, stream, bf16_logits, targets,
+                          vocab, grad_scale, write_grad, row_losses);
   else
-    cross_entropy_rows_kernel<1><<<unsigned(rows), kThreads, 0, stream>>>(bf16_logits, targets, vocab, grad_scale,
-                                                                          write_grad, row_losses);
+    gpu::launch_dependent(cross_entropy_rows_kernel<1>, unsigned(rows), kThreads, 0, stream, bf16_logits, targets,
+                          vocab, grad_scale, write_grad, row_losses);
   return cudaGetLastError();
 }
 
 cudaError_t launch_sum_into(const float* values, int64_t n, float* total, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  sum_into_kernel<<<1, 1024, 0, stream>>>(values, n, total);
+  gpu::launch_dependent(sum_into_kernel, 1, 1024, 0, stream, values, n, total);
   return cudaGetLastError();
 }
 

@@ -15,6 +15,7 @@
 
 #include <atomic>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/cross_entropy_common.cuh"
 
 namespace moetune::ops::cuda {
@@ -28,6 +29,7 @@ __global__ void __launch_bounds__(kThreads)
     cross_entropy_cluster_rows_kernel(__nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
                                       int64_t vocab, int slice_packs, float grad_scale, bool write_grad,
                                       float* __restrict__ row_losses) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   Pack<kWidth>* held = reinterpret_cast<Pack<kWidth>*>(shared_bytes);
   __shared__ MaxSum block_total;
@@ -122,7 +124,8 @@ cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, in
   static std::atomic<uint64_t> opted_in{0};
   status = allow_shared_memory_once(kernel, opted_in, device, dynamic_limit);
   if (status != cudaSuccess) return status;
-  cudaLaunchAttribute cluster{};
+  cudaLaunchAttribute attributes[2] = {{}, gpu::dependent_launch_attribute()};
+  cudaLaunchAttribute& cluster = attributes[0];
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = unsigned(cluster_blocks);
   cluster.val.clusterDim.y = 1;
@@ -132,8 +135,8 @@ cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, in
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = bytes;
   config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = gpu::dependent_launch_enabled() ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, static_cast<__nv_bfloat16*>(logits), targets, vocab, int(slice_packs),
                             grad_scale, write_grad, row_losses);
 }
