@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/activation_kernel_choice.h"
 #include "moetune/ops/cuda/activation_kernels.h"
 #include "moetune/ops/cuda/gated_activation.cuh"
@@ -26,6 +27,7 @@ constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // grid-stride beyond this: bo
 template <int kVec, typename Act>
 __global__ void gated_forward_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out, int64_t rows,
                                      int64_t inner, Act act) {
+  gpu::wait_for_previous_kernel();
   const int64_t chunks_per_row = inner / kVec, chunks = rows * chunks_per_row;
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
        chunk += int64_t(gridDim.x) * blockDim.x) {
@@ -47,6 +49,7 @@ template <int kVec, typename Act>
 __global__ void gated_backward_kernel(const bf16* dout, const bf16* __restrict__ gate_up,
                                       bf16* __restrict__ dgate_up, bf16* recomputed, int64_t rows, int64_t inner,
                                       Act act) {
+  gpu::wait_for_previous_kernel();
   const int64_t chunks_per_row = inner / kVec, chunks = rows * chunks_per_row;
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
        chunk += int64_t(gridDim.x) * blockDim.x) {
@@ -71,6 +74,7 @@ __global__ void gated_backward_kernel(const bf16* dout, const bf16* __restrict__
 // relu(x)², and its backward d·2·relu(x) (ops/relu_squared.h): one input column per output column, no gate.
 template <int kVec>
 __global__ void relu_squared_forward_kernel(const bf16* __restrict__ x, bf16* __restrict__ out, int64_t chunks) {
+  gpu::wait_for_previous_kernel();
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
        chunk += int64_t(gridDim.x) * blockDim.x) {
     float v[kVec];
@@ -87,6 +91,7 @@ __global__ void relu_squared_forward_kernel(const bf16* __restrict__ x, bf16* __
 template <int kVec>
 __global__ void relu_squared_backward_kernel(const bf16* __restrict__ dout, const bf16* __restrict__ x,
                                              bf16* __restrict__ dx, int64_t chunks) {
+  gpu::wait_for_previous_kernel();
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
        chunk += int64_t(gridDim.x) * blockDim.x) {
     float d[kVec], v[kVec];
@@ -135,13 +140,15 @@ cudaError_t launch_forward(GatedKernel kernel, const void* gate_up, void* out, i
   const auto* in = static_cast<const bf16*>(gate_up);
   auto* o = static_cast<bf16*>(out);
   if (!vectorizable(inner, {gate_up, out})) {
-    gated_forward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(in, o, rows, inner, act);
+    gpu::launch_dependent(gated_forward_kernel<1, Act>, blocks_for(rows * inner), kThreads, 0, stream, in, o, rows,
+                          inner, act);
     return cudaGetLastError();
   }
   const int64_t chunks = rows * inner / 8, chunks_per_row = inner / 8;
   switch (kernel.packs) {
     case 0:
-      gated_forward_kernel<8><<<blocks_for(chunks), kThreads, 0, stream>>>(in, o, rows, inner, act);
+      gpu::launch_dependent(gated_forward_kernel<8, Act>, blocks_for(chunks), kThreads, 0, stream, in, o, rows, inner,
+                            act);
       return cudaGetLastError();
     case 1: return forward_packs<1>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
     case 2: return forward_packs<2>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
@@ -159,13 +166,15 @@ cudaError_t launch_backward(GatedKernel kernel, const void* dout, const void* ga
   auto* dg = static_cast<bf16*>(dgate_up);
   auto* r = static_cast<bf16*>(recomputed);
   if (!vectorizable(inner, {dout, gate_up, dgate_up, recomputed})) {
-    gated_backward_kernel<1><<<blocks_for(rows * inner), kThreads, 0, stream>>>(d, in, dg, r, rows, inner, act);
+    gpu::launch_dependent(gated_backward_kernel<1, Act>, blocks_for(rows * inner), kThreads, 0, stream, d, in, dg, r,
+                          rows, inner, act);
     return cudaGetLastError();
   }
   const int64_t chunks = rows * inner / 8, chunks_per_row = inner / 8;
   switch (kernel.packs) {
     case 0:
-      gated_backward_kernel<8><<<blocks_for(chunks), kThreads, 0, stream>>>(d, in, dg, r, rows, inner, act);
+      gpu::launch_dependent(gated_backward_kernel<8, Act>, blocks_for(chunks), kThreads, 0, stream, d, in, dg, r, rows,
+                            inner, act);
       return cudaGetLastError();
     case 1:
       return backward_packs<1>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
@@ -184,9 +193,9 @@ cudaError_t launch_relu_squared_forward(const void* x, void* out, int64_t count,
   const auto* in = static_cast<const bf16*>(x);
   auto* o = static_cast<bf16*>(out);
   if (vectorizable(count, {x, out}))
-    relu_squared_forward_kernel<8><<<blocks_for(count / 8), kThreads, 0, stream>>>(in, o, count / 8);
+    gpu::launch_dependent(relu_squared_forward_kernel<8>, blocks_for(count / 8), kThreads, 0, stream, in, o, count / 8);
   else
-    relu_squared_forward_kernel<1><<<blocks_for(count), kThreads, 0, stream>>>(in, o, count);
+    gpu::launch_dependent(relu_squared_forward_kernel<1>, blocks_for(count), kThreads, 0, stream, in, o, count);
   return cudaGetLastError();
 }
 
@@ -196,9 +205,10 @@ cudaError_t launch_relu_squared_backward(const void* dout, const void* x, void* 
   const auto* in = static_cast<const bf16*>(x);
   auto* g = static_cast<bf16*>(dx);
   if (vectorizable(count, {dout, x, dx}))
-    relu_squared_backward_kernel<8><<<blocks_for(count / 8), kThreads, 0, stream>>>(d, in, g, count / 8);
+    gpu::launch_dependent(relu_squared_backward_kernel<8>, blocks_for(count / 8), kThreads, 0, stream, d, in, g,
+                          count / 8);
   else
-    relu_squared_backward_kernel<1><<<blocks_for(count), kThreads, 0, stream>>>(d, in, g, count);
+    gpu::launch_dependent(relu_squared_backward_kernel<1>, blocks_for(count), kThreads, 0, stream, d, in, g, count);
   return cudaGetLastError();
 }
 

@@ -4,7 +4,9 @@
 #include <cuda_bf16.h>
 
 #include <climits>
+#include <type_traits>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/attention_sinks_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -21,6 +23,7 @@ using pointwise::warp_sum;
 template <typename Sink>
 __global__ void sinks_forward_kernel(const Sink* __restrict__ sinks, __nv_bfloat16* __restrict__ out,
                                      float* __restrict__ stats, int64_t rows, int heads, int head_dim) {
+  gpu::wait_for_previous_kernel();
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;  // (token, head)
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarp;
@@ -36,6 +39,7 @@ template <typename Sink, typename Grad>
 __global__ void sinks_backward_kernel(const Sink* __restrict__ sinks, const __nv_bfloat16* __restrict__ dout,
                                       const __nv_bfloat16* __restrict__ out, const float* __restrict__ stats,
                                       int64_t tokens, int heads, int head_dim, Grad* __restrict__ dsinks) {
+  gpu::wait_for_previous_kernel();
   __shared__ float partial[kWarpsPerBlock];
   const int head = blockIdx.x, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const float sink = to_float(sinks[head]);
@@ -67,11 +71,11 @@ cudaError_t launch_attention_sinks_forward(const void* sinks, bool sinks_bf16, v
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
   auto* o = static_cast<__nv_bfloat16*>(out);
   if (sinks_bf16)
-    sinks_forward_kernel<<<unsigned(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(sinks), o, stats, rows, heads, head_dim);
+    gpu::launch_dependent(sinks_forward_kernel<__nv_bfloat16>, unsigned(blocks), kWarpsPerBlock * kWarp, 0, stream,
+                          static_cast<const __nv_bfloat16*>(sinks), o, stats, rows, heads, head_dim);
   else
-    sinks_forward_kernel<<<unsigned(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(static_cast<const float*>(sinks), o,
-                                                                                  stats, rows, heads, head_dim);
+    gpu::launch_dependent(sinks_forward_kernel<float>, unsigned(blocks), kWarpsPerBlock * kWarp, 0, stream,
+                          static_cast<const float*>(sinks), o, stats, rows, heads, head_dim);
   return cudaGetLastError();
 }
 
@@ -82,8 +86,10 @@ cudaError_t launch_attention_sinks_backward(const void* sinks, bool sinks_bf16, 
   const auto* d = static_cast<const __nv_bfloat16*>(dout);
   const auto* o = static_cast<const __nv_bfloat16*>(out);
   const auto launch = [&](auto* typed_sinks, auto* typed_grad) {
-    sinks_backward_kernel<<<unsigned(heads), kWarpsPerBlock * kWarp, 0, stream>>>(typed_sinks, d, o, stats, tokens,
-                                                                                  heads, head_dim, typed_grad);
+    using Sink = std::remove_cv_t<std::remove_pointer_t<decltype(typed_sinks)>>;
+    using Grad = std::remove_pointer_t<decltype(typed_grad)>;
+    gpu::launch_dependent(sinks_backward_kernel<Sink, Grad>, unsigned(heads), kWarpsPerBlock * kWarp, 0, stream,
+                          typed_sinks, d, o, stats, tokens, heads, head_dim, typed_grad);
   };
   const auto* s_bf16 = static_cast<const __nv_bfloat16*>(sinks);
   const auto* s_f32 = static_cast<const float*>(sinks);

@@ -60,6 +60,7 @@ __global__ void aux_loss_accumulate_kernel(const float* __restrict__ logits, con
 // One block: the Σ_e C_e · P_e dot product in double, as the CPU reference sums it.
 __global__ void aux_loss_value_kernel(const float* __restrict__ counts, const float* __restrict__ prob_sums,
                                       int experts, double rows, float* __restrict__ loss) {
+  gpu::wait_for_previous_kernel();
   __shared__ double partial[kThreads];
   double sum = 0.0;
   for (int e = threadIdx.x; e < experts; e += blockDim.x) sum += double(counts[e]) * double(prob_sums[e]);
@@ -77,6 +78,7 @@ template <int kSlots>
 __global__ void aux_loss_backward_kernel(const float* __restrict__ logits, const uint8_t* __restrict__ token_valid,
                                          const float* __restrict__ counts, int64_t tokens, int experts,
                                          double gradient_per_count, float* __restrict__ dlogits) {
+  gpu::wait_for_previous_kernel();
   const int64_t token = global_warp();
   if (token >= tokens || !counted(token_valid, token)) return;  // uniform across the warp
   const int lane = lane_id();
@@ -125,7 +127,7 @@ cudaError_t launch_aux_loss_accumulate(const float* logits, const int32_t* exper
 cudaError_t launch_aux_loss_value(const float* counts, const float* prob_sums, int experts, double rows, float* loss,
                                   cudaStream_t stream) {
   if (experts < 1 || rows < 0) return cudaErrorInvalidValue;
-  aux_loss_value_kernel<<<1, kThreads, 0, stream>>>(counts, prob_sums, experts, rows, loss);
+  gpu::launch_dependent(aux_loss_value_kernel, 1, kThreads, 0, stream, counts, prob_sums, experts, rows, loss);
   return cudaGetLastError();
 }
 
@@ -139,10 +141,22 @@ cudaError_t launch_aux_loss_backward(const float* logits, const uint8_t* token_v
   const dim3 grid{unsigned(blocks)}, block{kThreads};
   const double gradient_per_count = scale * double(experts) / (rows * rows);
   switch (softmax_slots(experts)) {
-    case 1: aux_loss_backward_kernel<1><<<grid, block, 0, stream>>>(logits, token_valid, counts, tokens, experts, gradient_per_count, dlogits); break;
-    case 2: aux_loss_backward_kernel<2><<<grid, block, 0, stream>>>(logits, token_valid, counts, tokens, experts, gradient_per_count, dlogits); break;
-    case 4: aux_loss_backward_kernel<4><<<grid, block, 0, stream>>>(logits, token_valid, counts, tokens, experts, gradient_per_count, dlogits); break;
-    case 8: aux_loss_backward_kernel<8><<<grid, block, 0, stream>>>(logits, token_valid, counts, tokens, experts, gradient_per_count, dlogits); break;
+    case 1:
+      gpu::launch_dependent(aux_loss_backward_kernel<1>, grid, block, 0, stream, logits, token_valid, counts, tokens,
+                            experts, gradient_per_count, dlogits);
+      break;
+    case 2:
+      gpu::launch_dependent(aux_loss_backward_kernel<2>, grid, block, 0, stream, logits, token_valid, counts, tokens,
+                            experts, gradient_per_count, dlogits);
+      break;
+    case 4:
+      gpu::launch_dependent(aux_loss_backward_kernel<4>, grid, block, 0, stream, logits, token_valid, counts, tokens,
+                            experts, gradient_per_count, dlogits);
+      break;
+    case 8:
+      gpu::launch_dependent(aux_loss_backward_kernel<8>, grid, block, 0, stream, logits, token_valid, counts, tokens,
+                            experts, gradient_per_count, dlogits);
+      break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/bias_broadcast_kernels.h"
 
 namespace moetune::ops::cuda {
@@ -18,6 +19,7 @@ __device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) { *p = __
 
 template <typename Bias, typename Out>
 __global__ void bias_broadcast_kernel(const Bias* __restrict__ bias, Out* __restrict__ y, int64_t rows, int64_t cols) {
+  gpu::wait_for_previous_kernel();
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     store_float(y + i, load_float(bias + i % cols));
@@ -28,7 +30,8 @@ cudaError_t launch(const void* bias, void* y, int64_t rows, int64_t cols, cudaSt
   constexpr int kThreads = 256;
   const int64_t n = rows * cols;
   const int blocks = int(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  bias_broadcast_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const Bias*>(bias), static_cast<Out*>(y), rows, cols);
+  gpu::launch_dependent(bias_broadcast_kernel<Bias, Out>, blocks, kThreads, 0, stream, static_cast<const Bias*>(bias),
+                        static_cast<Out*>(y), rows, cols);
   return cudaGetLastError();
 }
 

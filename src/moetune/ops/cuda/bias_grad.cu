@@ -3,6 +3,7 @@
 // in shared memory. Bias is rare in the supported models (Qwen3 has none), so this favours simplicity over peak.
 #include <cuda_bf16.h>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/bias_grad_kernels.h"
 
 namespace moetune::ops::cuda {
@@ -19,6 +20,7 @@ __device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) { *p = __
 template <typename Grad>
 __global__ void bias_grad_kernel(const __nv_bfloat16* __restrict__ dy, int64_t rows, int64_t cols,
                                  Grad* __restrict__ dbias) {
+  gpu::wait_for_previous_kernel();
   __shared__ float partial[kRowLanes][kColumnsPerBlock + 1];  // +1: no bank conflicts on the column read
   const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
   float sum = 0.0f;
@@ -43,9 +45,11 @@ cudaError_t launch_bias_grad(const void* dy, int64_t rows, int64_t cols, void* d
   const dim3 threads(kColumnsPerBlock, kRowLanes);
   const auto* dy_bf16 = static_cast<const __nv_bfloat16*>(dy);
   if (dbias_is_bf16)
-    bias_grad_kernel<<<unsigned(blocks), threads, 0, stream>>>(dy_bf16, rows, cols, static_cast<__nv_bfloat16*>(dbias));
+    gpu::launch_dependent(bias_grad_kernel<__nv_bfloat16>, unsigned(blocks), threads, 0, stream, dy_bf16, rows, cols,
+                          static_cast<__nv_bfloat16*>(dbias));
   else
-    bias_grad_kernel<<<unsigned(blocks), threads, 0, stream>>>(dy_bf16, rows, cols, static_cast<float*>(dbias));
+    gpu::launch_dependent(bias_grad_kernel<float>, unsigned(blocks), threads, 0, stream, dy_bf16, rows, cols,
+                          static_cast<float*>(dbias));
   return cudaGetLastError();
 }
 

@@ -3,6 +3,7 @@
 // of exponentials and fp32 output row. Pass 2: one block per (head, query) merges the splits and normalises.
 #include <cmath>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/decode_attention_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -18,6 +19,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     decode_attention_split_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                                   float* __restrict__ partial_out, float* __restrict__ partial_stats,
                                   DecodeAttentionShape s, float scale) {
+  gpu::wait_for_previous_kernel();
   const int64_t split = blockIdx.x, head = blockIdx.y, query = blockIdx.z;
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int d = int(s.head_dim);
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 __global__ void decode_attention_merge_kernel(const float* __restrict__ partial_out,
                                               const float* __restrict__ partial_stats, bf16* __restrict__ out,
                                               DecodeAttentionShape s) {
+  gpu::wait_for_previous_kernel();
   const int64_t head = blockIdx.x, query = blockIdx.y, first = (query * s.heads + head) * s.splits;
   const int d = int(s.head_dim);
   float overall_max = -INFINITY;
@@ -110,12 +113,12 @@ cudaError_t launch_decode_attention(const void* q, const void* k, const void* v,
                                     float* partial_stats, const DecodeAttentionShape& shape, float scale,
                                     cudaStream_t stream) {
   const dim3 split_grid(unsigned(shape.splits), unsigned(shape.heads), unsigned(shape.queries));
-  decode_attention_split_kernel<<<split_grid, kWarps * 32, 0, stream>>>(
-      static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v), partial_out,
-      partial_stats, shape, scale);
+  gpu::launch_dependent(decode_attention_split_kernel, split_grid, kWarps * 32, 0, stream, static_cast<const bf16*>(q),
+                        static_cast<const bf16*>(k), static_cast<const bf16*>(v), partial_out, partial_stats, shape,
+                        scale);
   const dim3 merge_grid(unsigned(shape.heads), unsigned(shape.queries));
-  decode_attention_merge_kernel<<<merge_grid, 128, 0, stream>>>(partial_out, partial_stats, static_cast<bf16*>(out),
-                                                                shape);
+  gpu::launch_dependent(decode_attention_merge_kernel, merge_grid, 128, 0, stream, partial_out, partial_stats,
+                        static_cast<bf16*>(out), shape);
   return cudaGetLastError();
 }
 

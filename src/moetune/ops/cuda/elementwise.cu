@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/elementwise_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -17,6 +18,7 @@ constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 // The first n / kVec·kVec elements in chunks; the remaining tail (fewer than kVec) one per thread.
 template <typename T, int kVec>
 __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
+  gpu::wait_for_previous_kernel();
   const int64_t chunks = n / kVec, stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t chunk = first; chunk < chunks; chunk += stride) {
@@ -50,9 +52,9 @@ cudaError_t add(const void* a, const void* b, void* out, int64_t n, cudaStream_t
   // The tail is done by the first threads of the grid, so the grid must have at least kVec threads (it does:
   // a block is 256).
   if (aligned16({a, b, out}))
-    add_kernel<T, kVec><<<blocks_for(n / kVec), kThreads, 0, stream>>>(ap, bp, op, n);
+    gpu::launch_dependent(add_kernel<T, kVec>, blocks_for(n / kVec), kThreads, 0, stream, ap, bp, op, n);
   else
-    add_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream>>>(ap, bp, op, n);
+    gpu::launch_dependent(add_kernel<T, 1>, blocks_for(n), kThreads, 0, stream, ap, bp, op, n);
   return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cub/device/device_scan.cuh>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/exchange_plan_kernels.h"
 
 namespace moetune::ops::cuda {
@@ -17,6 +18,7 @@ size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kA
 
 __global__ void mark_ranks_kernel(const int32_t* __restrict__ expert_ids, int64_t tokens, int top_k, int local_experts,
                                   int32_t* __restrict__ flags, int32_t* __restrict__ choices_to) {
+  gpu::wait_for_previous_kernel();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= tokens) return;
   for (int j = 0; j < top_k; ++j) {
@@ -31,6 +33,7 @@ __global__ void place_rows_kernel(const int32_t* __restrict__ expert_ids, int64_
                                   const int32_t* __restrict__ choices_to, int64_t* __restrict__ counts,
                                   int32_t* __restrict__ token_of_row, int32_t* __restrict__ local_choice,
                                   int32_t* __restrict__ row_to_rank) {
+  gpu::wait_for_previous_kernel();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= tokens) return;
   const int64_t last = int64_t(ranks) * tokens - 1;
@@ -104,14 +107,15 @@ cudaError_t launch_exchange_plan(const int32_t* expert_ids, int64_t tokens, int 
       status != cudaSuccess)
     return status;
   const unsigned blocks = unsigned((tokens + kThreads - 1) / kThreads);
-  mark_ranks_kernel<<<blocks, kThreads, 0, stream>>>(expert_ids, tokens, top_k, local_experts, ws.flags, ws.choices_to);
+  gpu::launch_dependent(mark_ranks_kernel, blocks, kThreads, 0, stream, expert_ids, tokens, top_k, local_experts,
+                        ws.flags, ws.choices_to);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
   if (const cudaError_t status = cub::DeviceScan::ExclusiveSum(ws.scan_scratch, ws.scan_scratch_bytes, ws.flags, ws.rows,
                                                                int(tokens * ranks), stream);
       status != cudaSuccess)
     return status;
-  place_rows_kernel<<<blocks, kThreads, 0, stream>>>(expert_ids, tokens, top_k, local_experts, ranks, ws.flags, ws.rows,
-                                                     ws.choices_to, counts, token_of_row, local_choice, row_to_rank);
+  gpu::launch_dependent(place_rows_kernel, blocks, kThreads, 0, stream, expert_ids, tokens, top_k, local_experts, ranks,
+                        ws.flags, ws.rows, ws.choices_to, counts, token_of_row, local_choice, row_to_rank);
   return cudaGetLastError();
 }
 

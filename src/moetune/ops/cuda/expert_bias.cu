@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/expert_bias_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -35,6 +36,7 @@ template <typename Bias>
 __global__ void expert_bias_add_kernel(__nv_bfloat16* __restrict__ y, int64_t rows, int64_t cols,
                                        const Bias* __restrict__ bias, const int32_t* __restrict__ offsets,
                                        int experts) {
+  gpu::wait_for_previous_kernel();
   const int64_t n = rows * cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / cols, col = i - row * cols;
@@ -47,6 +49,7 @@ __global__ void expert_bias_add_kernel(__nv_bfloat16* __restrict__ y, int64_t ro
 template <typename Grad>
 __global__ void expert_bias_grad_kernel(const __nv_bfloat16* __restrict__ dy, int64_t cols,
                                         const int32_t* __restrict__ offsets, Grad* __restrict__ dbias) {
+  gpu::wait_for_previous_kernel();
   __shared__ float partial[kRowLanes][kColumnsPerBlock + 1];  // +1: no bank conflicts on the column read
   const int e = blockIdx.y;
   const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
@@ -72,11 +75,11 @@ cudaError_t launch_expert_bias_add(void* y, int64_t rows, int64_t cols, const vo
   const int blocks = int(std::min<int64_t>((rows * cols + kThreads - 1) / kThreads, 65535));
   auto* out = static_cast<__nv_bfloat16*>(y);
   if (bias_is_bf16)
-    expert_bias_add_kernel<<<blocks, kThreads, 0, stream>>>(out, rows, cols, static_cast<const __nv_bfloat16*>(bias),
-                                                            offsets, experts);
+    gpu::launch_dependent(expert_bias_add_kernel<__nv_bfloat16>, blocks, kThreads, 0, stream, out, rows, cols,
+                          static_cast<const __nv_bfloat16*>(bias), offsets, experts);
   else
-    expert_bias_add_kernel<<<blocks, kThreads, 0, stream>>>(out, rows, cols, static_cast<const float*>(bias), offsets,
-                                                            experts);
+    gpu::launch_dependent(expert_bias_add_kernel<float>, blocks, kThreads, 0, stream, out, rows, cols,
+                          static_cast<const float*>(bias), offsets, experts);
   return cudaGetLastError();
 }
 
@@ -88,9 +91,11 @@ cudaError_t launch_expert_bias_grad(const void* dy, int64_t cols, const int32_t*
   const dim3 grid{unsigned(column_blocks), unsigned(experts)}, threads{kColumnsPerBlock, kRowLanes};
   const auto* d = static_cast<const __nv_bfloat16*>(dy);
   if (dbias_is_bf16)
-    expert_bias_grad_kernel<<<grid, threads, 0, stream>>>(d, cols, offsets, static_cast<__nv_bfloat16*>(dbias));
+    gpu::launch_dependent(expert_bias_grad_kernel<__nv_bfloat16>, grid, threads, 0, stream, d, cols, offsets,
+                          static_cast<__nv_bfloat16*>(dbias));
   else
-    expert_bias_grad_kernel<<<grid, threads, 0, stream>>>(d, cols, offsets, static_cast<float*>(dbias));
+    gpu::launch_dependent(expert_bias_grad_kernel<float>, grid, threads, 0, stream, d, cols, offsets,
+                          static_cast<float*>(dbias));
   return cudaGetLastError();
 }
 

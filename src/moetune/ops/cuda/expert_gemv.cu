@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/expert_gemv_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -34,6 +35,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gate_up_swiglu_kernel(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
                           const int32_t* __restrict__ expert_ids, bf16* __restrict__ activated, int64_t inner,
                           int64_t hidden) {
+  gpu::wait_for_previous_kernel();
   const int lane = int(threadIdx.x) & 31;
   const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5), slot = blockIdx.y;
   if (j >= inner) return;
@@ -49,6 +51,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     down_combine_kernel(const bf16* __restrict__ activated, const bf16* __restrict__ down,
                         const int32_t* __restrict__ expert_ids, const float* __restrict__ weights, const bf16* residual,
                         bf16* out, int top_k, int64_t inner, int64_t hidden) {
+  gpu::wait_for_previous_kernel();
   const int lane = int(threadIdx.x) & 31;
   const int64_t c = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (c >= hidden) return;
@@ -79,9 +82,11 @@ cudaError_t launch_expert_gate_up_swiglu(const void* x, const void* gate_up, con
   const auto* w = static_cast<const bf16*>(gate_up);
   auto* out = static_cast<bf16*>(activated);
   if (vectorizable(hidden, {x, gate_up}))
-    gate_up_swiglu_kernel<8><<<grid, kWarpsPerBlock * 32, 0, stream>>>(xb, w, expert_ids, out, inner, hidden);
+    gpu::launch_dependent(gate_up_swiglu_kernel<8>, grid, kWarpsPerBlock * 32, 0, stream, xb, w, expert_ids, out, inner,
+                          hidden);
   else
-    gate_up_swiglu_kernel<1><<<grid, kWarpsPerBlock * 32, 0, stream>>>(xb, w, expert_ids, out, inner, hidden);
+    gpu::launch_dependent(gate_up_swiglu_kernel<1>, grid, kWarpsPerBlock * 32, 0, stream, xb, w, expert_ids, out, inner,
+                          hidden);
   return cudaGetLastError();
 }
 
@@ -94,11 +99,11 @@ cudaError_t launch_expert_down_combine(const void* activated, const void* down, 
   const auto* r = static_cast<const bf16*>(residual);
   auto* o = static_cast<bf16*>(out);
   if (vectorizable(inner, {activated, down}))
-    down_combine_kernel<8><<<blocks_for(hidden), kWarpsPerBlock * 32, 0, stream>>>(a, w, expert_ids, weights, r, o,
-                                                                                   int(top_k), inner, hidden);
+    gpu::launch_dependent(down_combine_kernel<8>, blocks_for(hidden), kWarpsPerBlock * 32, 0, stream, a, w, expert_ids,
+                          weights, r, o, int(top_k), inner, hidden);
   else
-    down_combine_kernel<1><<<blocks_for(hidden), kWarpsPerBlock * 32, 0, stream>>>(a, w, expert_ids, weights, r, o,
-                                                                                   int(top_k), inner, hidden);
+    gpu::launch_dependent(down_combine_kernel<1>, blocks_for(hidden), kWarpsPerBlock * 32, 0, stream, a, w, expert_ids,
+                          weights, r, o, int(top_k), inner, hidden);
   return cudaGetLastError();
 }
 

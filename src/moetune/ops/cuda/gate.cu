@@ -1,5 +1,6 @@
 // One block per token: the gate is one scalar per row, so a row is read once and, for the backward pass, its
 // dot product with y reduced in the block (fixed order, deterministic).
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/gate_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -13,6 +14,7 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
 __global__ void gated_add_kernel(const bf16* base, const bf16* y, const float* logits, bf16* out, int64_t width) {
+  gpu::wait_for_previous_kernel();
   const int64_t row = int64_t(blockIdx.x) * width;
   const float gate = sigmoid(logits[blockIdx.x]);
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
@@ -21,6 +23,7 @@ __global__ void gated_add_kernel(const bf16* base, const bf16* y, const float* l
 
 __global__ void gated_add_backward_kernel(const bf16* dout, const bf16* y, const float* logits, bf16* dy, float* dlogits,
                                           int64_t width) {
+  gpu::wait_for_previous_kernel();
   const int64_t row = int64_t(blockIdx.x) * width;
   const float gate = sigmoid(logits[blockIdx.x]);
   float dot[1] = {0.0f};
@@ -38,16 +41,17 @@ __global__ void gated_add_backward_kernel(const bf16* dout, const bf16* y, const
 cudaError_t launch_sigmoid_gated_add(const void* base, const void* y, const float* logits, void* out, int64_t tokens,
                                      int64_t width, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  gated_add_kernel<<<unsigned(tokens), kThreads, 0, stream>>>(static_cast<const bf16*>(base), static_cast<const bf16*>(y),
-                                                               logits, static_cast<bf16*>(out), width);
+  gpu::launch_dependent(gated_add_kernel, unsigned(tokens), kThreads, 0, stream, static_cast<const bf16*>(base),
+                        static_cast<const bf16*>(y), logits, static_cast<bf16*>(out), width);
   return cudaGetLastError();
 }
 
 cudaError_t launch_sigmoid_gated_add_backward(const void* dout, const void* y, const float* logits, void* dy,
                                               float* dlogits, int64_t tokens, int64_t width, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  gated_add_backward_kernel<<<unsigned(tokens), kThreads, 0, stream>>>(
-      static_cast<const bf16*>(dout), static_cast<const bf16*>(y), logits, static_cast<bf16*>(dy), dlogits, width);
+  gpu::launch_dependent(gated_add_backward_kernel, unsigned(tokens), kThreads, 0, stream,
+                        static_cast<const bf16*>(dout), static_cast<const bf16*>(y), logits, static_cast<bf16*>(dy),
+                        dlogits, width);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 // The gated RMSNorm of the Mamba2 mixer: one warp per (row, group), statistics in fp32. The backward stores each
 // group's 1/rms so that the weight gradient (a column sum over rows, split in a fixed number of parts) can
 // recompute the normalised values without a second reduction.
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/gated_rms_norm_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
@@ -38,6 +39,7 @@ __device__ float group_rstd(const GatedRmsNormDims& d, StridedBf16 x, StridedBf1
 
 __global__ void gated_forward_kernel(GatedRmsNormDims d, StridedBf16 x, StridedBf16 z, const bf16* weight,
                                      StridedBf16 y) {
+  gpu::wait_for_previous_kernel();
   const int64_t unit = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32, groups = d.width / d.group;
   if (unit >= d.rows * groups) return;
   const int64_t row = unit / groups, first = (unit % groups) * d.group;
@@ -49,6 +51,7 @@ __global__ void gated_forward_kernel(GatedRmsNormDims d, StridedBf16 x, StridedB
 // With n = gated·rstd and g = dy ⊙ weight: d gated = rstd·(g − n·mean(g ⊙ n)), then through x ⊙ silu(z).
 __global__ void gated_backward_kernel(GatedRmsNormDims d, StridedBf16 dy, StridedBf16 x, StridedBf16 z,
                                       const bf16* weight, StridedBf16 dx, StridedBf16 dz, float* rstd_out) {
+  gpu::wait_for_previous_kernel();
   const int64_t unit = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32, groups = d.width / d.group;
   if (unit >= d.rows * groups) return;
   const int64_t row = unit / groups, first = (unit % groups) * d.group;
@@ -71,6 +74,7 @@ __global__ void gated_backward_kernel(GatedRmsNormDims d, StridedBf16 dy, Stride
 // Per split of rows, Σ dy ⊙ normed per column into part[split, width]; 32 columns × 8 lanes of rows a block.
 __global__ void gated_weight_grad_kernel(GatedRmsNormDims d, StridedBf16 dy, StridedBf16 x, StridedBf16 z,
                                          const float* rstd, float* part) {
+  gpu::wait_for_previous_kernel();
   __shared__ float lanes[kLanes][kColumns];
   const int64_t col = int64_t(blockIdx.x) * kColumns + threadIdx.x % kColumns;
   const int lane = threadIdx.x / kColumns;
@@ -94,8 +98,8 @@ cudaError_t launch_gated_rms_norm_forward(const GatedRmsNormDims& d, StridedBf16
                                           const void* weight, StridedBf16 y, cudaStream_t stream) {
   const int64_t units = d.rows * (d.width / d.group);
   if (units == 0) return cudaSuccess;
-  gated_forward_kernel<<<unsigned((units + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
-      d, x, z, static_cast<const bf16*>(weight), y);
+  gpu::launch_dependent(gated_forward_kernel, unsigned((units + kWarps - 1) / kWarps), kThreads, 0, stream, d, x, z,
+                        static_cast<const bf16*>(weight), y);
   return cudaGetLastError();
 }
 
@@ -110,12 +114,12 @@ cudaError_t launch_gated_rms_norm_backward(const GatedRmsNormDims& d, StridedBf1
   if (units == 0) return cudaSuccess;
   auto* rstd = static_cast<float*>(workspace);
   float* part = rstd + units;
-  gated_backward_kernel<<<unsigned((units + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
-      d, dy, x, z, static_cast<const bf16*>(weight), dx, dz, rstd);
+  gpu::launch_dependent(gated_backward_kernel, unsigned((units + kWarps - 1) / kWarps), kThreads, 0, stream, d, dy, x,
+                        z, static_cast<const bf16*>(weight), dx, dz, rstd);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess || !dweight) return status;
   const dim3 grid(unsigned((d.width + kColumns - 1) / kColumns), unsigned(kWeightGradSplits));
-  gated_weight_grad_kernel<<<grid, kColumns * kLanes, 0, stream>>>(d, dy, x, z, rstd, part);
+  gpu::launch_dependent(gated_weight_grad_kernel, grid, kColumns * kLanes, 0, stream, d, dy, x, z, rstd, part);
   if ((status = cudaGetLastError()) != cudaSuccess) return status;
   return launch_add_column_sums(part, kWeightGradSplits, d.width, d.width, dweight, dweight_bf16, stream);
 }

@@ -2,6 +2,7 @@
 // rows and stops at its document's start, so packed documents and padding edges restart it. The backward first
 // writes d(pre-activation) to fp32 scratch (recomputing the pre-activation), then the input and weight gradients
 // each read it K times.
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/mamba2_conv_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
@@ -44,6 +45,7 @@ __device__ float preactivation_grad(const Mamba2ConvDims& d, const Mamba2ConvPoi
 }
 
 __global__ void conv_forward_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, StridedBf16 out) {
+  gpu::wait_for_previous_kernel();
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= d.rows * d.channels) return;
   const int64_t n = e / d.channels, c = e % d.channels;
@@ -57,6 +59,7 @@ __global__ void conv_forward_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, Str
 
 __global__ void conv_preactivation_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, StridedBf16 dout,
                                                float* dpre) {
+  gpu::wait_for_previous_kernel();
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= d.rows * d.channels) return;
   dpre[e] = preactivation_grad(d, in, dout, e / d.channels, e % d.channels);
@@ -64,6 +67,7 @@ __global__ void conv_preactivation_grad_kernel(Mamba2ConvDims d, Mamba2ConvPoint
 
 // dxbc[s, c] = Σ over the rows n whose window holds s of dpre[n, c] · weight[c, K−1−(n−s)].
 __global__ void conv_input_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, const float* dpre, StridedBf16 dxbc) {
+  gpu::wait_for_previous_kernel();
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= d.rows * d.channels) return;
   const int64_t s = e / d.channels, c = e % d.channels;
@@ -80,6 +84,7 @@ __global__ void conv_input_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, 
 // bias_part[split, C]. A block is 32 channels × 8 lanes of rows, combined in a fixed order.
 __global__ void conv_weight_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in, const float* dpre,
                                         float* weight_part, float* bias_part) {
+  gpu::wait_for_previous_kernel();
   __shared__ float lanes[kLanes][kColumns][kMamba2MaxConvKernel + 1];
   const int64_t c = int64_t(blockIdx.x) * kColumns + threadIdx.x % kColumns;
   const int lane = threadIdx.x / kColumns;
@@ -113,6 +118,7 @@ __global__ void conv_weight_grad_kernel(Mamba2ConvDims d, Mamba2ConvPointers in,
 }
 
 __global__ void mask_rows_kernel(StridedBf16 in, StridedBf16 out, int64_t rows, int64_t width, const uint8_t* valid) {
+  gpu::wait_for_previous_kernel();
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= rows * width) return;
   const int64_t n = e / width, c = e % width;
@@ -126,7 +132,8 @@ cudaError_t launch_mask_rows(StridedBf16 in, StridedBf16 out, int64_t rows, int6
                              cudaStream_t stream) {
   const int64_t elems = rows * width;
   if (elems == 0) return cudaSuccess;
-  mask_rows_kernel<<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(in, out, rows, width, valid);
+  gpu::launch_dependent(mask_rows_kernel, unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream, in, out,
+                        rows, width, valid);
   return cudaGetLastError();
 }
 
@@ -134,7 +141,8 @@ cudaError_t launch_mamba2_conv_forward(const Mamba2ConvDims& d, const Mamba2Conv
                                        cudaStream_t stream) {
   const int64_t elems = d.rows * d.channels;
   if (elems == 0) return cudaSuccess;
-  conv_forward_kernel<<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(d, in, out);
+  gpu::launch_dependent(conv_forward_kernel, unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream, d, in,
+                        out);
   return cudaGetLastError();
 }
 
@@ -149,14 +157,15 @@ cudaError_t launch_mamba2_conv_backward(const Mamba2ConvDims& d, const Mamba2Con
   if (elems == 0) return cudaSuccess;
   auto* dpre = static_cast<float*>(workspace);
   const unsigned blocks = unsigned((elems + kThreads - 1) / kThreads);
-  conv_preactivation_grad_kernel<<<blocks, kThreads, 0, stream>>>(d, in, dout, dpre);
-  conv_input_grad_kernel<<<blocks, kThreads, 0, stream>>>(d, in, dpre, dxbc);
+  gpu::launch_dependent(conv_preactivation_grad_kernel, blocks, kThreads, 0, stream, d, in, dout, dpre);
+  gpu::launch_dependent(conv_input_grad_kernel, blocks, kThreads, 0, stream, d, in, dpre, dxbc);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess || (!dweight && !dbias)) return status;
   float* weight_part = dpre + elems;
   float* bias_part = weight_part + kWeightGradSplits * d.channels * d.kernel;
   const dim3 grid(unsigned((d.channels + kColumns - 1) / kColumns), unsigned(kWeightGradSplits));
-  conv_weight_grad_kernel<<<grid, kColumns * kLanes, 0, stream>>>(d, in, dpre, weight_part, bias_part);
+  gpu::launch_dependent(conv_weight_grad_kernel, grid, kColumns * kLanes, 0, stream, d, in, dpre, weight_part,
+                        bias_part);
   if ((status = cudaGetLastError()) != cudaSuccess) return status;
   if (dweight && (status = launch_add_column_sums(weight_part, kWeightGradSplits, d.channels * d.kernel,
                                                   d.channels * d.kernel, dweight, grads_bf16, stream)) != cudaSuccess)

@@ -22,13 +22,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
-#include <cstdint>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/mamba2_scan_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
@@ -268,6 +269,7 @@ constexpr int kMaxChunk = int(kMamba2MaxChunk);
 // row within its chunk. One block per chunk: dt and dt·A for every (row, head) in parallel, then a thread per
 // head sums its column (loads batched), and one thread walks the chunk's start flags in shared memory.
 __global__ void discretize_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch s) {
+  gpu::wait_for_previous_kernel();
   __shared__ uint8_t starts[kMaxChunk];
   const ChunkRows ch = chunk_rows(d, blockIdx.x);
   const int H = int(d.heads);
@@ -307,6 +309,7 @@ __global__ void discretize_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scrat
 
 // C_i·B_j for every pair of rows of a chunk, per group. Block (chunk, group).
 __global__ void chunk_cb_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scratch s) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ __align__(128) float shared[];
   float* stage = shared;
   float* smem = shared + kStageFloats;
@@ -361,6 +364,7 @@ __device__ ChunkHead chunk_head(const Mamba2ScanDims& d, const Scratch& s) {
 // dstates[c]). Block (chunk, head).
 template <bool kLocalGrad>
 __global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
+  gpu::wait_for_previous_kernel();
   const auto [ch, h, g, L, P, S, stage, smem, hr] = chunk_head(d, s);
   float* xs = smem;            // [L, P]
   float* ys = smem + L * P;    // [L, S]
@@ -382,6 +386,7 @@ __global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
 // d Sin_c = local_c + [end carries] e^{cs_end} d Sin_{c+1} in reverse. One thread per state element.
 template <bool kReverse>
 __global__ void pass_states_kernel(Mamba2ScanDims d, Scratch s) {
+  gpu::wait_for_previous_kernel();
   const int64_t per_chunk = d.heads * d.head_dim * d.state;
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= per_chunk) return;
@@ -452,6 +457,7 @@ __device__ void fill_lhs(const ChunkProduct& cp, const Mamba2ScanDims& d, Stride
 // (kDot) writes dy·(y − D·x) per row and head instead, for the decays' gradient.
 template <bool kDot>
 __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 y, Scratch s) {
+  gpu::wait_for_previous_kernel();
   const ChunkProduct cp = chunk_product(d, s);
   const ChunkRows ch = cp.ch;
   const int64_t h = cp.h;
@@ -489,6 +495,7 @@ __global__ void chunk_output_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Str
 // (the decays' gradient summed backwards, softplus and clamp), with the chunk's shares of d dt_bias, d A_log, dD.
 __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy,
                                    Mamba2ScanGradPointers grads, Scratch s) {
+  gpu::wait_for_previous_kernel();
   const ChunkProduct cp = chunk_product(d, s);
   const ChunkRows ch = cp.ch;
   const int64_t h = cp.h;
@@ -558,6 +565,7 @@ __global__ void chunk_dx_dt_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
 // dB (kForB true: rows j, Qᵀ, [Qᵀ | to_end·u]·[C ; dS_c]), into fp32 [N, H, S]. Block (chunk, head).
 template <bool kForB>
 __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, StridedBf16 dy, Scratch s) {
+  gpu::wait_for_previous_kernel();
   const auto [ch, h, g, L, P, S, stage, smem, hr] = chunk_head(d, s);
   const int K = L + P;
   float* lhs = smem;          // [L, L + P]: Q, then the row operand scaled
@@ -593,6 +601,7 @@ __global__ void chunk_dbc_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stride
 
 // dB or dC [N, G·S] (BF16, strided) = Σ over the heads of each group of their shares, in head order.
 __global__ void sum_group_heads_kernel(Mamba2ScanDims d, const float* __restrict__ per_head, StridedBf16 out) {
+  gpu::wait_for_previous_kernel();
   const int64_t width = d.groups * d.state;
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= d.rows * width) return;
@@ -658,16 +667,18 @@ cudaError_t run_states(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, co
   const SharedSizes sh = shared_sizes(d);
   const int chunks = int(d.chunks());
   cudaError_t status;
-  discretize_kernel<<<chunks, kThreads, 0, stream>>>(d, in, s);
+  gpu::launch_dependent(discretize_kernel, chunks, kThreads, 0, stream, d, in, s);
   times.mark("discretize");
   if ((status = allow_shared(chunk_cb_kernel, sh.cb)) != cudaSuccess) return status;
-  chunk_cb_kernel<<<dim3(chunks, unsigned(d.groups)), kThreads, sh.cb, stream>>>(d, in, s);
+  gpu::launch_dependent(chunk_cb_kernel, dim3(chunks, unsigned(d.groups)), kThreads, sh.cb, stream, d, in, s);
   times.mark("chunk_cb");
   if ((status = allow_shared(chunk_outer_kernel<false>, sh.outer)) != cudaSuccess) return status;
-  chunk_outer_kernel<false><<<dim3(chunks, unsigned(d.heads)), kThreads, sh.outer, stream>>>(d, in, {}, s);
+  gpu::launch_dependent(chunk_outer_kernel<false>, dim3(chunks, unsigned(d.heads)), kThreads, sh.outer, stream, d, in,
+                        StridedBf16{}, s);
   times.mark("chunk_states");
   const int64_t elems = d.heads * d.head_dim * d.state;
-  pass_states_kernel<false><<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(d, s);
+  gpu::launch_dependent(pass_states_kernel<false>, unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream, d,
+                        s);
   times.mark("pass_states");
   return cudaGetLastError();
 }
@@ -701,7 +712,8 @@ cudaError_t launch_mamba2_scan_forward(const Mamba2ScanDims& d, const Mamba2Scan
   if (status != cudaSuccess) return status;
   const size_t shared = shared_sizes(d).output;
   if ((status = allow_shared(chunk_output_kernel<false>, shared)) != cudaSuccess) return status;
-  chunk_output_kernel<false><<<dim3(unsigned(d.chunks()), unsigned(d.heads)), kThreads, shared, stream>>>(d, in, y, s);
+  gpu::launch_dependent(chunk_output_kernel<false>, dim3(unsigned(d.chunks()), unsigned(d.heads)), kThreads, shared,
+                        stream, d, in, y, s);
   times.mark("chunk_output");
   return cudaGetLastError();
 }
@@ -717,27 +729,28 @@ cudaError_t launch_mamba2_scan_backward(const Mamba2ScanDims& d, const Mamba2Sca
   const SharedSizes sh = shared_sizes(d);
   const dim3 per_head(unsigned(d.chunks()), unsigned(d.heads));
   if ((status = allow_shared(chunk_output_kernel<true>, sh.output)) != cudaSuccess) return status;
-  chunk_output_kernel<true><<<per_head, kThreads, sh.output, stream>>>(d, in, dy, s);
+  gpu::launch_dependent(chunk_output_kernel<true>, per_head, kThreads, sh.output, stream, d, in, dy, s);
   times.mark("chunk_output (dy.y)");
   if ((status = allow_shared(chunk_outer_kernel<true>, sh.outer)) != cudaSuccess) return status;
-  chunk_outer_kernel<true><<<per_head, kThreads, sh.outer, stream>>>(d, in, dy, s);
+  gpu::launch_dependent(chunk_outer_kernel<true>, per_head, kThreads, sh.outer, stream, d, in, dy, s);
   times.mark("chunk_dstates");
   const int64_t elems = d.heads * d.head_dim * d.state;
-  pass_states_kernel<true><<<unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream>>>(d, s);
+  gpu::launch_dependent(pass_states_kernel<true>, unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream, d,
+                        s);
   times.mark("pass_dstates");
   if ((status = allow_shared(chunk_dx_dt_kernel, sh.dx_dt)) != cudaSuccess) return status;
-  chunk_dx_dt_kernel<<<per_head, kThreads, sh.dx_dt, stream>>>(d, in, dy, grads, s);
+  gpu::launch_dependent(chunk_dx_dt_kernel, per_head, kThreads, sh.dx_dt, stream, d, in, dy, grads, s);
   times.mark("chunk_dx_dt");
   if ((status = allow_shared(chunk_dbc_kernel<false>, sh.dbc)) != cudaSuccess) return status;
   if ((status = allow_shared(chunk_dbc_kernel<true>, sh.dbc)) != cudaSuccess) return status;
-  chunk_dbc_kernel<false><<<per_head, kThreads, sh.dbc, stream>>>(d, in, dy, s);
+  gpu::launch_dependent(chunk_dbc_kernel<false>, per_head, kThreads, sh.dbc, stream, d, in, dy, s);
   times.mark("chunk_dC");
-  chunk_dbc_kernel<true><<<per_head, kThreads, sh.dbc, stream>>>(d, in, dy, s);
+  gpu::launch_dependent(chunk_dbc_kernel<true>, per_head, kThreads, sh.dbc, stream, d, in, dy, s);
   times.mark("chunk_dB");
   const int64_t bc = d.rows * d.groups * d.state;
   const unsigned bc_blocks = unsigned((bc + kThreads - 1) / kThreads);
-  sum_group_heads_kernel<<<bc_blocks, kThreads, 0, stream>>>(d, s.dc_head, grads.c);
-  sum_group_heads_kernel<<<bc_blocks, kThreads, 0, stream>>>(d, s.db_head, grads.b);
+  gpu::launch_dependent(sum_group_heads_kernel, bc_blocks, kThreads, 0, stream, d, s.dc_head, grads.c);
+  gpu::launch_dependent(sum_group_heads_kernel, bc_blocks, kThreads, 0, stream, d, s.db_head, grads.b);
   times.mark("sum_group_heads");
   if ((status = cudaGetLastError()) != cudaSuccess) return status;
   const int64_t chunks = d.chunks();

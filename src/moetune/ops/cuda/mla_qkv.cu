@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/mla_qkv_kernels.h"
 #include "moetune/ops/cuda/mla_qkv_paths.h"
 #include "moetune/ops/cuda/mla_rotation.cuh"
@@ -28,6 +29,7 @@ __global__ void mla_qkv_forward_kernel(const bf16* __restrict__ q_proj, const bf
                                        const bf16* __restrict__ k_rope, const float* __restrict__ inv_freq,
                                        const int32_t* __restrict__ positions, bf16* __restrict__ q,
                                        bf16* __restrict__ k, bf16* __restrict__ v, MlaQkvShape s) {
+  gpu::wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const RotationAtPosition at_position{positions[t], inv_freq, s.scale};
   const int dqk = s.nope + s.rope, dkv = s.nope + s.v_dim;
@@ -55,6 +57,7 @@ __global__ void mla_qkv_backward_kernel(const bf16* __restrict__ dq, const bf16*
                                         const bf16* __restrict__ dv, const float* __restrict__ inv_freq,
                                         const int32_t* __restrict__ positions, bf16* __restrict__ dq_proj,
                                         bf16* __restrict__ dkv, bf16* __restrict__ dk_rope, MlaQkvShape s) {
+  gpu::wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const RotationAtPosition at_position{positions[t], inv_freq, s.scale};
   const int dqk = s.nope + s.rope, dkv_width = s.nope + s.v_dim;
@@ -99,6 +102,7 @@ __global__ void __launch_bounds__(kVecThreads)
     mla_kv_forward_vec_kernel(const bf16* __restrict__ kv, const bf16* __restrict__ k_rope,
                               const float* __restrict__ inv_freq, const int32_t* __restrict__ positions,
                               bf16* __restrict__ k, bf16* __restrict__ v, MlaQkvShape s) {
+  gpu::wait_for_previous_kernel();
   const int k_chunks = s.qk_width / kVec, v_chunks = s.v_width / kVec, dkv = s.nope + s.v_dim;
   const int64_t per_token = int64_t(s.heads) * (k_chunks + v_chunks), total = s.tokens * per_token;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -139,6 +143,7 @@ __global__ void __launch_bounds__(kVecThreads)
     mla_kv_backward_vec_kernel(const bf16* __restrict__ dk, const bf16* __restrict__ dv,
                                const float* __restrict__ inv_freq, const int32_t* __restrict__ positions,
                                bf16* __restrict__ dkv, bf16* __restrict__ dk_rope, MlaQkvShape s) {
+  gpu::wait_for_previous_kernel();
   const int dkv_width = s.nope + s.v_dim, kv_chunks = dkv_width / kVec, rope_chunks = s.rope / kVec;
   const int64_t per_token = int64_t(s.heads) * kv_chunks + rope_chunks, total = s.tokens * per_token;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -179,6 +184,7 @@ template <bool kBackward>
 __global__ void __launch_bounds__(kRopeWarps * 32)
     mla_q_rope_in_place_kernel(bf16* __restrict__ q, const float* __restrict__ inv_freq,
                                const int32_t* __restrict__ positions, MlaQkvShape s) {
+  gpu::wait_for_previous_kernel();
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   bf16* staged = reinterpret_cast<bf16*>(smem) + warp * s.rope;
@@ -201,6 +207,7 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
 
 __global__ void copy_leading_columns_kernel(const bf16* __restrict__ src, int64_t src_width, bf16* __restrict__ dst,
                                             int64_t dst_width, int64_t total) {
+  gpu::wait_for_previous_kernel();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / dst_width, c = i % dst_width;
     dst[i] = c < src_width ? src[row * src_width + c] : from_float<bf16>(0.0f);
@@ -220,14 +227,15 @@ cudaError_t launch_mla_qkv_forward(const void* q_proj, const void* kv, const voi
   if (shape.tokens == 0) return cudaSuccess;
   if (q == nullptr && vector_path(shape, {kv, k_rope, k, v})) {
     const int64_t chunks = shape.tokens * shape.heads * ((shape.qk_width + shape.v_width) / kVec);
-    mla_kv_forward_vec_kernel<<<vector_blocks(chunks), kVecThreads, 0, stream>>>(
-        static_cast<const bf16*>(kv), static_cast<const bf16*>(k_rope), inv_freq, positions, static_cast<bf16*>(k),
-        static_cast<bf16*>(v), shape);
+    gpu::launch_dependent(mla_kv_forward_vec_kernel, vector_blocks(chunks), kVecThreads, 0, stream,
+                          static_cast<const bf16*>(kv), static_cast<const bf16*>(k_rope), inv_freq, positions,
+                          static_cast<bf16*>(k), static_cast<bf16*>(v), shape);
     return cudaGetLastError();
   }
-  mla_qkv_forward_kernel<<<unsigned(shape.tokens), kThreads, 0, stream>>>(
-      static_cast<const bf16*>(q_proj), static_cast<const bf16*>(kv), static_cast<const bf16*>(k_rope), inv_freq,
-      positions, static_cast<bf16*>(q), static_cast<bf16*>(k), static_cast<bf16*>(v), shape);
+  gpu::launch_dependent(mla_qkv_forward_kernel, unsigned(shape.tokens), kThreads, 0, stream,
+                        static_cast<const bf16*>(q_proj), static_cast<const bf16*>(kv),
+                        static_cast<const bf16*>(k_rope), inv_freq, positions, static_cast<bf16*>(q),
+                        static_cast<bf16*>(k), static_cast<bf16*>(v), shape);
   return cudaGetLastError();
 }
 
@@ -238,14 +246,15 @@ cudaError_t launch_mla_qkv_backward(const void* dq, const void* dk, const void* 
   if (shape.tokens == 0) return cudaSuccess;
   if (dq == nullptr && vector_path(shape, {dk, dv, dkv, dk_rope})) {
     const int64_t chunks = shape.tokens * (shape.heads * ((shape.nope + shape.v_dim) / kVec) + shape.rope / kVec);
-    mla_kv_backward_vec_kernel<<<vector_blocks(chunks), kVecThreads, 0, stream>>>(
-        static_cast<const bf16*>(dk), static_cast<const bf16*>(dv), inv_freq, positions, static_cast<bf16*>(dkv),
-        static_cast<bf16*>(dk_rope), shape);
+    gpu::launch_dependent(mla_kv_backward_vec_kernel, vector_blocks(chunks), kVecThreads, 0, stream,
+                          static_cast<const bf16*>(dk), static_cast<const bf16*>(dv), inv_freq, positions,
+                          static_cast<bf16*>(dkv), static_cast<bf16*>(dk_rope), shape);
     return cudaGetLastError();
   }
-  mla_qkv_backward_kernel<<<unsigned(shape.tokens), kThreads, 0, stream>>>(
-      static_cast<const bf16*>(dq), static_cast<const bf16*>(dk), static_cast<const bf16*>(dv), inv_freq, positions,
-      static_cast<bf16*>(dq_proj), static_cast<bf16*>(dkv), static_cast<bf16*>(dk_rope), shape);
+  gpu::launch_dependent(mla_qkv_backward_kernel, unsigned(shape.tokens), kThreads, 0, stream,
+                        static_cast<const bf16*>(dq), static_cast<const bf16*>(dk), static_cast<const bf16*>(dv),
+                        inv_freq, positions, static_cast<bf16*>(dq_proj), static_cast<bf16*>(dkv),
+                        static_cast<bf16*>(dk_rope), shape);
   return cudaGetLastError();
 }
 
@@ -259,9 +268,11 @@ cudaError_t launch_mla_q_rope_in_place(void* q, const float* inv_freq, const int
   const size_t smem = size_t(kRopeWarps) * size_t(shape.rope) * sizeof(bf16);
   auto* data = static_cast<bf16*>(q);
   if (backward)
-    mla_q_rope_in_place_kernel<true><<<unsigned(blocks), kRopeWarps * 32, smem, stream>>>(data, inv_freq, positions, shape);
+    gpu::launch_dependent(mla_q_rope_in_place_kernel<true>, unsigned(blocks), kRopeWarps * 32, smem, stream, data,
+                          inv_freq, positions, shape);
   else
-    mla_q_rope_in_place_kernel<false><<<unsigned(blocks), kRopeWarps * 32, smem, stream>>>(data, inv_freq, positions, shape);
+    gpu::launch_dependent(mla_q_rope_in_place_kernel<false>, unsigned(blocks), kRopeWarps * 32, smem, stream, data,
+                          inv_freq, positions, shape);
   return cudaGetLastError();
 }
 
@@ -271,8 +282,8 @@ cudaError_t launch_copy_leading_columns(const void* src, int64_t src_width, void
   const int64_t total = rows * dst_width;
   if (total == 0) return cudaSuccess;
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65535);
-  copy_leading_columns_kernel<<<unsigned(blocks), 256, 0, stream>>>(static_cast<const bf16*>(src), src_width,
-                                                                   static_cast<bf16*>(dst), dst_width, total);
+  gpu::launch_dependent(copy_leading_columns_kernel, unsigned(blocks), 256, 0, stream, static_cast<const bf16*>(src),
+                        src_width, static_cast<bf16*>(dst), dst_width, total);
   return cudaGetLastError();
 }
 

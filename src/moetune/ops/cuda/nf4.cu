@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/core/half.h"
 #include "moetune/ops/cuda/nf4_kernels.h"
 
@@ -16,6 +17,7 @@ template <typename Out>
 __global__ void nf4_dequantize_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ absmax_codes,
                                       const float* __restrict__ absmax_scales, const float* __restrict__ absmax_map,
                                       const float* __restrict__ code, float offset, Out* __restrict__ out, int64_t n) {
+  gpu::wait_for_previous_kernel();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t block = i / kBlock;
     const float absmax = __fadd_rn(__fmul_rn(absmax_map[absmax_codes[block]], absmax_scales[block / kAbsmaxBlock]), offset);
@@ -34,6 +36,7 @@ __global__ void nf4_dequantize8_bf16_kernel(const uint32_t* __restrict__ packed,
                                             const float* __restrict__ absmax_scales, const float* __restrict__ absmax_map,
                                             const float* __restrict__ code_table, float offset, uint4* __restrict__ out,
                                             int64_t groups) {
+  gpu::wait_for_previous_kernel();
   __shared__ float code[16];
   if (threadIdx.x < 16) code[threadIdx.x] = code_table[threadIdx.x];
   __syncthreads();
@@ -65,15 +68,15 @@ cudaError_t launch_nf4_dequantize(const uint8_t* packed, const uint8_t* absmax_c
   if (vectorized) {
     const int64_t groups = n / 8;
     const int vector_blocks = int(std::min<int64_t>((groups + kThreads - 1) / kThreads, 65535));
-    nf4_dequantize8_bf16_kernel<<<vector_blocks, kThreads, 0, stream>>>(reinterpret_cast<const uint32_t*>(packed), absmax_codes,
-                                                                        absmax_scales, absmax_map, code, offset,
-                                                                        static_cast<uint4*>(out), groups);
+    gpu::launch_dependent(nf4_dequantize8_bf16_kernel, vector_blocks, kThreads, 0, stream,
+                          reinterpret_cast<const uint32_t*>(packed), absmax_codes, absmax_scales, absmax_map, code,
+                          offset, static_cast<uint4*>(out), groups);
   } else if (out_is_bf16)
-    nf4_dequantize_kernel<<<blocks, kThreads, 0, stream>>>(packed, absmax_codes, absmax_scales, absmax_map, code, offset,
-                                                           static_cast<uint16_t*>(out), n);
+    gpu::launch_dependent(nf4_dequantize_kernel<uint16_t>, blocks, kThreads, 0, stream, packed, absmax_codes,
+                          absmax_scales, absmax_map, code, offset, static_cast<uint16_t*>(out), n);
   else
-    nf4_dequantize_kernel<<<blocks, kThreads, 0, stream>>>(packed, absmax_codes, absmax_scales, absmax_map, code, offset,
-                                                           static_cast<float*>(out), n);
+    gpu::launch_dependent(nf4_dequantize_kernel<float>, blocks, kThreads, 0, stream, packed, absmax_codes,
+                          absmax_scales, absmax_map, code, offset, static_cast<float*>(out), n);
   return cudaGetLastError();
 }
 

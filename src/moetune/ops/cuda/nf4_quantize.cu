@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/core/half.h"
 #include "moetune/ops/blockwise_quant_math.h"
 #include "moetune/ops/cuda/nf4_kernels.h"
@@ -25,6 +26,7 @@ template <typename In>
 __global__ void quantize_blocks_kernel(const In* __restrict__ x, float subtract, int64_t n, int block,
                                        const float* __restrict__ midpoints_in, int midpoint_count, bool pack_nibbles,
                                        uint8_t* __restrict__ codes, float* __restrict__ absmax) {
+  gpu::wait_for_previous_kernel();
   __shared__ float midpoints[kMaxMidpoints];
   __shared__ float warp_max[kWarps];
   for (int i = threadIdx.x; i < midpoint_count; i += kThreads) midpoints[i] = midpoints_in[i];
@@ -62,11 +64,12 @@ cudaError_t launch_quantize_blocks(const void* x, bool x_is_bf16, float subtract
   if (block % 32 != 0 || kThreads % block != 0 || midpoint_count > kMaxMidpoints) return cudaErrorInvalidValue;
   const int blocks = int(std::min<int64_t>((n + kThreads - 1) / kThreads, 8192));
   if (x_is_bf16)
-    quantize_blocks_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), subtract, n, block, midpoints,
-                                                            midpoint_count, pack_nibbles, codes, absmax);
+    gpu::launch_dependent(quantize_blocks_kernel<uint16_t>, blocks, kThreads, 0, stream,
+                          static_cast<const uint16_t*>(x), subtract, n, block, midpoints, midpoint_count, pack_nibbles,
+                          codes, absmax);
   else
-    quantize_blocks_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(x), subtract, n, block, midpoints,
-                                                            midpoint_count, pack_nibbles, codes, absmax);
+    gpu::launch_dependent(quantize_blocks_kernel<float>, blocks, kThreads, 0, stream, static_cast<const float*>(x),
+                          subtract, n, block, midpoints, midpoint_count, pack_nibbles, codes, absmax);
   return cudaGetLastError();
 }
 

@@ -3,6 +3,7 @@
 // softmax over the k. The backward needs only the weights: dl_j = w_j (dw_j − Σ_i w_i dw_i) on the chosen experts.
 #include <climits>
 
+#include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/router_kernels.h"
 #include "moetune/ops/cuda/router_softmax.cuh"
 #include "moetune/ops/cuda/router_topk_softmax_kernels.h"
@@ -17,6 +18,7 @@ constexpr int kWarpsPerBlock = 8;
 template <int kSlots>
 __global__ void topk_softmax_forward_kernel(const float* __restrict__ logits, int64_t tokens, int experts, int top_k,
                                             int32_t* __restrict__ expert_ids, float* __restrict__ weights) {
+  gpu::wait_for_previous_kernel();
   const int64_t token = global_warp();
   if (token >= tokens) return;  // uniform across the warp
   const int lane = lane_id();
@@ -53,6 +55,7 @@ __global__ void topk_softmax_forward_kernel(const float* __restrict__ logits, in
 __global__ void topk_softmax_backward_kernel(const int32_t* __restrict__ expert_ids, const float* __restrict__ weights,
                                              const float* __restrict__ dweights, int64_t tokens, int experts,
                                              int top_k, float* __restrict__ dlogits) {
+  gpu::wait_for_previous_kernel();
   const int64_t token = global_warp();
   if (token >= tokens) return;
   const int lane = lane_id();
@@ -84,10 +87,22 @@ cudaError_t launch_router_topk_softmax_forward(const float* logits, int64_t toke
   if (tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
   switch (softmax_slots(experts)) {
-    case 1: topk_softmax_forward_kernel<1><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, expert_ids, weights); break;
-    case 2: topk_softmax_forward_kernel<2><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, expert_ids, weights); break;
-    case 4: topk_softmax_forward_kernel<4><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, expert_ids, weights); break;
-    case 8: topk_softmax_forward_kernel<8><<<grid, block, 0, stream>>>(logits, tokens, experts, top_k, expert_ids, weights); break;
+    case 1:
+      gpu::launch_dependent(topk_softmax_forward_kernel<1>, grid, block, 0, stream, logits, tokens, experts, top_k,
+                            expert_ids, weights);
+      break;
+    case 2:
+      gpu::launch_dependent(topk_softmax_forward_kernel<2>, grid, block, 0, stream, logits, tokens, experts, top_k,
+                            expert_ids, weights);
+      break;
+    case 4:
+      gpu::launch_dependent(topk_softmax_forward_kernel<4>, grid, block, 0, stream, logits, tokens, experts, top_k,
+                            expert_ids, weights);
+      break;
+    case 8:
+      gpu::launch_dependent(topk_softmax_forward_kernel<8>, grid, block, 0, stream, logits, tokens, experts, top_k,
+                            expert_ids, weights);
+      break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -98,8 +113,8 @@ cudaError_t launch_router_topk_softmax_backward(const int32_t* expert_ids, const
                                                 cudaStream_t stream) {
   if (!valid_shape(tokens, experts, top_k)) return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
-  topk_softmax_backward_kernel<<<blocks_for(tokens), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-      expert_ids, weights, dweights, tokens, experts, top_k, dlogits);
+  gpu::launch_dependent(topk_softmax_backward_kernel, blocks_for(tokens), kWarpsPerBlock * kWarpSize, 0, stream,
+                        expert_ids, weights, dweights, tokens, experts, top_k, dlogits);
   return cudaGetLastError();
 }
 
