@@ -4,8 +4,10 @@
 // writes are visible, so nothing the kernel reads or writes in global memory can race with it; and since every
 // kernel launched this way waits, a kernel's completion still implies that of every kernel before it in the stream.
 // Measured on the H200 (docs/benchmarks.md, session 19): back-to-back tiny kernels 3.92 -> 3.35 us each; 33 MB
-// streaming kernels behind a GEMM 1.8 us sooner each; Moonlight's step idle 0.66 -> 0.50 ms. cuBLASLt's, cuDNN's
-// and CUTLASS's grouped kernels (whose sm90 array kernels do not wait) are launched plainly.
+// streaming kernels behind a GEMM 1.8 us sooner each; Moonlight's step idle 0.66 -> 0.50 ms; session 20: GPT-OSS's
+// step +0.6%, host-bound decoding of the tiny models 1.07-1.20x (medians of alternated pairs). Every kernel of
+// moetune's own launches this way; cuBLASLt's, cuDNN's and CUTLASS's grouped kernels (whose sm90 array kernels do not
+// wait) are launched plainly.
 // Included by .cu files only.
 #pragma once
 
