@@ -35,7 +35,9 @@ inline cudaLaunchAttribute dependent_launch_attribute() {
   return attribute;
 }
 
-// kernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to start before the previous kernel ends.
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to start before the previous kernel ends. A kernel
+// template is passed with all its arguments named (kernel<T, N>): it is taken as a function pointer, so the call's
+// arguments cannot deduce them as they do for <<<>>>.
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                              Args&&... args) {
