@@ -140,23 +140,15 @@ cudaError_t launch_aux_loss_backward(const float* logits, const uint8_t* token_v
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
   const dim3 grid{unsigned(blocks)}, block{kThreads};
   const double gradient_per_count = scale * double(experts) / (rows * rows);
+  const auto launch = [&](auto kernel) {
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, token_valid, counts, tokens, experts,
+                          gradient_per_count, dlogits);
+  };
   switch (softmax_slots(experts)) {
-    case 1:
-      gpu::launch_dependent(aux_loss_backward_kernel<1>, grid, block, 0, stream, logits, token_valid, counts, tokens,
-                            experts, gradient_per_count, dlogits);
-      break;
-    case 2:
-      gpu::launch_dependent(aux_loss_backward_kernel<2>, grid, block, 0, stream, logits, token_valid, counts, tokens,
-                            experts, gradient_per_count, dlogits);
-      break;
-    case 4:
-      gpu::launch_dependent(aux_loss_backward_kernel<4>, grid, block, 0, stream, logits, token_valid, counts, tokens,
-                            experts, gradient_per_count, dlogits);
-      break;
-    case 8:
-      gpu::launch_dependent(aux_loss_backward_kernel<8>, grid, block, 0, stream, logits, token_valid, counts, tokens,
-                            experts, gradient_per_count, dlogits);
-      break;
+    case 1: launch(aux_loss_backward_kernel<1>); break;
+    case 2: launch(aux_loss_backward_kernel<2>); break;
+    case 4: launch(aux_loss_backward_kernel<4>); break;
+    case 8: launch(aux_loss_backward_kernel<8>); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -86,23 +86,14 @@ cudaError_t launch_router_topk_softmax_forward(const float* logits, int64_t toke
   if (!valid_shape(tokens, experts, top_k)) return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
+  const auto launch = [&](auto kernel) {
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, tokens, experts, top_k, expert_ids, weights);
+  };
   switch (softmax_slots(experts)) {
-    case 1:
-      gpu::launch_dependent(topk_softmax_forward_kernel<1>, grid, block, 0, stream, logits, tokens, experts, top_k,
-                            expert_ids, weights);
-      break;
-    case 2:
-      gpu::launch_dependent(topk_softmax_forward_kernel<2>, grid, block, 0, stream, logits, tokens, experts, top_k,
-                            expert_ids, weights);
-      break;
-    case 4:
-      gpu::launch_dependent(topk_softmax_forward_kernel<4>, grid, block, 0, stream, logits, tokens, experts, top_k,
-                            expert_ids, weights);
-      break;
-    case 8:
-      gpu::launch_dependent(topk_softmax_forward_kernel<8>, grid, block, 0, stream, logits, tokens, experts, top_k,
-                            expert_ids, weights);
-      break;
+    case 1: launch(topk_softmax_forward_kernel<1>); break;
+    case 2: launch(topk_softmax_forward_kernel<2>); break;
+    case 4: launch(topk_softmax_forward_kernel<4>); break;
+    case 8: launch(topk_softmax_forward_kernel<8>); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
