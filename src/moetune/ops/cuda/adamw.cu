@@ -6,6 +6,8 @@
 //   F32Master: reads grad 2 + master 4 + exp_avg 4 + exp_avg_sq 4, writes master 4 + moments 8 + param 2 = 28 B
 //   bf16 modes: reads param, grad, exp_avg, exp_avg_sq (2 B each), writes param and both moments = 14 B
 // so 3.1 B parameters take ~20 ms (fp32 master) or ~10 ms (bf16) at the H200's ~4.3 TB/s.
+#include <cstdlib>
+
 #include "moetune/ops/cuda/adamw_common.cuh"
 #include "moetune/ops/cuda/adamw_elements.cuh"
 #include "moetune/ops/cuda/adamw_kernels.h"
@@ -50,7 +52,16 @@ __global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
   });
 }
 
-AdamWAccess g_access;  // set_adamw_access
+// The access the process starts with: AdamWAccess's defaults, or for measuring and bisecting a kernel choice in a
+// whole run, MOETUNE_ADAMW_STAGES from the environment (0: the defaults; 2..kAdamWMaxStages: the staged kernel at
+// that depth in every precision; anything else fails the step with cudaErrorInvalidValue).
+AdamWAccess initial_access() {
+  AdamWAccess access;
+  if (const char* stages = std::getenv("MOETUNE_ADAMW_STAGES")) access.stages = std::atoi(stages);
+  return access;
+}
+
+AdamWAccess g_access = initial_access();  // set_adamw_access
 
 template <AdamWStorage kStorage, bool kHardwareRounding, bool kSkipUntouched>
 auto kernel_with(int min_blocks) {

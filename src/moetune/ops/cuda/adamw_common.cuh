@@ -8,6 +8,7 @@
 
 #include "moetune/core/dependent_launch.cuh"
 #include "moetune/core/half.h"
+#include "moetune/core/shared_memory_opt_in.h"
 #include "moetune/ops/cuda/adamw_kernels.h"
 #include "moetune/ops/cuda/multi_tensor.cuh"
 #include "moetune/ops/cuda/pointwise_common.cuh"
@@ -100,8 +101,9 @@ ShapedKernel<Kernel> shaped_kernel(ShapedKernel<Kernel> shaped) {
   return shaped;
 }
 // Static and dynamic shared memory together beyond this need the kernel's opt-in
-// (cudaFuncAttributeMaxDynamicSharedMemorySize). The staged kernel's static part is its barriers (128 B): 3 stages of
-// 16 KB with them were refused (cudaErrorInvalidValue, H200, session 9) when only the dynamic part was compared.
+// (cudaFuncAttributeMaxDynamicSharedMemorySize, given once per kernel and device: gpu::allow_dynamic_shared_memory).
+// The staged kernel's static part is its barriers (128 B): 3 stages of 16 KB with them were refused
+// (cudaErrorInvalidValue, H200, session 9) when only the dynamic part was compared.
 inline constexpr int kDefaultSharedBytes = 48 * 1024;
 inline constexpr int kStaticSharedAllowance = 1024;
 
@@ -117,8 +119,7 @@ cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, i
   const auto launch = [&](const Table& table, auto kernel) -> cudaError_t {
     const auto shaped = shaped_kernel(kernel);
     if (shaped.shared_bytes > kDefaultSharedBytes - kStaticSharedAllowance)
-      if (cudaError_t status = cudaFuncSetAttribute(shaped.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    shaped.shared_bytes);
+      if (cudaError_t status = gpu::allow_dynamic_shared_memory(shaped.kernel, kStaticSharedAllowance);
           status != cudaSuccess)
         return status;
     int max_blocks = 0;

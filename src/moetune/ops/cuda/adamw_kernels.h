@@ -62,7 +62,11 @@ struct AdamWAccess {
   // gains nothing (9.06-9.22 ms at 2-6 stages against the register kernel's 9.17), with stochastic rounding it
   // loses (13.0-15.8 against 11.6); both give the same bits (the GPU tests above passed). In Moonlight's step
   // (kernel timeline, session 11) 2 stages took 8.53 ms against the register kernel's 8.03, though the slots
-  // timing put it 1% ahead: the register kernel stays.
+  // timing put it 1% ahead: the register kernel stays. Session 21 measured stores by bulk copies too (each tile's
+  // results left in its stage, one thread copying them out; not kept): a stand-alone probe of the same traffic ran
+  // at 4.08 TB/s on 6 stages of 2048 elements and 2 blocks an SM against 3.93 for this kernel's access, over
+  // Moonlight's slots 3 stages gave 8.96 ms against 9.19, and Moonlight's and the reference job's steps lost 1.0%
+  // and 2.0% with it (docs/benchmarks.md).
   int stages = 0;
   bool evict_first = false;
   // With fp32 master weights (28 B an element) and stages < 2: the staged kernel at this depth (0: the register

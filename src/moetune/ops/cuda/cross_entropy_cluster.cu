@@ -13,9 +13,8 @@
 // 0.523-0.645 ms (two blocks a SM at most, where this kernel keeps four). Same bits in every case.
 #include <cooperative_groups.h>
 
-#include <atomic>
-
 #include "moetune/core/dependent_launch.cuh"
+#include "moetune/core/shared_memory_opt_in.h"
 #include "moetune/ops/cuda/cross_entropy_common.cuh"
 
 namespace moetune::ops::cuda {
@@ -90,39 +89,21 @@ __global__ void __launch_bounds__(kThreads)
   cluster.barrier_wait();  // and no block exits while another may still read its partial
 }
 
-// Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory, once per device:
-// cudaFuncSetAttribute is reported to wait for work in flight, so called before every launch it would stall the
-// host once per chunk. (Set per launch, the profiled lm_head+loss phase measured 22.13 / 23.98 ms on the
-// reference job / Moonlight; once per device 21.86 / 23.68, in another call: docs/benchmarks.md.) `opted_in`
-// holds one bit per device.
-template <typename Kernel>
-cudaError_t allow_shared_memory_once(Kernel kernel, std::atomic<uint64_t>& opted_in, int device, int bytes) {
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (opted_in.load(std::memory_order_acquire) & bit) return cudaSuccess;
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (status == cudaSuccess) opted_in.fetch_or(bit, std::memory_order_acq_rel);
-  return status;
-}
-
 template <int kWidth, int kThreads>
 cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
                           bool write_grad, float* row_losses, cudaStream_t stream, int cluster_blocks) {
   const int64_t pack_count = vocab / kWidth;
   const int64_t slice_packs = (pack_count + cluster_blocks - 1) / cluster_blocks;
   const size_t bytes = size_t(slice_packs) * sizeof(Pack<kWidth>);
-  int device = 0, shared_limit = 0;
-  cudaError_t status = cudaGetDevice(&device);
-  if (status == cudaSuccess)
-    status = cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  int shared_limit = 0;
+  cudaError_t status = gpu::dynamic_shared_memory_limit(shared_limit);
   if (status != cudaSuccess) return status;
   constexpr int kStaticShared = 1024;  // block_merge's partials and the cluster's exchange, with room
-  const int dynamic_limit = shared_limit - kStaticShared;
-  if (bytes > size_t(dynamic_limit)) return cudaErrorNotSupported;
+  if (bytes > size_t(shared_limit - kStaticShared)) return cudaErrorNotSupported;
   if (rows * cluster_blocks > 0x7fffffff) return cudaErrorInvalidValue;
 
   const auto kernel = cross_entropy_cluster_rows_kernel<kWidth, kThreads>;
-  static std::atomic<uint64_t> opted_in{0};
-  status = allow_shared_memory_once(kernel, opted_in, device, dynamic_limit);
+  status = gpu::allow_dynamic_shared_memory(kernel, kStaticShared);
   if (status != cudaSuccess) return status;
   cudaLaunchAttribute attributes[2] = {{}, gpu::dependent_launch_attribute()};
   cudaLaunchAttribute& cluster = attributes[0];
