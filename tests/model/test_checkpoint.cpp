@@ -2,6 +2,8 @@
 // tensor, for every fixture and every way of holding the weights.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "moetune/io/safetensors.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/ops/cast.h"
@@ -128,6 +130,43 @@ TEST(Checkpoint, GpuLoadRoundTrips) {
   EXPECT_TRUE(weights.parameters[0].device().is_cuda());
   save_checkpoint(weights, out.path());
   expect_same_tensors(testing::fixture("qwen3_moe_tied_bf16"), out.path());
+}
+
+// Another family's layer past the last is skipped too (with a note on stderr), as transformers leaves it unused;
+// a stray tensor that is not a whole layer's is still refused (tests/io/test_safetensors_bad_input.cpp).
+TEST(Checkpoint, LayerPastTheLastIsSkippedAndNotSaved) {
+  ScratchDir with_extra, saved;
+  io::NamedTensors tensors = to_hf_tensors(load_checkpoint(testing::fixture("qwen2_moe_tiny")));
+  tensors.emplace_back("model.layers.3.input_layernorm.weight", Tensor::zeros({32}, DType::F32));
+  io::save_safetensors_folder(with_extra.path(), tensors);
+  std::filesystem::copy_file(testing::fixture("qwen2_moe_tiny") / "config.json", with_extra / "config.json");
+  const ModelWeights loaded = load_checkpoint(with_extra.path());
+  EXPECT_EQ(loaded.layout.spec.num_layers(), 3);
+  save_checkpoint(loaded, saved.path());
+  EXPECT_EQ(SafetensorsFolder::open(saved.path()).names().size(), tensors.size() - 1);
+}
+
+// A config cut to fewer layers than its files hold (a common way to make a small model of a large one) loads the
+// first layers, as transformers does, and the saved folder holds only those.
+TEST(Checkpoint, ConfigCutToFewerLayersLoadsTheFirstOnes) {
+  ScratchDir cut, saved;
+  const ModelWeights whole = load_checkpoint(testing::fixture("qwen2_moe_tiny"));
+  io::save_safetensors_folder(cut.path(), to_hf_tensors(whole));
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(testing::fixture("qwen2_moe_tiny") / "config.json"));
+  config["num_hidden_layers"] = 2;
+  // transformers checks layer_types' length against num_hidden_layers (so does moetune): cut it the same way.
+  if (config.contains("layer_types")) config["layer_types"].erase(2);
+  testing::write_file(cut / "config.json", config.dump());
+  const ModelWeights loaded = load_checkpoint(cut.path());
+  ASSERT_EQ(loaded.layout.spec.num_layers(), 2);
+  for (size_t i = 0; i < loaded.layout.parameters.size(); ++i) {
+    const Tensor* original = whole.find(loaded.layout.parameters[i].name);
+    ASSERT_NE(original, nullptr) << loaded.layout.parameters[i].name;
+    EXPECT_TRUE(loaded.parameters[i].same_bytes(*original)) << loaded.layout.parameters[i].name;
+  }
+  save_checkpoint(loaded, saved.path());
+  for (const std::string& name : SafetensorsFolder::open(saved.path()).names())
+    EXPECT_FALSE(name.starts_with("model.layers.2.")) << name;
 }
 
 }  // namespace

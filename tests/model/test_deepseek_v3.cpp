@@ -162,14 +162,6 @@ TEST(DeepseekV3, MultiTokenPredictionLayersAreSkippedAndNotSaved) {
   const io::SafetensorsFolder files = io::SafetensorsFolder::open(saved.path());
   EXPECT_EQ(files.names().size(), tensors.size() - 2);
   for (const std::string& name : files.names()) EXPECT_FALSE(name.starts_with("model.layers.3.")) << name;
-
-  // Other families still refuse a stray layer.
-  testing::ScratchDir qwen;
-  io::NamedTensors qwen_tensors = to_hf_tensors(load_checkpoint(testing::fixture("qwen2_moe_tiny")));
-  qwen_tensors.emplace_back("model.layers.3.input_layernorm.weight", Tensor::zeros({32}, DType::F32));
-  io::save_safetensors_folder(qwen.path(), qwen_tensors);
-  std::filesystem::copy_file(testing::fixture("qwen2_moe_tiny") / "config.json", qwen / "config.json");
-  EXPECT_THROW(load_checkpoint(qwen.path()), Error);
 }
 
 // The GPU engine runs DeepSeek-V3 and Moonlight; Kimi-K2's 384 experts are past its router kernels' 256, named.

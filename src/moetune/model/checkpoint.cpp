@@ -30,13 +30,13 @@ constexpr const char* kCompanionFiles[] = {
 // Buffers that older checkpoints carry and transformers ignores on load.
 bool is_ignored_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 
-// model.layers.K.* with K >= num_hidden_layers: DeepSeek-V3's multi-token-prediction layers, which the model
-// does not run (transformers ignores them on load too).
-// Multi-token-prediction tensors: DeepSeek-V3's layers past the last, Nemotron-H's mtp.* (both skipped by
-// transformers on load).
+// model.layers.K.* (Nemotron-H: backbone.layers.K.*) with K >= num_hidden_layers: a layer config.json does not
+// describe (DeepSeek-V3's multi-token-prediction module, or a checkpoint whose config was cut to fewer layers).
+// transformers leaves such tensors unloaded (with its "weights ... were not used" warning); so does moetune, and it
+// does not save them.
 bool is_layer_past_last(const std::string& name, int64_t num_layers) {
-  if (name.starts_with("mtp.")) return true;
-  const std::string prefix = "model.layers.";
+  std::string prefix = "model.layers.";
+  if (!name.starts_with(prefix)) prefix = "backbone.layers.";
   if (!name.starts_with(prefix)) return false;
   const size_t end = name.find('.', prefix.size());
   const std::string index = name.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
@@ -112,14 +112,25 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
     fail("{}: {} tensor(s) that {} needs (per config.json) are missing, first '{}'", files.folder().string(),
          missing.size(), config.architecture, missing.front());
 
+  int64_t layers_past_last = 0;
   for (const auto& name : files.names()) {
     if (claimed.count(name) || is_ignored_buffer(name)) continue;
-    if (config.skips_layers_past_last && is_layer_past_last(name, config.num_layers())) continue;  // not saved either
+    if (config.carries_mtp_layers && name.starts_with("mtp.")) continue;  // Nemotron-H's: not saved either
+    if (is_layer_past_last(name, config.num_layers())) {                  // not saved either
+      ++layers_past_last;
+      continue;
+    }
     // A tied model's head is its embedding; a copy of it on disk is harmless only if it is that copy.
     if (name == "lm_head.weight" && config.tie_word_embeddings && head_is_the_embedding(files)) continue;
     fail("{}: unexpected tensor '{}' (not part of {} as config.json describes it)", where(files, name), name,
          config.architecture);
   }
+  if (layers_past_last > 0 && !config.carries_mtp_layers)
+    std::fprintf(stderr,
+                 "%s: %lld tensor(s) of layers past config.json's num_hidden_layers (%lld) are not loaded, trained or "
+                 "saved (transformers leaves them unused too)\n",
+                 files.folder().string().c_str(), static_cast<long long>(layers_past_last),
+                 static_cast<long long>(config.num_layers()));
   return stored_fused;
 }
 

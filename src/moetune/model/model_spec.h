@@ -140,9 +140,10 @@ struct ModelSpec {
   double norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   std::vector<LayerSpec> layers;
-  // DeepSeek-V3's multi-token-prediction layers (model.layers.K.* with K >= num_hidden_layers) may be in the
-  // files: when set, loading skips them (they are not trained) and saving does not write them.
-  bool skips_layers_past_last = false;
+  // The family's released files carry multi-token-prediction tensors the model does not run (DeepSeek-V3's
+  // model.layers.K.* with K >= num_hidden_layers, Nemotron-H's mtp.*): loading skips them without a note and saving
+  // does not write them. Other families' layers past the last are skipped too (as transformers does), with a note.
+  bool carries_mtp_layers = false;
 
   AuxLoss aux_loss = AuxLoss::None;
   double aux_loss_coef = 0;

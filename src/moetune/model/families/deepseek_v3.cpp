@@ -126,7 +126,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   for (int64_t layer = 0; layer < c.spec.num_layers(); ++layer)
     c.spec.layers[size_t(layer)] = layer < dense ? attention_then(attention, MlpSpec{c.intermediate_size})
                                                  : attention_then(attention, moe);
-  c.spec.skips_layers_past_last = true;
+  c.spec.carries_mtp_layers = true;
   validate_decoder(c.spec);
   return c.spec;
 }

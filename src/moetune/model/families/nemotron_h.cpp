@@ -87,7 +87,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   spec.hidden_size = c.hidden_size;
   spec.norm_eps = c.norm_eps;
   spec.tie_word_embeddings = false;  // never tied in transformers 5.17, whatever config.json says
-  spec.skips_layers_past_last = true;  // mtp.*: not loaded, trained or saved
+  spec.carries_mtp_layers = true;    // mtp.*: not loaded, trained or saved
   Mamba2Spec mamba = c.mamba;
   mamba.chunk_size = c.chunk_size;
   for (NemotronHLayer kind : c.layers) {
