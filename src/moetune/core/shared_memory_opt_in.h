@@ -9,17 +9,17 @@
 
 namespace moetune::gpu {
 
-// The device's opt-in limit of dynamic shared memory a block (less nothing: static shared memory counts against
-// the same limit, so a kernel with static shared memory must ask for less).
+// The current device's opt-in limit of shared memory a block, static and dynamic together.
 cudaError_t dynamic_shared_memory_limit(int& bytes);
 
-// Sets cudaFuncAttributeMaxDynamicSharedMemorySize of `kernel` to the current device's opt-in limit less
-// `static_bytes`, the first time it is asked for that kernel on that device; later calls only look it up.
-cudaError_t allow_dynamic_shared_memory(const void* kernel, int static_bytes);
+// Sets cudaFuncAttributeMaxDynamicSharedMemorySize of `kernel` to the current device's opt-in limit less the
+// kernel's own static shared memory, the first time it is asked for that kernel on that device; later calls only
+// look it up. A launch asking for more than that still fails, at the launch.
+cudaError_t allow_dynamic_shared_memory(const void* kernel);
 
 template <typename Kernel>
-cudaError_t allow_dynamic_shared_memory(Kernel* kernel, int static_bytes) {
-  return allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), static_bytes);
+cudaError_t allow_dynamic_shared_memory(Kernel* kernel) {
+  return allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel));
 }
 
 }  // namespace moetune::gpu

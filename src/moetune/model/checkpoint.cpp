@@ -115,7 +115,7 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
   int64_t layers_past_last = 0;
   for (const auto& name : files.names()) {
     if (claimed.count(name) || is_ignored_buffer(name)) continue;
-    if (config.carries_mtp_layers && name.starts_with("mtp.")) continue;  // Nemotron-H's: not saved either
+    if (config.carries_mtp_layers && name.starts_with("mtp.")) continue;  // not saved either
     if (is_layer_past_last(name, config.num_layers())) {                  // not saved either
       ++layers_past_last;
       continue;
@@ -125,7 +125,7 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
     fail("{}: unexpected tensor '{}' (not part of {} as config.json describes it)", where(files, name), name,
          config.architecture);
   }
-  if (layers_past_last > 0 && !config.carries_mtp_layers)
+  if (layers_past_last > 0)
     std::fprintf(stderr,
                  "%s: %lld tensor(s) of layers past config.json's num_hidden_layers (%lld) are not loaded, trained or "
                  "saved (transformers leaves them unused too)\n",

@@ -140,9 +140,9 @@ struct ModelSpec {
   double norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   std::vector<LayerSpec> layers;
-  // The family's released files carry multi-token-prediction tensors the model does not run (DeepSeek-V3's
-  // model.layers.K.* with K >= num_hidden_layers, Nemotron-H's mtp.*): loading skips them without a note and saving
-  // does not write them. Other families' layers past the last are skipped too (as transformers does), with a note.
+  // The family's released files may carry multi-token-prediction tensors named mtp.* (Nemotron-H), which the model
+  // does not run: loading skips them and saving does not write them. (Layers past num_hidden_layers, DeepSeek-V3's
+  // MTP module among them, are skipped in every family, with a note: model/checkpoint.cpp.)
   bool carries_mtp_layers = false;
 
   AuxLoss aux_loss = AuxLoss::None;

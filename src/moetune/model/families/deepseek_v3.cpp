@@ -126,7 +126,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   for (int64_t layer = 0; layer < c.spec.num_layers(); ++layer)
     c.spec.layers[size_t(layer)] = layer < dense ? attention_then(attention, MlpSpec{c.intermediate_size})
                                                  : attention_then(attention, moe);
-  c.spec.carries_mtp_layers = true;
+  c.spec.carries_mtp_layers = true;  // mtp.* if a conversion names its MTP module so; model.layers.K past the last too
   validate_decoder(c.spec);
   return c.spec;
 }

@@ -119,9 +119,7 @@ cudaError_t launch_adamw_tables(AdamWStorage storage, const Pointers* tensors, i
   const auto launch = [&](const Table& table, auto kernel) -> cudaError_t {
     const auto shaped = shaped_kernel(kernel);
     if (shaped.shared_bytes > kDefaultSharedBytes - kStaticSharedAllowance)
-      if (cudaError_t status = gpu::allow_dynamic_shared_memory(shaped.kernel, kStaticSharedAllowance);
-          status != cudaSuccess)
-        return status;
+      if (cudaError_t status = gpu::allow_dynamic_shared_memory(shaped.kernel); status != cudaSuccess) return status;
     int max_blocks = 0;
     if (cudaError_t status =
             multi_tensor::resident_blocks(shaped.kernel, max_blocks, shaped.threads, size_t(shaped.shared_bytes));

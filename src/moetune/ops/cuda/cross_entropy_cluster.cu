@@ -103,7 +103,7 @@ cudaError_t launch_kernel(void* logits, const int32_t* targets, int64_t rows, in
   if (rows * cluster_blocks > 0x7fffffff) return cudaErrorInvalidValue;
 
   const auto kernel = cross_entropy_cluster_rows_kernel<kWidth, kThreads>;
-  status = gpu::allow_dynamic_shared_memory(kernel, kStaticShared);
+  status = gpu::allow_dynamic_shared_memory(kernel);
   if (status != cudaSuccess) return status;
   cudaLaunchAttribute attributes[2] = {{}, gpu::dependent_launch_attribute()};
   cudaLaunchAttribute& cluster = attributes[0];

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "moetune/core/dependent_launch.cuh"
+#include "moetune/core/shared_memory_opt_in.h"
 #include "moetune/ops/cuda/gated_activation.cuh"
 #include "moetune/ops/cuda/multi_tensor.cuh"
 #include "moetune/ops/cuda/pointwise_common.cuh"
@@ -178,11 +179,10 @@ __global__ void __launch_bounds__(kPackThreads)
   }
 }
 
-// Dynamic shared memory above 48 KiB must be allowed per kernel, once.
+// Dynamic shared memory above 48 KiB must be allowed per kernel (gpu::allow_dynamic_shared_memory: once).
 template <typename Kernel>
 cudaError_t allow_shared_bytes(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  return bytes <= 48 * 1024 ? cudaSuccess : gpu::allow_dynamic_shared_memory(kernel);
 }
 
 template <int kPacks, typename Index, typename Act>

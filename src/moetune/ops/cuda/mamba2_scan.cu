@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "moetune/core/dependent_launch.cuh"
+#include "moetune/core/shared_memory_opt_in.h"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/mamba2_scan_kernels.h"
 #include "moetune/ops/cuda/pointwise_common.cuh"
@@ -624,11 +625,6 @@ SharedSizes shared_sizes(const Mamba2ScanDims& d) {
           head + (L * (L + P) + std::max((L + P) * S, P * L)) * f};
 }
 
-template <typename Kernel>
-cudaError_t allow_shared(Kernel kernel, size_t bytes) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-}
-
 // With MOETUNE_MAMBA2_PROFILE set, the kernels of a launcher's second call (the first warms up) are timed by
 // events and printed as "MAMBA2_BENCH kernel <name> <ms>": the benchmark's breakdown. Off otherwise.
 class KernelTimes {
@@ -669,10 +665,10 @@ cudaError_t run_states(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, co
   cudaError_t status;
   gpu::launch_dependent(discretize_kernel, chunks, kThreads, 0, stream, d, in, s);
   times.mark("discretize");
-  if ((status = allow_shared(chunk_cb_kernel, sh.cb)) != cudaSuccess) return status;
+  if ((status = gpu::allow_dynamic_shared_memory(chunk_cb_kernel)) != cudaSuccess) return status;
   gpu::launch_dependent(chunk_cb_kernel, dim3(chunks, unsigned(d.groups)), kThreads, sh.cb, stream, d, in, s);
   times.mark("chunk_cb");
-  if ((status = allow_shared(chunk_outer_kernel<false>, sh.outer)) != cudaSuccess) return status;
+  if ((status = gpu::allow_dynamic_shared_memory(chunk_outer_kernel<false>)) != cudaSuccess) return status;
   gpu::launch_dependent(chunk_outer_kernel<false>, dim3(chunks, unsigned(d.heads)), kThreads, sh.outer, stream, d, in,
                         StridedBf16{}, s);
   times.mark("chunk_states");
@@ -711,7 +707,7 @@ cudaError_t launch_mamba2_scan_forward(const Mamba2ScanDims& d, const Mamba2Scan
   cudaError_t status = run_states(d, in, s, stream, times);
   if (status != cudaSuccess) return status;
   const size_t shared = shared_sizes(d).output;
-  if ((status = allow_shared(chunk_output_kernel<false>, shared)) != cudaSuccess) return status;
+  if ((status = gpu::allow_dynamic_shared_memory(chunk_output_kernel<false>)) != cudaSuccess) return status;
   gpu::launch_dependent(chunk_output_kernel<false>, dim3(unsigned(d.chunks()), unsigned(d.heads)), kThreads, shared,
                         stream, d, in, y, s);
   times.mark("chunk_output");
@@ -728,21 +724,21 @@ cudaError_t launch_mamba2_scan_backward(const Mamba2ScanDims& d, const Mamba2Sca
   if (status != cudaSuccess) return status;
   const SharedSizes sh = shared_sizes(d);
   const dim3 per_head(unsigned(d.chunks()), unsigned(d.heads));
-  if ((status = allow_shared(chunk_output_kernel<true>, sh.output)) != cudaSuccess) return status;
+  if ((status = gpu::allow_dynamic_shared_memory(chunk_output_kernel<true>)) != cudaSuccess) return status;
   gpu::launch_dependent(chunk_output_kernel<true>, per_head, kThreads, sh.output, stream, d, in, dy, s);
   times.mark("chunk_output (dy.y)");
-  if ((status = allow_shared(chunk_outer_kernel<true>, sh.outer)) != cudaSuccess) return status;
+  if ((status = gpu::allow_dynamic_shared_memory(chunk_outer_kernel<true>)) != cudaSuccess) return status;
   gpu::launch_dependent(chunk_outer_kernel<true>, per_head, kThreads, sh.outer, stream, d, in, dy, s);
   times.mark("chunk_dstates");
   const int64_t elems = d.heads * d.head_dim * d.state;
   gpu::launch_dependent(pass_states_kernel<true>, unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream, d,
                         s);
   times.mark("pass_dstates");
-  if ((status = allow_shared(chunk_dx_dt_kernel, sh.dx_dt)) != cudaSuccess) return status;
+  if ((status = gpu::allow_dynamic_shared_memory(chunk_dx_dt_kernel)) != cudaSuccess) return status;
   gpu::launch_dependent(chunk_dx_dt_kernel, per_head, kThreads, sh.dx_dt, stream, d, in, dy, grads, s);
   times.mark("chunk_dx_dt");
-  if ((status = allow_shared(chunk_dbc_kernel<false>, sh.dbc)) != cudaSuccess) return status;
-  if ((status = allow_shared(chunk_dbc_kernel<true>, sh.dbc)) != cudaSuccess) return status;
+  if ((status = gpu::allow_dynamic_shared_memory(chunk_dbc_kernel<false>)) != cudaSuccess) return status;
+  if ((status = gpu::allow_dynamic_shared_memory(chunk_dbc_kernel<true>)) != cudaSuccess) return status;
   gpu::launch_dependent(chunk_dbc_kernel<false>, per_head, kThreads, sh.dbc, stream, d, in, dy, s);
   times.mark("chunk_dC");
   gpu::launch_dependent(chunk_dbc_kernel<true>, per_head, kThreads, sh.dbc, stream, d, in, dy, s);

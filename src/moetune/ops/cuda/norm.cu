@@ -13,6 +13,7 @@
 #include <initializer_list>
 
 #include "moetune/core/dependent_launch.cuh"
+#include "moetune/core/shared_memory_opt_in.h"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/norm_kernel_choice.h"
 #include "moetune/ops/cuda/norm_kernels.h"
@@ -263,8 +264,7 @@ cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf
   const int threads = row_block_threads(width, kVec);
   const size_t shared = size_t(width) * sizeof(float);
   if (shared > 32 * 1024) {  // opt in past the default 48 KiB (block_sum adds a small static buffer)
-    const cudaError_t status = cudaFuncSetAttribute(rms_norm_backward_kernel<kVec>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    const cudaError_t status = gpu::allow_dynamic_shared_memory(rms_norm_backward_kernel<kVec>);
     if (status != cudaSuccess) return status;
   }
   gpu::launch_dependent(rms_norm_backward_kernel<kVec>, unsigned(backward_blocks(rows)), threads, shared, stream, dy, x,
