@@ -48,9 +48,11 @@ class CrossEntropyRowsGpu : public testing::GpuTest {
  protected:
   // Runs the kernel on fresh logits under every launch shape and checks each row's loss and the gradient written
   // in place. Targets: -100 for the ignored rows, `vocab` (out of range) for the bad ones, else random.
+  // masked_columns: the first that many columns of every row are -inf (a vocabulary mask), so whole slices and
+  // threads hold nothing but -inf.
   void check(int64_t rows, int64_t vocab, const std::vector<int64_t>& ignored, const std::vector<int64_t>& bad,
-             bool write_grad = true) {
-    std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+             bool write_grad = true, int64_t masked_columns = 0) {
+    std::uniform_int_distribution<int64_t> token(masked_columns, vocab - 1);
     std::vector<int64_t> targets;
     std::vector<int32_t> ids;
     for (int64_t r = 0; r < rows; ++r) {
@@ -61,8 +63,12 @@ class CrossEntropyRowsGpu : public testing::GpuTest {
     }
     const Tensor target_ids = Tensor::from_vector<int32_t>(ids, {rows}).to(Device::cuda());
     // Logits spread enough (σ 3) that the softmax is far from uniform.
-    const Tensor logits = random_normal({rows, vocab}, DType::BF16, Device::cuda(), rng(), 3.0f);
-    const Tensor host_logits = to_cpu_f32(logits);
+    Tensor logits = random_normal({rows, vocab}, DType::BF16, Device::cuda(), rng(), 3.0f);
+    Tensor host_logits = to_cpu_f32(logits);
+    if (masked_columns > 0) {
+      for (int64_t r = 0; r < rows; ++r) std::fill_n(host_logits.data<float>() + r * vocab, masked_columns, -INFINITY);
+      logits = ops::cast(host_logits, DType::BF16).to(Device::cuda());
+    }
     const float grad_scale = 0.37f;
 
     // The reference: bad rows scored as ignored by the CPU (which rejects them) and checked separately.
@@ -121,6 +127,14 @@ TEST_F(CrossEntropyRowsGpu, IgnoredAndBadRowsGiveZeroGradients) {
   SCOPED_TRACE(seed());
   check(4, 151936, {0, 1, 2, 3}, {});  // all ignored
   check(3, 1000, {}, {0, 1, 2});       // all out of range: NaN losses, zero gradients
+}
+
+TEST_F(CrossEntropyRowsGpu, MaskedColumnsMatchCpu) {
+  SCOPED_TRACE(seed());
+  // Moonlight's rows with their first 100000 columns -inf: in a cluster of 8 the first three blocks and most of the
+  // fourth hold nothing else, so their partials are (-inf, 0) and must merge to the others' logsumexp.
+  check(3, 163840, {1}, {}, true, 100000);
+  check(2, 4096, {}, {}, true, 4000);
 }
 
 TEST_F(CrossEntropyRowsGpu, RowTooWideForTheClusterFallsBackToOneBlockARow) {

@@ -10,7 +10,11 @@
 // (cp.async.bulk into shared memory, an mbarrier counting its bytes) instead of the threads' loads, 0.483 ms,
 // also when the copy starts before the target is read; persistent clusters looping over rows with two to four
 // slice buffers a block, the next row's slice bulk-copied in while the current one is merged and written,
-// 0.523-0.645 ms (two blocks a SM at most, where this kernel keeps four). Same bits in every case.
+// 0.523-0.645 ms (two blocks a SM at most, where this kernel keeps four). Same bits in every case. Session 22
+// (cluster 8 x 512, 2048 rows): each thread's five packs held in registers as exponentials relative to the
+// thread's maximum, one exponential per logit instead of two and no shared memory, 0.453 ms against this kernel's
+// 0.412 at 163840 columns and 0.434 against 0.393 at 151936 (64 registers: two blocks a SM), and no faster in
+// Moonlight's step; not kept.
 #include <cooperative_groups.h>
 
 #include "moetune/core/dependent_launch.cuh"
