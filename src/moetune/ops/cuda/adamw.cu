@@ -57,7 +57,12 @@ __global__ void __launch_bounds__(multi_tensor::kThreads, kMinBlocks)
 // that depth in every precision; anything else fails the step with cudaErrorInvalidValue).
 AdamWAccess initial_access() {
   AdamWAccess access;
-  if (const char* stages = std::getenv("MOETUNE_ADAMW_STAGES")) access.stages = std::atoi(stages);
+  const char* stages = std::getenv("MOETUNE_ADAMW_STAGES");
+  if (stages == nullptr) return access;
+  char* end = nullptr;
+  const long value = std::strtol(stages, &end, 10);
+  const bool valid = end != stages && *end == '\0' && (value == 0 || (value >= 2 && value <= kAdamWMaxStages));
+  access.stages = valid ? int(value) : kAdamWMaxStages + 1;  // past the limit: launch_adamw refuses it
   return access;
 }
 
