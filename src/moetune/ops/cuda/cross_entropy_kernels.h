@@ -13,11 +13,12 @@ namespace moetune::ops::cuda {
 // `threads` (256 or 512) per row, each block holding its slice of the row in shared memory between the two
 // passes, so the row is read once (one read, one write); rows whose slice does not fit in a block's shared
 // memory fall back to one block per row. The default is the fastest measured alone on the H200 at 151936 and
-// 163840 columns (8 x 256 within 1%; 0.155 ms a 768-row chunk against one block per row's 0.186 at 151936;
-// tests/gpu/test_cross_entropy_rows.cpp, docs/benchmarks.md).
+// 163840 columns: 8 x 256, ~2.5% under 8 x 512 at 2048 rows in sessions 12 and 22 (0.401 / 0.384 against 0.412 /
+// 0.393 ms; one block per row 0.186 against 0.155 ms at 768 rows; tests/gpu/test_cross_entropy_rows.cpp,
+// docs/benchmarks.md). The block size sets the merge order, so the loss's last bits depend on it.
 struct CrossEntropyLaunch {
   int cluster_blocks = 8;
-  int threads = 512;
+  int threads = 256;
 };
 
 // For each of `rows` rows of bf16 logits [rows, vocab] (row stride vocab) with int32 targets:

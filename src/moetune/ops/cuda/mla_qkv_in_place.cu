@@ -1,5 +1,6 @@
-// MLA's q/k/v assembly where q's head width is q_proj's (Moonlight, DeepSeek-V3, Kimi-K2: 128 + 64), one block
-// per token and one launch per direction: q's rope columns rotated in place, k and v built from kv_b's output and
+// MLA's q/k/v assembly where q's head width is q_proj's, one block per token and one launch per direction, for the
+// rope widths the one-warp-per-token kernels (mla_qkv_warp.h: 16, 32, 64, which covers Moonlight, DeepSeek-V3 and
+// Kimi-K2) do not take: q's rope columns rotated in place, k and v built from kv_b's output and
 // the shared rope key (forward); dq's rope columns rotated back in place, dkv assembled and the rope key's
 // gradient summed over the heads (backward).
 //
@@ -16,6 +17,7 @@
 #include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/mla_qkv_kernels.h"
 #include "moetune/ops/cuda/mla_qkv_paths.h"
+#include "moetune/ops/cuda/mla_qkv_warp.h"
 #include "moetune/ops/cuda/mla_rotation.cuh"
 #include "moetune/ops/cuda/pointwise_common.cuh"
 
@@ -214,6 +216,8 @@ cudaError_t launch_mla_qkv_forward_in_place(void* q, const void* kv, const void*
                                             cudaStream_t stream) {
   if (!mla_paths::valid(shape) || shape.qk_width != shape.nope + shape.rope) return cudaErrorInvalidValue;
   if (shape.tokens == 0) return cudaSuccess;
+  if (mla_qkv_warp_takes(shape, {q, kv, k_rope, k, v}))
+    return launch_mla_qkv_forward_warp(q, kv, k_rope, inv_freq, positions, k, v, shape, stream);
   const size_t shared = shared_bytes(shape, shape.heads + 1);
   if (!in_place_path(shape, shared, {q, kv, k_rope, k, v})) {  // the separate kernels take every other shape
     if (v == nullptr) return cudaErrorInvalidValue;  // they build v: mla_v_read_in_place said no
@@ -233,6 +237,8 @@ cudaError_t launch_mla_qkv_backward_in_place(void* dq, const void* dk, const voi
                                              cudaStream_t stream) {
   if (!mla_paths::valid(shape) || shape.qk_width != shape.nope + shape.rope) return cudaErrorInvalidValue;
   if (shape.tokens == 0) return cudaSuccess;
+  if (mla_qkv_warp_takes(shape, {dq, dk, dv, dkv, dk_rope}))
+    return launch_mla_qkv_backward_warp(dq, dk, dv, inv_freq, positions, dkv, dk_rope, shape, stream);
   const size_t shared = shared_bytes(shape, 2 * shape.heads);
   if (!in_place_path(shape, shared, {dq, dk, dv, dkv, dk_rope})) {
     if (dv == nullptr) return cudaErrorInvalidValue;
