@@ -86,7 +86,11 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
     gpu::check(launch_cross_entropy_rows(chunk_logits.raw_data(), target_ids + start, length, vocab, float(grad_scale),
                                          backward, losses + start, gpu::stream()),
                "linear_cross_entropy: cross-entropy kernel");
-    // chunk_logits now holds grad_scale · d(loss)/d(logits).
+    // chunk_logits now holds grad_scale · d(loss)/d(logits). The two gradients' GEMMs one after the other: d(hidden)'s
+    // 2048 x 2048 output is 128 tiles for 132 SMs, but d(W) on a second stream (its own cuBLASLt handle and
+    // workspace) did not fill the 4 idle SMs: its persistent kernel ran 3.56 ms, from d(hidden)'s start (1.85
+    // ms) to its own length after it, and Moonlight's step did not gain with every layer's d(x) and d(W) paired
+    // the same way (112.6 / 114.4 k tokens/s against 114.7 / 114.1 k; session 23, docs/benchmarks.md).
     if (dhidden.defined()) gemm(chunk_logits, false, weight, false, dhidden.narrow(start, length), 1.0f, 0.0f);
     if (dweight.defined()) {
       // The first chunk writes a gradient whose old contents are not wanted; every later one adds. Written, the
