@@ -400,12 +400,16 @@ struct QkvCase {
 
 TEST_F(MlaGpu, QkvAssemblyAndItsTransposeMatchCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
-  for (const QkvCase& c : {QkvCase{37, 4, 8, 4, 6, 16, 8, true, 1.3}, QkvCase{29, 2, 4, 4, 10, 16, 16, false, 1.0},
-                           QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1}, QkvCase{33, 16, 128, 64, 128, 192, 128, false, 1.0},
-                           // head widths off multiples of 8, and many heads (a vectorised kernel must fall back
-                           // to narrower accesses there, and keep every head's rope-key gradient of a token)
-                           QkvCase{11, 3, 6, 6, 5, 13, 7, false, 1.0}, QkvCase{5, 200, 16, 64, 16, 80, 16, false, 0.9},
-                           QkvCase{23, 5, 6, 10, 7, 16, 8, true, 1.0}}) {  // q in place with an odd pair count
+  for (const QkvCase& c :
+       {QkvCase{37, 4, 8, 4, 6, 16, 8, true, 1.3}, QkvCase{29, 2, 4, 4, 10, 16, 16, false, 1.0},
+        QkvCase{65, 16, 128, 64, 128, 192, 128, true, 1.1}, QkvCase{33, 16, 128, 64, 128, 192, 128, false, 1.0},
+        // head widths off multiples of 8, and many heads (a vectorised kernel must fall back
+        // to narrower accesses there, and keep every head's rope-key gradient of a token)
+        QkvCase{11, 3, 6, 6, 5, 13, 7, false, 1.0}, QkvCase{5, 200, 16, 64, 16, 80, 16, false, 0.9},
+        QkvCase{23, 5, 6, 10, 7, 16, 8, true, 1.0},  // q in place with an odd pair count
+        // in place at rope 32 and 16, heads not filling the one-warp kernels' last pass
+        QkvCase{19, 6, 16, 32, 16, 48, 16, true, 1.2}, QkvCase{13, 6, 24, 16, 8, 40, 8, false, 1.0},
+        QkvCase{17, 6, 24, 16, 8, 40, 8, true, 1.0}}) {
     SCOPED_TRACE(::testing::Message() << "heads " << c.heads << ", nope " << c.nope << ", rope " << c.rope << ", v "
                                       << c.v_dim << (c.interleaved ? ", interleaved" : ""));
     const int64_t T = c.tokens, H = c.heads, dqk = c.nope + c.rope, kv_width = c.nope + c.v_dim;
