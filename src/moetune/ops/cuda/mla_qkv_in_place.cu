@@ -16,6 +16,7 @@
 
 #include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/mla_qkv_kernels.h"
+#include "moetune/ops/cuda/mla_qkv_moves.cuh"
 #include "moetune/ops/cuda/mla_qkv_paths.h"
 #include "moetune/ops/cuda/mla_qkv_warp.h"
 #include "moetune/ops/cuda/mla_rotation.cuh"
@@ -49,37 +50,9 @@ __device__ __forceinline__ void fill_rotations(float* angles, int32_t position, 
   }
 }
 
-__device__ __forceinline__ uint4 load16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ void store16(bf16* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
-__device__ __forceinline__ uint4 zeros16() { return make_uint4(0, 0, 0, 0); }
-
-// One 16-byte move of a token's work: src to dst, zeros where src is null, nothing where dst is null.
-struct Move {
-  const bf16* src;
-  bf16* dst;
-};
-
-// The block's `count` moves, move_at(i) giving each: a thread issues kInFlight loads before it stores them, so
-// its loads overlap instead of each waiting for the one before (the forward kernel: 0.076 -> 0.063 ms a layer on
-// Moonlight's shapes, H200).
-constexpr int kInFlight = 4;
-
-template <typename MoveAt>
-__device__ __forceinline__ void run_moves(int count, const MoveAt& move_at) {
-  for (int base = threadIdx.x; base < count; base += kInFlight * blockDim.x) {
-    Move moves[kInFlight];
-    uint4 values[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int i = base + u * int(blockDim.x);
-      moves[u] = i < count ? move_at(i) : Move{nullptr, nullptr};
-      values[u] = moves[u].src != nullptr ? load16(moves[u].src) : zeros16();
-    }
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u)
-      if (moves[u].dst != nullptr) store16(moves[u].dst, values[u]);
-  }
-}
+using mla_moves::load16;
+using mla_moves::Move;
+using mla_moves::store16;
 
 // Shared memory: the rotation table (rope floats), then the staged bf16 columns.
 __global__ void __launch_bounds__(kThreads)
@@ -104,23 +77,24 @@ __global__ void __launch_bounds__(kThreads)
   const int rope_chunks = s.rope / kVec, k_chunks = s.qk_width / kVec, v_chunks = s.v_width / kVec;
   const int nope_chunks = s.nope / kVec, rope_end = dqk / kVec, v_real = s.v_dim / kVec;
   const int staged = (s.heads + 1) * rope_chunks, k_moves = s.heads * k_chunks;
-  run_moves(staged + k_moves + (v_token != nullptr ? s.heads * v_chunks : 0), [&](int i) -> Move {
-    if (i < staged) {
-      const int h = i / rope_chunks, c0 = (i - h * rope_chunks) * kVec;
-      if (h < s.heads) return {q_token + h * dqk + s.nope + c0, q_rope + h * s.rope + c0};
-      return {k_rope + t * s.k_rope_stride + c0, key_rope + c0};
-    }
-    i -= staged;
-    if (i < k_moves) {
-      const int h = i / k_chunks, c = i - h * k_chunks;
-      bf16* dst = k_token + h * s.qk_width + c * kVec;
-      if (c < nope_chunks) return {kv_token + h * dkv + c * kVec, dst};
-      return {nullptr, c >= rope_end ? dst : nullptr};
-    }
-    i -= k_moves;
-    const int h = i / v_chunks, c = i - h * v_chunks;
-    return {c < v_real ? kv_token + h * dkv + s.nope + c * kVec : nullptr, v_token + h * s.v_width + c * kVec};
-  });
+  mla_moves::run_moves(
+      threadIdx.x, blockDim.x, staged + k_moves + (v_token != nullptr ? s.heads * v_chunks : 0), [&](int i) -> Move {
+        if (i < staged) {
+          const int h = i / rope_chunks, c0 = (i - h * rope_chunks) * kVec;
+          if (h < s.heads) return {q_token + h * dqk + s.nope + c0, q_rope + h * s.rope + c0};
+          return {k_rope + t * s.k_rope_stride + c0, key_rope + c0};
+        }
+        i -= staged;
+        if (i < k_moves) {
+          const int h = i / k_chunks, c = i - h * k_chunks;
+          bf16* dst = k_token + h * s.qk_width + c * kVec;
+          if (c < nope_chunks) return {kv_token + h * dkv + c * kVec, dst};
+          return {nullptr, c >= rope_end ? dst : nullptr};
+        }
+        i -= k_moves;
+        const int h = i / v_chunks, c = i - h * v_chunks;
+        return {c < v_real ? kv_token + h * dkv + s.nope + c * kVec : nullptr, v_token + h * s.v_width + c * kVec};
+      });
   __syncthreads();
   const RotationTable rot{angles, s.rope / 2};
   // q's rope columns rotated in place (all read before the barrier), and the shared key rotated into each head of k.

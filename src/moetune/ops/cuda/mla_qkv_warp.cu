@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "moetune/core/dependent_launch.cuh"
+#include "moetune/ops/cuda/mla_qkv_moves.cuh"
 #include "moetune/ops/cuda/mla_qkv_paths.h"
 #include "moetune/ops/cuda/mla_qkv_warp.h"
 #include "moetune/ops/cuda/mla_rotation.cuh"
@@ -24,12 +25,12 @@ namespace {
 using mla_paths::kVec;
 using pointwise::bf16;
 
-constexpr int kWarps = 8;  // tokens a block
-constexpr int kInFlight = 4;
-constexpr unsigned kAll = 0xffffffffu;
+using mla_moves::load16;
+using mla_moves::Move;
+using mla_moves::zeros16;
 
-__device__ __forceinline__ uint4 load16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ void store16(bf16* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
+constexpr int kWarps = 8;  // tokens a block
+constexpr unsigned kAll = 0xffffffffu;
 
 __device__ __forceinline__ uint4 shuffle16(uint4 v, int lane) {
   return make_uint4(__shfl_sync(kAll, v.x, lane), __shfl_sync(kAll, v.y, lane), __shfl_sync(kAll, v.z, lane),
@@ -40,30 +41,6 @@ __device__ __forceinline__ uint4 shuffle16(uint4 v, int lane) {
 __device__ __forceinline__ float element(const uint4& v, int j) {
   const uint32_t word = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
   return __uint_as_float(j % 2 == 0 ? word << 16 : word & 0xffff0000u);
-}
-
-// One 16-byte copy: src to dst, zeros where src is null.
-struct Copy {
-  const bf16* src;
-  bf16* dst;
-};
-
-// `count` 16-byte copies of a token, copy_at(i) giving each, kInFlight loads a lane before its stores.
-template <typename CopyAt>
-__device__ __forceinline__ void copy_chunks(int lane, int count, const CopyAt& copy_at) {
-  for (int base = lane; base < count; base += kInFlight * 32) {
-    Copy copies[kInFlight];
-    uint4 values[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
-      const int i = base + u * 32;
-      copies[u] = i < count ? copy_at(i) : Copy{nullptr, nullptr};
-      values[u] = copies[u].src != nullptr ? load16(copies[u].src) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u)
-      if (copies[u].dst != nullptr) store16(copies[u].dst, values[u]);
-  }
 }
 
 // A lane's place in the rope columns: chunk `chunk` (of `chunks` = rope / 8) of the head group's row, the group's
@@ -179,14 +156,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   // k's no-rope columns, and v (zeros past its real columns) where it is built.
   const int nope_chunks = s.nope / kVec, v_chunks = s.v_width / kVec, v_real = s.v_dim / kVec;
-  copy_chunks(lane, s.heads * nope_chunks, [&](int i) {
+  mla_moves::run_moves(lane, 32, s.heads * nope_chunks, [&](int i) {
     const int h = i / nope_chunks, c = i - h * nope_chunks;
-    return Copy{kv_token + h * dkv + c * kVec, k_token + h * s.qk_width + c * kVec};
+    return Move{kv_token + h * dkv + c * kVec, k_token + h * s.qk_width + c * kVec};
   });
   if (v_token != nullptr)
-    copy_chunks(lane, s.heads * v_chunks, [&](int i) {
+    mla_moves::run_moves(lane, 32, s.heads * v_chunks, [&](int i) {
       const int h = i / v_chunks, c = i - h * v_chunks;
-      return Copy{c < v_real ? kv_token + h * dkv + s.nope + c * kVec : nullptr, v_token + h * s.v_width + c * kVec};
+      return Move{c < v_real ? kv_token + h * dkv + s.nope + c * kVec : nullptr, v_token + h * s.v_width + c * kVec};
     });
 
   const RopeLane r(lane, s.rope);
@@ -203,7 +180,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int h0 = 0; h0 < s.heads; h0 += group) {
     const int h = h0 + lane / r.chunks;
     bf16* at = q_token + h * dqk + s.nope + r.chunk * kVec;
-    rotate_chunk(h < s.heads ? load16(at) : make_uint4(0, 0, 0, 0), r, s.interleaved, angles, out);
+    rotate_chunk(h < s.heads ? load16(at) : zeros16(), r, s.interleaved, angles, out);
     if (h < s.heads) pointwise::store<kVec>(at, out);
   }
 }
@@ -224,9 +201,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   // dkv = [dk's no-rope columns | dv's real columns] per head (dv's only where it is given).
   const int nope_chunks = s.nope / kVec, chunks = dv_token != nullptr ? dkv_width / kVec : nope_chunks;
-  copy_chunks(lane, s.heads * chunks, [&](int i) {
+  mla_moves::run_moves(lane, 32, s.heads * chunks, [&](int i) {
     const int h = i / chunks, c = i - h * chunks;
-    return Copy{
+    return Move{
         c < nope_chunks ? dk_token + h * s.qk_width + c * kVec : dv_token + h * s.v_width + (c - nope_chunks) * kVec,
         dkv_token + h * dkv_width + c * kVec};
   });
@@ -254,7 +231,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int h0 = 0; h0 < s.heads; h0 += group) {
     const int h = h0 + lane / r.chunks;
     bf16* at = dq_token + h * dqk + s.nope + r.chunk * kVec;
-    widen(h < s.heads ? load16(at) : make_uint4(0, 0, 0, 0), dy);
+    widen(h < s.heads ? load16(at) : zeros16(), dy);
     unrotate_chunk(dy, r, s.interleaved, angles, out);
     if (h < s.heads) pointwise::store<kVec>(at, out);
   }
