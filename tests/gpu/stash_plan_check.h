@@ -17,7 +17,7 @@ inline void expect_stashes_as_planned(const model::cuda::CausalLM& model, int64_
     for (const model::SublayerSpec& sublayer : layer.sublayers) {
       ASSERT_LT(i, report.size());
       EXPECT_EQ(int64_t(report[i].second),
-                model::gpu_stash_bytes(sublayer, spec.hidden_size, tokens, /*keep_norm_outputs=*/true))
+                model::gpu_stash_bytes(sublayer, spec.hidden_size, tokens, /*keep_outputs=*/true))
           << report[i].first;
       ++i;
     }

@@ -72,7 +72,7 @@ TEST_F(RecomputeGpu, SameLossAndGradientsInEveryMode) {
         for (const model::SublayerSpec& sublayer : layer.sublayers)
           planned += model::recomputes(mode, sublayer) ? rows * seq * spec.hidden_size * 2
                                                        : model::gpu_stash_bytes(sublayer, spec.hidden_size, rows * seq,
-                                                                                model::keeps_norm_outputs(mode, false));
+                                                                                model::keeps_outputs(mode, false));
       EXPECT_EQ(step.stash, planned);
       EXPECT_LT(step.stash, reference.stash);
     }
@@ -108,7 +108,7 @@ TEST_F(RecomputeGpu, LoraAdaptersAreRecomputedToo) {
         bytes += model::recomputes(mode, sublayer, layer, spec.num_layers(), keep_last_layers)
                      ? kRows * kSeq * spec.hidden_size * 2
                      : model::gpu_stash_bytes(sublayer, spec.hidden_size, kRows * kSeq,
-                                              model::keeps_norm_outputs(mode, /*lora=*/true));
+                                              model::keeps_outputs(mode, /*lora=*/true));
     return bytes;
   };
   const Step reference = run_step(model, batch, model::Recompute::None);

@@ -51,7 +51,7 @@ TEST(RecomputePlan, RecomputedSublayersKeepTheirInputAndPeakInTheirBackward) {
   };
   EXPECT_EQ(stash(experts, "moe"), 4 * (input + 2 * 128 * 4));  // inputs, and the counts kept for telemetry
   // Attention keeps its stash, without its norm's output (T x 2048 bf16, an input's size): with recomputation the
-  // norms are recomputed everywhere (model/recompute.h keeps_norm_outputs).
+  // norms are recomputed everywhere (model/recompute.h keeps_outputs).
   EXPECT_EQ(stash(experts, "attention") + 4 * input, stash(none, "attention"));
   EXPECT_EQ(stash(full, "attention"), 4 * input);
   EXPECT_EQ(full.stash_bytes, 8 * input + 4 * 2 * 128 * 4 + input /* the head's */);
@@ -61,9 +61,8 @@ TEST(RecomputePlan, RecomputedSublayersKeepTheirInputAndPeakInTheirBackward) {
   EXPECT_EQ(experts.peak_phase, "recomputed moe backward");
   // The backward's temporaries where the experts' gradients meet: d(expert_out) [rows, 2048] beside d(gate_up)
   // [rows, 2 x 768] and d(activated) [rows, 768]; the incoming gradient; the routing weights' gradient.
-  EXPECT_EQ(experts.transient_bytes,
-            gpu_stash_bytes(moe, 2048, T, /*keep_norm_outputs=*/false) - input + input + rows * (2048 + 3 * 768) * 2 +
-                rows * 4);
+  EXPECT_EQ(experts.transient_bytes, gpu_stash_bytes(moe, 2048, T, /*keep_outputs=*/false) - input + input +
+                                         rows * (2048 + 3 * 768) * 2 + rows * 4);
   EXPECT_LT(experts.total(), none.total());
   EXPECT_LT(full.total(), experts.total());
 }

@@ -58,9 +58,9 @@ bool gpu_mla_v_in_kv(const AttentionSpec& attention) {
                           widths.qk, /*k_rope_stride=*/mla.kv_lora_rank + mla.qk_rope_head_dim);
 }
 
-int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens, bool keep_norm_outputs) {
+int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens, bool keep_outputs) {
   const int64_t T = tokens, H = hidden;
-  const int64_t normed = keep_norm_outputs ? T * H * kBf16 : 0;  // the input norm's output, where kept
+  const int64_t normed = keep_outputs ? T * H * kBf16 : 0;  // the input norm's output, where kept
   if (const AttentionSpec* a = sublayer.attention()) {
     if (const MlaSpec* mla = a->mla ? &*a->mla : nullptr) {
       // input, q's latent (with q_lora_rank), kv_a's output (the kv latent and the shared rope key), q, k, v and
@@ -71,7 +71,7 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
       const MlaHeadWidths widths = gpu_mla_head_widths(*a);
       const int64_t qk = a->num_heads * widths.qk, v = a->num_heads * widths.v;
       const int64_t v_held = gpu_mla_v_in_kv(*a) ? a->num_heads * (mla->qk_nope_head_dim + a->v_head_dim) : v;
-      const int64_t latents_normed = keep_norm_outputs ? T * (q_latent + mla->kv_lora_rank) * kBf16 : 0;
+      const int64_t latents_normed = keep_outputs ? T * (q_latent + mla->kv_lora_rank) * kBf16 : 0;
       return T * (H + q_latent + kv_latent + 2 * qk + v_held + v) * kBf16 + T * a->num_heads * kF32 + normed +
              latents_normed;
     }
@@ -80,8 +80,10 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
     return T * (H + (q + k + v) + q + k + v + attended) * kBf16 + T * a->num_heads * kF32 + normed;
   }
-  // input, pre-activation, and the norm's output where kept
-  if (const MlpSpec* m = sublayer.mlp()) return T * (H + m->first_projection()) * kBf16 + normed;
+  // input, pre-activation, and the norm's output and the activation where kept
+  if (const MlpSpec* m = sublayer.mlp())
+    return T * (H + m->first_projection() + (keeps_activation(*m, keep_outputs) ? m->intermediate : 0)) * kBf16 +
+           normed;
   if (const Mamba2Spec* m = sublayer.mamba2()) {
     // input, in_proj's output, the conv's, the scan's (the normed input and the scan's chunk states are
     // recomputed in the backward pass).
@@ -94,9 +96,12 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
   // projected ones).
   int64_t bytes = T * H * kBf16 + normed + T * E * kF32 + T * k * (kI32 + kF32) + (E + 1) * kI32 + 2 * rows * kI32 +
                   rows * (D + gpu_experts_pre_activation_width(m.experts) + D) * kBf16;
+  if (keeps_activation(m.experts, keep_outputs)) bytes += rows * m.experts.intermediate * kBf16;  // the activation
   if (m.latent_size) bytes += T * D * kBf16;
   if (m.shared_expert) {
-    bytes += T * m.shared_expert->mlp.first_projection() * kBf16;             // its pre-activation
+    const MlpSpec& shared = m.shared_expert->mlp;
+    bytes += T * (shared.first_projection() + (keeps_activation(shared, keep_outputs) ? shared.intermediate : 0)) *
+             kBf16;  // its pre-activation, and its activation where kept
     if (m.shared_expert->sigmoid_gate) bytes += T * H * kBf16 + T * kF32;         // its output, the gate logits
   }
   return bytes;
@@ -153,7 +158,7 @@ int64_t gradient_parameters_held(const ParameterLayout& layout, bool update_in_b
 ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute, int64_t keep_last_layers,
                                    int64_t lm_head_chunk_rows, bool lora) {
   const int64_t T = tokens, H = spec.hidden_size;
-  const bool keep_norm_outputs = keeps_norm_outputs(recompute, lora);
+  const bool keep_outputs = keeps_outputs(recompute, lora);
   ActivationPlan plan;
   int64_t moe_backward = 0, mlp_backward = 0, mamba2_backward = 0;  // the largest such backward's temporaries (not recomputed)
   int64_t recomputed_backward = 0;    // the largest recomputed sublayer's stash (beyond its input) + backward's
@@ -163,7 +168,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
       const std::string kind = block_kind(sublayer);
       auto entry = std::find_if(plan.stash.begin(), plan.stash.end(), [&](const auto& e) { return e.first == kind; });
       if (entry == plan.stash.end()) entry = plan.stash.insert(plan.stash.end(), {kind, 0});
-      const int64_t stash = gpu_stash_bytes(sublayer, H, T, keep_norm_outputs), input = T * H * kBf16;
+      const int64_t stash = gpu_stash_bytes(sublayer, H, T, keep_outputs), input = T * H * kBf16;
       const int64_t backward = backward_transient_bytes(sublayer, H, T);
       if (recomputes(recompute, sublayer, layer, spec.num_layers(), keep_last_layers)) {
         entry->second += input;

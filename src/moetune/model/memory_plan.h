@@ -61,7 +61,7 @@ struct ActivationPlan {
 // back, on top of its backward pass's temporaries, while that backward runs.
 // `keep_last_layers`: training.recompute_keep_layers (model/recompute.h). `lm_head_chunk_rows`:
 // training.lm_head_chunk_rows, the fused LM head's chunk height (0: the op's own rule, ops/lm_head_chunk.h).
-// `lora`: LoRA adapters are trained (the blocks then recompute their norms: model/recompute.h keeps_norm_outputs).
+// `lora`: LoRA adapters are trained (the blocks then recompute their norms: model/recompute.h keeps_outputs).
 ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recompute recompute = Recompute::None,
                                    int64_t keep_last_layers = 0, int64_t lm_head_chunk_rows = 0, bool lora = false);
 
@@ -81,8 +81,8 @@ MlaHeadWidths gpu_mla_head_widths(const AttentionSpec& attention);
 bool gpu_mla_v_in_kv(const AttentionSpec& attention);
 
 // What one GPU block (model/cuda/*_block.h) keeps from its forward to its backward pass for `tokens` tokens, with
-// its norms' outputs when `keep_norm_outputs` (model/recompute.h keeps_norm_outputs).
-int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens, bool keep_norm_outputs);
+// its norms' outputs and its activations when `keep_outputs` (model/recompute.h keeps_outputs).
+int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens, bool keep_outputs);
 
 // The routed experts' pre-activation width on the GPU: the grouped GEMMs move 16-byte rows, so relu² experts
 // whose intermediate size is not a multiple of 8 run padded to the next one (model/cuda/padded_experts.h);

@@ -36,6 +36,6 @@ bool recomputes(Recompute mode, const SublayerSpec& sublayer, int64_t layer, int
   return layer < num_layers - keep_last_layers && recomputes(mode, sublayer);
 }
 
-bool keeps_norm_outputs(Recompute mode, bool lora) { return mode == Recompute::None && !lora; }
+bool keeps_outputs(Recompute mode, bool lora) { return mode == Recompute::None && !lora; }
 
 }  // namespace moetune::model

@@ -20,10 +20,18 @@ bool recomputes(Recompute mode, const SublayerSpec& sublayer);
 // stash even where `mode` recomputes (memory left after recomputing, spent on speed).
 bool recomputes(Recompute mode, const SublayerSpec& sublayer, int64_t layer, int64_t num_layers, int64_t keep_last_layers);
 
-// Whether the GPU blocks keep their RMSNorms' outputs for the backward pass instead of running each norm again
-// there: with nothing recomputed and no LoRA adapters (full fine-tuning, where the weights and optimizer state
-// dominate the memory: T·width·2 bytes a norm buy back a ~20 us norm pass at T = 8192, width 2048). Where memory
-// is the constraint (recomputation, LoRA's small-memory runs) the norms are recomputed.
-bool keeps_norm_outputs(Recompute mode, bool lora);
+// Whether the GPU blocks keep the outputs their backward pass would otherwise compute again, their RMSNorms'
+// outputs and their MLPs' and experts' activations (what the down projection's weight gradient reads): with
+// nothing recomputed and no LoRA adapters (full fine-tuning, where the weights and optimizer state dominate the
+// memory: T·width·2 bytes a norm buy back a ~20 us norm pass at T = 8192, width 2048; an activation's
+// rows·intermediate·2 bytes, the write of it that the activation's backward pass otherwise adds, ~1/6 of that
+// pass). Where memory is the constraint (recomputation, LoRA's small-memory runs) both are recomputed.
+bool keeps_outputs(Recompute mode, bool lora);
+// Whether an MLP (dense, shared expert or routed experts) keeps its activation where the blocks keep their outputs:
+// the gated ones (SwiGLU, GPT-OSS's clamped SwiGLU), whose backward pass would otherwise write it again; relu²'s
+// recomputes it in a pass of its own, and keeps doing so.
+inline bool keeps_activation(const MlpSpec& mlp, bool keep_outputs) {
+  return keep_outputs && mlp.activation != Activation::ReluSquared;
+}
 
 }  // namespace moetune::model

@@ -57,7 +57,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
   qkv_lora_.forward(normed, stash_.qkv, context.lora_pass());
-  if (context.keep_norm_outputs) stash_.normed = normed;
+  if (context.keep_outputs) stash_.normed = normed;
   normed = Tensor();
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});

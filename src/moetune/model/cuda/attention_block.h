@@ -45,7 +45,7 @@ class AttentionBlock {
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
   struct Stash {
     Tensor input;         // h [T, H]
-    Tensor normed;        // rms_norm(h), where the step keeps norm outputs (StepContext::keep_norm_outputs)
+    Tensor normed;        // rms_norm(h), where the step keeps norm outputs (StepContext::keep_outputs)
     Tensor qkv;           // the fused projection [T, (nq + 2 nkv) d], before norms and rotation
     Tensor q, k, v;       // attention's inputs
     Tensor attended;      // [T, nq, d]

@@ -110,7 +110,7 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
     for (const Tensor& grad : sublayer.with_block([](const auto& block) { return block.overwritten_gradients(); }))
       overwritten_gradients_.push_back(grad);
   set_head_gradient_written(true);
-  keep_norm_outputs_ = keeps_norm_outputs(Recompute::None, store_->weights().lora != nullptr);
+  keep_outputs_ = keeps_outputs(Recompute::None, store_->weights().lora != nullptr);
 }
 
 void CausalLM::set_head_gradient_written(bool on) {
@@ -126,7 +126,7 @@ void CausalLM::set_recompute(Recompute mode, int64_t keep_last_layers) {
   for (int64_t i = 0, s = 0; i < layers; ++i)
     for (const SublayerSpec& sublayer : spec().layers[size_t(i)].sublayers)
       sublayers_[size_t(s++)].recompute = recomputes(mode, sublayer, i, layers, keep_last_layers);
-  keep_norm_outputs_ = keeps_norm_outputs(mode, store_->weights().lora != nullptr);
+  keep_outputs_ = keeps_outputs(mode, store_->weights().lora != nullptr);
 }
 
 bool CausalLM::wants_aux(const Batch& batch) const {
@@ -182,7 +182,7 @@ CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   StepContext context{device_batch};
   context.training = true;
   context.lora_draw = lora_draw_++;
-  context.keep_norm_outputs = keep_norm_outputs_;
+  context.keep_outputs = keep_outputs_;
   context.overwrite_gradients = next_backward_overwrites_;
   context.expert_norms = expert_norms_;
   next_backward_overwrites_ = false;

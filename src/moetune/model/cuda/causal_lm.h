@@ -162,7 +162,7 @@ class CausalLM final : public LanguageModel {
   // backward pass adds to as well.
   Tensor written_head_gradient_;
   int64_t lm_head_chunk_rows_ = 0;  // set_lm_head_chunk_rows
-  bool keep_norm_outputs_ = false;   // StepContext::keep_norm_outputs of training passes; set_recompute sets it
+  bool keep_outputs_ = false;       // StepContext::keep_outputs of training passes; set_recompute sets it
   ExpertNormPartials* expert_norms_ = nullptr;  // set_expert_norm_partials
   // No backward pass since the gradients were made or zero_grad(): the next forward_backward is a step's first
   // micro-batch. Only zero_grad() sets it.

@@ -72,7 +72,7 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   PhaseScope part("mla.projections");  // the parts of the attention phase, nested in it
   Tensor x = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, x);
-  if (context.keep_norm_outputs) stash_.x = x;
+  if (context.keep_outputs) stash_.x = x;
   const Tensor q_proj = project_q(x);
   stash_.kv_a_out = device_like({tokens, latent + rope});
   ops::cuda::linear_forward(x, p_.kv_a.value, p_.kv_a_bias.value, stash_.kv_a_out);
@@ -82,9 +82,9 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::rms_norm_forward(latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
   Tensor kv = device_like({tokens, heads * (nope + dv)});
   ops::cuda::linear_forward(kv_normed, p_.kv_b.value, {}, kv);
-  if (context.keep_norm_outputs) stash_.kv_normed = kv_normed;
+  if (context.keep_outputs) stash_.kv_normed = kv_normed;
   kv_normed = Tensor();
-  if (!context.keep_norm_outputs) stash_.q_normed = Tensor();
+  if (!context.keep_outputs) stash_.q_normed = Tensor();
 
   part.next("mla.qkv");
   stash_.k = device_like({tokens, heads, qk_width_});

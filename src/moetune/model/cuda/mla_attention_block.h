@@ -49,7 +49,7 @@ class MlaAttentionBlock {
     Tensor input;          // h
     Tensor q_latent;       // q_a(x) before its norm; undefined without q_lora_rank
     Tensor kv_a_out;       // kv_a(x) [T, latent + rope]: c before kv_a_layernorm, then k_rope before RoPE
-    // The norms' outputs where the step keeps them (StepContext::keep_norm_outputs), else undefined: x = rms_norm(h),
+    // The norms' outputs where the step keeps them (StepContext::keep_outputs), else undefined: x = rms_norm(h),
     // q_a_layernorm(q_latent) (with q_lora_rank), kv_a_layernorm(c).
     Tensor x, q_normed, kv_normed;
     Tensor q, k, v;        // attention's inputs [T, heads, width]; v undefined where read in kv (v_in_kv_)

@@ -1,9 +1,10 @@
 #include "moetune/model/cuda/mlp_block.h"
-#include "moetune/core/phase_profile.h"
 
+#include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
+#include "moetune/model/recompute.h"
 #include "moetune/ops/cuda/norm.h"
 
 namespace moetune::model::cuda {
@@ -22,8 +23,9 @@ Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   normed_ = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed_);
   Tensor out = device_like(h.shape());
-  gate_up_out_ = swiglu_mlp(normed_, p_.mlp, out, &lora_, spec_, /*residual=*/h);
-  if (!context.keep_norm_outputs) normed_ = Tensor();
+  gate_up_out_ = swiglu_mlp(normed_, p_.mlp, out, &lora_, spec_, /*residual=*/h,
+                            keeps_activation(spec_, context.keep_outputs) ? &activation_ : nullptr);
+  if (!context.keep_outputs) normed_ = Tensor();
   return out;
 }
 
@@ -32,7 +34,7 @@ Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext& context) {
   const Tensor normed = norm_for_backward(normed_, input_, p_.norm.value, eps_, input_.shape());
   Tensor dnormed = device_like(input_.shape());
   swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp, dnormed, /*accumulate_dx=*/false, &lora_, spec_,
-                      context.overwrite_gradients);
+                      context.overwrite_gradients, activation_);
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);
   clear_stash();
@@ -46,7 +48,7 @@ std::vector<Tensor> DenseMlpBlock::overwritten_gradients() const {
 }
 
 size_t DenseMlpBlock::stash_bytes() const {
-  return held_bytes({&input_, &normed_, &gate_up_out_}) + lora_.stash_bytes();
+  return held_bytes({&input_, &normed_, &gate_up_out_, &activation_}) + lora_.stash_bytes();
 }
 
 }  // namespace moetune::model::cuda

@@ -19,7 +19,7 @@ class DenseMlpBlock {
   // The gradients its backward pass writes whole on a step's first pass (StepContext::overwrite_gradients).
   std::vector<Tensor> overwritten_gradients() const;
   void clear_stash() {
-    input_ = normed_ = gate_up_out_ = Tensor();
+    input_ = normed_ = gate_up_out_ = activation_ = Tensor();
     lora_.clear_stash();
   }
 
@@ -28,7 +28,8 @@ class DenseMlpBlock {
   double eps_;
   MlpParams p_;
   SwigluLora lora_;  // LoRA adapters, if any
-  Tensor input_, normed_, gate_up_out_;  // normed_: the norm's output, kept for the backward pass (not recomputed)
+  // normed_, activation_: the norm's output and the activation, where the step keeps them (StepContext::keep_outputs)
+  Tensor input_, normed_, gate_up_out_, activation_;
 };
 
 }  // namespace moetune::model::cuda

@@ -6,10 +6,11 @@
 #include "moetune/model/cuda/mlp_activation.h"
 #include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/model/cuda/padded_experts.h"
-#include "moetune/model/memory_plan.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
 #include "moetune/model/lora_refusal.h"
+#include "moetune/model/memory_plan.h"
 #include "moetune/model/moe_variant.h"
+#include "moetune/model/recompute.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/aux_loss.h"
 #include "moetune/ops/cuda/elementwise.h"
@@ -164,14 +165,15 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   const bool shared_takes_residual = p_.shared.defined() && !p_.shared_gate.defined() && !p_.latent_out.defined();
   if (p_.shared.defined()) {
     shared_out_ = device_like(h.shape());
-    shared_gate_up_ = swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp,
-                                 shared_takes_residual ? h : Tensor());
+    shared_gate_up_ = swiglu_mlp(
+        normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp, shared_takes_residual ? h : Tensor(),
+        keeps_activation(spec_.shared_expert->mlp, context.keep_outputs) ? &shared_activation_ : nullptr);
     if (p_.shared_gate.defined()) {
       shared_gate_logits_ = device_like({tokens, 1}, DType::F32);
       ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
     }
   }
-  if (!context.keep_norm_outputs) normed_ = Tensor();
+  if (!context.keep_outputs) normed_ = Tensor();
   const int64_t rows = dispatched_.rows.size(0);
   gate_up_out_ = device_like({rows, first});
   ops::cuda::grouped_matmul(dispatched_.rows, up, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
@@ -183,6 +185,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::grouped_matmul(activated, down, /*transpose_w=*/true, dispatched_.offsets, expert_out_);
   add_expert_bias(p_.down_bias, expert_out_);
   expert_lora_.down_forward(activated, dispatched_.offsets, expert_out_);
+  if (keeps_activation(spec_.experts, context.keep_outputs)) activation_ = activated;
   activated = Tensor();
   phase.next("moe.combine");
   Tensor out = device_like(h.shape());
@@ -226,16 +229,24 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   // A dispatcher that transfers d(rows) back to the tokens' ranks does so while the weight gradients run (they
   // need nothing downstream); otherwise each weight gradient goes as early as its inputs allow, freeing them.
   const bool overlap = dispatcher_->transfers();
-  // Gated experts without LoRA on down (which adds to d(activated) and reads the activation) nor a transfer:
-  // down's input gradient first, then the activation's backward writes the recomputed activation over
-  // d(activated) for down's weight gradient: one pass over the pre-activation instead of two (0.35 -> 0.26 ms on
-  // Moonlight's layer, docs/benchmarks.md), with d(expert_out) held until then beside d(gate_up) (the memory plan
-  // counts it). Otherwise down's weight gradient goes first on the activation recomputed apart.
-  const bool fused = !overlap && !expert_lora_.on_down() && p_.down.grad.defined() &&
+  // The forward's activation kept (StepContext::keep_outputs): down's weight gradient reads it, first, and the
+  // activation's backward writes d(gate_up) alone (1/6 less traffic than the fused pass below). Otherwise, gated
+  // experts without LoRA on down (which adds to d(activated) and reads the activation) nor a transfer: down's
+  // input gradient first, then the activation's backward writes the recomputed activation over d(activated) for
+  // down's weight gradient: one pass over the pre-activation instead of two (0.35 -> 0.26 ms on Moonlight's
+  // layer, docs/benchmarks.md), with d(expert_out) held until then beside d(gate_up) (the memory plan counts it).
+  // Otherwise down's weight gradient goes first on the activation recomputed apart.
+  const bool kept = activation_.defined();
+  const bool fused = !kept && !overlap && !expert_lora_.on_down() && p_.down.grad.defined() &&
                      spec_.experts.activation != Activation::ReluSquared;
   // Frozen experts (LoRA, training.freeze) have no weight gradients.
   const auto down_weight_gradient = [&] {
     if (!p_.down.grad.defined()) return;
+    if (kept) {
+      add_down_weight_grad(dexpert_out, activation_, context.overwrite_gradients, context.expert_norms);
+      activation_ = Tensor();
+      return;
+    }
     Tensor activated = device_like({rows, inner});  // recomputed from the kept pre-activation
     activation_forward(spec_.experts, gate_up_out_, activated);
     add_down_weight_grad(dexpert_out, activated, context.overwrite_gradients, context.expert_norms);
@@ -313,7 +324,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
                                  /*accumulate_dx=*/true, context.overwrite_gradients);
     }
     swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true, &shared_lora_,
-                        spec_.shared_expert->mlp, context.overwrite_gradients);
+                        spec_.shared_expert->mlp, context.overwrite_gradients, shared_activation_);
   }
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);
@@ -323,14 +334,16 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
 
 size_t MoeBlock::stash_bytes() const {
   return held_bytes({&input_, &normed_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_,
-                     &expert_out_, &latent_combined_, &shared_gate_up_, &shared_out_, &shared_gate_logits_}) +
+                     &activation_, &expert_out_, &latent_combined_, &shared_gate_up_, &shared_activation_, &shared_out_,
+                     &shared_gate_logits_}) +
          dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
-  input_ = normed_ = logits_ = expert_ids_ = weights_ = gate_up_out_ = expert_out_ = latent_combined_ = Tensor();
+  input_ = normed_ = logits_ = expert_ids_ = weights_ = gate_up_out_ = activation_ = expert_out_ = latent_combined_ =
+      Tensor();
   up_padded_ = down_padded_ = Tensor();
-  shared_gate_up_ = shared_out_ = shared_gate_logits_ = Tensor();
+  shared_gate_up_ = shared_activation_ = shared_out_ = shared_gate_logits_ = Tensor();
   dispatched_ = {};
   dispatcher_->clear();
   expert_lora_.clear_stash();

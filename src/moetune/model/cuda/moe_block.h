@@ -69,9 +69,11 @@ class MoeBlock {
   Tensor weights_;           // F32 [T, k]
   DispatchedTokens dispatched_;  // the experts' input rows [R, H] and offsets
   Tensor gate_up_out_;       // [T k, 2 I] (relu²: [T k, I])
+  Tensor activation_;        // [T k, I], where the step keeps it (model/recompute.h keeps_activation)
   Tensor expert_out_;        // [T k, D] (D: the latent width, else H)
   Tensor latent_combined_;   // with a latent: the experts' weighted sum [T, D], latent_out's input
   Tensor shared_gate_up_;    // the shared expert's pre-activation [T, 2 Is]
+  Tensor shared_activation_;  // its activation [T, Is], where kept
   Tensor shared_out_;        // its output [T, H], read by the gate's backward
   Tensor shared_gate_logits_;  // F32 [T, 1]
   Tensor layer_counts_, layer_prob_sums_;

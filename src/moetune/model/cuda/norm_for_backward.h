@@ -1,5 +1,5 @@
 // A GPU block's RMSNorm output in its backward pass: the tensor its forward pass kept (StepContext::
-// keep_norm_outputs), or else the norm run again on the kept input.
+// keep_outputs), or else the norm run again on the kept input.
 #pragma once
 
 #include "moetune/core/tensor.h"

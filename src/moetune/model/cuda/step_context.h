@@ -39,9 +39,9 @@ struct StepContext {
   // squares for the clipping norm (model/cuda/expert_norm_partials.h).
   ExpertNormPartials* expert_norms = nullptr;
   uint64_t lora_draw = 0;       // with these masks, the same in a recomputed forward
-  // The blocks keep their norms' outputs for the backward pass (model/recompute.h keeps_norm_outputs); else
-  // their backward passes run the norms again.
-  bool keep_norm_outputs = false;
+  // The blocks keep their norms' outputs and their activations for the backward pass (model/recompute.h
+  // keeps_outputs); else their backward passes compute them again.
+  bool keep_outputs = false;
 
   // For a sublayer's forward run again in the backward pass (training.recompute): the same batch, and no aux
   // sums, so that the MoE layer does not count its routing twice.
@@ -49,7 +49,7 @@ struct StepContext {
     StepContext again{batch};
     again.training = training;
     again.lora_draw = lora_draw;
-    again.keep_norm_outputs = keep_norm_outputs;
+    again.keep_outputs = keep_outputs;
     return again;
   }
   LoraPass lora_pass() const { return {training, lora_draw}; }

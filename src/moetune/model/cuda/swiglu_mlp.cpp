@@ -9,7 +9,7 @@ Tensor device_like(Shape shape) { return Tensor::empty(std::move(shape), DType::
 }  // namespace
 
 Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, SwigluLora* lora, const MlpSpec& mlp,
-                  const Tensor& residual) {
+                  const Tensor& residual, Tensor* kept_activation) {
   const int64_t tokens = x.size(0), first = p.gate_up.value.size(0), inner = activated_width(mlp, first);
   Tensor gate_up = device_like({tokens, first});
   ops::cuda::linear_forward(x, p.gate_up.value, p.gate_up_bias.value, gate_up);
@@ -21,12 +21,13 @@ Tensor swiglu_mlp(const Tensor& x, const SwigluParams& p, const Tensor& out, Swi
   else
     ops::cuda::linear_forward(activated, p.down.value, p.down_bias.value, out);
   if (lora) lora->down.forward(activated, out, lora->pass);
+  if (kept_activation) *kept_activation = activated;
   return gate_up;
 }
 
 void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
                          const Tensor& dx, bool accumulate_dx, SwigluLora* lora, const MlpSpec& mlp,
-                         bool write_weight_grads) {
+                         bool write_weight_grads, const Tensor& activation) {
   const int64_t tokens = dout.size(0), first = p.gate_up.value.size(0), inner = activated_width(mlp, first);
   Tensor dgate_up = device_like({tokens, first});
   if (lora && !lora->down.empty()) {
@@ -38,6 +39,13 @@ void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate
                                write_weight_grads);
     lora->down.backward(dout, activated, dactivated);
     activated = Tensor();
+    activation_backward(mlp, dactivated, gate_up, dgate_up);
+  } else if (activation.defined()) {
+    // The forward's activation kept: down's two gradients, then the activation's backward, which writes nothing
+    // but d(gate_up).
+    Tensor dactivated = device_like({tokens, inner});
+    ops::cuda::linear_backward(dout, activation, p.down.value, dactivated, p.down.grad, p.down_bias.grad, false,
+                               write_weight_grads);
     activation_backward(mlp, dactivated, gate_up, dgate_up);
   } else {
     // d(activated) first; the activation's backward then writes the recomputed activation over it (what down's
