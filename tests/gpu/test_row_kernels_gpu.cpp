@@ -100,7 +100,7 @@ class RowKernelsGpu : public testing::GpuTest {
 };
 
 // Widths: Moonlight's hidden (2048) and kv_a_layernorm (512), a width between them (1024), one chunk
-// short of a whole warp (24: 3 chunks); rows: fewer and more than the backward's 512 blocks, not multiples of 8.
+// short of a whole warp (24: 3 chunks); rows: fewer and more than the backward's 768 blocks, not multiples of 8.
 TEST_F(RowKernelsGpu, NormRowsInRegistersGiveTheOneRowKernelsBits) {
   SCOPED_TRACE(seed());
   for (const Shape& shape : std::vector<Shape>{{1100, 2048}, {1537, 512}, {37, 1024}, {2051, 24}, {3, 2048}}) {
