@@ -1,6 +1,6 @@
 // MLA's q/k/v assembly where q's head width is q_proj's, one block per token and one launch per direction, for the
-// rope widths the one-warp-per-token kernels (mla_qkv_warp.h: 64, which covers Moonlight, DeepSeek-V3 and Kimi-K2)
-// do not take: q's rope columns rotated in place, k and v built from kv_b's output and
+// rope widths the one-warp-per-token kernels (mla_qkv_warp.h: 16, 32, 64, which covers Moonlight, DeepSeek-V3 and
+// Kimi-K2) do not take: q's rope columns rotated in place, k and v built from kv_b's output and
 // the shared rope key (forward); dq's rope columns rotated back in place, dkv assembled and the rope key's
 // gradient summed over the heads (backward).
 //

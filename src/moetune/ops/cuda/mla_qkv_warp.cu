@@ -240,9 +240,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 }  // namespace
 
 bool mla_qkv_warp_takes(const MlaQkvShape& s, std::initializer_list<const void*> tensors) {
-  // The lane arithmetic holds for rope 16 and 32 too (2 and 4 chunks a row), but only 64 has run on a GPU
-  // (session 23): the narrower widths stay on the block kernels until MlaGpu's rope-16 and rope-32 cases have.
-  return s.rope == 64 && s.qk_width == s.nope + s.rope && mla_paths::vector_path(s, tensors);
+  return (s.rope == 16 || s.rope == 32 || s.rope == 64) && s.qk_width == s.nope + s.rope &&
+         mla_paths::vector_path(s, tensors);
 }
 
 cudaError_t launch_mla_qkv_forward_warp(void* q, const void* kv, const void* k_rope, const float* inv_freq,
