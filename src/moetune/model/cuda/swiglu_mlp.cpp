@@ -30,22 +30,20 @@ void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate
                          bool write_weight_grads, const Tensor& activation) {
   const int64_t tokens = dout.size(0), first = p.gate_up.value.size(0), inner = activated_width(mlp, first);
   Tensor dgate_up = device_like({tokens, first});
-  if (lora && !lora->down.empty()) {
-    // LoRA on down adds to d(activated) and reads the activation: recomputed first, as its own pass.
-    Tensor activated = device_like({tokens, inner});
-    activation_forward(mlp, gate_up, activated);
+  const bool lora_on_down = lora && !lora->down.empty();
+  if (lora_on_down || activation.defined()) {
+    // Down's two gradients read the activation: the forward's, kept, or (LoRA on down, which also adds to
+    // d(activated)) recomputed first as its own pass; the activation's backward then writes d(gate_up) alone.
+    Tensor activated = activation;
+    if (!activated.defined()) {
+      activated = device_like({tokens, inner});
+      activation_forward(mlp, gate_up, activated);
+    }
     Tensor dactivated = device_like({tokens, inner});
     ops::cuda::linear_backward(dout, activated, p.down.value, dactivated, p.down.grad, p.down_bias.grad, false,
                                write_weight_grads);
-    lora->down.backward(dout, activated, dactivated);
+    if (lora_on_down) lora->down.backward(dout, activated, dactivated);
     activated = Tensor();
-    activation_backward(mlp, dactivated, gate_up, dgate_up);
-  } else if (activation.defined()) {
-    // The forward's activation kept: down's two gradients, then the activation's backward, which writes nothing
-    // but d(gate_up).
-    Tensor dactivated = device_like({tokens, inner});
-    ops::cuda::linear_backward(dout, activation, p.down.value, dactivated, p.down.grad, p.down_bias.grad, false,
-                               write_weight_grads);
     activation_backward(mlp, dactivated, gate_up, dgate_up);
   } else {
     // d(activated) first; the activation's backward then writes the recomputed activation over it (what down's
