@@ -43,15 +43,16 @@ std::string describe(const RoutingCase& c) {
                      c.normalize);
 }
 
-// Sizes not a multiple of the kernels' 8 warps per block, the real model's E=128/k=8, the limits (E=256, k=16),
-// experts that get no tokens, and no tokens at all.
+// Sizes not a multiple of the kernels' 8 warps per block, the real model's E=128/k=8, E=256, Kimi-K2's E=384/k=8
+// and the limits (E=512, k=16), experts that get no tokens, and no tokens at all.
 const std::vector<RoutingCase> kCases = {
-    {37, 8, 2, 8, true},     {37, 8, 2, 8, false},    {37, 16, 2, 5, true},     {100, 64, 6, 64, true},
-    {257, 128, 8, 128, true}, {61, 256, 16, 256, false}, {45, 20, 3, 20, true},  {0, 16, 2, 16, true},
+    {37, 8, 2, 8, true},      {37, 8, 2, 8, false},      {37, 16, 2, 5, true},  {100, 64, 6, 64, true},
+    {257, 128, 8, 128, true}, {61, 256, 16, 256, false}, {45, 20, 3, 20, true}, {0, 16, 2, 16, true},
+    {53, 384, 8, 300, true},  {29, 512, 16, 512, false},
 };
 
 // Logits whose softmax has no near-ties: each row is a random permutation of evenly spaced levels with jitter of
-// a quarter step, so any two probabilities differ by a factor of at least exp(step / 2) (> 1.007 for E=256).
+// a quarter step, so any two probabilities differ by a factor of at least exp(step / 2) (> 1.003 for E=512).
 Tensor distinct_logits(const RoutingCase& c, std::mt19937& rng) {
   Tensor logits = Tensor::empty({c.tokens, c.experts}, DType::F32);
   const float step = 4.0f / float(c.experts);
@@ -129,8 +130,8 @@ TEST_F(RouterGpu, RejectsBadShapes) {
   EXPECT_THROW(ops::cuda::router_topk_forward(logits, 9, true, ids, weights), Error);          // k > E
   EXPECT_THROW(ops::cuda::router_topk_forward(logits, 3, true, ids, weights), Error);          // outputs [T, 2]
   EXPECT_THROW(ops::cuda::router_topk_forward(logits.to(Device::cpu()), 2, true, ids, weights), Error);
-  EXPECT_THROW(ops::cuda::router_topk_forward(Tensor::zeros({4, 300}, DType::F32, kGpu), 2, true, ids, weights),
-               Error);  // E > 256
+  EXPECT_THROW(ops::cuda::router_topk_forward(Tensor::zeros({4, 600}, DType::F32, kGpu), 2, true, ids, weights),
+               Error);  // E > 512
 }
 
 // One routed batch: the CPU routing, its CPU plan and the GPU plan built from the same expert ids.
@@ -168,7 +169,7 @@ TEST_F(PermuteGpu, PlanMatchesCpu) {
 // 16-byte for F32).
 const std::vector<int64_t> kHiddenSizes = {2048, 37, 12};
 const std::vector<RoutingCase> kPermuteCases = {
-    {37, 16, 2, 5, true}, {37, 8, 2, 8, true}, {70, 128, 8, 128, true}, {0, 8, 2, 8, true}};
+    {37, 16, 2, 5, true}, {37, 8, 2, 8, true}, {70, 128, 8, 128, true}, {70, 384, 8, 384, true}, {0, 8, 2, 8, true}};
 
 TEST_F(PermuteGpu, PermuteTokensCopiesRows) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
@@ -300,8 +301,9 @@ struct AuxCase {
   bool padded, all_padding;
 };
 const std::vector<AuxCase> kAuxCases = {{false, false}, {true, false}, {false, true}};
-const std::vector<RoutingCase> kAuxRoutingCases = {
-    {37, 16, 2, 5, true}, {37, 8, 2, 8, false}, {100, 64, 6, 64, true}, {70, 128, 8, 128, true}, {0, 8, 2, 8, true}};
+const std::vector<RoutingCase> kAuxRoutingCases = {{37, 16, 2, 5, true},    {37, 8, 2, 8, false},
+                                                   {100, 64, 6, 64, true},  {70, 128, 8, 128, true},
+                                                   {41, 384, 8, 384, true}, {0, 8, 2, 8, true}};
 
 TEST_F(AuxLossGpu, LossMatchesCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());

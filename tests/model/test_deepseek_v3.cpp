@@ -164,7 +164,7 @@ TEST(DeepseekV3, MultiTokenPredictionLayersAreSkippedAndNotSaved) {
   for (const std::string& name : files.names()) EXPECT_FALSE(name.starts_with("model.layers.3.")) << name;
 }
 
-// The GPU engine runs DeepSeek-V3 and Moonlight; Kimi-K2's 384 experts are past its router kernels' 256, named.
+// The GPU engine runs DeepSeek-V3, Moonlight and Kimi-K2 (384 experts); past its router kernels' 512, named.
 // MLA has a key and a value per head whatever num_key_value_heads says. transformers defaults it to 128 when
 // absent and to the heads when null, then repeats k/v heads // num_key_value_heads times: fine at 0 or 1 (its sdpa
 // path repeats only above 1), broken above. Tiny configs saved with the default therefore carry 128.
@@ -261,7 +261,7 @@ TEST(DeepseekV3, GpuRefusesRoutersPastItsKernelsNamingTheKey) {
   EXPECT_NE(missing[0].find("num_experts_per_tok 20"), std::string::npos) << missing[0];
 }
 
-TEST(DeepseekV3, GpuEngineRunsItAndRefusesKimiK2sExpertCount) {
+TEST(DeepseekV3, GpuEngineRunsItAndKimiK2AndRefusesMoreExpertsThanItsRouter) {
   EXPECT_TRUE(features_missing_on_gpu(describe_model(deepseek_v3_config(), "config.json")).empty());
   // Generation keeps it on the CPU: the latent attention has no GPU KV cache.
   EXPECT_EQ(features_missing_for_gpu_generation(describe_model(deepseek_v3_config(), "config.json")),
@@ -271,11 +271,14 @@ TEST(DeepseekV3, GpuEngineRunsItAndRefusesKimiK2sExpertCount) {
   kimi["n_routed_experts"] = 384;
   kimi["n_group"] = 1;
   kimi["topk_group"] = 1;
+  EXPECT_TRUE(features_missing_on_gpu(describe_model(kimi, "config.json")).empty());
+  json wider = kimi;
+  wider["n_routed_experts"] = 768;
   try {
-    require_gpu_support(describe_model(kimi, "config.json"));
+    require_gpu_support(describe_model(wider, "config.json"));
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("more than 256 experts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than 512 experts"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("DeepseekV3ForCausalLM"), std::string::npos) << e.what();
   }
 }

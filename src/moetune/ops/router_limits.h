@@ -4,7 +4,8 @@
 
 namespace moetune::ops {
 
-inline constexpr int kRouterMaxExperts = 256;
+// 16 register slots a lane: Kimi-K2's 384 experts, and 512.
+inline constexpr int kRouterMaxExperts = 512;
 inline constexpr int kRouterMaxTopK = 16;
 inline constexpr int kSigmoidRouterMaxGroups = 32;
 

@@ -114,14 +114,7 @@ cudaError_t launch_aux_loss_accumulate(const float* logits, const int32_t* exper
     gpu::launch_dependent(kernel, grid, block, 0, stream, logits, expert_ids, token_valid, tokens, experts, top_k,
                           counts, prob_sums);
   };
-  switch (softmax_slots(experts)) {
-    case 1: launch(aux_loss_accumulate_kernel<1>); break;
-    case 2: launch(aux_loss_accumulate_kernel<2>); break;
-    case 4: launch(aux_loss_accumulate_kernel<4>); break;
-    case 8: launch(aux_loss_accumulate_kernel<8>); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return launch_with_slots(experts, [&](auto slots) { launch(aux_loss_accumulate_kernel<decltype(slots)::value>); });
 }
 
 cudaError_t launch_aux_loss_value(const float* counts, const float* prob_sums, int experts, double rows, float* loss,
@@ -144,14 +137,7 @@ cudaError_t launch_aux_loss_backward(const float* logits, const uint8_t* token_v
     gpu::launch_dependent(kernel, grid, block, 0, stream, logits, token_valid, counts, tokens, experts,
                           gradient_per_count, dlogits);
   };
-  switch (softmax_slots(experts)) {
-    case 1: launch(aux_loss_backward_kernel<1>); break;
-    case 2: launch(aux_loss_backward_kernel<2>); break;
-    case 4: launch(aux_loss_backward_kernel<4>); break;
-    case 8: launch(aux_loss_backward_kernel<8>); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return launch_with_slots(experts, [&](auto slots) { launch(aux_loss_backward_kernel<decltype(slots)::value>); });
 }
 
 }  // namespace moetune::ops::cuda

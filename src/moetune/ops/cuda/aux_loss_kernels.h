@@ -9,7 +9,7 @@
 namespace moetune::ops::cuda {
 
 // counts[e] += how often e is among a valid token's top-k; prob_sums[e] += Σ over valid tokens of softmax(logits)[e].
-// token_valid (u8 [tokens]) may be null: every token counts. experts ≤ 256 (the router's limit).
+// token_valid (u8 [tokens]) may be null: every token counts. experts ≤ 512 (the router's limit).
 cudaError_t launch_aux_loss_accumulate(const float* logits, const int32_t* expert_ids, const uint8_t* token_valid,
                                        int64_t tokens, int experts, int top_k, float* counts, float* prob_sums,
                                        cudaStream_t stream);

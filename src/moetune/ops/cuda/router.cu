@@ -118,14 +118,8 @@ cudaError_t launch_router_topk_forward(const float* logits, int64_t tokens, int 
     gpu::launch_dependent(kernel, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids,
                           weights);
   };
-  switch (routing::softmax_slots(experts)) {
-    case 1: launch(router_topk_forward_kernel<1>); break;
-    case 2: launch(router_topk_forward_kernel<2>); break;
-    case 4: launch(router_topk_forward_kernel<4>); break;
-    case 8: launch(router_topk_forward_kernel<8>); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return routing::launch_with_slots(experts,
+                                    [&](auto slots) { launch(router_topk_forward_kernel<decltype(slots)::value>); });
 }
 
 cudaError_t launch_router_topk_backward(const float* logits, const int32_t* expert_ids, const float* weights,
@@ -138,14 +132,8 @@ cudaError_t launch_router_topk_backward(const float* logits, const int32_t* expe
     gpu::launch_dependent(kernel, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts,
                           top_k, normalize, dlogits);
   };
-  switch (routing::softmax_slots(experts)) {
-    case 1: launch(router_topk_backward_kernel<1>); break;
-    case 2: launch(router_topk_backward_kernel<2>); break;
-    case 4: launch(router_topk_backward_kernel<4>); break;
-    case 8: launch(router_topk_backward_kernel<8>); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return routing::launch_with_slots(experts,
+                                    [&](auto slots) { launch(router_topk_backward_kernel<decltype(slots)::value>); });
 }
 
 }  // namespace moetune::ops::cuda

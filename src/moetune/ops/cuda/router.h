@@ -7,7 +7,7 @@
 
 namespace moetune::ops::cuda {
 
-// logits F32 [T, E] (E ≤ 256) -> expert_ids I32 [T, k] (most probable first, ties to the lower index) and
+// logits F32 [T, E] (E ≤ 512) -> expert_ids I32 [T, k] (most probable first, ties to the lower index) and
 // weights F32 [T, k] (renormalised over the k when `normalize`); 1 ≤ k ≤ min(16, E).
 void router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize, const Tensor& expert_ids,
                          const Tensor& weights);

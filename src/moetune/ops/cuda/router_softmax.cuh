@@ -1,19 +1,22 @@
 // The router's softmax for one token, held in one warp's registers: lane l owns experts l, l + 32, l + 64, ...
-// (kSlots of them, kSlots = ceil(E / 32) rounded up to a power of two, E ≤ 256). Shared by the top-k kernels and
-// the aux-loss kernels so that both see the same probabilities, computed the way the CPU reference does:
-// exp(logit − max), then divided by the sum (a true division, not a reciprocal, to stay close to it).
+// (kSlots of them, kSlots = ceil(E / 32) rounded up to a power of two, E ≤ kRouterMaxExperts = 512). Shared by the
+// top-k kernels and the aux-loss kernels so that both see the same probabilities, computed the way the CPU reference
+// does: exp(logit − max), then divided by the sum (a true division, not a reciprocal, to stay close to it).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
+
+#include "moetune/ops/router_limits.h"
 
 namespace moetune::ops::cuda::routing {
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullWarp = 0xffffffffu;
-constexpr int kMaxExperts = 256;
+constexpr int kMaxExperts = ops::kRouterMaxExperts;
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -85,13 +88,40 @@ __device__ __forceinline__ void softmax_row(const float* __restrict__ logits, in
   for (int i = 0; i < kSlots; ++i) prob[i] = prob[i] / total;
 }
 
-// Register slots per lane for E experts: 1, 2, 4 or 8 (0 when E is out of range), so that only four
+// Register slots per lane for E experts: 1, 2, 4, 8 or 16 (0 when E is out of range), so that only five
 // instantiations of each kernel exist.
 inline int softmax_slots(int experts) {
   if (experts < 1 || experts > kMaxExperts) return 0;
   int slots = 1;
   while (slots * kWarpSize < experts) slots *= 2;
   return slots;
+}
+
+// Calls launch(std::integral_constant<int, S>) with S = softmax_slots(experts), so that one switch serves every
+// kernel templated on its slots: `launch` picks its kernel<decltype(s)::value> and launches it. Returns the launch's
+// error, or cudaErrorInvalidValue for an expert count past the kernels.
+template <typename Launch>
+cudaError_t launch_with_slots(int experts, Launch&& launch) {
+  switch (softmax_slots(experts)) {
+    case 1:
+      launch(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    case 4:
+      launch(std::integral_constant<int, 4>{});
+      break;
+    case 8:
+      launch(std::integral_constant<int, 8>{});
+      break;
+    case 16:
+      launch(std::integral_constant<int, 16>{});
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace moetune::ops::cuda::routing

@@ -89,14 +89,7 @@ cudaError_t launch_router_topk_softmax_forward(const float* logits, int64_t toke
   const auto launch = [&](auto kernel) {
     gpu::launch_dependent(kernel, grid, block, 0, stream, logits, tokens, experts, top_k, expert_ids, weights);
   };
-  switch (softmax_slots(experts)) {
-    case 1: launch(topk_softmax_forward_kernel<1>); break;
-    case 2: launch(topk_softmax_forward_kernel<2>); break;
-    case 4: launch(topk_softmax_forward_kernel<4>); break;
-    case 8: launch(topk_softmax_forward_kernel<8>); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return launch_with_slots(experts, [&](auto slots) { launch(topk_softmax_forward_kernel<decltype(slots)::value>); });
 }
 
 cudaError_t launch_router_topk_softmax_backward(const int32_t* expert_ids, const float* weights, const float* dweights,

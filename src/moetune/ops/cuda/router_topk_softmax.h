@@ -7,7 +7,7 @@
 
 namespace moetune::ops::cuda {
 
-// logits F32 [T, E] (E ≤ 256) -> expert_ids I32 [T, k] (largest logit first, ties to the lower index) and
+// logits F32 [T, E] (E ≤ 512) -> expert_ids I32 [T, k] (largest logit first, ties to the lower index) and
 // weights F32 [T, k] (softmax over the k chosen logits); 1 ≤ k ≤ min(16, E).
 void router_topk_softmax_forward(const Tensor& logits, int64_t top_k, const Tensor& expert_ids, const Tensor& weights);
 

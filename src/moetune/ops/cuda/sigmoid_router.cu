@@ -29,19 +29,21 @@ __global__ void sigmoid_router_forward_kernel(const float* __restrict__ logits, 
   float* choice_row = choice_rows[threadIdx.x / kWarpSize];
   const float* row = logits + token * s.experts;
   float score[kSlots], choice[kSlots];
+  const bool every_group_kept = s.topk_groups == s.num_groups;
 #pragma unroll
   for (int i = 0; i < kSlots; ++i) {
     const int e = lane + i * kWarpSize;
     score[i] = e < s.experts ? sigmoid(row[e]) : 0.0f;
     choice[i] = score[i] + (bias != nullptr && e < s.experts ? bias[e] : 0.0f);
-    if (e < s.experts) choice_row[e] = choice[i];
+    if (e < s.experts && !every_group_kept) choice_row[e] = choice[i];
   }
   __syncwarp();
 
-  // Lane g < num_groups: group g's score (its two best biased scores), then its rank among the groups.
+  // Lane g < num_groups: group g's score (its two best biased scores), then its rank among the groups; skipped
+  // where every group is kept (one group, as in Moonlight and Kimi-K2: one lane would scan all 384 experts).
   const int group_size = s.experts / s.num_groups;
   float group_score = -INFINITY;
-  if (lane < s.num_groups) {
+  if (lane < s.num_groups && !every_group_kept) {
     float first = -INFINITY, second = -INFINITY;
     for (int e = lane * group_size; e < (lane + 1) * group_size; ++e) {
       const float v = choice_row[e];
@@ -59,7 +61,7 @@ __global__ void sigmoid_router_forward_kernel(const float* __restrict__ logits, 
     const float other = __shfl_sync(kFullWarp, group_score, g);
     if (g != lane && ranks_above(other, g, group_score, lane)) ++rank;
   }
-  const bool group_kept = lane < s.num_groups && rank < s.topk_groups;
+  const bool group_kept = lane < s.num_groups && (every_group_kept || rank < s.topk_groups);
 
   // Experts outside the kept groups, and padding slots, cannot be chosen.
 #pragma unroll
@@ -159,14 +161,8 @@ cudaError_t launch_sigmoid_router_forward(const float* logits, const float* corr
   const auto launch = [&](auto kernel) {
     gpu::launch_dependent(kernel, grid, block, 0, stream, logits, correction_bias, shape, expert_ids, weights);
   };
-  switch (softmax_slots(shape.experts)) {
-    case 1: launch(sigmoid_router_forward_kernel<1>); break;
-    case 2: launch(sigmoid_router_forward_kernel<2>); break;
-    case 4: launch(sigmoid_router_forward_kernel<4>); break;
-    case 8: launch(sigmoid_router_forward_kernel<8>); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return launch_with_slots(shape.experts,
+                           [&](auto slots) { launch(sigmoid_router_forward_kernel<decltype(slots)::value>); });
 }
 
 cudaError_t launch_sigmoid_router_backward(const float* logits, const int32_t* expert_ids, const float* dweights,
@@ -177,14 +173,8 @@ cudaError_t launch_sigmoid_router_backward(const float* logits, const int32_t* e
   const auto launch = [&](auto kernel) {
     gpu::launch_dependent(kernel, grid, block, 0, stream, logits, expert_ids, dweights, shape, dlogits);
   };
-  switch (softmax_slots(shape.experts)) {
-    case 1: launch(sigmoid_router_backward_kernel<1>); break;
-    case 2: launch(sigmoid_router_backward_kernel<2>); break;
-    case 4: launch(sigmoid_router_backward_kernel<4>); break;
-    case 8: launch(sigmoid_router_backward_kernel<8>); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return launch_with_slots(shape.experts,
+                           [&](auto slots) { launch(sigmoid_router_backward_kernel<decltype(slots)::value>); });
 }
 
 }  // namespace moetune::ops::cuda

@@ -9,7 +9,7 @@
 
 namespace moetune::ops::cuda {
 
-// logits F32 [T, E] (E ≤ 256, E / num_groups ≥ 2, num_groups ≤ 32, k ≤ 16); correction_bias F32 [E] or undefined
+// logits F32 [T, E] (E ≤ 512, E / num_groups ≥ 2, num_groups ≤ 32, k ≤ 16); correction_bias F32 [E] or undefined
 // -> expert_ids I32 [T, k] (most preferred first, ties to the lower index) and weights F32 [T, k].
 void sigmoid_router_forward(const Tensor& logits, const Tensor& correction_bias, const GroupLimitedRouter& router,
                             const Tensor& expert_ids, const Tensor& weights);
