@@ -21,6 +21,7 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<CpuBlocks>& mak
                   "the CPU engine trains fp32 parameters; '{}' is {}", store_->weights().layout.parameters[i].name,
                   store_->values()[i].str());
   sublayers_ = build_sublayers<CpuBlocks>(spec(), *store_, make_dispatcher);
+  store_->require_lora_adapters_looked_up();
 }
 
 Tensor CausalLM::run_layers(const Tensor& input_ids, StepContext& context) {

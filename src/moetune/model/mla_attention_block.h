@@ -8,6 +8,7 @@
 // Explicit forward and backward like AttentionBlock, which hands an MLA sublayer to this class.
 #pragma once
 
+#include "moetune/model/lora_linear.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/parameter_store.h"
 #include "moetune/model/step_context.h"
@@ -29,7 +30,7 @@ class MlaAttentionBlock {
   Tensor forward(const Tensor& h, const StepContext& context);     // the residual stream after the block
   Tensor backward(const Tensor& dout, const StepContext& context);  // d(h), residual included
   size_t stash_bytes() const;
-  void clear_stash() { stash_ = {}; }
+  void clear_stash();
 
  private:
   struct Stash {
@@ -39,7 +40,14 @@ class MlaAttentionBlock {
     Tensor q, k, v;     // as attention saw them [T, heads, width], zero-padded to one head width
     Tensor attended;    // [T, heads, width]
   };
-  Tensor project_q(const Tensor& x);
+  // LoRA adapters on the six projections, each empty without them (PEFT's q_proj, q_a_proj, q_b_proj,
+  // kv_a_proj_with_mqa, kv_b_proj, o_proj): each adds into its projection's output before anything reads it.
+  struct Adapters {
+    LoraLinear q, q_a, q_b, kv_a, kv_b, o;
+    static Adapters lookup(const ParameterStore& store, const std::string& layer);
+    std::vector<const LoraLinear*> all() const { return {&q, &q_a, &q_b, &kv_a, &kv_b, &o}; }
+  };
+  Tensor project_q(const Tensor& x, const StepContext& context);
   Tensor project_q_backward(const Tensor& dq, const Tensor& x);
 
   const AttentionSpec& spec_;
@@ -48,6 +56,7 @@ class MlaAttentionBlock {
   int64_t width_;  // max(q/k head dim, v head dim): the one head width the CPU attention op takes
   ops::MlaRope rope_;
   MlaParams p_;
+  Adapters lora_;
   Stash stash_;
 };
 

@@ -3,11 +3,12 @@
 #include <algorithm>
 
 #include "moetune/model/gradient_ready_layer.h"
-
+#include "moetune/model/lora_weights.h"
 
 namespace moetune::model {
 
-ParameterStore::ParameterStore(model::ModelWeights weights, GradientStorage storage) : weights_(std::move(weights)) {
+ParameterStore::ParameterStore(model::ModelWeights weights, GradientStorage storage)
+    : weights_(std::move(weights)), looked_up_(new std::atomic<bool>[weights_.parameters.size()]()) {
   const int64_t layers = weights_.spec().num_layers();
   std::vector<FlatRequest> requests;
   std::vector<int64_t> arena_layer(weights_.parameters.size(), -1);  // the layer of a gradient in the arena
@@ -41,7 +42,21 @@ ParameterStore::ParameterStore(model::ModelWeights weights, GradientStorage stor
 
 Param ParameterStore::find(const std::string& name) const {
   auto found = index_.find(name);
-  return found == index_.end() ? Param{} : Param{weights_.parameters[found->second], grad_storage_.views[found->second]};
+  if (found == index_.end()) return Param{};
+  looked_up_[found->second].store(true, std::memory_order_relaxed);
+  return Param{weights_.parameters[found->second], grad_storage_.views[found->second]};
+}
+
+void ParameterStore::require_lora_adapters_looked_up() const {
+  for (size_t i = 0; i < weights_.parameters.size(); ++i) {
+    const ParameterSpec& spec = weights_.layout.parameters[i];
+    if (!is_lora_parameter(spec) || looked_up_[i].load(std::memory_order_relaxed)) continue;
+    const std::string& hf = spec.pieces.empty() ? spec.name : spec.pieces[0].name;
+    fail(
+        "lora: the adapter '{}' ({}) is on a weight whose block in this {} model does not run LoRA adapters; "
+        "leave that module out of lora.target_modules",
+        spec.name, hf, weights_.spec().architecture);
+  }
 }
 
 Param ParameterStore::get(const std::string& name) const {

@@ -3,7 +3,9 @@
 // frozen parameter has none), zeroed in one call per run.
 #pragma once
 
+#include <atomic>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "moetune/core/flat_buffers.h"
@@ -30,6 +32,9 @@ class ParameterStore {
 
   Param get(const std::string& name) const;   // fails naming the parameter when absent
   Param find(const std::string& name) const;  // undefined Param when absent
+  // Fails naming the first LoRA adapter (model/lora_weights.h) that no block asked for by find or get: an adapter
+  // its block does not run would be made, saved and never trained. A model calls it once its blocks are built.
+  void require_lora_adapters_looked_up() const;
   void zero_grad();
   // LayerArena: zeroes the layers' shared buffer (queued on the GPU's stream), for the next layer.
   void zero_layer_arena();
@@ -49,6 +54,8 @@ class ParameterStore {
   PlacedBuffers grad_storage_;
   Tensor layer_arena_;  // U8; undefined unless LayerArena
   std::map<std::string, size_t> index_;
+  // Parallel to the parameters: whether find or get returned it (atomic: a lookup may come from any thread).
+  std::unique_ptr<std::atomic<bool>[]> looked_up_;
 };
 
 }  // namespace moetune::model
