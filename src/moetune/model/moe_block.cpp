@@ -18,6 +18,7 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       dispatcher_(std::move(dispatcher)),
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
+      shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")),
       correction_bias_(store.find(layer + "moe.router_correction_bias")) {
   MOETUNE_CHECK(spec_.latent_size.has_value() == p_.latent_in.defined() && p_.latent_in.defined() == p_.latent_out.defined(),
                 "{}: the spec and the parameters disagree on the latent projections", layer);
@@ -57,6 +58,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   shared_out_ = shared.out;
   if (!p_.shared_gate.defined()) return add(out, shared_out_);
   shared_gate_logits_ = ops::linear_forward(normed, p_.shared_gate.value);
+  shared_gate_lora_.forward(normed, shared_gate_logits_, context.training, context.lora_draw);
   return ops::sigmoid_gated_add(out, shared_out_, shared_gate_logits_);
 }
 
@@ -85,7 +87,9 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
     if (p_.shared_gate.defined()) {
       ops::SigmoidGateGrads gate = ops::sigmoid_gated_add_backward(dout, shared_out_, shared_gate_logits_);
       dshared = gate.dy;
-      dnormed = add(dnormed, ops::linear_backward(gate.dlogits, normed, p_.shared_gate.value, p_.shared_gate.grad));
+      const Tensor dgate_input = ops::linear_backward(gate.dlogits, normed, p_.shared_gate.value, p_.shared_gate.grad);
+      shared_gate_lora_.backward(gate.dlogits, normed, dgate_input);
+      dnormed = add(dnormed, dgate_input);
     }
     dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, &shared_lora_,
                                                spec_.shared_expert->mlp.activation));
@@ -94,10 +98,11 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
 }
 
 size_t MoeBlock::stash_bytes() const {
-  return held_bytes({&input_, &routing_.logits, &dispatched_.rows, &activations_.gate_up, &activations_.out, &shared_gate_up_,
-                     &shared_out_, &shared_gate_logits_, &latent_combined_}) +
-         routing_.expert.size() * sizeof(int32_t) + routing_.weight.size() * sizeof(float) + dispatched_.offsets.size() * sizeof(int64_t) +
-         dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
+  return held_bytes({&input_, &routing_.logits, &dispatched_.rows, &activations_.gate_up, &activations_.out,
+                     &shared_gate_up_, &shared_out_, &shared_gate_logits_, &latent_combined_}) +
+         routing_.expert.size() * sizeof(int32_t) + routing_.weight.size() * sizeof(float) +
+         dispatched_.offsets.size() * sizeof(int64_t) + dispatcher_->stash_bytes() + expert_lora_.stash_bytes() +
+         shared_lora_.stash_bytes() + shared_gate_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
@@ -108,6 +113,7 @@ void MoeBlock::clear_stash() {
   dispatcher_->clear();
   expert_lora_.clear_stash();
   shared_lora_.clear_stash();
+  shared_gate_lora_.clear_stash();
 }
 
 }  // namespace moetune::model

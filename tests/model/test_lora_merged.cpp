@@ -1,12 +1,13 @@
-// LoRA on DeepSeek-V3's latent attention, CPU engine: an adapter on each MLA projection (q_proj, or q_a_proj and
-// q_b_proj; kv_a_proj_with_mqa, kv_b_proj, o_proj) gives the logits and loss of its weights merged in (merge_lora:
-// W + scale·B·A, what PEFT's merge_and_unload gives), and its gradients are that merged model's weight gradient G
-// through LoRA's chain rule: dB = scale·G·Aᵀ, dA = scale·Bᵀ·G. The same algebra a PEFT fixture would check, made
-// without one (relative error ≤ 1e-5, fp32). Before this, the MLA block ignored its adapters: they were made,
-// saved and never trained (a gradient norm of 0).
-#include <fmt/format.h>
+// LoRA on the CPU engine against its own merged weights, for every adapter a config puts on a model: the adapted
+// model gives the logits and loss of its weights merged in (merge_lora: W + scale·B·A, what PEFT's
+// merge_and_unload gives), and each adapter's gradients are that merged model's weight gradient G (the rows of
+// the adapter's piece of a fused weight) through LoRA's chain rule: dB = scale·G·Aᵀ, dA = scale·Bᵀ·G. The same
+// algebra a PEFT fixture checks, for blocks that have none: DeepSeek-V3's latent attention (whose adapters the
+// block ignored before session 25: made, saved, never trained) and Qwen2-MoE's shared-expert gate (likewise).
+// Relative error ≤ 1e-5 (fp32).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -64,10 +65,10 @@ Tensor scaled_product(const Tensor& left, bool transpose_left, const Tensor& rig
 }
 
 void expect_adapters_match_merged_weights(const std::string& fixture, const std::vector<std::string>& targets,
-                                          const std::vector<std::string>& projections) {
+                                          int expected_adapters) {
   SCOPED_TRACE(fixture);
   std::vector<int64_t> ids;
-  for (int64_t t = 0; t < 24; ++t) ids.push_back((t * 37 + 5) % 96);
+  for (int64_t t = 0; t < 24; ++t) ids.push_back((t * 37 + 5) % 90 + 2);
   const Tensor tokens = Tensor::from_vector(ids, {2, 12});
   const Batch batch{.input_ids = tokens, .labels = tokens};
 
@@ -88,41 +89,66 @@ void expect_adapters_match_merged_weights(const std::string& fixture, const std:
   const ModelWeights& w = model.weights();
   const double scale = w.lora->scale();
   int checked = 0;
-  for (size_t layer = 0; layer < w.spec().layers.size(); ++layer)
-    for (const std::string& projection : projections) {
-      const std::string weight = fmt::format("layers.{}.attn.{}", layer, projection);
-      SCOPED_TRACE(weight);
-      const size_t a = index_of(w, lora_parameter_name(weight, "lora_A", 0));
-      const size_t b = index_of(w, lora_parameter_name(weight, "lora_B", 0));
-      const Tensor& g = merged.parameters().grads()[index_of(merged.weights(), weight)];
-      ASSERT_TRUE(g.defined());
-      const Tensor& da = model.parameters().grads()[a];
-      const Tensor& db = model.parameters().grads()[b];
-      ASSERT_TRUE(da.defined() && db.defined());
-      double squares = 0;
-      for (int64_t k = 0; k < db.numel(); ++k) squares += double(db.data<float>()[k]) * db.data<float>()[k];
-      EXPECT_GT(squares, 0.0);  // the adapter is trained, not skipped
-      EXPECT_LE(relative_error_f32(db, scaled_product(g, false, w.parameters[a], true, scale)), kTolerance);  // G·Aᵀ
-      EXPECT_LE(relative_error_f32(da, scaled_product(w.parameters[b], true, g, false, scale)), kTolerance);  // Bᵀ·G
-      ++checked;
-    }
-  EXPECT_EQ(checked, int(w.spec().layers.size() * projections.size()));
+  for (size_t a = 0; a < w.layout.parameters.size(); ++a) {
+    const std::string& name = w.layout.parameters[a].name;
+    const size_t at = name.find(".lora_A.");
+    if (at == std::string::npos) continue;
+    SCOPED_TRACE(name);
+    const std::string weight = name.substr(0, at);
+    const size_t piece = std::stoul(name.substr(at + 8));
+    const size_t b = index_of(w, lora_parameter_name(weight, "lora_B", piece));
+    // The piece's rows of the merged weight's gradient (q, k and v of a fused qkv each have their own adapter).
+    const size_t base = index_of(merged.weights(), weight);
+    const ParameterSpec& spec = merged.weights().layout.parameters[base];
+    int64_t first_row = 0;
+    for (size_t p = 0; p < piece; ++p) first_row += spec.pieces[p].shape[0];
+    const Tensor& full = merged.parameters().grads()[base];
+    ASSERT_TRUE(full.defined());
+    const int64_t rows = w.parameters[b].size(0), columns = full.size(1);
+    Tensor g = Tensor::empty({rows, columns}, DType::F32);
+    std::copy_n(full.data<float>() + first_row * columns, rows * columns, g.data<float>());
+    const Tensor& da = model.parameters().grads()[a];
+    const Tensor& db = model.parameters().grads()[b];
+    ASSERT_TRUE(da.defined() && db.defined());
+    double squares = 0;
+    for (int64_t k = 0; k < db.numel(); ++k) squares += double(db.data<float>()[k]) * db.data<float>()[k];
+    EXPECT_GT(squares, 0.0);  // the adapter is trained, not skipped
+    EXPECT_LE(relative_error_f32(db, scaled_product(g, false, w.parameters[a], true, scale)), kTolerance);  // G·Aᵀ
+    EXPECT_LE(relative_error_f32(da, scaled_product(w.parameters[b], true, g, false, scale)), kTolerance);  // Bᵀ·G
+    ++checked;
+  }
+  EXPECT_EQ(checked, expected_adapters);
 }
 
-TEST(MlaLora, AdaptersWithQLoraRankMatchTheMergedWeights) {
+// 3 layers × 5 projections with q_lora_rank; 2 layers × 4 on q_proj.
+TEST(LoraMerged, LatentAttentionWithQLoraRank) {
   expect_adapters_match_merged_weights("deepseek_v3_tiny",
-                                       {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"},
-                                       {"q_a", "q_b", "kv_a", "kv_b", "o"});
+                                       {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}, 15);
 }
 
-TEST(MlaLora, AdaptersOnQProjMatchTheMergedWeights) {
-  expect_adapters_match_merged_weights(
-      "deepseek_v3_qproj_tied", {"q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}, {"q", "kv_a", "kv_b", "o"});
+TEST(LoraMerged, LatentAttentionOnQProj) {
+  expect_adapters_match_merged_weights("deepseek_v3_qproj_tied",
+                                       {"q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}, 8);
 }
 
-// The guard behind the bug above: a model whose blocks leave an adapter unread refuses to build, naming it. A store
+// all-linear on Qwen2-MoE: q / k / v pieces of the fused qkv, o, the shared expert's gate / up / down and its
+// sigmoid gate (shared_expert_gate, an nn.Linear that PEFT's all-linear takes).
+TEST(LoraMerged, Qwen2MoeAllLinearWithTheSharedExpertGate) {
+  ModelWeights probe = load_checkpoint(testing::fixture("qwen2_moe_tiny"), LoadOptions{DType::F32});
+  attach_lora(probe, LoraConfig{.rank = 2, .alpha = 4, .target_modules = {"all-linear"}, .seed = 5});
+  int adapters = 0, gates = 0;
+  for (const ParameterSpec& spec : probe.layout.parameters)
+    if (spec.name.find(".lora_A.") != std::string::npos) {
+      ++adapters;
+      gates += spec.name.find("shared_gate") != std::string::npos;
+    }
+  EXPECT_GT(gates, 0);
+  expect_adapters_match_merged_weights("qwen2_moe_tiny", {"all-linear"}, adapters);
+}
+
+// The guard behind the bugs above: a model whose blocks leave an adapter unread refuses to build, naming it. A store
 // no block has read names the first adapter; the CPU model built on the same weights reads every one.
-TEST(MlaLora, AnAdapterNoBlockRunsIsRefused) {
+TEST(LoraMerged, AnAdapterNoBlockRunsIsRefused) {
   const ParameterStore unread(adapted("deepseek_v3_tiny", {"kv_b_proj", "o_proj"}));
   try {
     unread.require_lora_adapters_looked_up();
