@@ -48,6 +48,9 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
                 "{}: the spec and the parameters disagree on the latent projections", layer);
   refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",
                  "fc1_latent_proj / fc2_latent_proj");
+  // The CPU block runs an adapter on Qwen2-MoE's shared-expert gate (all-linear takes it); this one not yet.
+  refuse_lora_on(store, layer, {"moe.shared_gate"}, "the shared expert's gate on the GPU engine",
+                 "shared_expert_gate (list the modules instead of all-linear, or train on the CPU)");
   // The experts' LoRA path recomputes SwiGLU (as the CPU's, it is not written for relu² experts).
   MOETUNE_CHECK(expert_lora_.empty() || spec_.experts.activation != Activation::ReluSquared,
                 "{}: LoRA on relu² experts is not implemented", layer);
