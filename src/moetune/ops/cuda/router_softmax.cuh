@@ -97,31 +97,21 @@ inline int softmax_slots(int experts) {
   return slots;
 }
 
-// Calls launch(std::integral_constant<int, S>) with S = softmax_slots(experts), so that one switch serves every
-// kernel templated on its slots: `launch` picks its kernel<decltype(s)::value> and launches it. Returns the launch's
-// error, or cudaErrorInvalidValue for an expert count past the kernels.
-template <typename Launch>
+// Calls launch(std::integral_constant<int, S>) with S = softmax_slots(experts), so that one dispatch serves every
+// kernel templated on its slots: `launch` picks its kernel<decltype(s)::value> and launches it. The slot counts
+// tried (1, 2, 4, ... up to kMaxExperts / 32) follow kMaxExperts. Returns the launch's error, or
+// cudaErrorInvalidValue for an expert count past the kernels.
+template <int kSlots = 1, typename Launch>
 cudaError_t launch_with_slots(int experts, Launch&& launch) {
-  switch (softmax_slots(experts)) {
-    case 1:
-      launch(std::integral_constant<int, 1>{});
-      break;
-    case 2:
-      launch(std::integral_constant<int, 2>{});
-      break;
-    case 4:
-      launch(std::integral_constant<int, 4>{});
-      break;
-    case 8:
-      launch(std::integral_constant<int, 8>{});
-      break;
-    case 16:
-      launch(std::integral_constant<int, 16>{});
-      break;
-    default:
-      return cudaErrorInvalidValue;
+  if (softmax_slots(experts) == kSlots) {
+    launch(std::integral_constant<int, kSlots>{});
+    return cudaGetLastError();
   }
-  return cudaGetLastError();
+  if constexpr (kSlots * kWarpSize < kMaxExperts) {
+    return launch_with_slots<kSlots * 2>(experts, launch);
+  } else {
+    return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace moetune::ops::cuda::routing
