@@ -27,8 +27,9 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
     : spec_(*sublayer.attention()),
       eps_(norm_eps),
       p_(spec_.mla ? AttentionParams{} : AttentionParams::lookup(store, layer, sublayer.norm)),
-      qkv_lora_(LoraLinear::lookup(store, layer + "attn.qkv")),
-      o_lora_(LoraLinear::lookup(store, layer + "attn.o")),
+      // An MLA sublayer's adapters are its block's (MlaAttentionBlock::Adapters).
+      qkv_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.qkv")),
+      o_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.o")),
       mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
   if (mla_) return;
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,

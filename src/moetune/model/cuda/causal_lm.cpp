@@ -23,23 +23,6 @@ float read_scalar(const Tensor& t) {
   const Tensor host = t.to(Device::cpu());
   return host.data<float>()[0];
 }
-// DeepSeek-V3 on the GPU is verified for full fine-tuning (tests/gpu: parity, training, recompute, the update in
-// the backward pass); its latent attention block applies no LoRA adapters, and freezing parts of it is untested.
-void require_full_fine_tuning_for_latent_attention(const ModelWeights& weights) {
-  const ModelSpec& spec = weights.spec();
-  const bool mla = std::any_of(spec.layers.begin(), spec.layers.end(), [](const LayerSpec& layer) {
-    return std::any_of(layer.sublayers.begin(), layer.sublayers.end(),
-                       [](const SublayerSpec& s) { return s.attention() && s.attention()->mla; });
-  });
-  if (!mla) return;
-  if (weights.lora)
-    fail("lora: LoRA on {} (latent attention) does not run on the GPU engine yet; train it with training.device=cpu, "
-         "or drop lora: for full fine-tuning on the GPU", spec.architecture);
-  for (const ParameterSpec& p : weights.layout.parameters)
-    if (!p.trainable && p.role != ParameterRole::Buffer)
-      fail("training.freeze: '{}' is frozen, and freezing parameters of {} (latent attention) does not run on the GPU "
-           "engine yet; drop training.freeze or set training.device=cpu", p.name, spec.architecture);
-}
 }  // namespace
 
 void CausalLM::zero_grad() {
@@ -101,8 +84,8 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
     : store_((require_gpu_support(weights.spec()), std::make_unique<ParameterStore>(std::move(weights), gradients))) {
   const ModelSpec& s = spec();
   require_gpu_support(s);
-  require_full_fine_tuning_for_latent_attention(store_->weights());
   sublayers_ = build_sublayers<GpuBlocks>(s, *store_, make_dispatcher);
+  store_->require_lora_adapters_looked_up();
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");

@@ -18,8 +18,20 @@ Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empt
 
 }  // namespace
 
-MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
-                                     double norm_eps)
+MlaAttentionBlock::Adapters MlaAttentionBlock::Adapters::lookup(const ParameterStore& store, const std::string& layer) {
+  const std::string a = layer + "attn.";
+  return {LoraLinear::lookup(store, a + "q"),    LoraLinear::lookup(store, a + "q_a"),
+          LoraLinear::lookup(store, a + "q_b"),  LoraLinear::lookup(store, a + "kv_a"),
+          LoraLinear::lookup(store, a + "kv_b"), LoraLinear::lookup(store, a + "o")};
+}
+
+size_t MlaAttentionBlock::Adapters::stash_bytes() const {
+  return q.stash_bytes() + q_a.stash_bytes() + q_b.stash_bytes() + kv_a.stash_bytes() + kv_b.stash_bytes() +
+         o.stash_bytes();
+}
+
+MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::string& layer,
+                                     const SublayerSpec& sublayer, double norm_eps)
     : spec_(*sublayer.attention()),
       mla_(*spec_.mla),
       eps_(norm_eps),
@@ -28,25 +40,29 @@ MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::str
       q_in_place_(qk_width_ == mla_.qk_nope_head_dim + mla_.qk_rope_head_dim),
       v_in_kv_(gpu_mla_v_in_kv(spec_)),
       layout_{mla_.qk_nope_head_dim, mla_.qk_rope_head_dim, spec_.v_head_dim, mla_.rope_interleave, mla_.rope_scale},
-      p_(MlaParams::lookup(store, layer, sublayer.norm)) {
+      p_(MlaParams::lookup(store, layer, sublayer.norm)),
+      lora_(Adapters::lookup(store, layer)) {
   MOETUNE_CHECK(p_.q.defined() != mla_.q_lora_rank.has_value(), "{}: the q projections do not match q_lora_rank", layer);
   MOETUNE_CHECK(spec_.num_kv_heads == spec_.num_heads, "{}: MLA expands k and v for every head", layer);
   const int64_t rope = mla_.qk_rope_head_dim;
   inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, rope), {rope / 2}).to(Device::cuda());
 }
 
-Tensor MlaAttentionBlock::project_q(const Tensor& x) {
+Tensor MlaAttentionBlock::project_q(const Tensor& x, const StepContext& context) {
   const int64_t tokens = x.size(0), width = spec_.num_heads * (mla_.qk_nope_head_dim + mla_.qk_rope_head_dim);
   Tensor q = device_like({tokens, width});
   if (p_.q.defined()) {
     ops::cuda::linear_forward(x, p_.q.value, {}, q);
+    lora_.q.forward(x, q, context.lora_pass());
     return q;
   }
   stash_.q_latent = device_like({tokens, p_.q_a.value.size(0)});
   ops::cuda::linear_forward(x, p_.q_a.value, p_.q_a_bias.value, stash_.q_latent);
+  lora_.q_a.forward(x, stash_.q_latent, context.lora_pass());
   stash_.q_normed = device_like(stash_.q_latent.shape());
   ops::cuda::rms_norm_forward(stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, stash_.q_normed);
   ops::cuda::linear_forward(stash_.q_normed, p_.q_b.value, {}, q);
+  lora_.q_b.forward(stash_.q_normed, q, context.lora_pass());
   return q;
 }
 
@@ -73,15 +89,17 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   Tensor x = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, x);
   if (context.keep_outputs) stash_.x = x;
-  const Tensor q_proj = project_q(x);
+  const Tensor q_proj = project_q(x, context);
   stash_.kv_a_out = device_like({tokens, latent + rope});
   ops::cuda::linear_forward(x, p_.kv_a.value, p_.kv_a_bias.value, stash_.kv_a_out);
+  lora_.kv_a.forward(x, stash_.kv_a_out, context.lora_pass());
   const ops::cuda::ColumnBlock latent_columns(stash_.kv_a_out, 0, latent), k_rope(stash_.kv_a_out, latent, rope);
   x = Tensor();
   Tensor kv_normed = device_like({tokens, latent});
   ops::cuda::rms_norm_forward(latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
   Tensor kv = device_like({tokens, heads * (nope + dv)});
   ops::cuda::linear_forward(kv_normed, p_.kv_b.value, {}, kv);
+  lora_.kv_b.forward(kv_normed, kv, context.lora_pass());
   if (context.keep_outputs) stash_.kv_normed = kv_normed;
   kv_normed = Tensor();
   if (!context.keep_outputs) stash_.q_normed = Tensor();
@@ -107,23 +125,28 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                                             mla_.softmax_scale, stash_.attended);
   part.next("mla.o");
   Tensor out = device_like(h.shape());
-  ops::cuda::linear_forward_residual(attended_for_o(stash_.attended), p_.o.value, p_.o_bias.value, h, out);
+  const Tensor attended = attended_for_o(stash_.attended);
+  ops::cuda::linear_forward_residual(attended, p_.o.value, p_.o_bias.value, h, out);
+  lora_.o.forward(attended, out, context.lora_pass());
   return out;
 }
 
 void MlaAttentionBlock::project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx, bool write) {
   if (p_.q.defined()) {
     ops::cuda::linear_backward(dq_proj, x, p_.q.value, dx, p_.q.grad, {}, /*accumulate_dx=*/true, write);
+    lora_.q.backward(dq_proj, x, dx);
     return;
   }
   const Tensor normed = norm_for_backward(stash_.q_normed, stash_.q_latent, p_.q_a_norm.value,
                                          mla_.latent_norm_eps, stash_.q_latent.shape());
   Tensor dlatent = device_like(stash_.q_latent.shape());
   ops::cuda::linear_backward(dq_proj, normed, p_.q_b.value, dlatent, p_.q_b.grad, {}, false, write);
+  lora_.q_b.backward(dq_proj, normed, dlatent);
   ops::cuda::rms_norm_backward(dlatent, stash_.q_latent, p_.q_a_norm.value, mla_.latent_norm_eps, dlatent,
                                p_.q_a_norm.grad);
   ops::cuda::linear_backward(dlatent, x, p_.q_a.value, dx, p_.q_a.grad, p_.q_a_bias.grad, /*accumulate_dx=*/true,
                              write);
+  lora_.q_a.backward(dlatent, x, dx);
 }
 
 Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& context) {
@@ -134,8 +157,9 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   PhaseScope part("mla.bwd.o");
   Tensor dattended_narrow = device_like({tokens, heads * dv});
   const bool write = context.overwrite_gradients;
-  ops::cuda::linear_backward(dout, attended_for_o(stash_.attended), p_.o.value, dattended_narrow, p_.o.grad,
-                             p_.o_bias.grad, false, write);
+  const Tensor attended = attended_for_o(stash_.attended);
+  ops::cuda::linear_backward(dout, attended, p_.o.value, dattended_narrow, p_.o.grad, p_.o_bias.grad, false, write);
+  lora_.o.backward(dout, attended, dattended_narrow);
   Tensor dattended = dattended_narrow.view({tokens, heads, dv});
   if (v_width_ != dv) {
     dattended = device_like({tokens, heads, v_width_});
@@ -173,6 +197,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
       norm_for_backward(stash_.kv_normed, latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, {tokens, latent});
   Tensor dlatent = device_like({tokens, latent});
   ops::cuda::linear_backward(dkv, kv_normed, p_.kv_b.value, dlatent, p_.kv_b.grad, {}, false, write);
+  lora_.kv_b.backward(dkv, kv_normed, dlatent);
   dkv = kv_normed = Tensor();
   ops::cuda::rms_norm_backward(dlatent, latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps,
                                ops::cuda::ColumnBlock(dkv_a_out, 0, latent), p_.kv_a_norm.grad);
@@ -181,6 +206,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   const Tensor x = norm_for_backward(stash_.x, stash_.input, p_.norm.value, eps_, stash_.input.shape());
   Tensor dx = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dkv_a_out, x, p_.kv_a.value, dx, p_.kv_a.grad, p_.kv_a_bias.grad, false, write);
+  lora_.kv_a.backward(dkv_a_out, x, dx);
   dkv_a_out = Tensor();
   part.next("mla.bwd.q");
   project_q_backward(dq_proj, x, dx, write);
@@ -199,9 +225,14 @@ std::vector<Tensor> MlaAttentionBlock::overwritten_gradients() const {
 }
 
 size_t MlaAttentionBlock::stash_bytes() const {
-  return held_bytes({&stash_.input, &stash_.x, &stash_.q_latent, &stash_.q_normed, &stash_.kv_a_out,
-                     &stash_.kv_normed, &stash_.q, &stash_.k, &stash_.v, &stash_.kv, &stash_.attended,
-                     &stash_.softmax_stats});
+  return held_bytes({&stash_.input, &stash_.x, &stash_.q_latent, &stash_.q_normed, &stash_.kv_a_out, &stash_.kv_normed,
+                     &stash_.q, &stash_.k, &stash_.v, &stash_.kv, &stash_.attended, &stash_.softmax_stats}) +
+         lora_.stash_bytes();
+}
+
+void MlaAttentionBlock::clear_stash() {
+  stash_ = {};
+  for (LoraLinear* adapters : lora_.all()) adapters->clear_stash();
 }
 
 }  // namespace moetune::model::cuda

@@ -9,6 +9,7 @@
 // with zero columns (and q/k's raised to v's if v's is wider), which changes no score and no kept output.
 #pragma once
 
+#include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/step_context.h"
 #include "moetune/model/mla_attention_block.h"
 #include "moetune/model/model_spec.h"
@@ -27,10 +28,20 @@ class MlaAttentionBlock {
   // The gradients its backward pass writes whole on a step's first pass (StepContext::overwrite_gradients): the
   // projections' weight gradients (their biases' add).
   std::vector<Tensor> overwritten_gradients() const;
-  void clear_stash() { stash_ = {}; }
+  void clear_stash();
 
  private:
-  Tensor project_q(const Tensor& x);  // [T, heads·(nope + rope)]
+  // LoRA adapters on the six projections, each empty without them (PEFT's q_proj, q_a_proj, q_b_proj,
+  // kv_a_proj_with_mqa, kv_b_proj, o_proj), as the CPU block runs them: each adds into its projection's output
+  // right after the GEMM, before anything reads or rotates it in place.
+  struct Adapters {
+    LoraLinear q, q_a, q_b, kv_a, kv_b, o;
+    static Adapters lookup(const ParameterStore& store, const std::string& layer);
+    std::vector<LoraLinear*> all() { return {&q, &q_a, &q_b, &kv_a, &kv_b, &o}; }
+    size_t stash_bytes() const;
+  };
+
+  Tensor project_q(const Tensor& x, const StepContext& context);  // [T, heads·(nope + rope)]
   // Adds into dx; writes the weight gradients when `write` (StepContext::overwrite_gradients).
   void project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx, bool write);
   Tensor attended_for_o(const Tensor& attended) const;  // [T, heads·v_dim]: the padding dropped
@@ -45,6 +56,7 @@ class MlaAttentionBlock {
   ops::cuda::MlaQkvLayout layout_;
   Tensor inv_freq_;             // F32 [rope / 2] on the device
   MlaParams p_;
+  Adapters lora_;
   struct Stash {
     Tensor input;          // h
     Tensor q_latent;       // q_a(x) before its norm; undefined without q_lora_rank
