@@ -212,6 +212,22 @@ TEST_F(LoraTrainingGpu, LossesTrackTheCpuEngineAndTheAdapterResumes) {
   expect_close(gpu_resumed, cpu_resumed, 0.02);
 }
 
+// all-linear on Qwen2-MoE takes the shared expert's sigmoid gate (shared_expert_gate, an nn.Linear) with the
+// attention and the shared expert: its adapter trains on the GPU as on the CPU.
+TEST_F(LoraTrainingGpu, Qwen2MoeAllLinearWithTheSharedExpertGateTracksTheCpu) {
+  const auto qwen2_moe = [](const std::string& device) {
+    return std::vector<std::string>{"model=" + testing::fixture("qwen2_moe_tiny").string(),
+                                    "lora.rank=8",
+                                    "lora.alpha=16",
+                                    "lora.target_modules=all-linear",
+                                    "optimizer.lr=2e-3",
+                                    "training.device=" + device};
+  };
+  train::Trainer(recipe("gpu", qwen2_moe("cuda")), {}, false).run();
+  train::Trainer(recipe("cpu", qwen2_moe("cpu")), {}, false).run();
+  expect_close(testing::losses(metrics("gpu")), testing::losses(metrics("cpu")), 0.02);
+}
+
 // The training state of a GPU LoRA run holds the adapters and their moments (no slot for the frozen base): a
 // run stopped after 3 steps and resumed ends where the uninterrupted one does.
 TEST_F(LoraTrainingGpu, ResumesFromItsTrainingState) {

@@ -40,7 +40,8 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       dispatcher_(std::move(dispatcher)),
       correction_bias_(store.find(layer + "moe.router_correction_bias")),
       expert_lora_(ExpertLora::lookup(store, layer)),
-      shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")) {
+      shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
+      shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")) {
   MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax() ||
                     is_sigmoid_group_limited(spec_.router),
                 "{}: this router is not implemented on the GPU", layer);
@@ -48,9 +49,6 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
                 "{}: the spec and the parameters disagree on the latent projections", layer);
   refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",
                  "fc1_latent_proj / fc2_latent_proj");
-  // The CPU block runs an adapter on Qwen2-MoE's shared-expert gate (all-linear takes it); this one not yet.
-  refuse_lora_on(store, layer, {"moe.shared_gate"}, "the shared expert's gate on the GPU engine",
-                 "shared_expert_gate (list the modules instead of all-linear, or train on the CPU)");
   // The experts' LoRA path recomputes SwiGLU (as the CPU's, it is not written for relu² experts).
   MOETUNE_CHECK(expert_lora_.empty() || spec_.experts.activation != Activation::ReluSquared,
                 "{}: LoRA on relu² experts is not implemented", layer);
@@ -174,6 +172,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
     if (p_.shared_gate.defined()) {
       shared_gate_logits_ = device_like({tokens, 1}, DType::F32);
       ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
+      shared_gate_lora_.forward(normed, shared_gate_logits_, context.lora_pass());
     }
   }
   if (!context.keep_outputs) normed_ = Tensor();
@@ -325,6 +324,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
       ops::cast_into(dgate, dgate_bf16);
       ops::cuda::linear_backward(dgate_bf16, normed, p_.shared_gate.value, dnormed, p_.shared_gate.grad, {},
                                  /*accumulate_dx=*/true, context.overwrite_gradients);
+      shared_gate_lora_.backward(dgate_bf16, normed, dnormed);
     }
     swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, dnormed, /*accumulate_dx=*/true, &shared_lora_,
                         spec_.shared_expert->mlp, context.overwrite_gradients, shared_activation_);
@@ -339,7 +339,8 @@ size_t MoeBlock::stash_bytes() const {
   return held_bytes({&input_, &normed_, &logits_, &expert_ids_, &weights_, &dispatched_.rows, &gate_up_out_,
                      &activation_, &expert_out_, &latent_combined_, &shared_gate_up_, &shared_activation_, &shared_out_,
                      &shared_gate_logits_}) +
-         dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes();
+         dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes() +
+         shared_gate_lora_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
@@ -351,6 +352,7 @@ void MoeBlock::clear_stash() {
   dispatcher_->clear();
   expert_lora_.clear_stash();
   shared_lora_.clear_stash();
+  shared_gate_lora_.clear_stash();
 }
 
 }  // namespace moetune::model::cuda

@@ -62,6 +62,7 @@ class MoeBlock {
   Param correction_bias_;    // DeepSeek-V3's sigmoid router: a frozen buffer, read for the choice only
   ExpertLora expert_lora_;  // LoRA adapters on the experts, if any
   SwigluLora shared_lora_;  // and on the shared expert
+  LoraLinear shared_gate_lora_;  // and on its sigmoid gate (Qwen2-MoE's shared_expert_gate: all-linear takes it)
   Tensor input_;             // h
   Tensor normed_;            // rms_norm(h), kept for the router's, shared expert's and latent's backward
   Tensor logits_;            // F32 [T, E]
