@@ -14,6 +14,7 @@
 #include "moetune/core/error.h"
 #include "moetune/io/safetensors.h"
 #include "moetune/model/checkpoint.h"
+#include "moetune/ops/cast.h"
 #include "test_util.h"
 #include "train/trainer_fixture.h"
 
@@ -29,16 +30,20 @@ class DeepseekTrainingGpu : public testing::TrainerTest {
 };
 
 // The trainer's six steps on the GPU against the CPU engine's from the same weights and data: the first step (the
-// same weights on both) within `first_step` of the CPU's loss, the later ones within `later_steps`, falling.
+// same weights on both) within `first_step` of the CPU's loss, the later ones within `later_steps`, falling unless
+// `falls` is false.
 void expect_gpu_tracks_cpu(const char* model, const std::vector<double>& gpu_losses,
-                           const std::vector<double>& cpu_losses, double first_step = 0.05, double later_steps = 0.05) {
+                           const std::vector<double>& cpu_losses, double first_step = 0.05, double later_steps = 0.05,
+                           bool falls = true) {
   ASSERT_EQ(gpu_losses.size(), 6u);
   ASSERT_EQ(cpu_losses.size(), 6u);
   for (size_t i = 0; i < 6; ++i) {
     std::printf("%s step %zu: cpu %.4f gpu %.4f\n", model, i + 1, cpu_losses[i], gpu_losses[i]);
     EXPECT_NEAR(gpu_losses[i], cpu_losses[i], (i == 0 ? first_step : later_steps) * cpu_losses[i]) << "step " << i + 1;
   }
-  EXPECT_LT(gpu_losses.back(), gpu_losses.front());
+  if (falls) {
+    EXPECT_LT(gpu_losses.back(), gpu_losses.front());
+  }
 }
 
 TEST_F(DeepseekTrainingGpu, TrainsTracksTheCpuAndBalancesTheRouterBiasOnlyWhenAsked) {
@@ -119,19 +124,31 @@ TEST_F(DeepseekTrainingGpu, KimiK2ShapedRouterTracksTheCpu) {
 }
 
 // LoRA on every latent-attention projection trains on the GPU as on the CPU (the adapters start at B = 0, so the
-// first step is the base model's on both).
+// first step is the base model's on both). Each step's loss is its own batch's, and with only the adapters
+// training it need not fall in six steps (on the CPU it does not: 5.56 -> 5.85); that the adapters act is shown
+// against a run whose learning rate leaves them at B = 0, which the trained runs leave by 3-4% at step 6 (the
+// dev machine's CPU engine: 6.0703 against 5.8506), where the GPU tracked the CPU within 0.2% (H200, session 26).
 TEST_F(DeepseekTrainingGpu, LoraOnEveryLatentProjectionTracksTheCpu) {
   const std::vector<std::string> lora = {"model=" + testing::fixture("deepseek_v3_tiny").string(), "lora.rank=8",
                                          "lora.alpha=16",
                                          "lora.target_modules=[q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj]"};
-  std::vector<std::string> gpu = lora;
-  gpu.push_back("training.device=cuda");
-  Trainer(recipe("gpu", gpu), {}, false).run();
-  Trainer(recipe("cpu", lora), {}, false).run();
-  expect_gpu_tracks_cpu("deepseek_v3_tiny lora", testing::losses(metrics("gpu")), testing::losses(metrics("cpu")));
+  const auto on = [&](const std::string& device, std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(), lora.begin(), lora.end());
+    extra.push_back("training.device=" + device);
+    return extra;
+  };
+  Trainer(recipe("gpu", on("cuda")), {}, false).run();
+  Trainer(recipe("cpu", on("cpu")), {}, false).run();
+  Trainer(recipe("untrained", on("cuda", {"optimizer.lr=1e-12"})), {}, false).run();
+  const std::vector<double> gpu = testing::losses(metrics("gpu"));
+  expect_gpu_tracks_cpu("deepseek_v3_tiny lora", gpu, testing::losses(metrics("cpu")), 0.01, 0.01, /*falls=*/false);
+  const double untrained = testing::losses(metrics("untrained")).back();
+  std::printf("step 6 without training the adapters: %.4f\n", untrained);
+  EXPECT_GT(std::abs(gpu.back() - untrained), 0.02 * untrained) << "the adapters changed nothing";
 }
 
-// training.freeze on latent-attention weights: they come back unchanged, and the rest trains as on the CPU.
+// training.freeze on latent-attention weights: they come back as the GPU engine loaded them (the fp32 fixture's
+// values rounded to bf16, its training dtype), and the rest trains as on the CPU.
 TEST_F(DeepseekTrainingGpu, FrozenLatentProjectionsTrackTheCpuAndStayUnchanged) {
   const std::string model = "model=" + testing::fixture("deepseek_v3_tiny").string();
   const std::string freeze = "training.freeze=[embed_tokens,layers.*.attn.q_a,layers.*.attn.kv_b]";
@@ -140,9 +157,12 @@ TEST_F(DeepseekTrainingGpu, FrozenLatentProjectionsTrackTheCpuAndStayUnchanged) 
   Trainer(recipe("cpu", {model, freeze}), {}, false).run();
   expect_gpu_tracks_cpu("deepseek_v3_tiny frozen", testing::losses(metrics("gpu")), testing::losses(metrics("cpu")));
   const model::ModelWeights trained = model::load_checkpoint(gpu.final_model);
+  const auto as_loaded = [&](const std::string& name) {
+    return ops::cast(ops::cast(original.parameter(name), DType::BF16), trained.parameter(name).dtype());
+  };
   for (const std::string name : {"embed_tokens", "layers.0.attn.q_a", "layers.2.attn.kv_b"})
-    EXPECT_TRUE(trained.parameter(name).same_bytes(original.parameter(name))) << name;
-  EXPECT_FALSE(trained.parameter("layers.2.attn.kv_a").same_bytes(original.parameter("layers.2.attn.kv_a")));
+    EXPECT_TRUE(trained.parameter(name).same_bytes(as_loaded(name))) << name;
+  EXPECT_FALSE(trained.parameter("layers.2.attn.kv_a").same_bytes(as_loaded("layers.2.attn.kv_a")));
 }
 
 }  // namespace

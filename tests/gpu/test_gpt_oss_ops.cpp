@@ -21,6 +21,7 @@
 #include "moetune/ops/cuda/expert_bias.h"
 #include "moetune/ops/cuda/router_topk_softmax.h"
 #include "moetune/ops/router.h"
+#include "moetune/ops/router_limits.h"
 
 namespace moetune {
 namespace {
@@ -165,8 +166,9 @@ TEST_F(GptOssRouterGpu, RejectsBadShapes) {
   const Tensor ids = Tensor::empty({4, 2}, DType::I32, kGpu), weights = Tensor::empty({4, 2}, DType::F32, kGpu);
   EXPECT_THROW(ops::cuda::router_topk_softmax_forward(logits, 9, ids, weights), Error);  // k > E
   EXPECT_THROW(ops::cuda::router_topk_softmax_forward(logits, 3, ids, weights), Error);  // outputs [T, 2]
-  EXPECT_THROW(ops::cuda::router_topk_softmax_forward(Tensor::zeros({4, 300}, DType::F32, kGpu), 2, ids, weights),
-               Error);
+  EXPECT_THROW(ops::cuda::router_topk_softmax_forward(Tensor::zeros({4, ops::kRouterMaxExperts + 1}, DType::F32, kGpu),
+                                                      2, ids, weights),
+               Error);  // more experts than a lane's register slots hold
 }
 
 class GptOssExpertsGpu : public testing::GpuTest {};

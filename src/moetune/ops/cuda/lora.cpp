@@ -86,7 +86,11 @@ Tensor expert_b_grouped(const Tensor& packed, int64_t experts) {
 }
 
 Tensor lora_forward(const Tensor& x, const Tensor& a, const Tensor& b, double scale, const Tensor& y, int64_t first_column) {
-  const int64_t tokens = x.size(0), cols = b.size(0), width = width_of("lora_forward", "y", y);
+  // y may be F32 where the adapter writes all of it (Qwen2-MoE's shared-expert gate logits): the GEMM's epilogue
+  // adds into any output type cuBLASLt takes; a column slice goes through the bf16 column kernel.
+  check_gpu_tensor("lora_forward", "y", y, {DType::BF16, DType::F32});
+  MOETUNE_CHECK(y.dim() >= 2, "lora_forward: y {} must be a matrix", y.str());
+  const int64_t tokens = x.size(0), cols = b.size(0), width = y.numel() / std::max<int64_t>(1, y.size(0));
   Tensor u = device_like({tokens, a.size(0)});
   matmul(x, false, a, true, u);
   if (cols == width) {

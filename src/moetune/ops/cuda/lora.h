@@ -11,7 +11,7 @@
 namespace moetune::ops::cuda {
 
 // x [T, in]; y [T, out] gets scale · (x Aᵀ) Bᵀ added into its columns [first_column, first_column + B.rows).
-// Returns u = x Aᵀ [T, r] for the backward pass.
+// Returns u = x Aᵀ [T, r] for the backward pass. y is bf16, or F32 when the adapter covers all of its columns.
 Tensor lora_forward(const Tensor& x, const Tensor& a, const Tensor& b, double scale, const Tensor& y, int64_t first_column);
 // Reads dy's columns of this adapter; accumulates dA [r, in] and dB [cols, r]; adds d(x) into dx [T, in].
 void lora_backward(const Tensor& dy, int64_t first_column, const Tensor& x, const Tensor& u, const Tensor& a,
