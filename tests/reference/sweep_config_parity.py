@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Config spellings and options of every family against transformers, on random tiny models made here.
+
+For each case: a config built with transformers (its own class, its own spellings: what `save_pretrained` writes),
+a model drawn in fp32 from a fixed seed and saved; then `moetune eval` (CPU, fp32) against transformers' mean
+token cross-entropy on the same lines (1e-5 relative), and `moetune inspect --json`'s parameter count against
+transformers' (embedding and head counted as transformers counts them). A case may also rewrite config.json after
+saving (the older spellings checkpoints on the Hub still carry: `rope_scaling`, `rope_theta` at the top level).
+
+With --device cuda the GPU engine evaluates (bf16: 1e-2 relative to transformers' fp32 loss) and trains; the folder
+it saves is scored by transformers and by moetune's CPU engine at 1e-5 either way.
+
+Nothing here is committed as a fixture: it is a sweep to run after touching config parsing or a block. Run:
+  /work/refenv/bin/python tests/reference/sweep_config_parity.py build/src/moetune/moetune [--device cuda] [case ...]
+(scripts/reference_env.sh makes /work/refenv on a machine without torch; the GPU machine's python3 has both.)
+"""
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+TOLERANCE = 1e-5  # fp32 against fp32
+GPU_TOLERANCE = 1e-2  # the GPU engine's bf16 against transformers' fp32
+VOCAB = 96
+LENGTHS = [2, 5, 17, 40, 70]  # the last past the sliding windows below
+
+
+def sequences() -> list[list[int]]:
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in LENGTHS]
+
+
+BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+MOE = dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32)
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64}
+DSV3 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+            kv_lora_rank=16, q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_group=2,
+            topk_group=1, first_k_dense_replace=1, num_key_value_heads=4)
+NEMOTRON_H = dict(vocab_size=VOCAB, hidden_size=32, layers_block_type=["mamba", "moe", "attention", "mlp", "moe"],
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=24, mamba_num_heads=4,
+                  mamba_head_dim=8, n_groups=2, ssm_state_size=8, conv_kernel=3, chunk_size=4, n_routed_experts=8,
+                  num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=12,
+                  moe_shared_expert_intermediate_size=20, moe_latent_size=16, routed_scaling_factor=2.5,
+                  norm_topk_prob=True, tie_word_embeddings=False, max_position_embeddings=256, use_cache=False)
+
+# (name, model_type, config kwargs, optional config.json rewrite)
+CASES = [
+    ("llama plain", "llama", dict(BASE), None),
+    ("llama biases", "llama", dict(BASE, attention_bias=True, mlp_bias=True), None),
+    ("llama head_dim 32", "llama", dict(BASE, head_dim=32), None),
+    ("llama mqa tied", "llama", dict(BASE, num_key_value_heads=1, tie_word_embeddings=True), None),
+    ("llama rope linear", "llama", dict(BASE, rope_parameters={"rope_type": "linear", "rope_theta": 5000.0, "factor": 2.0}), None),
+    ("llama rope dynamic", "llama", dict(BASE, rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}), None),
+    ("llama rope llama3", "llama", dict(BASE, rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                              "original_max_position_embeddings": 32}), None),
+    ("llama rope yarn", "llama", dict(BASE, rope_parameters=dict(YARN)), None),
+    ("llama rope yarn attention_factor", "llama", dict(BASE, rope_parameters=dict(YARN, attention_factor=0.8, beta_fast=16.0, beta_slow=2.0)), None),
+    ("llama rope longrope", "llama", dict(BASE, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                                "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                                                                "long_factor": [2.0 + 0.1 * i for i in range(8)],
+                                                                "original_max_position_embeddings": 64}), None),
+    ("llama old rope_scaling spelling", "llama", dict(BASE), "old_rope"),
+    ("llama gelu", "llama", dict(BASE, hidden_act="gelu"), None),
+    ("mistral sliding 16", "mistral", dict(BASE, sliding_window=16), None),
+    ("mistral head_dim 8", "mistral", dict(BASE, head_dim=8, sliding_window=None), None),
+    ("qwen2 plain", "qwen2", dict(BASE), None),
+    ("qwen2 sliding layers", "qwen2", dict(BASE, use_sliding_window=True, sliding_window=16, max_window_layers=1), None),
+    ("qwen2 tied", "qwen2", dict(BASE, tie_word_embeddings=True), None),
+    ("qwen3 plain", "qwen3", dict(BASE, head_dim=16), None),
+    ("qwen3 attention_bias", "qwen3", dict(BASE, head_dim=16, attention_bias=True), None),
+    ("qwen3 sliding", "qwen3", dict(BASE, head_dim=16, use_sliding_window=True, sliding_window=16, max_window_layers=1), None),
+    ("qwen3 yarn", "qwen3", dict(BASE, head_dim=16, rope_parameters=dict(YARN)), None),
+    ("qwen3_moe plain", "qwen3_moe", dict(BASE, head_dim=16, **MOE), None),
+    ("qwen3_moe no norm_topk", "qwen3_moe", dict(BASE, head_dim=16, norm_topk_prob=False, **MOE), None),
+    ("qwen3_moe sparse step 2", "qwen3_moe", dict(BASE, head_dim=16, decoder_sparse_step=2, **MOE), None),
+    ("qwen3_moe mlp_only_layers", "qwen3_moe", dict(BASE, head_dim=16, mlp_only_layers=[0, 2], **MOE), None),
+    ("qwen3_moe tied top1", "qwen3_moe", dict(BASE, head_dim=16, tie_word_embeddings=True, **dict(MOE, num_experts_per_tok=1)), None),
+    ("qwen3_moe sliding", "qwen3_moe", dict(BASE, head_dim=16, use_sliding_window=True, sliding_window=16, max_window_layers=1, **MOE), None),
+    ("qwen2_moe plain", "qwen2_moe", dict(BASE, shared_expert_intermediate_size=48, **MOE), None),
+    ("qwen2_moe norm_topk", "qwen2_moe", dict(BASE, shared_expert_intermediate_size=48, norm_topk_prob=True, **MOE), None),
+    ("qwen2_moe sparse step 2", "qwen2_moe", dict(BASE, shared_expert_intermediate_size=48, decoder_sparse_step=2, **MOE), None),
+    ("qwen2_moe mlp_only_layers", "qwen2_moe", dict(BASE, shared_expert_intermediate_size=48, mlp_only_layers=[1], **MOE), None),
+    ("qwen2_moe qkv_bias off", "qwen2_moe", dict(BASE, shared_expert_intermediate_size=48, qkv_bias=False, **MOE), None),
+    ("mixtral plain", "mixtral", dict(BASE, num_local_experts=6, num_experts_per_tok=2), None),
+    ("mixtral sliding head_dim", "mixtral", dict(BASE, num_local_experts=4, num_experts_per_tok=3, sliding_window=16, head_dim=8), None),
+    ("deepseek_v3 plain", "deepseek_v3", dict(DSV3), None),
+    ("deepseek_v3 no q_lora", "deepseek_v3", dict(DSV3, q_lora_rank=None), None),
+    ("deepseek_v3 rope not interleaved", "deepseek_v3", dict(DSV3, rope_interleave=False), None),
+    ("deepseek_v3 no norm_topk", "deepseek_v3", dict(DSV3, norm_topk_prob=False, routed_scaling_factor=2.5), None),
+    ("deepseek_v3 groups 4 keep 2", "deepseek_v3", dict(DSV3, n_group=4, topk_group=2, num_experts_per_tok=3), None),
+    ("deepseek_v3 no dense", "deepseek_v3", dict(DSV3, first_k_dense_replace=0), None),
+    ("deepseek_v3 two shared", "deepseek_v3", dict(DSV3, n_shared_experts=2), None),
+    ("deepseek_v3 attention_bias", "deepseek_v3", dict(DSV3, attention_bias=True), None),
+    ("deepseek_v3 tied", "deepseek_v3", dict(DSV3, tie_word_embeddings=True), None),
+    ("deepseek_v3 yarn mscale", "deepseek_v3", dict(DSV3, rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8)), None),
+    ("deepseek_v3 yarn mscale equal", "deepseek_v3", dict(DSV3, rope_parameters=dict(YARN, mscale=0.707, mscale_all_dim=0.707)), None),
+    ("deepseek_v3 old rope_scaling spelling", "deepseek_v3", dict(DSV3), "old_rope_yarn"),
+    ("qwen3_moe norm_topk", "qwen3_moe", dict(BASE, head_dim=16, norm_topk_prob=True, **MOE), None),
+    ("nemotron_h plain", "nemotron_h", dict(NEMOTRON_H), None),
+    ("nemotron_h no latent", "nemotron_h", dict(NEMOTRON_H, moe_latent_size=None), None),
+    ("nemotron_h one group no norm", "nemotron_h", dict(NEMOTRON_H, n_group=1, topk_group=1, norm_topk_prob=False), None),
+    ("nemotron_h pattern spelling", "nemotron_h", dict(NEMOTRON_H), "pattern"),
+    ("nemotron_h chunk 16 state 16", "nemotron_h", dict(NEMOTRON_H, chunk_size=16, ssm_state_size=16, n_groups=1), None),
+    ("nemotron_h mamba bias", "nemotron_h", dict(NEMOTRON_H, use_bias=True, use_conv_bias=False), None),
+    ("gpt_oss plain", "gpt_oss", dict(BASE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
+                                      intermediate_size=32), None),
+    ("gpt_oss all full attention", "gpt_oss", dict(BASE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
+                                                   intermediate_size=32, layer_types=["full_attention"] * 3), None),
+]
+
+
+def rewrite(config_path: Path, how: str) -> None:
+    """Older spellings of the same config, as Hub checkpoints still carry them."""
+    config = json.loads(config_path.read_text())
+    parameters = config.pop("rope_parameters", None) or {}
+    if how == "old_rope":
+        config["rope_theta"] = parameters.get("rope_theta", 10000.0)
+        config["rope_scaling"] = {"type": "linear", "factor": 2.0}
+    elif how == "old_rope_yarn":
+        config["rope_theta"] = parameters.get("rope_theta", 10000.0)
+        config["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                  "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}
+    elif how == "pattern":  # Nemotron-H's released spelling: one character a layer
+        config.pop("layers_block_type", None)
+        config["hybrid_override_pattern"] = "ME*-E"
+    config_path.write_text(json.dumps(config, indent=2))
+
+
+def transformers_loss(folder: Path, lines: list[list[int]]) -> tuple[float, int, int]:
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).float().eval()
+    extra = {"output_router_logits": False} if hasattr(model.config, "output_router_logits") else {}
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for ids in lines:
+            input_ids = torch.tensor([ids])
+            total += model(input_ids=input_ids, labels=input_ids, **extra).loss.item() * (len(ids) - 1)
+            tokens += len(ids) - 1
+    return total / tokens, tokens, model.num_parameters()
+
+
+def run_case(binary: str, device: str, scratch: Path, data: Path, lines, name, model_type, kwargs, how) -> bool:
+    folder = scratch / name.replace(" ", "_")
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, **kwargs)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # weights large enough that every block's mistakes show in the loss
+        for key, p in model.named_parameters():
+            if p.dim() >= 2 or "bias" in key or "sinks" in key:
+                p.normal_(0.0, 0.2 if p.dim() >= 2 else 0.1)
+    model.save_pretrained(folder)
+    if how:
+        rewrite(folder / "config.json", how)
+    expected, tokens, parameters = transformers_loss(folder, lines)
+    run = subprocess.run([binary, "eval", str(folder), "--data", str(data), "--json", "--device", device],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"FAIL {name}: moetune eval exited {run.returncode}: {run.stderr.strip()[-400:]}")
+        return False
+    report = json.loads(run.stdout)
+    gap = abs(report["loss"] - expected) / expected
+    inspect = subprocess.run([binary, "inspect", str(folder), "--json"], capture_output=True, text=True)
+    total = json.loads(inspect.stdout)["total_parameters"] if inspect.returncode == 0 else None
+    ok = gap <= (TOLERANCE if device == "cpu" else GPU_TOLERANCE) and report["tokens"] == tokens and total == parameters
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: moetune {report['loss']:.6f} transformers {expected:.6f} "
+          f"(gap {gap:.1e}); parameters moetune {total} transformers {parameters}")
+    return ok and saved_model_loads(binary, device, folder, data, lines, name, report["loss"])
+
+
+def saved_model_loads(binary: str, device: str, folder: Path, data: Path, lines, name: str, before: float) -> bool:
+    """Two training steps, then transformers loads the saved folder and scores it as moetune's CPU engine does."""
+    out = folder.with_name(folder.name + "_trained")
+    run = subprocess.run([binary, "finetune", "--set", f"model={folder}", "--set", f"data.train={data}", "--set",
+                          f"output.dir={out}", "--set", "training.max_steps=2", "--set", f"training.device={device}",
+                          "--set", "optimizer.lr=1e-2", "--set", "schedule.warmup_steps=0", "--set",
+                          "data.validation_fraction=0", "--set", "training.micro_batch_size=1", "--set",
+                          "data.max_length=128"], capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"FAIL {name} (trained): moetune finetune exited {run.returncode}: {run.stderr.strip()[-400:]}")
+        return False
+    final = out / "final-model"
+    expected, _, _ = transformers_loss(final, lines)
+    report = json.loads(subprocess.run([binary, "eval", str(final), "--data", str(data), "--json", "--device", "cpu"],
+                                       check=True, capture_output=True, text=True).stdout)
+    gap = abs(report["loss"] - expected) / expected
+    ok = gap <= TOLERANCE and abs(report["loss"] - before) > 1e-3
+    print(f"{'ok  ' if ok else 'FAIL'} {name} (trained, saved, loaded by transformers): moetune {report['loss']:.6f} "
+          f"transformers {expected:.6f} (gap {gap:.1e}; before training {before:.6f})")
+    return ok
+
+
+def main(binary: str, device: str, only: list[str]) -> int:
+    lines = sequences()
+    failures = 0
+    with tempfile.TemporaryDirectory() as scratch:
+        data = Path(scratch) / "eval.jsonl"
+        data.write_text("".join(json.dumps({"input_ids": ids}) + "\n" for ids in lines))
+        for case in CASES:
+            if only and not any(o in case[0] for o in only):
+                continue
+            try:
+                failures += not run_case(binary, device, Path(scratch), data, lines, *case)
+            except Exception as error:  # a config transformers itself refuses: say so and go on
+                print(f"SKIP {case[0]}: transformers: {type(error).__name__}: {str(error)[:300]}")
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("binary")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("only", nargs="*", help="run the cases whose names contain any of these")
+    arguments = parser.parse_args()
+    sys.exit(main(arguments.binary, arguments.device, arguments.only))
