@@ -130,6 +130,24 @@ TEST(Lora, RefusesWhatPeftWouldLoadDifferently) {
   EXPECT_THROW(attach_lora(other, {.rank = 2, .target_parameters = {"mlp.experts.nothing"}}), Error);
 }
 
+// DeepSeek-V3 too: PEFT 0.21 converts its gate_proj / up_proj / down_proj (dense layers and shared experts alike)
+// as qwen2_moe's, so an all-linear adapter made with them loaded in PEFT with those adapters dropped (and empty
+// expert adapters added): the merged models parted by 10% (found with tests/reference/check_lora_adapter.py).
+TEST(Lora, RefusesWhatPeftWouldLoadDifferentlyOnDeepseekV3) {
+  ModelWeights weights = load_checkpoint(testing::fixture("deepseek_v3_tiny"), LoadOptions{DType::F32});
+  EXPECT_THROW(attach_lora(weights, {.rank = 2, .target_modules = {"o_proj", "down_proj"}}), Error);
+  attach_lora(weights, {.rank = 2, .target_modules = {"all-linear"}});
+  int adapters = 0;
+  for (const ParameterSpec& spec : weights.layout.parameters) {
+    if (!is_lora_parameter(spec)) continue;
+    EXPECT_NE(spec.name.find(".attn."), std::string::npos) << spec.name;
+    ++adapters;
+  }
+  EXPECT_EQ(adapters, 2 * 15);  // A and B on 3 layers × 5 latent projections
+  ModelWeights experts = load_checkpoint(testing::fixture("deepseek_v3_tiny"), LoadOptions{DType::F32});
+  attach_lora(experts, {.rank = 2, .target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}});
+}
+
 TEST_P(LoraParity, MergeEqualsMergeAndUnload) {
   ModelWeights weights = adapted();
   merge_lora(weights);

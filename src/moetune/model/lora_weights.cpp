@@ -27,10 +27,13 @@ std::string module_of(const std::string& tensor_name) {
 std::string leaf_of(const std::string& module) { return module.substr(module.rfind('.') + 1); }
 
 // The MLP module names PEFT 0.21 rewrites, on these model types, into the fused experts' target_parameters
-// (gate_up_proj at twice the rank and alpha), leaving dense MLPs without LoRA: an adapter on a dense MLP of
-// such a model would not load alike in PEFT, so moetune does not make one.
+// (gate_up_proj at twice the rank and alpha), leaving dense MLPs (and DeepSeek-V3's shared experts) without LoRA:
+// an adapter on such a module would not load alike in PEFT, so moetune does not make one. The model types are
+// those of transformers 5.17's conversion_mapping that PEFT 0.21's transformers_weight_conversion.py converts
+// (its _MOE_TARGET_MODULE_MAPPING: qwen2_moe's names for the models mapped onto qwen2_moe's conversion, mixtral's;
+// qwen2_moe itself is not converted).
 std::vector<std::string> peft_converted_mlp_names(const std::string& family) {
-  if (family == "qwen3_moe") return {"gate_proj", "up_proj", "down_proj"};
+  if (family == "qwen3_moe" || family == "deepseek_v3") return {"gate_proj", "up_proj", "down_proj"};
   if (family == "mixtral") return {"w1", "w2", "w3"};
   return {};
 }
@@ -131,10 +134,12 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
         if (!piece.name.ends_with(".weight") || !config.targets_module(module)) continue;
         if (std::find(converted.begin(), converted.end(), leaf_of(module)) != converted.end()) {
           if (names_explicitly(config, leaf_of(module)))
-            fail("lora.target_modules: '{}' on {}: PEFT 0.21 maps this name onto the fused experts (with the gate_up "
-                 "rank doubled) and leaves dense MLPs without LoRA, so PEFT would not load such an adapter alike; name "
-                 "the experts with lora.target_parameters [mlp.experts.gate_up_proj, mlp.experts.down_proj]",
-                 leaf_of(module), layout.spec.family);
+            fail(
+                "lora.target_modules: '{}' on {}: PEFT 0.21 maps this name onto the fused experts (with the gate_up "
+                "rank doubled) and leaves dense and shared-expert MLPs without LoRA, so PEFT would not load such an "
+                "adapter alike; name the experts with lora.target_parameters [mlp.experts.gate_up_proj, "
+                "mlp.experts.down_proj]",
+                leaf_of(module), layout.spec.family);
           continue;  // a regex or all-linear: the dense MLP is left out, as PEFT leaves it out
         }
         if (piece.transposed) fail("LoRA on '{}': transposed checkpoint tensors are not supported yet", piece.name);
