@@ -212,6 +212,24 @@ TEST_F(LoraTrainingGpu, LossesTrackTheCpuEngineAndTheAdapterResumes) {
   expect_close(gpu_resumed, cpu_resumed, 0.02);
 }
 
+// GPT-OSS's experts (biases, clamped SwiGLU; PEFT's target_parameters, gate / up interleaved in the saved B) and
+// its attention: the GPU tracks the CPU, and the GPU's adapter resumes on both engines at the same loss.
+TEST_F(LoraTrainingGpu, GptOssExpertsTrackTheCpuAndTheAdapterResumes) {
+  const std::string model = "model=" + testing::fixture("gpt_oss_tiny").string();
+  const train::TrainResult gpu = train::Trainer(recipe("gpu", on("cuda", {model})), {}, false).run();
+  train::Trainer(recipe("cpu", on("cpu", {model})), {}, false).run();
+  expect_close(testing::losses(metrics("gpu")), testing::losses(metrics("cpu")), 0.02);
+  const std::string adapter = "lora.adapter=" + gpu.final_model.string();
+  train::Trainer(recipe("gpu_resumed", {model, adapter, "training.max_steps=2", "training.device=cuda"}), {}, false)
+      .run();
+  train::Trainer(recipe("cpu_resumed", {model, adapter, "training.max_steps=2", "training.device=cpu"}), {}, false)
+      .run();
+  const std::vector<double> gpu_resumed = testing::losses(metrics("gpu_resumed"));
+  ASSERT_EQ(gpu_resumed.size(), 2u);
+  expect_close(gpu_resumed, testing::losses(metrics("cpu_resumed")), 0.02);
+  EXPECT_GT(std::fabs(gpu_resumed[0] - testing::losses(metrics("gpu"))[0]), 1e-3) << "the resumed adapter acts";
+}
+
 // all-linear on Qwen2-MoE takes the shared expert's sigmoid gate (shared_expert_gate, an nn.Linear) with the
 // attention and the shared expert: its adapter trains on the GPU as on the CPU.
 TEST_F(LoraTrainingGpu, Qwen2MoeAllLinearWithTheSharedExpertGateTracksTheCpu) {

@@ -3,7 +3,8 @@
 // merge_and_unload gives), and each adapter's gradients are that merged model's weight gradient G (the rows of
 // the adapter's piece of a fused weight) through LoRA's chain rule: dB = scale·G·Aᵀ, dA = scale·Bᵀ·G. The same
 // algebra a PEFT fixture checks, for blocks that have none: DeepSeek-V3's latent attention (whose adapters the
-// block ignored before session 25: made, saved, never trained) and Qwen2-MoE's shared-expert gate (likewise).
+// block ignored before session 25: made, saved, never trained), Qwen2-MoE's shared-expert gate (likewise) and
+// GPT-OSS's experts (biases, clamped SwiGLU; per expert e, dB_e = scale·G_e·A_eᵀ, dA_e = scale·B_eᵀ·G_e).
 // Relative error ≤ 1e-5 (fp32).
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "moetune/model/checkpoint.h"
 #include "moetune/model/lora_config.h"
 #include "moetune/model/lora_weights.h"
+#include "moetune/ops/lora.h"
 #include "test_util.h"
 
 namespace moetune::model {
@@ -26,9 +28,11 @@ constexpr double kTolerance = 1e-5;
 
 // The fixture in fp32 with rank-2 adapters on `targets`, every B drawn from a fixed seed (PEFT starts B at zero,
 // which would make any adapter look right).
-ModelWeights adapted(const std::string& fixture, const std::vector<std::string>& targets) {
+ModelWeights adapted(const std::string& fixture, const std::vector<std::string>& targets,
+                     const std::vector<std::string>& parameters = {}) {
   ModelWeights weights = load_checkpoint(testing::fixture(fixture), LoadOptions{DType::F32});
-  attach_lora(weights, LoraConfig{.rank = 2, .alpha = 4, .target_modules = targets, .seed = 5});
+  attach_lora(weights,
+              LoraConfig{.rank = 2, .alpha = 4, .target_modules = targets, .target_parameters = parameters, .seed = 5});
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 0.2f);
   for (size_t i = 0; i < weights.layout.parameters.size(); ++i)
@@ -64,15 +68,25 @@ Tensor scaled_product(const Tensor& left, bool transpose_left, const Tensor& rig
   return out;
 }
 
+// An adapter's gradients against the merged weight's gradient g [out, in] (its rows of the adapted piece): dB and dA.
+void expect_chain_rule(const Tensor& da, const Tensor& db, const Tensor& a, const Tensor& b, const Tensor& g,
+                       double scale) {
+  double squares = 0;
+  for (int64_t k = 0; k < db.numel(); ++k) squares += double(db.data<float>()[k]) * db.data<float>()[k];
+  EXPECT_GT(squares, 0.0);  // the adapter is trained, not skipped
+  EXPECT_LE(relative_error_f32(db, scaled_product(g, false, a, true, scale)), kTolerance);  // G·Aᵀ
+  EXPECT_LE(relative_error_f32(da, scaled_product(b, true, g, false, scale)), kTolerance);  // Bᵀ·G
+}
+
 void expect_adapters_match_merged_weights(const std::string& fixture, const std::vector<std::string>& targets,
-                                          int expected_adapters) {
+                                          int expected_adapters, const std::vector<std::string>& parameters = {}) {
   SCOPED_TRACE(fixture);
   std::vector<int64_t> ids;
   for (int64_t t = 0; t < 24; ++t) ids.push_back((t * 37 + 5) % 90 + 2);
   const Tensor tokens = Tensor::from_vector(ids, {2, 12});
   const Batch batch{.input_ids = tokens, .labels = tokens};
 
-  ModelWeights merged_weights = adapted(fixture, targets);
+  ModelWeights merged_weights = adapted(fixture, targets, parameters);
   merge_lora(merged_weights);
   const testing::ScratchDir scratch;
   save_checkpoint(merged_weights, scratch.path());
@@ -80,7 +94,7 @@ void expect_adapters_match_merged_weights(const std::string& fixture, const std:
   const CausalLMOutput merged_out = merged.forward(batch);
   merged.backward();
 
-  CausalLM model = CausalLM::from_weights(adapted(fixture, targets));
+  CausalLM model = CausalLM::from_weights(adapted(fixture, targets, parameters));
   const CausalLMOutput out = model.forward(batch);
   EXPECT_LE(relative_error_f32(out.logits, merged_out.logits), kTolerance);
   EXPECT_NEAR(out.loss, merged_out.loss, kTolerance * std::fabs(merged_out.loss));
@@ -100,6 +114,17 @@ void expect_adapters_match_merged_weights(const std::string& fixture, const std:
     // The piece's rows of the merged weight's gradient (q, k and v of a fused qkv each have their own adapter).
     const size_t base = index_of(merged.weights(), weight);
     const ParameterSpec& spec = merged.weights().layout.parameters[base];
+    const Tensor& da = model.parameters().grads()[a];
+    const Tensor& db = model.parameters().grads()[b];
+    ASSERT_TRUE(da.defined() && db.defined());
+    if (spec.role == ParameterRole::Experts) {  // A [E·r, in] expert-major, B [out, r·E] packed as PEFT's
+      const int64_t experts = spec.shape[0], r = w.parameters[a].size(0) / experts;
+      for (int64_t e = 0; e < experts; ++e)
+        expect_chain_rule(da.narrow(e * r, r), ops::expert_lora_b(db, e, experts), w.parameters[a].narrow(e * r, r),
+                          ops::expert_lora_b(w.parameters[b], e, experts), merged.parameters().grads()[base][e], scale);
+      ++checked;
+      continue;
+    }
     int64_t first_row = 0;
     for (size_t p = 0; p < piece; ++p) first_row += spec.pieces[p].shape[0];
     const Tensor& full = merged.parameters().grads()[base];
@@ -107,14 +132,7 @@ void expect_adapters_match_merged_weights(const std::string& fixture, const std:
     const int64_t rows = w.parameters[b].size(0), columns = full.size(1);
     Tensor g = Tensor::empty({rows, columns}, DType::F32);
     std::copy_n(full.data<float>() + first_row * columns, rows * columns, g.data<float>());
-    const Tensor& da = model.parameters().grads()[a];
-    const Tensor& db = model.parameters().grads()[b];
-    ASSERT_TRUE(da.defined() && db.defined());
-    double squares = 0;
-    for (int64_t k = 0; k < db.numel(); ++k) squares += double(db.data<float>()[k]) * db.data<float>()[k];
-    EXPECT_GT(squares, 0.0);  // the adapter is trained, not skipped
-    EXPECT_LE(relative_error_f32(db, scaled_product(g, false, w.parameters[a], true, scale)), kTolerance);  // G·Aᵀ
-    EXPECT_LE(relative_error_f32(da, scaled_product(w.parameters[b], true, g, false, scale)), kTolerance);  // Bᵀ·G
+    expect_chain_rule(da, db, w.parameters[a], w.parameters[b], g, scale);
     ++checked;
   }
   EXPECT_EQ(checked, expected_adapters);
@@ -129,6 +147,12 @@ TEST(LoraMerged, LatentAttentionWithQLoraRank) {
 TEST(LoraMerged, LatentAttentionOnQProj) {
   expect_adapters_match_merged_weights("deepseek_v3_qproj_tied",
                                        {"q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}, 8);
+}
+
+// GPT-OSS's experts (biases, clamped SwiGLU, gate / up interleaved on disk) with q / o: 2 layers × (2 + 2).
+TEST(LoraMerged, GptOssExpertsAndAttention) {
+  expect_adapters_match_merged_weights("gpt_oss_tiny", {"q_proj", "o_proj"}, 8,
+                                       {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"});
 }
 
 // all-linear on Qwen2-MoE: q / k / v pieces of the fused qkv, o, the shared expert's gate / up / down and its

@@ -9,23 +9,30 @@
 namespace moetune::model {
 namespace {
 
-// y = x W_eᵀ for each expert's rows.
-Tensor grouped_linear(const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& weight) {
+// y = x W_eᵀ (+ b_e) for each expert's rows.
+Tensor grouped_linear(const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::zeros({x.size(0), weight.size(1)}, DType::F32);
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {
     const int64_t first = offsets[e], count = offsets[e + 1] - first;
-    if (count > 0) y.narrow(first, count).copy_from(ops::linear_forward(x.narrow(first, count), weight[int64_t(e)]));
+    if (count > 0)
+      y.narrow(first, count)
+          .copy_from(ops::linear_forward(x.narrow(first, count), weight[int64_t(e)],
+                                         bias.defined() ? bias[int64_t(e)] : Tensor()));
   }
   return y;
 }
 
-// d(x) for y = x W_eᵀ per expert; the base weight is frozen, so no weight gradient.
-Tensor grouped_linear_backward(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& weight) {
+// d(x) for y = x W_eᵀ + b_e per expert; the base weight is frozen (no weight gradient), the bias's gradient is
+// accumulated where `dbias` is defined.
+Tensor grouped_linear_backward(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets,
+                               const Tensor& weight, const Tensor& dbias) {
   Tensor dx = Tensor::zeros(x.shape(), DType::F32);
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {
     const int64_t first = offsets[e], count = offsets[e + 1] - first;
     if (count > 0)
-      dx.narrow(first, count).copy_from(ops::linear_backward(dy.narrow(first, count), x.narrow(first, count), weight[int64_t(e)], {}));
+      dx.narrow(first, count)
+          .copy_from(ops::linear_backward(dy.narrow(first, count), x.narrow(first, count), weight[int64_t(e)], {},
+                                          dbias.defined() ? dbias[int64_t(e)] : Tensor()));
   }
   return dx;
 }
@@ -50,26 +57,27 @@ ExpertLora ExpertLora::lookup(const ParameterStore& store, const std::string& la
   return lora;
 }
 
-ops::ExpertActivations ExpertLora::forward(const Tensor& rows, const std::vector<int64_t>& offsets, const Param& gate_up,
-                                           const Param& down) {
+ops::ExpertActivations ExpertLora::forward(const Tensor& rows, const std::vector<int64_t>& offsets,
+                                           const Param& gate_up, const Param& down, const ops::ExpertVariant& variant) {
   ops::ExpertActivations a;
-  a.gate_up = grouped_linear(rows, offsets, gate_up.value);
+  a.gate_up = grouped_linear(rows, offsets, gate_up.value, variant.gate_up_bias);
   if (p_.gate_up_a.defined()) gate_up_u_ = ops::lora_grouped_forward(rows, offsets, p_.gate_up_a.value, p_.gate_up_b.value, p_.scale, a.gate_up);
-  const Tensor inner = ops::swiglu_forward(a.gate_up);
-  a.out = grouped_linear(inner, offsets, down.value);
+  const Tensor inner = ops::expert_activation(a.gate_up, variant);
+  a.out = grouped_linear(inner, offsets, down.value, variant.down_bias);
   if (p_.down_a.defined()) down_u_ = ops::lora_grouped_forward(inner, offsets, p_.down_a.value, p_.down_b.value, p_.scale, a.out);
   return a;
 }
 
 Tensor ExpertLora::backward(const Tensor& dout, const Tensor& rows, const ops::ExpertActivations& activations,
-                            const std::vector<int64_t>& offsets, const Param& gate_up, const Param& down) {
+                            const std::vector<int64_t>& offsets, const Param& gate_up, const Param& down,
+                            const ops::ExpertVariant& variant, const ops::ExpertBiasGrads& bias_grads) {
   MOETUNE_CHECK(!gate_up.grad.defined() && !down.grad.defined(), "expert LoRA: the base expert weights must be frozen");
-  const Tensor inner = ops::swiglu_forward(activations.gate_up);  // recomputed, not kept
-  Tensor dinner = grouped_linear_backward(dout, inner, offsets, down.value);
+  const Tensor inner = ops::expert_activation(activations.gate_up, variant);  // recomputed, not kept
+  Tensor dinner = grouped_linear_backward(dout, inner, offsets, down.value, bias_grads.down_bias);
   if (p_.down_a.defined())
     ops::lora_grouped_backward(dout, inner, down_u_, offsets, p_.down_a.value, p_.down_b.value, p_.scale, p_.down_a.grad, p_.down_b.grad, dinner);
-  const Tensor dpre = ops::swiglu_backward(dinner, activations.gate_up);
-  Tensor drows = grouped_linear_backward(dpre, rows, offsets, gate_up.value);
+  const Tensor dpre = ops::expert_activation_backward(dinner, activations.gate_up, variant);
+  Tensor drows = grouped_linear_backward(dpre, rows, offsets, gate_up.value, bias_grads.gate_up_bias);
   if (p_.gate_up_a.defined())
     ops::lora_grouped_backward(dpre, rows, gate_up_u_, offsets, p_.gate_up_a.value, p_.gate_up_b.value, p_.scale, p_.gate_up_a.grad,
                                p_.gate_up_b.grad, drows);

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "moetune/io/atomic_file.h"
+#include "moetune/model/piece_transform.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/lora.h"
 
@@ -68,15 +69,29 @@ struct Adapter {
   std::string module;   // PEFT's module path the tensors hang from, without the prefix
   int64_t rank_rows, in, out, rank_columns;  // A [rank_rows, in], B [out, rank_columns]
   double active_fraction;
+  bool interleaved_outputs = false;  // B's rows interleave gate and up on disk (GPT-OSS's gate_up_proj)
 };
 
 void append_specs(std::vector<ParameterSpec>& specs, const Adapter& adapter) {
   for (const char* which : {"lora_A", "lora_B"}) {
-    const Shape shape = which[5] == 'A' ? Shape{adapter.rank_rows, adapter.in} : Shape{adapter.out, adapter.rank_columns};
-    specs.push_back({lora_parameter_name(adapter.weight, which, adapter.piece), shape, ParameterRole::Matmul,
-                     {HfTensor{kPeftPrefix + adapter.module + "." + which + ".weight", shape}}, "",
+    const bool is_b = which[5] == 'B';
+    const Shape shape = is_b ? Shape{adapter.out, adapter.rank_columns} : Shape{adapter.rank_rows, adapter.in};
+    specs.push_back({lora_parameter_name(adapter.weight, which, adapter.piece),
+                     shape,
+                     ParameterRole::Matmul,
+                     {HfTensor{kPeftPrefix + adapter.module + "." + which + ".weight", shape, false,
+                               is_b && adapter.interleaved_outputs}},
+                     "",
                      int64_t(double(shape_numel(shape)) * adapter.active_fraction)});
   }
+}
+
+// The name PEFT's target_parameters match for fused experts: transformers' in-memory parameter, which GPT-OSS's
+// checkpoint stores as is (one transposed piece) and the others as per-expert pieces (fused_hf_name); "" if none.
+std::string fused_expert_parameter(const ParameterSpec& spec) {
+  if (!spec.fused_hf_name.empty()) return spec.fused_hf_name;
+  if (spec.pieces.size() == 1 && spec.pieces[0].transposed && spec.shape.size() == 3) return spec.pieces[0].name;
+  return "";
 }
 
 // The adapter file's tensors: index into weights.parameters -> name in adapter_model.safetensors.
@@ -146,14 +161,15 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
         used_modules.insert(module);
         adapters.push_back({spec.name, i, module, r, piece.shape[1], piece.shape[0], r, active});
       }
-    } else if (spec.role == ParameterRole::Experts && !spec.fused_hf_name.empty() &&
-               config.targets_parameter(spec.fused_hf_name)) {
-      if (!spec.pieces.empty() && spec.pieces[0].transposed)
-        fail("LoRA on '{}': transposed expert tensors are not supported yet", spec.fused_hf_name);
+    } else if (const std::string parameter = spec.role == ParameterRole::Experts ? fused_expert_parameter(spec) : "";
+               !parameter.empty() && config.targets_parameter(parameter)) {
+      // PEFT's in / out features are the engine's [E, out, in] whichever way the checkpoint stores the experts
+      // (GPT-OSS's [E, in, out] experts declare is_transposed); only the order of B's rows may differ.
       const int64_t experts = spec.shape[0];
-      used_parameters.insert(spec.fused_hf_name);
-      expert_adapters_by_module[module_of(spec.fused_hf_name)].push_back(adapters.size());
-      adapters.push_back({spec.name, 0, module_of(spec.fused_hf_name), experts * r, spec.shape[2], spec.shape[1], r * experts, active});
+      used_parameters.insert(parameter);
+      expert_adapters_by_module[module_of(parameter)].push_back(adapters.size());
+      adapters.push_back({spec.name, 0, module_of(parameter), experts * r, spec.shape[2], spec.shape[1], r * experts,
+                          active, spec.pieces.size() == 1 && spec.pieces[0].interleaved_pairs});
     }
   }
   // PEFT wraps a module's targeted parameters one inside the other in their definition order, so the first of n
@@ -191,8 +207,11 @@ void attach_lora(ModelWeights& weights, const LoraConfig& config) {
 
 io::NamedTensors lora_tensors(const ModelWeights& weights, const std::vector<Tensor>& tensors) {
   io::NamedTensors named;
-  for (const auto& [i, name] : adapter_entries(weights))
-    if (tensors[i].defined()) named.emplace_back(name, tensors[i]);
+  for (const auto& [i, name] : adapter_entries(weights)) {
+    if (!tensors[i].defined()) continue;
+    const bool interleaved = weights.layout.parameters[i].pieces[0].interleaved_pairs;
+    named.emplace_back(name, interleaved ? reorder_interleaved_rows(tensors[i], /*to_halves=*/false) : tensors[i]);
+  }
   return named;
 }
 
@@ -206,7 +225,9 @@ void load_adapter_weights(ModelWeights& weights, const std::filesystem::path& ad
     if (file.entry(name).shape != spec.shape)
       fail("{}: '{}' has shape {}, but this model and adapter_config.json imply {}", file.path().string(), name,
            shape_str(file.entry(name).shape), shape_str(spec.shape));
-    ops::cast_into(file.tensor(name), weights.parameters[i]);
+    const Tensor stored = file.tensor(name);
+    ops::cast_into(spec.pieces[0].interleaved_pairs ? reorder_interleaved_rows(stored, /*to_halves=*/true) : stored,
+                   weights.parameters[i]);
   }
   for (const io::SafetensorsEntry& entry : file.entries())
     if (std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.second == entry.name; }))

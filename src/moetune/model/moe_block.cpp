@@ -27,9 +27,9 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
   MOETUNE_CHECK(cpu_runs_router(spec_.router), "{}: this router is not implemented on the CPU", layer);
   MOETUNE_CHECK(spec_.router.bias == p_.router_bias.defined() && spec_.experts.bias == p_.gate_up_bias.defined(),
                 "{}: the spec and the parameters disagree on the router's or the experts' biases", layer);
-  // The experts' LoRA path is plain SwiGLU without biases (GPT-OSS's experts are refused by the LoRA loader).
-  MOETUNE_CHECK(expert_lora_.empty() || (!spec_.experts.bias && spec_.experts.activation == Activation::SwiGLU),
-                "{}: LoRA on these experts (biases, clamped SwiGLU or relu²) is not implemented", layer);
+  // The experts' LoRA path takes biases and the clamped SwiGLU (GPT-OSS), not relu² (nor does the GPU's).
+  MOETUNE_CHECK(expert_lora_.empty() || spec_.experts.activation != Activation::ReluSquared,
+                "{}: LoRA on relu² experts is not implemented", layer);
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
@@ -43,9 +43,10 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   // Nemotron-H's latent MoE: the experts' rows are the projection of the normed hidden state.
   const Tensor experts_input = p_.latent_in.defined() ? ops::linear_forward(normed, p_.latent_in.value, p_.latent_in_bias.value) : normed;
   dispatched_ = dispatcher_->dispatch(experts_input, routing_);
-  activations_ = expert_lora_.empty() ? ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value, p_.down.value,
-                                                        expert_variant(spec_.experts, p_))
-                                      : expert_lora_.forward(dispatched_.rows, dispatched_.offsets, p_.gate_up, p_.down);
+  activations_ = expert_lora_.empty() ? ops::expert_mlp(dispatched_.rows, dispatched_.offsets, p_.gate_up.value,
+                                                        p_.down.value, expert_variant(spec_.experts, p_))
+                                      : expert_lora_.forward(dispatched_.rows, dispatched_.offsets, p_.gate_up, p_.down,
+                                                             expert_variant(spec_.experts, p_));
   Tensor routed = dispatcher_->combine(activations_.out, routing_);
   if (p_.latent_out.defined()) {
     latent_combined_ = routed;
@@ -72,10 +73,11 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   ops::CombineGrads combine = dispatcher_->combine_backward(drouted, activations_.out, routing_);
   Tensor ddispatched =
       expert_lora_.empty()
-          ? ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up.value,
-                                     p_.down.value, p_.gate_up.grad, p_.down.grad, expert_variant(spec_.experts, p_),
-                                     expert_bias_grads(p_))
-          : expert_lora_.backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up, p_.down);
+          ? ops::expert_mlp_backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets,
+                                     p_.gate_up.value, p_.down.value, p_.gate_up.grad, p_.down.grad,
+                                     expert_variant(spec_.experts, p_), expert_bias_grads(p_))
+          : expert_lora_.backward(combine.dexpert_out, dispatched_.rows, activations_, dispatched_.offsets, p_.gate_up,
+                                  p_.down, expert_variant(spec_.experts, p_), expert_bias_grads(p_));
   Tensor dnormed = dispatcher_->dispatch_backward(ddispatched, tokens);
   if (p_.latent_in.defined())
     dnormed = ops::linear_backward(dnormed, normed, p_.latent_in.value, p_.latent_in.grad, p_.latent_in_bias.grad);

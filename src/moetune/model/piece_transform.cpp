@@ -43,6 +43,11 @@ void transpose_tiles(const T* in, T* out, int64_t batches, int64_t rows, int64_t
 
 }  // namespace
 
+Tensor reorder_interleaved_rows(const Tensor& matrix, bool to_halves) {
+  MOETUNE_CHECK(matrix.dim() == 2, "reorder_interleaved_rows: {} is not a matrix", matrix.str());
+  return reorder_pairs(matrix.view({1, matrix.size(0), matrix.size(1)}), to_halves).view(matrix.shape());
+}
+
 Tensor transpose_last_two(const Tensor& source) {
   const Shape& shape = source.shape();
   MOETUNE_CHECK(shape.size() >= 2, "a transposed piece needs two dimensions, got {}", source.str());

@@ -10,6 +10,10 @@ namespace moetune::model {
 // `source` [..., rows, cols] -> a new [..., cols, rows] tensor of the same dtype (bytes moved, any dtype).
 Tensor transpose_last_two(const Tensor& source);
 
+// The rows of `matrix` [2n, cols] between interleaved pairs (a0, b0, a1, b1, ...) and halves (a0 .. a(n-1), b0 ..
+// b(n-1)): a LoRA B [2I, r·E] of GPT-OSS's gate_up_proj, whose output columns interleave gate and up on disk.
+Tensor reorder_interleaved_rows(const Tensor& matrix, bool to_halves);
+
 // The piece's shape inside the engine parameter.
 Shape engine_shape(const HfTensor& piece);
 // Writes the HF tensor `hf` (shape piece.shape) into `destination` (engine_shape(piece), any float dtype).

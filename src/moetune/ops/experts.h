@@ -29,6 +29,10 @@ struct ExpertBiasGrads {
   Tensor gate_up_bias, down_bias;
 };
 
+// The experts' activation of the pre-activation rows [R, 2I] (relu²: [R, I]) as `variant` says, and its backward.
+Tensor expert_activation(const Tensor& pre, const ExpertVariant& variant);
+Tensor expert_activation_backward(const Tensor& dinner, const Tensor& pre, const ExpertVariant& variant);
+
 // permuted [T*k, H]; offsets [E+1]; gate_up_weight [E, 2I, H]; down_weight [E, H, I].
 ExpertActivations expert_mlp(const Tensor& permuted, const std::vector<int64_t>& offsets, const Tensor& gate_up_weight,
                              const Tensor& down_weight, const ExpertVariant& variant = {});

@@ -15,17 +15,17 @@ void copy_rows(const Tensor& source, const Tensor& destination, int64_t first) {
 // Expert e's slice of an optional [E, ...] tensor (a bias or its gradient); undefined stays undefined.
 Tensor expert_slice(const Tensor& t, int64_t e) { return t.defined() ? t[e] : Tensor(); }
 
-Tensor activate(const Tensor& pre, const ExpertVariant& variant) {
+}  // namespace
+
+Tensor expert_activation(const Tensor& pre, const ExpertVariant& variant) {
   if (variant.relu_squared) return relu_squared_forward(pre);
   return variant.clamp ? clamped_swiglu_forward(pre, *variant.clamp) : swiglu_forward(pre);
 }
 
-Tensor activate_backward(const Tensor& dinner, const Tensor& pre, const ExpertVariant& variant) {
+Tensor expert_activation_backward(const Tensor& dinner, const Tensor& pre, const ExpertVariant& variant) {
   if (variant.relu_squared) return relu_squared_backward(dinner, pre);
   return variant.clamp ? clamped_swiglu_backward(dinner, pre, *variant.clamp) : swiglu_backward(dinner, pre);
 }
-
-}  // namespace
 
 ExpertActivations expert_mlp(const Tensor& permuted, const std::vector<int64_t>& offsets, const Tensor& gate_up_weight,
                              const Tensor& down_weight, const ExpertVariant& variant) {
@@ -36,7 +36,8 @@ ExpertActivations expert_mlp(const Tensor& permuted, const std::vector<int64_t>&
     if (count == 0) continue;
     Tensor pre = linear_forward(permuted.narrow(first, count), gate_up_weight[e], expert_slice(variant.gate_up_bias, e));
     copy_rows(pre, a.gate_up, first);
-    copy_rows(linear_forward(activate(pre, variant), down_weight[e], expert_slice(variant.down_bias, e)), a.out, first);
+    copy_rows(linear_forward(expert_activation(pre, variant), down_weight[e], expert_slice(variant.down_bias, e)),
+              a.out, first);
   }
   return a;
 }
@@ -51,10 +52,11 @@ Tensor expert_mlp_backward(const Tensor& dout, const Tensor& permuted, const Exp
     if (count == 0) continue;
     const Tensor pre = activations.gate_up.narrow(first, count);
     // Undefined weight gradients: frozen experts.
-    Tensor dinner = linear_backward(dout.narrow(first, count), activate(pre, variant), down_weight[e],
+    Tensor dinner = linear_backward(dout.narrow(first, count), expert_activation(pre, variant), down_weight[e],
                                     expert_slice(ddown_weight, e), expert_slice(bias_grads.down_bias, e));
-    Tensor dx = linear_backward(activate_backward(dinner, pre, variant), permuted.narrow(first, count), gate_up_weight[e],
-                                expert_slice(dgate_up_weight, e), expert_slice(bias_grads.gate_up_bias, e));
+    Tensor dx =
+        linear_backward(expert_activation_backward(dinner, pre, variant), permuted.narrow(first, count),
+                        gate_up_weight[e], expert_slice(dgate_up_weight, e), expert_slice(bias_grads.gate_up_bias, e));
     copy_rows(dx, dpermuted, first);
   }
   return dpermuted;
