@@ -1,5 +1,7 @@
 // `moetune eval --device cuda` against `--device cpu` on every fp32 fixture: the same sequences, the same
-// token count, and the loss within bf16 tolerance.
+// token count, and the loss within bf16 tolerance. Eval scores with the GPU engine's forward pass, so models whose
+// GPU decode path is missing pieces (latent attention, Mamba2, sinks, sliding windows, YaRN) are scored on the GPU
+// too: before session 26 eval asked for the decode path and refused them.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -23,7 +25,10 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
     jsonl += nlohmann::json{{"input_ids", ids}}.dump() + "\n";
   }
   testing::write_file(dir / "data.jsonl", jsonl);
-  for (const std::string fixture : {"qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny"}) {
+  for (const std::string fixture :
+       {"qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
+        "gpt_oss_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "nemotron_h_tiny", "mistral_tiny",
+        "qwen3_sliding_yarn", "mixtral_sliding_dynamic"}) {
     nlohmann::json reports[2];
     for (int gpu = 0; gpu < 2; ++gpu) {
       const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "moetune/cli/device_choice.h"
 #include "moetune/data/data_files.h"
 #include "moetune/data/loader.h"
 #include "moetune/data/text_codec.h"
@@ -78,7 +79,8 @@ json evaluate_model(const EvalArgs& args) {
   });
   if (scored == 0) fail("{}: no token of the data is scored (every line is fully masked)", fmt::join(data, ", "));
 
-  const std::unique_ptr<model::LanguageModel> model = model::load_language_model(args.model, args.device);
+  const std::unique_ptr<model::LanguageModel> model =
+      model::load_language_model(args.model, choose_device(args.model, args.device, ModelUse::Scoring));
   // num_items_in_batch = 1 turns the mean into the sum (on the GPU the fused head + loss never holds the logits).
   double loss_sum = 0;
   int64_t tokens = 0;

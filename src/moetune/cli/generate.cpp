@@ -7,8 +7,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "moetune/core/error.h"
+#include "moetune/cli/device_choice.h"
 #include "moetune/core/device.h"
+#include "moetune/core/error.h"
 #include "moetune/data/text_codec.h"
 #include "moetune/model/device_support.h"
 #include "moetune/model/model_description.h"
@@ -24,18 +25,7 @@ void check_generate_options(const model::GenerateOptions& options) {
 
 std::unique_ptr<model::LanguageModel> load_generation_model(const std::filesystem::path& folder,
                                                             const std::string& device) {
-  if (device == "auto" && cuda_device_count() > 0) {
-    const model::ModelSpec spec = model::load_model_spec(folder / "config.json");
-    const std::vector<std::string> missing = model::features_missing_for_gpu_generation(spec);
-    if (!missing.empty()) {
-      std::fprintf(stderr, "moetune: GPU generation does not run %s's %s yet, so this runs on the CPU (fp32)\n",
-                   spec.architecture.c_str(), fmt::format("{}", fmt::join(missing, ", ")).c_str());
-      return model::load_language_model(folder, "cpu");
-    }
-  }
-  // Before anything else, also on a machine without a GPU: the user learns what is missing, not that no GPU is there.
-  if (device == "cuda") model::require_gpu_generation_support(model::load_model_spec(folder / "config.json"));
-  return model::load_language_model(folder, device);
+  return model::load_language_model(folder, choose_device(folder, device, ModelUse::Generation));
 }
 
 std::string format_timing(const model::GenerateTiming& timing, const model::LanguageModel& model) {

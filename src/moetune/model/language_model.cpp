@@ -22,7 +22,8 @@ std::unique_ptr<LanguageModel> load_language_model(const std::filesystem::path& 
   }
 #if MOETUNE_HAVE_CUDA
   if (cuda_device_count() == 0) fail("device 'cuda': {}", cuda_unavailable_reason());
-  require_gpu_generation_support(load_model_spec(folder / "config.json"));  // before the weights go to the GPU
+  // Before the weights go to the GPU: what the GPU engine runs (generation checks its decode path itself).
+  require_gpu_support(load_model_spec(folder / "config.json"));
   LoadOptions bf16 = options;
   bf16.dtype = DType::BF16;
   bf16.device = Device::cuda();

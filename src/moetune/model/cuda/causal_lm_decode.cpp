@@ -4,6 +4,7 @@
 
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/cuda/kv_cache.h"
+#include "moetune/model/device_support.h"
 #include "moetune/ops/cast.h"
 #include "moetune/ops/cuda/gemm.h"
 
@@ -16,6 +17,7 @@ constexpr int64_t kPromptLengthGranularity = 256;
 
 std::unique_ptr<DecodeCache> CausalLM::new_decode_cache(int64_t max_tokens) {
   MOETUNE_CHECK(max_tokens > 0, "new_decode_cache: {} tokens", max_tokens);
+  require_gpu_generation_support(spec());  // the decode path implements less than the forward pass
   return std::make_unique<KvCache>(max_tokens);
 }
 
