@@ -7,6 +7,10 @@ token cross-entropy on the same lines (1e-5 relative), and `moetune inspect --js
 transformers' (embedding and head counted as transformers counts them). A case may also rewrite config.json after
 saving (the older spellings checkpoints on the Hub still carry: `rope_scaling`, `rope_theta` at the top level).
 
+Gradients too, on the CPU: one AdamW step with eps = 1e6 moves each weight by -lr·g/(|g| + eps), linear in g, so
+the saved folder gives back every gradient moetune computed (g = -Δ·eps / (lr - |Δ|)), compared per tensor with
+transformers' backward on the same line (2e-3 relative: what the fp32 weights' resolution leaves of Δ).
+
 With --device cuda the GPU engine evaluates (bf16: 1e-2 relative to transformers' fp32 loss) and trains; the folder
 it saves is scored by transformers and by moetune's CPU engine at 1e-5 either way.
 
@@ -16,6 +20,7 @@ Nothing here is committed as a fixture: it is a sweep to run after touching conf
 """
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -170,7 +175,83 @@ def run_case(binary: str, device: str, scratch: Path, data: Path, lines, name, m
     ok = gap <= (TOLERANCE if device == "cpu" else GPU_TOLERANCE) and report["tokens"] == tokens and total == parameters
     print(f"{'ok  ' if ok else 'FAIL'} {name}: moetune {report['loss']:.6f} transformers {expected:.6f} "
           f"(gap {gap:.1e}); parameters moetune {total} transformers {parameters}")
-    return ok and saved_model_loads(binary, device, folder, data, lines, name, report["loss"])
+    ok = ok and saved_model_loads(binary, device, folder, data, lines, name, report["loss"])
+    return ok and (device != "cpu" or gradients_match(binary, folder, lines[-2], name))
+
+
+GRADIENT_LR, GRADIENT_EPS, GRADIENT_TOLERANCE = 1e4, 1e6, 2e-3
+
+
+def in_memory(state: dict, key: str):
+    """transformers' in-memory parameter `key` from a saved state dict: as stored, under Nemotron-H's backbone.
+    prefix or Mixtral's block_sparse_moe, or fused from the per-expert tensors save_pretrained writes for v5's fused
+    experts (gate then up)."""
+    mixtral = key.replace(".mlp.", ".block_sparse_moe.")  # Mixtral's checkpoint name for its MoE block
+    for stored in (key, key.replace("model.", "backbone.", 1), mixtral):
+        if stored in state:
+            return state[stored]
+    saved_prefix = mixtral.rpartition(".")[0] + "."
+    prefix, _, leaf = (mixtral if any(k.startswith(saved_prefix) for k in state) else key).rpartition(".")
+    parts = {"gate_up_proj": [("gate_proj", "up_proj"), ("w1", "w3")], "down_proj": [("down_proj",), ("w2",)]}.get(leaf)
+    if not prefix.endswith("experts") or parts is None:
+        return None
+    for names in parts:
+        experts = []
+        while all(f"{prefix}.{len(experts)}.{n}.weight" in state for n in names):
+            experts.append(torch.cat([state[f"{prefix}.{len(experts)}.{n}.weight"] for n in names], dim=0))
+        if experts:
+            return torch.stack(experts)
+    return None
+
+
+def gradients_match(binary: str, folder: Path, ids: list[int], name: str) -> bool:
+    """moetune's gradient of one line's mean token cross-entropy, read back from one AdamW step, against transformers'."""
+    from safetensors.torch import load_file
+    data = folder.with_name(folder.name + "_line.jsonl")
+    data.write_text(json.dumps({"input_ids": ids}) + "\n")
+    out = folder.with_name(folder.name + "_step")
+    run = subprocess.run([binary, "finetune", "--set", f"model={folder}", "--set", f"data.train={data}", "--set",
+                          f"output.dir={out}", "--set", "training.max_steps=1", "--set", "training.device=cpu", "--set",
+                          f"optimizer.lr={GRADIENT_LR}", "--set", f"optimizer.eps={GRADIENT_EPS}", "--set",
+                          "optimizer.max_grad_norm=0", "--set", "schedule.warmup_steps=0", "--set",
+                          "data.validation_fraction=0", "--set", "training.micro_batch_size=1", "--set",
+                          "data.max_length=128", "--set", "training.aux_loss=off"], capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"FAIL {name} (gradients): moetune finetune exited {run.returncode}: {run.stderr.strip()[-400:]}")
+        return False
+    before = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        before.update(load_file(file))
+    after = {}
+    for file in sorted((out / "final-model").glob("*.safetensors")):
+        after.update(load_file(file))
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).float().train()
+    for module in model.modules():  # dropout off: transformers' train mode would drop, moetune's configs have none
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    extra = {"output_router_logits": False} if hasattr(model.config, "output_router_logits") else {}
+    input_ids = torch.tensor([ids])
+    model(input_ids=input_ids, labels=input_ids, use_cache=False, **extra).loss.backward()
+    worst, worst_name, compared = 0.0, "", 0
+    for key, parameter in model.named_parameters():
+        if parameter.grad is None:
+            continue
+        old, new = in_memory(before, key), in_memory(after, key)
+        if old is None or new is None:
+            continue  # a tied head: its gradient is the embedding's
+        delta = new.double() - old.double()
+        ours = -delta * GRADIENT_EPS / (GRADIENT_LR - delta.abs())
+        theirs = parameter.grad.double()
+        if ours.shape != theirs.shape:
+            ours = ours.reshape(theirs.shape) if ours.numel() == theirs.numel() else ours
+        scale = max(theirs.norm().item(), 1e-3)
+        error = (ours - theirs).norm().item() / scale
+        compared += 1
+        if error > worst:
+            worst, worst_name = error, key
+    ok = worst <= GRADIENT_TOLERANCE and compared > 0 and math.isfinite(worst)
+    print(f"{'ok  ' if ok else 'FAIL'} {name} (gradients of {compared} tensors): worst {worst:.1e} ({worst_name})")
+    return ok
 
 
 def saved_model_loads(binary: str, device: str, folder: Path, data: Path, lines, name: str, before: float) -> bool:
