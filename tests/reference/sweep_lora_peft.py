@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""LoRA adapters moetune trains, loaded by PEFT: for each case, two CPU training steps of `moetune finetune` with
+LoRA on a fixture, `moetune merge`, then check_lora_adapter.py (PEFT loads the adapter with no missing or
+unexpected keys, and its merge_and_unload equals moetune's merge, logits and every weight, at 1e-5; the bf16
+fixtures' storage rounding aside, so the cases use fp32 fixtures).
+
+Found with it in session 26: PEFT 0.21 moves DeepSeek-V3's gate_proj / up_proj / down_proj adapters onto the fused
+experts (now refused and left out of all-linear there); GPT-OSS's expert adapters. Run:
+  /work/refenv/bin/python tests/reference/sweep_lora_peft.py build/src/moetune/moetune tests/fixtures
+"""
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+EXPERTS = "lora.target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]"
+CASES = [
+    ("llama_tiny", ["lora.target_modules=all-linear"]),
+    ("qwen3_f32", ["lora.target_modules=all-linear"]),
+    ("qwen2_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("qwen3_moe_tied_f32", ["lora.target_modules=all-linear", EXPERTS, "lora.modules_to_save=[gate]"]),
+    ("mixtral_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("deepseek_v3_tiny", ["lora.target_modules=all-linear"]),
+    ("deepseek_v3_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("deepseek_v3_qproj_tied", ["lora.target_modules=all-linear", EXPERTS]),
+    ("gpt_oss_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("gpt_oss_tiny", ["lora.target_modules=[q_proj]", EXPERTS, "lora.quantize=nf4"]),
+    ("nemotron_h_tiny", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj,up_proj,down_proj]"]),
+]
+
+
+def main(binary: str, fixtures: Path) -> int:
+    check = Path(__file__).with_name("check_lora_adapter.py")
+    failures = 0
+    with tempfile.TemporaryDirectory() as scratch:
+        data = Path(scratch) / "train.jsonl"
+        data.write_text("".join(f'{{"input_ids": {[(i * 13 + t * 7) % 90 + 2 for t in range(5 + i % 7)]}}}\n'
+                                for i in range(40)))
+        for n, (fixture, settings) in enumerate(CASES):
+            out, merged = Path(scratch) / f"run{n}", Path(scratch) / f"merged{n}"
+            command = [binary, "finetune", "--set", f"model={fixtures / fixture}", "--set", f"data.train={data}",
+                       "--set", f"output.dir={out}", "--set", "training.max_steps=2", "--set", "training.device=cpu",
+                       "--set", "lora.rank=8", "--set", "data.max_length=16", "--set", "optimizer.lr=1e-2", "--set",
+                       "schedule.warmup_steps=0"]
+            for setting in settings:
+                command += ["--set", setting]
+            steps = [command, [binary, "merge", str(fixtures / fixture), str(out / "final-model"), str(merged)],
+                     [sys.executable, str(check), str(fixtures / fixture), str(out / "final-model"), str(merged)]]
+            for step in steps:
+                result = subprocess.run(step, capture_output=True, text=True)
+                if result.returncode != 0:
+                    break
+            last = (result.stdout.strip().splitlines() or [result.stderr.strip()[-300:]])[-1]
+            print(f"{'ok  ' if result.returncode == 0 else 'FAIL'} {fixture} {' '.join(settings)}: {last}")
+            failures += result.returncode != 0
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], Path(sys.argv[2])))
