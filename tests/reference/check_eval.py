@@ -31,18 +31,31 @@ def make_sequences() -> list[list[int]]:
     return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in LENGTHS]
 
 
-def transformers_loss(folder: Path, sequences: list[list[int]]) -> tuple[float, int]:
+def load_reference(folder: Path):
+    """transformers' model of `folder` in fp32, in eval mode."""
     # .float(): a dequantizing MXFP4 load (gpt_oss_mxfp4_tiny) keeps the experts bf16 whatever dtype asks for.
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).float().eval()
-    no_aux_loss = {"output_router_logits": False} if hasattr(model.config, "output_router_logits") else {}
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).float().eval()
+
+
+def no_aux_loss(model) -> dict:
+    """The forward arguments that leave the MoE load-balancing term out of the loss."""
+    return {"output_router_logits": False} if hasattr(model.config, "output_router_logits") else {}
+
+
+def mean_token_loss(model, sequences: list[list[int]]) -> tuple[float, int]:
+    """Each line scored alone; the token-weighted mean of the lines' mean cross-entropies, and the token count."""
     loss_sum, tokens = 0.0, 0
     with torch.no_grad():
         for ids in sequences:
             input_ids = torch.tensor([ids])
-            line_mean = model(input_ids=input_ids, labels=input_ids, **no_aux_loss).loss.item()
+            line_mean = model(input_ids=input_ids, labels=input_ids, **no_aux_loss(model)).loss.item()
             loss_sum += line_mean * (len(ids) - 1)
             tokens += len(ids) - 1
     return loss_sum / tokens, tokens
+
+
+def transformers_loss(folder: Path, sequences: list[list[int]]) -> tuple[float, int]:
+    return mean_token_loss(load_reference(folder), sequences)
 
 
 def main(binary: str, fixtures: Path) -> int:

@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from check_eval import load_reference, mean_token_loss, no_aux_loss
+
 TOLERANCE = 1e-5  # fp32 against fp32
 GPU_TOLERANCE = 1e-2  # the GPU engine's bf16 against transformers' fp32
 VOCAB = 96
@@ -139,15 +141,8 @@ def rewrite(config_path: Path, how: str) -> None:
 
 
 def transformers_loss(folder: Path, lines: list[list[int]]) -> tuple[float, int, int]:
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).float().eval()
-    extra = {"output_router_logits": False} if hasattr(model.config, "output_router_logits") else {}
-    total, tokens = 0.0, 0
-    with torch.no_grad():
-        for ids in lines:
-            input_ids = torch.tensor([ids])
-            total += model(input_ids=input_ids, labels=input_ids, **extra).loss.item() * (len(ids) - 1)
-            tokens += len(ids) - 1
-    return total / tokens, tokens, model.num_parameters()
+    model = load_reference(folder)
+    return *mean_token_loss(model, lines), model.num_parameters()
 
 
 def run_case(binary: str, device: str, scratch: Path, data: Path, lines, name, model_type, kwargs, how) -> bool:
@@ -225,13 +220,9 @@ def gradients_match(binary: str, folder: Path, ids: list[int], name: str) -> boo
     after = {}
     for file in sorted((out / "final-model").glob("*.safetensors")):
         after.update(load_file(file))
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).float().train()
-    for module in model.modules():  # dropout off: transformers' train mode would drop, moetune's configs have none
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    extra = {"output_router_logits": False} if hasattr(model.config, "output_router_logits") else {}
+    model = load_reference(folder)  # eval mode: no dropout, which moetune's configs have none of either
     input_ids = torch.tensor([ids])
-    model(input_ids=input_ids, labels=input_ids, use_cache=False, **extra).loss.backward()
+    model(input_ids=input_ids, labels=input_ids, use_cache=False, **no_aux_loss(model)).loss.backward()
     worst, worst_name, compared = 0.0, "", 0
     for key, parameter in model.named_parameters():
         if parameter.grad is None:
