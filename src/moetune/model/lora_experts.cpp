@@ -16,8 +16,8 @@ Tensor grouped_linear(const Tensor& x, const std::vector<int64_t>& offsets, cons
     const int64_t first = offsets[e], count = offsets[e + 1] - first;
     if (count > 0)
       y.narrow(first, count)
-          .copy_from(ops::linear_forward(x.narrow(first, count), weight[int64_t(e)],
-                                         bias.defined() ? bias[int64_t(e)] : Tensor()));
+          .copy_from(
+              ops::linear_forward(x.narrow(first, count), weight[int64_t(e)], ops::expert_slice(bias, int64_t(e))));
   }
   return y;
 }
@@ -32,7 +32,7 @@ Tensor grouped_linear_backward(const Tensor& dy, const Tensor& x, const std::vec
     if (count > 0)
       dx.narrow(first, count)
           .copy_from(ops::linear_backward(dy.narrow(first, count), x.narrow(first, count), weight[int64_t(e)], {},
-                                          dbias.defined() ? dbias[int64_t(e)] : Tensor()));
+                                          ops::expert_slice(dbias, int64_t(e))));
   }
   return dx;
 }

@@ -38,8 +38,7 @@ class MoeBlock {
   std::unique_ptr<TokenDispatcher> dispatcher_;
   ExpertLora expert_lora_;  // LoRA adapters on the experts, if any
   SwigluLora shared_lora_;  // and on the shared expert
-  LoraLinear
-      shared_gate_lora_;  // and on its sigmoid gate (Qwen2-MoE's shared_expert_gate, an nn.Linear in PEFT's all-linear)
+  LoraLinear shared_gate_lora_;         // and on its sigmoid gate (Qwen2-MoE's shared_expert_gate, in all-linear)
   Tensor input_;                        // h, the norm's input
   ops::Routing routing_;                // logits, choices, weights
   DispatchedTokens dispatched_;         // the experts' input rows and their offsets

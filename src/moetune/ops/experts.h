@@ -29,6 +29,9 @@ struct ExpertBiasGrads {
   Tensor gate_up_bias, down_bias;
 };
 
+// Expert e's slice of an optional [E, ...] tensor (a bias or its gradient); undefined stays undefined.
+Tensor expert_slice(const Tensor& t, int64_t e);
+
 // The experts' activation of the pre-activation rows [R, 2I] (relu²: [R, I]) as `variant` says, and its backward.
 Tensor expert_activation(const Tensor& pre, const ExpertVariant& variant);
 Tensor expert_activation_backward(const Tensor& dinner, const Tensor& pre, const ExpertVariant& variant);

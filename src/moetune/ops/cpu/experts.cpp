@@ -12,10 +12,9 @@ void copy_rows(const Tensor& source, const Tensor& destination, int64_t first) {
   std::copy_n(source.data<float>(), source.numel(), destination.data<float>() + first * source.size(1));
 }
 
-// Expert e's slice of an optional [E, ...] tensor (a bias or its gradient); undefined stays undefined.
-Tensor expert_slice(const Tensor& t, int64_t e) { return t.defined() ? t[e] : Tensor(); }
-
 }  // namespace
+
+Tensor expert_slice(const Tensor& t, int64_t e) { return t.defined() ? t[e] : Tensor(); }
 
 Tensor expert_activation(const Tensor& pre, const ExpertVariant& variant) {
   if (variant.relu_squared) return relu_squared_forward(pre);
