@@ -67,6 +67,28 @@ TEST_F(DeepseekTrainingGpu, TrainsTracksTheCpuAndBalancesTheRouterBiasOnlyWhenAs
   testing::expect_balanced_by_whole_steps(original, moved, 0.125, 6);
 }
 
+// GLM-4-MoE (DeepSeek-V3's MoE layer under GQA attention with q/k/v biases, q/k norms and RoPE on half of each
+// head, kept in the engine's partial-RoPE row order) trains on the GPU as on the CPU, its correction bias comes
+// back as loaded, and LoRA on q_proj / k_proj (B's rows in that order too) tracks the CPU.
+TEST_F(DeepseekTrainingGpu, Glm4MoeTracksTheCpuWithAndWithoutLora) {
+  const std::string model = "model=" + testing::fixture("glm4_moe_tiny").string();
+  const std::string bias = "layers.1.moe.router_correction_bias";
+  const Tensor original = model::load_checkpoint(testing::fixture("glm4_moe_tiny")).parameter(bias).clone();
+  const TrainResult gpu = Trainer(recipe("gpu", {model, "training.device=cuda"}), {}, false).run();
+  Trainer(recipe("cpu", {model}), {}, false).run();
+  expect_gpu_tracks_cpu("glm4_moe_tiny", testing::losses(metrics("gpu")), testing::losses(metrics("cpu")));
+  EXPECT_TRUE(model::load_checkpoint(gpu.final_model).parameter(bias).same_bytes(original));
+  const std::vector<std::string> lora = {model, "lora.rank=8", "lora.alpha=16", "lora.target_modules=[q_proj,k_proj]"};
+  const auto with = [&](std::vector<std::string> keys, const std::string& extra) {
+    keys.push_back(extra);
+    return keys;
+  };
+  Trainer(recipe("lora_gpu", with(lora, "training.device=cuda")), {}, false).run();
+  Trainer(recipe("lora_cpu", lora), {}, false).run();
+  expect_gpu_tracks_cpu("glm4_moe_tiny lora", testing::losses(metrics("lora_gpu")),
+                        testing::losses(metrics("lora_cpu")), 0.01, 0.01, /*falls=*/false);
+}
+
 // deepseek_v3_tiny with Kimi-K2's router (384 routed experts in one group, top 8, its scaling factor) written into
 // `folder`: each of the 8 fixture experts copied 48 times, each copy scaled by its own factor so that no two
 // experts are equal, and a new router weight and correction bias drawn from a fixed seed.

@@ -274,10 +274,11 @@ TEST_P(ModelParityGpu, PaddedBatchWithAttentionMask) { check_case("padded"); }
 TEST_P(ModelParityGpu, PackedRowWithRestartingPositions) { check_case("packed"); }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
-                         ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "mixtral_tiny",
-                                           "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied",
-                                           "deepseek_v3_pad_nulls", "nemotron_h_tiny", "qwen3_sliding_yarn",
-                                           "mixtral_sliding_dynamic", "qwen2_tiny", "mistral_tiny"));
+                         ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny",
+                                           "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny",
+                                           "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls", "nemotron_h_tiny",
+                                           "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny",
+                                           "mistral_tiny", "glm4_moe_tiny", "glm4_moe_quarter_tied"));
 
 }  // namespace
 }  // namespace moetune::model

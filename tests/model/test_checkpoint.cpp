@@ -17,9 +17,23 @@ namespace {
 
 using testing::ScratchDir;
 
-const char* kFixtures[] = {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
-                           "gpt_oss_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls",
-                           "nemotron_h_tiny", "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny", "mistral_tiny"};
+const char* kFixtures[] = {"qwen3_moe_tiny",
+                           "qwen3_moe_tied_bf16",
+                           "qwen3_tiny",
+                           "llama_tiny",
+                           "mixtral_tiny",
+                           "qwen2_moe_tiny",
+                           "gpt_oss_tiny",
+                           "deepseek_v3_tiny",
+                           "deepseek_v3_qproj_tied",
+                           "deepseek_v3_pad_nulls",
+                           "nemotron_h_tiny",
+                           "qwen3_sliding_yarn",
+                           "mixtral_sliding_dynamic",
+                           "qwen2_tiny",
+                           "mistral_tiny",
+                           "glm4_moe_tiny",
+                           "glm4_moe_quarter_tied"};
 
 void expect_same_tensors(const std::filesystem::path& expected_dir, const std::filesystem::path& actual_dir) {
   SafetensorsFolder expected = SafetensorsFolder::open(expected_dir), actual = SafetensorsFolder::open(actual_dir);

@@ -2,6 +2,7 @@
 // the layer pattern, errors that name the key, and refusals of what the engine does not run.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "moetune/core/error.h"
@@ -259,10 +260,88 @@ TEST(Families, IntegersWrittenAsWholeFloats) {
   EXPECT_EQ(parse(R"({"model_type":"llama","hidden_size":64.0,"num_attention_heads":4})").hidden_size, 64);
 }
 
+// GLM-4.5-Air's config.json as released (v4 spelling: rope_theta and partial_rotary_factor at the top).
+const char* kGlm45Air = R"({
+  "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": true, "attention_dropout": 0.0,
+  "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 4096, "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 10944,
+  "max_position_embeddings": 131072, "moe_intermediate_size": 1408, "norm_topk_prob": true, "num_attention_heads": 96,
+  "n_group": 1, "topk_group": 1, "n_routed_experts": 128, "n_shared_experts": 1, "routed_scaling_factor": 1.0,
+  "num_experts_per_tok": 8, "first_k_dense_replace": 1, "num_hidden_layers": 46, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 1000000, "num_nextn_predict_layers": 1,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.54.0", "use_cache": true,
+  "use_qk_norm": false, "vocab_size": 151552})";
+
+TEST(Families, Glm45AirAsReleased) {
+  const ModelSpec c = parse(kGlm45Air);
+  EXPECT_EQ(c.family, "glm4_moe");
+  ASSERT_EQ(c.num_layers(), 46);
+  ASSERT_NE(c.layers[0].sublayers[1].mlp(), nullptr);
+  EXPECT_EQ(c.layers[0].sublayers[1].mlp()->intermediate, 10944);
+  const MoeSpec& moe = *c.layers[1].moe();
+  EXPECT_EQ(moe.router.num_experts, 128);
+  EXPECT_EQ(moe.router.top_k, 8);
+  EXPECT_EQ(moe.router.score, RouterScore::Sigmoid);
+  EXPECT_TRUE(moe.router.correction_bias);
+  EXPECT_EQ(moe.router.num_groups, 1);
+  EXPECT_EQ(moe.router.scaling_factor, 1.0);
+  EXPECT_TRUE(moe.router.renormalize);
+  EXPECT_EQ(moe.experts.intermediate, 1408);
+  ASSERT_TRUE(moe.shared_expert.has_value());
+  EXPECT_EQ(moe.shared_expert->mlp.intermediate, 1408);
+  EXPECT_FALSE(moe.shared_expert->sigmoid_gate);
+  EXPECT_TRUE(c.carries_mtp_layers);
+  const AttentionSpec& a = attention(c);
+  EXPECT_TRUE(a.qkv_bias);
+  EXPECT_FALSE(a.o_bias);
+  EXPECT_FALSE(a.qk_norm);
+  EXPECT_EQ(a.qk_head_dim, 128);
+  EXPECT_EQ(a.num_kv_heads, 8);
+  EXPECT_EQ(a.rope.partial_rotary_factor, 0.5);
+  EXPECT_EQ(a.rope.theta, 1e6);
+  // The rotating 64 dimensions' default schedule, then zeros for the 32 pairs that pass unrotated.
+  const std::vector<float> inv = ops::rope_inverse_frequencies(a.rope, 128);
+  ASSERT_EQ(inv.size(), 64u);
+  for (size_t i = 0; i < 32; ++i) EXPECT_EQ(inv[i], 1.0f / std::pow(1e6f, float(2 * i) / 64.0f)) << i;
+  for (size_t i = 32; i < 64; ++i) EXPECT_EQ(inv[i], 0.0f) << i;
+}
+
+// Glm4MoeConfig's defaults, and partial_rotary_factor as transformers 5.17 resolves it: rope_parameters' value,
+// else the top-level one, else 0.5; on any schedule but default it is refused, as is an odd rotating count.
+TEST(Families, Glm4MoeDefaultsAndPartialRope) {
+  const ModelSpec d = parse(R"({"model_type":"glm4_moe","num_hidden_layers":2})");
+  EXPECT_EQ(attention(d).rope.partial_rotary_factor, 0.5);
+  EXPECT_EQ(attention(d).qk_head_dim, 4096 / 96);
+  // head_dim 42: int(42 · 0.5) = 21, whose 11 frequencies (over 21) rotate 22 dimensions, as in transformers.
+  EXPECT_EQ(ops::rope_rotary_dim(attention(d).rope, 42), 22);
+  const std::vector<float> inv = ops::rope_inverse_frequencies(attention(d).rope, 42);
+  EXPECT_EQ(inv[10], 1.0f / std::pow(10000.0f, 20.0f / 21.0f));
+  EXPECT_EQ(inv[11], 0.0f);
+  EXPECT_EQ(attention(d).num_kv_heads, 8);
+  EXPECT_EQ(d.vocab_size, 151552);
+  EXPECT_EQ(d.norm_eps, 1e-5);
+  ASSERT_NE(d.layers[0].sublayers[1].mlp(), nullptr);
+  const MoeSpec& moe = *d.layers[1].moe();
+  EXPECT_EQ(moe.router.num_experts, 128);
+  EXPECT_EQ(moe.router.num_groups, 1);
+  EXPECT_EQ(moe.router.scaling_factor, 1.0);
+  EXPECT_EQ(moe.shared_expert->mlp.intermediate, 1408);
+  const ModelSpec both = parse(R"({"model_type":"glm4_moe","num_hidden_layers":1,"partial_rotary_factor":0.75,
+    "rope_parameters":{"rope_type":"default","rope_theta":1e6,"partial_rotary_factor":0.25}})");
+  EXPECT_EQ(attention(both).rope.partial_rotary_factor, 0.25);
+  EXPECT_NE(error_of(R"({"model_type":"glm4_moe","partial_rotary_factor":0.5,
+    "rope_parameters":{"rope_type":"yarn","factor":2.0,"original_max_position_embeddings":64}})")
+                .find("'partial_rotary_factor'"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"model_type":"glm4_moe","head_dim":8,"partial_rotary_factor":0.1})").find("'partial_rotary_factor'"),
+      std::string::npos);  // int(8 · 0.1) = 0: nothing rotates
+}
+
 TEST(Families, UnknownArchitectureListsTheSupportedOnes) {
-  std::string error = error_of(R"({"architectures":["Glm4MoeForCausalLM"]})");
+  std::string error = error_of(R"({"architectures":["Glm4MoeLiteForCausalLM"]})");
   EXPECT_NE(error.find("config.json"), std::string::npos);
-  EXPECT_NE(error.find("'Glm4MoeForCausalLM'"), std::string::npos);
+  EXPECT_NE(error.find("'Glm4MoeLiteForCausalLM'"), std::string::npos);
   for (const auto& name : supported_architectures()) EXPECT_NE(error.find(name), std::string::npos) << error;
 }
 
@@ -518,8 +597,9 @@ TEST(Families, HostileFilesAreCleanErrors) {
 }
 
 TEST(Families, EveryFixtureParses) {
-  for (const char* name : {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
-                           "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "nemotron_h_tiny"})
+  for (const char* name : {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny",
+                           "qwen2_moe_tiny", "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny",
+                           "deepseek_v3_qproj_tied", "nemotron_h_tiny", "glm4_moe_tiny", "glm4_moe_quarter_tied"})
     EXPECT_NO_THROW(load_model_spec(testing::fixture(name) / "config.json")) << name;
 }
 

@@ -1,6 +1,7 @@
 // A checkpoint piece the family marks `transposed` (GPT-OSS stores its experts so) lands in the engine parameter
 // transposed, in the engine's dtype, and goes back to the file bit-exact; one marked `interleaved_pairs` (GPT-OSS's
-// gate_up_proj and its bias: gate, up, gate, up, ...) lands as [gates; ups] and goes back interleaved.
+// gate_up_proj and its bias: gate, up, gate, up, ...) lands as [gates; ups] and goes back interleaved; one marked
+// `partial_rotary` (GLM-4-MoE's q and k rows) lands in the order that pairs its rotating dimensions as halves.
 #include <gtest/gtest.h>
 
 #include "moetune/model/piece_transform.h"
@@ -55,6 +56,33 @@ TEST(PieceTransform, InterleavedGateUpIsDeinterleavedAndBack) {
   EXPECT_EQ(std::vector<float>(engine_bias.data<float>(), engine_bias.data<float>() + 8),
             std::vector<float>({0, 2, 1, 3, 4, 6, 5, 7}));
   EXPECT_TRUE(piece_to_hf(engine_bias, bias_piece, DType::F32).same_bytes(bias));
+}
+
+// Heads of 8 rows rotating their first 4 (pairs (0, 2), (1, 3) as transformers' rotate-half within them): the
+// engine's head [h0, h1, h4, h5, h2, h3, h6, h7] pairs (i, i + 4): (h0, h2), (h1, h3) rotate, (h4, h6), (h5, h7)
+// pass. Two heads of rows of 3 values; both directions, bit-exact, through the piece transforms too.
+TEST(PieceTransform, PartialRotaryRowsPairTheRotatingHalves) {
+  std::vector<float> values;
+  for (int i = 0; i < 16 * 3; ++i) values.push_back(float(i));
+  const Tensor hf = Tensor::from_vector(values, {16, 3});
+  const PartialRotary rotary{8, 4};
+  const Tensor engine = reorder_partial_rotary_rows(hf, rotary, /*to_engine=*/true);
+  const int64_t order[] = {0, 1, 4, 5, 2, 3, 6, 7};
+  for (int64_t head = 0; head < 2; ++head)
+    for (int64_t r = 0; r < 8; ++r)
+      for (int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(engine.data<float>()[(head * 8 + r) * 3 + c], values[size_t((head * 8 + order[r]) * 3 + c)]);
+  EXPECT_TRUE(reorder_partial_rotary_rows(engine, rotary, /*to_engine=*/false).same_bytes(hf));
+
+  const HfTensor piece{"model.layers.0.self_attn.q_proj.weight", {16, 3}, false, false, rotary};
+  const Tensor into = Tensor::empty({16, 3}, DType::F32);
+  piece_to_engine(ops::cast(hf, DType::BF16), piece, into);
+  EXPECT_TRUE(into.same_bytes(engine));
+  EXPECT_TRUE(piece_to_hf(into, piece, DType::F32).same_bytes(hf));
+  // A norm weight [head_dim] is one head; the whole-head identity leaves rows alone.
+  const Tensor norm = Tensor::from_vector(std::vector<float>(values.begin(), values.begin() + 8), {8});
+  EXPECT_EQ(reorder_partial_rotary_rows(norm, rotary, true).data<float>()[2], 4.0f);
+  EXPECT_TRUE(reorder_partial_rotary_rows(hf, PartialRotary{}, true).same_bytes(hf));
 }
 
 }  // namespace

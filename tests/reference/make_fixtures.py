@@ -16,7 +16,7 @@ import torch
 import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
-from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig
+from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 
 VOCAB = 96
 
@@ -162,6 +162,30 @@ FIXTURES = {
     "mixtral_sliding_dynamic": dict(
         config=MixtralConfig(**MIXTRAL_TINY, sliding_window=3,
                              rope_parameters={"rope_type": "dynamic", "rope_theta": 1e6, "factor": 2.0}),
+        dtype=torch.float32, max_shard_size=None),
+    # GLM-4-MoE (GLM-4.5 / 4.6 / 4.7): RoPE on the first half of each head (partial_rotary_factor 0.5, the config
+    # class's default), q/k/v biases (attention_bias), per-head q/k norms (use_qk_norm); one dense layer then MoE
+    # layers with DeepSeek-V3's router (4 groups of 2 experts, top-2 groups, top-3 experts, correction bias,
+    # renormalised, scaled by 2.5) and 2 shared experts; untied, fp32.
+    "glm4_moe_tiny": dict(
+        config=Glm4MoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, attention_bias=True, use_qk_norm=True, moe_intermediate_size=8,
+            n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, n_shared_experts=2,
+            first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5, max_position_embeddings=64,
+            tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # GLM-4.5-Air's attention (no q/k norm, no biases) with a quarter of each 16-wide head rotating
+    # (partial_rotary_factor 0.25 in rope_parameters, rope_theta 1e6), one group, no renormalisation, every layer
+    # MoE, tied embeddings, fp32.
+    "glm4_moe_quarter_tied": dict(
+        config=Glm4MoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, attention_bias=False, use_qk_norm=False, moe_intermediate_size=8,
+            n_routed_experts=6, n_group=1, topk_group=1, num_experts_per_tok=2, n_shared_experts=1,
+            first_k_dense_replace=0, norm_topk_prob=False, routed_scaling_factor=1.5, max_position_embeddings=64,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25},
+            tie_word_embeddings=True, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
 }
 

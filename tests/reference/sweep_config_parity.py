@@ -49,6 +49,8 @@ YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max
 DSV3 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
             kv_lora_rank=16, q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_group=2,
             topk_group=1, first_k_dense_replace=1, num_key_value_heads=4)
+GLM4_MOE = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+                n_group=1, topk_group=1, first_k_dense_replace=1, head_dim=16)
 NEMOTRON_H = dict(vocab_size=VOCAB, hidden_size=32, layers_block_type=["mamba", "moe", "attention", "mlp", "moe"],
                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=24, mamba_num_heads=4,
                   mamba_head_dim=8, n_groups=2, ssm_state_size=8, conv_kernel=3, chunk_size=4, n_routed_experts=8,
@@ -116,6 +118,14 @@ CASES = [
     ("nemotron_h pattern spelling", "nemotron_h", dict(NEMOTRON_H), "pattern"),
     ("nemotron_h chunk 16 state 16", "nemotron_h", dict(NEMOTRON_H, chunk_size=16, ssm_state_size=16, n_groups=1), None),
     ("nemotron_h mamba bias", "nemotron_h", dict(NEMOTRON_H, use_bias=True, use_conv_bias=False), None),
+    ("glm4_moe plain", "glm4_moe", dict(GLM4_MOE), None),
+    ("glm4_moe air-like biases", "glm4_moe", dict(GLM4_MOE, attention_bias=True, routed_scaling_factor=2.5), None),
+    ("glm4_moe qk norm groups", "glm4_moe", dict(GLM4_MOE, use_qk_norm=True, n_group=4, topk_group=2, num_experts_per_tok=3), None),
+    ("glm4_moe whole rope no dense tied", "glm4_moe", dict(GLM4_MOE, partial_rotary_factor=1.0, first_k_dense_replace=0,
+                                                          tie_word_embeddings=True, norm_topk_prob=False), None),
+    ("glm4_moe odd rotary head_dim 42", "glm4_moe", dict(GLM4_MOE, head_dim=42, n_shared_experts=2), None),
+    ("glm4_moe rope_parameters quarter", "glm4_moe", dict(GLM4_MOE, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                                                     "partial_rotary_factor": 0.25}), None),
     ("gpt_oss plain", "gpt_oss", dict(BASE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
                                       intermediate_size=32), None),
     ("gpt_oss all full attention", "gpt_oss", dict(BASE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,

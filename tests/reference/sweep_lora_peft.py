@@ -26,6 +26,8 @@ CASES = [
     ("gpt_oss_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("gpt_oss_tiny", ["lora.target_modules=[q_proj]", EXPERTS, "lora.quantize=nf4"]),
     ("nemotron_h_tiny", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj,up_proj,down_proj]"]),
+    ("glm4_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("glm4_moe_quarter_tied", ["lora.target_modules=[q_proj,k_proj]"]),
 ]
 
 

@@ -28,13 +28,15 @@ std::string module_of(const std::string& tensor_name) {
 std::string leaf_of(const std::string& module) { return module.substr(module.rfind('.') + 1); }
 
 // The MLP module names PEFT 0.21 rewrites, on these model types, into the fused experts' target_parameters
-// (gate_up_proj at twice the rank and alpha), leaving dense MLPs (and DeepSeek-V3's shared experts) without LoRA:
-// an adapter on such a module would not load alike in PEFT, so moetune does not make one. The model types are
+// (gate_up_proj at twice the rank and alpha), leaving dense MLPs (and DeepSeek-V3's and GLM-4-MoE's shared experts)
+// without LoRA: an adapter on such a module would not load alike in PEFT, so moetune does not make one. The model
+// types are
 // those of transformers 5.17's conversion_mapping that PEFT 0.21's transformers_weight_conversion.py converts
 // (its _MOE_TARGET_MODULE_MAPPING: qwen2_moe's names for the models mapped onto qwen2_moe's conversion, mixtral's;
 // qwen2_moe itself is not converted).
 std::vector<std::string> peft_converted_mlp_names(const std::string& family) {
-  if (family == "qwen3_moe" || family == "deepseek_v3") return {"gate_proj", "up_proj", "down_proj"};
+  if (family == "qwen3_moe" || family == "deepseek_v3" || family == "glm4_moe")
+    return {"gate_proj", "up_proj", "down_proj"};
   if (family == "mixtral") return {"w1", "w2", "w3"};
   return {};
 }
@@ -70,7 +72,19 @@ struct Adapter {
   int64_t rank_rows, in, out, rank_columns;  // A [rank_rows, in], B [out, rank_columns]
   double active_fraction;
   bool interleaved_outputs = false;  // B's rows interleave gate and up on disk (GPT-OSS's gate_up_proj)
+  PartialRotary partial_rotary;      // B's rows are partially rotated heads (GLM-4-MoE's q_proj / k_proj)
 };
+
+// A LoRA B between the adapter file's row order and the engine's: its rows are the adapted piece's outputs, kept
+// in the engine's order as the piece's are (model/piece_transform.h).
+Tensor adapter_rows(const Tensor& b, const HfTensor& piece, bool to_engine) {
+  if (!to_engine) {
+    const Tensor rows = reorder_partial_rotary_rows(b, piece.partial_rotary, /*to_engine=*/false);
+    return piece.interleaved_pairs ? reorder_interleaved_rows(rows, /*to_halves=*/false) : rows;
+  }
+  const Tensor rows = piece.interleaved_pairs ? reorder_interleaved_rows(b, /*to_halves=*/true) : b;
+  return reorder_partial_rotary_rows(rows, piece.partial_rotary, /*to_engine=*/true);
+}
 
 void append_specs(std::vector<ParameterSpec>& specs, const Adapter& adapter) {
   for (const char* which : {"lora_A", "lora_B"}) {
@@ -80,7 +94,7 @@ void append_specs(std::vector<ParameterSpec>& specs, const Adapter& adapter) {
                      shape,
                      ParameterRole::Matmul,
                      {HfTensor{kPeftPrefix + adapter.module + "." + which + ".weight", shape, false,
-                               is_b && adapter.interleaved_outputs}},
+                               is_b && adapter.interleaved_outputs, is_b ? adapter.partial_rotary : PartialRotary{}}},
                      "",
                      int64_t(double(shape_numel(shape)) * adapter.active_fraction)});
   }
@@ -159,7 +173,8 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
         }
         if (piece.transposed) fail("LoRA on '{}': transposed checkpoint tensors are not supported yet", piece.name);
         used_modules.insert(module);
-        adapters.push_back({spec.name, i, module, r, piece.shape[1], piece.shape[0], r, active});
+        adapters.push_back(
+            {spec.name, i, module, r, piece.shape[1], piece.shape[0], r, active, false, piece.partial_rotary});
       }
     } else if (const std::string parameter = spec.role == ParameterRole::Experts ? fused_expert_parameter(spec) : "";
                !parameter.empty() && config.targets_parameter(parameter)) {
@@ -209,8 +224,7 @@ io::NamedTensors lora_tensors(const ModelWeights& weights, const std::vector<Ten
   io::NamedTensors named;
   for (const auto& [i, name] : adapter_entries(weights)) {
     if (!tensors[i].defined()) continue;
-    const bool interleaved = weights.layout.parameters[i].pieces[0].interleaved_pairs;
-    named.emplace_back(name, interleaved ? reorder_interleaved_rows(tensors[i], /*to_halves=*/false) : tensors[i]);
+    named.emplace_back(name, adapter_rows(tensors[i], weights.layout.parameters[i].pieces[0], /*to_engine=*/false));
   }
   return named;
 }
@@ -226,8 +240,7 @@ void load_adapter_weights(ModelWeights& weights, const std::filesystem::path& ad
       fail("{}: '{}' has shape {}, but this model and adapter_config.json imply {}", file.path().string(), name,
            shape_str(file.entry(name).shape), shape_str(spec.shape));
     const Tensor stored = file.tensor(name);
-    ops::cast_into(spec.pieces[0].interleaved_pairs ? reorder_interleaved_rows(stored, /*to_halves=*/true) : stored,
-                   weights.parameters[i]);
+    ops::cast_into(adapter_rows(stored, spec.pieces[0], /*to_engine=*/true), weights.parameters[i]);
   }
   for (const io::SafetensorsEntry& entry : file.entries())
     if (std::none_of(entries.begin(), entries.end(), [&](const auto& e) { return e.second == entry.name; }))

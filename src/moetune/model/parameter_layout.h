@@ -17,6 +17,17 @@
 
 namespace moetune::model {
 
+// Partial RoPE (GLM-4-MoE: rotate-half within each head's first rotary_dim dimensions, the rest unrotated). The
+// engine keeps such a head's dimensions as [rotating first half, passing first half, rotating second half, passing
+// second half], so that its one full-width rotate-half RoPE, pairs (i, i + head_dim / 2), with zero frequencies on
+// the passing pairs (ops/rope.h) rotates exactly what transformers rotates. q·k is the same sum in any common order
+// of the dimensions, and q_norm / k_norm normalise over the whole head whatever its order, so the q and k rows (and
+// their biases, norm weights and LoRA B rows) are reordered on load and back on save, and nothing else changes.
+struct PartialRotary {
+  int64_t head_dim = 0, rotary_dim = 0;  // 0: whole-head RoPE, rows as on disk
+  bool operator==(const PartialRotary&) const = default;
+};
+
 struct HfTensor {
   std::string name;  // "model.layers.0.self_attn.q_proj.weight"
   Shape shape;       // as stored on disk
@@ -27,6 +38,8 @@ struct HfTensor {
   // engine keeps [all gates; all ups], as GPT-OSS keeps its experts' gate_up_proj and its bias: loading
   // de-interleaves (after transposing), saving interleaves (before transposing back).
   bool interleaved_pairs = false;
+  // Dimension 0 stacks heads of partial_rotary.head_dim rows, kept in the engine's partial-RoPE order (above).
+  PartialRotary partial_rotary;
 };
 
 // Buffer: a tensor the checkpoint holds and the model reads but transformers neither counts as a parameter nor

@@ -41,7 +41,36 @@ void transpose_tiles(const T* in, T* out, int64_t batches, int64_t rows, int64_t
           for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) out[c * rows + r] = in[r * cols + c];
 }
 
+// Which checkpoint row of a partially rotated head the engine keeps at row `r` (PartialRotary's order).
+int64_t partial_rotary_source_row(int64_t r, const PartialRotary& rotary) {
+  const int64_t half = rotary.head_dim / 2, rotating = rotary.rotary_dim / 2, passing = half - rotating;
+  const int64_t second = r >= half ? 1 : 0, within = r - second * half;  // which half of the engine's head
+  return within < rotating ? second * rotating + within                  // a rotating row
+                           : rotary.rotary_dim + second * passing + within - rotating;  // a passing row
+}
+
 }  // namespace
+
+Tensor reorder_partial_rotary_rows(const Tensor& rows, const PartialRotary& rotary, bool to_engine) {
+  if (rotary.head_dim == 0) return rows;
+  const int64_t count = rows.dim() == 0 ? 0 : rows.size(0);
+  MOETUNE_CHECK(count > 0 && count % rotary.head_dim == 0 && rotary.rotary_dim % 2 == 0 && rotary.head_dim % 2 == 0 &&
+                    rotary.rotary_dim > 0 && rotary.rotary_dim <= rotary.head_dim,
+                "partial RoPE rows: {} is not a stack of heads of {} rows rotating {} of them", rows.str(),
+                rotary.head_dim, rotary.rotary_dim);
+  const size_t row_bytes = size_t(rows.numel() / count) * dtype_size(rows.dtype());
+  Tensor out = Tensor::empty(rows.shape(), rows.dtype());
+  const auto* in = static_cast<const char*>(rows.raw_data());
+  auto* to = static_cast<char*>(out.raw_data());
+  for (int64_t head = 0; head < count / rotary.head_dim; ++head)
+    for (int64_t r = 0; r < rotary.head_dim; ++r) {
+      const int64_t engine = head * rotary.head_dim + r,
+                    disk = head * rotary.head_dim + partial_rotary_source_row(r, rotary);
+      const int64_t from = to_engine ? disk : engine, into = to_engine ? engine : disk;
+      std::memcpy(to + size_t(into) * row_bytes, in + size_t(from) * row_bytes, row_bytes);
+    }
+  return out;
+}
 
 Tensor reorder_interleaved_rows(const Tensor& matrix, bool to_halves) {
   MOETUNE_CHECK(matrix.dim() == 2, "reorder_interleaved_rows: {} is not a matrix", matrix.str());
@@ -75,12 +104,14 @@ Shape engine_shape(const HfTensor& piece) {
 
 void piece_to_engine(const Tensor& hf, const HfTensor& piece, const Tensor& destination) {
   const Tensor oriented = piece.transposed ? transpose_last_two(hf) : hf;
-  ops::cast_into(piece.interleaved_pairs ? reorder_pairs(oriented, /*to_halves=*/true) : oriented, destination);
+  const Tensor paired = piece.interleaved_pairs ? reorder_pairs(oriented, /*to_halves=*/true) : oriented;
+  ops::cast_into(reorder_partial_rotary_rows(paired, piece.partial_rotary, /*to_engine=*/true), destination);
 }
 
 Tensor piece_to_hf(const Tensor& engine_view, const HfTensor& piece, DType disk_dtype) {
   const Tensor cast = engine_view.dtype() == disk_dtype ? engine_view : ops::cast(engine_view, disk_dtype);
-  const Tensor paired = piece.interleaved_pairs ? reorder_pairs(cast, /*to_halves=*/false) : cast;
+  const Tensor rows = reorder_partial_rotary_rows(cast, piece.partial_rotary, /*to_engine=*/false);
+  const Tensor paired = piece.interleaved_pairs ? reorder_pairs(rows, /*to_halves=*/false) : rows;
   return piece.transposed ? transpose_last_two(paired) : paired;
 }
 

@@ -14,6 +14,10 @@ Tensor transpose_last_two(const Tensor& source);
 // b(n-1)): a LoRA B [2I, r·E] of GPT-OSS's gate_up_proj, whose output columns interleave gate and up on disk.
 Tensor reorder_interleaved_rows(const Tensor& matrix, bool to_halves);
 
+// Dimension 0 of `rows` (heads of rotary.head_dim rows each) between the checkpoint's order and the engine's
+// partial-RoPE order (parameter_layout.h's PartialRotary); a copy, any dtype. Identity when rotary is empty.
+Tensor reorder_partial_rotary_rows(const Tensor& rows, const PartialRotary& rotary, bool to_engine);
+
 // The piece's shape inside the engine parameter.
 Shape engine_shape(const HfTensor& piece);
 // Writes the HF tensor `hf` (shape piece.shape) into `destination` (engine_shape(piece), any float dtype).

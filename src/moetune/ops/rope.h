@@ -31,7 +31,13 @@ struct RopeSpec {
   double mscale = 0, mscale_all_dim = 0;
 };
 
-// The inverse frequencies [head_dim / 2], as transformers computes them (fp32).
+// How many of head_dim's dimensions rotate under partial_rotary_factor, as transformers rotates them: int(head_dim ·
+// factor) rounded up to even.
+int64_t rope_rotary_dim(const RopeSpec& rope, int64_t head_dim);
+
+// The inverse frequencies [head_dim / 2], as transformers computes them (fp32). With partial rotation, the
+// rotating dimensions' schedule (rotary_dim / 2 values) followed by zeros: the engine keeps partially rotated
+// heads in the order that makes rotate-half pairs (i, i + head_dim / 2) of them (model/parameter_layout.h).
 std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim);
 
 // The factor transformers multiplies cos and sin by (yarn's attention scaling; 1 for the other schedules).

@@ -48,7 +48,8 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
   // transformers' standardize_rope_params: for the scaled schedules a top-level value wins over the dict's.
   rope.original_max_position_embeddings = top.integer(
       "original_max_position_embeddings", reader.integer("original_max_position_embeddings", max_position_embeddings));
-  rope.partial_rotary_factor = reader.number("partial_rotary_factor", top.number("partial_rotary_factor", 1.0));
+  rope.partial_rotary_factor = reader.number(
+      "partial_rotary_factor", top.number("partial_rotary_factor", d.partial_rotary_factor.value_or(1.0)));
   // yarn: `beta_fast or 32` in transformers, so 0 means the default too; truncate defaults to true there.
   rope.beta_fast = reader.number("beta_fast", 0.0) != 0.0 ? reader.number("beta_fast", 0.0) : 32.0;
   rope.beta_slow = reader.number("beta_slow", 0.0) != 0.0 ? reader.number("beta_slow", 0.0) : 1.0;
@@ -66,12 +67,16 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
   const bool known = rope.type == "default" || rope.type == "linear" || rope.type == "llama3" || rope.type == "yarn" ||
                      rope.type == "dynamic";
   if (!known) refuse(key, "rope_type " + rope.type, "a RoPE schedule other than default, dynamic, linear, llama3 and yarn");
-  // Every family's default RoPE rotates the whole head_dim whatever partial_rotary_factor says (their
-  // compute_default_rope_parameters never read it); the other schedules shorten their frequencies by it, which
-  // transformers' rotation then fails on, so they are refused.
-  if (rope.type == "default") rope.partial_rotary_factor = 1.0;
-  if (rope.partial_rotary_factor != 1.0)
-    refuse("partial_rotary_factor", fmt::format("{} with rope_type {}", rope.partial_rotary_factor, rope.type), "partial RoPE");
+  // Most families' default RoPE rotates the whole head_dim whatever partial_rotary_factor says (their
+  // compute_default_rope_parameters never read it); GLM-4-MoE's rotates that share of each head
+  // (DecoderDefaults::partial_rotary_factor). The other schedules shorten their frequencies by it and scale
+  // cos and sin, which the engine's partial rotation does not implement: refused.
+  if (rope.type == "default" && !d.partial_rotary_factor) rope.partial_rotary_factor = 1.0;
+  if (rope.partial_rotary_factor != 1.0 && rope.type != "default")
+    refuse("partial_rotary_factor", fmt::format("{} with rope_type {}", rope.partial_rotary_factor, rope.type),
+           "partial RoPE on a scaled schedule");
+  if (!(rope.partial_rotary_factor > 0 && rope.partial_rotary_factor <= 1))
+    fail("'partial_rotary_factor' must be in (0, 1], got {}", rope.partial_rotary_factor);
   if (!(rope.theta > 0)) fail("'rope_theta' must be positive, got {}", rope.theta);
   if (rope.type != "default" && !(rope.factor > 0)) fail("RoPE 'factor' must be positive, got {}", rope.factor);
   if (rope.type == "yarn" && rope.original_max_position_embeddings <= 0)
@@ -114,6 +119,9 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   require_in_range(a.qk_head_dim, "head_dim", kMaxWidth);
   if (a.qk_head_dim % 2 != 0) fail("'head_dim' must be even for RoPE, got {}", a.qk_head_dim);
   a.rope = read_rope(r, spec.max_position_embeddings, d);
+  if (int64_t(double(a.qk_head_dim) * a.rope.partial_rotary_factor) < 1)
+    fail("'partial_rotary_factor' {} rotates none of head_dim {}'s dimensions", a.rope.partial_rotary_factor,
+         a.qk_head_dim);
 
   if (d.reads_hidden_act) {
     const std::string act = r.string("hidden_act", "silu");

@@ -29,6 +29,9 @@ struct DecoderDefaults {
   bool per_head_kv = false;
   // The family's modeling code reads hidden_act (GPT-OSS's hard-codes its activation and never reads it).
   bool reads_hidden_act = true;
+  // Set where the family's default RoPE reads partial_rotary_factor, to the value it takes when the config has
+  // none (GLM-4-MoE: 0.5); nullopt: the default RoPE rotates the whole head whatever the key says.
+  std::optional<double> partial_rotary_factor;
 };
 
 struct DecoderConfig {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "moetune/model/piece_transform.h"
+#include "moetune/ops/rope.h"
 
 namespace moetune::model {
 namespace {
@@ -27,6 +28,13 @@ ParameterSpec expert_bias(std::string name, HfTensor piece, int64_t top_k) {
   return spec;
 }
 
+// Partially rotated heads (parameter_layout.h's PartialRotary); empty for whole-head RoPE and for none.
+PartialRotary partial_rotary(const AttentionSpec& a) {
+  if (a.rope.type == "none" || a.mla) return {};
+  const int64_t rotary = ops::rope_rotary_dim(a.rope, a.qk_head_dim);
+  return rotary == a.qk_head_dim ? PartialRotary{} : PartialRotary{a.qk_head_dim, rotary};
+}
+
 struct Builder {
   const ModelSpec& spec;
   std::vector<ParameterSpec> out;
@@ -35,16 +43,24 @@ struct Builder {
     const int64_t q_rows = a.num_heads * a.qk_head_dim, k_rows = a.num_kv_heads * a.qk_head_dim;
     const int64_t v_rows = a.num_kv_heads * a.v_head_dim, H = spec.hidden_size;
     const std::string attn = hf + "self_attn.";
+    // q's and k's rows (and what follows them: biases, norms) in the engine's partial-RoPE order, if partial.
+    const auto rotated = [&](std::string name, Shape shape) {
+      return HfTensor{std::move(name), std::move(shape), false, false, partial_rotary(a)};
+    };
     out.push_back(concatenated(engine + "attn.qkv", ParameterRole::Matmul,
-                               {{attn + "q_proj.weight", {q_rows, H}},
-                                {attn + "k_proj.weight", {k_rows, H}},
+                               {rotated(attn + "q_proj.weight", {q_rows, H}),
+                                rotated(attn + "k_proj.weight", {k_rows, H}),
                                 {attn + "v_proj.weight", {v_rows, H}}}));
     if (a.qkv_bias)
       out.push_back(concatenated(engine + "attn.qkv_bias", ParameterRole::Bias,
-                                 {{attn + "q_proj.bias", {q_rows}}, {attn + "k_proj.bias", {k_rows}}, {attn + "v_proj.bias", {v_rows}}}));
+                                 {rotated(attn + "q_proj.bias", {q_rows}),
+                                  rotated(attn + "k_proj.bias", {k_rows}),
+                                  {attn + "v_proj.bias", {v_rows}}}));
     if (a.qk_norm) {
-      out.push_back(whole(engine + "attn.q_norm", ParameterRole::Norm, {attn + "q_norm.weight", {a.qk_head_dim}}));
-      out.push_back(whole(engine + "attn.k_norm", ParameterRole::Norm, {attn + "k_norm.weight", {a.qk_head_dim}}));
+      out.push_back(
+          whole(engine + "attn.q_norm", ParameterRole::Norm, rotated(attn + "q_norm.weight", {a.qk_head_dim})));
+      out.push_back(
+          whole(engine + "attn.k_norm", ParameterRole::Norm, rotated(attn + "k_norm.weight", {a.qk_head_dim})));
     }
     out.push_back(whole(engine + "attn.o", ParameterRole::Matmul, {attn + "o_proj.weight", {H, a.num_heads * a.v_head_dim}}));
     if (a.o_bias) out.push_back(whole(engine + "attn.o_bias", ParameterRole::Bias, {attn + "o_proj.bias", {H}}));

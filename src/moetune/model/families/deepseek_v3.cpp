@@ -14,6 +14,7 @@
 #include "moetune/model/families/decoder_config.h"
 #include "moetune/model/families/decoder_parameters.h"
 #include "moetune/model/families/family.h"
+#include "moetune/model/families/sigmoid_group_moe.h"
 
 namespace moetune::model {
 namespace {
@@ -78,33 +79,6 @@ AttentionSpec read_mla(const io::ConfigReader& r, const DecoderConfig& c) {
   return a;
 }
 
-MoeSpec read_moe(const io::ConfigReader& r) {
-  MoeSpec moe;
-  RouterSpec& router = moe.router;
-  // v5 maps num_local_experts onto n_routed_experts (attribute_map), set after the field: it wins when both are
-  // written. Released configs write n_routed_experts.
-  router.num_experts = r.integer("num_local_experts", r.integer("n_routed_experts", 256));
-  router.top_k = r.integer("num_experts_per_tok", 8);
-  router.score = RouterScore::Sigmoid;
-  router.num_groups = r.integer("n_group", 8);
-  router.topk_groups = r.integer("topk_group", 4);
-  router.correction_bias = true;
-  router.renormalize = r.truthy("norm_topk_prob", true);  // `bool | None`: null does not renormalise
-  router.scaling_factor = r.number("routed_scaling_factor", 2.5);
-  if (router.num_groups <= 0 || router.num_experts % router.num_groups != 0 || router.num_experts / router.num_groups < 2)
-    fail("'n_group' ({}) must divide 'n_routed_experts' ({}) into groups of at least 2 (groups rank by their top-2)",
-         router.num_groups, router.num_experts);
-  if (router.topk_groups <= 0 || router.topk_groups > router.num_groups)
-    fail("'topk_group' ({}) must be between 1 and 'n_group' ({})", router.topk_groups, router.num_groups);
-  if (router.top_k > router.topk_groups * (router.num_experts / router.num_groups))
-    fail("'num_experts_per_tok' ({}) exceeds the experts in 'topk_group' ({}) groups", router.top_k, router.topk_groups);
-  moe.experts.intermediate = r.integer("moe_intermediate_size", 2048);
-  const int64_t shared = r.integer("n_shared_experts", 1);
-  if (shared <= 0) refuse("n_shared_experts", std::to_string(shared), "DeepSeek-V3 MoE layers without shared experts");
-  moe.shared_expert = SharedExpertSpec{MlpSpec{moe.experts.intermediate * shared}, /*sigmoid_gate=*/false};
-  return moe;
-}
-
 ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r,
                                         {.vocab_size = 129280, .hidden_size = 7168, .intermediate_size = 18432,
@@ -120,9 +94,8 @@ ModelSpec describe(const io::ConfigReader& r) {
              "a quantisation other than FP8 e4m3 block-scaled");
   }
   const AttentionSpec attention = read_mla(r, c);
-  const MoeSpec moe = read_moe(r);
-  const int64_t dense = r.integer("first_k_dense_replace", 3);
-  if (dense < 0) fail("'first_k_dense_replace' must not be negative, got {}", dense);
+  const MoeSpec moe = read_sigmoid_group_moe(r, {});  // DeepseekV3Config's defaults are SigmoidGroupMoeDefaults'
+  const int64_t dense = read_first_k_dense_replace(r, 3);
   for (int64_t layer = 0; layer < c.spec.num_layers(); ++layer)
     c.spec.layers[size_t(layer)] = layer < dense ? attention_then(attention, MlpSpec{c.intermediate_size})
                                                  : attention_then(attention, moe);
@@ -162,7 +135,7 @@ std::vector<ParameterSpec> mla_parameters(const ModelSpec& spec, const Attention
 }
 
 // The usual decoder's parameters with each layer's q/k/v attention replaced by MLA's tensors, and the
-// router's correction bias (a buffer transformers never trains or counts: frozen, role Buffer) after each router.
+// router's correction bias after each router (sigmoid_group_moe.h).
 std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
   MoeTensorNames names;
   names.shared_expert = "shared_experts";
@@ -177,17 +150,9 @@ std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
         out.push_back(std::move(mla));
       continue;
     }
-    const bool router = p.role == ParameterRole::Router;
     out.push_back(std::move(p));
-    if (!router) continue;
-    const MoeSpec& moe = *spec.layers[size_t(layer)].moe();
-    ParameterSpec bias = whole(fmt::format("layers.{}.moe.router_correction_bias", layer), ParameterRole::Buffer,
-                               {fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", layer), {moe.router.num_experts}});
-    bias.trainable = false;
-    bias.active_numel = 0;  // not a parameter to transformers' counts
-    out.push_back(std::move(bias));
   }
-  return out;
+  return with_router_correction_biases(std::move(out), spec);
 }
 
 }  // namespace

@@ -48,10 +48,29 @@ double rope_attention_scaling(const RopeSpec& rope) {
   return yarn_mscale(rope.factor);
 }
 
+int64_t rope_rotary_dim(const RopeSpec& rope, int64_t head_dim) {
+  // transformers: dim = int(head_dim · factor) and inv_freq = theta^-(arange(0, dim, 2) / dim), whose
+  // ceil(dim / 2) frequencies rotate twice as many dimensions (one more than dim when dim is odd).
+  const int64_t dim = int64_t(double(head_dim) * rope.partial_rotary_factor), rotary_dim = 2 * ((dim + 1) / 2);
+  MOETUNE_CHECK(dim > 0 && rotary_dim <= head_dim,
+                "RoPE: partial_rotary_factor {} of head_dim {} rotates {} dimensions", rope.partial_rotary_factor,
+                head_dim, rotary_dim);
+  return rotary_dim;
+}
+
 std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim) {
   if (rope.type == "none") return {};  // no positional embedding (Nemotron-H): apply_rope leaves x alone
-  const int64_t rotary_dim = int64_t(double(head_dim) * rope.partial_rotary_factor);
-  MOETUNE_CHECK(rotary_dim == head_dim, "RoPE with partial_rotary_factor {} is not supported", rope.partial_rotary_factor);
+  if (const int64_t rotary_dim = rope_rotary_dim(rope, head_dim); rotary_dim < head_dim) {
+    // Partial RoPE (the default schedule only; the config readers refuse the others): the rotating pairs'
+    // frequencies over transformers' int(head_dim · factor), then zeros for the pairs that pass unrotated
+    // (angle 0: cos 1 and sin 0 exactly, so those values come through bit for bit; the engine's head layout puts
+    // the rotating pairs first: model/parameter_layout.h's PartialRotary).
+    MOETUNE_CHECK(rope.type == "default", "RoPE: partial rotation with rope_type {} is not supported", rope.type);
+    const float dim = float(int64_t(double(head_dim) * rope.partial_rotary_factor));
+    std::vector<float> inv(size_t(head_dim / 2), 0.0f);
+    for (size_t i = 0; i < size_t(rotary_dim / 2); ++i) inv[i] = 1.0f / std::pow(float(rope.theta), float(2 * i) / dim);
+    return inv;
+  }
   std::vector<float> inv(size_t(head_dim / 2));
   for (size_t i = 0; i < inv.size(); ++i)
     inv[i] = 1.0f / std::pow(float(rope.theta), float(2 * i) / float(head_dim));

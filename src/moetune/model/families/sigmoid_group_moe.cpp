@@ -1,0 +1,70 @@
+#include "moetune/model/families/sigmoid_group_moe.h"
+
+#include <fmt/format.h>
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "moetune/model/families/decoder_config.h"
+
+namespace moetune::model {
+
+MoeSpec read_sigmoid_group_moe(const io::ConfigReader& r, const SigmoidGroupMoeDefaults& d) {
+  MoeSpec moe;
+  RouterSpec& router = moe.router;
+  // v5 maps num_local_experts onto n_routed_experts (attribute_map), set after the field: it wins when both are
+  // written. Released configs write n_routed_experts.
+  router.num_experts = r.integer("num_local_experts", r.integer("n_routed_experts", d.routed_experts));
+  router.top_k = r.integer("num_experts_per_tok", d.top_k);
+  router.score = RouterScore::Sigmoid;
+  router.num_groups = r.integer("n_group", d.groups);
+  router.topk_groups = r.integer("topk_group", d.topk_groups);
+  router.correction_bias = true;
+  router.renormalize = r.truthy("norm_topk_prob", true);  // `bool | None`: null does not renormalise
+  router.scaling_factor = r.number("routed_scaling_factor", d.routed_scaling_factor);
+  if (router.num_groups <= 0 || router.num_experts % router.num_groups != 0 ||
+      router.num_experts / router.num_groups < 2)
+    fail("'n_group' ({}) must divide 'n_routed_experts' ({}) into groups of at least 2 (groups rank by their top-2)",
+         router.num_groups, router.num_experts);
+  if (router.topk_groups <= 0 || router.topk_groups > router.num_groups)
+    fail("'topk_group' ({}) must be between 1 and 'n_group' ({})", router.topk_groups, router.num_groups);
+  if (router.top_k > router.topk_groups * (router.num_experts / router.num_groups))
+    fail("'num_experts_per_tok' ({}) exceeds the experts in 'topk_group' ({}) groups", router.top_k,
+         router.topk_groups);
+  moe.experts.intermediate = r.integer("moe_intermediate_size", d.moe_intermediate_size);
+  const int64_t shared = r.integer("n_shared_experts", d.shared_experts);
+  if (shared <= 0) refuse("n_shared_experts", std::to_string(shared), "MoE layers without shared experts");
+  moe.shared_expert = SharedExpertSpec{MlpSpec{moe.experts.intermediate * shared}, /*sigmoid_gate=*/false};
+  return moe;
+}
+
+int64_t read_first_k_dense_replace(const io::ConfigReader& r, int64_t dense_default) {
+  const int64_t dense = r.integer("first_k_dense_replace", dense_default);
+  if (dense < 0) fail("'first_k_dense_replace' must not be negative, got {}", dense);
+  return dense;
+}
+
+std::vector<ParameterSpec> with_router_correction_biases(std::vector<ParameterSpec> parameters, const ModelSpec& spec) {
+  std::vector<ParameterSpec> out;
+  for (ParameterSpec& p : parameters) {
+    const bool router = p.role == ParameterRole::Router;
+    int64_t layer = -1;
+    if (router) MOETUNE_CHECK(std::sscanf(p.name.c_str(), "layers.%" SCNd64 ".", &layer) == 1, "router {}", p.name);
+    out.push_back(std::move(p));
+    if (!router) continue;
+    const MoeSpec& moe = *spec.layers[size_t(layer)].moe();
+    const HfTensor piece{fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", layer),
+                         {moe.router.num_experts}};
+    ParameterSpec bias{fmt::format("layers.{}.moe.router_correction_bias", layer),
+                       piece.shape,
+                       ParameterRole::Buffer,
+                       {piece},
+                       "",
+                       0};  // active 0: not a parameter to transformers' counts
+    bias.trainable = false;
+    out.push_back(std::move(bias));
+  }
+  return out;
+}
+
+}  // namespace moetune::model

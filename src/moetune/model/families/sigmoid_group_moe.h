@@ -1,0 +1,31 @@
+// The MoE layer DeepSeek-V3 brought and GLM-4-MoE reuses, as their configs spell it: a sigmoid router with an
+// fp32 e_score_correction_bias for the choice (a buffer, never trained), group-limited top-k (n_group,
+// topk_group), weights renormalised when norm_topk_prob and scaled by routed_scaling_factor; n_shared_experts
+// shared experts of moe_intermediate_size each, added unscaled; the first first_k_dense_replace layers dense.
+#pragma once
+
+#include <vector>
+
+#include "moetune/io/config_reader.h"
+#include "moetune/model/model_spec.h"
+#include "moetune/model/parameter_layout.h"
+
+namespace moetune::model {
+
+// The config classes' defaults, which differ between the families.
+struct SigmoidGroupMoeDefaults {
+  int64_t routed_experts = 256, groups = 8, topk_groups = 4, top_k = 8, moe_intermediate_size = 2048;
+  int64_t shared_experts = 1;
+  double routed_scaling_factor = 2.5;
+};
+
+MoeSpec read_sigmoid_group_moe(const io::ConfigReader& config, const SigmoidGroupMoeDefaults& defaults);
+
+// first_k_dense_replace (absent: `dense_default`), checked.
+int64_t read_first_k_dense_replace(const io::ConfigReader& config, int64_t dense_default);
+
+// `parameters` with each MoE layer's router followed by its e_score_correction_bias (mlp.gate's buffer, frozen:
+// transformers neither trains nor counts it).
+std::vector<ParameterSpec> with_router_correction_biases(std::vector<ParameterSpec> parameters, const ModelSpec& spec);
+
+}  // namespace moetune::model
