@@ -24,8 +24,9 @@ using testing::relative_error;
 using testing::to_cpu_f32;
 
 // The families the GPU engine runs, as the tiny fixtures hold them.
-const std::vector<std::string> kGpuFixtures = {"llama_tiny",   "qwen3_moe_tiny", "mixtral_tiny",
-                                               "qwen2_moe_tiny", "qwen3_f32",    "qwen3_moe_tied_f32"};
+const std::vector<std::string> kGpuFixtures = {
+    "llama_tiny", "qwen3_moe_tiny",     "mixtral_tiny",  "qwen2_moe_tiny",
+    "qwen3_f32",  "qwen3_moe_tied_f32", "glm4_moe_tiny", "glm4_moe_quarter_tied"};
 // bf16 moves these models' logits by ~1e-2 (tests/gpu/test_model_parity.cpp), so a greedy choice whose top-2 gap
 // (in the CPU fp32 engine, which gives transformers' tokens) is below this may flip.
 constexpr double kWideGap = 0.1;

@@ -3,7 +3,9 @@
 Each tiny fp32 fixture continues a fixed prompt of token ids by 20 greedy tokens, with transformers' own KV cache
 (its default), never stopping early. moetune's generate must give the same tokens with and without its cache.
 
-    /work/refenv/bin/python tests/reference/make_generate_fixtures.py tests/fixtures
+    /work/refenv/bin/python tests/reference/make_generate_fixtures.py tests/fixtures [fixture names...]
+
+With names, only those are (re)made and merged into the existing greedy.json (each entry records its versions).
 
 writes tests/fixtures/generate/greedy.json (made with torch 2.15.0 and transformers 5.17.0 on the CPU: recorded in it, with the smallest gap between the best
 and second-best logit on the way, which shows how far fp32 noise is from changing a token).
@@ -16,15 +18,18 @@ import torch
 import transformers
 
 FIXTURES = ["llama_tiny", "qwen3_moe_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny",
-            "nemotron_h_tiny"]
+            "nemotron_h_tiny", "glm4_moe_tiny", "glm4_moe_quarter_tied"]
 PROMPT = [3, 17, 42, 5, 88, 9]  # longer than gpt_oss_tiny's sliding window (4), so the cache slides past it
 NEW_TOKENS = 20
 
 
-def main(fixtures_dir: Path) -> None:
+def main(fixtures_dir: Path, names: list[str]) -> None:
     torch.manual_seed(0)
-    results, margins = {}, {}
-    for name in FIXTURES:
+    path = fixtures_dir / "generate" / "greedy.json"
+    old = json.loads(path.read_text()) if names and path.exists() else {}
+    results, margins = old.get("greedy", {}), old.get("smallest_top2_gap", {})
+    versions = old.get("versions_by_fixture", {n: old["versions"] for n in results} if "versions" in old else {})
+    for name in names or FIXTURES:
         model = transformers.AutoModelForCausalLM.from_pretrained(fixtures_dir / name, dtype=torch.float32)
         model.eval()
         with torch.no_grad():
@@ -35,12 +40,12 @@ def main(fixtures_dir: Path) -> None:
         # The smallest gap between the best and second-best logit on the way: far above fp32 noise (1e-5 relative),
         # so another correct implementation cannot pick a different token.
         margins[name] = min(float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores)
+        versions[name] = {"torch": torch.__version__, "transformers": transformers.__version__}
         print(name, results[name], f"smallest top-2 gap {margins[name]:.2e}")
-    record = {"prompt": PROMPT, "greedy": results, "smallest_top2_gap": margins,
-              "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    record = {"prompt": PROMPT, "greedy": results, "smallest_top2_gap": margins, "versions_by_fixture": versions}
     (fixtures_dir / "generate").mkdir(exist_ok=True)
     (fixtures_dir / "generate" / "greedy.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2:])
