@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Builds the benchmark's reference model: the Qwen3-30B-A3B architecture (or, with --family, gpt-oss-20b's,
-Moonlight-16B-A3B's, DeepSeek-V3's or Nemotron-3-Nano-30B-A3B's) cut to N layers, random weights.
+Moonlight-16B-A3B's, DeepSeek-V3's, GLM-4.5-Air's or Nemotron-3-Nano-30B-A3B's) cut to N layers, random weights.
 
-    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|nemotron_h]
+    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|nemotron_h]
                                           [--layers 4] [--skew none|hot] [--tiny] [--seed 1234]
 
 --family moonlight / deepseek_v3: Moonlight-16B-A3B's or DeepSeek-V3's widths (the DeepSeek-V3 family: latent
 attention, the sigmoid group-limited router, shared experts), cut to N layers of which the first is dense.
+
+--family glm4_5_air: GLM-4.5-Air's config.json (GLM-4-MoE: hidden 4096, 96 heads / 8 kv of 128 with q/k/v biases and
+RoPE on half of each head, 128 experts top-8 of 1408 and a shared one, DeepSeek-V3's router; vocab 151552), cut to
+N layers of which the first is dense.
 
 --family nemotron_h: Nemotron-3-Nano-30B-A3B's published config.json (as tests/fixtures/nemotron_h_configs/
 nano_30b_a3b.json and /work/shared/notes/hf-formats.md quote it: hidden 2688, Mamba2 64 heads of 64, state 128,
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, DeepseekV3Config, GptOssConfig, NemotronHConfig, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, DeepseekV3Config, Glm4MoeConfig, GptOssConfig, NemotronHConfig, Qwen3MoeConfig
 
 
 def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
@@ -74,6 +78,20 @@ def deepseek_config(family: str, layers: int):
                              "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                              "original_max_position_embeddings": 4096}, **common)
     config.architectures = ["DeepseekV3ForCausalLM"]
+    return config
+
+
+def glm4_5_air_config(layers: int) -> Glm4MoeConfig:
+    """GLM-4.5-Air's published config.json with `layers` layers of which the first is dense."""
+    config = Glm4MoeConfig(
+        vocab_size=151552, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=layers,
+        num_attention_heads=96, num_key_value_heads=8, head_dim=128, attention_bias=True, use_qk_norm=False,
+        n_routed_experts=128, n_shared_experts=1, num_experts_per_tok=8, n_group=1, topk_group=1, first_k_dense_replace=1,
+        norm_topk_prob=True, routed_scaling_factor=1.0, rms_norm_eps=1e-5, max_position_embeddings=131072,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5},
+        tie_word_embeddings=False, initializer_range=0.02, hidden_act="silu", pad_token_id=151329,
+        eos_token_id=[151329, 151336, 151338])
+    config.architectures = ["Glm4MoeForCausalLM"]
     return config
 
 
@@ -216,7 +234,7 @@ def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss", "moonlight", "deepseek_v3", "nemotron_h"],
+    parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss", "moonlight", "deepseek_v3", "glm4_5_air", "nemotron_h"],
                         default="qwen3_moe")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--skew", choices=["none", "hot"], default="none")
@@ -232,6 +250,10 @@ def main() -> int:
         if args.tiny or args.skew != "none":
             raise SystemExit("--family moonlight / deepseek_v3 take neither --tiny nor --skew")
         config = deepseek_config(args.family, args.layers)
+    elif args.family == "glm4_5_air":
+        if args.tiny or args.skew != "none":
+            raise SystemExit("--family glm4_5_air takes neither --tiny nor --skew")
+        config = glm4_5_air_config(args.layers)
     elif args.family == "nemotron_h":
         if args.skew != "none":
             raise SystemExit("--family nemotron_h takes no --skew")

@@ -27,12 +27,18 @@ def is_moe_layer(config: dict, layer: int) -> bool:
 
 def deepseek_v3_flops_per_token(config: dict, seq: int) -> dict:
     """DeepSeek-V3's family: latent attention's projections, (top-k + shared) experts, dense first layers;
-    attention scores with q/k's head dim for QK^T and v's for PV."""
+    attention scores with q/k's head dim for QK^T and v's for PV. GLM-4-MoE: the same MoE layers under GQA."""
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    nope, rope, dv = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
-    q_rank, kv_rank = config.get("q_lora_rank"), config["kv_lora_rank"]
-    q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
-    attention = q + hidden * (kv_rank + rope) + kv_rank * heads * (nope + dv) + heads * dv * hidden
+    if config.get("model_type") == "glm4_moe":
+        head_dim = _get(config, "head_dim", default=hidden // heads)
+        kv_heads = _get(config, "num_key_value_heads", default=heads)
+        nope, rope, dv = head_dim, 0, head_dim  # the scores count q/k's whole head (partial RoPE changes no FLOPs)
+        attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o + k, v
+    else:
+        nope, rope, dv = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+        q_rank, kv_rank = config.get("q_lora_rank"), config["kv_lora_rank"]
+        q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
+        attention = q + hidden * (kv_rank + rope) + kv_rank * heads * (nope + dv) + heads * dv * hidden
     active = 0
     for layer in range(config["num_hidden_layers"]):
         active += attention
@@ -84,7 +90,7 @@ def nemotron_h_flops_per_token(config: dict, seq: int) -> dict:
 
 
 def flops_per_token(config: dict, seq: int) -> dict:
-    if config.get("model_type") == "deepseek_v3":
+    if config.get("model_type") in ("deepseek_v3", "glm4_moe"):
         return deepseek_v3_flops_per_token(config, seq)
     if config.get("model_type") == "nemotron_h":
         return nemotron_h_flops_per_token(config, seq)
