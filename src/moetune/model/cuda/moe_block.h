@@ -54,6 +54,10 @@ class MoeBlock {
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows
   // (ops/cuda/expert_gemv.h) instead of dispatch, grouped GEMMs and combine; keeps no stash or statistics.
   Tensor forward_one_token(const Tensor& h);
+  // Whether forward_one_token implements this block: a softmax-then-top-k router (no biases, groups or scaling),
+  // plain SwiGLU experts and shared expert without biases, no adapters, no latent or padded experts. The others
+  // (DeepSeek-V3's and GLM-4-MoE's sigmoid routers, GPT-OSS's, Nemotron-H's relu²) decode through forward.
+  bool runs_one_token() const;
 
   const MoeSpec& spec_;
   double eps_;

@@ -14,6 +14,13 @@ namespace {
 Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
 }  // namespace
 
+bool MoeBlock::runs_one_token() const {
+  const auto plain_swiglu = [](const MlpSpec& m) { return m.activation == Activation::SwiGLU && !m.bias; };
+  return spec_.router.is_softmax_then_topk() && plain_swiglu(spec_.experts) && !spec_.latent_size.has_value() &&
+         padded_width_ == 0 && expert_lora_.empty() && shared_lora_.gate_up.empty() && shared_lora_.down.empty() &&
+         shared_gate_lora_.empty() && (!spec_.shared_expert || plain_swiglu(spec_.shared_expert->mlp));
+}
+
 Tensor MoeBlock::forward_one_token(const Tensor& h) {
   const PhaseScope phase("moe");
   const int64_t experts = spec_.router.num_experts, k = spec_.router.top_k, inner = p_.gate_up.value.size(1) / 2;
