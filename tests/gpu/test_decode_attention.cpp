@@ -1,8 +1,9 @@
 // The split-K decode attention kernel (ops/cuda/decode_attention.h) against the CPU fp32 reference
-// (ops/attention.h's causal attention with keys before the queries) on fp32 copies of the same bf16 inputs: one
-// new token against 1 key, against keys over several splits (not a multiple of the split), a few new tokens at
-// once, GQA and MHA, head_dim 8 (the tiny fixtures), 64, 128 and 256, the keys read from the front of a larger
-// preallocated buffer as the KV cache holds them.
+// (ops/attention.h's causal attention with keys before the queries, which matches transformers' masks and sinks) on
+// fp32 copies of the same bf16 inputs: one new token against 1 key, against keys over several splits (not a
+// multiple of the split), a few new tokens at once, GQA and MHA, head_dim 8 (the tiny fixtures), 64, 128 and 256,
+// the keys read from the front of a larger preallocated buffer as the KV cache holds them; sliding windows
+// smaller than, equal to and larger than the sequence (cutting through split boundaries) and sinks (F32 and BF16).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,28 +16,41 @@
 namespace moetune {
 namespace {
 
+enum class Sinks { None, F32, BF16 };
+
 struct Case {
   int64_t queries = 1, keys = 1, heads = 8, kv_heads = 2, head_dim = 128;
+  int64_t window = 0;  // 0: none
+  Sinks sinks = Sinks::None;
 };
 
 class DecodeAttentionGpu : public testing::GpuTest {
  protected:
   void check(const Case& c) {
-    SCOPED_TRACE(::testing::Message() << "seed " << seed() << ", " << c.queries << " queries, " << c.keys << " keys, heads "
-                                      << c.heads << "/" << c.kv_heads << ", head_dim " << c.head_dim);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed() << ", " << c.queries << " queries, " << c.keys
+                                      << " keys, heads " << c.heads << "/" << c.kv_heads << ", head_dim " << c.head_dim
+                                      << ", window " << c.window << ", sinks " << int(c.sinks));
     const Device gpu = Device::cuda();
     const int64_t capacity = c.keys + 37;  // the cache is larger than the sequence so far
     const Tensor q = testing::random_normal({c.queries, c.heads, c.head_dim}, DType::BF16, gpu, rng());
     const Tensor k_cache = testing::random_normal({capacity, c.kv_heads, c.head_dim}, DType::BF16, gpu, rng());
     const Tensor v_cache = testing::random_normal({capacity, c.kv_heads, c.head_dim}, DType::BF16, gpu, rng());
     const Tensor k = k_cache.narrow(0, c.keys), v = v_cache.narrow(0, c.keys);
+    // Sink logits about as large as the scores, so that they take a visible share of each softmax.
+    const Tensor sinks =
+        c.sinks == Sinks::None
+            ? Tensor()
+            : testing::random_normal({c.heads}, c.sinks == Sinks::F32 ? DType::F32 : DType::BF16, gpu, rng(), 2.0f);
     const double scale = 1.0 / std::sqrt(double(c.head_dim));
     const Tensor out = testing::poisoned({c.queries, c.heads, c.head_dim}, DType::BF16, gpu);
-    ops::cuda::decode_attention_forward(q, k, v, scale, out);
+    ops::cuda::decode_attention_forward(q, k, v, scale, out, c.window, sinks);
 
     const ops::AttentionMask all_visible{.document_start = std::vector<int64_t>(size_t(c.keys), 0)};
+    ops::AttentionVariant variant;
+    if (c.window > 0) variant.sliding_window = c.window;
+    if (sinks.defined()) variant.sinks = testing::to_cpu_f32(sinks);
     const Tensor expected = ops::causal_attention_forward(testing::to_cpu_f32(q), testing::to_cpu_f32(k),
-                                                          testing::to_cpu_f32(v), all_visible, scale);
+                                                          testing::to_cpu_f32(v), all_visible, scale, variant);
     EXPECT_LT(testing::relative_error(testing::to_cpu_f32(out), expected), testing::kBf16Tolerance);
   }
 };
@@ -62,6 +76,29 @@ TEST_F(DecodeAttentionGpu, HeadLayouts) {
   check({.queries = 1, .keys = 33, .heads = 6, .kv_heads = 3, .head_dim = 40});   // not a multiple of 32
 }
 
+// Split boundaries sit at multiples of 128 keys: windows that end inside a split, start inside one, span several,
+// equal a split, or reach back past key 0; each with and without sinks, one and several new tokens.
+TEST_F(DecodeAttentionGpu, SlidingWindowsAndSinks) {
+  for (const Sinks sinks : {Sinks::None, Sinks::F32, Sinks::BF16}) {
+    for (const int64_t window : {int64_t(1), int64_t(4), int64_t(100), int64_t(128), int64_t(129), int64_t(300),
+                                 int64_t(999), int64_t(1000), int64_t(5000)})
+      check({.queries = 1, .keys = 1000, .window = window, .sinks = sinks});  // the last key at 999, inside split 7
+    check({.queries = 1, .keys = 1, .window = 4, .sinks = sinks});            // a window longer than the sequence
+    check({.queries = 1, .keys = 256, .window = 128, .sinks = sinks});        // exactly the last split
+    check({.queries = 1, .keys = 257, .window = 128, .sinks = sinks});        // one key of split 2, 127 of split 1
+    check({.queries = 3, .keys = 300, .window = 2, .sinks = sinks});
+    check({.queries = 3, .keys = 300, .window = 200, .sinks = sinks});
+    check({.queries = 130, .keys = 400, .window = 150, .sinks = sinks});  // windows from splits 0-1 to 2-3
+    check({.queries = 130, .keys = 130, .window = 64, .sinks = sinks});   // a chunk from the start of the sequence
+    // gpt_oss_tiny's attention, then GPT-OSS's (64 heads over 8, head_dim 64, window 128) on a long sequence
+    check({.queries = 2, .keys = 26, .heads = 4, .kv_heads = 2, .head_dim = 8, .window = 4, .sinks = sinks});
+    Case gpt_oss{.queries = 1, .keys = 4100, .heads = 64, .kv_heads = 8, .head_dim = 64, .window = 128};
+    gpt_oss.sinks = sinks;
+    check(gpt_oss);
+    check({.queries = 1, .keys = 50, .heads = 4, .kv_heads = 4, .head_dim = 64, .window = 17, .sinks = sinks});  // MHA
+  }
+}
+
 TEST_F(DecodeAttentionGpu, RefusesWhatItCannotRun) {
   const Device gpu = Device::cuda();
   const Tensor q = testing::random_normal({2, 4, 64}, DType::BF16, gpu, rng());
@@ -70,6 +107,11 @@ TEST_F(DecodeAttentionGpu, RefusesWhatItCannotRun) {
   EXPECT_THROW(ops::cuda::decode_attention_forward(q, k, k, 0.125, out), Error);
   const Tensor wide = testing::random_normal({1, 1, 512}, DType::BF16, gpu, rng());
   EXPECT_THROW(ops::cuda::decode_attention_forward(wide, wide, wide, 0.125, testing::poisoned({1, 1, 512}, DType::BF16, gpu)), Error);
+  const Tensor one_out = testing::poisoned({1, 4, 64}, DType::BF16, gpu);
+  const Tensor one_q = q.narrow(0, 1);
+  EXPECT_THROW(ops::cuda::decode_attention_forward(one_q, k, k, 0.125, one_out, /*window=*/-1), Error);
+  const Tensor three_sinks = testing::random_normal({3}, DType::F32, gpu, rng());  // not one a head
+  EXPECT_THROW(ops::cuda::decode_attention_forward(one_q, k, k, 0.125, one_out, 0, three_sinks), Error);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// Generation on the GPU engine (bf16, KV cache): greedy tokens against transformers' (tests/fixtures/generate,
-// on the fixtures whose smallest top-2 gap is wide enough for bf16), each step's logits against the CPU fp32
-// engine fed the same tokens and against the GPU's own uncached forward pass, the fallback to the CPU for a family
-// the GPU does not run, the CLI with --device cuda, and the decode speed (printed for docs/benchmarks.md; set
-// MOETUNE_DECODE_BENCH_MODEL to a model folder to measure it too).
+// Generation on the GPU engine (bf16, KV cache): greedy tokens against transformers' (tests/fixtures/generate) or,
+// for the fixtures it has none of, the CPU fp32 engine's, each step's logits against the CPU engine fed the same
+// tokens and against the GPU's own uncached forward pass, on every family the GPU generates with (sinks, sliding
+// windows and YaRN included); the fallback to the CPU for a family it does not (latent attention); the CLI with
+// --device cuda, and the decode speed (printed for docs/benchmarks.md; set MOETUNE_DECODE_BENCH_MODEL to a model
+// folder to measure it too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,10 +24,17 @@ namespace {
 using testing::relative_error;
 using testing::to_cpu_f32;
 
-// The families the GPU engine runs, as the tiny fixtures hold them.
+// The families the GPU engine generates with, as the tiny fixtures hold them; the second line's have sliding
+// windows of 3 to 5 keys (the fixture prompt and its greedy tokens, 26, run well past them), sinks or YaRN:
+// GPT-OSS (sinks, window 4 on layer 0, YaRN), Qwen3 (window 4 on layers 1-2, YaRN), Mistral (window 5 on every
+// layer), Mixtral (window 3, dynamic RoPE), Qwen2 (window 4 on layer 2).
 const std::vector<std::string> kGpuFixtures = {
-    "llama_tiny", "qwen3_moe_tiny",     "mixtral_tiny",  "qwen2_moe_tiny",
-    "qwen3_f32",  "qwen3_moe_tied_f32", "glm4_moe_tiny", "glm4_moe_quarter_tied"};
+    "llama_tiny",   "qwen3_moe_tiny",     "mixtral_tiny",  "qwen2_moe_tiny",
+    "qwen3_f32",    "qwen3_moe_tied_f32", "glm4_moe_tiny", "glm4_moe_quarter_tied",
+    "gpt_oss_tiny", "qwen3_sliding_yarn", "mistral_tiny",  "mixtral_sliding_dynamic",
+    "qwen2_tiny"};
+// How many tokens the fixtures without transformers' tokens generate (tests/fixtures/generate has 20 a fixture).
+constexpr int64_t kGreedyTokens = 20;
 // bf16 moves these models' logits by ~1e-2 (tests/gpu/test_model_parity.cpp), so a greedy choice whose top-2 gap
 // (in the CPU fp32 engine, which gives transformers' tokens) is below this may flip.
 constexpr double kWideGap = 0.1;
@@ -47,6 +55,14 @@ int64_t argmax(const Tensor& logits) {
   return int64_t(std::max_element(row, row + logits.numel()) - row);
 }
 
+// transformers' greedy tokens where tests/fixtures/generate has them; otherwise the CPU fp32 engine's, from its
+// uncached forward pass over the whole sequence (the pass its parity tests hold to transformers').
+std::vector<int64_t> reference_greedy(const nlohmann::json& expected, const std::string& name,
+                                      model::LanguageModel& cpu, const std::vector<int64_t>& prompt) {
+  if (expected["greedy"].contains(name)) return expected["greedy"][name].get<std::vector<int64_t>>();
+  return model::generate(cpu, prompt, {.max_new_tokens = kGreedyTokens, .kv_cache = false});
+}
+
 class GenerateGpu : public testing::GpuTest {};
 
 // The bound on one step's bf16 GPU logits against the CPU's fp32 ones. glm4_moe_quarter_tied (every layer MoE over
@@ -55,19 +71,19 @@ class GenerateGpu : public testing::GpuTest {};
 // choice is transformers' at every wide-gap step: bf16 against fp32 through near-tied routers, not the decode path.
 double logits_bound(const std::string& fixture) { return fixture == "glm4_moe_quarter_tied" ? 0.1 : 5e-2; }
 
-// Fed transformers' greedy sequence (the prompt at once, then a token at a time), each step's GPU logits against
-// the CPU fp32 engine's, and the GPU's choice equal to transformers' wherever the gap is wide; then free-running
-// greedy generation on the GPU gives transformers' tokens up to the first step where the gap is narrow.
-TEST_F(GenerateGpu, GreedyTokensEqualTransformersWhereTheGapIsWide) {
+// Fed the reference greedy sequence (transformers' or the CPU engine's: reference_greedy; the prompt at once, then a
+// token at a time), each step's GPU logits against the CPU fp32 engine's, and the GPU's choice equal to the
+// reference wherever the gap is wide; then free-running greedy generation on the GPU gives the reference tokens up
+// to the first step where the gap is narrow.
+TEST_F(GenerateGpu, GreedyTokensEqualTheReferenceWhereTheGapIsWide) {
   const nlohmann::json expected = greedy_fixture();
   const std::vector<int64_t> prompt = expected["prompt"];
   for (const std::string& name : kGpuFixtures) {
-    if (!expected["greedy"].contains(name)) continue;
     SCOPED_TRACE(name);
     const auto gpu = model::load_language_model(testing::fixture(name), "cuda");
     const auto cpu = model::load_language_model(testing::fixture(name), "cpu");
     ASSERT_TRUE(gpu->device().is_cuda());
-    const std::vector<int64_t> tokens = expected["greedy"][name];
+    const std::vector<int64_t> tokens = reference_greedy(expected, name, *cpu, prompt);
     const auto gpu_cache = gpu->new_decode_cache(int64_t(prompt.size() + tokens.size()));
     const auto cpu_cache = cpu->new_decode_cache(int64_t(prompt.size() + tokens.size()));
     std::vector<int64_t> feed = prompt;
@@ -92,10 +108,11 @@ TEST_F(GenerateGpu, GreedyTokensEqualTransformersWhereTheGapIsWide) {
     EXPECT_TRUE(std::equal(tokens.begin(), tokens.begin() + std::ptrdiff_t(wide_prefix), generated.begin()));
     size_t same = 0;
     while (same < tokens.size() && generated[same] == tokens[same]) ++same;
-    std::printf("%s: GPU logits vs CPU fp32 at each of %zu steps, worst relative error %.2e; GPU choice = transformers' "
-                "at all %zu steps with a top-2 gap >= %.2f; free-running greedy equal for %zu of %zu tokens (%zu "
-                "required)\n",
-                name.c_str(), tokens.size(), worst_error, wide_steps, kWideGap, same, tokens.size(), wide_prefix);
+    std::printf(
+        "%s: GPU logits vs CPU fp32 at each of %zu steps, worst relative error %.2e; GPU choice = %s's at all "
+        "%zu steps with a top-2 gap >= %.2f; free-running greedy equal for %zu of %zu tokens (%zu required)\n",
+        name.c_str(), tokens.size(), worst_error, expected["greedy"].contains(name) ? "transformers" : "the CPU engine",
+        wide_steps, kWideGap, same, tokens.size(), wide_prefix);
   }
 }
 
@@ -139,9 +156,10 @@ TEST_F(GenerateGpu, CachedLogitsEqualTheUncachedForward) {
 }
 
 TEST_F(GenerateGpu, FamiliesTheGpuDoesNotRunFallBackToTheCpu) {
-  const auto model = cli::load_generation_model(testing::fixture("gpt_oss_tiny"), "auto");
+  const auto model = cli::load_generation_model(testing::fixture("deepseek_v3_tiny"), "auto");  // latent attention
   EXPECT_TRUE(model->device().is_cpu());
-  EXPECT_THROW(cli::load_generation_model(testing::fixture("gpt_oss_tiny"), "cuda"), Error);
+  EXPECT_THROW(cli::load_generation_model(testing::fixture("deepseek_v3_tiny"), "cuda"), Error);
+  EXPECT_TRUE(cli::load_generation_model(testing::fixture("gpt_oss_tiny"), "cuda")->device().is_cuda());
   EXPECT_TRUE(cli::load_generation_model(testing::fixture("llama_tiny"), "cuda")->device().is_cuda());
   EXPECT_TRUE(cli::load_generation_model(testing::fixture("llama_tiny"), "auto")->device().is_cuda());
 }

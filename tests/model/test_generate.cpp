@@ -67,5 +67,18 @@ TEST(Generate, KvCacheGivesTransformersGreedyTokens) {
   }
 }
 
+// The sliding-window and YaRN fixtures that tests/fixtures/generate has no transformers tokens for: GPU generation
+// is held to the CPU engine's uncached greedy tokens there (tests/gpu/test_generate_gpu.cpp), and the CPU's cached
+// path gives the same, well past their windows of 3 to 5 keys.
+TEST(Generate, KvCacheGivesTheUncachedTokensPastTheWindows) {
+  const std::vector<int64_t> prompt = {3, 17, 42, 5, 88, 9};
+  for (const char* name : {"qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic", "qwen2_tiny"}) {
+    SCOPED_TRACE(name);
+    CausalLM model = CausalLM::from_pretrained(testing::fixture(name));
+    EXPECT_EQ(generate(model, prompt, {.max_new_tokens = 20}),
+              generate(model, prompt, {.max_new_tokens = 20, .kv_cache = false}));
+  }
+}
+
 }  // namespace
 }  // namespace moetune::model

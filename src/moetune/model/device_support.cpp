@@ -40,18 +40,13 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
 
 std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec) {
   std::vector<std::string> missing = features_missing_on_gpu(spec);
+  // Sinks, sliding windows and YaRN's scaling run in the cached attention as in the forward pass; these two have
+  // no cache on the GPU.
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers) {
       if (sublayer.mamba2()) note(missing, "Mamba2 mixers (in generation: their conv and SSM state cache)");
-      if (const AttentionSpec* a = sublayer.attention()) {
-        if (a->mla) {  // its whole KV cache is missing: the rest would say less
-          note(missing, "a KV cache for multi-head latent attention (generation)");
-          continue;
-        }
-        if (a->sinks) note(missing, "attention sinks (in generation)");
-        if (a->sliding_window) note(missing, "sliding-window attention (in generation)");
-        if (a->rope.type == "yarn") note(missing, "YaRN's attention scaling (in generation)");
-      }
+      if (const AttentionSpec* a = sublayer.attention(); a && a->mla)
+        note(missing, "a KV cache for multi-head latent attention (generation)");
     }
   return missing;
 }

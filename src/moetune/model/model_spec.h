@@ -5,8 +5,8 @@
 //
 // A field describes what the architecture *is*. Where a field holds a value the engine does not run yet
 // (sigmoid routers, ...), the family refuses the config naming the key, so nothing is silently trained
-// differently from transformers; what only the CPU runs (GPT-OSS's sinks, sliding windows, YaRN, clamped
-// experts) the GPU model refuses by name (model/device_support.h).
+// differently from transformers; what only the CPU runs (some routers; in generation, latent attention's and
+// Mamba2's caches) the GPU model refuses by name (model/device_support.h).
 #pragma once
 
 #include <cstdint>

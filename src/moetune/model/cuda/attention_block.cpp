@@ -11,14 +11,8 @@
 
 namespace moetune::model::cuda {
 namespace {
-Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empty(std::move(shape), dtype, Device::cuda()); }
-
-// YaRN multiplies the rotated q and k by the attention scaling m (transformers scales cos and sin); the scores
-// then carry m², which the GPU folds into the softmax scale instead of scaling q and k (the same values and
-// gradients, one pass fewer).
-double scores_scale(const AttentionSpec& spec) {
-  const double m = ops::rope_attention_scaling(spec.rope);
-  return spec.softmax_scale() * m * m;
+Tensor device_like(Shape shape, DType dtype = DType::BF16) {
+  return Tensor::empty(std::move(shape), dtype, Device::cuda());
 }
 }  // namespace
 
@@ -38,6 +32,11 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
   const int64_t d = spec_.qk_head_dim;
   if (spec_.rope.type != "none")  // Nemotron-H's attention has no positional embedding: inv_freq_ stays undefined
     inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d), {d / 2}).to(Device::cuda());
+}
+
+double AttentionBlock::scores_scale() const {
+  const double m = ops::rope_attention_scaling(spec_.rope);
+  return spec_.softmax_scale() * m * m;
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
@@ -67,7 +66,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                    stash_.k, stash_.v);
   stash_.attended = device_like({tokens, nq, d});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
-                                                            scores_scale(spec_), stash_.attended, window());
+                                                             scores_scale(), stash_.attended, window());
   if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, stash_.attended, stash_.softmax_stats);
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward_residual(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, h, out);
@@ -90,7 +89,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
     ops::cuda::attention_sinks_backward(p_.sinks.value, dattended.view({tokens, nq, d}), stash_.attended,
                                         stash_.softmax_stats, p_.sinks.grad);
   ops::cuda::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v, stash_.attended,
-                                      stash_.softmax_stats, batch.documents, scores_scale(spec_), dq, dk, dv, window());
+                                       stash_.softmax_stats, batch.documents, scores_scale(), dq, dk, dv, window());
   dattended = Tensor();
   Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions,

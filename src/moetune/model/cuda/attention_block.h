@@ -34,6 +34,11 @@ class AttentionBlock {
 
  private:
   int64_t window() const { return spec_.sliding_window.value_or(0); }
+  // The softmax scale of q·k, the one the forward pass, its backward and the cached path (generation) all use.
+  // YaRN multiplies the rotated q and k by the attention scaling m (transformers scales cos and sin); the scores
+  // then carry m², which the GPU folds in here instead of scaling q and k (the same values and gradients, one
+  // pass fewer; the KV cache then holds k unscaled, as the forward pass's k is).
+  double scores_scale() const;
   // The new tokens' keys and values go into the cache's rows; a pass over an empty cache (the prompt) is flash
   // attention over one document, a later one attends to the whole cache (ops/cuda/decode_attention.h).
   Tensor forward_cached(const Tensor& h, const StepContext& context);

@@ -1,9 +1,11 @@
 // AttentionBlock::forward_cached: the attention half of a decoder layer in a generation, reading and extending the
-// KV cache (model/cuda/kv_cache.h).
+// KV cache (model/cuda/kv_cache.h). The cache keeps every token's keys, a sliding-window layer's too: the decode
+// kernel reads only the window's (ops/cuda/decode_attention.h).
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/cuda/attention_block.h"
 #include "moetune/model/cuda/kv_cache.h"
 #include "moetune/ops/cuda/attention.h"
+#include "moetune/ops/cuda/attention_sinks.h"
 #include "moetune/ops/cuda/decode_attention.h"
 #include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/gemm.h"
@@ -31,12 +33,16 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq_, context.batch.positions, q,
                                    k, v);
   qkv = Tensor();
+  // The training forward's scale, window and sinks (GPT-OSS, the sliding-window families, YaRN's m²).
   Tensor attended = device_like({tokens, nq, d});
-  if (past == 0)
-    ops::cuda::causal_attention_forward(q, k, v, context.batch.documents, spec_.softmax_scale(), attended);
-  else
+  if (past == 0) {
+    const Tensor stats =
+        ops::cuda::causal_attention_forward(q, k, v, context.batch.documents, scores_scale(), attended, window());
+    if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, attended, stats);
+  } else {
     ops::cuda::decode_attention_forward(q, keys.narrow(0, past + tokens), values.narrow(0, past + tokens),
-                                        spec_.softmax_scale(), attended);
+                                        scores_scale(), attended, window(), p_.sinks.value);
+  }
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
   ops::cuda::add(out, h, out);

@@ -109,7 +109,7 @@ void MoeBlock::add_expert_bias(const Param& bias, const Tensor& rows) const {
 }
 
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
-  if (context.kv_cache && h.size(0) == 1 && !dispatcher_->transfers() && runs_one_token()) return forward_one_token(h);
+  if (context.kv_cache && h.size(0) == 1 && runs_one_token()) return forward_one_token(h);
   const Tensor& token_valid = context.batch.token_valid;
   const AuxLossSums& aux = context.aux;
   const int64_t tokens = h.size(0), experts = spec_.router.num_experts, k = spec_.router.top_k;

@@ -24,7 +24,8 @@ class MoeBlock {
            std::unique_ptr<TokenDispatcher> dispatcher);
 
   // Adds this layer's counts into the context's aux-loss sums when they are defined. Per-layer counts are kept
-  // for telemetry. One token of a generation (the context's kv_cache) runs forward_one_token.
+  // for telemetry. One token of a generation (the context's kv_cache) runs forward_one_token where it can
+  // (runs_one_token).
   Tensor forward(const Tensor& h, const StepContext& context);
   // The context's aux_scale ≠ 0 adds the aux loss's gradient (counts over all layers, aux_rows rows) to the
   // router logits' gradient.
@@ -54,9 +55,10 @@ class MoeBlock {
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows
   // (ops/cuda/expert_gemv.h) instead of dispatch, grouped GEMMs and combine; keeps no stash or statistics.
   Tensor forward_one_token(const Tensor& h);
-  // Whether forward_one_token implements this block: a softmax-then-top-k router (no biases, groups or scaling),
-  // plain SwiGLU experts and shared expert without biases, no adapters, no latent or padded experts. The others
-  // (DeepSeek-V3's and GLM-4-MoE's sigmoid routers, GPT-OSS's, Nemotron-H's relu²) decode through forward.
+  // Whether forward_one_token computes this layer's forward: it implements the softmax-then-top-k router without
+  // a bias, plain SwiGLU experts without biases, LoRA or a latent projection, on one rank's whole set of experts,
+  // and an optional plain shared expert (and sigmoid gate) without LoRA. The rest (GPT-OSS's biased top-k-then-
+  // softmax router, expert biases and clamped SwiGLU; sigmoid routers; relu² or latent experts) runs the forward.
   bool runs_one_token() const;
 
   const MoeSpec& spec_;

@@ -1,4 +1,5 @@
-// MoeBlock::forward_one_token: one token of a generation through the MoE sublayer without dispatch.
+// MoeBlock::forward_one_token: one token of a generation through the MoE sublayer without dispatch, for the layers
+// it implements (runs_one_token).
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/cuda/moe_block.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
@@ -15,10 +16,13 @@ Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empt
 }  // namespace
 
 bool MoeBlock::runs_one_token() const {
-  const auto plain_swiglu = [](const MlpSpec& m) { return m.activation == Activation::SwiGLU && !m.bias; };
-  return spec_.router.is_softmax_then_topk() && plain_swiglu(spec_.experts) && !spec_.latent_size.has_value() &&
-         padded_width_ == 0 && expert_lora_.empty() && shared_lora_.gate_up.empty() && shared_lora_.down.empty() &&
-         shared_gate_lora_.empty() && (!spec_.shared_expert || plain_swiglu(spec_.shared_expert->mlp));
+  const bool plain_router = spec_.router.is_softmax_then_topk() && !p_.router_bias.defined();  // router_topk_forward
+  const bool plain_experts = spec_.experts.activation == Activation::SwiGLU && !p_.gate_up_bias.defined() &&
+                             !p_.down_bias.defined() && expert_lora_.empty() && !p_.latent_in.defined() &&
+                             !padded_width_;
+  // The shared expert's MlpSpec (its activation, biases) goes to swiglu_mlp below; its adapters do not.
+  const bool plain_shared = shared_lora_.gate_up.empty() && shared_lora_.down.empty() && shared_gate_lora_.empty();
+  return plain_router && plain_experts && plain_shared && !dispatcher_->transfers();
 }
 
 Tensor MoeBlock::forward_one_token(const Tensor& h) {
@@ -36,7 +40,7 @@ Tensor MoeBlock::forward_one_token(const Tensor& h) {
   ops::cuda::expert_down_combine(activated, p_.down.value, expert_ids, weights, h, out);
   if (!p_.shared.defined()) return out;
   Tensor shared = device_like(h.shape());
-  swiglu_mlp(normed, p_.shared, shared);
+  swiglu_mlp(normed, p_.shared, shared, nullptr, spec_.shared_expert->mlp);
   if (!p_.shared_gate.defined()) {
     ops::cuda::add(out, shared, out);
     return out;

@@ -6,14 +6,19 @@
 
 namespace moetune::ops::cuda {
 
-void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out) {
+void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
+                              int64_t window, const Tensor& sinks) {
   constexpr std::string_view op = "decode_attention_forward";
   check_gpu_tensor(op, "q", q, {DType::BF16});
   check_gpu_tensor(op, "k", k, {DType::BF16});
   MOETUNE_CHECK(q.dim() == 3 && k.dim() == 3, "{}: q {} must be [n, heads, d] and k {} [L, kv_heads, d]", op, q.str(),
                 k.str());
-  DecodeAttentionShape s{.queries = q.size(0), .keys = k.size(0), .heads = q.size(1), .kv_heads = k.size(1),
-                         .head_dim = q.size(2)};
+  DecodeAttentionShape s{.queries = q.size(0),
+                         .keys = k.size(0),
+                         .heads = q.size(1),
+                         .kv_heads = k.size(1),
+                         .head_dim = q.size(2),
+                         .window = window};
   MOETUNE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0, "{}: {} query heads cannot share {} key/value heads", op,
                 s.heads, s.kv_heads);
   MOETUNE_CHECK(s.head_dim > 0 && s.head_dim <= kDecodeMaxHeadDim, "{}: head_dim {} is over {}", op, s.head_dim,
@@ -23,16 +28,22 @@ void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   check_shape(op, "k", k, {s.keys, s.kv_heads, s.head_dim});
   check_gpu_tensor(op, "v", v, DType::BF16, k.shape());
   check_gpu_tensor(op, "out", out, DType::BF16, q.shape());
+  MOETUNE_CHECK(window >= 0, "{}: sliding window {} (0 for none)", op, window);
+  if (sinks.defined()) {
+    check_gpu_tensor(op, "sinks", sinks, {DType::F32, DType::BF16});
+    check_shape(op, "sinks", sinks, {s.heads});
+  }
   if (s.queries == 0) return;
   check_fits_int32(op, "keys", s.keys);
-  s.splits = (s.keys + kDecodeKeysPerSplit - 1) / kDecodeKeysPerSplit;
+  set_decode_splits(s);
   // Freed (stream-ordered) when this returns, after the kernels that use it are queued.
   Tensor partial_out = Tensor::empty({s.queries, s.heads, s.splits, s.head_dim}, DType::F32, Device::cuda());
   Tensor partial_stats = Tensor::empty({s.queries, s.heads, s.splits, 2}, DType::F32, Device::cuda());
-  gpu::check(launch_decode_attention(q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
-                                     device_data<float>(partial_out), device_data<float>(partial_stats), s, float(scale),
-                                     gpu::stream()),
-             "decode attention kernels");
+  gpu::check(
+      launch_decode_attention(q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), device_data<float>(partial_out),
+                              device_data<float>(partial_stats), device_data<void>(sinks),
+                              sinks.defined() && sinks.dtype() == DType::BF16, s, float(scale), gpu::stream()),
+      "decode attention kernels");
 }
 
 }  // namespace moetune::ops::cuda

@@ -1,6 +1,7 @@
-// Split-K decode attention. Pass 1: block (split, head, query) runs an online softmax over its chunk of keys, one
-// key per warp at a time (the lanes split head_dim, lane + 32·e), then merges its warps into one running max, sum
-// of exponentials and fp32 output row. Pass 2: one block per (head, query) merges the splits and normalises.
+// Split-K decode attention. Pass 1: block (split, head, query) runs an online softmax over the keys of its chunk
+// that the query sees, one key per warp at a time (the lanes split head_dim, lane + 32·e), then merges its warps
+// into one running max, sum of exponentials and fp32 output row. Pass 2: one block per (head, query) merges the
+// splits (and the head's sink logit, if any) and normalises.
 #include <cmath>
 
 #include "moetune/core/dependent_launch.cuh"
@@ -24,9 +25,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int d = int(s.head_dim);
   const int64_t kv_head = head / (s.heads / s.kv_heads);
-  const int64_t visible = s.keys - s.queries + query + 1;  // this query's keys are [0, visible)
-  const int64_t begin = split * kDecodeKeysPerSplit;
-  const int64_t end = begin + kDecodeKeysPerSplit < visible ? begin + kDecodeKeysPerSplit : visible;
+  // This split reads the keys of its own chunk that the query sees: the chunk cut to [its first visible key, its own
+  // key]. Empty (split_begin ≥ split_end) for a chunk past the query or wholly before its window: it adds nothing.
+  const int64_t chunk_begin = (s.first_split + split) * kDecodeKeysPerSplit;
+  const int64_t chunk_end = chunk_begin + kDecodeKeysPerSplit;
+  const int64_t first_visible = decode_first_visible_key(s, query), visible_end = s.keys - s.queries + query + 1;
+  const int64_t split_begin = chunk_begin > first_visible ? chunk_begin : first_visible;
+  const int64_t split_end = chunk_end < visible_end ? chunk_end : visible_end;
 
   float q_lane[kPerLane], acc[kPerLane];
   const bf16* q_row = q + (query * s.heads + head) * d;
@@ -37,7 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     acc[e] = 0.0f;
   }
   float running_max = -INFINITY, running_sum = 0.0f;
-  for (int64_t j = begin + warp; j < end; j += kWarps) {
+  for (int64_t j = split_begin + warp; j < split_end; j += kWarps) {
     const int64_t row = (j * s.kv_heads + kv_head) * d;
     float dot = 0.0f;
 #pragma unroll
@@ -79,20 +84,24 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int w = 0; w < kWarps; ++w)
       if (warp_max[w] != -INFINITY) total += warp_sum_exp[w] * expf(warp_max[w] - block_max);
-    partial_stats[slot * 2] = block_max;  // -inf for a split past this query's keys
+    partial_stats[slot * 2] = block_max;  // -inf for a split the query does not see
     partial_stats[slot * 2 + 1] = total;
   }
 }
 
+// Sink: float or bf16; sinks null when the heads have none. A sink logit joins the denominator alone (no value row).
+template <typename Sink>
 __global__ void decode_attention_merge_kernel(const float* __restrict__ partial_out,
-                                              const float* __restrict__ partial_stats, bf16* __restrict__ out,
-                                              DecodeAttentionShape s) {
+                                              const float* __restrict__ partial_stats, const Sink* __restrict__ sinks,
+                                              bf16* __restrict__ out, DecodeAttentionShape s) {
   gpu::wait_for_previous_kernel();
   const int64_t head = blockIdx.x, query = blockIdx.y, first = (query * s.heads + head) * s.splits;
   const int d = int(s.head_dim);
-  float overall_max = -INFINITY;
+  const float sink = sinks != nullptr ? to_float(sinks[head]) : -INFINITY;
+  float overall_max = sink;
   for (int64_t split = 0; split < s.splits; ++split) overall_max = fmaxf(overall_max, partial_stats[(first + split) * 2]);
-  float total = 0.0f;  // > 0: every query sees at least key 0
+  // > 0: every query sees at least its own key
+  float total = sinks != nullptr ? expf(sink - overall_max) : 0.0f;
   for (int64_t split = 0; split < s.splits; ++split) {
     const float m = partial_stats[(first + split) * 2];
     if (m != -INFINITY) total += partial_stats[(first + split) * 2 + 1] * expf(m - overall_max);
@@ -110,15 +119,19 @@ __global__ void decode_attention_merge_kernel(const float* __restrict__ partial_
 }  // namespace
 
 cudaError_t launch_decode_attention(const void* q, const void* k, const void* v, void* out, float* partial_out,
-                                    float* partial_stats, const DecodeAttentionShape& shape, float scale,
-                                    cudaStream_t stream) {
+                                    float* partial_stats, const void* sinks, bool sinks_bf16,
+                                    const DecodeAttentionShape& shape, float scale, cudaStream_t stream) {
   const dim3 split_grid(unsigned(shape.splits), unsigned(shape.heads), unsigned(shape.queries));
   gpu::launch_dependent(decode_attention_split_kernel, split_grid, kWarps * 32, 0, stream, static_cast<const bf16*>(q),
                         static_cast<const bf16*>(k), static_cast<const bf16*>(v), partial_out, partial_stats, shape,
                         scale);
   const dim3 merge_grid(unsigned(shape.heads), unsigned(shape.queries));
-  gpu::launch_dependent(decode_attention_merge_kernel, merge_grid, 128, 0, stream, partial_out, partial_stats,
-                        static_cast<bf16*>(out), shape);
+  if (sinks_bf16)
+    gpu::launch_dependent(decode_attention_merge_kernel<bf16>, merge_grid, 128, 0, stream, partial_out, partial_stats,
+                          static_cast<const bf16*>(sinks), static_cast<bf16*>(out), shape);
+  else
+    gpu::launch_dependent(decode_attention_merge_kernel<float>, merge_grid, 128, 0, stream, partial_out, partial_stats,
+                          static_cast<const float*>(sinks), static_cast<bf16*>(out), shape);
   return cudaGetLastError();
 }
 

@@ -8,20 +8,37 @@
 
 namespace moetune::ops::cuda {
 
-struct DecodeAttentionShape {
-  int64_t queries = 0;   // n new tokens, the last n of the keys
-  int64_t keys = 0;      // L = P + n
-  int64_t heads = 0, kv_heads = 0, head_dim = 0;
-  int64_t splits = 0;    // key chunks of kKeysPerSplit, each reduced by one block
-};
-
 inline constexpr int64_t kDecodeKeysPerSplit = 128;
 inline constexpr int64_t kDecodeMaxHeadDim = 256;
 
+struct DecodeAttentionShape {
+  int64_t queries = 0;   // n new tokens, the last n of the keys: new token i sits at key P + i, P = L - n
+  int64_t keys = 0;      // L = P + n
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  // 0: none. Else new token i at position p = P + i sees keys [max(0, p - window + 1), p] (the CPU's
+  // ops/attention.h and transformers' sliding mask: itself and the window - 1 keys before it).
+  int64_t window = 0;
+  // The key chunks of kDecodeKeysPerSplit that any new token sees are [first_split, first_split + splits), each
+  // reduced by one block; chunks wholly before every token's window are not launched.
+  int64_t first_split = 0, splits = 0;
+};
+
+// The first key new token `query` sees (the kernels' and the launcher's one rule), and the chunks any of the new
+// tokens sees (first_split, splits).
+__host__ __device__ inline int64_t decode_first_visible_key(const DecodeAttentionShape& s, int64_t query) {
+  const int64_t position = s.keys - s.queries + query;
+  return s.window > 0 && position - s.window + 1 > 0 ? position - s.window + 1 : 0;
+}
+inline void set_decode_splits(DecodeAttentionShape& s) {
+  s.first_split = decode_first_visible_key(s, 0) / kDecodeKeysPerSplit;  // new token 0 sees the earliest keys
+  s.splits = (s.keys + kDecodeKeysPerSplit - 1) / kDecodeKeysPerSplit - s.first_split;
+}
+
 // q BF16 [n, heads, d]; k, v BF16 [L, kv_heads, d]; out BF16 [n, heads, d]. partial_out F32 [n, heads, splits, d]
-// and partial_stats F32 [n, heads, splits, 2] (running max, sum of exponentials) are the split-K scratch.
+// and partial_stats F32 [n, heads, splits, 2] (running max, sum of exponentials) are the split-K scratch. sinks:
+// null, or [heads] logits (bf16 when sinks_bf16, else f32) that join each head's softmax denominator.
 cudaError_t launch_decode_attention(const void* q, const void* k, const void* v, void* out, float* partial_out,
-                                    float* partial_stats, const DecodeAttentionShape& shape, float scale,
-                                    cudaStream_t stream);
+                                    float* partial_stats, const void* sinks, bool sinks_bf16,
+                                    const DecodeAttentionShape& shape, float scale, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda
