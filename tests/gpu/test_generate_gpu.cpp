@@ -109,10 +109,11 @@ TEST_F(GenerateGpu, GreedyTokensEqualTheReferenceWhereTheGapIsWide) {
     size_t same = 0;
     while (same < tokens.size() && generated[same] == tokens[same]) ++same;
     std::printf(
-        "%s: GPU logits vs CPU fp32 at each of %zu steps, worst relative error %.2e; GPU choice = %s's at all "
+        "%s: GPU logits vs CPU fp32 at each of %zu steps, worst relative error %.2e; GPU choice = %s at all "
         "%zu steps with a top-2 gap >= %.2f; free-running greedy equal for %zu of %zu tokens (%zu required)\n",
-        name.c_str(), tokens.size(), worst_error, expected["greedy"].contains(name) ? "transformers" : "the CPU engine",
-        wide_steps, kWideGap, same, tokens.size(), wide_prefix);
+        name.c_str(), tokens.size(), worst_error,
+        expected["greedy"].contains(name) ? "transformers'" : "the CPU engine's", wide_steps, kWideGap, same,
+        tokens.size(), wide_prefix);
   }
 }
 
