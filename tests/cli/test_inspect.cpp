@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,26 @@ TEST(Inspect, ParameterCountsMatchTransformers) {
     auto expected = nlohmann::json::parse(testing::read_file(testing::fixture(name) / "expected.json"));
     EXPECT_EQ(report["total_parameters"], expected["num_parameters"]) << name;
     EXPECT_LE(report["active_parameters"].get<int64_t>(), report["total_parameters"].get<int64_t>());
+  }
+}
+
+// A folder with config.json alone (a model not downloaded yet) is counted and planned from the config, as the same
+// folder with its weights is, and the report says so; a folder with weights still checks them.
+TEST(Inspect, ConfigAloneIsPlannedFromTheConfig) {
+  const testing::ScratchDir dir;
+  for (const char* name : {"glm4_moe_tiny", "deepseek_v3_tiny"}) {
+    std::filesystem::create_directories(dir / name);
+    std::filesystem::copy_file(testing::fixture(name) / "config.json", dir / name / "config.json");
+    const testing::RunResult alone = testing::run_moetune("inspect --json " + (dir / name).string());
+    ASSERT_EQ(alone.status, 0) << alone.output;
+    const auto with_weights =
+        nlohmann::json::parse(testing::run_moetune("inspect --json " + testing::fixture(name).string()).output);
+    const auto report = nlohmann::json::parse(alone.output);
+    EXPECT_EQ(report["weight_files"], 0) << name;
+    EXPECT_EQ(report["total_parameters"], with_weights["total_parameters"]) << name;
+    EXPECT_EQ(report["memory"], with_weights["memory"]) << name;
+    const testing::RunResult text = testing::run_moetune("inspect " + (dir / name).string());
+    EXPECT_NE(text.output.find("planned from config.json alone"), std::string::npos) << text.output;
   }
 }
 

@@ -82,8 +82,14 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::R
       if (!moe) moe = sublayer.moe();
       if (sublayer.mlp() && !intermediate) intermediate = sublayer.mlp()->intermediate;
     }
-  const io::SafetensorsFolder files = io::SafetensorsFolder::open(folder);
-  model::match_checkpoint(layout, files);
+  // A folder with config.json alone (a model not downloaded yet) is counted and planned from the config; weights,
+  // where present, must match the layout.
+  size_t weight_files = 0;
+  if (io::SafetensorsFolder::holds_weights(folder)) {
+    const io::SafetensorsFolder files = io::SafetensorsFolder::open(folder);
+    model::match_checkpoint(layout, files);
+    weight_files = files.shard_count();
+  }
 
   const model::AttentionSpec& attention = first_attention ? *first_attention : kNoAttention;
   json report;
@@ -91,7 +97,7 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::R
   report["architecture"] = c.architecture;
   report["model_type"] = c.family;
   report["checkpoint_dtype"] = c.dtype ? std::string(dtype_torch_name(*c.dtype)) : "unspecified";
-  report["weight_files"] = files.shard_count();
+  report["weight_files"] = weight_files;
   report["config"] = {{"vocab_size", c.vocab_size},
                       {"hidden_size", c.hidden_size},
                       {"num_hidden_layers", c.num_layers()},
@@ -196,9 +202,10 @@ std::string format_inspection(const json& r) {
   std::string out;
   auto line = [&out](const std::string& text) { out += text + "\n"; };
   const json& c = r["config"];
-  line(fmt::format("{}  ({}, {} weights in {} file(s))", r["model"].get<std::string>(),
-                   r["architecture"].get<std::string>(), r["checkpoint_dtype"].get<std::string>(),
-                   r["weight_files"].get<int64_t>()));
+  const int64_t files = r["weight_files"].get<int64_t>();
+  line(fmt::format("{}  ({}, {} weights {})", r["model"].get<std::string>(), r["architecture"].get<std::string>(),
+                   r["checkpoint_dtype"].get<std::string>(),
+                   files > 0 ? fmt::format("in {} file(s)", files) : "not here: planned from config.json alone"));
   const std::string rope = c["rope_type"].get<std::string>();
   line(fmt::format("  hidden {}, {} layers, {} q / {} kv heads of {}, vocab {}, {}{}", c["hidden_size"].get<int64_t>(),
                    c["num_hidden_layers"].get<int64_t>(), c["num_attention_heads"].get<int64_t>(),

@@ -13,6 +13,10 @@ namespace moetune::io {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+bool SafetensorsFolder::holds_weights(const fs::path& folder) {
+  return fs::exists(folder / kIndexFileName) || fs::exists(folder / kSingleFileName);
+}
+
 SafetensorsFolder SafetensorsFolder::open(const fs::path& folder) {
   SafetensorsFolder result;
   result.folder_ = folder;

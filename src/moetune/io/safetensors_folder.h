@@ -18,6 +18,8 @@ class SafetensorsFolder {
  public:
   // Errors name the folder and, for a shard that is missing or disagrees with the index, the shard.
   static SafetensorsFolder open(const std::filesystem::path& folder);
+  // Whether `folder` holds weights open() would read (model.safetensors or its index).
+  static bool holds_weights(const std::filesystem::path& folder);
 
   const std::filesystem::path& folder() const { return folder_; }
   std::vector<std::string> names() const;  // sorted
