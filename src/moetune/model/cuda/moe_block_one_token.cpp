@@ -16,7 +16,7 @@ Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empt
 }  // namespace
 
 bool MoeBlock::runs_one_token() const {
-  const bool plain_router = spec_.router.is_softmax_then_topk() && !p_.router_bias.defined();  // router_topk_forward
+  const bool plain_router = spec_.router.is_softmax_then_topk();  // what router_topk_forward computes (no bias)
   const bool plain_experts = spec_.experts.activation == Activation::SwiGLU && !p_.gate_up_bias.defined() &&
                              !p_.down_bias.defined() && expert_lora_.empty() && !p_.latent_in.defined() &&
                              !padded_width_;

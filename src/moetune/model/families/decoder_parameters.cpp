@@ -85,6 +85,9 @@ struct Builder {
     if (names.fused_block != names.block) router.fused_hf_name = fused + "gate.weight";
     out.push_back(std::move(router));
     if (m.router.bias) out.push_back(whole(engine + "moe.router_bias", ParameterRole::Bias, {hf + names.router + ".bias", {E}}));
+    if (m.router.correction_bias)
+      out.push_back(correction_bias_buffer(engine + "moe.router_correction_bias",
+                                           hf + names.router + ".e_score_correction_bias", E));
     ParameterSpec gate_up{engine + "moe.experts_gate_up", {E, 2 * I, H}, ParameterRole::Experts, {},
                           fused + "experts.gate_up_proj", k * 2 * I * H};
     ParameterSpec down{engine + "moe.experts_down", {E, H, I}, ParameterRole::Experts, {}, fused + "experts.down_proj", k * H * I};
@@ -116,6 +119,13 @@ struct Builder {
 };
 
 }  // namespace
+
+ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_name, int64_t experts) {
+  ParameterSpec bias = whole(std::move(engine_name), ParameterRole::Buffer, {std::move(hf_name), {experts}});
+  bias.trainable = false;
+  bias.active_numel = 0;
+  return bias;
+}
 
 std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names) {
   Builder b{spec, {}};

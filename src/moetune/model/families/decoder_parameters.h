@@ -24,6 +24,10 @@ struct MoeTensorNames {
   bool transposed_fused_experts = false;
 };
 
+// A router's e_score_correction_bias (DeepSeek-V3's router and those that copy it): read for the choice only, a
+// buffer transformers neither trains nor counts as a parameter (frozen, role Buffer, no active elements).
+ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_name, int64_t experts);
+
 // Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn,
 // post_attention_layernorm, mlp}, model.norm, lm_head (unless tied).
 std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names);

@@ -95,10 +95,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   }
   const AttentionSpec attention = read_mla(r, c);
   const MoeSpec moe = read_sigmoid_group_moe(r, {});  // DeepseekV3Config's defaults are SigmoidGroupMoeDefaults'
-  const int64_t dense = read_first_k_dense_replace(r, 3);
-  for (int64_t layer = 0; layer < c.spec.num_layers(); ++layer)
-    c.spec.layers[size_t(layer)] = layer < dense ? attention_then(attention, MlpSpec{c.intermediate_size})
-                                                 : attention_then(attention, moe);
+  place_dense_then_moe_layers(r, 3, attention, moe, c.intermediate_size, c.spec);
   c.spec.carries_mtp_layers = true;  // mtp.* if a conversion names its MTP module so; model.layers.K past the last too
   validate_decoder(c.spec);
   return c.spec;
@@ -134,8 +131,7 @@ std::vector<ParameterSpec> mla_parameters(const ModelSpec& spec, const Attention
   return p;
 }
 
-// The usual decoder's parameters with each layer's q/k/v attention replaced by MLA's tensors, and the
-// router's correction bias after each router (sigmoid_group_moe.h).
+// The usual decoder's parameters with each layer's q/k/v attention replaced by MLA's tensors.
 std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
   MoeTensorNames names;
   names.shared_expert = "shared_experts";
@@ -152,7 +148,7 @@ std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
     }
     out.push_back(std::move(p));
   }
-  return with_router_correction_biases(std::move(out), spec);
+  return out;
 }
 
 }  // namespace

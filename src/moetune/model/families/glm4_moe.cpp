@@ -33,10 +33,7 @@ ModelSpec describe(const io::ConfigReader& r) {
                                                  .moe_intermediate_size = 1408,
                                                  .shared_experts = 1,
                                                  .routed_scaling_factor = 1.0});
-  const int64_t dense = read_first_k_dense_replace(r, 1);
-  for (int64_t layer = 0; layer < c.spec.num_layers(); ++layer)
-    c.spec.layers[size_t(layer)] =
-        layer < dense ? attention_then(attention, MlpSpec{c.intermediate_size}) : attention_then(attention, moe);
+  place_dense_then_moe_layers(r, 1, attention, moe, c.intermediate_size, c.spec);
   c.spec.carries_mtp_layers = true;  // model.layers.N past the last: the next-token-prediction layers
   validate_decoder(c.spec);
   return c.spec;
@@ -45,7 +42,7 @@ ModelSpec describe(const io::ConfigReader& r) {
 std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
   MoeTensorNames names;
   names.shared_expert = "shared_experts";
-  return with_router_correction_biases(decoder_parameters(spec, names), spec);
+  return decoder_parameters(spec, names);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "moetune/core/error.h"
 #include "moetune/model/families/decoder_config.h"
+#include "moetune/model/families/decoder_parameters.h"
 #include "moetune/model/families/family.h"
 #include "moetune/model/families/nemotron_h_config.h"
 
@@ -145,10 +146,7 @@ struct Builder {
     const int64_t H = spec.hidden_size, E = m.router.num_experts, I = m.experts.intermediate, k = m.router.top_k;
     const int64_t D = m.expert_width(H);
     add(engine + "router", ParameterRole::Router, {hf + "gate.weight", {E, H}});
-    ParameterSpec bias = whole(engine + "router_correction_bias", ParameterRole::Buffer, {hf + "gate.e_score_correction_bias", {E}});
-    bias.trainable = false;
-    bias.active_numel = 0;  // a buffer, not a parameter to transformers' counts
-    out.push_back(std::move(bias));
+    out.push_back(correction_bias_buffer(engine + "router_correction_bias", hf + "gate.e_score_correction_bias", E));
     // transformers stacks them in memory as mixer.experts.up_proj / down_proj, this layout; on disk they are
     // per expert (save_pretrained unstacks them), and a folder holding the stacked tensors loads too.
     ParameterSpec up{engine + "experts_gate_up", {E, I, D}, ParameterRole::Experts, {}, hf + "experts.up_proj", k * I * D};

@@ -1,10 +1,5 @@
 #include "moetune/model/families/sigmoid_group_moe.h"
 
-#include <fmt/format.h>
-
-#include <cinttypes>
-#include <cstdio>
-
 #include "moetune/model/families/decoder_config.h"
 
 namespace moetune::model {
@@ -38,33 +33,13 @@ MoeSpec read_sigmoid_group_moe(const io::ConfigReader& r, const SigmoidGroupMoeD
   return moe;
 }
 
-int64_t read_first_k_dense_replace(const io::ConfigReader& r, int64_t dense_default) {
+void place_dense_then_moe_layers(const io::ConfigReader& r, int64_t dense_default, const AttentionSpec& attention,
+                                 const MoeSpec& moe, int64_t intermediate_size, ModelSpec& spec) {
   const int64_t dense = r.integer("first_k_dense_replace", dense_default);
   if (dense < 0) fail("'first_k_dense_replace' must not be negative, got {}", dense);
-  return dense;
-}
-
-std::vector<ParameterSpec> with_router_correction_biases(std::vector<ParameterSpec> parameters, const ModelSpec& spec) {
-  std::vector<ParameterSpec> out;
-  for (ParameterSpec& p : parameters) {
-    const bool router = p.role == ParameterRole::Router;
-    int64_t layer = -1;
-    if (router) MOETUNE_CHECK(std::sscanf(p.name.c_str(), "layers.%" SCNd64 ".", &layer) == 1, "router {}", p.name);
-    out.push_back(std::move(p));
-    if (!router) continue;
-    const MoeSpec& moe = *spec.layers[size_t(layer)].moe();
-    const HfTensor piece{fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", layer),
-                         {moe.router.num_experts}};
-    ParameterSpec bias{fmt::format("layers.{}.moe.router_correction_bias", layer),
-                       piece.shape,
-                       ParameterRole::Buffer,
-                       {piece},
-                       "",
-                       0};  // active 0: not a parameter to transformers' counts
-    bias.trainable = false;
-    out.push_back(std::move(bias));
-  }
-  return out;
+  for (int64_t layer = 0; layer < spec.num_layers(); ++layer)
+    spec.layers[size_t(layer)] =
+        layer < dense ? attention_then(attention, MlpSpec{intermediate_size}) : attention_then(attention, moe);
 }
 
 }  // namespace moetune::model

@@ -1,14 +1,14 @@
 // The MoE layer DeepSeek-V3 brought and GLM-4-MoE reuses, as their configs spell it: a sigmoid router with an
 // fp32 e_score_correction_bias for the choice (a buffer, never trained), group-limited top-k (n_group,
 // topk_group), weights renormalised when norm_topk_prob and scaled by routed_scaling_factor; n_shared_experts
-// shared experts of moe_intermediate_size each, added unscaled; the first first_k_dense_replace layers dense.
+// shared experts of moe_intermediate_size each, added unscaled; the first first_k_dense_replace layers dense. The
+// correction bias's buffer is decoder_parameters.h's (the router spec asks for it).
 #pragma once
 
 #include <vector>
 
 #include "moetune/io/config_reader.h"
 #include "moetune/model/model_spec.h"
-#include "moetune/model/parameter_layout.h"
 
 namespace moetune::model {
 
@@ -21,11 +21,9 @@ struct SigmoidGroupMoeDefaults {
 
 MoeSpec read_sigmoid_group_moe(const io::ConfigReader& config, const SigmoidGroupMoeDefaults& defaults);
 
-// first_k_dense_replace (absent: `dense_default`), checked.
-int64_t read_first_k_dense_replace(const io::ConfigReader& config, int64_t dense_default);
-
-// `parameters` with each MoE layer's router followed by its e_score_correction_bias (mlp.gate's buffer, frozen:
-// transformers neither trains nor counts it).
-std::vector<ParameterSpec> with_router_correction_biases(std::vector<ParameterSpec> parameters, const ModelSpec& spec);
+// The decoder's layers: the first first_k_dense_replace (absent: `dense_default`) attention + a dense MLP of
+// intermediate_size, the rest attention + `moe`.
+void place_dense_then_moe_layers(const io::ConfigReader& config, int64_t dense_default, const AttentionSpec& attention,
+                                 const MoeSpec& moe, int64_t intermediate_size, ModelSpec& spec);
 
 }  // namespace moetune::model
