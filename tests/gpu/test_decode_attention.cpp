@@ -6,6 +6,7 @@
 // smaller than, equal to and larger than the sequence (cutting through split boundaries) and sinks (F32 and BF16).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -18,9 +19,20 @@ namespace {
 
 enum class Sinks { None, F32, BF16 };
 
+// An fp32 CPU [n, heads, w] tensor's heads zero-padded (or cut) to `width`: the CPU reference takes one width for q,
+// k and v, and zero columns change neither a score nor a kept output column.
+Tensor heads_to_width(const Tensor& t, int64_t width) {
+  const int64_t rows = t.size(0) * t.size(1), w = t.size(2);
+  Tensor out = Tensor::zeros({t.size(0), t.size(1), width}, DType::F32);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < std::min(w, width); ++i) out.data<float>()[r * width + i] = t.data<float>()[r * w + i];
+  return out;
+}
+
 struct Case {
   int64_t queries = 1, keys = 1, heads = 8, kv_heads = 2, head_dim = 128;
-  int64_t window = 0;  // 0: none
+  int64_t v_head_dim = 0;  // 0: head_dim
+  int64_t window = 0;      // 0: none
   Sinks sinks = Sinks::None;
 };
 
@@ -29,12 +41,14 @@ class DecodeAttentionGpu : public testing::GpuTest {
   void check(const Case& c) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed() << ", " << c.queries << " queries, " << c.keys
                                       << " keys, heads " << c.heads << "/" << c.kv_heads << ", head_dim " << c.head_dim
-                                      << ", window " << c.window << ", sinks " << int(c.sinks));
+                                      << ", v " << c.v_head_dim << ", window " << c.window << ", sinks "
+                                      << int(c.sinks));
     const Device gpu = Device::cuda();
+    const int64_t dv = c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
     const int64_t capacity = c.keys + 37;  // the cache is larger than the sequence so far
     const Tensor q = testing::random_normal({c.queries, c.heads, c.head_dim}, DType::BF16, gpu, rng());
     const Tensor k_cache = testing::random_normal({capacity, c.kv_heads, c.head_dim}, DType::BF16, gpu, rng());
-    const Tensor v_cache = testing::random_normal({capacity, c.kv_heads, c.head_dim}, DType::BF16, gpu, rng());
+    const Tensor v_cache = testing::random_normal({capacity, c.kv_heads, dv}, DType::BF16, gpu, rng());
     const Tensor k = k_cache.narrow(0, c.keys), v = v_cache.narrow(0, c.keys);
     // Sink logits about as large as the scores, so that they take a visible share of each softmax.
     const Tensor sinks =
@@ -42,15 +56,17 @@ class DecodeAttentionGpu : public testing::GpuTest {
             ? Tensor()
             : testing::random_normal({c.heads}, c.sinks == Sinks::F32 ? DType::F32 : DType::BF16, gpu, rng(), 2.0f);
     const double scale = 1.0 / std::sqrt(double(c.head_dim));
-    const Tensor out = testing::poisoned({c.queries, c.heads, c.head_dim}, DType::BF16, gpu);
+    const Tensor out = testing::poisoned({c.queries, c.heads, dv}, DType::BF16, gpu);
     ops::cuda::decode_attention_forward(q, k, v, scale, out, c.window, sinks);
 
     const ops::AttentionMask all_visible{.document_start = std::vector<int64_t>(size_t(c.keys), 0)};
     ops::AttentionVariant variant;
     if (c.window > 0) variant.sliding_window = c.window;
     if (sinks.defined()) variant.sinks = testing::to_cpu_f32(sinks);
-    const Tensor expected = ops::causal_attention_forward(testing::to_cpu_f32(q), testing::to_cpu_f32(k),
-                                                          testing::to_cpu_f32(v), all_visible, scale, variant);
+    const int64_t width = std::max(c.head_dim, dv);
+    const auto widened = [&](const Tensor& t) { return heads_to_width(testing::to_cpu_f32(t), width); };
+    const Tensor expected = heads_to_width(
+        ops::causal_attention_forward(widened(q), widened(k), widened(v), all_visible, scale, variant), dv);
     EXPECT_LT(testing::relative_error(testing::to_cpu_f32(out), expected), testing::kBf16Tolerance);
   }
 };
@@ -74,6 +90,15 @@ TEST_F(DecodeAttentionGpu, HeadLayouts) {
   check({.queries = 2, .keys = 70, .heads = 4, .kv_heads = 1, .head_dim = 8});   // the tiny fixtures' shape
   check({.queries = 1, .keys = 200, .heads = 2, .kv_heads = 1, .head_dim = 256});
   check({.queries = 1, .keys = 33, .heads = 6, .kv_heads = 3, .head_dim = 40});   // not a multiple of 32
+}
+
+// Multi-head latent attention's cache: q/k heads wider than v's (DeepSeek-V3 and Moonlight: 192 and 128; the
+// tiny fixture's), and the other way round.
+TEST_F(DecodeAttentionGpu, KeysAndValuesOfDifferentWidths) {
+  check({.queries = 1, .keys = 300, .heads = 16, .kv_heads = 16, .head_dim = 192, .v_head_dim = 128});
+  check({.queries = 5, .keys = 140, .heads = 4, .kv_heads = 4, .head_dim = 24, .v_head_dim = 16});
+  check({.queries = 1, .keys = 77, .heads = 2, .kv_heads = 2, .head_dim = 64, .v_head_dim = 256});
+  check({.queries = 2, .keys = 500, .heads = 4, .kv_heads = 4, .head_dim = 192, .v_head_dim = 128, .window = 200});
 }
 
 // Split boundaries sit at multiples of 128 keys: windows that end inside a split, start inside one, span several,
@@ -112,6 +137,8 @@ TEST_F(DecodeAttentionGpu, RefusesWhatItCannotRun) {
   EXPECT_THROW(ops::cuda::decode_attention_forward(one_q, k, k, 0.125, one_out, /*window=*/-1), Error);
   const Tensor three_sinks = testing::random_normal({3}, DType::F32, gpu, rng());  // not one a head
   EXPECT_THROW(ops::cuda::decode_attention_forward(one_q, k, k, 0.125, one_out, 0, three_sinks), Error);
+  const Tensor narrow_v = testing::random_normal({1, 2, 32}, DType::BF16, gpu, rng());
+  EXPECT_THROW(ops::cuda::decode_attention_forward(one_q, k, narrow_v, 0.125, one_out), Error);  // out is q's width
 }
 
 }  // namespace

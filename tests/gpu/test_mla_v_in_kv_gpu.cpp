@@ -3,24 +3,24 @@
 // path). A DeepSeek-V3 with such heads (deepseek_v3_tiny's config, wider heads, random weights saved as bf16) runs
 // one forward and backward pass on the GPU and on the CPU engine (the fixtures' parity tests hold the CPU engine to
 // transformers): losses and the attention's gradients must agree within bf16's bounds, and the blocks' stashes must
-// be what the memory plan declares for them.
+// be what the memory plan declares for them (the model: gpu/wide_mla_model.h).
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "gpu_test_util.h"
-#include "stash_plan_check.h"
 #include "moetune/model/causal_lm.h"
 #include "moetune/model/checkpoint.h"
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/model_description.h"
 #include "moetune/model/parameter_layout.h"
+#include "stash_plan_check.h"
 #include "test_util.h"
+#include "wide_mla_model.h"
 
 namespace moetune {
 namespace {
@@ -30,46 +30,10 @@ using testing::to_cpu_f32;
 
 class MlaVInKvGpu : public testing::GpuTest {};
 
-// deepseek_v3_tiny's config with heads of nope 16, rope 8, v 16 (q/k 24), latent 16, every layer dense (no routing, whose
-// near-ties could pick other experts in bf16 than in fp32), saved with random bf16 weights.
-std::filesystem::path write_model(const std::filesystem::path& folder, std::mt19937& rng) {
-  nlohmann::json config =
-      nlohmann::json::parse(std::ifstream(testing::fixture("deepseek_v3_tiny") / "config.json"));
-  config["num_attention_heads"] = 2;
-  config["num_key_value_heads"] = 2;
-  config["qk_nope_head_dim"] = 16;
-  config["qk_rope_head_dim"] = 8;
-  config["qk_head_dim"] = 24;
-  config["v_head_dim"] = 16;
-  config["head_dim"] = 8;
-  config["hidden_size"] = 32;
-  config["kv_lora_rank"] = 16;  // kv_a's output rows (latent + rope) a multiple of 8: the rope key read in place
-  config["first_k_dense_replace"] = config["num_hidden_layers"];
-  std::filesystem::create_directories(folder);
-  testing::write_file(folder / "config.json", config.dump());
-  model::ModelWeights weights;
-  weights.layout = model::parameter_layout(model::load_model_spec(folder / "config.json"));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const model::ParameterSpec& p : weights.layout.parameters) {
-    Tensor t = Tensor::empty(p.shape, DType::F32);
-    float* data = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      const float z = normal(rng);
-      data[i] = p.role == model::ParameterRole::Norm ? 1.0f + 0.1f * z : p.role == model::ParameterRole::Buffer ? 0.0f
-                                                                                                                   : 0.1f * z;
-    }
-    weights.parameters.push_back(t);
-    weights.disk_dtypes.push_back(DType::BF16);
-    weights.stored_fused.push_back(false);
-  }
-  model::save_checkpoint(weights, folder);
-  return folder;
-}
-
 TEST_F(MlaVInKvGpu, MatchesTheCpuAndThePlan) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
   const testing::ScratchDir scratch;
-  const std::filesystem::path folder = write_model(scratch / "model", rng());
+  const std::filesystem::path folder = testing::write_wide_mla_model(scratch / "model", rng());
   auto gpu = model::cuda::CausalLM::from_pretrained(folder);
   auto cpu = model::CausalLM::from_pretrained(folder);
   const model::ModelSpec& spec = gpu.spec();

@@ -40,14 +40,11 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
 
 std::vector<std::string> features_missing_for_gpu_generation(const ModelSpec& spec) {
   std::vector<std::string> missing = features_missing_on_gpu(spec);
-  // Sinks, sliding windows and YaRN's scaling run in the cached attention as in the forward pass; these two have
-  // no cache on the GPU.
+  // Sinks, sliding windows, YaRN's scaling and latent attention run in the cached attention as in the forward pass;
+  // Mamba2 mixers have no state cache on the GPU.
   for (const LayerSpec& layer : spec.layers)
-    for (const SublayerSpec& sublayer : layer.sublayers) {
+    for (const SublayerSpec& sublayer : layer.sublayers)
       if (sublayer.mamba2()) note(missing, "Mamba2 mixers (in generation: their conv and SSM state cache)");
-      if (const AttentionSpec* a = sublayer.attention(); a && a->mla)
-        note(missing, "a KV cache for multi-head latent attention (generation)");
-    }
   return missing;
 }
 

@@ -1,8 +1,8 @@
 // What only the CPU engine runs so far, so that the GPU model refuses such a spec by naming what is missing instead
 // of computing something else than transformers does. Every family trains on the GPU (Nemotron-H's Mamba2 mixers,
 // relu² MLPs and experts, latent MoE and attention without RoPE included), but the GPU's generation path (the
-// KV-cached attention and its decode kernel, which run sinks, sliding windows and YaRN's scaling as the forward
-// pass does) has no latent-attention cache and no Mamba2 state cache: generation refuses those two.
+// KV-cached attention and its decode kernel, which run sinks, sliding windows, YaRN's scaling and latent attention
+// as the forward pass does) has no Mamba2 state cache: generation refuses that.
 #pragma once
 
 #include <string>

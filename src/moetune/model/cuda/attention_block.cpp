@@ -40,12 +40,7 @@ double AttentionBlock::scores_scale() const {
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
-  if (mla_) {
-    // The latent attention keeps no KV cache on the GPU yet (generation refuses DeepSeek-V3 there).
-    MOETUNE_CHECK(!context.kv_cache, "generation with latent attention (DeepSeek-V3) does not run on the GPU yet: "
-                  "use --device cpu");
-    return mla_->forward(h, context);
-  }
+  if (mla_) return context.kv_cache ? mla_->forward_cached(h, context) : mla_->forward(h, context);
   if (context.kv_cache) return forward_cached(h, context);
   const PhaseScope phase("attention");
   const DeviceBatch& batch = context.batch;

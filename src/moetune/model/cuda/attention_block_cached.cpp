@@ -27,7 +27,7 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   Tensor qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, qkv);
   normed = Tensor();
-  const auto [keys, values] = cache.next_layer(nkv, d);
+  const auto [keys, values] = cache.next_layer(nkv, d, d);
   Tensor q = device_like({tokens, nq, d});
   const Tensor k = keys.narrow(past, tokens), v = values.narrow(past, tokens);
   ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq_, context.batch.positions, q,

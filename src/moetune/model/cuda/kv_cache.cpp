@@ -10,16 +10,17 @@ void KvCache::start_pass(int64_t count) {
   pending_ = count;
 }
 
-std::pair<Tensor, Tensor> KvCache::next_layer(int64_t kv_heads, int64_t head_dim) {
+std::pair<Tensor, Tensor> KvCache::next_layer(int64_t kv_heads, int64_t key_width, int64_t value_width) {
   if (next_ == layers_.size()) {
     MOETUNE_CHECK(tokens_ == 0, "KvCache: a new attention sublayer after {} tokens", tokens_);
-    layers_.emplace_back(Tensor::empty({capacity_, kv_heads, head_dim}, DType::BF16, Device::cuda()),
-                         Tensor::empty({capacity_, kv_heads, head_dim}, DType::BF16, Device::cuda()));
+    layers_.emplace_back(Tensor::empty({capacity_, kv_heads, key_width}, DType::BF16, Device::cuda()),
+                         Tensor::empty({capacity_, kv_heads, value_width}, DType::BF16, Device::cuda()));
   }
   const auto& layer = layers_[next_++];
-  MOETUNE_CHECK(layer.first.size(1) == kv_heads && layer.first.size(2) == head_dim,
-                "KvCache: sublayer {} holds {} but was asked for {} kv heads of {}", next_ - 1, layer.first.str(),
-                kv_heads, head_dim);
+  MOETUNE_CHECK(
+      layer.first.size(1) == kv_heads && layer.first.size(2) == key_width && layer.second.size(2) == value_width,
+      "KvCache: sublayer {} holds keys {} and values {} but was asked for {} kv heads of {} and {}", next_ - 1,
+      layer.first.str(), layer.second.str(), kv_heads, key_width, value_width);
   return layer;
 }
 

@@ -1,8 +1,9 @@
 // The GPU engine's decode cache: per attention sublayer, the rotated keys and the values of every token of the
-// sequence so far, bf16 [capacity, kv_heads, head_dim] each, allocated once (at the sublayer's first pass) for the
-// whole generation, so that a new token writes its row in place instead of growing a buffer (a copy of the whole
-// cache per token). The attention block's q/k-norm + RoPE kernel writes the new tokens' k and v straight into
-// their rows.
+// sequence so far, bf16 [capacity, kv_heads, key width] and [capacity, kv_heads, value width] (the widths differ
+// in multi-head latent attention, whose cache holds each head's expanded k and v), allocated once (at the sublayer's
+// first pass) for the whole generation, so that a new token writes its row in place instead of growing a buffer (a copy
+// of the whole cache per token). The attention block's q/k-norm + RoPE kernel writes the new tokens' k and v straight
+// into their rows.
 #pragma once
 
 #include <utility>
@@ -23,9 +24,9 @@ class KvCache final : public DecodeCache {
   void start_pass(int64_t count);
   // After it: the new tokens are part of the sequence.
   void finish_pass() { tokens_ += pending_; }
-  // The next attention sublayer's key and value buffers, each [capacity, kv_heads, head_dim]: rows [0, tokens())
-  // hold the sequence so far, the pass writes rows [tokens(), tokens() + count).
-  std::pair<Tensor, Tensor> next_layer(int64_t kv_heads, int64_t head_dim);
+  // The next attention sublayer's key and value buffers, [capacity, kv_heads, key_width] and [capacity, kv_heads,
+  // value_width]: rows [0, tokens()) hold the sequence so far, the pass writes rows [tokens(), tokens() + count).
+  std::pair<Tensor, Tensor> next_layer(int64_t kv_heads, int64_t key_width, int64_t value_width);
   size_t bytes() const;  // allocated so far
 
  private:

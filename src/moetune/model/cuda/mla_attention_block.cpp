@@ -79,21 +79,17 @@ ops::cuda::HeadColumns MlaAttentionBlock::attention_v() const {
   return {stash_.kv, mla_.qk_nope_head_dim, spec_.v_head_dim};
 }
 
-Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
-  const PhaseScope phase("attention");
-  const DeviceBatch& batch = context.batch;
+MlaAttentionBlock::Projections MlaAttentionBlock::project(const Tensor& h, const StepContext& context) {
   const int64_t tokens = h.size(0), heads = spec_.num_heads, nope = mla_.qk_nope_head_dim, rope = mla_.qk_rope_head_dim;
   const int64_t latent = mla_.kv_lora_rank, dv = spec_.v_head_dim;
-  stash_.input = h;
-  PhaseScope part("mla.projections");  // the parts of the attention phase, nested in it
   Tensor x = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, x);
   if (context.keep_outputs) stash_.x = x;
-  const Tensor q_proj = project_q(x, context);
+  Tensor q_proj = project_q(x, context);
   stash_.kv_a_out = device_like({tokens, latent + rope});
   ops::cuda::linear_forward(x, p_.kv_a.value, p_.kv_a_bias.value, stash_.kv_a_out);
   lora_.kv_a.forward(x, stash_.kv_a_out, context.lora_pass());
-  const ops::cuda::ColumnBlock latent_columns(stash_.kv_a_out, 0, latent), k_rope(stash_.kv_a_out, latent, rope);
+  const ops::cuda::ColumnBlock latent_columns(stash_.kv_a_out, 0, latent);
   x = Tensor();
   Tensor kv_normed = device_like({tokens, latent});
   ops::cuda::rms_norm_forward(latent_columns, p_.kv_a_norm.value, mla_.latent_norm_eps, kv_normed);
@@ -101,34 +97,51 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   ops::cuda::linear_forward(kv_normed, p_.kv_b.value, {}, kv);
   lora_.kv_b.forward(kv_normed, kv, context.lora_pass());
   if (context.keep_outputs) stash_.kv_normed = kv_normed;
-  kv_normed = Tensor();
   if (!context.keep_outputs) stash_.q_normed = Tensor();
+  return {q_proj.view({tokens, heads, nope + rope}), kv.view({tokens, heads, nope + dv}),
+          ops::cuda::ColumnBlock(stash_.kv_a_out, latent, rope)};
+}
 
+void MlaAttentionBlock::assemble_qkv(const Projections& projected, const Tensor& positions, Tensor& q, const Tensor& k,
+                                     const Tensor& v) {
+  if (q_in_place_) {
+    q = projected.q_proj;
+    ops::cuda::mla_qkv_forward_in_place(q, projected.kv, projected.k_rope, inv_freq_, positions, layout_, k, v);
+  } else {
+    q = device_like({projected.q_proj.size(0), spec_.num_heads, qk_width_});
+    ops::cuda::mla_qkv_forward(projected.q_proj, projected.kv, projected.k_rope, inv_freq_, positions, layout_, q, k,
+                               v);
+  }
+}
+
+Tensor MlaAttentionBlock::attend_out(const Tensor& attended, const Tensor& h, const StepContext& context) {
+  Tensor out = device_like(h.shape());
+  const Tensor narrow = attended_for_o(attended);
+  ops::cuda::linear_forward_residual(narrow, p_.o.value, p_.o_bias.value, h, out);
+  lora_.o.forward(narrow, out, context.lora_pass());
+  return out;
+}
+
+Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
+  const PhaseScope phase("attention");
+  const DeviceBatch& batch = context.batch;
+  const int64_t tokens = h.size(0), heads = spec_.num_heads;
+  stash_.input = h;
+  PhaseScope part("mla.projections");  // the parts of the attention phase, nested in it
+  const Projections projected = project(h, context);
   part.next("mla.qkv");
   stash_.k = device_like({tokens, heads, qk_width_});
   if (v_in_kv_)
-    stash_.kv = kv.view({tokens, heads, nope + dv});
+    stash_.kv = projected.kv;
   else
     stash_.v = device_like({tokens, heads, v_width_});
-  if (q_in_place_) {
-    stash_.q = q_proj.view({tokens, heads, nope + rope});
-    ops::cuda::mla_qkv_forward_in_place(stash_.q, kv.view({tokens, heads, nope + dv}), k_rope, inv_freq_,
-                                        batch.positions, layout_, stash_.k, stash_.v);
-  } else {
-    stash_.q = device_like({tokens, heads, qk_width_});
-    ops::cuda::mla_qkv_forward(q_proj.view({tokens, heads, nope + rope}), kv.view({tokens, heads, nope + dv}), k_rope,
-                               inv_freq_, batch.positions, layout_, stash_.q, stash_.k, stash_.v);
-  }
+  assemble_qkv(projected, batch.positions, stash_.q, stash_.k, stash_.v);
   part.next("mla.flash");
   stash_.attended = device_like({tokens, heads, v_width_});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, attention_v(), batch.documents,
                                                             mla_.softmax_scale, stash_.attended);
   part.next("mla.o");
-  Tensor out = device_like(h.shape());
-  const Tensor attended = attended_for_o(stash_.attended);
-  ops::cuda::linear_forward_residual(attended, p_.o.value, p_.o_bias.value, h, out);
-  lora_.o.forward(attended, out, context.lora_pass());
-  return out;
+  return attend_out(stash_.attended, h, context);
 }
 
 void MlaAttentionBlock::project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx, bool write) {

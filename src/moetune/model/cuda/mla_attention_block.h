@@ -23,6 +23,9 @@ class MlaAttentionBlock {
   MlaAttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
   Tensor forward(const Tensor& h, const StepContext& context);
+  // Generation: the new tokens' expanded k and v go into the KV cache (context.kv_cache: each head's k of the q/k
+  // width, its v of the v width), and the new tokens attend to every cached token (mla_attention_block_cached.cpp).
+  Tensor forward_cached(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;
   // The gradients its backward pass writes whole on a step's first pass (StepContext::overwrite_gradients): the
@@ -41,6 +44,17 @@ class MlaAttentionBlock {
     size_t stash_bytes() const;
   };
 
+  // What the projections give attention: q_proj [T, heads, nope + rope], kv_b's output [T, heads, nope + v_dim]
+  // and the rope key (a column block of stash_.kv_a_out).
+  struct Projections {
+    Tensor q_proj, kv;
+    ops::cuda::ColumnBlock k_rope;
+  };
+  Projections project(const Tensor& h, const StepContext& context);
+  // Attention's q (q_proj rotated in place where it can be, else a new tensor), and k and v written into the given
+  // [T, heads, width] tensors (v undefined: read in kv's columns).
+  void assemble_qkv(const Projections& projected, const Tensor& positions, Tensor& q, const Tensor& k, const Tensor& v);
+  Tensor attend_out(const Tensor& attended, const Tensor& h, const StepContext& context);  // h + o(attended)
   Tensor project_q(const Tensor& x, const StepContext& context);  // [T, heads·(nope + rope)]
   // Adds into dx; writes the weight gradients when `write` (StepContext::overwrite_gradients).
   void project_q_backward(const Tensor& dq_proj, const Tensor& x, const Tensor& dx, bool write);

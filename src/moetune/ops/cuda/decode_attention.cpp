@@ -11,23 +11,27 @@ void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   constexpr std::string_view op = "decode_attention_forward";
   check_gpu_tensor(op, "q", q, {DType::BF16});
   check_gpu_tensor(op, "k", k, {DType::BF16});
-  MOETUNE_CHECK(q.dim() == 3 && k.dim() == 3, "{}: q {} must be [n, heads, d] and k {} [L, kv_heads, d]", op, q.str(),
-                k.str());
+  check_gpu_tensor(op, "v", v, {DType::BF16});
+  MOETUNE_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3,
+                "{}: q {} must be [n, heads, d], k {} [L, kv_heads, d] and v {} [L, kv_heads, dv]", op, q.str(),
+                k.str(), v.str());
   DecodeAttentionShape s{.queries = q.size(0),
                          .keys = k.size(0),
                          .heads = q.size(1),
                          .kv_heads = k.size(1),
                          .head_dim = q.size(2),
+                         .v_head_dim = v.size(2),
                          .window = window};
   MOETUNE_CHECK(s.kv_heads > 0 && s.heads % s.kv_heads == 0, "{}: {} query heads cannot share {} key/value heads", op,
                 s.heads, s.kv_heads);
-  MOETUNE_CHECK(s.head_dim > 0 && s.head_dim <= kDecodeMaxHeadDim, "{}: head_dim {} is over {}", op, s.head_dim,
-                kDecodeMaxHeadDim);
+  MOETUNE_CHECK(
+      s.head_dim > 0 && s.head_dim <= kDecodeMaxHeadDim && s.v_head_dim > 0 && s.v_head_dim <= kDecodeMaxHeadDim,
+      "{}: head widths {} (q, k) and {} (v) must lie in [1, {}]", op, s.head_dim, s.v_head_dim, kDecodeMaxHeadDim);
   MOETUNE_CHECK(s.keys >= s.queries, "{}: {} new tokens but only {} keys (the keys include the new tokens')", op,
                 s.queries, s.keys);
   check_shape(op, "k", k, {s.keys, s.kv_heads, s.head_dim});
-  check_gpu_tensor(op, "v", v, DType::BF16, k.shape());
-  check_gpu_tensor(op, "out", out, DType::BF16, q.shape());
+  check_shape(op, "v", v, {s.keys, s.kv_heads, s.v_head_dim});
+  check_gpu_tensor(op, "out", out, DType::BF16, {s.queries, s.heads, s.v_head_dim});
   MOETUNE_CHECK(window >= 0, "{}: sliding window {} (0 for none)", op, window);
   if (sinks.defined()) {
     check_gpu_tensor(op, "sinks", sinks, {DType::F32, DType::BF16});
@@ -37,7 +41,7 @@ void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   check_fits_int32(op, "keys", s.keys);
   set_decode_splits(s);
   // Freed (stream-ordered) when this returns, after the kernels that use it are queued.
-  Tensor partial_out = Tensor::empty({s.queries, s.heads, s.splits, s.head_dim}, DType::F32, Device::cuda());
+  Tensor partial_out = Tensor::empty({s.queries, s.heads, s.splits, s.v_head_dim}, DType::F32, Device::cuda());
   Tensor partial_stats = Tensor::empty({s.queries, s.heads, s.splits, 2}, DType::F32, Device::cuda());
   gpu::check(
       launch_decode_attention(q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), device_data<float>(partial_out),

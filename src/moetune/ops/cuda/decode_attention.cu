@@ -1,5 +1,5 @@
 // Split-K decode attention. Pass 1: block (split, head, query) runs an online softmax over the keys of its chunk
-// that the query sees, one key per warp at a time (the lanes split head_dim, lane + 32·e), then merges its warps
+// that the query sees, one key per warp at a time (the lanes split the head widths, lane + 32·e), then merges its warps
 // into one running max, sum of exponentials and fp32 output row. Pass 2: one block per (head, query) merges the
 // splits (and the head's sink logit, if any) and normalises.
 #include <cmath>
@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   gpu::wait_for_previous_kernel();
   const int64_t split = blockIdx.x, head = blockIdx.y, query = blockIdx.z;
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const int d = int(s.head_dim);
+  const int d = int(s.head_dim), dv = int(s.v_head_dim);
   const int64_t kv_head = head / (s.heads / s.kv_heads);
   // This split reads the keys of its own chunk that the query sees: the chunk cut to [its first visible key, its own
   // key]. Empty (split_begin ≥ split_end) for a chunk past the query or wholly before its window: it adds nothing.
@@ -43,18 +43,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   float running_max = -INFINITY, running_sum = 0.0f;
   for (int64_t j = split_begin + warp; j < split_end; j += kWarps) {
-    const int64_t row = (j * s.kv_heads + kv_head) * d;
+    const int64_t row = j * s.kv_heads + kv_head;
     float dot = 0.0f;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e)
-      if (lane + 32 * e < d) dot += q_lane[e] * to_float(k[row + lane + 32 * e]);
+      if (lane + 32 * e < d) dot += q_lane[e] * to_float(k[row * d + lane + 32 * e]);
     dot = warp_sum(dot);
     const float new_max = fmaxf(running_max, dot);
     const float rescale = expf(running_max - new_max), p = expf(dot - new_max);
     running_sum = running_sum * rescale + p;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e)
-      if (lane + 32 * e < d) acc[e] = acc[e] * rescale + p * to_float(v[row + lane + 32 * e]);
+      if (lane + 32 * e < dv) acc[e] = acc[e] * rescale + p * to_float(v[row * dv + lane + 32 * e]);
     running_max = new_max;
   }
 
@@ -66,18 +66,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e)
-    if (lane + 32 * e < d) warp_acc[warp][lane + 32 * e] = acc[e];
+    if (lane + 32 * e < dv) warp_acc[warp][lane + 32 * e] = acc[e];
   __syncthreads();
   float block_max = -INFINITY;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) block_max = fmaxf(block_max, warp_max[w]);
   const int64_t slot = (query * s.heads + head) * s.splits + split;
-  for (int i = int(threadIdx.x); i < d; i += int(blockDim.x)) {
+  for (int i = int(threadIdx.x); i < dv; i += int(blockDim.x)) {
     float total = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w)
       if (warp_max[w] != -INFINITY) total += warp_acc[w][i] * expf(warp_max[w] - block_max);
-    partial_out[slot * d + i] = total;
+    partial_out[slot * dv + i] = total;
   }
   if (threadIdx.x == 0) {
     float total = 0.0f;
@@ -96,7 +96,7 @@ __global__ void decode_attention_merge_kernel(const float* __restrict__ partial_
                                               bf16* __restrict__ out, DecodeAttentionShape s) {
   gpu::wait_for_previous_kernel();
   const int64_t head = blockIdx.x, query = blockIdx.y, first = (query * s.heads + head) * s.splits;
-  const int d = int(s.head_dim);
+  const int dv = int(s.v_head_dim);
   const float sink = sinks != nullptr ? to_float(sinks[head]) : -INFINITY;
   float overall_max = sink;
   for (int64_t split = 0; split < s.splits; ++split) overall_max = fmaxf(overall_max, partial_stats[(first + split) * 2]);
@@ -106,13 +106,13 @@ __global__ void decode_attention_merge_kernel(const float* __restrict__ partial_
     const float m = partial_stats[(first + split) * 2];
     if (m != -INFINITY) total += partial_stats[(first + split) * 2 + 1] * expf(m - overall_max);
   }
-  for (int i = int(threadIdx.x); i < d; i += int(blockDim.x)) {
+  for (int i = int(threadIdx.x); i < dv; i += int(blockDim.x)) {
     float o = 0.0f;
     for (int64_t split = 0; split < s.splits; ++split) {
       const float m = partial_stats[(first + split) * 2];
-      if (m != -INFINITY) o += partial_out[(first + split) * d + i] * expf(m - overall_max);
+      if (m != -INFINITY) o += partial_out[(first + split) * dv + i] * expf(m - overall_max);
     }
-    out[(query * s.heads + head) * d + i] = from_float<bf16>(o / total);
+    out[(query * s.heads + head) * dv + i] = from_float<bf16>(o / total);
   }
 }
 

@@ -20,8 +20,9 @@
 
 namespace moetune::ops::cuda {
 
-// q BF16 [n, heads, d]; k and v BF16 [L, kv_heads, d] with L ≥ n (contiguous, e.g. the first L rows of a
-// preallocated cache); out BF16 [n, heads, d]. heads % kv_heads == 0, d ≤ 256. `scale` multiplies q·k (the
+// q BF16 [n, heads, d]; k BF16 [L, kv_heads, d] and v BF16 [L, kv_heads, dv] with L ≥ n (contiguous, e.g. the
+// first L rows of a preallocated cache); out BF16 [n, heads, dv]. heads % kv_heads == 0, d and dv ≤ 256 (they
+// differ in multi-head latent attention: DeepSeek-V3's 192 and 128). `scale` multiplies q·k (the
 // training forward's softmax scale, YaRN's included). window: 0 for none, else > 0. sinks: undefined for none,
 // else F32 or BF16 [heads] on the GPU (as the attention block holds them). Queued on gpu::stream().
 void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,

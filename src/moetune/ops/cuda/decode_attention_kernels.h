@@ -15,6 +15,7 @@ struct DecodeAttentionShape {
   int64_t queries = 0;   // n new tokens, the last n of the keys: new token i sits at key P + i, P = L - n
   int64_t keys = 0;      // L = P + n
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t v_head_dim = 0;  // v's and out's head width; q's and k's is head_dim (MLA: 128 against 192)
   // 0: none. Else new token i at position p = P + i sees keys [max(0, p - window + 1), p] (the CPU's
   // ops/attention.h and transformers' sliding mask: itself and the window - 1 keys before it).
   int64_t window = 0;
@@ -34,9 +35,10 @@ inline void set_decode_splits(DecodeAttentionShape& s) {
   s.splits = (s.keys + kDecodeKeysPerSplit - 1) / kDecodeKeysPerSplit - s.first_split;
 }
 
-// q BF16 [n, heads, d]; k, v BF16 [L, kv_heads, d]; out BF16 [n, heads, d]. partial_out F32 [n, heads, splits, d]
-// and partial_stats F32 [n, heads, splits, 2] (running max, sum of exponentials) are the split-K scratch. sinks:
-// null, or [heads] logits (bf16 when sinks_bf16, else f32) that join each head's softmax denominator.
+// q BF16 [n, heads, d]; k BF16 [L, kv_heads, d]; v BF16 [L, kv_heads, dv]; out BF16 [n, heads, dv]. partial_out
+// F32 [n, heads, splits, dv] and partial_stats F32 [n, heads, splits, 2] (running max, sum of exponentials) are the
+// split-K scratch. sinks: null, or [heads] logits (bf16 when sinks_bf16, else f32) that join each head's softmax
+// denominator.
 cudaError_t launch_decode_attention(const void* q, const void* k, const void* v, void* out, float* partial_out,
                                     float* partial_stats, const void* sinks, bool sinks_bf16,
                                     const DecodeAttentionShape& shape, float scale, cudaStream_t stream);
