@@ -16,8 +16,8 @@
 #include "gpu_test_util.h"
 #include "moetune/cli/generate.h"
 #include "moetune/model/generate.h"
+#include "random_model.h"
 #include "test_util.h"
-#include "wide_mla_model.h"
 
 namespace moetune {
 namespace {
@@ -30,13 +30,15 @@ using testing::to_cpu_f32;
 // GPT-OSS (sinks, window 4 on layer 0, YaRN), Qwen3 (window 4 on layers 1-2, YaRN), Mistral (window 5 on every
 // layer), Mixtral (window 3, dynamic RoPE), Qwen2 (window 4 on layer 2). The third line's are DeepSeek-V3's latent
 // attention (q_lora_rank with YaRN and interleaved RoPE; q_proj with tied embeddings; its config's nulls), whose
-// narrow heads take the copying q/k/v kernels; wide_mla_model.h's heads take the in-place ones
-// (LatentAttentionWithInPlaceHeads).
+// narrow heads take the copying q/k/v kernels; random_model.h's wide heads take the in-place ones
+// (LatentAttentionWithInPlaceHeads). The last is Nemotron-H (Mamba2 layers decoded from a cached conv window and
+// SSM state, attention without RoPE, relu² and latent MoE).
 const std::vector<std::string> kGpuFixtures = {
-    "llama_tiny",   "qwen3_moe_tiny",     "mixtral_tiny",           "qwen2_moe_tiny",
-    "qwen3_f32",    "qwen3_moe_tied_f32", "glm4_moe_tiny",          "glm4_moe_quarter_tied",
-    "gpt_oss_tiny", "qwen3_sliding_yarn", "mistral_tiny",           "mixtral_sliding_dynamic",
-    "qwen2_tiny",   "deepseek_v3_tiny",   "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls"};
+    "llama_tiny",     "qwen3_moe_tiny",     "mixtral_tiny",           "qwen2_moe_tiny",
+    "qwen3_f32",      "qwen3_moe_tied_f32", "glm4_moe_tiny",          "glm4_moe_quarter_tied",
+    "gpt_oss_tiny",   "qwen3_sliding_yarn", "mistral_tiny",           "mixtral_sliding_dynamic",
+    "qwen2_tiny",     "deepseek_v3_tiny",   "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls",
+    "nemotron_h_tiny"};
 // How many tokens the fixtures without transformers' tokens generate (tests/fixtures/generate has 20 a fixture).
 constexpr int64_t kGreedyTokens = 20;
 // bf16 moves these models' logits by ~1e-2 (tests/gpu/test_model_parity.cpp), so a greedy choice whose top-2 gap
@@ -193,11 +195,18 @@ TEST_F(GenerateGpu, LatentAttentionWithInPlaceHeads) {
   std::printf("wide latent heads: GPU logits vs CPU fp32 over 20 steps, worst relative error %.2e\n", worst);
 }
 
+// A model the GPU engine does not run (a router over more than 512 experts: qwen3_moe_tiny's config with 600)
+// generates on the CPU under --device auto and is refused under --device cuda.
 TEST_F(GenerateGpu, FamiliesTheGpuDoesNotRunFallBackToTheCpu) {
-  const auto model = cli::load_generation_model(testing::fixture("nemotron_h_tiny"), "auto");  // Mamba2 state
+  const testing::ScratchDir scratch;
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(testing::fixture("qwen3_moe_tiny") / "config.json"));
+  config["num_experts"] = config["num_local_experts"] = 600;  // the fixture spells it num_local_experts
+  const std::filesystem::path wide = testing::write_random_model(scratch / "model", config, rng());
+  const auto model = cli::load_generation_model(wide, "auto");
   EXPECT_TRUE(model->device().is_cpu());
-  EXPECT_THROW(cli::load_generation_model(testing::fixture("nemotron_h_tiny"), "cuda"), Error);
+  EXPECT_THROW(cli::load_generation_model(wide, "cuda"), Error);
   EXPECT_TRUE(cli::load_generation_model(testing::fixture("deepseek_v3_tiny"), "cuda")->device().is_cuda());
+  EXPECT_TRUE(cli::load_generation_model(testing::fixture("nemotron_h_tiny"), "auto")->device().is_cuda());
   EXPECT_TRUE(cli::load_generation_model(testing::fixture("gpt_oss_tiny"), "cuda")->device().is_cuda());
   EXPECT_TRUE(cli::load_generation_model(testing::fixture("llama_tiny"), "cuda")->device().is_cuda());
   EXPECT_TRUE(cli::load_generation_model(testing::fixture("llama_tiny"), "auto")->device().is_cuda());

@@ -3,7 +3,7 @@
 // path). A DeepSeek-V3 with such heads (deepseek_v3_tiny's config, wider heads, random weights saved as bf16) runs
 // one forward and backward pass on the GPU and on the CPU engine (the fixtures' parity tests hold the CPU engine to
 // transformers): losses and the attention's gradients must agree within bf16's bounds, and the blocks' stashes must
-// be what the memory plan declares for them (the model: gpu/wide_mla_model.h).
+// be what the memory plan declares for them (the model: gpu/random_model.h).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -18,9 +18,9 @@
 #include "moetune/model/memory_plan.h"
 #include "moetune/model/model_description.h"
 #include "moetune/model/parameter_layout.h"
+#include "random_model.h"
 #include "stash_plan_check.h"
 #include "test_util.h"
-#include "wide_mla_model.h"
 
 namespace moetune {
 namespace {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "moetune/core/error.h"
 #include "moetune/model/device_support.h"
@@ -32,24 +33,26 @@ TEST(DeviceSupport, GpuRunsTheSupportedFamilies) {
   }
 }
 
-// GPT-OSS's sinks, the sliding-window families' windows, YaRN's scaling and DeepSeek-V3's latent attention run in
-// GPU generation too: nothing is missing for them.
-TEST(DeviceSupport, GpuGenerationRunsSinksWindowsYarnAndLatentAttention) {
+// GPT-OSS's sinks, the sliding-window families' windows, YaRN's scaling, DeepSeek-V3's latent attention and
+// Nemotron-H's Mamba2 mixers run in GPU generation too: generation lacks nothing the GPU engine trains.
+TEST(DeviceSupport, GpuGenerationRunsWhatTheGpuTrains) {
   for (const char* name :
        {"gpt_oss_tiny", "qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic", "qwen2_tiny", "qwen3_moe_tiny",
-        "glm4_moe_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied"}) {
+        "glm4_moe_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "nemotron_h_tiny"}) {
     const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
     EXPECT_TRUE(features_missing_for_gpu_generation(spec).empty()) << name;
     EXPECT_NO_THROW(require_gpu_generation_support(spec)) << name;
   }
 }
 
-// Nemotron-H trains on the GPU; generation there has no cache for its Mamba2 state yet, and says so.
-TEST(DeviceSupport, GpuGenerationRefusesNemotronHNamingWhatIsMissing) {
-  const ModelSpec spec = load_model_spec(testing::fixture("nemotron_h_tiny") / "config.json");
-  EXPECT_EQ(features_missing_for_gpu_generation(spec),
-            std::vector<std::string>({"Mamba2 mixers (in generation: their conv and SSM state cache)"}));
-  expect_refusal([&] { require_gpu_generation_support(spec); }, {"NemotronHForCausalLM", "Mamba2", "--device cpu"});
+// What the GPU engine does not train it does not generate with either, and generation says what is missing.
+TEST(DeviceSupport, GpuGenerationRefusesWhatTheGpuDoesNotTrainNamingIt) {
+  nlohmann::json config = nlohmann::json::parse(testing::read_file(testing::fixture("qwen3_moe_tiny") / "config.json"));
+  config["num_experts"] = config["num_local_experts"] = 600;  // the fixture spells it num_local_experts
+  const ModelSpec spec = describe_model(config, "config.json");
+  EXPECT_EQ(features_missing_for_gpu_generation(spec), features_missing_on_gpu(spec));
+  expect_refusal([&] { require_gpu_generation_support(spec); },
+                 {"Qwen3MoeForCausalLM", "more than 512 experts", "--device cpu"});
 }
 
 }  // namespace

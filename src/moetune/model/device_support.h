@@ -2,7 +2,7 @@
 // of computing something else than transformers does. Every family trains on the GPU (Nemotron-H's Mamba2 mixers,
 // relu² MLPs and experts, latent MoE and attention without RoPE included), but the GPU's generation path (the
 // KV-cached attention and its decode kernel, which run sinks, sliding windows, YaRN's scaling and latent attention
-// as the forward pass does) has no Mamba2 state cache: generation refuses that.
+// as the forward pass does, and Mamba2's conv and scan continued from a cached state) runs every one of them.
 #pragma once
 
 #include <string>

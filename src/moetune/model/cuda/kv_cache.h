@@ -27,11 +27,16 @@ class KvCache final : public DecodeCache {
   // The next attention sublayer's key and value buffers, [capacity, kv_heads, key_width] and [capacity, kv_heads,
   // value_width]: rows [0, tokens()) hold the sequence so far, the pass writes rows [tokens(), tokens() + count).
   std::pair<Tensor, Tensor> next_layer(int64_t kv_heads, int64_t key_width, int64_t value_width);
+  // The next Mamba2 sublayer's recurrent state, zeros at the sequence's start: its conv window (BF16 [conv_kernel
+  // − 1, conv channels], the last rows of xBC, oldest first) and its SSM state (F32 [heads, head_dim, state]). A
+  // pass moves both on to the end of its tokens (ops/cuda/mamba2_step.h).
+  std::pair<Tensor, Tensor> next_mamba2_layer(const Shape& conv_window, const Shape& ssm_state);
   size_t bytes() const;  // allocated so far
 
  private:
   std::vector<std::pair<Tensor, Tensor>> layers_;  // per attention sublayer, in walk order
-  size_t next_ = 0;
+  std::vector<std::pair<Tensor, Tensor>> mamba2_layers_;  // per Mamba2 sublayer, in walk order
+  size_t next_ = 0, next_mamba2_ = 0;
   int64_t capacity_ = 0, tokens_ = 0, pending_ = 0;
 };
 

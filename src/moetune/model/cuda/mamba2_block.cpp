@@ -2,6 +2,7 @@
 
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
+#include "moetune/model/cuda/kv_cache.h"
 #include "moetune/ops/cuda/elementwise.h"
 #include "moetune/ops/cuda/mamba2_conv.h"
 #include "moetune/ops/cuda/norm.h"
@@ -23,8 +24,19 @@ Tensor Mamba2Block::normed_input(const Tensor& h, const Mamba2GpuRows& rows) con
 }
 
 Tensor Mamba2Block::forward(const Tensor& h, const StepContext& context) {
-  MOETUNE_CHECK(!context.kv_cache, "generation with Mamba2 layers (Nemotron-H) does not run on the GPU yet: use --device cpu");
   const PhaseScope phase("mamba2");
+  if (context.kv_cache) {
+    // Generation: the conv and the scan continue from the cache's state for this sublayer (one sequence, no
+    // padding: the rows are the new tokens).
+    const Mamba2Spec& spec = w_.spec;
+    const auto [window, state] = context.kv_cache->next_mamba2_layer({spec.conv_kernel - 1, spec.conv_channels()},
+                                                                     {spec.num_heads, spec.head_dim, spec.state_size});
+    Tensor normed = device_like(h.shape());
+    ops::cuda::rms_norm_forward(h, w_.norm.value, w_.eps, normed);
+    Tensor out = mamba2_mixer_step_gpu(spec, w_.values, normed, window, state);
+    ops::cuda::add(out, h, out);
+    return out;
+  }
   const Mamba2GpuRows& rows = context.batch.mamba2_rows();
   input_ = h;
   // Padding rows are zeroed here already, so the mixer keeps the normed tensor itself as its input.

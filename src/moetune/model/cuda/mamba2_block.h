@@ -1,7 +1,9 @@
 // A Mamba2 sublayer on the GPU (Nemotron-H's linear_attention layers): h + mamba2_mixer(rms_norm(h)), the mixer
 // being model/cuda/mamba2_mixer_gpu.h. The twin of model/mamba2_block.h: the conv window and the scan's state
 // restart at every document start and padding edge of the step (DeviceBatch::mamba2_rows). Keeps h and the
-// mixer's projection, conv and scan outputs; the normed input is recomputed in the backward pass.
+// mixer's projection, conv and scan outputs; the normed input is recomputed in the backward pass. In generation
+// (a KV cache in the step context) the conv and scan continue from the cache's state instead
+// (mamba2_mixer_step_gpu).
 #pragma once
 
 #include "moetune/model/cuda/mamba2_mixer_gpu.h"

@@ -5,6 +5,7 @@
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/mamba2_conv.h"
 #include "moetune/ops/cuda/mamba2_scan.h"
+#include "moetune/ops/cuda/mamba2_step.h"
 
 namespace moetune::model::cuda {
 namespace {
@@ -65,6 +66,22 @@ Tensor mamba2_mixer_forward_gpu(const Mamba2Spec& spec, int64_t chunk_size, cons
   Tensor out = device_bf16({tokens, w.out_proj.size(0)});
   ops::cuda::linear_forward(normed, w.out_proj, w.out_proj_bias, out);
   if (stash) *stash = {input, projected, conv, scan};
+  return out;
+}
+
+Tensor mamba2_mixer_step_gpu(const Mamba2Spec& spec, const Mamba2Weights& w, const Tensor& x, const Tensor& conv_window,
+                             const Tensor& ssm_state) {
+  const Split split{spec};
+  const int64_t tokens = x.size(0);
+  Tensor projected = device_bf16({tokens, spec.projection()});
+  ops::cuda::linear_forward(x, w.in_proj, w.in_proj_bias, projected);
+  Tensor conv = device_bf16({tokens, spec.conv_channels()});
+  ops::cuda::mamba2_conv_step(split.xbc(projected), w.conv, w.conv_bias, conv_window, conv);
+  Tensor scan = device_bf16({tokens, spec.inner()});
+  ops::cuda::mamba2_scan_step(split.scan(projected, conv), {w.dt_bias, w.a_log, w.d}, spec.scan(), ssm_state, scan);
+  const Tensor normed = gated_norm(spec, w, scan, projected);
+  Tensor out = device_bf16({tokens, w.out_proj.size(0)});
+  ops::cuda::linear_forward(normed, w.out_proj, w.out_proj_bias, out);
   return out;
 }
 

@@ -28,6 +28,12 @@ struct Mamba2GpuStash {
 Tensor mamba2_mixer_forward_gpu(const Mamba2Spec& spec, int64_t chunk_size, const Mamba2Weights& weights,
                                 const Tensor& x, const Mamba2GpuRows& rows, Mamba2GpuStash* stash);
 
+// Generation: x [n, hidden] (the normed new rows of one sequence) -> [n, hidden], the conv and the scan continued
+// from conv_window (BF16 [conv_kernel − 1, conv channels]) and ssm_state (F32 [heads, head_dim, state]), both
+// moved on to the last row (ops/cuda/mamba2_step.h).
+Tensor mamba2_mixer_step_gpu(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& x,
+                             const Tensor& conv_window, const Tensor& ssm_state);
+
 // Given dy [N, hidden]: accumulates every defined gradient in `grads` and returns dx [N, hidden] (BF16).
 Tensor mamba2_mixer_backward_gpu(const Mamba2Spec& spec, int64_t chunk_size, const Mamba2Weights& weights,
                                  const Tensor& dy, const Mamba2GpuStash& stash, const Mamba2GpuRows& rows,

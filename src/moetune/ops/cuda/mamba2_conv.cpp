@@ -16,21 +16,26 @@ void check_flags(std::string_view op, std::string_view name, const Tensor& flags
 Mamba2ConvPointers checked_inputs(std::string_view op, const ColumnBlock& xbc, const Tensor& weight,
                                   const Tensor& bias, const Tensor& starts, const Tensor& valid,
                                   Mamba2ConvDims* dims) {
-  check_gpu_tensor(op, "weight", weight, {DType::BF16});
-  MOETUNE_CHECK(weight.dim() == 2, "{}: weight {} must be [channels, kernel]", op, weight.str());
-  const int64_t channels = weight.size(0), kernel = weight.size(1);
-  MOETUNE_CHECK(kernel >= 1 && kernel <= kMamba2MaxConvKernel,
-                "{}: conv_kernel {} is outside what the GPU conv supports (1..{})", op, kernel, kMamba2MaxConvKernel);
-  const int64_t rows = xbc.tensor.defined() && xbc.tensor.dim() == 2 ? xbc.tensor.size(0) : -1;
-  *dims = {rows, channels, kernel};
-  const StridedBf16 x = strided_operand(op, "xbc", xbc, rows, channels);
-  if (bias.defined()) check_gpu_tensor(op, "bias", bias, DType::BF16, {channels});
+  *dims = checked_conv_operands(op, xbc, weight, bias);
+  const int64_t rows = dims->rows;
+  const StridedBf16 x = strided_operand(op, "xbc", xbc, rows, dims->channels);
   check_flags(op, "starts", starts, rows, false);
   check_flags(op, "valid", valid, rows, true);
   return {x, weight.raw_data(), device_data<void>(bias), device_data<uint8_t>(starts), device_data<uint8_t>(valid)};
 }
 
 }  // namespace
+
+Mamba2ConvDims checked_conv_operands(std::string_view op, const ColumnBlock& xbc, const Tensor& weight,
+                                     const Tensor& bias) {
+  check_gpu_tensor(op, "weight", weight, {DType::BF16});
+  MOETUNE_CHECK(weight.dim() == 2, "{}: weight {} must be [channels, kernel]", op, weight.str());
+  const int64_t channels = weight.size(0), kernel = weight.size(1);
+  MOETUNE_CHECK(kernel >= 1 && kernel <= kMamba2MaxConvKernel,
+                "{}: conv_kernel {} is outside what the GPU conv supports (1..{})", op, kernel, kMamba2MaxConvKernel);
+  if (bias.defined()) check_gpu_tensor(op, "bias", bias, DType::BF16, {channels});
+  return {xbc.tensor.defined() && xbc.tensor.dim() == 2 ? xbc.tensor.size(0) : -1, channels, kernel};
+}
 
 Tensor upload_row_flags(const std::vector<uint8_t>& flags) {
   if (flags.empty()) return {};

@@ -4,9 +4,15 @@
 
 #include "moetune/core/tensor.h"
 #include "moetune/ops/cuda/column_block.h"
+#include "moetune/ops/cuda/mamba2_conv_kernels.h"
 #include "moetune/ops/mamba2.h"
 
 namespace moetune::ops::cuda {
+
+// The conv's weight ([C, K] BF16, K within what the kernels take) and bias ([C] BF16, or undefined) checked, and
+// the sizes they and xbc's rows give.
+Mamba2ConvDims checked_conv_operands(std::string_view op, const ColumnBlock& xbc, const Tensor& weight,
+                                     const Tensor& bias);
 
 // A CPU flag per row (DocumentStarts, a validity mask) as a U8 tensor on the GPU; undefined when `flags` is empty.
 Tensor upload_row_flags(const std::vector<uint8_t>& flags);
