@@ -89,6 +89,18 @@ TEST_F(DeepseekTrainingGpu, Glm4MoeTracksTheCpuWithAndWithoutLora) {
                         testing::losses(metrics("lora_cpu")), 0.01, 0.01, /*falls=*/false);
 }
 
+// GLM-4-MoE-Lite (DeepSeek-V3's latent attention; MoE and dense layers where mlp_layer_types puts them, the dense
+// one between two MoE layers) trains on the GPU as on the CPU, and its correction biases come back as loaded.
+TEST_F(DeepseekTrainingGpu, Glm4MoeLiteTracksTheCpu) {
+  const std::string model = "model=" + testing::fixture("glm4_moe_lite_tiny").string();
+  const std::string bias = "layers.0.moe.router_correction_bias";  // layer 0 is "sparse"
+  const Tensor original = model::load_checkpoint(testing::fixture("glm4_moe_lite_tiny")).parameter(bias).clone();
+  const TrainResult gpu = Trainer(recipe("gpu", {model, "training.device=cuda"}), {}, false).run();
+  Trainer(recipe("cpu", {model}), {}, false).run();
+  expect_gpu_tracks_cpu("glm4_moe_lite_tiny", testing::losses(metrics("gpu")), testing::losses(metrics("cpu")));
+  EXPECT_TRUE(model::load_checkpoint(gpu.final_model).parameter(bias).same_bytes(original));
+}
+
 // deepseek_v3_tiny with Kimi-K2's router (384 routed experts in one group, top 8, its scaling factor) written into
 // `folder`: each of the 8 fixture experts copied 48 times, each copy scaled by its own factor so that no two
 // experts are equal, and a new router weight and correction bias drawn from a fixed seed.

@@ -33,7 +33,8 @@ const char* kFixtures[] = {"qwen3_moe_tiny",
                            "qwen2_tiny",
                            "mistral_tiny",
                            "glm4_moe_tiny",
-                           "glm4_moe_quarter_tied"};
+                           "glm4_moe_quarter_tied",
+                           "glm4_moe_lite_tiny"};
 
 void expect_same_tensors(const std::filesystem::path& expected_dir, const std::filesystem::path& actual_dir) {
   SafetensorsFolder expected = SafetensorsFolder::open(expected_dir), actual = SafetensorsFolder::open(actual_dir);

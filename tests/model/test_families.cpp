@@ -338,10 +338,53 @@ TEST(Families, Glm4MoeDefaultsAndPartialRope) {
       std::string::npos);  // int(8 · 0.1) = 0: nothing rotates
 }
 
+// Glm4MoeLiteConfig's defaults (GLM-4.7-Flash's widths), mlp_layer_types placing dense and MoE layers (absent:
+// the first dense), head_dim as the config class's other name for qk_rope_head_dim, and what is refused.
+TEST(Families, Glm4MoeLiteDefaultsAndLayerTypes) {
+  const ModelSpec d = parse(R"({"model_type":"glm4_moe_lite","num_hidden_layers":3})");
+  const AttentionSpec& a = attention(d);
+  ASSERT_TRUE(a.mla.has_value());
+  EXPECT_EQ(a.mla->q_lora_rank, 768);
+  EXPECT_EQ(a.mla->kv_lora_rank, 512);
+  EXPECT_EQ(a.mla->qk_nope_head_dim, 192);
+  EXPECT_EQ(a.mla->qk_rope_head_dim, 64);
+  EXPECT_TRUE(a.mla->rope_interleave);
+  EXPECT_EQ(a.qk_head_dim, 256);
+  EXPECT_EQ(a.v_head_dim, 256);
+  EXPECT_EQ(a.num_heads, 20);
+  EXPECT_EQ(d.vocab_size, 154880);
+  EXPECT_EQ(d.norm_eps, 1e-5);
+  EXPECT_TRUE(d.carries_mtp_layers);
+  ASSERT_NE(d.layers[0].sublayers[1].mlp(), nullptr);
+  EXPECT_EQ(d.layers[0].sublayers[1].mlp()->intermediate, 10240);
+  const MoeSpec& moe = *d.layers[1].moe();
+  EXPECT_EQ(moe.router.num_experts, 64);
+  EXPECT_EQ(moe.router.top_k, 4);
+  EXPECT_EQ(moe.router.scaling_factor, 1.8);
+  EXPECT_EQ(moe.experts.intermediate, 1536);
+  EXPECT_EQ(moe.shared_expert->mlp.intermediate, 1536);
+  ASSERT_NE(d.layers[2].moe(), nullptr);
+  const ModelSpec typed = parse(R"({"model_type":"glm4_moe_lite","num_hidden_layers":3,"head_dim":32,
+    "first_k_dense_replace":2,"mlp_layer_types":["sparse","dense","sparse","dense"]})");
+  EXPECT_NE(typed.layers[0].moe(), nullptr);  // the list decides; first_k_dense_replace is not the class's
+  EXPECT_EQ(typed.layers[1].moe(), nullptr);
+  EXPECT_NE(typed.layers[2].moe(), nullptr);
+  EXPECT_EQ(attention(typed).mla->qk_rope_head_dim, 32);
+  EXPECT_NE(
+      error_of(R"({"model_type":"glm4_moe_lite","num_hidden_layers":3,"mlp_layer_types":["dense","moe","sparse"]})")
+          .find("'mlp_layer_types'[1]"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"glm4_moe_lite","num_hidden_layers":3,"mlp_layer_types":["dense"]})")
+                .find("'mlp_layer_types'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"glm4_moe_lite","head_dim":32,"qk_rope_head_dim":64})").find("'head_dim'"),
+            std::string::npos);
+}
+
 TEST(Families, UnknownArchitectureListsTheSupportedOnes) {
-  std::string error = error_of(R"({"architectures":["Glm4MoeLiteForCausalLM"]})");
+  std::string error = error_of(R"({"architectures":["MiniMaxM2ForCausalLM"]})");
   EXPECT_NE(error.find("config.json"), std::string::npos);
-  EXPECT_NE(error.find("'Glm4MoeLiteForCausalLM'"), std::string::npos);
+  EXPECT_NE(error.find("'MiniMaxM2ForCausalLM'"), std::string::npos);
   for (const auto& name : supported_architectures()) EXPECT_NE(error.find(name), std::string::npos) << error;
 }
 

@@ -40,7 +40,7 @@ TEST(Generate, SamplingIsSeededAndTinyTopPIsGreedy) {
 
 // transformers' greedy tokens (tests/reference/make_generate_fixtures.py) on every family, attention with sinks and
 // a sliding window shorter than the sequence (gpt_oss_tiny), latent attention (deepseek_v3_tiny) and partial RoPE
-// (glm4_moe_tiny, glm4_moe_quarter_tied) included: the
+// (glm4_moe_tiny, glm4_moe_quarter_tied), and GLM-4-MoE-Lite's latent attention (glm4_moe_lite_tiny) included: the
 // cached and the uncached path give them, and their logits agree at every step.
 TEST(Generate, KvCacheGivesTransformersGreedyTokens) {
   const nlohmann::json expected = nlohmann::json::parse(testing::read_file(testing::fixture("generate") / "greedy.json"));

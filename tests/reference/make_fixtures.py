@@ -17,6 +17,7 @@ import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
+from transformers import Glm4MoeLiteConfig
 
 VOCAB = 96
 
@@ -186,6 +187,20 @@ FIXTURES = {
             first_k_dense_replace=0, norm_topk_prob=False, routed_scaling_factor=1.5, max_position_embeddings=64,
             rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25},
             tie_word_embeddings=True, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # GLM-4-MoE-Lite (GLM-4.7-Flash): DeepSeek-V3's latent attention (q_lora_rank, interleaved default RoPE on the
+    # rope part, v head dim 10 above the q/k nope part) in a decoder whose MLPs follow mlp_layer_types (MoE, dense,
+    # MoE), the MoE layers DeepSeek-V3's (4 groups of 2 experts, top-2 groups, top-3 experts, correction bias,
+    # renormalised, scaled by 1.8) with one shared expert; untied, fp32.
+    "glm4_moe_lite_tiny": dict(
+        config=Glm4MoeLiteConfig(
+            vocab_size=VOCAB, hidden_size=24, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
+            qk_rope_head_dim=4, v_head_dim=10, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
+            n_shared_experts=1, mlp_layer_types=["sparse", "dense", "sparse"], norm_topk_prob=True,
+            routed_scaling_factor=1.8, rope_interleave=True, max_position_embeddings=64,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+            tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
 }
 

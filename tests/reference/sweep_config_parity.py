@@ -51,6 +51,8 @@ DSV3 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_si
             topk_group=1, first_k_dense_replace=1, num_key_value_heads=4)
 GLM4_MOE = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
                 n_group=1, topk_group=1, first_k_dense_replace=1, head_dim=16)
+GLM4_MOE_LITE = dict(DSV3, n_group=1, topk_group=1, routed_scaling_factor=1.8)
+GLM4_MOE_LITE.pop("first_k_dense_replace")  # not Glm4MoeLiteConfig's: mlp_layer_types places the dense layers
 NEMOTRON_H = dict(vocab_size=VOCAB, hidden_size=32, layers_block_type=["mamba", "moe", "attention", "mlp", "moe"],
                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=24, mamba_num_heads=4,
                   mamba_head_dim=8, n_groups=2, ssm_state_size=8, conv_kernel=3, chunk_size=4, n_routed_experts=8,
@@ -126,6 +128,13 @@ CASES = [
     ("glm4_moe odd rotary head_dim 42", "glm4_moe", dict(GLM4_MOE, head_dim=42, n_shared_experts=2), None),
     ("glm4_moe rope_parameters quarter", "glm4_moe", dict(GLM4_MOE, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
                                                                                      "partial_rotary_factor": 0.25}), None),
+    ("glm4_moe_lite plain", "glm4_moe_lite", dict(GLM4_MOE_LITE), None),
+    ("glm4_moe_lite layer types no q_lora", "glm4_moe_lite", dict(GLM4_MOE_LITE, q_lora_rank=None,
+                                                                  mlp_layer_types=["sparse", "dense", "sparse"]), None),
+    ("glm4_moe_lite yarn groups tied", "glm4_moe_lite", dict(GLM4_MOE_LITE, n_group=4, topk_group=2, num_experts_per_tok=3,
+                                                             tie_word_embeddings=True, rope_interleave=False,
+                                                             rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8)), None),
+    ("glm4_moe_lite head_dim spelling", "glm4_moe_lite", dict(GLM4_MOE_LITE), "head_dim_for_rope"),
     ("gpt_oss plain", "gpt_oss", dict(BASE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
                                       intermediate_size=32), None),
     ("gpt_oss all full attention", "gpt_oss", dict(BASE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
@@ -144,6 +153,9 @@ def rewrite(config_path: Path, how: str) -> None:
         config["rope_theta"] = parameters.get("rope_theta", 10000.0)
         config["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
                                   "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}
+    elif how == "head_dim_for_rope":  # Glm4MoeLiteConfig's attribute_map: head_dim is qk_rope_head_dim
+        config["rope_parameters"] = parameters
+        config["head_dim"] = config.pop("qk_rope_head_dim")
     elif how == "pattern":  # Nemotron-H's released spelling: one character a layer
         config.pop("layers_block_type", None)
         config["hybrid_override_pattern"] = "ME*-E"

@@ -28,6 +28,7 @@ CASES = [
     ("nemotron_h_tiny", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj,up_proj,down_proj]"]),
     ("glm4_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("glm4_moe_quarter_tied", ["lora.target_modules=[q_proj,k_proj]"]),
+    ("glm4_moe_lite_tiny", ["lora.target_modules=all-linear", EXPERTS]),
 ]
 
 

@@ -5,79 +5,13 @@
 // No aux loss (transformers trains none). Multi-token-prediction layers in the files are skipped and not saved;
 // FP8 block-scaled checkpoints are dequantised on load and saved in bf16.
 // Defaults: transformers 5.17's DeepseekV3Config.
-#include <fmt/format.h>
-
-#include <cinttypes>
-#include <cmath>
-#include <cstdio>
-
 #include "moetune/model/families/decoder_config.h"
-#include "moetune/model/families/decoder_parameters.h"
 #include "moetune/model/families/family.h"
+#include "moetune/model/families/latent_attention.h"
 #include "moetune/model/families/sigmoid_group_moe.h"
 
 namespace moetune::model {
 namespace {
-
-using nlohmann::json;
-
-// RoPE over qk_rope_head_dim. read_decoder_config reads the schedule (ops::RopeSpec: default, linear, llama3, yarn);
-// DeepSeek adds its own rules: a yarn dict without a factor takes max_position_embeddings /
-// original_max_position_embeddings (as transformers does for DeepSeek-style configs); cos and sin are multiplied
-// by the schedule's attention scaling (YaRN's; 1 for the others); for any type but default the softmax scale grows
-// by mscale(factor, mscale_all_dim)² when mscale_all_dim is set (yarn_apply_mscale, whatever the type).
-void read_mla_rope(const io::ConfigReader& r, int64_t max_position_embeddings, AttentionSpec& a) {
-  MlaSpec& mla = *a.mla;
-  const char* key = rope_dict_key(r);
-  const double head_scale = 1.0 / std::sqrt(double(a.qk_head_dim));
-  if (a.rope.type == "default") {
-    mla.softmax_scale = head_scale;
-    return;
-  }
-  const json* found = r.find(key);
-  const json dict = found && found->is_object() ? *found : json::object();
-  const io::ConfigReader rope(dict);  // holds a reference: `dict` outlives it
-  if (a.rope.type == "yarn" && !rope.has("factor"))
-    a.rope.factor = double(max_position_embeddings) / double(a.rope.original_max_position_embeddings);
-  mla.rope_scale = ops::rope_attention_scaling(a.rope);
-  // Python truthiness: a zero mscale_all_dim counts as absent; transformers reads the dict's own factor here.
-  const double all_dim = a.rope.mscale_all_dim;
-  const double m = all_dim != 0.0 ? ops::yarn_mscale(rope.number("factor", 0.0), all_dim) : 1.0;
-  mla.softmax_scale = head_scale * m * m;
-}
-
-AttentionSpec read_mla(const io::ConfigReader& r, const DecoderConfig& c) {
-  AttentionSpec a = c.attention;
-  // MLA makes a key and a value per head whatever num_key_value_heads says (read_decoder_config: absent 128,
-  // transformers' default; null the heads); transformers still repeats them heads // num_key_value_heads times,
-  // which only works out when that is at most 1 (0 too: its sdpa path repeats only above 1).
-  if (a.num_heads / a.num_kv_heads > 1)
-    refuse("num_key_value_heads", std::to_string(a.num_kv_heads),
-           fmt::format("MLA with {} heads sharing each key/value head", a.num_heads / a.num_kv_heads));
-  a.num_kv_heads = a.num_heads;
-  MlaSpec mla;
-  if (r.has("q_lora_rank")) mla.q_lora_rank = r.integer("q_lora_rank", 1536);
-  else if (!r.object().contains("q_lora_rank")) mla.q_lora_rank = 1536;  // absent: the default; null: q_proj
-  mla.kv_lora_rank = r.integer("kv_lora_rank", 512);
-  mla.qk_nope_head_dim = r.integer("qk_nope_head_dim", 128);
-  mla.qk_rope_head_dim = r.integer("qk_rope_head_dim", 64);
-  mla.rope_interleave = r.truthy("rope_interleave", true);  // `bool | None`: null is plain rotate-half
-  mla.bias = r.boolean("attention_bias", false);
-  const std::pair<const char*, int64_t> widths[] = {{"kv_lora_rank", mla.kv_lora_rank},
-                                                    {"qk_nope_head_dim", mla.qk_nope_head_dim},
-                                                    {"qk_rope_head_dim", mla.qk_rope_head_dim},
-                                                    {"q_lora_rank", mla.q_lora_rank.value_or(1)}};
-  for (const auto& [key, value] : widths)
-    if (value <= 0 || value > (1 << 20)) fail("'{}' must be positive and at most {}, got {}", key, 1 << 20, value);
-  if (mla.qk_rope_head_dim % 2 != 0) fail("'qk_rope_head_dim' must be even for RoPE, got {}", mla.qk_rope_head_dim);
-  a.qk_head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
-  a.v_head_dim = r.integer("v_head_dim", 128);
-  if (a.v_head_dim <= 0) fail("'v_head_dim' must be positive, got {}", a.v_head_dim);
-  a.qkv_bias = a.o_bias = mla.bias;
-  a.mla = mla;
-  read_mla_rope(r, c.spec.max_position_embeddings, a);
-  return a;
-}
 
 ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r,
@@ -85,15 +19,8 @@ ModelSpec describe(const io::ConfigReader& r) {
                                          .num_hidden_layers = 61, .num_attention_heads = 128,
                                          .num_key_value_heads = 128, .max_position_embeddings = 4096,
                                          .per_head_kv = true});
-  // FP8 e4m3 block-scaled weights (the released checkpoints) are dequantised on load (model/fp8_dequantize.h).
-  if (const json* q = r.find("quantization_config")) {
-    const bool fp8 = q->is_object() && q->value("quant_method", std::string()) == "fp8" &&
-                     q->value("fmt", std::string("e4m3")) == "e4m3";
-    if (!fp8)
-      refuse("quantization_config", q->is_object() ? q->value("quant_method", std::string("?")) : q->dump(),
-             "a quantisation other than FP8 e4m3 block-scaled");
-  }
-  const AttentionSpec attention = read_mla(r, c);
+  accept_fp8_quantization_only(r);
+  const AttentionSpec attention = read_latent_attention(r, c, {});  // DeepseekV3Config's defaults
   const MoeSpec moe = read_sigmoid_group_moe(r, {});  // DeepseekV3Config's defaults are SigmoidGroupMoeDefaults'
   place_dense_then_moe_layers(r, 3, attention, moe, c.intermediate_size, c.spec);
   c.spec.carries_mtp_layers = true;  // mtp.* if a conversion names its MTP module so; model.layers.K past the last too
@@ -101,58 +28,9 @@ ModelSpec describe(const io::ConfigReader& r) {
   return c.spec;
 }
 
-ParameterSpec whole(std::string name, ParameterRole role, HfTensor piece) {
-  return {std::move(name), piece.shape, role, {piece}, "", shape_numel(piece.shape)};
-}
-
-// MLA's tensors for one layer, in transformers' module order.
-std::vector<ParameterSpec> mla_parameters(const ModelSpec& spec, const AttentionSpec& a, const std::string& hf,
-                                          const std::string& engine) {
-  const MlaSpec& mla = *a.mla;
-  const int64_t H = spec.hidden_size, heads = a.num_heads, rope = mla.qk_rope_head_dim, latent = mla.kv_lora_rank;
-  const std::string in = hf + "self_attn.", out = engine + "attn.";
-  std::vector<ParameterSpec> p;
-  if (!mla.q_lora_rank) {
-    p.push_back(whole(out + "q", ParameterRole::Matmul, {in + "q_proj.weight", {heads * a.qk_head_dim, H}}));
-  } else {
-    const int64_t rank = *mla.q_lora_rank;
-    p.push_back(whole(out + "q_a", ParameterRole::Matmul, {in + "q_a_proj.weight", {rank, H}}));
-    if (mla.bias) p.push_back(whole(out + "q_a_bias", ParameterRole::Bias, {in + "q_a_proj.bias", {rank}}));
-    p.push_back(whole(out + "q_a_norm", ParameterRole::Norm, {in + "q_a_layernorm.weight", {rank}}));
-    p.push_back(whole(out + "q_b", ParameterRole::Matmul, {in + "q_b_proj.weight", {heads * a.qk_head_dim, rank}}));
-  }
-  p.push_back(whole(out + "kv_a", ParameterRole::Matmul, {in + "kv_a_proj_with_mqa.weight", {latent + rope, H}}));
-  if (mla.bias) p.push_back(whole(out + "kv_a_bias", ParameterRole::Bias, {in + "kv_a_proj_with_mqa.bias", {latent + rope}}));
-  p.push_back(whole(out + "kv_a_norm", ParameterRole::Norm, {in + "kv_a_layernorm.weight", {latent}}));
-  p.push_back(whole(out + "kv_b", ParameterRole::Matmul,
-                    {in + "kv_b_proj.weight", {heads * (mla.qk_nope_head_dim + a.v_head_dim), latent}}));
-  p.push_back(whole(out + "o", ParameterRole::Matmul, {in + "o_proj.weight", {H, heads * a.v_head_dim}}));
-  if (mla.bias) p.push_back(whole(out + "o_bias", ParameterRole::Bias, {in + "o_proj.bias", {H}}));
-  return p;
-}
-
-// The usual decoder's parameters with each layer's q/k/v attention replaced by MLA's tensors.
-std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
-  MoeTensorNames names;
-  names.shared_expert = "shared_experts";
-  std::vector<ParameterSpec> out;
-  for (ParameterSpec& p : decoder_parameters(spec, names)) {
-    int64_t layer = -1;
-    char kind[16] = {};
-    if (std::sscanf(p.name.c_str(), "layers.%" SCNd64 ".%15[a-z]", &layer, kind) == 2 && std::string(kind) == "attn") {
-      if (p.name != fmt::format("layers.{}.attn.qkv", layer)) continue;  // the rest of the q/k/v attention
-      const std::string hf = fmt::format("model.layers.{}.", layer), engine = fmt::format("layers.{}.", layer);
-      for (ParameterSpec& mla : mla_parameters(spec, *spec.layers[size_t(layer)].sublayers[0].attention(), hf, engine))
-        out.push_back(std::move(mla));
-      continue;
-    }
-    out.push_back(std::move(p));
-  }
-  return out;
-}
-
 }  // namespace
 
-extern const Family kDeepseekV3Family{"DeepseekV3ForCausalLM", "deepseek_v3", describe, parameters};
+extern const Family kDeepseekV3Family{"DeepseekV3ForCausalLM", "deepseek_v3", describe,
+                                      latent_attention_decoder_parameters};
 
 }  // namespace moetune::model

@@ -3,12 +3,12 @@
 namespace moetune::model {
 
 extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily, kGptOssFamily,
-    kDeepseekV3Family, kNemotronHFamily, kQwen2Family, kMistralFamily, kGlm4MoeFamily;
+    kDeepseekV3Family, kNemotronHFamily, kQwen2Family, kMistralFamily, kGlm4MoeFamily, kGlm4MoeLiteFamily;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {
       &kLlamaFamily,      &kQwen3Family,     &kQwen3MoeFamily, &kMixtralFamily, &kQwen2MoeFamily, &kGptOssFamily,
-      &kDeepseekV3Family, &kNemotronHFamily, &kQwen2Family,    &kMistralFamily, &kGlm4MoeFamily};
+      &kDeepseekV3Family, &kNemotronHFamily, &kQwen2Family,    &kMistralFamily, &kGlm4MoeFamily,  &kGlm4MoeLiteFamily};
   return all;
 }
 

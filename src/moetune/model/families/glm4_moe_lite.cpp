@@ -1,0 +1,83 @@
+// Glm4MoeLiteForCausalLM (GLM-4.7-Flash): DeepSeek-V3's multi-head latent attention (latent_attention.h) in a
+// GLM-4-MoE decoder: each layer's MLP dense (intermediate_size) or DeepSeek-V3's MoE layer (sigmoid_group_moe.h,
+// shared_experts) as mlp_layer_types says ("dense" / "sparse"; absent: the first dense, the rest sparse; the
+// config class has no first_k_dense_replace). head_dim is the config class's other name for qk_rope_head_dim, and
+// num_local_experts for n_routed_experts. No aux loss (transformers trains none). Multi-token-prediction layers in
+// the files (model.layers.N past the last) are skipped and not saved.
+// Defaults: transformers 5.17's Glm4MoeLiteConfig.
+#include <fmt/format.h>
+
+#include "moetune/model/families/decoder_config.h"
+#include "moetune/model/families/family.h"
+#include "moetune/model/families/latent_attention.h"
+#include "moetune/model/families/sigmoid_group_moe.h"
+
+namespace moetune::model {
+namespace {
+
+using nlohmann::json;
+
+// Which layers are MoE: mlp_layer_types, one entry a layer ("sparse": MoE, "dense": the MLP), entries past the
+// last layer unread as transformers leaves them.
+std::vector<bool> sparse_layers(const io::ConfigReader& r, int64_t layers) {
+  std::vector<bool> sparse(size_t(layers), true);
+  const json* types = r.find("mlp_layer_types");
+  if (!types || types->is_null()) {
+    if (layers > 0) sparse[0] = false;
+    return sparse;
+  }
+  if (!types->is_array() || int64_t(types->size()) < layers)
+    fail("'mlp_layer_types' must list \"dense\" or \"sparse\" for each of the {} layers, got {}", layers,
+         types->dump());
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    const json& type = (*types)[size_t(layer)];
+    if (type != "dense" && type != "sparse")
+      fail("'mlp_layer_types'[{}] is {}: expected \"dense\" or \"sparse\"", layer, type.dump());
+    sparse[size_t(layer)] = type == "sparse";
+  }
+  return sparse;
+}
+
+ModelSpec describe(const io::ConfigReader& r) {
+  DecoderConfig c = read_decoder_config(r, {.vocab_size = 154880,
+                                            .hidden_size = 2048,
+                                            .intermediate_size = 10240,
+                                            .num_hidden_layers = 47,
+                                            .num_attention_heads = 20,
+                                            .num_key_value_heads = 20,
+                                            .max_position_embeddings = 202752,
+                                            .rms_norm_eps = 1e-5,
+                                            .per_head_kv = true});
+  accept_fp8_quantization_only(r);
+  // The config class maps head_dim onto qk_rope_head_dim: a config naming both must agree.
+  LatentAttentionDefaults widths{.q_lora_rank = 768, .qk_nope_head_dim = 192, .v_head_dim = 256};
+  if (r.has("head_dim")) {
+    const int64_t head_dim = r.integer("head_dim", widths.qk_rope_head_dim);
+    if (r.has("qk_rope_head_dim") && r.integer("qk_rope_head_dim", head_dim) != head_dim)
+      fail("'head_dim' ({}) and 'qk_rope_head_dim' ({}) name the same width in Glm4MoeLiteConfig and must agree",
+           head_dim, r.integer("qk_rope_head_dim", head_dim));
+    widths.qk_rope_head_dim = head_dim;
+  }
+  const AttentionSpec attention = read_latent_attention(r, c, widths);
+  const MoeSpec moe = read_sigmoid_group_moe(r, {.routed_experts = 64,
+                                                 .groups = 1,
+                                                 .topk_groups = 1,
+                                                 .top_k = 4,
+                                                 .moe_intermediate_size = 1536,
+                                                 .shared_experts = 1,
+                                                 .routed_scaling_factor = 1.8});
+  const std::vector<bool> sparse = sparse_layers(r, c.spec.num_layers());
+  for (int64_t layer = 0; layer < c.spec.num_layers(); ++layer)
+    c.spec.layers[size_t(layer)] = sparse[size_t(layer)] ? attention_then(attention, moe)
+                                                         : attention_then(attention, MlpSpec{c.intermediate_size});
+  c.spec.carries_mtp_layers = true;  // model.layers.N past the last: the next-token-prediction layers
+  validate_decoder(c.spec);
+  return c.spec;
+}
+
+}  // namespace
+
+extern const Family kGlm4MoeLiteFamily{"Glm4MoeLiteForCausalLM", "glm4_moe_lite", describe,
+                                       latent_attention_decoder_parameters};
+
+}  // namespace moetune::model
