@@ -2,7 +2,7 @@
 """Builds the benchmark's reference model: the Qwen3-30B-A3B architecture (or, with --family, gpt-oss-20b's,
 Moonlight-16B-A3B's, DeepSeek-V3's, GLM-4.5-Air's or Nemotron-3-Nano-30B-A3B's) cut to N layers, random weights.
 
-    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|nemotron_h]
+    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|glm4_7_flash|nemotron_h]
                                           [--layers 4] [--skew none|hot] [--tiny] [--seed 1234]
 
 --family moonlight / deepseek_v3: Moonlight-16B-A3B's or DeepSeek-V3's widths (the DeepSeek-V3 family: latent
@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, DeepseekV3Config, Glm4MoeConfig, GptOssConfig, NemotronHConfig, Qwen3MoeConfig
+from transformers import Glm4MoeLiteConfig
 
 
 def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
@@ -92,6 +93,17 @@ def glm4_5_air_config(layers: int) -> Glm4MoeConfig:
         tie_word_embeddings=False, initializer_range=0.02, hidden_act="silu", pad_token_id=151329,
         eos_token_id=[151329, 151336, 151338])
     config.architectures = ["Glm4MoeForCausalLM"]
+    return config
+
+
+def glm4_7_flash_config(layers: int) -> Glm4MoeLiteConfig:
+    """GLM-4.7-Flash's widths (Glm4MoeLiteConfig's defaults: latent attention with 20 heads of q/k 192 + 64 and v 256,
+    q_lora_rank 768, kv_lora_rank 512; 64 experts top-4 of 1536 and a shared one; vocab 154880; rope_theta 1e6) with
+    `layers` layers of which the first is dense."""
+    config = Glm4MoeLiteConfig(
+        num_hidden_layers=layers, mlp_layer_types=["dense"] + ["sparse"] * (layers - 1), tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6}, initializer_range=0.02)
+    config.architectures = ["Glm4MoeLiteForCausalLM"]
     return config
 
 
@@ -234,7 +246,8 @@ def measure_routing(model, input_ids: torch.Tensor, hot_by_layer: dict) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss", "moonlight", "deepseek_v3", "glm4_5_air", "nemotron_h"],
+    parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss", "moonlight", "deepseek_v3", "glm4_5_air", "glm4_7_flash",
+                                             "nemotron_h"],
                         default="qwen3_moe")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--skew", choices=["none", "hot"], default="none")
@@ -254,6 +267,10 @@ def main() -> int:
         if args.tiny or args.skew != "none":
             raise SystemExit("--family glm4_5_air takes neither --tiny nor --skew")
         config = glm4_5_air_config(args.layers)
+    elif args.family == "glm4_7_flash":
+        if args.tiny or args.skew != "none":
+            raise SystemExit("--family glm4_7_flash takes neither --tiny nor --skew")
+        config = glm4_7_flash_config(args.layers)
     elif args.family == "nemotron_h":
         if args.skew != "none":
             raise SystemExit("--family nemotron_h takes no --skew")

@@ -40,9 +40,10 @@ def deepseek_v3_flops_per_token(config: dict, seq: int) -> dict:
         q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
         attention = q + hidden * (kv_rank + rope) + kv_rank * heads * (nope + dv) + heads * dv * hidden
     active = 0
+    layer_types = config.get("mlp_layer_types")  # GLM-4-MoE-Lite: "dense" / "sparse" a layer
     for layer in range(config["num_hidden_layers"]):
         active += attention
-        if layer >= config.get("first_k_dense_replace", 0):
+        if layer_types[layer] == "sparse" if layer_types else layer >= config.get("first_k_dense_replace", 0):
             experts = config["num_experts_per_tok"] + config.get("n_shared_experts", 0)
             active += hidden * config["n_routed_experts"] + experts * 3 * hidden * config["moe_intermediate_size"]
         else:
@@ -90,7 +91,7 @@ def nemotron_h_flops_per_token(config: dict, seq: int) -> dict:
 
 
 def flops_per_token(config: dict, seq: int) -> dict:
-    if config.get("model_type") in ("deepseek_v3", "glm4_moe"):
+    if config.get("model_type") in ("deepseek_v3", "glm4_moe", "glm4_moe_lite"):
         return deepseek_v3_flops_per_token(config, seq)
     if config.get("model_type") == "nemotron_h":
         return nemotron_h_flops_per_token(config, seq)

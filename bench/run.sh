@@ -3,7 +3,7 @@
 #
 #   bench/run.sh [--quick] [--no-grouped] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
 #                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu]
-#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|nemotron_h] [--peers] [--pairs N]
+#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|glm4_7_flash|nemotron_h] [--peers] [--pairs N]
 #
 # --pairs N: N - 1 more (HF grouped_mm, moetune) pairs on the balanced model after the other runs, each HF run
 # followed by moetune's; report.py sets each moetune run against its own pair's HF run and prints the ratios and
@@ -19,8 +19,8 @@
 #
 # --family gpt_oss: gpt-oss-20b's architecture instead of Qwen3-30B-A3B's (models named model_gpt_oss*), HF with
 # its default eager attention (GPT-OSS has no SDPA path in transformers, for its sinks); no skewed runs.
-# --family moonlight / deepseek_v3 / glm4_5_air: Moonlight-16B-A3B's, DeepSeek-V3's or GLM-4.5-Air's widths
-# (bench/make_reference_model.py), models named model_moonlight / model_deepseek_v3 / model_glm4_5_air; no skewed runs.
+# --family moonlight / deepseek_v3 / glm4_5_air / glm4_7_flash: Moonlight-16B-A3B's, DeepSeek-V3's, GLM-4.5-Air's or
+# GLM-4.7-Flash's widths (bench/make_reference_model.py), models named model_<family>; no skewed runs.
 # --family nemotron_h: Nemotron-3-Nano-30B-A3B's architecture (Mamba2, relu² MoE, attention without RoPE), its
 # first --layers layers, model model_nemotron_h; no skewed runs, no HF eager run (grouped_mm and compile only).
 # transformers runs its PyTorch Mamba2 path where the mamba_ssm / causal_conv1d kernels are missing:
@@ -86,9 +86,9 @@ model_name=model
 case "$family" in
   qwen3_moe) ;;
   gpt_oss) model_name=model_gpt_oss; skew=0; hf_flags+=(--attn eager) ;;
-  moonlight|deepseek_v3|glm4_5_air) model_name=model_$family; skew=0 ;;  # the hot-expert calibration is Qwen3-MoE's
+  moonlight|deepseek_v3|glm4_5_air|glm4_7_flash) model_name=model_$family; skew=0 ;;  # the hot-expert calibration is Qwen3-MoE's
   nemotron_h) model_name=model_$family; skew=0; eager=0 ;;
-  *) echo "run.sh: unknown --family '$family' (qwen3_moe, gpt_oss, moonlight, deepseek_v3, glm4_5_air or nemotron_h)" >&2; exit 2 ;;
+  *) echo "run.sh: unknown --family '$family' (qwen3_moe, gpt_oss, moonlight, deepseek_v3, glm4_5_air, glm4_7_flash or nemotron_h)" >&2; exit 2 ;;
 esac
 moetune_sets=()
 if [[ $tiny == 1 ]]; then
