@@ -12,6 +12,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "gpu_test_util.h"
 #include "moetune/cli/generate.h"
@@ -228,10 +229,15 @@ TEST_F(GenerateGpu, TheCliGeneratesAndChatsOnTheGpu) {
 }
 
 // Tokens per second of decode at batch 1 and the prompt's time, after a warm-up generation (cuDNN graphs, cuBLASLt
-// heuristics). Printed, not asserted.
+// heuristics). Printed, not asserted. MOETUNE_DECODE_BENCH_MODEL adds model folders, ':' between them (e.g. the
+// benchmark's random-weight models from bench/make_reference_model.py).
 TEST_F(GenerateGpu, DecodeSpeed) {
   std::vector<std::string> models = {testing::fixture("qwen3_moe_tiny").string(), testing::fixture("llama_tiny").string()};
-  if (const char* extra = std::getenv("MOETUNE_DECODE_BENCH_MODEL")) models.push_back(extra);
+  if (const char* extra = std::getenv("MOETUNE_DECODE_BENCH_MODEL")) {
+    std::stringstream folders(extra);
+    for (std::string folder; std::getline(folders, folder, ':');)
+      if (!folder.empty()) models.push_back(folder);
+  }
   std::mt19937 rng(1234);
   for (const std::string& folder : models) {
     const auto model = model::load_language_model(folder, "cuda");
