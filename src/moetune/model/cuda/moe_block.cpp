@@ -108,6 +108,31 @@ void MoeBlock::add_expert_bias(const Param& bias, const Tensor& rows) const {
   ops::cuda::expert_bias_add(rows, bias.value, dispatched_.offsets);
 }
 
+Tensor MoeBlock::router_logits(const Tensor& normed) const {
+  Tensor logits = device_like({normed.size(0), spec_.router.num_experts}, DType::F32);
+  if (p_.router_bias.defined())
+    ops::cuda::linear_forward(normed, p_.router.value, p_.router_bias.value, logits);
+  else
+    ops::cuda::matmul(normed, false, p_.router.value, true, logits);
+  return logits;
+}
+
+void MoeBlock::route_tokens(const Tensor& logits, const Tensor& expert_ids, const Tensor& weights) const {
+  const int64_t k = spec_.router.top_k;
+  if (is_sigmoid_group_limited(spec_.router)) {
+    Tensor bias = correction_bias_.value;  // fp32, as the checkpoint loader keeps buffers
+    if (bias.defined() && bias.dtype() != DType::F32) {
+      bias = device_like({spec_.router.num_experts}, DType::F32);
+      ops::cast_into(correction_bias_.value, bias);
+    }
+    ops::cuda::sigmoid_router_forward(logits, bias, group_limited(spec_.router), expert_ids, weights);
+  } else if (spec_.router.topk_before_softmax) {
+    ops::cuda::router_topk_softmax_forward(logits, k, expert_ids, weights);
+  } else {
+    ops::cuda::router_topk_forward(logits, k, spec_.router.renormalize, expert_ids, weights);
+  }
+}
+
 Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   if (context.kv_cache && h.size(0) == 1 && runs_one_token()) return forward_one_token(h);
   const Tensor& token_valid = context.batch.token_valid;
@@ -126,25 +151,10 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   normed_ = device_like(h.shape());
   const Tensor& normed = normed_;
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed_);
-  logits_ = device_like({tokens, experts}, DType::F32);
-  if (p_.router_bias.defined())
-    ops::cuda::linear_forward(normed, p_.router.value, p_.router_bias.value, logits_);
-  else
-    ops::cuda::matmul(normed, false, p_.router.value, true, logits_);
+  logits_ = router_logits(normed);
   expert_ids_ = device_like({tokens, k}, DType::I32);
   weights_ = device_like({tokens, k}, DType::F32);
-  if (is_sigmoid_group_limited(spec_.router)) {
-    Tensor bias = correction_bias_.value;  // fp32, as the checkpoint loader keeps buffers
-    if (bias.defined() && bias.dtype() != DType::F32) {
-      bias = device_like({experts}, DType::F32);
-      ops::cast_into(correction_bias_.value, bias);
-    }
-    ops::cuda::sigmoid_router_forward(logits_, bias, group_limited(spec_.router), expert_ids_, weights_);
-  } else if (spec_.router.topk_before_softmax) {
-    ops::cuda::router_topk_softmax_forward(logits_, k, expert_ids_, weights_);
-  } else {
-    ops::cuda::router_topk_forward(logits_, k, spec_.router.renormalize, expert_ids_, weights_);
-  }
+  route_tokens(logits_, expert_ids_, weights_);
   layer_counts_ = Tensor::zeros({experts}, DType::F32, Device::cuda());
   layer_prob_sums_ = Tensor::zeros({experts}, DType::F32, Device::cuda());
   ops::cuda::aux_loss_accumulate(logits_, expert_ids_, token_valid, layer_counts_, layer_prob_sums_);

@@ -8,7 +8,6 @@
 #include "moetune/ops/cuda/gate.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
-#include "moetune/ops/cuda/router.h"
 
 namespace moetune::model::cuda {
 namespace {
@@ -16,24 +15,21 @@ Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empt
 }  // namespace
 
 bool MoeBlock::runs_one_token() const {
-  const bool plain_router = spec_.router.is_softmax_then_topk();  // what router_topk_forward computes (no bias)
   const bool plain_experts = spec_.experts.activation == Activation::SwiGLU && !p_.gate_up_bias.defined() &&
                              !p_.down_bias.defined() && expert_lora_.empty() && !p_.latent_in.defined() &&
                              !padded_width_;
   // The shared expert's MlpSpec (its activation, biases) goes to swiglu_mlp below; its adapters do not.
   const bool plain_shared = shared_lora_.gate_up.empty() && shared_lora_.down.empty() && shared_gate_lora_.empty();
-  return plain_router && plain_experts && plain_shared && !dispatcher_->transfers();
+  return plain_experts && plain_shared && !dispatcher_->transfers();
 }
 
 Tensor MoeBlock::forward_one_token(const Tensor& h) {
   const PhaseScope phase("moe");
-  const int64_t experts = spec_.router.num_experts, k = spec_.router.top_k, inner = p_.gate_up.value.size(1) / 2;
+  const int64_t k = spec_.router.top_k, inner = p_.gate_up.value.size(1) / 2;
   Tensor normed = device_like(h.shape());
   ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
-  Tensor logits = device_like({1, experts}, DType::F32);
-  ops::cuda::matmul(normed, false, p_.router.value, true, logits);
   Tensor expert_ids = device_like({1, k}, DType::I32), weights = device_like({1, k}, DType::F32);
-  ops::cuda::router_topk_forward(logits, k, spec_.router.renormalize, expert_ids, weights);
+  route_tokens(router_logits(normed), expert_ids, weights);  // the forward's router, whichever it is
   Tensor activated = device_like({k, inner});
   ops::cuda::expert_gate_up_swiglu(normed, p_.gate_up.value, expert_ids, activated);
   Tensor out = device_like(h.shape());
