@@ -379,6 +379,14 @@ TEST(Families, Glm4MoeLiteDefaultsAndLayerTypes) {
             std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"glm4_moe_lite","head_dim":32,"qk_rope_head_dim":64})").find("'head_dim'"),
             std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"glm4_moe_lite","rope_parameters":{"rope_type":"default","rope_theta":1e6,
+    "partial_rotary_factor":0.5}})")
+                .find("'partial_rotary_factor'"),
+            std::string::npos);
+  EXPECT_EQ(attention(parse(R"({"model_type":"glm4_moe_lite","num_hidden_layers":1,"rope_parameters":{
+    "rope_type":"default","rope_theta":1e6,"partial_rotary_factor":1.0}})"))
+                .mla->qk_rope_head_dim,
+            64);
 }
 
 TEST(Families, UnknownArchitectureListsTheSupportedOnes) {

@@ -49,6 +49,15 @@ ModelSpec describe(const io::ConfigReader& r) {
                                             .rms_norm_eps = 1e-5,
                                             .per_head_kv = true});
   accept_fp8_quantization_only(r);
+  // transformers' rotary table for this class is head_dim (= qk_rope_head_dim) · the rope dict's
+  // partial_rotary_factor wide, while its attention rotates the whole rope part: any other factor fails there.
+  if (const json* rope = r.find(rope_dict_key(r));
+      rope && rope->is_object() && rope->contains("partial_rotary_factor")) {
+    const json& factor = (*rope)["partial_rotary_factor"];
+    if (!factor.is_number() || factor.get<double>() != 1.0)
+      refuse("partial_rotary_factor", factor.dump(),
+             "a rotary table narrower than qk_rope_head_dim (transformers fails on it)");
+  }
   // The config class maps head_dim onto qk_rope_head_dim: a config naming both must agree.
   LatentAttentionDefaults widths{.q_lora_rank = 768, .qk_nope_head_dim = 192, .v_head_dim = 256};
   if (r.has("head_dim")) {
