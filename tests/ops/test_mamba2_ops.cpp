@@ -86,5 +86,35 @@ TEST(Mamba2, PackedDocumentsEqualTheDocumentsAlone) {
   }
 }
 
+// Generation's cache: the scan over rows 0..6 of one document fed in pieces (3, 1, 3), each continuing from the
+// state the one before left, gives the whole pass's bits, and the state ends as the last row's.
+TEST(Mamba2, ScanContinuesFromItsState) {
+  const Mamba2Scan scan{2, 2, 1, 3, 0.0, INFINITY};
+  const Mamba2ScanInputs in{random({7, 4}), random({7, 2}), random({7, 3}), random({7, 3})};
+  const Mamba2ScanParams params{random({2}), random({2}), random({2})};
+  DocumentStarts one(7, 0);
+  one[0] = 1;
+  const Tensor whole = mamba2_scan_forward(in, params, scan, one);
+  const Tensor state = Tensor::zeros({2, 2, 3}, DType::F32);
+  for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 3}, {3, 1}, {4, 3}}) {
+    const Mamba2ScanInputs part{rows_of(in.x, first, count), rows_of(in.dt, first, count), rows_of(in.b, first, count),
+                                rows_of(in.c, first, count)};
+    const Tensor y = mamba2_scan_forward(part, params, scan, DocumentStarts(size_t(count), 0), state);
+    EXPECT_TRUE(y.same_bytes(rows_of(whole, first, count))) << "rows from " << first;
+  }
+  // A further row from the final state equals the whole pass over eight rows' last.
+  const Mamba2ScanInputs more{random({8, 4}), random({8, 2}), random({8, 3}), random({8, 3})};
+  Mamba2ScanInputs eight = more;
+  for (auto [t, from] :
+       {std::pair<Tensor*, const Tensor*>{&eight.x, &in.x}, {&eight.dt, &in.dt}, {&eight.b, &in.b}, {&eight.c, &in.c}})
+    std::copy_n(from->data<float>(), from->numel(), t->data<float>());
+  DocumentStarts eight_one(8, 0);
+  eight_one[0] = 1;
+  const Tensor y8 = mamba2_scan_forward(eight, params, scan, eight_one);
+  const Mamba2ScanInputs last{rows_of(eight.x, 7, 1), rows_of(eight.dt, 7, 1), rows_of(eight.b, 7, 1),
+                              rows_of(eight.c, 7, 1)};
+  EXPECT_TRUE(mamba2_scan_forward(last, params, scan, DocumentStarts(1, 0), state).same_bytes(rows_of(y8, 7, 1)));
+}
+
 }  // namespace
 }  // namespace moetune::ops

@@ -26,6 +26,17 @@ inline Tensor columns(const Tensor& x, int64_t first, int64_t count) {
   return out;
 }
 
+// [a; b] along the first dimension (rows, tokens), F32; an undefined `a` counts as no rows.
+inline Tensor concatenate_rows(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b.clone();
+  Shape shape = a.shape();
+  shape[0] += b.size(0);
+  Tensor out = Tensor::empty(shape, DType::F32);
+  std::copy_n(a.data<float>(), a.numel(), out.data<float>());
+  std::copy_n(b.data<float>(), b.numel(), out.data<float>() + a.numel());
+  return out;
+}
+
 // Writes `part` [rows, count] into columns [first, first + count) of `x` [rows, width].
 inline void set_columns(const Tensor& x, int64_t first, const Tensor& part) {
   const int64_t rows = x.size(0), width = x.size(1), count = part.numel() / rows;

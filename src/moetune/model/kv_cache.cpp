@@ -1,22 +1,8 @@
 #include "moetune/model/kv_cache.h"
 
-#include <cstring>
+#include "moetune/model/block_util.h"
 
 namespace moetune::model {
-namespace {
-
-// [a; b] along the first dimension (tokens).
-Tensor concatenate_tokens(const Tensor& a, const Tensor& b) {
-  if (!a.defined()) return b.clone();
-  Shape shape = a.shape();
-  shape[0] += b.size(0);
-  Tensor out = Tensor::empty(shape, DType::F32);
-  std::memcpy(out.data<float>(), a.data<float>(), size_t(a.numel()) * sizeof(float));
-  std::memcpy(out.data<float>() + a.numel(), b.data<float>(), size_t(b.numel()) * sizeof(float));
-  return out;
-}
-
-}  // namespace
 
 std::pair<Tensor, Tensor> KvCache::append(const Tensor& k, const Tensor& v) {
   MOETUNE_CHECK(k.size(0) == pending_ && v.size(0) == pending_, "KvCache: {} new keys in a pass of {} tokens", k.size(0),
@@ -26,19 +12,21 @@ std::pair<Tensor, Tensor> KvCache::append(const Tensor& k, const Tensor& v) {
   MOETUNE_CHECK(!keys.defined() || keys.size(0) == tokens_, "KvCache: a sublayer holds {} keys of {} tokens",
                 keys.size(0), tokens_);
   // Copied whole each step: O(sequence) per token, as the attention itself is; the CPU engine runs small models.
-  keys = concatenate_tokens(keys, k);
-  values = concatenate_tokens(values, v);
+  keys = concatenate_rows(keys, k);
+  values = concatenate_rows(values, v);
   return {keys, values};
 }
 
-Tensor KvCache::append_inputs(const Tensor& x) {
-  MOETUNE_CHECK(x.size(0) == pending_, "KvCache: {} new rows in a pass of {} tokens", x.size(0), pending_);
-  if (next_inputs_ == inputs_.size()) inputs_.emplace_back();
-  Tensor& rows = inputs_[next_inputs_++];
-  MOETUNE_CHECK(!rows.defined() || rows.size(0) == tokens_, "KvCache: a sublayer holds {} rows of {} tokens", rows.size(0),
-                tokens_);
-  rows = concatenate_tokens(rows, x);
-  return rows;
+std::pair<Tensor, Tensor> KvCache::mamba2_state(const Shape& conv_window, const Shape& ssm_state) {
+  if (next_mamba2_ == mamba2_.size()) {
+    MOETUNE_CHECK(tokens_ == 0, "KvCache: a new Mamba2 sublayer after {} tokens", tokens_);
+    mamba2_.emplace_back(Tensor::zeros(conv_window, DType::F32), Tensor::zeros(ssm_state, DType::F32));
+  }
+  const auto& state = mamba2_[next_mamba2_++];
+  MOETUNE_CHECK(state.first.shape() == conv_window && state.second.shape() == ssm_state,
+                "KvCache: Mamba2 sublayer {} holds {} and {} but was asked for {} and {}", next_mamba2_ - 1,
+                state.first.str(), state.second.str(), shape_str(conv_window), shape_str(ssm_state));
+  return state;
 }
 
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionMask& mask, double scale,

@@ -12,14 +12,12 @@ Mamba2Block::Mamba2Block(const ParameterStore& store, const std::string& layer, 
 Tensor Mamba2Block::forward(const Tensor& h, const StepContext& context) {
   const Tensor normed = ops::rms_norm_forward(h, w_.norm.value, w_.eps);
   if (context.kv_cache) {
-    // A cached decode step: the recurrence runs again over the sequence's inputs so far (one document, no
-    // padding), O(sequence) per token like the attention beside it; the new tokens' rows are the last ones.
-    const Tensor inputs = context.kv_cache->append_inputs(normed);
-    const int64_t total = inputs.size(0), fresh = h.size(0);
-    ops::DocumentStarts starts(size_t(total), 0);
-    starts[0] = 1;
-    const Tensor out = mamba2_mixer_forward(w_.spec, w_.values, inputs, {starts, {}}, nullptr);
-    return add(h, out.narrow(total - fresh, fresh));
+    // A cached decode step (one sequence, no padding): the conv and the scan continue from this sublayer's state
+    // in the cache, O(1) per token.
+    const Mamba2Spec& spec = w_.spec;
+    const auto [window, state] = context.kv_cache->mamba2_state({spec.conv_kernel - 1, spec.conv_channels()},
+                                                                {spec.num_heads, spec.head_dim, spec.state_size});
+    return add(h, mamba2_mixer_step(spec, w_.values, normed, window, state));
   }
   input_ = h;
   return add(h, mamba2_mixer_forward(w_.spec, w_.values, normed, mamba2_rows(context.layout), &stash_));

@@ -56,6 +56,26 @@ Tensor mamba2_mixer_forward(const Mamba2Spec& spec, const Mamba2Weights& weights
   return ops::linear_forward(normed, weights.out_proj, weights.out_proj_bias);
 }
 
+Tensor mamba2_mixer_step(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& x,
+                         const Tensor& conv_window, const Tensor& ssm_state) {
+  const int64_t fresh = x.size(0), kept = conv_window.size(0), channels = spec.conv_channels();
+  const Tensor projected = ops::linear_forward(x, weights.in_proj, weights.in_proj_bias);
+  // The window's rows before the new ones: the conv over them, from a document start at the window's first row,
+  // gives the new rows what the whole sequence's conv gives them (zeros before the sequence's start count as the
+  // conv's own left padding).
+  const Tensor joined = concatenate_rows(conv_window, columns(projected, spec.inner(), channels));
+  ops::DocumentStarts starts(size_t(kept + fresh), 0);
+  starts[0] = 1;
+  const Tensor conv = ops::mamba2_conv_forward(joined, weights.conv, weights.conv_bias, starts).narrow(kept, fresh);
+  std::copy_n(joined.data<float>() + fresh * channels, kept * channels, conv_window.data<float>());
+  const Tensor scan =
+      ops::mamba2_scan_forward(scan_inputs(spec, projected, conv), {weights.dt_bias, weights.a_log, weights.d},
+                               spec.scan(), ops::DocumentStarts(size_t(fresh), 0), ssm_state);
+  const Tensor normed = ops::gated_rms_norm_forward(scan, gate(spec, projected), weights.norm,
+                                                    spec.inner() / spec.num_groups, spec.norm_eps);
+  return ops::linear_forward(normed, weights.out_proj, weights.out_proj_bias);
+}
+
 Tensor mamba2_mixer_backward(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& dy,
                              const Mamba2Stash& stash, const Mamba2Rows& rows, const Mamba2Weights& grads) {
   const int64_t group_size = spec.inner() / spec.num_groups;

@@ -40,6 +40,13 @@ struct Mamba2Stash {
 Tensor mamba2_mixer_forward(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& x,
                             const Mamba2Rows& rows, Mamba2Stash* stash);
 
+// Generation: x [n, hidden] (the normed new rows of one sequence) -> [n, hidden], the conv continued from
+// conv_window (F32 [conv_kernel − 1, conv channels], the rows of xBC before these, oldest first) and the scan from
+// ssm_state (F32 [heads, head_dim, state]); both are moved on to the last row. The same sums as the forward over
+// the whole sequence.
+Tensor mamba2_mixer_step(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& x,
+                         const Tensor& conv_window, const Tensor& ssm_state);
+
 // Given dy [N, hidden]: accumulates every weight's gradient into `grads` and returns dx.
 Tensor mamba2_mixer_backward(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& dy,
                              const Mamba2Stash& stash, const Mamba2Rows& rows, const Mamba2Weights& grads);

@@ -47,9 +47,10 @@ struct Mamba2ScanParams {
 };
 
 // y [N, H·P]: state_n = exp(dt_n·A) · state_{n-1} + dt_n · B_n ⊗ x_n (state_{-1} = 0 at a document start),
-// y_n = state_n · C_n + D · x_n.
+// y_n = state_n · C_n + D · x_n. With `state` (F32 [H, P, S], generation's cache): row 0 continues from it unless
+// it starts a document, and it is overwritten with the state after the last row.
 Tensor mamba2_scan_forward(const Mamba2ScanInputs& in, const Mamba2ScanParams& params, const Mamba2Scan& scan,
-                           const DocumentStarts& starts);
+                           const DocumentStarts& starts, const Tensor& state = {});
 
 // Given dy [N, H·P]: the inputs' gradients (same shapes as `in`, dt's with respect to dt_raw), and the per-head
 // parameters' gradients accumulated into `dparams`. The states are recomputed and all held at once (N·H·P·S

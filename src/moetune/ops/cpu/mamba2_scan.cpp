@@ -54,14 +54,15 @@ Steps discretize(const Mamba2ScanInputs& in, const Mamba2ScanParams& params, con
 }
 
 // Every state after each token, [N, H, P, S]: what the backward pass reads (the oracle keeps it simple).
+// `initial`: the state before row 0 ([H, P, S]), or null for zeros.
 std::vector<float> run_states(const Mamba2ScanInputs& in, const Mamba2Scan& scan, const Steps& steps,
-                              const DocumentStarts& starts) {
+                              const DocumentStarts& starts, const float* initial = nullptr) {
   const int64_t rows = in.x.size(0), heads = scan.num_heads, dim = scan.head_dim, size = scan.state_size;
   const int64_t per_group = heads / scan.num_groups, per_row = heads * dim * size;
   std::vector<float> states(size_t(rows * per_row));
   for (int64_t n = 0; n < rows; ++n) {
     float* state = states.data() + n * per_row;
-    const float* previous = (n == 0 || starts[size_t(n)]) ? nullptr : state - per_row;
+    const float* previous = starts[size_t(n)] ? nullptr : n == 0 ? initial : state - per_row;
     for (int64_t h = 0; h < heads; ++h) {
       const size_t i = size_t(n * heads + h);
       const float* b = in.b.data<float>() + (n * scan.num_groups + h / per_group) * size;
@@ -79,10 +80,18 @@ std::vector<float> run_states(const Mamba2ScanInputs& in, const Mamba2Scan& scan
 }  // namespace
 
 Tensor mamba2_scan_forward(const Mamba2ScanInputs& in, const Mamba2ScanParams& params, const Mamba2Scan& scan,
-                           const DocumentStarts& starts) {
+                           const DocumentStarts& starts, const Tensor& state) {
   check_scan(in, params, scan, starts);
+  const int64_t per_row = scan.num_heads * scan.head_dim * scan.state_size;
+  if (state.defined())
+    MOETUNE_CHECK(state.dtype() == DType::F32 && state.device().is_cpu() &&
+                      state.shape() == Shape({scan.num_heads, scan.head_dim, scan.state_size}),
+                  "mamba2_scan_forward: state {} must be F32 [{}, {}, {}] on the CPU", state.str(), scan.num_heads,
+                  scan.head_dim, scan.state_size);
   const Steps steps = discretize(in, params, scan);
-  const std::vector<float> states = run_states(in, scan, steps, starts);
+  const std::vector<float> states =
+      run_states(in, scan, steps, starts, state.defined() ? state.data<float>() : nullptr);
+  if (state.defined() && !states.empty()) std::copy(states.end() - per_row, states.end(), state.data<float>());
   const int64_t rows = in.x.size(0), heads = scan.num_heads, dim = scan.head_dim, size = scan.state_size;
   const int64_t per_group = heads / scan.num_groups;
   Tensor y = Tensor::empty(in.x.shape(), DType::F32);
