@@ -1,7 +1,7 @@
 // A Mamba2 sublayer on the CPU (Nemotron-H's linear_attention layers): h + mamba2_mixer(rms_norm(h)), the mixer
 // being model/mamba2_mixer.h's composition of the ops. The conv window and the scan's state restart at every
-// document start and padding edge of the step's sequence layout. In a cached decode step (generate) it keeps its
-// inputs in the KvCache and runs the recurrence over the whole sequence again.
+// document start and padding edge of the step's sequence layout. In a cached decode step (generate) the conv and
+// the scan continue from its state in the KvCache (mamba2_mixer_step).
 #pragma once
 
 #include "moetune/model/mamba2_mixer.h"
