@@ -75,10 +75,7 @@ ModelSpec describe(const io::ConfigReader& r) {
                                                  .moe_intermediate_size = 1536,
                                                  .shared_experts = 1,
                                                  .routed_scaling_factor = 1.8});
-  const std::vector<bool> sparse = sparse_layers(r, c.spec.num_layers());
-  for (int64_t layer = 0; layer < c.spec.num_layers(); ++layer)
-    c.spec.layers[size_t(layer)] = sparse[size_t(layer)] ? attention_then(attention, moe)
-                                                         : attention_then(attention, MlpSpec{c.intermediate_size});
+  place_dense_and_moe_layers(sparse_layers(r, c.spec.num_layers()), attention, moe, c.intermediate_size, c.spec);
   c.spec.carries_mtp_layers = true;  // model.layers.N past the last: the next-token-prediction layers
   validate_decoder(c.spec);
   return c.spec;

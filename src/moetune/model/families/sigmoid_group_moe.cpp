@@ -37,9 +37,16 @@ void place_dense_then_moe_layers(const io::ConfigReader& r, int64_t dense_defaul
                                  const MoeSpec& moe, int64_t intermediate_size, ModelSpec& spec) {
   const int64_t dense = r.integer("first_k_dense_replace", dense_default);
   if (dense < 0) fail("'first_k_dense_replace' must not be negative, got {}", dense);
+  std::vector<bool> moe_layers(size_t(spec.num_layers()));
+  for (int64_t layer = 0; layer < spec.num_layers(); ++layer) moe_layers[size_t(layer)] = layer >= dense;
+  place_dense_and_moe_layers(moe_layers, attention, moe, intermediate_size, spec);
+}
+
+void place_dense_and_moe_layers(const std::vector<bool>& moe_layers, const AttentionSpec& attention, const MoeSpec& moe,
+                                int64_t intermediate_size, ModelSpec& spec) {
   for (int64_t layer = 0; layer < spec.num_layers(); ++layer)
-    spec.layers[size_t(layer)] =
-        layer < dense ? attention_then(attention, MlpSpec{intermediate_size}) : attention_then(attention, moe);
+    spec.layers[size_t(layer)] = moe_layers[size_t(layer)] ? attention_then(attention, moe)
+                                                           : attention_then(attention, MlpSpec{intermediate_size});
 }
 
 }  // namespace moetune::model

@@ -26,4 +26,8 @@ MoeSpec read_sigmoid_group_moe(const io::ConfigReader& config, const SigmoidGrou
 void place_dense_then_moe_layers(const io::ConfigReader& config, int64_t dense_default, const AttentionSpec& attention,
                                  const MoeSpec& moe, int64_t intermediate_size, ModelSpec& spec);
 
+// The same with the MoE layers named one by one (moe_layers[layer]; GLM-4-MoE-Lite's mlp_layer_types).
+void place_dense_and_moe_layers(const std::vector<bool>& moe_layers, const AttentionSpec& attention, const MoeSpec& moe,
+                                int64_t intermediate_size, ModelSpec& spec);
+
 }  // namespace moetune::model

@@ -18,15 +18,10 @@ int64_t max_shared_bytes() {
 
 Mamba2ScanDims checked_dims(std::string_view op, const Mamba2ScanBlocks& in, const Mamba2Scan& scan,
                             int64_t chunk_size) {
-  MOETUNE_CHECK(scan.num_heads > 0 && scan.head_dim > 0 && scan.state_size > 0 && scan.num_groups > 0 &&
-                    scan.num_heads % scan.num_groups == 0,
-                "{}: {} heads of {} with {} groups of state {} (mamba_num_heads must be a multiple of n_groups)", op,
-                scan.num_heads, scan.head_dim, scan.num_groups, scan.state_size);
   MOETUNE_CHECK(chunk_size > 0 && chunk_size <= kMamba2MaxChunk, "{}: chunk_size {} is outside what the GPU scan takes (1..{})",
                 op, chunk_size, kMamba2MaxChunk);
-  const int64_t rows = in.x.tensor.defined() && in.x.tensor.dim() == 2 ? in.x.tensor.size(0) : -1;
-  Mamba2ScanDims dims{rows, scan.num_heads, scan.head_dim, scan.num_groups, scan.state_size, chunk_size,
-                      float(scan.dt_min), float(scan.dt_max)};
+  Mamba2ScanDims dims = checked_scan_dims(op, in, scan);
+  dims.chunk = chunk_size;
   const size_t shared = mamba2_scan_shared_bytes(dims);
   MOETUNE_CHECK(int64_t(shared) <= max_shared_bytes(),
                 "{}: chunk_size {} with head_dim {} and ssm_state_size {} needs {} bytes of shared memory per block; "
@@ -49,6 +44,26 @@ Operands operands(std::string_view op, const Mamba2ScanBlocks& blocks, const Mam
 
 Mamba2ScanPointers pointers(std::string_view op, const Mamba2ScanBlocks& in, const Mamba2ScanParams& params,
                             const Mamba2ScanDims& d, const Tensor& starts) {
+  Mamba2ScanPointers p = checked_scan_operands(op, in, params, d);
+  check_gpu_tensor(op, "starts", starts, DType::U8, {d.rows});
+  p.starts = device_data<uint8_t>(starts);
+  return p;
+}
+
+}  // namespace
+
+Mamba2ScanDims checked_scan_dims(std::string_view op, const Mamba2ScanBlocks& in, const Mamba2Scan& scan) {
+  MOETUNE_CHECK(scan.num_heads > 0 && scan.head_dim > 0 && scan.state_size > 0 && scan.num_groups > 0 &&
+                    scan.num_heads % scan.num_groups == 0,
+                "{}: {} heads of {} with {} groups of state {} (mamba_num_heads must be a multiple of n_groups)", op,
+                scan.num_heads, scan.head_dim, scan.num_groups, scan.state_size);
+  const int64_t rows = in.x.tensor.defined() && in.x.tensor.dim() == 2 ? in.x.tensor.size(0) : -1;
+  return {rows, scan.num_heads,     scan.head_dim,     scan.num_groups, scan.state_size,
+          1,    float(scan.dt_min), float(scan.dt_max)};
+}
+
+Mamba2ScanPointers checked_scan_operands(std::string_view op, const Mamba2ScanBlocks& in,
+                                         const Mamba2ScanParams& params, const Mamba2ScanDims& d) {
   const Operands o = operands(op, in, d, "");
   const Tensor* per_head[] = {&params.dt_bias, &params.a_log, &params.d};
   const char* names[] = {"dt_bias", "A_log", "D"};
@@ -56,12 +71,16 @@ Mamba2ScanPointers pointers(std::string_view op, const Mamba2ScanBlocks& in, con
   for (int i = 0; i < 3; ++i) check_shape(op, names[i], *per_head[i], {d.heads});
   MOETUNE_CHECK(params.a_log.dtype() == params.dt_bias.dtype() && params.d.dtype() == params.dt_bias.dtype(),
                 "{}: dt_bias, A_log and D must share a dtype", op);
-  check_gpu_tensor(op, "starts", starts, DType::U8, {d.rows});
-  return {o.x, o.dt, o.b, o.c, params.dt_bias.raw_data(), params.a_log.raw_data(), params.d.raw_data(),
-          params.dt_bias.dtype() == DType::BF16, device_data<uint8_t>(starts)};
+  return {o.x,
+          o.dt,
+          o.b,
+          o.c,
+          params.dt_bias.raw_data(),
+          params.a_log.raw_data(),
+          params.d.raw_data(),
+          params.dt_bias.dtype() == DType::BF16,
+          nullptr};
 }
-
-}  // namespace
 
 void mamba2_scan_forward(const Mamba2ScanBlocks& in, const Mamba2ScanParams& params, const Mamba2Scan& scan,
                          int64_t chunk_size, const Tensor& starts, const ColumnBlock& y) {

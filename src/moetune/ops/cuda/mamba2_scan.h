@@ -3,8 +3,11 @@
 // accumulation, document restarts anywhere (U8 starts [N] on the GPU), any number of rows.
 #pragma once
 
+#include <string_view>
+
 #include "moetune/core/tensor.h"
 #include "moetune/ops/cuda/column_block.h"
+#include "moetune/ops/cuda/mamba2_scan_kernels.h"
 #include "moetune/ops/mamba2.h"
 
 namespace moetune::ops::cuda {
@@ -13,6 +16,13 @@ namespace moetune::ops::cuda {
 struct Mamba2ScanBlocks {
   ColumnBlock x, dt, b, c;
 };
+
+// The scan's sizes (rows from x; chunk 1) after checking the head / group / state counts, and its operands after
+// checking them (x, dt, B, C through their blocks; dt_bias, A_log, D [H] of one dtype); starts left null. Shared
+// by the chunked scan and generation's step (ops/cuda/mamba2_step.h).
+Mamba2ScanDims checked_scan_dims(std::string_view op, const Mamba2ScanBlocks& in, const Mamba2Scan& scan);
+Mamba2ScanPointers checked_scan_operands(std::string_view op, const Mamba2ScanBlocks& in,
+                                         const Mamba2ScanParams& params, const Mamba2ScanDims& dims);
 
 // y [N, H·P] (BF16) = the scan of `in` with params dt_bias, a_log, d ([H], BF16 or F32), in chunks of
 // `chunk_size` rows.
