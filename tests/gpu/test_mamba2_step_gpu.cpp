@@ -119,7 +119,68 @@ TEST_F(Mamba2StepGpu, ScanStepsFollowTheChunkedScan) {
     const double error = relative_error(cpu_rows(stepped), cpu_rows(whole));
     std::printf("scan steps against the chunked scan: relative error %.2e\n", error);
     EXPECT_LT(error, 1e-2);
+
+    // Generation's mix: the pieces of several rows through the chunked scan continuing the state (chunks of 16, so
+    // that pieces span several), single rows through the step. Same rows as the whole pass, and the same end state
+    // as the steps alone left.
+    const Tensor mixed_state = Tensor::zeros({c.heads, c.head_dim, c.state}, DType::F32, Device::cuda());
+    const ColumnBlock mixed = poisoned_block(c.rows, inner, 1);
+    at = 0;
+    for (const int64_t count : pieces(c.rows)) {
+      const ops::cuda::Mamba2ScanBlocks part{rows_of(in.x, at, count), rows_of(in.dt, at, count),
+                                             rows_of(in.b, at, count), rows_of(in.c, at, count)};
+      if (count > 1)
+        ops::cuda::mamba2_scan_forward(part, params, scan, 16, Tensor(), rows_of(mixed, at, count), mixed_state);
+      else
+        ops::cuda::mamba2_scan_step(part, params, scan, mixed_state, rows_of(mixed, at, count));
+      at += count;
+    }
+    const double mixed_error = relative_error(cpu_rows(mixed), cpu_rows(whole));
+    const double state_error = relative_error(to_cpu_f32(mixed_state), to_cpu_f32(state));
+    std::printf("chunked pieces with steps against the whole pass: rows %.2e, end state %.2e\n", mixed_error,
+                state_error);
+    EXPECT_LT(mixed_error, 1e-2);
+    EXPECT_LT(state_error, 1e-4);
   }
+}
+
+// The chunked scan continuing a state honours document starts inside its rows: from a start on, the rows are a
+// fresh scan's, whatever state came in.
+TEST_F(Mamba2StepGpu, ChunkedScanWithAStateRestartsAtADocumentStart) {
+  SCOPED_TRACE(seed());
+  const int64_t rows = 200, split = 90, restart = 120, heads = 4, head_dim = 16, groups = 2, state_size = 32;
+  const ops::Mamba2Scan scan{heads, head_dim, groups, state_size, 0.0, INFINITY};
+  const int64_t inner = heads * head_dim, bc = groups * state_size;
+  const ops::cuda::Mamba2ScanBlocks in{random_block(rows, inner, 1), random_block(rows, heads, 0),
+                                       random_block(rows, bc, 2), random_block(rows, bc, 0)};
+  const ops::Mamba2ScanParams params{random_gpu({heads}, 0.5f), random_gpu({heads}, 0.5f), random_gpu({heads})};
+  std::vector<uint8_t> starts(size_t(rows), 0);
+  starts[0] = starts[size_t(restart)] = 1;
+  const ColumnBlock whole = poisoned_block(rows, inner, 0);
+  ops::cuda::mamba2_scan_forward(in, params, scan, 64, ops::cuda::upload_row_flags(starts), whole);
+  const Tensor state = Tensor::zeros({heads, head_dim, state_size}, DType::F32, Device::cuda());
+  const ColumnBlock pieces_out = poisoned_block(rows, inner, 0);
+  const auto part = [&](int64_t at, int64_t count) {
+    return ops::cuda::Mamba2ScanBlocks{rows_of(in.x, at, count), rows_of(in.dt, at, count), rows_of(in.b, at, count),
+                                       rows_of(in.c, at, count)};
+  };
+  ops::cuda::mamba2_scan_forward(part(0, split), params, scan, 64, Tensor(), rows_of(pieces_out, 0, split), state);
+  const std::vector<uint8_t> later(starts.begin() + split, starts.end());
+  ops::cuda::mamba2_scan_forward(part(split, rows - split), params, scan, 64, ops::cuda::upload_row_flags(later),
+                                 rows_of(pieces_out, split, rows - split), state);
+  const double error = relative_error(cpu_rows(pieces_out), cpu_rows(whole));
+  std::printf("two chunked pieces (a start in the second) against the whole pass: %.2e\n", error);
+  EXPECT_LT(error, 1e-2);
+  // Past the start, the rows owe nothing to the state that came in: zeroing it changes none of them.
+  const Tensor fresh = Tensor::zeros({heads, head_dim, state_size}, DType::F32, Device::cuda());
+  const ColumnBlock again = poisoned_block(rows - split, inner, 0);
+  ops::cuda::mamba2_scan_forward(part(split, rows - split), params, scan, 64, ops::cuda::upload_row_flags(later), again,
+                                 fresh);
+  const int64_t past = restart - split;
+  EXPECT_EQ(relative_error(cpu_rows(rows_of(again, past, rows - restart)),
+                           cpu_rows(rows_of(pieces_out, restart, rows - restart))),
+            0.0);
+  EXPECT_EQ(relative_error(to_cpu_f32(fresh), to_cpu_f32(state)), 0.0);
 }
 
 TEST_F(Mamba2StepGpu, RefusesMismatchedState) {
@@ -132,6 +193,8 @@ TEST_F(Mamba2StepGpu, RefusesMismatchedState) {
   const ops::Mamba2ScanParams params{random_gpu({2}), random_gpu({2}), random_gpu({2})};
   const Tensor wrong_state = Tensor::zeros({2, 4, 16}, DType::F32, Device::cuda());
   EXPECT_THROW(ops::cuda::mamba2_scan_step(in, params, scan, wrong_state, poisoned_block(3, 8, 0)), Error);
+  EXPECT_THROW(ops::cuda::mamba2_scan_forward(in, params, scan, 16, Tensor(), poisoned_block(3, 8, 0), wrong_state),
+               Error);
 }
 
 }  // namespace

@@ -78,7 +78,13 @@ Tensor mamba2_mixer_step_gpu(const Mamba2Spec& spec, const Mamba2Weights& w, con
   Tensor conv = device_bf16({tokens, spec.conv_channels()});
   ops::cuda::mamba2_conv_step(split.xbc(projected), w.conv, w.conv_bias, conv_window, conv);
   Tensor scan = device_bf16({tokens, spec.inner()});
-  ops::cuda::mamba2_scan_step(split.scan(projected, conv), {w.dt_bias, w.a_log, w.d}, spec.scan(), ssm_state, scan);
+  // A prompt (several rows) takes the training's chunked scan, continuing the cache's state: the step kernel walks
+  // rows one after another (a 4096-token prompt ~15 ms a layer), the chunked algorithm computes them in parallel.
+  if (tokens > 1)
+    ops::cuda::mamba2_scan_forward(split.scan(projected, conv), {w.dt_bias, w.a_log, w.d}, spec.scan(), spec.chunk_size,
+                                   Tensor(), scan, ssm_state);
+  else
+    ops::cuda::mamba2_scan_step(split.scan(projected, conv), {w.dt_bias, w.a_log, w.d}, spec.scan(), ssm_state, scan);
   const Tensor normed = gated_norm(spec, w, scan, projected);
   Tensor out = device_bf16({tokens, w.out_proj.size(0)});
   ops::cuda::linear_forward(normed, w.out_proj, w.out_proj_bias, out);

@@ -30,7 +30,7 @@ Tensor mamba2_mixer_forward_gpu(const Mamba2Spec& spec, int64_t chunk_size, cons
 
 // Generation: x [n, hidden] (the normed new rows of one sequence) -> [n, hidden], the conv and the scan continued
 // from conv_window (BF16 [conv_kernel − 1, conv channels]) and ssm_state (F32 [heads, head_dim, state]), both
-// moved on to the last row (ops/cuda/mamba2_step.h).
+// moved on to the last row (ops/cuda/mamba2_step.h; a prompt of several rows scans by chunks, from the state).
 Tensor mamba2_mixer_step_gpu(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& x,
                              const Tensor& conv_window, const Tensor& ssm_state);
 

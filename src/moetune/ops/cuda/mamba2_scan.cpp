@@ -45,6 +45,7 @@ Operands operands(std::string_view op, const Mamba2ScanBlocks& blocks, const Mam
 Mamba2ScanPointers pointers(std::string_view op, const Mamba2ScanBlocks& in, const Mamba2ScanParams& params,
                             const Mamba2ScanDims& d, const Tensor& starts) {
   Mamba2ScanPointers p = checked_scan_operands(op, in, params, d);
+  if (!starts.defined()) return p;
   check_gpu_tensor(op, "starts", starts, DType::U8, {d.rows});
   p.starts = device_data<uint8_t>(starts);
   return p;
@@ -83,10 +84,14 @@ Mamba2ScanPointers checked_scan_operands(std::string_view op, const Mamba2ScanBl
 }
 
 void mamba2_scan_forward(const Mamba2ScanBlocks& in, const Mamba2ScanParams& params, const Mamba2Scan& scan,
-                         int64_t chunk_size, const Tensor& starts, const ColumnBlock& y) {
+                         int64_t chunk_size, const Tensor& starts, const ColumnBlock& y, const Tensor& state) {
   constexpr std::string_view op = "mamba2_scan_forward";
   const Mamba2ScanDims d = checked_dims(op, in, scan, chunk_size);
-  const Mamba2ScanPointers p = pointers(op, in, params, d, starts);
+  Mamba2ScanPointers p = pointers(op, in, params, d, starts);
+  if (state.defined()) {
+    check_gpu_tensor(op, "state", state, DType::F32, {d.heads, d.head_dim, d.state});
+    p.state = device_data<float>(state);
+  }
   const StridedBf16 out = strided_operand(op, "y", y, d.rows, d.heads * d.head_dim);
   void* workspace = gpu::allocate(mamba2_scan_forward_workspace_bytes(d));
   const cudaError_t status = launch_mamba2_scan_forward(d, p, out, workspace, gpu::stream());

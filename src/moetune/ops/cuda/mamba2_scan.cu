@@ -282,7 +282,8 @@ __global__ void discretize_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Scrat
     s.dt[at] = dt;
     s.cs[at] = dt * -expf(param(in.a_log, in.params_bf16, e % H));
   });
-  for (int i = threadIdx.x; i < ch.count; i += blockDim.x) starts[i] = ch.first + i == 0 || in.starts[ch.first + i];
+  for (int i = threadIdx.x; i < ch.count; i += blockDim.x)
+    starts[i] = (ch.first + i == 0 && !in.state) || (in.starts && in.starts[ch.first + i]);
   __syncthreads();  // also makes the global writes above visible to the block
   for (int h = threadIdx.x; h < H; h += blockDim.x) {
     float sum = 0.0f;
@@ -383,10 +384,11 @@ __global__ void chunk_outer_kernel(Mamba2ScanDims d, Mamba2ScanPointers in, Stri
   tile_matmul(P, S, L, xs, 1, P, ys, S, 1, stage, [&](int p, int k, int, float v) { out[p * S + k] = v; });
 }
 
-// Sin_{c+1} = S_c + [end carries] e^{cs_end} Sin_c over the chunks in order (forward), or
-// d Sin_c = local_c + [end carries] e^{cs_end} d Sin_{c+1} in reverse. One thread per state element.
+// Sin_{c+1} = S_c + [end carries] e^{cs_end} Sin_c over the chunks in order (forward; Sin_0 = `carried` or 0,
+// and `carried`, when given, then gets the state after the last row), or d Sin_c = local_c + [end carries]
+// e^{cs_end} d Sin_{c+1} in reverse. One thread per state element.
 template <bool kReverse>
-__global__ void pass_states_kernel(Mamba2ScanDims d, Scratch s) {
+__global__ void pass_states_kernel(Mamba2ScanDims d, Scratch s, float* carried) {
   gpu::wait_for_previous_kernel();
   const int64_t per_chunk = d.heads * d.head_dim * d.state;
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -398,12 +400,13 @@ __global__ void pass_states_kernel(Mamba2ScanDims d, Scratch s) {
   };
   if (!kReverse) {
     float* st = s.states + e;
-    float state = 0.0f;
-    st[0] = 0.0f;
+    float state = carried ? carried[e] : 0.0f;
+    st[0] = state;
     for (int64_t c = 0; c < chunks; ++c) {
       state = st[(c + 1) * per_chunk] + factor(c) * state;
       st[(c + 1) * per_chunk] = state;
     }
+    if (carried) carried[e] = state;
   } else {
     float* ds = s.dstates + e;
     float grad = 0.0f;
@@ -674,7 +677,7 @@ cudaError_t run_states(const Mamba2ScanDims& d, const Mamba2ScanPointers& in, co
   times.mark("chunk_states");
   const int64_t elems = d.heads * d.head_dim * d.state;
   gpu::launch_dependent(pass_states_kernel<false>, unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream, d,
-                        s);
+                        s, in.state);
   times.mark("pass_states");
   return cudaGetLastError();
 }
@@ -732,7 +735,7 @@ cudaError_t launch_mamba2_scan_backward(const Mamba2ScanDims& d, const Mamba2Sca
   times.mark("chunk_dstates");
   const int64_t elems = d.heads * d.head_dim * d.state;
   gpu::launch_dependent(pass_states_kernel<true>, unsigned((elems + kThreads - 1) / kThreads), kThreads, 0, stream, d,
-                        s);
+                        s, static_cast<float*>(nullptr));
   times.mark("pass_dstates");
   if ((status = gpu::allow_dynamic_shared_memory(chunk_dx_dt_kernel)) != cudaSuccess) return status;
   gpu::launch_dependent(chunk_dx_dt_kernel, per_head, kThreads, sh.dx_dt, stream, d, in, dy, grads, s);

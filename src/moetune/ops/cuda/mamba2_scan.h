@@ -25,9 +25,11 @@ Mamba2ScanPointers checked_scan_operands(std::string_view op, const Mamba2ScanBl
                                          const Mamba2ScanParams& params, const Mamba2ScanDims& dims);
 
 // y [N, H·P] (BF16) = the scan of `in` with params dt_bias, a_log, d ([H], BF16 or F32), in chunks of
-// `chunk_size` rows.
+// `chunk_size` rows; `starts` (U8 [N] or undefined: none) marks where documents begin. With `state` (F32
+// [H, P, S]), row 0 continues that state instead of beginning a document, and `state` ends holding the state after
+// the last row: generation's prompt through the chunked algorithm rather than row by row (ops/cuda/mamba2_step.h).
 void mamba2_scan_forward(const Mamba2ScanBlocks& in, const Mamba2ScanParams& params, const Mamba2Scan& scan,
-                         int64_t chunk_size, const Tensor& starts, const ColumnBlock& y);
+                         int64_t chunk_size, const Tensor& starts, const ColumnBlock& y, const Tensor& state = {});
 
 // Given dy: writes the inputs' gradients into `grads` (dt's with respect to dt_raw) and adds the parameters'
 // into `dparams` (BF16 or F32, one dtype; an undefined one is frozen). The chunk states are recomputed.

@@ -33,7 +33,11 @@ struct Mamba2ScanPointers {
   StridedBf16 x, dt, b, c;              // [N, H·P], [N, H], [N, G·S], [N, G·S]
   const void *dt_bias, *a_log, *d;      // [H] each
   bool params_bf16 = true;              // else F32
-  const uint8_t* starts = nullptr;      // [N], 1 where a document begins
+  const uint8_t* starts = nullptr;      // [N], 1 where a document begins; null: none (row 0 still begins one
+                                        // unless `state` is set)
+  // F32 [H, P, S] or null: the state entering row 0, which row 0 continues (unless starts[0]), overwritten by the
+  // forward pass with the state after the last row (generation's prompt, ops/cuda/mamba2_step.h).
+  float* state = nullptr;
 };
 
 // The gradients: the inputs' (BF16, strided, written) and the per-head parameters' (added into, BF16 or F32;

@@ -1,7 +1,8 @@
 // Mamba2's mixer one generation step at a time on the GPU: the causal conv and the selective scan continued from a
 // cache (a conv window and an SSM state per layer) over a few new rows of one sequence, instead of rerunning them
 // over the whole sequence. ops/mamba2.h's semantics: the recurrence the chunked scan (ops/cuda/mamba2_scan.h)
-// computes by chunks, here row after row.
+// computes by chunks, here row after row (for a token at a time; a prompt's rows go through the chunked scan, which
+// takes and leaves the same state: mamba2_scan_forward's `state`).
 #pragma once
 
 #include "moetune/core/tensor.h"
