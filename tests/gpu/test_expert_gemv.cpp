@@ -1,5 +1,6 @@
 // The one-token expert kernels (ops/cuda/expert_gemv.h) against an fp32 CPU computation on the same bf16 inputs:
-// the activated rows of each chosen expert and the weighted sum with the residual, on the vectorised path
+// the activated rows of each chosen expert (SwiGLU, and relu² over an ungated projection) and the weighted sum with the
+// residual, on the vectorised path
 // (Qwen3-30B-A3B's expert shape) and the scalar one (widths that are not multiples of 8), with the output written
 // over the residual as the MoE block does. Then the time of one token's experts on this path and on the grouped
 // GEMMs the training path runs, printed for docs/benchmarks.md.
@@ -31,11 +32,11 @@ struct Inputs {
   std::vector<float> w;
 };
 
-Inputs make_inputs(const Shape3& s, std::mt19937& rng) {
+Inputs make_inputs(const Shape3& s, std::mt19937& rng, bool gated = true) {
   const Device gpu = Device::cuda();
   Inputs in;
   in.x = testing::random_normal({1, s.hidden}, DType::BF16, gpu, rng);
-  in.gate_up = testing::random_normal({s.experts, 2 * s.inner, s.hidden}, DType::BF16, gpu, rng, 0.05f);
+  in.gate_up = testing::random_normal({s.experts, (gated ? 2 : 1) * s.inner, s.hidden}, DType::BF16, gpu, rng, 0.05f);
   in.down = testing::random_normal({s.experts, s.hidden, s.inner}, DType::BF16, gpu, rng, 0.05f);
   in.residual = testing::random_normal({1, s.hidden}, DType::BF16, gpu, rng);
   std::vector<int32_t> all(size_t(s.experts));
@@ -51,12 +52,13 @@ Inputs make_inputs(const Shape3& s, std::mt19937& rng) {
 
 class ExpertGemvGpu : public testing::GpuTest {
  protected:
-  void check(const Shape3& s) {
+  void check(const Shape3& s, ops::cuda::ExpertActivation activation = ops::cuda::ExpertActivation::SwiGLU) {
+    const bool gated = activation == ops::cuda::ExpertActivation::SwiGLU;
     SCOPED_TRACE(::testing::Message() << "seed " << seed() << ", E " << s.experts << ", k " << s.top_k << ", H "
-                                      << s.hidden << ", I " << s.inner);
-    const Inputs in = make_inputs(s, rng());
+                                      << s.hidden << ", I " << s.inner << (gated ? ", SwiGLU" : ", relu²"));
+    const Inputs in = make_inputs(s, rng(), gated);
     const Tensor activated = testing::poisoned({s.top_k, s.inner}, DType::BF16, Device::cuda());
-    ops::cuda::expert_gate_up_swiglu(in.x, in.gate_up, in.expert_ids, activated);
+    ops::cuda::expert_up_activation(in.x, in.gate_up, in.expert_ids, activated, activation);
     // The experts' part alone (a zero residual), so that the bf16 rounding of a large residual does not hide it;
     // then written over a real residual, as the MoE block may.
     const Tensor zero = Tensor::zeros({1, s.hidden}, DType::BF16, Device::cuda());
@@ -74,13 +76,19 @@ class ExpertGemvGpu : public testing::GpuTest {
       float* a = expected_activated.data<float>() + slot * s.inner;
       for (int64_t j = 0; j < s.inner; ++j) {
         double gate = 0, up = 0;
-        const float* g_row = gate_up.data<float>() + (e * 2 * s.inner + j) * s.hidden;
-        const float* u_row = g_row + s.inner * s.hidden;
-        for (int64_t h = 0; h < s.hidden; ++h) {
-          gate += double(g_row[h]) * x.data<float>()[h];
-          up += double(u_row[h]) * x.data<float>()[h];
+        if (gated) {
+          const float* g_row = gate_up.data<float>() + (e * 2 * s.inner + j) * s.hidden;
+          const float* u_row = g_row + s.inner * s.hidden;
+          for (int64_t h = 0; h < s.hidden; ++h) {
+            gate += double(g_row[h]) * x.data<float>()[h];
+            up += double(u_row[h]) * x.data<float>()[h];
+          }
+          a[j] = float(gate / (1.0 + std::exp(-gate)) * up);
+        } else {
+          const float* u_row = gate_up.data<float>() + (e * s.inner + j) * s.hidden;
+          for (int64_t h = 0; h < s.hidden; ++h) up += double(u_row[h]) * x.data<float>()[h];
+          a[j] = float(std::max(up, 0.0) * std::max(up, 0.0));
         }
-        a[j] = float(gate / (1.0 + std::exp(-gate)) * up);
       }
       for (int64_t c = 0; c < s.hidden; ++c) {
         const float* d_row = down.data<float>() + (e * s.hidden + c) * s.inner;
@@ -102,6 +110,9 @@ TEST_F(ExpertGemvGpu, MatchesTheCpu) {
   check({.experts = 8, .top_k = 2, .hidden = 32, .inner = 16});        // the tiny fixtures
   check({.experts = 6, .top_k = 3, .hidden = 36, .inner = 20});        // not multiples of 8: the scalar path
   check({.experts = 4, .top_k = 1, .hidden = 64, .inner = 24});
+  // Nemotron-3-Nano's relu² experts (in a latent width of 1024), vectorised and scalar.
+  check({.experts = 128, .top_k = 6, .hidden = 1024, .inner = 1856}, ops::cuda::ExpertActivation::ReluSquared);
+  check({.experts = 6, .top_k = 3, .hidden = 36, .inner = 20}, ops::cuda::ExpertActivation::ReluSquared);
 }
 
 // One token through 8 of 128 experts of Qwen3-30B-A3B's shape: this path against the grouped GEMMs (+ SwiGLU)
@@ -130,7 +141,7 @@ TEST_F(ExpertGemvGpu, OneTokenTimeAgainstTheGroupedGemm) {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kRepeats;
   };
   const double gemv = time_us([&] {
-    ops::cuda::expert_gate_up_swiglu(in.x, in.gate_up, in.expert_ids, activated);
+    ops::cuda::expert_up_activation(in.x, in.gate_up, in.expert_ids, activated, ops::cuda::ExpertActivation::SwiGLU);
     ops::cuda::expert_down_combine(activated, in.down, in.expert_ids, in.weights, in.residual, out);
   });
   const double grouped = time_us([&] {

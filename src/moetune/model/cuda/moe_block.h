@@ -55,10 +55,10 @@ class MoeBlock {
   // Generation's decode step: the router, then matrix-vector products over the chosen experts' rows
   // (ops/cuda/expert_gemv.h) instead of dispatch, grouped GEMMs and combine; keeps no stash or statistics.
   Tensor forward_one_token(const Tensor& h);
-  // Whether forward_one_token computes this layer's forward: it implements every router (route_tokens), plain
-  // SwiGLU experts without biases, LoRA or a latent projection, on one rank's whole set of experts, and an
-  // optional plain shared expert (and sigmoid gate) without LoRA. The rest (GPT-OSS's expert biases and clamped
-  // SwiGLU; relu² or latent experts) runs the forward.
+  // Whether forward_one_token computes this layer's forward: it implements every router (route_tokens), SwiGLU
+  // or relu² experts without biases or LoRA, in the hidden width or a latent one (Nemotron-H's latent_in /
+  // latent_out), on one rank's whole set of experts, and an optional plain shared expert (and sigmoid gate) without
+  // LoRA. The rest (GPT-OSS's expert biases and clamped SwiGLU, expert adapters) runs the forward.
   bool runs_one_token() const;
   // The router's logits F32 [T, E] from the normed rows, and its choice: expert_ids I32 [T, k] and weights F32
   // [T, k] (softmax then top-k, top-k then softmax, or the sigmoid group-limited router with its correction bias).

@@ -6,21 +6,23 @@
 
 namespace moetune::ops::cuda {
 
-void expert_gate_up_swiglu(const Tensor& x, const Tensor& gate_up, const Tensor& expert_ids, const Tensor& activated) {
-  constexpr std::string_view op = "expert_gate_up_swiglu";
-  check_gpu_tensor(op, "gate_up", gate_up, {DType::BF16});
-  MOETUNE_CHECK(gate_up.dim() == 3 && gate_up.size(1) % 2 == 0, "{}: gate_up {} must be [E, 2I, H]", op,
-                gate_up.str());
-  const int64_t inner = gate_up.size(1) / 2, hidden = gate_up.size(2);
+void expert_up_activation(const Tensor& x, const Tensor& up, const Tensor& expert_ids, const Tensor& activated,
+                          ExpertActivation activation) {
+  constexpr std::string_view op = "expert_up_activation";
+  const bool gated = activation == ExpertActivation::SwiGLU;
+  check_gpu_tensor(op, "up", up, {DType::BF16});
+  MOETUNE_CHECK(up.dim() == 3 && (!gated || up.size(1) % 2 == 0), "{}: up {} must be [E, {}, H]", op, up.str(),
+                gated ? "2I" : "I");
+  const int64_t inner = gated ? up.size(1) / 2 : up.size(1), hidden = up.size(2);
   check_gpu_tensor(op, "x", x, DType::BF16, {1, hidden});
   check_gpu_tensor(op, "expert_ids", expert_ids, {DType::I32});
   MOETUNE_CHECK(expert_ids.dim() == 2 && expert_ids.size(0) == 1, "{}: expert_ids {} must be [1, k]", op,
                 expert_ids.str());
   const int64_t top_k = expert_ids.size(1);
   check_gpu_tensor(op, "activated", activated, DType::BF16, {top_k, inner});
-  gpu::check(launch_expert_gate_up_swiglu(x.raw_data(), gate_up.raw_data(), device_data<int32_t>(expert_ids),
-                                          activated.raw_data(), top_k, inner, hidden, gpu::stream()),
-             "expert_gate_up_swiglu kernel");
+  gpu::check(launch_expert_up_activation(x.raw_data(), up.raw_data(), device_data<int32_t>(expert_ids),
+                                         activated.raw_data(), top_k, inner, hidden, gated, gpu::stream()),
+             "expert_up_activation kernel");
 }
 
 void expert_down_combine(const Tensor& activated, const Tensor& down, const Tensor& expert_ids, const Tensor& weights,

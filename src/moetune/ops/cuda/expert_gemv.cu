@@ -30,19 +30,28 @@ __device__ __forceinline__ float warp_dot(const bf16* __restrict__ a, const bf16
 // As the GEMMs of the grouped path write their outputs.
 __device__ __forceinline__ float round_bf16(float v) { return to_float(from_float<bf16>(v)); }
 
-template <int kVec>
+// kGated: SwiGLU over the gate row j and the up row inner + j; else relu² over row j.
+template <int kVec, bool kGated>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    gate_up_swiglu_kernel(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
-                          const int32_t* __restrict__ expert_ids, bf16* __restrict__ activated, int64_t inner,
-                          int64_t hidden) {
+    up_activation_kernel(const bf16* __restrict__ x, const bf16* __restrict__ up_weights,
+                         const int32_t* __restrict__ expert_ids, bf16* __restrict__ activated, int64_t inner,
+                         int64_t hidden) {
   gpu::wait_for_previous_kernel();
   const int lane = int(threadIdx.x) & 31;
   const int64_t j = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5), slot = blockIdx.y;
   if (j >= inner) return;
-  const bf16* weights = gate_up + int64_t(expert_ids[slot]) * 2 * inner * hidden;
-  const float gate = round_bf16(warp_dot<kVec>(weights + j * hidden, x, hidden, lane));
-  const float up = round_bf16(warp_dot<kVec>(weights + (inner + j) * hidden, x, hidden, lane));
-  if (lane == 0) activated[slot * inner + j] = from_float<bf16>(gate / (1.0f + expf(-gate)) * up);
+  constexpr int64_t kRows = kGated ? 2 : 1;  // first-projection rows per unit of inner
+  const bf16* weights = up_weights + int64_t(expert_ids[slot]) * kRows * inner * hidden;
+  float value;
+  if constexpr (kGated) {
+    const float gate = round_bf16(warp_dot<kVec>(weights + j * hidden, x, hidden, lane));
+    const float up = round_bf16(warp_dot<kVec>(weights + (inner + j) * hidden, x, hidden, lane));
+    value = gate / (1.0f + expf(-gate)) * up;
+  } else {
+    const float up = fmaxf(round_bf16(warp_dot<kVec>(weights + j * hidden, x, hidden, lane)), 0.0f);
+    value = up * up;
+  }
+  if (lane == 0) activated[slot * inner + j] = from_float<bf16>(value);
 }
 
 // residual and out may be the same row: each element is read before the same lane writes it.
@@ -74,19 +83,17 @@ unsigned blocks_for(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) 
 
 }  // namespace
 
-cudaError_t launch_expert_gate_up_swiglu(const void* x, const void* gate_up, const int32_t* expert_ids, void* activated,
-                                         int64_t top_k, int64_t inner, int64_t hidden, cudaStream_t stream) {
+cudaError_t launch_expert_up_activation(const void* x, const void* up, const int32_t* expert_ids, void* activated,
+                                        int64_t top_k, int64_t inner, int64_t hidden, bool gated, cudaStream_t stream) {
   if (top_k == 0 || inner == 0) return cudaSuccess;
   const dim3 grid(blocks_for(inner), unsigned(top_k));
   const auto* xb = static_cast<const bf16*>(x);
-  const auto* w = static_cast<const bf16*>(gate_up);
+  const auto* w = static_cast<const bf16*>(up);
   auto* out = static_cast<bf16*>(activated);
-  if (vectorizable(hidden, {x, gate_up}))
-    gpu::launch_dependent(gate_up_swiglu_kernel<8>, grid, kWarpsPerBlock * 32, 0, stream, xb, w, expert_ids, out, inner,
-                          hidden);
-  else
-    gpu::launch_dependent(gate_up_swiglu_kernel<1>, grid, kWarpsPerBlock * 32, 0, stream, xb, w, expert_ids, out, inner,
-                          hidden);
+  const bool vector = vectorizable(hidden, {x, up});
+  const auto kernel = gated ? (vector ? up_activation_kernel<8, true> : up_activation_kernel<1, true>)
+                            : (vector ? up_activation_kernel<8, false> : up_activation_kernel<1, false>);
+  gpu::launch_dependent(kernel, grid, kWarpsPerBlock * 32, 0, stream, xb, w, expert_ids, out, inner, hidden);
   return cudaGetLastError();
 }
 

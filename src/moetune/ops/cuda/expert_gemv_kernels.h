@@ -8,10 +8,10 @@
 
 namespace moetune::ops::cuda {
 
-// activated[s, j] = silu(W[e_s, j] · x) · (W[e_s, inner + j] · x) for s < top_k, j < inner; gate_up W BF16
-// [E, 2·inner, hidden], x BF16 [hidden], expert_ids I32 [top_k].
-cudaError_t launch_expert_gate_up_swiglu(const void* x, const void* gate_up, const int32_t* expert_ids, void* activated,
-                                         int64_t top_k, int64_t inner, int64_t hidden, cudaStream_t stream);
+// activated[s, j] for s < top_k, j < inner: gated, silu(W[e_s, j] · x) · (W[e_s, inner + j] · x) with W BF16
+// [E, 2·inner, hidden]; else relu(W[e_s, j] · x)² with W [E, inner, hidden]. x BF16 [hidden], expert_ids I32 [top_k].
+cudaError_t launch_expert_up_activation(const void* x, const void* up, const int32_t* expert_ids, void* activated,
+                                        int64_t top_k, int64_t inner, int64_t hidden, bool gated, cudaStream_t stream);
 
 // out[c] = residual[c] + Σ_s weights[s] · (D[e_s, c] · activated[s]) for c < hidden; down D BF16 [E, hidden, inner].
 cudaError_t launch_expert_down_combine(const void* activated, const void* down, const int32_t* expert_ids,
