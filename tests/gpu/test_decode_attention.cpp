@@ -101,6 +101,36 @@ TEST_F(DecodeAttentionGpu, KeysAndValuesOfDifferentWidths) {
   check({.queries = 2, .keys = 500, .heads = 4, .kv_heads = 4, .head_dim = 192, .v_head_dim = 128, .window = 200});
 }
 
+// Latent MLA's cache (decode_latent_attention_forward): one row a key shared by every query head, its first
+// value_width columns the value. DeepSeek-V3's 512 + 64 over a few splits (the wide kernel), and the tiny
+// fixtures' 16 + 8 (the narrow one).
+TEST_F(DecodeAttentionGpu, LatentRowsAreKeysAndValues) {
+  struct Latent {
+    int64_t queries, keys, heads, width, value_width;
+  };
+  for (const Latent c : {Latent{1, 300, 16, 576, 512}, Latent{3, 130, 4, 576, 512}, Latent{2, 40, 4, 24, 16}}) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed() << ", " << c.queries << " queries, " << c.keys << " keys, "
+                                      << c.heads << " heads, rows of " << c.width << ", values " << c.value_width);
+    const Device gpu = Device::cuda();
+    const Tensor q = testing::random_normal({c.queries, c.heads, c.width}, DType::BF16, gpu, rng(), 0.1f);
+    const Tensor cache = testing::random_normal({c.keys + 21, c.width}, DType::BF16, gpu, rng());
+    const double scale = 1.0 / std::sqrt(192.0);
+    const Tensor out = testing::poisoned({c.queries, c.heads, c.value_width}, DType::BF16, gpu);
+    ops::cuda::decode_latent_attention_forward(q, cache.narrow(0, c.keys), c.value_width, scale, out);
+    const Tensor keys = testing::to_cpu_f32(cache.narrow(0, c.keys)).view({c.keys, 1, c.width});
+    const Tensor values = heads_to_width(heads_to_width(keys, c.value_width), c.width);  // the value columns alone
+    const ops::AttentionMask all_visible{.document_start = std::vector<int64_t>(size_t(c.keys), 0)};
+    const Tensor expected = heads_to_width(
+        ops::causal_attention_forward(testing::to_cpu_f32(q), keys, values, all_visible, scale, {}), c.value_width);
+    EXPECT_LT(testing::relative_error(testing::to_cpu_f32(out), expected), testing::kBf16Tolerance);
+  }
+  const Tensor q = testing::random_normal({1, 2, 640}, DType::BF16, Device::cuda(), rng());
+  const Tensor too_wide = testing::random_normal({4, 640}, DType::BF16, Device::cuda(), rng());
+  EXPECT_THROW(ops::cuda::decode_latent_attention_forward(q, too_wide, 512, 0.1,
+                                                          testing::poisoned({1, 2, 512}, DType::BF16, Device::cuda())),
+               Error);
+}
+
 // Split boundaries sit at multiples of 128 keys: windows that end inside a split, start inside one, span several,
 // equal a split, or reach back past key 0; each with and without sinks, one and several new tokens.
 TEST_F(DecodeAttentionGpu, SlidingWindowsAndSinks) {

@@ -13,14 +13,15 @@ void KvCache::start_pass(int64_t count) {
 std::pair<Tensor, Tensor> KvCache::next_layer(int64_t kv_heads, int64_t key_width, int64_t value_width) {
   if (next_ == layers_.size()) {
     MOETUNE_CHECK(tokens_ == 0, "KvCache: a new attention sublayer after {} tokens", tokens_);
-    layers_.emplace_back(Tensor::empty({capacity_, kv_heads, key_width}, DType::BF16, Device::cuda()),
-                         Tensor::empty({capacity_, kv_heads, value_width}, DType::BF16, Device::cuda()));
+    layers_.emplace_back(
+        Tensor::empty({capacity_, kv_heads, key_width}, DType::BF16, Device::cuda()),
+        value_width > 0 ? Tensor::empty({capacity_, kv_heads, value_width}, DType::BF16, Device::cuda()) : Tensor());
   }
   const auto& layer = layers_[next_++];
-  MOETUNE_CHECK(
-      layer.first.size(1) == kv_heads && layer.first.size(2) == key_width && layer.second.size(2) == value_width,
-      "KvCache: sublayer {} holds keys {} and values {} but was asked for {} kv heads of {} and {}", next_ - 1,
-      layer.first.str(), layer.second.str(), kv_heads, key_width, value_width);
+  const int64_t held_value_width = layer.second.defined() ? layer.second.size(2) : 0;
+  MOETUNE_CHECK(layer.first.size(1) == kv_heads && layer.first.size(2) == key_width && held_value_width == value_width,
+                "KvCache: sublayer {} holds keys {} and values {} but was asked for {} kv heads of {} and {}",
+                next_ - 1, layer.first.str(), layer.second.str(), kv_heads, key_width, value_width);
   return layer;
 }
 
@@ -39,7 +40,7 @@ std::pair<Tensor, Tensor> KvCache::next_mamba2_layer(const Shape& conv_window, c
 
 size_t KvCache::bytes() const {
   size_t total = 0;
-  for (const auto& [k, v] : layers_) total += k.nbytes() + v.nbytes();
+  for (const auto& [k, v] : layers_) total += k.nbytes() + (v.defined() ? v.nbytes() : 0);
   for (const auto& [window, state] : mamba2_layers_) total += window.nbytes() + state.nbytes();
   return total;
 }

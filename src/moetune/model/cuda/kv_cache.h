@@ -1,6 +1,7 @@
 // The GPU engine's decode cache: per attention sublayer, the rotated keys and the values of every token of the
-// sequence so far, bf16 [capacity, kv_heads, key width] and [capacity, kv_heads, value width] (the widths differ
-// in multi-head latent attention, whose cache holds each head's expanded k and v), allocated once (at the sublayer's
+// sequence so far, bf16 [capacity, kv_heads, key width] and [capacity, kv_heads, value width] (multi-head latent
+// attention holds one row a token instead, [normed latent | rotated rope key], or with adapters on kv_b each head's
+// expanded k and v, of different widths), allocated once (at the sublayer's
 // first pass) for the whole generation, so that a new token writes its row in place instead of growing a buffer (a copy
 // of the whole cache per token). The attention block's q/k-norm + RoPE kernel writes the new tokens' k and v straight
 // into their rows.
@@ -26,6 +27,7 @@ class KvCache final : public DecodeCache {
   void finish_pass() { tokens_ += pending_; }
   // The next attention sublayer's key and value buffers, [capacity, kv_heads, key_width] and [capacity, kv_heads,
   // value_width]: rows [0, tokens()) hold the sequence so far, the pass writes rows [tokens(), tokens() + count).
+  // value_width 0: keys only, the values undefined (latent MLA's rows hold both: mla_attention_block_cached.cpp).
   std::pair<Tensor, Tensor> next_layer(int64_t kv_heads, int64_t key_width, int64_t value_width);
   // The next Mamba2 sublayer's recurrent state, zeros at the sequence's start: its conv window (BF16 [conv_kernel
   // − 1, conv channels], the last rows of xBC, oldest first) and its SSM state (F32 [heads, head_dim, state]). A

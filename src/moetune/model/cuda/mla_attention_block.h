@@ -23,8 +23,9 @@ class MlaAttentionBlock {
   MlaAttentionBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps);
 
   Tensor forward(const Tensor& h, const StepContext& context);
-  // Generation: the new tokens' expanded k and v go into the KV cache (context.kv_cache: each head's k of the q/k
-  // width, its v of the v width), and the new tokens attend to every cached token (mla_attention_block_cached.cpp).
+  // Generation: the new tokens' rows [rms_norm(c) | rotated k_rope] go into the KV cache (context.kv_cache), and the
+  // new tokens attend to every cached token with kv_b folded into q and the output; with adapters on kv_b, each
+  // head's expanded k and v instead (mla_attention_block_cached.cpp).
   Tensor forward_cached(const Tensor& h, const StepContext& context);
   Tensor backward(const Tensor& dout, const StepContext& context);
   size_t stash_bytes() const;

@@ -14,8 +14,9 @@ namespace {
 using namespace pointwise;
 
 constexpr int kWarps = 4;
-constexpr int kPerLane = int(kDecodeMaxHeadDim / 32);
 
+// kPerLane: head-width elements a lane holds (widths up to 32·kPerLane): 8 for attention heads, 18 for latent MLA.
+template <int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_attention_split_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                                   float* __restrict__ partial_out, float* __restrict__ partial_stats,
@@ -54,12 +55,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     running_sum = running_sum * rescale + p;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e)
-      if (lane + 32 * e < dv) acc[e] = acc[e] * rescale + p * to_float(v[row * dv + lane + 32 * e]);
+      if (lane + 32 * e < dv) acc[e] = acc[e] * rescale + p * to_float(v[row * s.v_row_stride + lane + 32 * e]);
     running_max = new_max;
   }
 
   __shared__ float warp_max[kWarps], warp_sum_exp[kWarps];
-  __shared__ float warp_acc[kWarps][kDecodeMaxHeadDim];
+  __shared__ float warp_acc[kWarps][32 * kPerLane];
   if (lane == 0) {
     warp_max[warp] = running_max;
     warp_sum_exp[warp] = running_sum;
@@ -122,9 +123,12 @@ cudaError_t launch_decode_attention(const void* q, const void* k, const void* v,
                                     float* partial_stats, const void* sinks, bool sinks_bf16,
                                     const DecodeAttentionShape& shape, float scale, cudaStream_t stream) {
   const dim3 split_grid(unsigned(shape.splits), unsigned(shape.heads), unsigned(shape.queries));
-  gpu::launch_dependent(decode_attention_split_kernel, split_grid, kWarps * 32, 0, stream, static_cast<const bf16*>(q),
-                        static_cast<const bf16*>(k), static_cast<const bf16*>(v), partial_out, partial_stats, shape,
-                        scale);
+  const bool latent = shape.head_dim > kDecodeMaxHeadDim || shape.v_head_dim > kDecodeMaxHeadDim;
+  constexpr int kHeadLanes = int(kDecodeMaxHeadDim / 32), kLatentLanes = int(kDecodeMaxLatentDim / 32);
+  gpu::launch_dependent(
+      latent ? decode_attention_split_kernel<kLatentLanes> : decode_attention_split_kernel<kHeadLanes>, split_grid,
+      kWarps * 32, 0, stream, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+      partial_out, partial_stats, shape, scale);
   const dim3 merge_grid(unsigned(shape.heads), unsigned(shape.queries));
   if (sinks_bf16)
     gpu::launch_dependent(decode_attention_merge_kernel<bf16>, merge_grid, 128, 0, stream, partial_out, partial_stats,

@@ -28,4 +28,11 @@ namespace moetune::ops::cuda {
 void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& out,
                               int64_t window = 0, const Tensor& sinks = {});
 
+// Multi-head latent attention with kv_b absorbed (DeepSeek-V2's paper): every query head reads the one cache row a
+// key has, cache BF16 [L, d] (the normed latent, then the rotated rope key: d = 576 on DeepSeek-V3), its first
+// value_width columns being the value (the latent); q BF16 [n, heads, d] (q_nope·W_uk, then q's rotated rope part);
+// out BF16 [n, heads, value_width], the attention-weighted latent. d ≤ 576.
+void decode_latent_attention_forward(const Tensor& q, const Tensor& cache, int64_t value_width, double scale,
+                                     const Tensor& out);
+
 }  // namespace moetune::ops::cuda

@@ -10,12 +10,17 @@ namespace moetune::ops::cuda {
 
 inline constexpr int64_t kDecodeKeysPerSplit = 128;
 inline constexpr int64_t kDecodeMaxHeadDim = 256;
+// Multi-head latent attention with kv_b absorbed (ops/cuda/decode_attention.h's decode_latent_attention_forward):
+// keys of the latent width plus the rope key's (DeepSeek-V3: 512 + 64).
+inline constexpr int64_t kDecodeMaxLatentDim = 576;
 
 struct DecodeAttentionShape {
   int64_t queries = 0;   // n new tokens, the last n of the keys: new token i sits at key P + i, P = L - n
   int64_t keys = 0;      // L = P + n
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   int64_t v_head_dim = 0;  // v's and out's head width; q's and k's is head_dim (MLA: 128 against 192)
+  int64_t v_row_stride = 0;  // elements from value row (key j, kv head g) to the next: v_head_dim, or head_dim
+                             // when the values are the first v_head_dim columns of the key rows (latent MLA)
   // 0: none. Else new token i at position p = P + i sees keys [max(0, p - window + 1), p] (the CPU's
   // ops/attention.h and transformers' sliding mask: itself and the window - 1 keys before it).
   int64_t window = 0;
