@@ -55,6 +55,12 @@ void check(cudaError_t status, std::string_view what) {
   if (status != cudaSuccess) fail("CUDA {} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
 }
 
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t run_bytes, size_t rows,
+               std::string_view what) {
+  if (run_bytes == 0 || rows == 0) return;
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, run_bytes, rows, cudaMemcpyDeviceToDevice, stream()), what);
+}
+
 void synchronize(std::string_view what) {
   check(cudaStreamSynchronize(stream()), what);
   check(cudaGetLastError(), what);

@@ -35,6 +35,10 @@ void check(cudaError_t status, std::string_view what);
 // Zeroes nbytes at data on `stream`, as cudaMemsetAsync does: up to 1 MiB with a kernel, which costs the timeline
 // ~1 µs where a memset costs ~3 (core/zero_fill.cu), larger by the memset.
 cudaError_t zero_async(void* data, size_t nbytes, cudaStream_t stream);
+// Copies `rows` runs of `run_bytes` from src (runs `src_pitch` bytes apart) to dst (`dst_pitch` apart), device to
+// device on stream(): a block of one matrix's columns into another's. Fails naming `what`.
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t run_bytes, size_t rows,
+               std::string_view what);
 // Waits for all work on stream() and reports any error an asynchronous kernel raised.
 void synchronize(std::string_view what = "GPU work");
 

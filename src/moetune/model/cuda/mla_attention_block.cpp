@@ -96,7 +96,7 @@ MlaAttentionBlock::Projections MlaAttentionBlock::project(const Tensor& h, const
   Tensor kv = device_like({tokens, heads * (nope + dv)});
   ops::cuda::linear_forward(kv_normed, p_.kv_b.value, {}, kv);
   lora_.kv_b.forward(kv_normed, kv, context.lora_pass());
-  if (context.keep_outputs) stash_.kv_normed = kv_normed;
+  if (context.keep_outputs || context.kv_cache) stash_.kv_normed = kv_normed;  // generation caches it
   if (!context.keep_outputs) stash_.q_normed = Tensor();
   return {q_proj.view({tokens, heads, nope + rope}), kv.view({tokens, heads, nope + dv}),
           ops::cuda::ColumnBlock(stash_.kv_a_out, latent, rope)};

@@ -77,7 +77,7 @@ class MlaAttentionBlock {
     Tensor q_latent;       // q_a(x) before its norm; undefined without q_lora_rank
     Tensor kv_a_out;       // kv_a(x) [T, latent + rope]: c before kv_a_layernorm, then k_rope before RoPE
     // The norms' outputs where the step keeps them (StepContext::keep_outputs), else undefined: x = rms_norm(h),
-    // q_a_layernorm(q_latent) (with q_lora_rank), kv_a_layernorm(c).
+    // q_a_layernorm(q_latent) (with q_lora_rank), kv_a_layernorm(c) (kept in generation too: the cache's rows).
     Tensor x, q_normed, kv_normed;
     Tensor q, k, v;        // attention's inputs [T, heads, width]; v undefined where read in kv (v_in_kv_)
     Tensor kv;             // kv_b's output [T, heads, nope + v_dim], where attention reads v in it; else undefined

@@ -6,8 +6,6 @@
 // cuDNN on the expanded k and v, and writes its rows. With adapters on kv_b the absorbed weights would have to
 // include them: that case keeps each head's expanded k and v in the cache instead (the split-K kernel's keys and
 // values of different widths).
-#include <cuda_runtime_api.h>
-
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/cuda/kv_cache.h"
@@ -15,24 +13,12 @@
 #include "moetune/ops/cuda/attention.h"
 #include "moetune/ops/cuda/decode_attention.h"
 #include "moetune/ops/cuda/mla_absorbed.h"
-#include "moetune/ops/cuda/norm.h"
 
 namespace moetune::model::cuda {
 namespace {
 
 Tensor device_bf16(Shape shape) { return Tensor::empty(std::move(shape), DType::BF16, Device::cuda()); }
-
-// dst's rows [row, row + rows) columns [column, column + width) = src's, each src row `src_pitch` elements apart
-// (BF16, both on the GPU).
-void copy_block(const void* src, int64_t src_pitch, const Tensor& dst, int64_t row, int64_t column, int64_t rows,
-                int64_t width) {
-  constexpr size_t kBf16 = 2;
-  const int64_t dst_pitch = dst.size(1);
-  char* at = static_cast<char*>(dst.raw_data()) + size_t(row * dst_pitch + column) * kBf16;
-  gpu::check(cudaMemcpy2DAsync(at, size_t(dst_pitch) * kBf16, src, size_t(src_pitch) * kBf16, size_t(width) * kBf16,
-                               size_t(rows), cudaMemcpyDeviceToDevice, gpu::stream()),
-             "the latent cache's rows");
-}
+constexpr size_t kBf16 = 2;
 
 }  // namespace
 
@@ -58,13 +44,15 @@ Tensor MlaAttentionBlock::forward_cached(const Tensor& h, const StepContext& con
     const Tensor latent_rows = rows.view({rows.size(0), latent + rope});
     const Tensor k = device_bf16({tokens, heads, qk_width_}), v = device_bf16({tokens, heads, v_width_});
     assemble_qkv(projected, context.batch.positions, q, k, v);
-    // The new rows: kv_a_layernorm(c), then the rope key as attention's k holds it rotated (head 0's columns).
-    Tensor normed = device_bf16({tokens, latent});
-    ops::cuda::rms_norm_forward(ops::cuda::ColumnBlock(stash_.kv_a_out, 0, latent), p_.kv_a_norm.value,
-                                mla_.latent_norm_eps, normed);
-    copy_block(normed.raw_data(), latent, latent_rows, past, 0, tokens, latent);
-    copy_block(static_cast<const char*>(k.raw_data()) + size_t(nope) * 2, heads * qk_width_, latent_rows, past, latent,
-               tokens, rope);
+    // The new rows: kv_a_layernorm(c) as project() left it, then the rope key as attention's k holds it rotated
+    // (head 0's columns).
+    char* first_row = static_cast<char*>(latent_rows.narrow(past, tokens).raw_data());
+    const size_t row_pitch = size_t(latent + rope) * kBf16;
+    gpu::copy_rows(first_row, row_pitch, stash_.kv_normed.raw_data(), size_t(latent) * kBf16, size_t(latent) * kBf16,
+                   size_t(tokens), "the latent cache's rows");
+    gpu::copy_rows(first_row + size_t(latent) * kBf16, row_pitch,
+                   static_cast<const char*>(k.raw_data()) + size_t(nope) * kBf16, size_t(heads * qk_width_) * kBf16,
+                   size_t(rope) * kBf16, size_t(tokens), "the latent cache's rope keys");
     if (past == 0) {
       ops::cuda::causal_attention_forward(q, k, v, context.batch.documents, mla_.softmax_scale, attended);
     } else {

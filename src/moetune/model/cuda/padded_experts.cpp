@@ -11,10 +11,8 @@ void copy_runs(const Tensor& src, int64_t src_pitch, const Tensor& dst, int64_t 
                int64_t height) {
   MOETUNE_CHECK(src.dtype() == dst.dtype(), "padded experts: {} and {} differ in dtype", src.str(), dst.str());
   const size_t element = dtype_size(src.dtype());
-  if (width == 0 || height == 0) return;
-  gpu::check(cudaMemcpy2DAsync(dst.raw_data(), size_t(dst_pitch) * element, src.raw_data(), size_t(src_pitch) * element,
-                               size_t(width) * element, size_t(height), cudaMemcpyDeviceToDevice, gpu::stream()),
-             "padded experts copy");
+  gpu::copy_rows(dst.raw_data(), size_t(dst_pitch) * element, src.raw_data(), size_t(src_pitch) * element,
+                 size_t(width) * element, size_t(height), "padded experts copy");
 }
 
 }  // namespace

@@ -25,9 +25,8 @@ int64_t rank_of(const std::vector<StackedPiece>& pieces) {
 
 // dst[rows, cols] (row pitch dst_pitch elements) = src[rows, cols] (pitch src_pitch), bf16, on the stream.
 void copy_block(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t rows, int64_t cols) {
-  gpu::check(cudaMemcpy2DAsync(dst, size_t(dst_pitch) * kBf16, src, size_t(src_pitch) * kBf16, size_t(cols) * kBf16,
-                               size_t(rows), cudaMemcpyDeviceToDevice, gpu::stream()),
-             "stacked LoRA: cudaMemcpy2DAsync");
+  gpu::copy_rows(dst, size_t(dst_pitch) * kBf16, src, size_t(src_pitch) * kBf16, size_t(cols) * kBf16, size_t(rows),
+                 "stacked LoRA copy");
 }
 
 }  // namespace
