@@ -186,13 +186,15 @@ TEST_F(LinearCrossEntropyGpu, RejectsBadArguments) {
 // The memory plan's numbers need no GPU: chunking of the real Qwen3 head (vocabulary 151936, 8192 rows).
 TEST(LinearCrossEntropyGpuPlan, ChunkAndWorkspaceSizes) {
   const int64_t chunk = ops::cuda::linear_cross_entropy_chunk_rows(8192, 151936);
-  EXPECT_EQ(chunk, 2048);  // 2208 rows fit in 640 MiB, rounded down to whole 256-row blocks
+  EXPECT_EQ(chunk, 2048);  // 2208 rows fit in 640 MiB, rounded down to a power of two
   EXPECT_EQ(ops::cuda::linear_cross_entropy_workspace_bytes(8192, 151936),
             size_t(2048) * 151936 * 2 + size_t(8192) * 4);
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 163840), 2048);   // Moonlight: 2048 fit exactly
-  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 131072), 2560);   // Nemotron-H: 2560 fit exactly
+  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 131072), 2048);   // Nemotron-H: 2560 fit
+  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 129280), 2048);   // DeepSeek-V3: 2595 fit
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 700000), 256);    // 479 fit
-  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 2000000), 128);   // 167 fit: 64-row tiles below 256
+  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 2000000), 128);   // 167 fit
+  EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(8192, 5000000), 67);    // 67 fit: as they are below 128
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(100, 1000, 32), 32);
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(10, 1000, 0), 10);
   EXPECT_EQ(ops::cuda::linear_cross_entropy_chunk_rows(0, 1000, 0), 0);

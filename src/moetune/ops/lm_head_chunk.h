@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 
 namespace moetune::ops {
@@ -19,18 +20,18 @@ namespace moetune::ops {
 inline constexpr int64_t kLmHeadChunkBudgetBytes = int64_t(640) << 20;
 
 // The chunk height for `rows` rows and `vocab` classes: chunk_rows when given (> 0), else as many rows as
-// fit in the budget, rounded down to a multiple of 256 rows (of 64 below 256 rows, from 128 on); at most `rows`;
-// 0 when rows is 0. Whole 256-row blocks because cuBLASLt's tiles are 128 or 256 rows high: at 832 rows (6.5
-// tiles of 128) the logits and d(hidden) GEMMs ran at ~600-630 TFLOP/s, at 768 or 1024 at ~690-720 (H200,
-// docs/benchmarks.md), so a whole block less is faster than a part of one more, and holds less.
+// fit in the budget, rounded down to a power of two from 128 rows on; at most `rows`; 0 when rows is 0. A power
+// of two because a step's rows are most often one (sequence length x micro-batch): the chunks then split them
+// evenly, with no short last chunk running on an untuned GEMM at a low occupancy (DeepSeek-V3's head, 129,280 x
+// 7168: 2560 rows fit, and 8192 rows ran as 3 x 2560 + 512, the 512-row chunk's GEMMs at 495-632 TFLOP/s against
+// 680-730 for the others: ~0.9 ms a step, H200, docs/benchmarks.md session 30). It is also a whole number of
+// cuBLASLt's 128- or 256-row tiles: at 832 rows (6.5 tiles of 128) the logits and d(hidden) GEMMs ran at
+// ~600-630 TFLOP/s, at 768 or 1024 at ~690-720 (H200, docs/benchmarks.md).
 inline int64_t lm_head_chunk_rows(int64_t rows, int64_t vocab, int64_t chunk_rows = 0) {
   if (rows <= 0) return 0;
   if (chunk_rows <= 0) {
     chunk_rows = std::max<int64_t>(1, kLmHeadChunkBudgetBytes / (vocab * 2));
-    if (chunk_rows >= 256)
-      chunk_rows -= chunk_rows % 256;
-    else if (chunk_rows >= 128)
-      chunk_rows -= chunk_rows % 64;
+    if (chunk_rows >= 128) chunk_rows = int64_t(std::bit_floor(uint64_t(chunk_rows)));
   }
   return std::min(chunk_rows, rows);
 }
