@@ -7,6 +7,7 @@
 
 #include "gpu_test_util.h"
 #include "moetune/ops/cuda/grouped_gemm.h"
+#include "moetune/ops/cuda/grouped_gemm_kernels.h"
 #include "moetune/ops/linear.h"
 
 namespace moetune {
@@ -95,6 +96,20 @@ const std::vector<std::vector<int64_t>> kGroupSizes = {
 // (N, K) pairs: multiples of 8 but not of the 256-wide N tile or the 64-deep K tile, and one of several tiles.
 const std::vector<std::pair<int64_t, int64_t>> kSizes = {{64, 136}, {136, 64}, {264, 200}, {72, 520}};
 
+// Every weight-gradient check runs under both schedules (grouped_gemm_kernels.h: the engine picks one by the
+// experts' average row count, and these groups are all small): ping-pong 64x256 and cooperative 128x256.
+struct WeightGradScheduleScope {
+  explicit WeightGradScheduleScope(ops::cuda::WeightGradSchedule schedule) {
+    ops::cuda::set_weight_grad_schedule(schedule);
+  }
+  ~WeightGradScheduleScope() { ops::cuda::set_weight_grad_schedule(ops::cuda::WeightGradSchedule::ByRows); }
+};
+const ops::cuda::WeightGradSchedule kWeightGradSchedules[] = {ops::cuda::WeightGradSchedule::PingPong,
+                                                              ops::cuda::WeightGradSchedule::Cooperative};
+const char* name_of(ops::cuda::WeightGradSchedule schedule) {
+  return schedule == ops::cuda::WeightGradSchedule::PingPong ? "ping-pong" : "cooperative";
+}
+
 TEST_F(GroupedGemmGpu, RowsTimesWeightMatchesCpu) {
   SCOPED_TRACE(seed());
   for (bool transpose_w : {true, false})
@@ -138,24 +153,28 @@ TEST_F(GroupedGemmGpu, RowsTimesWeightScalesAndAccumulates) {
 
 TEST_F(GroupedGemmGpu, WeightGradMatchesCpu) {
   SCOPED_TRACE(seed());
-  for (bool accumulate : {false, true})
-    for (const auto& sizes : kGroupSizes)
-      for (const auto& [n, k] : kSizes) {
-        SCOPED_TRACE(describe(sizes, n, k) + (accumulate ? ", accumulating" : ", overwriting"));
-        const Groups groups = make_groups(sizes);
-        const Tensor dy = random_normal({groups.rows(), n}, DType::BF16, Device::cuda(), rng());
-        const Tensor x = random_normal({groups.rows(), k}, DType::BF16, Device::cuda(), rng());
-        const Tensor dw = accumulate ? random_normal({groups.count(), n, k}, DType::BF16, Device::cuda(), rng())
-                                     : poisoned({groups.count(), n, k}, DType::BF16, Device::cuda());
-        const Tensor initial = accumulate ? to_cpu_f32(dw) : Tensor{};
-        ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, dw, accumulate);
-        const Tensor expected = reference_weight_grad(dy, x, groups, initial);
-        EXPECT_LT(relative_error(dw, expected), kBf16Tolerance);
-        // An empty group's dW_e is exactly 0, or exactly what it was when accumulating.
-        const Tensor got = to_cpu_f32(dw);
-        for (int64_t e = 0; e < groups.count(); ++e)
-          if (groups.size(e) == 0) expect_same_values(got[e], expected[e], "empty group " + std::to_string(e));
-      }
+  for (const auto schedule : kWeightGradSchedules) {
+    const WeightGradScheduleScope scope(schedule);
+    SCOPED_TRACE(name_of(schedule));
+    for (bool accumulate : {false, true})
+      for (const auto& sizes : kGroupSizes)
+        for (const auto& [n, k] : kSizes) {
+          SCOPED_TRACE(describe(sizes, n, k) + (accumulate ? ", accumulating" : ", overwriting"));
+          const Groups groups = make_groups(sizes);
+          const Tensor dy = random_normal({groups.rows(), n}, DType::BF16, Device::cuda(), rng());
+          const Tensor x = random_normal({groups.rows(), k}, DType::BF16, Device::cuda(), rng());
+          const Tensor dw = accumulate ? random_normal({groups.count(), n, k}, DType::BF16, Device::cuda(), rng())
+                                       : poisoned({groups.count(), n, k}, DType::BF16, Device::cuda());
+          const Tensor initial = accumulate ? to_cpu_f32(dw) : Tensor{};
+          ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, dw, accumulate);
+          const Tensor expected = reference_weight_grad(dy, x, groups, initial);
+          EXPECT_LT(relative_error(dw, expected), kBf16Tolerance);
+          // An empty group's dW_e is exactly 0, or exactly what it was when accumulating.
+          const Tensor got = to_cpu_f32(dw);
+          for (int64_t e = 0; e < groups.count(); ++e)
+            if (groups.size(e) == 0) expect_same_values(got[e], expected[e], "empty group " + std::to_string(e));
+        }
+  }
 }
 
 // The weight gradient's norm partials (grouped_matmul_weight_grad's last argument): their sum is Σ dW² over the
@@ -164,31 +183,37 @@ TEST_F(GroupedGemmGpu, WeightGradMatchesCpu) {
 // Accumulating with partials is refused (an accumulated dW's empty groups hold sums no tile visits).
 TEST_F(GroupedGemmGpu, WeightGradSumsItsSquares) {
   SCOPED_TRACE(seed());
-  for (const auto& sizes : kGroupSizes)
-    for (const auto& [n, k] : kSizes) {
-      SCOPED_TRACE(describe(sizes, n, k));
-      const Groups groups = make_groups(sizes);
-      const Tensor dy = random_normal({groups.rows(), n}, DType::BF16, Device::cuda(), rng());
-      const Tensor x = random_normal({groups.rows(), k}, DType::BF16, Device::cuda(), rng());
-      const Tensor plain = poisoned({groups.count(), n, k}, DType::BF16, Device::cuda());
-      const Tensor summed = poisoned({groups.count(), n, k}, DType::BF16, Device::cuda());
-      const int64_t slots = ops::cuda::grouped_weight_grad_norm_slots(summed);
-      // Stale values in both: every slot must be written (empty groups' with 0).
-      const Tensor partials = Tensor::from_vector(std::vector<float>(size_t(slots), 1e30f), {slots}).to(Device::cuda());
-      const Tensor again = Tensor::from_vector(std::vector<float>(size_t(slots), -1.0f), {slots}).to(Device::cuda());
-      ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, plain, /*accumulate=*/false);
-      ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, summed, /*accumulate=*/false, partials);
-      expect_same_values(summed, plain, "dW with partials");
-      const Tensor values = to_cpu_f32(summed);
-      double expected = 0;
-      for (int64_t i = 0; i < values.numel(); ++i) expected += double(values.data<float>()[i]) * values.data<float>()[i];
-      const Tensor host = partials.to(Device::cpu());
-      double total = 0;
-      for (int64_t i = 0; i < slots; ++i) total += host.data<float>()[i];
-      EXPECT_NEAR(total, expected, 1e-5 * expected + 1e-30);
-      ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, summed, /*accumulate=*/false, again);
-      expect_same_values(again.to(Device::cpu()), host, "partials of a second run");
-    }
+  for (const auto schedule : kWeightGradSchedules) {
+    const WeightGradScheduleScope scope(schedule);
+    SCOPED_TRACE(name_of(schedule));
+    for (const auto& sizes : kGroupSizes)
+      for (const auto& [n, k] : kSizes) {
+        SCOPED_TRACE(describe(sizes, n, k));
+        const Groups groups = make_groups(sizes);
+        const Tensor dy = random_normal({groups.rows(), n}, DType::BF16, Device::cuda(), rng());
+        const Tensor x = random_normal({groups.rows(), k}, DType::BF16, Device::cuda(), rng());
+        const Tensor plain = poisoned({groups.count(), n, k}, DType::BF16, Device::cuda());
+        const Tensor summed = poisoned({groups.count(), n, k}, DType::BF16, Device::cuda());
+        const int64_t slots = ops::cuda::grouped_weight_grad_norm_slots(summed);
+        // Stale values in both: every slot must be written (empty groups' with 0).
+        const Tensor partials =
+            Tensor::from_vector(std::vector<float>(size_t(slots), 1e30f), {slots}).to(Device::cuda());
+        const Tensor again = Tensor::from_vector(std::vector<float>(size_t(slots), -1.0f), {slots}).to(Device::cuda());
+        ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, plain, /*accumulate=*/false);
+        ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, summed, /*accumulate=*/false, partials);
+        expect_same_values(summed, plain, "dW with partials");
+        const Tensor values = to_cpu_f32(summed);
+        double expected = 0;
+        for (int64_t i = 0; i < values.numel(); ++i)
+          expected += double(values.data<float>()[i]) * values.data<float>()[i];
+        const Tensor host = partials.to(Device::cpu());
+        double total = 0;
+        for (int64_t i = 0; i < slots; ++i) total += host.data<float>()[i];
+        EXPECT_NEAR(total, expected, 1e-5 * expected + 1e-30);
+        ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, summed, /*accumulate=*/false, again);
+        expect_same_values(again.to(Device::cpu()), host, "partials of a second run");
+      }
+  }
   const Groups groups = make_groups({3, 5});
   const Tensor dy = random_normal({8, 64}, DType::BF16, Device::cuda(), rng());
   const Tensor x = random_normal({8, 64}, DType::BF16, Device::cuda(), rng());
@@ -212,13 +237,17 @@ TEST_F(GroupedGemmGpu, AllGroupsEmpty) {
     ops::cuda::grouped_matmul(x, w, transpose_w, groups.device_offsets, out);
     EXPECT_EQ(out.numel(), 0);
   }
-  const Tensor overwritten = poisoned({experts, n, k}, DType::BF16, Device::cuda());
-  ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, overwritten, /*accumulate=*/false);
-  expect_same_values(overwritten, Tensor::zeros({experts, n, k}, DType::F32), "overwriting");
-  const Tensor accumulated = random_normal({experts, n, k}, DType::BF16, Device::cuda(), rng());
-  const Tensor before = to_cpu_f32(accumulated);
-  ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, accumulated, /*accumulate=*/true);
-  expect_same_values(accumulated, before, "accumulating");
+  for (const auto schedule : kWeightGradSchedules) {
+    const WeightGradScheduleScope scope(schedule);
+    SCOPED_TRACE(name_of(schedule));
+    const Tensor overwritten = poisoned({experts, n, k}, DType::BF16, Device::cuda());
+    ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, overwritten, /*accumulate=*/false);
+    expect_same_values(overwritten, Tensor::zeros({experts, n, k}, DType::F32), "overwriting");
+    const Tensor accumulated = random_normal({experts, n, k}, DType::BF16, Device::cuda(), rng());
+    const Tensor before = to_cpu_f32(accumulated);
+    ops::cuda::grouped_matmul_weight_grad(dy, x, groups.device_offsets, accumulated, /*accumulate=*/true);
+    expect_same_values(accumulated, before, "accumulating");
+  }
 }
 
 // Calls on the same stream back to back: the stream-ordered scratch of one call must not disturb the next.

@@ -19,6 +19,7 @@
 #include "gpu_timing.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/grouped_gemm.h"
+#include "moetune/ops/cuda/grouped_gemm_kernels.h"
 
 namespace moetune {
 namespace {
@@ -89,6 +90,38 @@ TEST_F(GroupedGemmTiming, DISABLED_GroupsAgainstOneGroupAndDense) {
       {"1 group (K 49152)", [&] { ops::cuda::grouped_matmul_weight_grad(dgate_up, x, offsets1, dw1, false); }},
       {"cuBLASLt dense (K 49152)", [&] { ops::cuda::matmul(dgate_up, true, x, false, dw1_2d); }}};
   time_rounds("gate_up weight gradient", gate_up_flops, weight_grad);
+}
+
+// Not a check: the weight gradient's two schedules (grouped_gemm_kernels.h's WeightGradSchedule) at the experts'
+// row counts of three models at 8192 tokens: DeepSeek-V3 (256 experts, top-8: 256 rows each), Qwen3-30B (128,
+// top-8: 512) and Moonlight (64, top-6: 768), norm partials on as in the step: the data behind the engine's rule.
+TEST_F(GroupedGemmTiming, DISABLED_WeightGradSchedules) {
+  struct Problem {
+    const char* name;
+    int64_t experts, rows, n, k;
+  };
+  const Problem problems[] = {
+      {"dsv3 gate_up dW", 256, 65536, 4096, 7168},     {"dsv3 down dW", 256, 65536, 7168, 2048},
+      {"qwen3 gate_up dW", 128, 65536, 1536, 2048},    {"qwen3 down dW", 128, 65536, 2048, 768},
+      {"moonlight gate_up dW", 64, 49152, 2816, 2048}, {"moonlight down dW", 64, 49152, 2048, 1408}};
+  std::mt19937 rng(11);
+  for (const Problem& p : problems) {
+    const Tensor offsets = uniform_offsets(p.experts, p.rows);
+    const Tensor dy = tiled_random(p.rows, p.n, rng, 1e-3f);
+    const Tensor x = tiled_random(p.rows, p.k, rng, 1.0f);
+    Tensor dw = Tensor::empty({p.experts, p.n, p.k}, DType::BF16, kGpu);
+    Tensor partials = Tensor::empty({ops::cuda::grouped_weight_grad_norm_slots(dw)}, DType::F32, kGpu);
+    auto with = [&](ops::cuda::WeightGradSchedule schedule) {
+      return [&, schedule] {
+        ops::cuda::set_weight_grad_schedule(schedule);
+        ops::cuda::grouped_matmul_weight_grad(dy, x, offsets, dw, false, partials);
+      };
+    };
+    std::vector<Variant> variants{{"ping-pong 64x256", with(ops::cuda::WeightGradSchedule::PingPong)},
+                                  {"cooperative 128x256", with(ops::cuda::WeightGradSchedule::Cooperative)}};
+    time_rounds(p.name, 2.0 * double(p.rows) * double(p.n) * double(p.k), variants);
+  }
+  ops::cuda::set_weight_grad_schedule(ops::cuda::WeightGradSchedule::ByRows);
 }
 
 }  // namespace

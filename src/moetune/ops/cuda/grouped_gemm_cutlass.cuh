@@ -43,7 +43,8 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // (the two CTAs of a cluster multicast the shared operand tile); on Qwen3's experts this beat the cooperative
 // 128x256x64 tile (torch._grouped_mm's choice) by up to 15% per product (equal for the gate/up forward) and
 // 0.05-0.28 ms per MoE layer (docs/benchmarks.md, issue 11): the 64-row tiles pad an expert's last tile half as
-// much. The weight gradient: the same ping-pong 64x256x64 (grouped_gemm_weight_grad.cu says why). Groups whose
+// much. The weight gradient: the same ping-pong 64x256x64, or cooperative 128x256x64 at few rows an expert
+// (grouped_gemm_weight_grad.cu says when and why). Groups whose
 // M is not a multiple of the tile (or of the cluster) get partial tiles: TMA zero-fills the loads past the group's
 // bounds and clips the stores, so nothing outside the group is read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's

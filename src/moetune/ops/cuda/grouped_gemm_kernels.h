@@ -37,6 +37,12 @@ struct GroupedGemmProblem {
   float* norm_partials = nullptr;
 };
 
+// WeightGrad's schedule: by the experts' average row count (rows / groups: cooperative 128x256 tiles below 384,
+// ping-pong 64x256 from there; grouped_gemm_weight_grad.cu has the measurements), or one of the two for every
+// problem (the GPU tests run both; the process keeps ByRows otherwise).
+enum class WeightGradSchedule { ByRows, PingPong, Cooperative };
+void set_weight_grad_schedule(WeightGradSchedule schedule);
+
 // How many floats WeightGrad's norm partials take for dW [groups, n, k]: one per warp of every output tile.
 int64_t grouped_weight_grad_norm_slots(int groups, int n, int k);
 

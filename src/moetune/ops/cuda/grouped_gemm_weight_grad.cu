@@ -4,6 +4,7 @@
 // advance along their strided dimension from group to group, so any row count keeps TMA's 16-byte alignment,
 // and a last K tile past rows_e is zero-filled by TMA rather than read from the next expert.
 #include <algorithm>
+#include <type_traits>
 
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/core/dependent_launch.cuh"
@@ -13,29 +14,45 @@ namespace moetune::ops::cuda {
 namespace {
 
 using namespace grouped_gemm_detail;
-// Ping-pong (each consumer warpgroup on its own 64x256 tile, one's epilogue beside the other's main loop), cluster
-// 2x1, as the M-grouped products; the epilogue can sum the squares it stores for the clipping norm
-// (grouped_gemm_square_sum.cuh). The weight gradient's K is an expert's row count (~768 on Moonlight), so each
-// tile runs only ~12 k-blocks and its epilogue weighs: ping-pong hides it behind the other warpgroup's main loop.
-// Moonlight's shapes, 64 groups of 768 rows (H200, session 16, .hq sweep): gate_up's dW 0.96 ms (ping-pong
-// 64x256) against 1.10 (cooperative 128x256, session 15's choice), down's 0.55 against 0.60, sums included; the
-// earlier ranking (cooperative ahead of ping-pong 128x128) was taken with the square-sum node's printf inlined,
-// which slowed every tile it was in (grouped_gemm_square_sum.cuh).
-using Config = GroupedGemmConfig<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor,
-                                 cute::Shape<cute::_64, cute::_256, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                                 SquareSummedLinearCombination, /*kCooperative=*/false>;
-constexpr int kTileM = cute::size<0>(Config::Tile{}), kTileN = cute::size<1>(Config::Tile{});
-constexpr int kClusterM = cute::size<0>(Config::Cluster{}), kClusterN = cute::size<1>(Config::Cluster{});
-// The epilogue's warps on one tile: each writes a slot (ping-pong: one warpgroup, 4 warps).
-constexpr int kWarpsPerTile = int(cute::size(typename Config::Mainloop::TiledMma{})) / 32;
+// Two schedules, chosen by the experts' average row count (the reduction's length), both with cluster 2x1 and the
+// epilogue that sums the squares it stores for the clipping norm (grouped_gemm_square_sum.cuh):
+// - ping-pong 64x256 (each consumer warpgroup on its own tile, one's epilogue beside the other's main loop): at
+//   Moonlight's ~768 rows an expert each tile runs ~12 k-blocks and its epilogue weighs; ping-pong hides it
+//   (H200, session 16, .hq sweep: gate_up's dW 0.96 ms against 1.10 on cooperative 128x256, down's 0.55 against
+//   0.60, sums included; session 30: 0.915 against 0.951 and 0.520 against 0.528);
+// - cooperative 128x256 (both warpgroups on one tile) below kCooperativeBelowRows rows an expert: at DeepSeek-V3's
+//   256 (256 experts, top-8, 8192 tokens) a tile runs 4 k-blocks, and the wider tile's halved operand traffic
+//   per FLOP wins over the hidden epilogue: gate_up's dW [4096 x 7168] 10.43 against 11.74 ms, down's 5.28 against
+//   5.94 (H200, session 30, GroupedGemmTiming); at Qwen3's 512 the two tie (0.846 / 0.848, 0.419 / 0.438 ms).
+// (Wider epilogue sub-tiles on ping-pong were slower at every row count: 64x128 and 64x256 by 25-95%.)
+template <bool kCooperative>
+using ConfigWith =
+    GroupedGemmConfig<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor,
+                      cute::Shape<cute::Int<kCooperative ? 128 : 64>, cute::_256, cute::_64>,
+                      cute::Shape<cute::_2, cute::_1, cute::_1>, SquareSummedLinearCombination, kCooperative>;
+constexpr int64_t kCooperativeBelowRows = 384;
+
+WeightGradSchedule g_schedule = WeightGradSchedule::ByRows;  // set_weight_grad_schedule
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
-// A group's tile columns, and its slots: (n / kTileM) x (k / kTileN) tiles rounded up, and the tile rows and
-// columns up to whole clusters (CUTLASS's grouped scheduler visits those tiles too: measured, session 15),
-// times the warps of each tile.
-int tiles_n(int k) { return ceil_div(ceil_div(k, kTileN), kClusterN) * kClusterN; }
+// A group's tile columns, and its slots under one schedule: (n / tile M) x (k / tile N) tiles rounded up, and the
+// tile rows and columns up to whole clusters (CUTLASS's grouped scheduler visits those tiles too: measured,
+// session 15), times the warps of each tile. Both schedules' tiles are 256 wide.
+template <class Config>
+struct Slots {
+  static constexpr int kTileM = cute::size<0>(typename Config::Tile{}), kTileN = cute::size<1>(typename Config::Tile{});
+  static constexpr int kClusterM = cute::size<0>(typename Config::Cluster{});
+  static constexpr int kClusterN = cute::size<1>(typename Config::Cluster{});
+  // The epilogue's warps on one tile: each writes a slot (ping-pong: one warpgroup, 4 warps; cooperative: 8).
+  static constexpr int kWarpsPerTile = int(cute::size(typename Config::Mainloop::TiledMma{})) / 32;
+  static int tiles_n(int k) { return ceil_div(ceil_div(k, kTileN), kClusterN) * kClusterN; }
+  static int64_t per_group(int n, int k) {
+    return int64_t(ceil_div(ceil_div(n, kTileM), kClusterM) * kClusterM) * tiles_n(k) * kWarpsPerTile;
+  }
+};
+// The partials are sized for either schedule (the larger count; the other leaves its extra slots zero).
 int64_t slots_per_group(int n, int k) {
-  return int64_t(ceil_div(ceil_div(n, kTileM), kClusterM) * kClusterM) * tiles_n(k) * kWarpsPerTile;
+  return std::max(Slots<ConfigWith<false>>::per_group(n, k), Slots<ConfigWith<true>>::per_group(n, k));
 }
 
 // An empty group is given M = 0 rather than K = 0: with K = 0 CUTLASS would still visit the group's tiles but
@@ -80,7 +97,8 @@ int64_t grouped_weight_grad_norm_slots(int groups, int n, int k) { return int64_
 
 template <>
 size_t grouped_gemm_scratch_bytes<GroupedGemmKind::WeightGrad>(int groups, int sm_count) {
-  return grouped_gemm_detail::scratch_bytes<Config>(groups, sm_count);
+  return std::max(grouped_gemm_detail::scratch_bytes<ConfigWith<false>>(groups, sm_count),
+                  grouped_gemm_detail::scratch_bytes<ConfigWith<true>>(groups, sm_count));
 }
 
 template <>
@@ -104,12 +122,23 @@ std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmPr
   }
   const WeightGradGeometry geometry{static_cast<const Element*>(problem.a), static_cast<const Element*>(problem.b),
                                     static_cast<Element*>(problem.out), problem.n, problem.k};
-  const UniformStrides<Config> strides{row_stride<Config::StrideA>(problem.n), row_stride<Config::StrideB>(problem.k),
-                                       row_stride<Config::StrideD>(problem.k)};
-  const SquareSumPerWarp::Arguments sums{problem.norm_partials, tiles_n(problem.k), slots_per_group(problem.n, problem.k)};
-  return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
-                                  /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream,
-                                  sums);
+  auto run = [&](auto cooperative) {
+    using Config = ConfigWith<decltype(cooperative)::value>;
+    const UniformStrides<Config> strides{row_stride<typename Config::StrideA>(problem.n),
+                                         row_stride<typename Config::StrideB>(problem.k),
+                                         row_stride<typename Config::StrideD>(problem.k)};
+    const SquareSumPerWarp::Arguments sums{problem.norm_partials, Slots<Config>::tiles_n(problem.k),
+                                           slots_per_group(problem.n, problem.k)};
+    return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
+                                    /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream,
+                                    sums);
+  };
+  const bool cooperative = g_schedule == WeightGradSchedule::ByRows
+                               ? problem.rows < kCooperativeBelowRows * problem.groups
+                               : g_schedule == WeightGradSchedule::Cooperative;
+  return cooperative ? run(std::true_type{}) : run(std::false_type{});
 }
+
+void set_weight_grad_schedule(WeightGradSchedule schedule) { g_schedule = schedule; }
 
 }  // namespace moetune::ops::cuda
