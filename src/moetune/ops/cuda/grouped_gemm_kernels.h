@@ -39,7 +39,8 @@ struct GroupedGemmProblem {
 
 // WeightGrad's schedule: by the experts' average row count (rows / groups: cooperative 128x256 tiles below 384,
 // ping-pong 64x256 from there; grouped_gemm_weight_grad.cu has the measurements), or one of the two for every
-// problem (the GPU tests run both; the process keeps ByRows otherwise).
+// problem (the GPU tests run both). The process starts with MOETUNE_WEIGHT_GRAD_SCHEDULE's (rows | ping-pong |
+// cooperative; unset: rows), for alternating the two in whole runs.
 enum class WeightGradSchedule { ByRows, PingPong, Cooperative };
 void set_weight_grad_schedule(WeightGradSchedule schedule);
 

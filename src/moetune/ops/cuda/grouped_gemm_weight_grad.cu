@@ -4,6 +4,10 @@
 // advance along their strided dimension from group to group, so any row count keeps TMA's 16-byte alignment,
 // and a last K tile past rows_e is zero-filled by TMA rather than read from the next expert.
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "moetune/core/cuda_runtime.h"
@@ -32,7 +36,18 @@ using ConfigWith =
                       cute::Shape<cute::_2, cute::_1, cute::_1>, SquareSummedLinearCombination, kCooperative>;
 constexpr int64_t kCooperativeBelowRows = 384;
 
-WeightGradSchedule g_schedule = WeightGradSchedule::ByRows;  // set_weight_grad_schedule
+// The schedule the process starts with: ByRows, or for measuring a choice in a whole run (as MOETUNE_ADAMW_STAGES
+// does AdamW's), MOETUNE_WEIGHT_GRAD_SCHEDULE = rows | ping-pong | cooperative; any other value fails every weight
+// gradient's launch with a message naming it.
+std::optional<WeightGradSchedule> initial_schedule() {
+  const char* value = std::getenv("MOETUNE_WEIGHT_GRAD_SCHEDULE");
+  if (value == nullptr || std::string_view(value) == "rows") return WeightGradSchedule::ByRows;
+  if (std::string_view(value) == "ping-pong") return WeightGradSchedule::PingPong;
+  if (std::string_view(value) == "cooperative") return WeightGradSchedule::Cooperative;
+  return std::nullopt;
+}
+
+std::optional<WeightGradSchedule> g_schedule = initial_schedule();  // set_weight_grad_schedule
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // A group's tile columns, and its slots under one schedule: (n / tile M) x (k / tile N) tiles rounded up, and the
@@ -133,9 +148,14 @@ std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmPr
                                     /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream,
                                     sums);
   };
-  const bool cooperative = g_schedule == WeightGradSchedule::ByRows
+  if (!g_schedule) {
+    const char* value = std::getenv("MOETUNE_WEIGHT_GRAD_SCHEDULE");
+    return std::string("MOETUNE_WEIGHT_GRAD_SCHEDULE='") + (value ? value : "") +
+           "' is none of rows, ping-pong, cooperative";
+  }
+  const bool cooperative = *g_schedule == WeightGradSchedule::ByRows
                                ? problem.rows < kCooperativeBelowRows * problem.groups
-                               : g_schedule == WeightGradSchedule::Cooperative;
+                               : *g_schedule == WeightGradSchedule::Cooperative;
   return cooperative ? run(std::true_type{}) : run(std::false_type{});
 }
 
