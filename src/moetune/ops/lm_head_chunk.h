@@ -24,9 +24,9 @@ inline constexpr int64_t kLmHeadChunkBudgetBytes = int64_t(640) << 20;
 // of two because a step's rows are most often one (sequence length x micro-batch): the chunks then split them
 // evenly, with no short last chunk running on an untuned GEMM at a low occupancy (DeepSeek-V3's head, 129,280 x
 // 7168: 2560 rows fit, and 8192 rows ran as 3 x 2560 + 512, the 512-row chunk's GEMMs at 495-632 TFLOP/s against
-// 680-730 for the others: ~0.9 ms a step, H200, docs/benchmarks.md session 30). It is also a whole number of
-// cuBLASLt's 128- or 256-row tiles: at 832 rows (6.5 tiles of 128) the logits and d(hidden) GEMMs ran at
-// ~600-630 TFLOP/s, at 768 or 1024 at ~690-720 (H200, docs/benchmarks.md).
+// 680-730 for the others; as 4 x 2048 the head took 66.1 against 68.5 ms a step, H200, docs/benchmarks.md session 30).
+// It is also a whole number of cuBLASLt's 128- or 256-row tiles: at 832 rows (6.5 tiles of 128) the logits and
+// d(hidden) GEMMs ran at ~600-630 TFLOP/s, at 768 or 1024 at ~690-720 (H200, docs/benchmarks.md).
 inline int64_t lm_head_chunk_rows(int64_t rows, int64_t vocab, int64_t chunk_rows = 0) {
   if (rows <= 0) return 0;
   if (chunk_rows <= 0) {

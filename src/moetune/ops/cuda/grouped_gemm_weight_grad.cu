@@ -27,7 +27,9 @@ using namespace grouped_gemm_detail;
 // - cooperative 128x256 (both warpgroups on one tile) below kCooperativeBelowRows rows an expert: at DeepSeek-V3's
 //   256 (256 experts, top-8, 8192 tokens) a tile runs 4 k-blocks, and the wider tile's halved operand traffic
 //   per FLOP wins over the hidden epilogue: gate_up's dW [4096 x 7168] 10.43 against 11.74 ms, down's 5.28 against
-//   5.94 (H200, session 30, GroupedGemmTiming); at Qwen3's 512 the two tie (0.846 / 0.848, 0.419 / 0.438 ms).
+//   5.94 (H200, session 30, GroupedGemmTiming); at Qwen3's 512 cooperative tied or led by up to 5% alone (gate_up
+//   0.808-0.846 against 0.848-0.850 ms, down 0.418 against 0.438) but was not measured in a step, so 512 stays
+//   ping-pong.
 // (Wider epilogue sub-tiles on ping-pong were slower at every row count: 64x128 and 64x256 by 25-95%.)
 template <bool kCooperative>
 using ConfigWith =
