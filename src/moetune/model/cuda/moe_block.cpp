@@ -6,6 +6,7 @@
 #include "moetune/model/cuda/mlp_activation.h"
 #include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/model/cuda/padded_experts.h"
+#include "moetune/model/cuda/swiglu_backward_choice.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
 #include "moetune/model/lora_refusal.h"
 #include "moetune/model/memory_plan.h"
@@ -264,16 +265,28 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     add_down_weight_grad(dexpert_out, activated, context.overwrite_gradients, context.expert_norms);
   };
   if (!overlap && !fused) down_weight_gradient();
-  Tensor dactivated = device_like({rows, inner});
-  ops::cuda::grouped_matmul(dexpert_out, down, /*transpose_w=*/false, dispatched_.offsets, dactivated);
-  if (expert_lora_.on_down()) {
-    Tensor activated = device_like({rows, inner});  // recomputed, as for the weight gradient
-    activation_forward(spec_.experts, gate_up_out_, activated);
-    expert_lora_.down_backward(dexpert_out, activated, dispatched_.offsets, dactivated);
+  Tensor dactivated, dgate_up;
+  if (swiglu_backward_in_epilogue() && spec_.experts.activation == Activation::SwiGLU && !expert_lora_.on_down()) {
+    // d(activated) stays in the GEMM's registers; `dactivated` receives the recomputed activation where the fused
+    // pass below wants it.
+    dgate_up = device_like({rows, first});
+    if (fused) dactivated = device_like({rows, inner});
+    ops::cuda::grouped_matmul_swiglu_backward(dexpert_out, down, dispatched_.offsets, gate_up_out_, dgate_up,
+                                              dactivated);
+    if (!overlap && !fused) dexpert_out = Tensor();
+  } else {
+    dactivated = device_like({rows, inner});
+    ops::cuda::grouped_matmul(dexpert_out, down, /*transpose_w=*/false, dispatched_.offsets, dactivated);
+    if (expert_lora_.on_down()) {
+      Tensor activated = device_like({rows, inner});  // recomputed, as for the weight gradient
+      activation_forward(spec_.experts, gate_up_out_, activated);
+      expert_lora_.down_backward(dexpert_out, activated, dispatched_.offsets, dactivated);
+    }
+    if (!overlap && !fused) dexpert_out = Tensor();
+    dgate_up = device_like({rows, first});
+    activation_backward(spec_.experts, dactivated, gate_up_out_, dgate_up,
+                        /*recomputed=*/fused ? dactivated : Tensor());
   }
-  if (!overlap && !fused) dexpert_out = Tensor();
-  Tensor dgate_up = device_like({rows, first});
-  activation_backward(spec_.experts, dactivated, gate_up_out_, dgate_up, /*recomputed=*/fused ? dactivated : Tensor());
   if (p_.gate_up_bias.grad.defined()) ops::cuda::expert_bias_grad(dgate_up, dispatched_.offsets, p_.gate_up_bias.grad);
   if (fused) {
     add_down_weight_grad(dexpert_out, /*activated=*/dactivated, context.overwrite_gradients, context.expert_norms);

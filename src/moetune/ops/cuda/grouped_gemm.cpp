@@ -114,6 +114,47 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
   else launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
 }
 
+void grouped_matmul_swiglu_backward(const Tensor& dy, const Tensor& weights, const Tensor& offsets,
+                                    const Tensor& gate_up, const Tensor& dgate_up, const Tensor& activated) {
+  constexpr std::string_view op = "grouped_matmul_swiglu_backward";
+  check_matrix(op, "dy", dy, 2);
+  check_matrix(op, "weights", weights, 3);
+  check_matrix(op, "gate_up", gate_up, 2);
+  check_matrix(op, "dgate_up", dgate_up, 2);
+  check_same_device(op, {&dy, &weights, &offsets, &gate_up, &dgate_up});
+  const int64_t rows = dy.size(0), groups = weights.size(0), hidden = weights.size(1), inner = weights.size(2);
+  MOETUNE_CHECK(dy.size(1) == hidden && gate_up.size(0) == rows && gate_up.size(1) == 2 * inner &&
+                    dgate_up.size(0) == rows && dgate_up.size(1) == 2 * inner,
+                "{}: dy {} · weights {} against gate_up {} into dgate_up {}: shapes disagree", op, dy.str(),
+                weights.str(), gate_up.str(), dgate_up.str());
+  if (activated.defined()) {
+    check_matrix(op, "activated", activated, 2);
+    check_same_device(op, {&dy, &activated});
+    MOETUNE_CHECK(activated.size(0) == rows && activated.size(1) == inner, "{}: activated {}, expected [{}, {}]", op,
+                  activated.str(), rows, inner);
+  }
+  check_inner_size(op, "K (hidden)", hidden);
+  check_inner_size(op, "N (intermediate)", inner);
+  check_offsets(op, offsets, groups, rows);
+  if (rows == 0 || groups == 0) return;
+
+  const GroupedGemmProblem problem{.a = dy.raw_data(),
+                                   .b = weights.raw_data(),
+                                   .out = dgate_up.raw_data(),
+                                   .offsets = static_cast<const int32_t*>(offsets.raw_data()),
+                                   .rows = rows,
+                                   .groups = int(groups),
+                                   .n = int(inner),
+                                   .k = int(hidden),
+                                   .accumulate = false};
+  const SwigluBackwardOperands operands{gate_up.raw_data(), activated.defined() ? activated.raw_data() : nullptr};
+  const int sm_count = multiprocessor_count();
+  const Scratch scratch(grouped_swiglu_backward_scratch_bytes(int(groups), sm_count));
+  const std::string error =
+      launch_grouped_swiglu_backward(problem, operands, scratch.data(), scratch.nbytes(), sm_count, gpu::stream());
+  MOETUNE_CHECK(error.empty(), "{} of dy {}, weights {}: {}", op, dy.str(), weights.str(), error);
+}
+
 int64_t grouped_weight_grad_norm_slots(const Tensor& dw) {
   MOETUNE_CHECK(dw.dim() == 3, "grouped_weight_grad_norm_slots: dw {} is not [experts, n, k]", dw.str());
   return grouped_weight_grad_norm_slots(int(dw.size(0)), int(dw.size(1)), int(dw.size(2)));
