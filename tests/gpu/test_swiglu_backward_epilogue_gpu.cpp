@@ -1,7 +1,7 @@
-// MOETUNE_SWIGLU_BACKWARD=epilogue (model/cuda/swiglu_backward_choice.h): the routed experts' SwiGLU backward in the
-// down projection's input-gradient GEMM gives the step the kernel path gives, with the forward's activation kept
-// (no recomputation) and recomputed (the experts recomputed: the epilogue also writes the activation for down's
-// weight gradient). The op's own bits are checked in test_grouped_gemm.cpp.
+// MOETUNE_SWIGLU_BACKWARD=epilogue (model/cuda/swiglu_backward_choice.h): SwiGLU's backward in the down projection's
+// input-gradient GEMM (the routed experts', and as one group the dense MLPs' and shared experts') gives the step the
+// kernel path gives, with the forward's activations kept (no recomputation) and recomputed (the epilogue also
+// writes the activation for down's weight gradient). The op's own bits are checked in test_grouped_gemm.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,7 +37,7 @@ Step run_step(model::cuda::CausalLM& model, const model::Batch& batch, bool in_e
 
 TEST_F(SwigluBackwardEpilogueGpu, SameStepAsTheKernel) {
   constexpr int64_t kRows = 2, kSeq = 40;
-  for (const char* name : {"qwen3_moe_tiny", "qwen2_moe_tiny", "mixtral_tiny", "deepseek_v3_tiny"}) {
+  for (const char* name : {"qwen3_moe_tiny", "qwen2_moe_tiny", "mixtral_tiny", "deepseek_v3_tiny", "qwen3_tiny"}) {
     SCOPED_TRACE(name);
     auto model = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
     std::vector<int64_t> ids;
@@ -55,8 +55,10 @@ TEST_F(SwigluBackwardEpilogueGpu, SameStepAsTheKernel) {
       for (size_t i = 0; i < kernel.grads.size(); ++i)
         if (kernel.grads[i].defined())
           worst = std::max(worst, testing::relative_error_f32(epilogue.grads[i], kernel.grads[i]));
-      // The same bits from the experts' backward; elsewhere the few atomics some backward kernels sum with.
-      EXPECT_LE(worst, 1e-3);
+      // The routed experts' backward gives the same bits; a dense MLP's d(activated) comes from CUTLASS's GEMM
+      // instead of cuBLASLt's (another summation order, bf16 roundings apart), and some backward kernels sum with
+      // atomics: the recomputation test's bound.
+      EXPECT_LE(worst, 1e-2);
     }
   }
 }

@@ -155,6 +155,16 @@ void grouped_matmul_swiglu_backward(const Tensor& dy, const Tensor& weights, con
   MOETUNE_CHECK(error.empty(), "{} of dy {}, weights {}: {}", op, dy.str(), weights.str(), error);
 }
 
+Tensor one_group_offsets(int64_t rows) {
+  MOETUNE_CHECK(rows >= 0 && rows <= std::numeric_limits<int32_t>::max(), "one_group_offsets: {} rows", rows);
+  const int32_t host[2] = {0, int32_t(rows)};
+  Tensor offsets = Tensor::empty({2}, DType::I32, Device::cuda());
+  // From pageable memory cudaMemcpyAsync stages the 8 bytes at once and queues the copy: no device synchronisation.
+  gpu::check(cudaMemcpyAsync(offsets.raw_data(), host, sizeof(host), cudaMemcpyHostToDevice, gpu::stream()),
+             "one_group_offsets upload");
+  return offsets;
+}
+
 int64_t grouped_weight_grad_norm_slots(const Tensor& dw) {
   MOETUNE_CHECK(dw.dim() == 3, "grouped_weight_grad_norm_slots: dw {} is not [experts, n, k]", dw.str());
   return grouped_weight_grad_norm_slots(int(dw.size(0)), int(dw.size(1)), int(dw.size(2)));

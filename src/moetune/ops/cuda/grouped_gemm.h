@@ -27,6 +27,11 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
 void grouped_matmul_swiglu_backward(const Tensor& dy, const Tensor& weights, const Tensor& offsets,
                                     const Tensor& gate_up, const Tensor& dgate_up, const Tensor& activated = Tensor());
 
+// Device offsets [0, rows]: every row in one group, for a dense product through the grouped kernels (a dense
+// MLP's down projection with grouped_matmul_swiglu_backward's epilogue, its weight [H, I] viewed as [1, H, I]).
+// Queued on the stream; the host does not wait.
+Tensor one_group_offsets(int64_t rows);
+
 // K-grouped weight gradient: dW_e = dy[rows_e]ᵀ · x[rows_e] for every e, dy [R, N], x [R, K], dw [E, N, K];
 // accumulate: dW_e += ... instead of =. An empty group gives dW_e = 0 (or leaves it when accumulating).
 // norm_partials (CUDA F32 [grouped_weight_grad_norm_slots(dw)], or undefined; not with accumulate): the
