@@ -1,5 +1,7 @@
 #include "moetune/model/cuda/swiglu_mlp.h"
 
+#include <cstdint>
+
 #include "moetune/model/cuda/mlp_activation.h"
 #include "moetune/model/cuda/swiglu_backward_choice.h"
 #include "moetune/ops/cuda/gemm.h"
@@ -13,9 +15,10 @@ Tensor device_like(Shape shape) { return Tensor::empty(std::move(shape), DType::
 // routed experts' op, model/cuda/swiglu_backward_choice.h): d(gate_up), and the activation when `activated` is
 // defined, without d(activated)'s round trip. Where it does not apply (another activation, widths TMA cannot
 // move) the caller runs the two passes.
-bool backward_in_epilogue(const MlpSpec& mlp, const Tensor& down) {
+bool backward_in_epilogue(const MlpSpec& mlp, const Tensor& down, const Tensor& dout, const Tensor& gate_up) {
+  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; };
   return swiglu_backward_in_epilogue() && mlp.activation == Activation::SwiGLU && down.size(0) % 8 == 0 &&
-         down.size(1) % 8 == 0;
+         down.size(1) % 8 == 0 && aligned(down) && aligned(dout) && aligned(gate_up);
 }
 void down_input_grad_with_swiglu_backward(const Tensor& dout, const Tensor& down, const Tensor& gate_up,
                                           const Tensor& dgate_up, const Tensor& activated) {
@@ -55,7 +58,7 @@ void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate
       activated = device_like({tokens, inner});
       activation_forward(mlp, gate_up, activated);
     }
-    if (!lora_on_down && backward_in_epilogue(mlp, p.down.value)) {
+    if (!lora_on_down && backward_in_epilogue(mlp, p.down.value, dout, gate_up)) {
       ops::cuda::linear_backward(dout, activated, p.down.value, {}, p.down.grad, p.down_bias.grad, false,
                                  write_weight_grads);
       activated = Tensor();
@@ -68,7 +71,7 @@ void swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate
       activated = Tensor();
       activation_backward(mlp, dactivated, gate_up, dgate_up);
     }
-  } else if (backward_in_epilogue(mlp, p.down.value)) {
+  } else if (backward_in_epilogue(mlp, p.down.value, dout, gate_up)) {
     Tensor activated = device_like({tokens, inner});  // recomputed by the epilogue, for down's weight gradient
     down_input_grad_with_swiglu_backward(dout, p.down.value, gate_up, dgate_up, activated);
     ops::cuda::linear_backward(dout, activated, p.down.value, {}, p.down.grad, p.down_bias.grad, false,
