@@ -376,6 +376,29 @@ TEST_F(SwigluGpu, RecomputedOutputOverlappingAnythingButDoutIsRefused) {
                Error);
 }
 
+// The gated MLPs' other gate functions (hidden_act: GeGLU and kin) against the CPU's fp32, with the recomputed
+// output bit for bit the forward's, on the vectorised and the scalar path.
+TEST_F(SwigluGpu, EveryGateFunctionMatchesCpu) {
+  SCOPED_TRACE(seed());
+  for (const ops::GateFunction gate : {ops::GateFunction::Silu, ops::GateFunction::Gelu, ops::GateFunction::GeluTanh,
+                                       ops::GateFunction::QuickGelu, ops::GateFunction::Relu})
+    for (const int64_t inner : {int64_t(768), int64_t(37)}) {
+      SCOPED_TRACE(std::string(ops::gate_function_name(gate)) + ", inner " + std::to_string(inner));
+      const int64_t rows = 19;
+      const Tensor gate_up = random_gpu({rows, 2 * inner}, DType::BF16, 2.0f);
+      const Tensor gate_up32 = to_cpu_f32(gate_up);
+      const Tensor out = poisoned({rows, inner}, DType::BF16, Device::cuda());
+      ops::cuda::gated_forward(gate_up, gate, out);
+      EXPECT_LT(relative_error(out, ops::gated_forward(gate_up32, gate)), kBf16Tolerance);
+      const Tensor dout = random_gpu({rows, inner});
+      const Tensor dgate_up = poisoned(gate_up.shape(), DType::BF16, Device::cuda());
+      const Tensor recomputed = poisoned({rows, inner}, DType::BF16, Device::cuda());
+      ops::cuda::gated_backward(dout, gate_up, gate, dgate_up, recomputed);
+      EXPECT_LT(relative_error(dgate_up, ops::gated_backward(to_cpu_f32(dout), gate_up32, gate)), kBf16Tolerance);
+      EXPECT_EQ(bytes_of(recomputed), bytes_of(out));
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // relu² (Nemotron-H's MLPs and experts): elementwise, no gate
 

@@ -145,6 +145,37 @@ TEST(Families, Qwen2MoeDefaultsAndSharedExpert) {
   EXPECT_EQ(attention(c).num_kv_heads, 16);  // Qwen2MoeConfig's default, not the heads (its __post_init__ has no fallback)
 }
 
+// hidden_act reaches every gated MLP the way transformers' ACT2FN does: the dense layers, the routed experts and the
+// shared expert (not Qwen2-MoE's shared-expert gate, a sigmoid of its own); its spellings map to one gate each.
+TEST(Families, HiddenActGatesEveryGatedMlp) {
+  const ModelSpec qwen2_moe = parse(R"({"model_type":"qwen2_moe","hidden_size":64,"num_hidden_layers":2,
+    "num_attention_heads":4,"num_key_value_heads":4,"hidden_act":"gelu_pytorch_tanh","mlp_only_layers":[1]})");
+  EXPECT_EQ(qwen2_moe.layers[0].moe()->experts.gate, ops::GateFunction::GeluTanh);
+  EXPECT_EQ(qwen2_moe.layers[0].moe()->shared_expert->mlp.gate, ops::GateFunction::GeluTanh);
+  EXPECT_EQ(qwen2_moe.layers[1].sublayers[1].mlp()->gate, ops::GateFunction::GeluTanh);
+  const ModelSpec deepseek = parse(R"({"model_type":"deepseek_v3","hidden_size":64,"num_hidden_layers":2,
+    "num_attention_heads":4,"num_key_value_heads":4,"first_k_dense_replace":1,"n_routed_experts":8,"num_experts_per_tok":2,"n_group":1,
+    "topk_group":1,"hidden_act":"relu"})");
+  EXPECT_EQ(deepseek.layers[0].sublayers[1].mlp()->gate, ops::GateFunction::Relu);
+  EXPECT_EQ(deepseek.layers[1].moe()->experts.gate, ops::GateFunction::Relu);
+  EXPECT_EQ(deepseek.layers[1].moe()->shared_expert->mlp.gate, ops::GateFunction::Relu);
+  const std::pair<const char*, ops::GateFunction> spellings[] = {{"silu", ops::GateFunction::Silu},
+                                                                 {"swish", ops::GateFunction::Silu},
+                                                                 {"gelu", ops::GateFunction::Gelu},
+                                                                 {"gelu_new", ops::GateFunction::GeluTanh},
+                                                                 {"gelu_fast", ops::GateFunction::GeluTanh},
+                                                                 {"gelu_pytorch_tanh", ops::GateFunction::GeluTanh},
+                                                                 {"quick_gelu", ops::GateFunction::QuickGelu},
+                                                                 {"relu", ops::GateFunction::Relu}};
+  for (const auto& [spelling, gate] : spellings) {
+    const ModelSpec llama = parse(std::string(R"({"model_type":"llama","hidden_act":")") + spelling + R"("})");
+    EXPECT_EQ(llama.layers[0].sublayers[1].mlp()->gate, gate) << spelling;
+  }
+  // GPT-OSS never reads hidden_act: its clamped SwiGLU stays.
+  EXPECT_EQ(parse(R"({"model_type":"gpt_oss","hidden_act":"gelu"})").layers[0].moe()->experts.activation,
+            Activation::ClampedSwiGLU);
+}
+
 // gpt-oss-20b's config.json as released (v4 spelling: rope_scaling beside rope_theta; MXFP4 experts).
 const char* kGptOss20b = R"({
   "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": true, "attention_dropout": 0.0,
@@ -416,7 +447,7 @@ TEST(Families, BadValuesNameTheKey) {
                 .find("'num_key_value_heads'"), std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"qwen3_moe","num_experts":4,"num_experts_per_tok":8})").find("'num_experts_per_tok'"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type":"llama","hidden_act":"gelu"})").find("'hidden_act'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","hidden_act":"mish"})").find("'hidden_act'"), std::string::npos);
   EXPECT_NE(error_of(R"({"model_type":"llama","dtype":"float7"})").find("'dtype'"), std::string::npos);
   EXPECT_NE(error_of(R"([1,2])").find("not a JSON object"), std::string::npos);
   // Hostile values fail before anything is allocated or divided.

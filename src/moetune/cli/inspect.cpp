@@ -17,6 +17,12 @@ using nlohmann::json;
 
 namespace {
 
+// A gated MLP whose gate is not SiLU (hidden_act): ", gelu-gated" and the like; SwiGLU says nothing.
+std::string gate_note(const model::MlpSpec& mlp) {
+  if (mlp.activation != model::Activation::SwiGLU || mlp.gate == ops::GateFunction::Silu) return "";
+  return fmt::format(", {}-gated", ops::gate_function_name(mlp.gate));
+}
+
 std::string sublayer_kind(const model::SublayerSpec& sublayer) {
   if (const model::AttentionSpec* a = sublayer.attention(); a && a->mla)  // DeepSeek-V3
     return fmt::format("latent attention (q_lora {}, kv_lora {}, q/k head {} with rope {}, v head {})",
@@ -26,8 +32,8 @@ std::string sublayer_kind(const model::SublayerSpec& sublayer) {
     return (a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention") +
            (a->sinks ? " with sinks" : "");
   if (const model::MlpSpec* m = sublayer.mlp())
-    return fmt::format("dense mlp (intermediate {}{})", m->intermediate,
-                       m->activation == model::Activation::ReluSquared ? ", relu²" : "");
+    return fmt::format("dense mlp (intermediate {}{}{})", m->intermediate,
+                       m->activation == model::Activation::ReluSquared ? ", relu²" : "", gate_note(*m));
   if (const model::Mamba2Spec* m = sublayer.mamba2())
     return fmt::format("mamba2 ({} heads of {}, state {}, {} groups, conv {})", m->num_heads, m->head_dim, m->state_size,
                        m->num_groups, m->conv_kernel);
@@ -43,6 +49,7 @@ std::string sublayer_kind(const model::SublayerSpec& sublayer) {
   if (m.experts.activation == model::Activation::ClampedSwiGLU)
     text += fmt::format(", clamped swiglu (limit {})", m.experts.clamp.limit);
   if (m.experts.activation == model::Activation::ReluSquared) text += ", relu²";
+  text += gate_note(m.experts);
   if (m.latent_size) text += fmt::format(", latent {}", *m.latent_size);
   return text + ")";
 }

@@ -22,7 +22,7 @@ class DenseMlpBlock {
 
  private:
   double eps_;
-  Activation activation_;
+  MlpSpec mlp_;  // its width, activation and gate
   MlpParams p_;
   SwigluLora lora_;  // LoRA adapters, if any
   Tensor input_;        // h, the norm's input

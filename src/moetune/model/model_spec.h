@@ -59,6 +59,9 @@ struct MlpSpec {
   bool bias = false;
   Activation activation = Activation::SwiGLU;
   ops::SwigluClamp clamp;  // read only for ClampedSwiGLU
+  // Activation::SwiGLU's gate function (transformers' hidden_act): f(gate) ⊙ up; silu for SwiGLU proper.
+  ops::GateFunction gate = ops::GateFunction::Silu;
+  bool silu_gated() const { return activation == Activation::SwiGLU && gate == ops::GateFunction::Silu; }
   // The rows of the first projection: gate and up (2I), or up alone (I) for relu².
   int64_t first_projection() const { return activation == Activation::ReluSquared ? intermediate : 2 * intermediate; }
 };

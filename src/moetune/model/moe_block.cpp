@@ -54,7 +54,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   }
   Tensor out = add(h, routed);
   if (!p_.shared.defined()) return out;
-  SwigluOutput shared = swiglu_mlp(normed, p_.shared, &shared_lora_, spec_.shared_expert->mlp.activation);
+  SwigluOutput shared = swiglu_mlp(normed, p_.shared, &shared_lora_, spec_.shared_expert->mlp);
   shared_gate_up_ = shared.gate_up;
   shared_out_ = shared.out;
   if (!p_.shared_gate.defined()) return add(out, shared_out_);
@@ -94,7 +94,7 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
       dnormed = add(dnormed, dgate_input);
     }
     dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, &shared_lora_,
-                                               spec_.shared_expert->mlp.activation));
+                                               spec_.shared_expert->mlp));
   }
   return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, p_.norm.grad));
 }

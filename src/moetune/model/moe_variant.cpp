@@ -36,6 +36,7 @@ ops::ExpertVariant expert_variant(const MlpSpec& experts, const MoeParams& p) {
   ops::ExpertVariant variant{p.gate_up_bias.value, p.down_bias.value, std::nullopt};
   if (experts.activation == Activation::ClampedSwiGLU) variant.clamp = experts.clamp;
   variant.relu_squared = experts.activation == Activation::ReluSquared;
+  variant.gate = experts.gate;
   return variant;
 }
 

@@ -1,6 +1,6 @@
 // A SwiGLU MLP over already-normalised rows, down(swiglu(gate_up(x))), with its backward: the dense MLP block
-// and a MoE layer's shared expert both run it (CPU, fp32). With Activation::ReluSquared (Nemotron-H) it is
-// down(relu(up(x))²), `gate_up` holding up alone.
+// and a MoE layer's shared expert both run it (CPU, fp32). Another gate function (MlpSpec::gate, hidden_act) gives
+// down(f(gate) ⊙ up); with Activation::ReluSquared (Nemotron-H) it is down(relu(up(x))²), `gate_up` holding up alone.
 #pragma once
 
 #include "moetune/model/block_params.h"
@@ -29,10 +29,9 @@ struct SwigluLora {
   }
 };
 
-SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p, SwigluLora* lora = nullptr,
-                        Activation activation = Activation::SwiGLU);
+SwigluOutput swiglu_mlp(const Tensor& x, const SwigluParams& p, SwigluLora* lora = nullptr, const MlpSpec& mlp = {});
 // Accumulates the weight gradients; returns d(x).
 Tensor swiglu_mlp_backward(const Tensor& dout, const Tensor& x, const Tensor& gate_up, const SwigluParams& p,
-                           SwigluLora* lora = nullptr, Activation activation = Activation::SwiGLU);
+                           SwigluLora* lora = nullptr, const MlpSpec& mlp = {});
 
 }  // namespace moetune::model

@@ -1,9 +1,27 @@
-// SwiGLU on a fused [gate | up] input: silu(gate) ⊙ up; and GPT-OSS's clamped variant.
+// SwiGLU on a fused [gate | up] input: silu(gate) ⊙ up; the same gated product with the gate's other functions
+// transformers' hidden_act names (GeGLU and kin); and GPT-OSS's clamped variant.
 #pragma once
+
+#include <optional>
+#include <string_view>
 
 #include "moetune/core/tensor.h"
 
 namespace moetune::ops {
+
+// The function f of a gated MLP's f(gate) ⊙ up, as transformers' ACT2FN computes it for `hidden_act`:
+//   Silu      "silu", "swish": g σ(g)
+//   Gelu      "gelu": g Φ(g), the exact (erf) GELU
+//   GeluTanh  "gelu_new", "gelu_pytorch_tanh", "gelu_fast": ½ g (1 + tanh(√(2/π) (g + 0.044715 g³)))
+//   QuickGelu "quick_gelu": g σ(1.702 g)
+//   Relu      "relu": max(g, 0)
+enum class GateFunction { Silu, Gelu, GeluTanh, QuickGelu, Relu };
+std::optional<GateFunction> gate_function_for_hidden_act(std::string_view hidden_act);
+const char* gate_function_name(GateFunction gate);  // the first hidden_act spelling above
+
+// f(gate) ⊙ up and its backward for any GateFunction; Silu gives swiglu_forward's / swiglu_backward's values.
+Tensor gated_forward(const Tensor& gate_up, GateFunction gate);
+Tensor gated_backward(const Tensor& dout, const Tensor& gate_up, GateFunction gate);
 
 // gate_up [T, 2I] with gate in the first I columns -> [T, I].
 Tensor swiglu_forward(const Tensor& gate_up);

@@ -22,6 +22,7 @@ struct ExpertVariant {
   std::optional<SwigluClamp> clamp;  // GPT-OSS's clamped SwiGLU instead of SwiGLU
   // Nemotron-H's relu² experts: gate_up_weight holds up alone [E, I, H] and the activation is relu(up x)².
   bool relu_squared = false;
+  GateFunction gate = GateFunction::Silu;  // the unclamped gated experts' f in f(gate) ⊙ up (hidden_act)
 };
 
 // The biases' gradients (each undefined when absent or frozen).

@@ -266,7 +266,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   };
   if (!overlap && !fused) down_weight_gradient();
   Tensor dactivated, dgate_up;
-  if (swiglu_backward_in_epilogue() && spec_.experts.activation == Activation::SwiGLU && !expert_lora_.on_down()) {
+  if (swiglu_backward_in_epilogue() && spec_.experts.silu_gated() && !expert_lora_.on_down()) {
     // d(activated) stays in the GEMM's registers; `dactivated` receives the recomputed activation where the fused
     // pass below wants it.
     dgate_up = device_like({rows, first});

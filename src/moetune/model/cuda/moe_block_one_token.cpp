@@ -17,7 +17,8 @@ Tensor device_like(Shape shape, DType dtype = DType::BF16) { return Tensor::empt
 bool MoeBlock::runs_one_token() const {
   // Padded relu² experts too (padded_experts.h): the matrix-vector kernels read the unpadded weights, any width.
   const Activation activation = spec_.experts.activation;
-  const bool plain_experts = (activation == Activation::SwiGLU || activation == Activation::ReluSquared) &&
+  // The matrix-vector kernels' gate is SiLU: another hidden_act decodes through the forward's path.
+  const bool plain_experts = (spec_.experts.silu_gated() || activation == Activation::ReluSquared) &&
                              !p_.gate_up_bias.defined() && !p_.down_bias.defined() && expert_lora_.empty();
   // The shared expert's MlpSpec (its activation, biases) goes to swiglu_mlp below; its adapters do not.
   const bool plain_shared = shared_lora_.gate_up.empty() && shared_lora_.down.empty() && shared_gate_lora_.empty();

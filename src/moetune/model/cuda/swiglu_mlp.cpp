@@ -17,8 +17,8 @@ Tensor device_like(Shape shape) { return Tensor::empty(std::move(shape), DType::
 // move) the caller runs the two passes.
 bool backward_in_epilogue(const MlpSpec& mlp, const Tensor& down, const Tensor& dout, const Tensor& gate_up) {
   const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; };
-  return swiglu_backward_in_epilogue() && mlp.activation == Activation::SwiGLU && down.size(0) % 8 == 0 &&
-         down.size(1) % 8 == 0 && aligned(down) && aligned(dout) && aligned(gate_up);
+  return swiglu_backward_in_epilogue() && mlp.silu_gated() && down.size(0) % 8 == 0 && down.size(1) % 8 == 0 &&
+         aligned(down) && aligned(dout) && aligned(gate_up);
 }
 void down_input_grad_with_swiglu_backward(const Tensor& dout, const Tensor& down, const Tensor& gate_up,
                                           const Tensor& dgate_up, const Tensor& activated) {

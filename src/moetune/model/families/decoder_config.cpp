@@ -125,7 +125,12 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
 
   if (d.reads_hidden_act) {
     const std::string act = r.string("hidden_act", "silu");
-    if (act != "silu" && act != "swish") refuse("hidden_act", act, "an MLP activation other than silu");
+    const std::optional<ops::GateFunction> gate = ops::gate_function_for_hidden_act(act);
+    if (!gate)
+      refuse("hidden_act", act,
+             "an MLP activation other than silu / swish, gelu, gelu_new / gelu_pytorch_tanh / gelu_fast, quick_gelu "
+             "and relu");
+    out.gate = *gate;
   }
   if (double p = r.number("attention_dropout", 0.0); p != 0.0)
     refuse("attention_dropout", fmt::format("{}", p), "attention dropout");
@@ -231,7 +236,7 @@ void build_dense_layers(DecoderConfig& c, const std::vector<std::optional<int64_
     attention.sliding_window = windows[i];
     c.spec.layers[i] = attention_then(attention, MlpSpec{c.intermediate_size});
   }
-  validate_decoder(c.spec);
+  finish_decoder(c);
 }
 
 void build_qwen_moe_layers(const io::ConfigReader& r, DecoderConfig& c, const MoeSpec& moe,
@@ -248,17 +253,32 @@ void build_qwen_moe_layers(const io::ConfigReader& r, DecoderConfig& c, const Mo
     if (r.boolean("output_router_logits", false))
       fail("'output_router_logits' is true but no layer is sparse ('num_experts' {}): transformers fails there too",
            moe.router.num_experts);
-    validate_decoder(c.spec);
+    finish_decoder(c);
     return;
   }
   read_load_balancing_loss(r, c.spec);
-  validate_decoder(c.spec);
+  finish_decoder(c);
 }
 
 void read_load_balancing_loss(const io::ConfigReader& r, ModelSpec& spec) {
   spec.aux_loss = AuxLoss::LoadBalancing;
   spec.aux_loss_coef = r.number("router_aux_loss_coef", 0.001);
   spec.aux_loss_by_default = r.boolean("output_router_logits", false);
+}
+
+void finish_decoder(DecoderConfig& c) {
+  const auto gated = [&](MlpSpec& mlp) {
+    if (mlp.activation == Activation::SwiGLU) mlp.gate = c.gate;
+  };
+  for (LayerSpec& layer : c.spec.layers)
+    for (SublayerSpec& sublayer : layer.sublayers) {
+      if (auto* mlp = std::get_if<MlpSpec>(&sublayer.mixer)) gated(*mlp);
+      if (auto* moe = std::get_if<MoeSpec>(&sublayer.mixer)) {
+        gated(moe->experts);
+        if (moe->shared_expert) gated(moe->shared_expert->mlp);
+      }
+    }
+  validate_decoder(c.spec);
 }
 
 void validate_decoder(const ModelSpec& spec) {

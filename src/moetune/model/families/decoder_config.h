@@ -38,6 +38,7 @@ struct DecoderConfig {
   ModelSpec spec;            // everything but the layers
   AttentionSpec attention;   // every layer's attention (without biases or q/k norm: the family sets those)
   int64_t intermediate_size = 0;
+  ops::GateFunction gate = ops::GateFunction::Silu;  // hidden_act: every gated MLP's and expert's gate
 };
 
 DecoderConfig read_decoder_config(const io::ConfigReader& config, const DecoderDefaults& defaults);
@@ -90,6 +91,9 @@ void read_load_balancing_loss(const io::ConfigReader& config, ModelSpec& spec);
 
 // Checks what every family shares once the layers exist: sizes positive and sane, k ≤ experts.
 void validate_decoder(const ModelSpec& spec);
+// A family's last step once its layers exist: every gated MLP (dense, routed experts, shared expert) takes the
+// config's gate function (hidden_act, as transformers' ACT2FN applies it to each), then validate_decoder.
+void finish_decoder(DecoderConfig& decoder);
 
 // A config value the engine does not implement: an error naming the key and the value.
 [[noreturn]] void refuse(const char* key, const std::string& value, const std::string& feature);

@@ -24,7 +24,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   const MoeSpec moe = read_sigmoid_group_moe(r, {});  // DeepseekV3Config's defaults are SigmoidGroupMoeDefaults'
   place_dense_then_moe_layers(r, 3, attention, moe, c.intermediate_size, c.spec);
   c.spec.carries_mtp_layers = true;  // mtp.* if a conversion names its MTP module so; model.layers.K past the last too
-  validate_decoder(c.spec);
+  finish_decoder(c);
   return c.spec;
 }
 

@@ -35,7 +35,7 @@ ModelSpec describe(const io::ConfigReader& r) {
                                                  .routed_scaling_factor = 1.0});
   place_dense_then_moe_layers(r, 1, attention, moe, c.intermediate_size, c.spec);
   c.spec.carries_mtp_layers = true;  // model.layers.N past the last: the next-token-prediction layers
-  validate_decoder(c.spec);
+  finish_decoder(c);
   return c.spec;
 }
 

@@ -77,7 +77,7 @@ ModelSpec describe(const io::ConfigReader& r) {
                                                  .routed_scaling_factor = 1.8});
   place_dense_and_moe_layers(sparse_layers(r, c.spec.num_layers()), attention, moe, c.intermediate_size, c.spec);
   c.spec.carries_mtp_layers = true;  // model.layers.N past the last: the next-token-prediction layers
-  validate_decoder(c.spec);
+  finish_decoder(c);
   return c.spec;
 }
 

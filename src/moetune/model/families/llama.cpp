@@ -13,7 +13,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
   const MlpSpec mlp{c.intermediate_size, r.boolean("mlp_bias", false)};
   for (LayerSpec& layer : c.spec.layers) layer = attention_then(c.attention, mlp);
-  validate_decoder(c.spec);
+  finish_decoder(c);
   return c.spec;
 }
 

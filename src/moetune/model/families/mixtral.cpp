@@ -27,7 +27,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   moe.experts.intermediate = c.intermediate_size;  // Mixtral's experts are intermediate_size wide
   for (LayerSpec& layer : c.spec.layers) layer = attention_then(c.attention, moe);
   read_load_balancing_loss(r, c.spec);
-  validate_decoder(c.spec);
+  finish_decoder(c);
   return c.spec;
 }
 

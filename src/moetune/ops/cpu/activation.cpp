@@ -52,6 +52,80 @@ Tensor swiglu_backward(const Tensor& dout, const Tensor& gate_up) {
   });
 }
 
+std::optional<GateFunction> gate_function_for_hidden_act(std::string_view hidden_act) {
+  if (hidden_act == "silu" || hidden_act == "swish") return GateFunction::Silu;
+  if (hidden_act == "gelu") return GateFunction::Gelu;
+  if (hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu_fast")
+    return GateFunction::GeluTanh;
+  if (hidden_act == "quick_gelu") return GateFunction::QuickGelu;
+  if (hidden_act == "relu") return GateFunction::Relu;
+  return std::nullopt;
+}
+
+const char* gate_function_name(GateFunction gate) {
+  switch (gate) {
+    case GateFunction::Silu:
+      return "silu";
+    case GateFunction::Gelu:
+      return "gelu";
+    case GateFunction::GeluTanh:
+      return "gelu_new";
+    case GateFunction::QuickGelu:
+      return "quick_gelu";
+    case GateFunction::Relu:
+      return "relu";
+  }
+  return "?";
+}
+
+namespace {
+
+// f(g) and f'(g) for the gates other than SiLU (whose arithmetic stays swiglu_*'s own, above).
+struct GateValue {
+  float f, df;
+};
+GateValue gate_value(GateFunction gate, float g) {
+  switch (gate) {
+    case GateFunction::Gelu: {
+      constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
+      const float cdf = 0.5f * (1.0f + std::erf(g * kInvSqrt2));
+      return {g * cdf, cdf + g * kInvSqrt2Pi * std::exp(-0.5f * g * g)};
+    }
+    case GateFunction::GeluTanh: {
+      constexpr float kSqrt2OverPi = 0.79788456080286536f, kCubic = 0.044715f;
+      const float t = std::tanh(kSqrt2OverPi * (g + kCubic * g * g * g));
+      return {0.5f * g * (1.0f + t),
+              0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * g * g)};
+    }
+    case GateFunction::QuickGelu: {
+      const float s = sigmoid(1.702f * g);
+      return {g * s, s + 1.702f * g * s * (1.0f - s)};
+    }
+    case GateFunction::Relu:
+      return {g > 0.0f ? g : 0.0f, g > 0.0f ? 1.0f : 0.0f};
+    case GateFunction::Silu:
+      break;
+  }
+  const float s = sigmoid(g);
+  return {g * s, s * (1.0f + g * (1.0f - s))};
+}
+
+}  // namespace
+
+Tensor gated_forward(const Tensor& gate_up, GateFunction gate) {
+  if (gate == GateFunction::Silu) return swiglu_forward(gate_up);
+  return map_gate_up(gate_up, [gate](float g, float up) { return gate_value(gate, g).f * up; });
+}
+
+Tensor gated_backward(const Tensor& dout, const Tensor& gate_up, GateFunction gate) {
+  if (gate == GateFunction::Silu) return swiglu_backward(dout, gate_up);
+  return map_gate_up_backward(dout, gate_up, [gate](float g, float up, float d, float& dgate, float& dup) {
+    const GateValue v = gate_value(gate, g);
+    dup = d * v.f;
+    dgate = d * up * v.df;
+  });
+}
+
 Tensor clamped_swiglu_forward(const Tensor& gate_up, const SwigluClamp& clamp) {
   return map_gate_up(gate_up, [&](float gate, float up) {
     const float g = std::min(gate, clamp.limit), u = std::clamp(up, -clamp.limit, clamp.limit);

@@ -18,12 +18,13 @@ Tensor expert_slice(const Tensor& t, int64_t e) { return t.defined() ? t[e] : Te
 
 Tensor expert_activation(const Tensor& pre, const ExpertVariant& variant) {
   if (variant.relu_squared) return relu_squared_forward(pre);
-  return variant.clamp ? clamped_swiglu_forward(pre, *variant.clamp) : swiglu_forward(pre);
+  return variant.clamp ? clamped_swiglu_forward(pre, *variant.clamp) : gated_forward(pre, variant.gate);
 }
 
 Tensor expert_activation_backward(const Tensor& dinner, const Tensor& pre, const ExpertVariant& variant) {
   if (variant.relu_squared) return relu_squared_backward(dinner, pre);
-  return variant.clamp ? clamped_swiglu_backward(dinner, pre, *variant.clamp) : swiglu_backward(dinner, pre);
+  return variant.clamp ? clamped_swiglu_backward(dinner, pre, *variant.clamp)
+                       : gated_backward(dinner, pre, variant.gate);
 }
 
 ExpertActivations expert_mlp(const Tensor& permuted, const std::vector<int64_t>& offsets, const Tensor& gate_up_weight,

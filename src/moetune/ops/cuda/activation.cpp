@@ -82,6 +82,28 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dg
              "swiglu_backward kernel");
 }
 
+static_assert(int(KernelGate::Silu) == int(GateFunction::Silu) && int(KernelGate::Gelu) == int(GateFunction::Gelu) &&
+                  int(KernelGate::GeluTanh) == int(GateFunction::GeluTanh) &&
+                  int(KernelGate::QuickGelu) == int(GateFunction::QuickGelu) &&
+                  int(KernelGate::Relu) == int(GateFunction::Relu),
+              "activation_kernels.h's KernelGate mirrors ops::GateFunction");
+
+void gated_forward(const Tensor& gate_up, GateFunction gate, const Tensor& out) {
+  check_forward("gated_forward", gate_up, out);
+  gpu::check(launch_gated_forward(KernelGate(int(gate)), gate_up.raw_data(), out.raw_data(), gate_up.size(0),
+                                  gate_up.size(1) / 2, gpu::stream()),
+             "gated_forward kernel");
+}
+
+void gated_backward(const Tensor& dout, const Tensor& gate_up, GateFunction gate, const Tensor& dgate_up,
+                    const Tensor& recomputed) {
+  check_backward("gated_backward", dout, gate_up, dgate_up, recomputed);
+  gpu::check(launch_gated_backward(KernelGate(int(gate)), dout.raw_data(), gate_up.raw_data(), dgate_up.raw_data(),
+                                   recomputed.defined() ? recomputed.raw_data() : nullptr, gate_up.size(0),
+                                   gate_up.size(1) / 2, gpu::stream()),
+             "gated_backward kernel");
+}
+
 void clamped_swiglu_forward(const Tensor& gate_up, const SwigluClamp& clamp, const Tensor& out) {
   check_forward("clamped_swiglu_forward", gate_up, out);
   gpu::check(launch_clamped_swiglu_forward(gate_up.raw_data(), out.raw_data(), gate_up.size(0), gate_up.size(1) / 2,

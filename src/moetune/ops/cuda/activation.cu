@@ -133,7 +133,8 @@ cudaError_t backward_packs(const void* dout, const void* gate_up, void* dgate_up
                                                                chunks_per_row, kernel.reversed, act, stream);
 }
 
-template <typename Act>
+// kStaged false: the one-pack kernels only (the staged ones are not instantiated for that Act).
+template <typename Act, bool kStaged = true>
 cudaError_t launch_forward(GatedKernel kernel, const void* gate_up, void* out, int64_t rows, int64_t inner, Act act,
                            cudaStream_t stream) {
   if (rows == 0 || inner == 0) return cudaSuccess;
@@ -145,21 +146,27 @@ cudaError_t launch_forward(GatedKernel kernel, const void* gate_up, void* out, i
     return cudaGetLastError();
   }
   const int64_t chunks = rows * inner / 8, chunks_per_row = inner / 8;
-  switch (kernel.packs) {
-    case 0:
-      gpu::launch_dependent(gated_forward_kernel<8, Act>, blocks_for(chunks), kThreads, 0, stream, in, o, rows, inner,
-                            act);
-      return cudaGetLastError();
-    case 1: return forward_packs<1>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
-    case 2: return forward_packs<2>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
-    case 4: return forward_packs<4>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
-    default: return cudaErrorInvalidValue;
+  if (!kStaged || kernel.packs == 0) {
+    gpu::launch_dependent(gated_forward_kernel<8, Act>, blocks_for(chunks), kThreads, 0, stream, in, o, rows, inner,
+                          act);
+    return cudaGetLastError();
   }
+  if constexpr (kStaged) {
+    switch (kernel.packs) {
+      case 1:
+        return forward_packs<1>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
+      case 2:
+        return forward_packs<2>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
+      case 4:
+        return forward_packs<4>(gate_up, out, chunks, chunks_per_row, kernel, act, stream);
+    }
+  }
+  return cudaErrorInvalidValue;
 }
 
-template <typename Act>
-cudaError_t launch_backward(GatedKernel kernel, const void* dout, const void* gate_up, void* dgate_up,
-                            void* recomputed, int64_t rows, int64_t inner, Act act, cudaStream_t stream) {
+template <typename Act, bool kStaged = true>
+cudaError_t launch_backward(GatedKernel kernel, const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
+                            int64_t rows, int64_t inner, Act act, cudaStream_t stream) {
   if (rows == 0 || inner == 0) return cudaSuccess;
   const auto* d = static_cast<const bf16*>(dout);
   const auto* in = static_cast<const bf16*>(gate_up);
@@ -171,19 +178,22 @@ cudaError_t launch_backward(GatedKernel kernel, const void* dout, const void* ga
     return cudaGetLastError();
   }
   const int64_t chunks = rows * inner / 8, chunks_per_row = inner / 8;
-  switch (kernel.packs) {
-    case 0:
-      gpu::launch_dependent(gated_backward_kernel<8, Act>, blocks_for(chunks), kThreads, 0, stream, d, in, dg, r, rows,
-                            inner, act);
-      return cudaGetLastError();
-    case 1:
-      return backward_packs<1>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
-    case 2:
-      return backward_packs<2>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
-    case 4:
-      return backward_packs<4>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
-    default: return cudaErrorInvalidValue;
+  if (!kStaged || kernel.packs == 0) {
+    gpu::launch_dependent(gated_backward_kernel<8, Act>, blocks_for(chunks), kThreads, 0, stream, d, in, dg, r, rows,
+                          inner, act);
+    return cudaGetLastError();
   }
+  if constexpr (kStaged) {
+    switch (kernel.packs) {
+      case 1:
+        return backward_packs<1>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
+      case 2:
+        return backward_packs<2>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
+      case 4:
+        return backward_packs<4>(dout, gate_up, dgate_up, recomputed, chunks, chunks_per_row, kernel, act, stream);
+    }
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -230,6 +240,56 @@ cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up
                                            int64_t rows, int64_t inner, float alpha, float limit, cudaStream_t stream) {
   return launch_backward(kDefaultGatedKernel, dout, gate_up, dgate_up, recomputed, rows, inner,
                          ClampedSilu{alpha, limit}, stream);
+}
+
+namespace {
+
+// The one-pack grid-stride kernels for a gate other than SiLU (GatedKernel packs 0).
+template <typename Gate>
+cudaError_t plain_forward(const void* gate_up, void* out, int64_t rows, int64_t inner, cudaStream_t stream) {
+  return launch_forward<gated::GatedBy<Gate>, /*kStaged=*/false>(GatedKernel{}, gate_up, out, rows, inner, {}, stream);
+}
+template <typename Gate>
+cudaError_t plain_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed, int64_t rows,
+                           int64_t inner, cudaStream_t stream) {
+  return launch_backward<gated::GatedBy<Gate>, /*kStaged=*/false>(GatedKernel{}, dout, gate_up, dgate_up, recomputed,
+                                                                  rows, inner, {}, stream);
+}
+
+}  // namespace
+
+cudaError_t launch_gated_forward(KernelGate gate, const void* gate_up, void* out, int64_t rows, int64_t inner,
+                                 cudaStream_t stream) {
+  switch (gate) {
+    case KernelGate::Silu:
+      return launch_swiglu_forward(gate_up, out, rows, inner, stream);
+    case KernelGate::Gelu:
+      return plain_forward<gated::GeluGate>(gate_up, out, rows, inner, stream);
+    case KernelGate::GeluTanh:
+      return plain_forward<gated::GeluTanhGate>(gate_up, out, rows, inner, stream);
+    case KernelGate::QuickGelu:
+      return plain_forward<gated::QuickGeluGate>(gate_up, out, rows, inner, stream);
+    case KernelGate::Relu:
+      return plain_forward<gated::ReluGate>(gate_up, out, rows, inner, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_gated_backward(KernelGate gate, const void* dout, const void* gate_up, void* dgate_up,
+                                  void* recomputed, int64_t rows, int64_t inner, cudaStream_t stream) {
+  switch (gate) {
+    case KernelGate::Silu:
+      return launch_swiglu_backward(dout, gate_up, dgate_up, recomputed, rows, inner, stream);
+    case KernelGate::Gelu:
+      return plain_backward<gated::GeluGate>(dout, gate_up, dgate_up, recomputed, rows, inner, stream);
+    case KernelGate::GeluTanh:
+      return plain_backward<gated::GeluTanhGate>(dout, gate_up, dgate_up, recomputed, rows, inner, stream);
+    case KernelGate::QuickGelu:
+      return plain_backward<gated::QuickGeluGate>(dout, gate_up, dgate_up, recomputed, rows, inner, stream);
+    case KernelGate::Relu:
+      return plain_backward<gated::ReluGate>(dout, gate_up, dgate_up, recomputed, rows, inner, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_gated_forward_with(GatedKernel kernel, bool clamped, float alpha, float limit, const void* gate_up,

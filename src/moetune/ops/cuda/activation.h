@@ -16,6 +16,12 @@ void swiglu_forward(const Tensor& gate_up, const Tensor& out);
 // not keep: one pass over the pre-activation instead of two.
 void swiglu_backward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up, const Tensor& recomputed = {});
 
+// f(gate) ⊙ up for any gate function (ops/activation.h's GateFunction), same shapes and rules as swiglu_forward /
+// swiglu_backward (which GateFunction::Silu runs).
+void gated_forward(const Tensor& gate_up, GateFunction gate, const Tensor& out);
+void gated_backward(const Tensor& dout, const Tensor& gate_up, GateFunction gate, const Tensor& dgate_up,
+                    const Tensor& recomputed = {});
+
 // GPT-OSS's clamped SwiGLU (ops/activation.h), same shapes and rules as swiglu_forward / swiglu_backward.
 void clamped_swiglu_forward(const Tensor& gate_up, const SwigluClamp& clamp, const Tensor& out);
 void clamped_swiglu_backward(const Tensor& dout, const Tensor& gate_up, const SwigluClamp& clamp,

@@ -22,6 +22,14 @@ cudaError_t launch_clamped_swiglu_forward(const void* gate_up, void* out, int64_
 cudaError_t launch_clamped_swiglu_backward(const void* dout, const void* gate_up, void* dgate_up, void* recomputed,
                                            int64_t rows, int64_t inner, float alpha, float limit, cudaStream_t stream);
 
+// The gated MLPs' other gate functions (ops/activation.h's GateFunction: these values, in its order), same
+// shapes and rules as the SwiGLU launchers, on the plain grid-stride kernels.
+enum class KernelGate { Silu, Gelu, GeluTanh, QuickGelu, Relu };
+cudaError_t launch_gated_forward(KernelGate gate, const void* gate_up, void* out, int64_t rows, int64_t inner,
+                                 cudaStream_t stream);
+cudaError_t launch_gated_backward(KernelGate gate, const void* dout, const void* gate_up, void* dgate_up,
+                                  void* recomputed, int64_t rows, int64_t inner, cudaStream_t stream);
+
 // Nemotron-H's relu² over `count` contiguous BF16 elements: out = relu(x)², dx = dout · 2·relu(x).
 cudaError_t launch_relu_squared_forward(const void* x, void* out, int64_t count, cudaStream_t stream);
 cudaError_t launch_relu_squared_backward(const void* dout, const void* x, void* dx, int64_t count, cudaStream_t stream);

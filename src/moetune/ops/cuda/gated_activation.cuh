@@ -20,6 +20,45 @@ struct Silu {
   }
 };
 
+// The gated MLPs' other gate functions (ops/activation.h's GateFunction, transformers' hidden_act): f(gate) · up
+// with f and f' in the accurate fp32 functions (these gates are rare; their kernels are the plain grid-stride ones).
+template <typename Gate>
+struct GatedBy {
+  Gate gate;
+  __device__ __forceinline__ float forward(float g, float u) const { return gate.value(g) * u; }
+  __device__ __forceinline__ void backward(float g, float u, float d, float& dg, float& du) const {
+    du = d * gate.value(g);
+    dg = d * u * gate.slope(g);
+  }
+};
+struct GeluGate {  // g Φ(g), the exact GELU
+  __device__ __forceinline__ float value(float g) const { return g * 0.5f * (1.0f + erff(g * 0.70710678118654752f)); }
+  __device__ __forceinline__ float slope(float g) const {
+    return 0.5f * (1.0f + erff(g * 0.70710678118654752f)) + g * 0.39894228040143268f * expf(-0.5f * g * g);
+  }
+};
+struct GeluTanhGate {  // ½ g (1 + tanh(√(2/π) (g + 0.044715 g³)))
+  static constexpr float kSqrt2OverPi = 0.79788456080286536f, kCubic = 0.044715f;
+  __device__ __forceinline__ float value(float g) const {
+    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + kCubic * g * g * g)));
+  }
+  __device__ __forceinline__ float slope(float g) const {
+    const float t = tanhf(kSqrt2OverPi * (g + kCubic * g * g * g));
+    return 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * g * g);
+  }
+};
+struct QuickGeluGate {  // g σ(1.702 g)
+  __device__ __forceinline__ float value(float g) const { return g / (1.0f + expf(-1.702f * g)); }
+  __device__ __forceinline__ float slope(float g) const {
+    const float s = 1.0f / (1.0f + expf(-1.702f * g));
+    return s + 1.702f * g * s * (1.0f - s);
+  }
+};
+struct ReluGate {  // torch's relu: no gradient at 0
+  __device__ __forceinline__ float value(float g) const { return g > 0.0f ? g : 0.0f; }
+  __device__ __forceinline__ float slope(float g) const { return g > 0.0f ? 1.0f : 0.0f; }
+};
+
 // GPT-OSS (ops/activation.h's clamped_swiglu_*): a clamped value passes no gradient, as torch's clamp.
 struct ClampedSilu {
   float alpha, limit;
