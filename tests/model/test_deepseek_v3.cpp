@@ -124,7 +124,7 @@ TEST(DeepseekV3, RefusalsNameTheKey) {
   config["num_key_value_heads"] = 64;
   EXPECT_NE(error_of(config).find("num_key_value_heads"), std::string::npos);
   config = deepseek_v3_config();
-  config["rope_scaling"]["type"] = "longrope";
+  config["rope_scaling"]["type"] = "xpos";
   EXPECT_NE(error_of(config).find("rope_scaling"), std::string::npos);
   config = deepseek_v3_config();
   config["n_group"] = 3;

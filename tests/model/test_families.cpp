@@ -471,14 +471,14 @@ TEST(Families, BadValuesNameTheKey) {
 // What the engine does not implement is refused, naming the key: never trained as something else.
 TEST(Families, UnimplementedOptionsAreRefusedNamingTheKey) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"model_type":"llama","rope_parameters":{"rope_type":"longrope","factor":2.0}})", "'rope_parameters'"},
+      {R"({"model_type":"llama","rope_parameters":{"rope_type":"xpos","factor":2.0}})", "'rope_parameters'"},
       // Partial RoPE on a scaled schedule (transformers' rotation fails on the shortened frequencies).
       {R"({"model_type":"llama","partial_rotary_factor":0.5,"rope_scaling":{"rope_type":"linear","factor":2.0}})",
        "'partial_rotary_factor'"},
       {R"({"model_type":"llama","attention_dropout":0.1})", "'attention_dropout'"},
       {R"({"model_type":"qwen3","is_causal":false})", "'is_causal'"},
       {R"({"model_type":"mixtral","router_jitter_noise":0.1})", "'router_jitter_noise'"},
-      {R"({"model_type":"gpt_oss","rope_parameters":{"rope_type":"longrope","factor":2.0}})", "'rope_parameters'"},
+      {R"({"model_type":"gpt_oss","rope_parameters":{"rope_type":"xpos","factor":2.0}})", "'rope_parameters'"},
       {R"({"model_type":"gpt_oss","quantization_config":{"quant_method":"fp8"}})", "'quantization_config'"},
       {R"({"model_type":"gpt_oss","attention_dropout":0.1})", "'attention_dropout'"},
   };
@@ -518,6 +518,54 @@ TEST(Families, RopeSchedulesEveryFamilyTakes) {
   EXPECT_EQ(attention(n).rope.factor, 4.0);
 }
 
+// require_rope_positions refuses the batch `ids` (positions 0, 1, ... per row), naming `key`.
+void expect_position_refused(const ModelSpec& spec, const Tensor& ids, const char* key) {
+  try {
+    require_rope_positions(spec, sequence_layout(ids, Tensor(), Tensor()));
+    ADD_FAILURE() << "positions up to " << ids.size(1) - 1 << " were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+  }
+}
+
+// longrope as transformers reads it: its short factors below original_max_position_embeddings (from the dict or, as
+// Phi-3 writes it, the top level), factor from max_position_embeddings / original when absent, the attention factor
+// derived from it or given; positions from original_max_position_embeddings on (its long factors) refused, named;
+// factor lists missing or of other lengths refused.
+TEST(Families, LongropeBelowItsOriginalContext) {
+  const ModelSpec spec = parse(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,
+    "max_position_embeddings":64,"rope_parameters":{"rope_type":"longrope","rope_theta":10000.0,
+    "short_factor":[1.0,1.5,2.0,2.5,3.0,3.5,4.0,4.5],"long_factor":[5,5,5,5,5,5,5,5],
+    "original_max_position_embeddings":8}})");
+  const ops::RopeSpec& rope = attention(spec).rope;
+  EXPECT_EQ(rope.factor, 8.0);
+  EXPECT_NEAR(ops::rope_attention_scaling(rope), std::sqrt(1.0 + std::log(8.0) / std::log(8.0)), 1e-12);
+  const std::vector<float> inv = ops::rope_inverse_frequencies(rope, 16);
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_FLOAT_EQ(inv[1], 1.0f / (1.5f * std::pow(10000.0f, 2.0f / 16.0f)));
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>(8, 1), {1, 8});
+  EXPECT_NO_THROW(require_rope_positions(spec, sequence_layout(ids, Tensor(), Tensor())));
+  expect_position_refused(spec, Tensor::from_vector(std::vector<int64_t>(9, 1), {1, 9}),
+                          "'original_max_position_embeddings'");
+  const ModelSpec given = parse(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,
+    "original_max_position_embeddings":16,"rope_parameters":{"rope_type":"longrope","short_factor":[1,1,1,1,1,1,1,1],
+    "long_factor":[2,2,2,2,2,2,2,2],"factor":1.0,"attention_factor":0.75}})");
+  EXPECT_EQ(attention(given).rope.original_max_position_embeddings, 16);
+  EXPECT_EQ(ops::rope_attention_scaling(attention(given).rope), 0.75);
+  EXPECT_NE(error_of(R"({"model_type":"llama","rope_parameters":{"rope_type":"longrope","long_factor":[1],
+    "original_max_position_embeddings":8}})")
+                .find("'short_factor'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","rope_parameters":{"rope_type":"longrope","short_factor":[1,2],
+    "long_factor":[1],"original_max_position_embeddings":8}})")
+                .find("'long_factor'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"llama","rope_parameters":{"rope_type":"longrope","short_factor":[1],
+    "long_factor":[1]}})")
+                .find("'original_max_position_embeddings'"),
+            std::string::npos);
+}
+
 // Dynamic RoPE rescales once a position reaches max_position_embeddings: refused there, naming the key.
 TEST(Families, DynamicRopeRefusesPositionsBeyondItsRange) {
   const ModelSpec spec = parse(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,
@@ -525,12 +573,7 @@ TEST(Families, DynamicRopeRefusesPositionsBeyondItsRange) {
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>(8, 1), {1, 8});
   EXPECT_NO_THROW(require_rope_positions(spec, sequence_layout(ids, Tensor(), Tensor())));
   const Tensor long_ids = Tensor::from_vector(std::vector<int64_t>(9, 1), {1, 9});
-  try {
-    require_rope_positions(spec, sequence_layout(long_ids, Tensor(), Tensor()));
-    FAIL() << "position 8 of max_position_embeddings 8 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'max_position_embeddings'"), std::string::npos) << e.what();
-  }
+  expect_position_refused(spec, long_ids, "'max_position_embeddings'");
   // Packed documents restart their positions: 9 tokens in two documents stay in range.
   EXPECT_NO_THROW(require_rope_positions(spec, sequence_layout(long_ids, Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3}, {1, 9}), Tensor())));
   // Other schedules take any position.

@@ -62,7 +62,7 @@ TEST(Rope, OnlyYarnScalesTheRotation) {
 }
 
 TEST(Rope, UnsupportedTypeIsAnError) {
-  ops::RopeSpec rope{.type = "longrope"};
+  ops::RopeSpec rope{.type = "xpos"};
   EXPECT_THROW(rope_inverse_frequencies(rope, 16), Error);
 }
 

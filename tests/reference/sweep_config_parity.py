@@ -73,10 +73,15 @@ CASES = [
                                                               "original_max_position_embeddings": 32}), None),
     ("llama rope yarn", "llama", dict(BASE, rope_parameters=dict(YARN)), None),
     ("llama rope yarn attention_factor", "llama", dict(BASE, rope_parameters=dict(YARN, attention_factor=0.8, beta_fast=16.0, beta_slow=2.0)), None),
+    # longrope below original_max_position_embeddings (its short factors; the lines reach position 69), with the
+    # attention factor derived from max_position_embeddings / original (256 / 96) and given.
     ("llama rope longrope", "llama", dict(BASE, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                                                                 "short_factor": [1.0 + 0.1 * i for i in range(8)],
                                                                 "long_factor": [2.0 + 0.1 * i for i in range(8)],
-                                                                "original_max_position_embeddings": 64}), None),
+                                                                "original_max_position_embeddings": 96}), None),
+    ("qwen3 rope longrope attention_factor", "qwen3", dict(BASE, head_dim=16, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 5000.0, "short_factor": [1.0 + 0.05 * i for i in range(8)],
+        "long_factor": [3.0] * 8, "original_max_position_embeddings": 128, "factor": 4.0, "attention_factor": 1.3}), None),
     ("llama old rope_scaling spelling", "llama", dict(BASE), "old_rope"),
     ("llama gelu", "llama", dict(BASE, hidden_act="gelu"), None),
     ("llama gelu_pytorch_tanh", "llama", dict(BASE, hidden_act="gelu_pytorch_tanh"), None),
@@ -120,6 +125,10 @@ CASES = [
     ("deepseek_v3 yarn mscale", "deepseek_v3", dict(DSV3, rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8)), None),
     ("deepseek_v3 yarn mscale equal", "deepseek_v3", dict(DSV3, rope_parameters=dict(YARN, mscale=0.707, mscale_all_dim=0.707)), None),
     ("deepseek_v3 old rope_scaling spelling", "deepseek_v3", dict(DSV3), "old_rope_yarn"),
+    ("deepseek_v3 longrope", "deepseek_v3", dict(DSV3, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                                        "short_factor": [1.0, 1.3, 1.9, 2.4],
+                                                                        "long_factor": [4.0] * 4, "factor": 2.0,
+                                                                        "original_max_position_embeddings": 128}), None),
     ("qwen3_moe norm_topk", "qwen3_moe", dict(BASE, head_dim=16, norm_topk_prob=True, **MOE), None),
     ("nemotron_h plain", "nemotron_h", dict(NEMOTRON_H), None),
     ("nemotron_h no latent", "nemotron_h", dict(NEMOTRON_H, moe_latent_size=None), None),

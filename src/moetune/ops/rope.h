@@ -1,6 +1,7 @@
 // Rotary position embeddings, rotate-half style (the first and second halves of head_dim form the pairs),
 // with the frequency schedules transformers implements for these families: default, dynamic (below
-// max_position_embeddings, where it is default RoPE), linear, llama3, yarn.
+// max_position_embeddings, where it is default RoPE), linear, llama3, yarn, longrope (below
+// original_max_position_embeddings, where it runs its short factors).
 #pragma once
 
 #include <optional>
@@ -13,7 +14,7 @@ namespace moetune::ops {
 
 // The RoPE frequency schedule as config.json's rope_parameters (v5) or rope_theta + rope_scaling (v4) give it.
 struct RopeSpec {
-  std::string type = "default";  // default, dynamic, linear, llama3, yarn; "none": no RoPE at all (Nemotron-H)
+  std::string type = "default";  // default, dynamic, linear, llama3, yarn, longrope; "none": no RoPE (Nemotron-H)
   double theta = 10000.0;
   double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3
@@ -29,6 +30,10 @@ struct RopeSpec {
   // both are set, as DeepSeek's configs do; 0 means absent).
   std::optional<double> attention_factor;
   double mscale = 0, mscale_all_dim = 0;
+  // longrope (transformers' _compute_longrope_parameters): each frequency divided by its short factor while every
+  // position is below original_max_position_embeddings (the long factors beyond: refused, model/sequence_layout.h);
+  // cos and sin scaled by attention_factor, or by √(1 + ln(factor) / ln(original)) when factor > 1.
+  std::vector<double> short_factor;
 };
 
 // How many of head_dim's dimensions rotate under partial_rotary_factor, as transformers rotates them: int(head_dim ·
@@ -40,7 +45,7 @@ int64_t rope_rotary_dim(const RopeSpec& rope, int64_t head_dim);
 // heads in the order that makes rotate-half pairs (i, i + head_dim / 2) of them (model/parameter_layout.h).
 std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim);
 
-// The factor transformers multiplies cos and sin by (yarn's attention scaling; 1 for the other schedules).
+// The factor transformers multiplies cos and sin by (yarn's and longrope's attention scaling; 1 for the others).
 double rope_attention_scaling(const RopeSpec& rope);
 
 // transformers' get_mscale / yarn_get_mscale: 0.1 · mscale · ln(scale) + 1 for scale > 1, else 1 (the attention

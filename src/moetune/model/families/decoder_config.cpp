@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "moetune/core/error.h"
 
@@ -21,6 +22,33 @@ void require_in_range(int64_t value, const char* key, int64_t most) {
 // v5 writes rope_parameters = {rope_type, rope_theta, ...}; v4 writes rope_theta beside an optional
 // rope_scaling = {type or rope_type, factor, ...}. Values inside the dict win over top-level ones. A family
 // whose config class fills in a RoPE dict when there is none (GPT-OSS: yarn) passes it in DecoderDefaults.
+// longrope's keys as transformers' _compute_longrope_parameters reads them: short_factor and long_factor (one value
+// per frequency; head_dim is checked where the frequencies are made), original_max_position_embeddings (required:
+// the dict's, or the top level's as standardize_rope_params copies Phi-3's in), factor (absent or null:
+// max_position_embeddings / original), attention_factor (optional).
+void read_longrope(const json& dict, const io::ConfigReader& top, int64_t max_position_embeddings,
+                   ops::RopeSpec& rope) {
+  for (const char* name : {"short_factor", "long_factor"}) {
+    const json* factors = dict.contains(name) ? &dict.at(name) : nullptr;
+    if (!factors || !factors->is_array() || factors->empty() ||
+        !std::all_of(factors->begin(), factors->end(),
+                     [](const json& v) { return v.is_number() && v.get<double>() > 0; }))
+      fail("RoPE longrope needs '{}': a list of positive numbers, one per rotary frequency", name);
+    if (std::string_view(name) == "short_factor")
+      for (const json& v : *factors) rope.short_factor.push_back(v.get<double>());
+    else if (factors->size() != rope.short_factor.size())
+      fail("RoPE longrope's 'long_factor' has {} values and 'short_factor' {}", factors->size(),
+           rope.short_factor.size());
+  }
+  if (!dict.contains("original_max_position_embeddings") && !top.has("original_max_position_embeddings"))
+    fail("RoPE longrope needs 'original_max_position_embeddings' (transformers reads it from the RoPE parameters)");
+  if (rope.original_max_position_embeddings <= 1)
+    fail("RoPE longrope's 'original_max_position_embeddings' must exceed 1, got {}",
+         rope.original_max_position_embeddings);
+  if (!dict.contains("factor") || dict["factor"].is_null())
+    rope.factor = double(max_position_embeddings) / double(rope.original_max_position_embeddings);
+}
+
 ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embeddings, const DecoderDefaults& d) {
   const char* key = rope_dict_key(top);
   const json* parameters = top.find(key);
@@ -65,8 +93,11 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
   // rescales only when a position reaches max_position_embeddings: default RoPE below that (the model refuses
   // positions beyond it, model/sequence_layout.h).
   const bool known = rope.type == "default" || rope.type == "linear" || rope.type == "llama3" || rope.type == "yarn" ||
-                     rope.type == "dynamic";
-  if (!known) refuse(key, "rope_type " + rope.type, "a RoPE schedule other than default, dynamic, linear, llama3 and yarn");
+                     rope.type == "dynamic" || rope.type == "longrope";
+  if (!known)
+    refuse(key, "rope_type " + rope.type,
+           "a RoPE schedule other than default, dynamic, linear, llama3, yarn and longrope");
+  if (rope.type == "longrope") read_longrope(dict, top, max_position_embeddings, rope);
   // Most families' default RoPE rotates the whole head_dim whatever partial_rotary_factor says (their
   // compute_default_rope_parameters never read it); GLM-4-MoE's rotates that share of each head
   // (DecoderDefaults::partial_rotary_factor). The other schedules shorten their frequencies by it and scale

@@ -41,6 +41,11 @@ std::vector<float> yarn_inverse_frequencies(const RopeSpec& rope, int64_t head_d
 }  // namespace
 
 double rope_attention_scaling(const RopeSpec& rope) {
+  if (rope.type == "longrope") {
+    if (rope.attention_factor) return *rope.attention_factor;
+    if (rope.factor <= 1.0) return 1.0;
+    return std::sqrt(1.0 + std::log(rope.factor) / std::log(double(rope.original_max_position_embeddings)));
+  }
   if (rope.type != "yarn") return 1.0;
   if (rope.attention_factor) return *rope.attention_factor;
   if (rope.mscale != 0 && rope.mscale_all_dim != 0)
@@ -77,6 +82,14 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
   // dynamic: default RoPE below max_position_embeddings, the only positions the model takes (decoder_config.cpp)
   if (rope.type == "default" || rope.type == "dynamic") return inv;
   if (rope.type == "yarn") return yarn_inverse_frequencies(rope, head_dim);
+  if (rope.type == "longrope") {
+    MOETUNE_CHECK(rope.short_factor.size() == inv.size(),
+                  "RoPE: longrope's short_factor has {} values for {} frequencies", rope.short_factor.size(),
+                  inv.size());
+    for (size_t i = 0; i < inv.size(); ++i)  // transformers: 1 / (ext_factors · base^(arange(0, dim, 2) / dim)) in fp32
+      inv[i] = 1.0f / (float(rope.short_factor[i]) * std::pow(float(rope.theta), float(2 * i) / float(head_dim)));
+    return inv;
+  }
   if (rope.type == "linear") {
     for (float& f : inv) f /= float(rope.factor);
     return inv;
@@ -100,7 +113,7 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
     }
     return inv;
   }
-  fail("rope_type '{}' is not supported yet (supported: default, dynamic, linear, llama3, yarn)", rope.type);
+  fail("rope_type '{}' is not supported yet (supported: default, dynamic, linear, llama3, yarn, longrope)", rope.type);
 }
 
 void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int64_t>& positions, bool inverse,
