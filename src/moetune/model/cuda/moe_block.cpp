@@ -248,7 +248,9 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   // input gradient first, then the activation's backward writes the recomputed activation over d(activated) for
   // down's weight gradient: one pass over the pre-activation instead of two (0.35 -> 0.26 ms on Moonlight's
   // layer, docs/benchmarks.md), with d(expert_out) held until then beside d(gate_up) (the memory plan counts it).
-  // Otherwise down's weight gradient goes first on the activation recomputed apart.
+  // Otherwise down's weight gradient goes first on the activation recomputed apart. With SwiGLU's backward in the
+  // epilogue (swiglu_backward_choice.h; SiLU-gated experts without LoRA on down) down's input-gradient GEMM writes
+  // d(gate_up) (and, where the fused pass wants it, the recomputed activation) itself, in any of these orders.
   const bool kept = activation_.defined();
   const bool fused = !kept && !overlap && !expert_lora_.on_down() && p_.down.grad.defined() &&
                      spec_.experts.activation != Activation::ReluSquared;
