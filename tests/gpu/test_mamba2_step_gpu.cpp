@@ -74,8 +74,9 @@ TEST_F(Mamba2StepGpu, ConvStepsGiveTheWholePassBits) {
     }
     EXPECT_EQ(relative_error(cpu_rows(stepped), cpu_rows(whole)), 0.0) << "kernel " << kernel;
     // The window ends holding the sequence's last K - 1 rows of xbc, oldest first.
-    if (kernel > 1)
+    if (kernel > 1) {
       EXPECT_EQ(relative_error(to_cpu_f32(window), cpu_rows(rows_of(xbc, rows - (kernel - 1), kernel - 1))), 0.0);
+    }
   }
 }
 

@@ -25,8 +25,8 @@ struct Widths {
 
 TEST_F(MlaAbsorbedGpu, EqualsTheExpandedHeads) {
   // DeepSeek-V3's per-head widths (fewer heads), the tiny fixture's with padded q and out heads, and odd widths.
-  for (const Widths w : {Widths{4, 128, 64, 128, 512, 192, 128, 1, 300}, Widths{4, 16, 8, 16, 16, 24, 16, 3, 40},
-                         Widths{3, 12, 4, 20, 36, 24, 24, 2, 70}}) {
+  for (const Widths& w : {Widths{4, 128, 64, 128, 512, 192, 128, 1, 300}, Widths{4, 16, 8, 16, 16, 24, 16, 3, 40},
+                          Widths{3, 12, 4, 20, 36, 24, 24, 2, 70}}) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed() << ", heads " << w.heads << ", nope " << w.nope << ", rope "
                                       << w.rope << ", v " << w.v_dim << ", latent " << w.latent);
     const Device gpu = Device::cuda();

@@ -100,9 +100,9 @@ Tensor mamba2_scan_forward(const Mamba2ScanInputs& in, const Mamba2ScanParams& p
       const float* c = in.c.data<float>() + (n * scan.num_groups + h / per_group) * size;
       for (int64_t p = 0; p < dim; ++p) {
         const int64_t at = (n * heads + h) * dim + p;
-        const float* state = states.data() + at * size;
+        const float* row_state = states.data() + at * size;
         float total = params.d.data<float>()[h] * in.x.data<float>()[at];
-        for (int64_t s = 0; s < size; ++s) total += state[s] * c[s];
+        for (int64_t s = 0; s < size; ++s) total += row_state[s] * c[s];
         y.data<float>()[at] = total;
       }
     }
