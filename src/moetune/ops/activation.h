@@ -12,7 +12,7 @@ namespace moetune::ops {
 // The function f of a gated MLP's f(gate) ⊙ up, as transformers' ACT2FN computes it for `hidden_act`:
 //   Silu      "silu", "swish": g σ(g)
 //   Gelu      "gelu": g Φ(g), the exact (erf) GELU
-//   GeluTanh  "gelu_new", "gelu_pytorch_tanh", "gelu_fast": ½ g (1 + tanh(√(2/π) (g + 0.044715 g³)))
+//   GeluTanh  "gelu_pytorch_tanh", "gelu_new", "gelu_fast": ½ g (1 + tanh(√(2/π) (g + 0.044715 g³)))
 //   QuickGelu "quick_gelu": g σ(1.702 g)
 //   Relu      "relu": max(g, 0)
 enum class GateFunction { Silu, Gelu, GeluTanh, QuickGelu, Relu };

@@ -69,7 +69,7 @@ const char* gate_function_name(GateFunction gate) {
     case GateFunction::Gelu:
       return "gelu";
     case GateFunction::GeluTanh:
-      return "gelu_new";
+      return "gelu_pytorch_tanh";
     case GateFunction::QuickGelu:
       return "quick_gelu";
     case GateFunction::Relu:
