@@ -19,7 +19,7 @@ enum class GateFunction { Silu, Gelu, GeluTanh, QuickGelu, Relu };
 std::optional<GateFunction> gate_function_for_hidden_act(std::string_view hidden_act);
 const char* gate_function_name(GateFunction gate);  // the first hidden_act spelling above
 
-// f(gate) ⊙ up and its backward for any GateFunction; Silu gives swiglu_forward's / swiglu_backward's values.
+// f(gate) ⊙ up and its backward for any GateFunction (swiglu_forward / swiglu_backward are GateFunction::Silu's).
 Tensor gated_forward(const Tensor& gate_up, GateFunction gate);
 Tensor gated_backward(const Tensor& dout, const Tensor& gate_up, GateFunction gate);
 

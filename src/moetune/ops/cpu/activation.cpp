@@ -40,16 +40,10 @@ Tensor map_gate_up_backward(const Tensor& dout, const Tensor& gate_up, F f) {
 
 }  // namespace
 
-Tensor swiglu_forward(const Tensor& gate_up) {
-  return map_gate_up(gate_up, [](float gate, float up) { return gate * sigmoid(gate) * up; });
-}
+Tensor swiglu_forward(const Tensor& gate_up) { return gated_forward(gate_up, GateFunction::Silu); }
 
 Tensor swiglu_backward(const Tensor& dout, const Tensor& gate_up) {
-  return map_gate_up_backward(dout, gate_up, [](float gate, float up, float d, float& dgate, float& dup) {
-    const float s = sigmoid(gate);
-    dup = d * gate * s;
-    dgate = d * up * s * (1.0f + gate * (1.0f - s));  // d silu = s (1 + g (1 - s))
-  });
+  return gated_backward(dout, gate_up, GateFunction::Silu);
 }
 
 std::optional<GateFunction> gate_function_for_hidden_act(std::string_view hidden_act) {
@@ -80,7 +74,7 @@ const char* gate_function_name(GateFunction gate) {
 
 namespace {
 
-// f(g) and f'(g) for the gates other than SiLU (whose arithmetic stays swiglu_*'s own, above).
+// f(g) and f'(g) for each gate function.
 struct GateValue {
   float f, df;
 };
@@ -107,18 +101,16 @@ GateValue gate_value(GateFunction gate, float g) {
       break;
   }
   const float s = sigmoid(g);
-  return {g * s, s * (1.0f + g * (1.0f - s))};
+  return {g * s, s * (1.0f + g * (1.0f - s))};  // d silu = s (1 + g (1 - s))
 }
 
 }  // namespace
 
 Tensor gated_forward(const Tensor& gate_up, GateFunction gate) {
-  if (gate == GateFunction::Silu) return swiglu_forward(gate_up);
   return map_gate_up(gate_up, [gate](float g, float up) { return gate_value(gate, g).f * up; });
 }
 
 Tensor gated_backward(const Tensor& dout, const Tensor& gate_up, GateFunction gate) {
-  if (gate == GateFunction::Silu) return swiglu_backward(dout, gate_up);
   return map_gate_up_backward(dout, gate_up, [gate](float g, float up, float d, float& dgate, float& dup) {
     const GateValue v = gate_value(gate, g);
     dup = d * v.f;

@@ -77,13 +77,23 @@ class Scratch {
   size_t nbytes_;
 };
 
+// Sizes the launch's scratch for this GPU (scratch_bytes(sm_count)), then queues it (launcher(scratch, bytes,
+// sm_count, stream) returns the kernels' error message, "" on success).
+template <class ScratchBytes, class Launcher>
+void launch_with_scratch(std::string_view op, std::string_view shapes, ScratchBytes scratch_bytes, Launcher launcher) {
+  const int sm_count = multiprocessor_count();
+  const Scratch scratch(scratch_bytes(sm_count));
+  const std::string error = launcher(scratch.data(), scratch.nbytes(), sm_count, gpu::stream());
+  MOETUNE_CHECK(error.empty(), "{} of {}: {}", op, shapes, error);
+}
+
 template <GroupedGemmKind kind>
 void launch(std::string_view op, const GroupedGemmProblem& problem, std::string_view shapes) {
-  const int sm_count = multiprocessor_count();
-  const Scratch scratch(grouped_gemm_scratch_bytes<kind>(problem.groups, sm_count));
-  const std::string error =
-      launch_grouped_gemm<kind>(problem, scratch.data(), scratch.nbytes(), sm_count, gpu::stream());
-  MOETUNE_CHECK(error.empty(), "{} of {}: {}", op, shapes, error);
+  launch_with_scratch(
+      op, shapes, [&](int sm_count) { return grouped_gemm_scratch_bytes<kind>(problem.groups, sm_count); },
+      [&](void* scratch, size_t bytes, int sm_count, cudaStream_t stream) {
+        return launch_grouped_gemm<kind>(problem, scratch, bytes, sm_count, stream);
+      });
 }
 
 }  // namespace
@@ -148,11 +158,12 @@ void grouped_matmul_swiglu_backward(const Tensor& dy, const Tensor& weights, con
                                    .k = int(hidden),
                                    .accumulate = false};
   const SwigluBackwardOperands operands{gate_up.raw_data(), activated.defined() ? activated.raw_data() : nullptr};
-  const int sm_count = multiprocessor_count();
-  const Scratch scratch(grouped_swiglu_backward_scratch_bytes(int(groups), sm_count));
-  const std::string error =
-      launch_grouped_swiglu_backward(problem, operands, scratch.data(), scratch.nbytes(), sm_count, gpu::stream());
-  MOETUNE_CHECK(error.empty(), "{} of dy {}, weights {}: {}", op, dy.str(), weights.str(), error);
+  launch_with_scratch(
+      op, fmt::format("dy {}, weights {}", dy.str(), weights.str()),
+      [&](int sm_count) { return grouped_swiglu_backward_scratch_bytes(int(groups), sm_count); },
+      [&](void* scratch, size_t bytes, int sm_count, cudaStream_t stream) {
+        return launch_grouped_swiglu_backward(problem, operands, scratch, bytes, sm_count, stream);
+      });
 }
 
 Tensor one_group_offsets(int64_t rows) {
