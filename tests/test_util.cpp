@@ -40,6 +40,29 @@ ScratchDir::~ScratchDir() {
 
 fs::path fixture(const std::string& name) { return fs::path(MOETUNE_FIXTURES_DIR) / name; }
 
+const std::vector<std::string>& model_fixtures() {
+  static const std::vector<std::string> names = {"qwen3_moe_tiny",
+                                                 "qwen3_moe_tied_bf16",
+                                                 "qwen3_tiny",
+                                                 "llama_tiny",
+                                                 "mixtral_tiny",
+                                                 "qwen2_moe_tiny",
+                                                 "gpt_oss_tiny",
+                                                 "deepseek_v3_tiny",
+                                                 "deepseek_v3_qproj_tied",
+                                                 "deepseek_v3_pad_nulls",
+                                                 "nemotron_h_tiny",
+                                                 "qwen3_sliding_yarn",
+                                                 "mixtral_sliding_dynamic",
+                                                 "qwen2_tiny",
+                                                 "mistral_tiny",
+                                                 "glm4_moe_tiny",
+                                                 "glm4_moe_quarter_tied",
+                                                 "glm4_moe_lite_tiny",
+                                                 "phi3_tiny"};
+  return names;
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream stream(path, std::ios::binary);
   std::stringstream buffer;

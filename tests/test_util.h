@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "moetune/core/tensor.h"
 
@@ -21,6 +22,9 @@ class ScratchDir {
 };
 
 std::filesystem::path fixture(const std::string& name);
+// The model fixtures transformers made (tests/reference/make_fixtures.py, make_gpt_oss_fixtures.py): every family and
+// option set the engine loads, trains and saves back as it read them (gpt_oss_mxfp4_tiny aside: it saves in bf16).
+const std::vector<std::string>& model_fixtures();
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 // A safetensors file's bytes from a header text and a data section, the length prefix computed here.

@@ -13,11 +13,9 @@ namespace moetune {
 namespace {
 
 TEST(Inspect, ParameterCountsMatchTransformers) {
-  for (const char* name :
-       {"qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
-        "gpt_oss_tiny", "gpt_oss_mxfp4_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls",
-        "nemotron_h_tiny", "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny", "mistral_tiny",
-        "glm4_moe_tiny", "glm4_moe_quarter_tied", "glm4_moe_lite_tiny"}) {
+  std::vector<std::string> names = testing::model_fixtures();
+  names.push_back("gpt_oss_mxfp4_tiny");
+  for (const std::string& name : names) {
     testing::RunResult result = testing::run_moetune("inspect --json " + testing::fixture(name).string());
     ASSERT_EQ(result.status, 0) << result.output;
     auto report = nlohmann::json::parse(result.output);

@@ -34,12 +34,25 @@ using testing::to_cpu_f32;
 // narrow heads take the copying q/k/v kernels; random_model.h's wide heads take the in-place ones
 // (LatentAttentionWithInPlaceHeads). The last is Nemotron-H (Mamba2 layers decoded from a cached conv window and
 // SSM state, attention without RoPE, relu² and latent MoE).
-const std::vector<std::string> kGpuFixtures = {
-    "llama_tiny",      "qwen3_moe_tiny",     "mixtral_tiny",           "qwen2_moe_tiny",
-    "qwen3_f32",       "qwen3_moe_tied_f32", "glm4_moe_tiny",          "glm4_moe_quarter_tied",
-    "gpt_oss_tiny",    "qwen3_sliding_yarn", "mistral_tiny",           "mixtral_sliding_dynamic",
-    "qwen2_tiny",      "deepseek_v3_tiny",   "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls",
-    "nemotron_h_tiny", "glm4_moe_lite_tiny"};
+const std::vector<std::string> kGpuFixtures = {"llama_tiny",
+                                               "qwen3_moe_tiny",
+                                               "mixtral_tiny",
+                                               "qwen2_moe_tiny",
+                                               "qwen3_f32",
+                                               "qwen3_moe_tied_f32",
+                                               "glm4_moe_tiny",
+                                               "glm4_moe_quarter_tied",
+                                               "gpt_oss_tiny",
+                                               "qwen3_sliding_yarn",
+                                               "mistral_tiny",
+                                               "mixtral_sliding_dynamic",
+                                               "qwen2_tiny",
+                                               "deepseek_v3_tiny",
+                                               "deepseek_v3_qproj_tied",
+                                               "deepseek_v3_pad_nulls",
+                                               "nemotron_h_tiny",
+                                               "glm4_moe_lite_tiny",
+                                               "phi3_tiny"};
 // How many tokens the fixtures without transformers' tokens generate (tests/fixtures/generate has 20 a fixture).
 constexpr int64_t kGreedyTokens = 20;
 // bf16 moves these models' logits by ~1e-2 (tests/gpu/test_model_parity.cpp), so a greedy choice whose top-2 gap

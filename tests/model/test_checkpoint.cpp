@@ -17,25 +17,6 @@ namespace {
 
 using testing::ScratchDir;
 
-const char* kFixtures[] = {"qwen3_moe_tiny",
-                           "qwen3_moe_tied_bf16",
-                           "qwen3_tiny",
-                           "llama_tiny",
-                           "mixtral_tiny",
-                           "qwen2_moe_tiny",
-                           "gpt_oss_tiny",
-                           "deepseek_v3_tiny",
-                           "deepseek_v3_qproj_tied",
-                           "deepseek_v3_pad_nulls",
-                           "nemotron_h_tiny",
-                           "qwen3_sliding_yarn",
-                           "mixtral_sliding_dynamic",
-                           "qwen2_tiny",
-                           "mistral_tiny",
-                           "glm4_moe_tiny",
-                           "glm4_moe_quarter_tied",
-                           "glm4_moe_lite_tiny"};
-
 void expect_same_tensors(const std::filesystem::path& expected_dir, const std::filesystem::path& actual_dir) {
   SafetensorsFolder expected = SafetensorsFolder::open(expected_dir), actual = SafetensorsFolder::open(actual_dir);
   ASSERT_EQ(expected.names(), actual.names());
@@ -46,7 +27,7 @@ void expect_same_tensors(const std::filesystem::path& expected_dir, const std::f
 }
 
 TEST(Checkpoint, RoundTripIsBitExactInTheCheckpointDtype) {
-  for (const char* name : kFixtures) {
+  for (const std::string& name : testing::model_fixtures()) {
     ScratchDir out;
     ModelWeights weights = load_checkpoint(testing::fixture(name));
     save_checkpoint(weights, out.path());
@@ -56,7 +37,7 @@ TEST(Checkpoint, RoundTripIsBitExactInTheCheckpointDtype) {
 }
 
 TEST(Checkpoint, RoundTripThroughF32EngineWeightsIsBitExact) {
-  for (const char* name : kFixtures) {
+  for (const std::string& name : testing::model_fixtures()) {
     ScratchDir out;
     ModelWeights weights = load_checkpoint(testing::fixture(name), LoadOptions{DType::F32});
     for (const Tensor& p : weights.parameters) EXPECT_EQ(p.dtype(), DType::F32);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "moetune/core/error.h"
@@ -436,7 +437,8 @@ TEST(Families, ModelTypePicksTheFamily) {
   const std::string error = error_of(R"({"model_type":"llama","architectures":["Qwen3ForCausalLM"]})");
   EXPECT_NE(error.find("'model_type'"), std::string::npos) << error;
   EXPECT_NE(error.find("Qwen3ForCausalLM"), std::string::npos) << error;
-  EXPECT_NE(error_of(R"({"model_type":"phi3","architectures":["Phi3ForCausalLM"]})").find("'phi3'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"gemma3_text","architectures":["Gemma3ForCausalLM"]})").find("'gemma3_text'"),
+            std::string::npos);
 }
 
 TEST(Families, BadValuesNameTheKey) {
@@ -672,6 +674,62 @@ TEST(Families, Qwen2AndMistralDefaults) {
     "hidden_size":5120})");
   EXPECT_EQ(windows_of(v3), (std::vector<std::optional<int64_t>>{std::nullopt, std::nullopt}));
   EXPECT_EQ(attention(v3).qk_head_dim, 128);
+}
+
+// Phi3ForCausalLM: Phi3Config's defaults (its token ids included: pad 32000 is the embedding's padding row when the
+// file leaves the key out), a window on every layer only when sliding_window is set, default RoPE over
+// partial_rotary_factor of each head (Phi-4-mini's top-level spelling), v4's "su" / "yarn" read as longrope, the
+// other schedules rejected as Phi3Config rejects them, dropouts refused; q/k/v and gate/up one HF tensor each.
+TEST(Families, Phi3DefaultsSpellingsAndFusedProjections) {
+  const ModelSpec d = parse(R"({"model_type":"phi3","num_hidden_layers":2})");
+  EXPECT_EQ(d.architecture, "Phi3ForCausalLM");
+  EXPECT_EQ(d.vocab_size, 32064);
+  EXPECT_EQ(d.hidden_size, 3072);
+  EXPECT_EQ(attention(d).num_kv_heads, 32);
+  EXPECT_EQ(attention(d).qk_head_dim, 96);
+  EXPECT_DOUBLE_EQ(d.norm_eps, 1e-5);
+  EXPECT_EQ(d.max_position_embeddings, 4096);
+  EXPECT_EQ(d.layers[0].sublayers[1].mlp()->intermediate, 8192);
+  EXPECT_EQ(windows_of(d), (std::vector<std::optional<int64_t>>{std::nullopt, std::nullopt}));
+  EXPECT_EQ(d.embedding_padding_idx, std::optional<int64_t>(32000));
+  EXPECT_EQ(d.bos_token_id, std::optional<int64_t>(1));
+  EXPECT_EQ(d.eos_token_ids, std::vector<int64_t>{32000});
+  EXPECT_EQ(parse(R"({"model_type":"phi3","pad_token_id":null})").embedding_padding_idx, std::nullopt);
+
+  const ModelSpec mini =
+      parse(R"({"model_type":"phi3","num_hidden_layers":2,"hidden_size":3072,"num_attention_heads":24,
+    "num_key_value_heads":8,"partial_rotary_factor":0.75,"sliding_window":262144,"vocab_size":200064,
+    "pad_token_id":199999})");
+  EXPECT_EQ(ops::rope_rotary_dim(attention(mini).rope, attention(mini).qk_head_dim), 96);  // of 128
+  EXPECT_EQ(windows_of(mini), (std::vector<std::optional<int64_t>>{262144, 262144}));
+  const ParameterLayout layout = parameter_layout(mini);
+  auto named = [&](const std::string& name) {
+    for (const ParameterSpec& p : layout.parameters)
+      if (p.name == name) return &p;
+    return static_cast<const ParameterSpec*>(nullptr);
+  };
+  const ParameterSpec *qkv = named("layers.0.attn.qkv"), *gate_up = named("layers.0.mlp.gate_up");
+  ASSERT_TRUE(qkv && gate_up);
+  ASSERT_EQ(qkv->pieces.size(), 1u);
+  EXPECT_EQ(qkv->pieces[0].name, "model.layers.0.self_attn.qkv_proj.weight");
+  EXPECT_EQ(qkv->shape, (Shape{(24 + 2 * 8) * 128, 3072}));
+  EXPECT_EQ(qkv->pieces[0].partial_rotary, (PartialRotary{128, 96, (24 + 8) * 128}));  // v's rows stay as stored
+  ASSERT_EQ(gate_up->pieces.size(), 1u);
+  EXPECT_EQ(gate_up->pieces[0].name, "model.layers.0.mlp.gate_up_proj.weight");
+
+  const char* longrope = R"({"model_type":"phi3","num_hidden_layers":1,"hidden_size":64,"num_attention_heads":4,
+    "original_max_position_embeddings":32,"max_position_embeddings":128,
+    "rope_scaling":{"type":"%s","short_factor":[1,1,1,1,1,1,1,2],"long_factor":[2,2,2,2,2,2,2,2]}})";
+  for (const char* legacy : {"su", "yarn", "longrope"}) {
+    char text[512];
+    std::snprintf(text, sizeof text, longrope, legacy);
+    EXPECT_EQ(attention(parse(text)).rope.type, "longrope") << legacy;
+  }
+  EXPECT_NE(
+      error_of(R"({"model_type":"phi3","rope_scaling":{"type":"linear","factor":2}})").find("default or longrope"),
+      std::string::npos);
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
+    EXPECT_NE(error_of(json{{"model_type", "phi3"}, {key, 0.1}}.dump()).find(key), std::string::npos) << key;
 }
 
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same

@@ -72,7 +72,8 @@ TEST(Generate, KvCacheGivesTransformersGreedyTokens) {
 // path gives the same, well past their windows of 3 to 5 keys.
 TEST(Generate, KvCacheGivesTheUncachedTokensPastTheWindows) {
   const std::vector<int64_t> prompt = {3, 17, 42, 5, 88, 9};
-  for (const char* name : {"qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic", "qwen2_tiny"}) {
+  for (const char* name :
+       {"qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic", "qwen2_tiny", "phi3_tiny"}) {
     SCOPED_TRACE(name);
     CausalLM model = CausalLM::from_pretrained(testing::fixture(name));
     EXPECT_EQ(generate(model, prompt, {.max_new_tokens = 20}),

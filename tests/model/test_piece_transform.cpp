@@ -4,6 +4,7 @@
 // `partial_rotary` (GLM-4-MoE's q and k rows) lands in the order that pairs its rotating dimensions as halves.
 #include <gtest/gtest.h>
 
+#include "moetune/core/error.h"
 #include "moetune/model/piece_transform.h"
 #include "moetune/ops/cast.h"
 
@@ -83,6 +84,19 @@ TEST(PieceTransform, PartialRotaryRowsPairTheRotatingHalves) {
   const Tensor norm = Tensor::from_vector(std::vector<float>(values.begin(), values.begin() + 8), {8});
   EXPECT_EQ(reorder_partial_rotary_rows(norm, rotary, true).data<float>()[2], 4.0f);
   EXPECT_TRUE(reorder_partial_rotary_rows(hf, PartialRotary{}, true).same_bytes(hf));
+}
+
+// Phi-3's qkv_proj: q's and k's heads partially rotated, v's rows after them as stored (rotated_rows).
+TEST(PieceTransform, PartialRotaryLeavesTheRowsPastTheRotatedHeads) {
+  std::vector<float> values;
+  for (int i = 0; i < 24 * 2; ++i) values.push_back(float(i));
+  const Tensor hf = Tensor::from_vector(values, {24, 2});
+  const Tensor engine = reorder_partial_rotary_rows(hf, PartialRotary{8, 4, 16}, /*to_engine=*/true);
+  const Tensor heads = reorder_partial_rotary_rows(hf.narrow(0, 16), PartialRotary{8, 4}, true);
+  EXPECT_TRUE(engine.narrow(0, 16).same_bytes(heads));
+  EXPECT_TRUE(engine.narrow(16, 8).same_bytes(hf.narrow(16, 8)));
+  EXPECT_TRUE(reorder_partial_rotary_rows(engine, PartialRotary{8, 4, 16}, /*to_engine=*/false).same_bytes(hf));
+  EXPECT_THROW(reorder_partial_rotary_rows(hf, PartialRotary{8, 4, 12}, true), Error);  // not whole heads
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
-from transformers import Glm4MoeLiteConfig
+from transformers import Glm4MoeLiteConfig, Phi3Config
 
 VOCAB = 96
 
@@ -202,6 +202,17 @@ FIXTURES = {
             rope_parameters={"rope_type": "default", "rope_theta": 1e6},
             tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
+    # Phi-3 (Phi3ForCausalLM): q/k/v in one qkv_proj and gate/up in one gate_up_proj, RoPE on the first half of
+    # each head (partial_rotary_factor 0.5 in rope_parameters: the q and k rows of qkv_proj are kept in the engine's
+    # partial order, v's as stored), a sliding window of 5 keys on every layer, the padding row an id of the parity
+    # batch, untied, fp32.
+    "phi3_tiny": dict(
+        config=Phi3Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, sliding_window=5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+        dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
 }
 
 

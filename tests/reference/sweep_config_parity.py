@@ -59,6 +59,10 @@ NEMOTRON_H = dict(vocab_size=VOCAB, hidden_size=32, layers_block_type=["mamba", 
                   num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=12,
                   moe_shared_expert_intermediate_size=20, moe_latent_size=16, routed_scaling_factor=2.5,
                   norm_topk_prob=True, tie_word_embeddings=False, max_position_embeddings=256, use_cache=False)
+# Phi3Config's pad_token_id default (32000) lies outside the tiny vocabulary: nn.Embedding would refuse it.
+PHI3 = dict(BASE, pad_token_id=90, bos_token_id=1, eos_token_id=2)
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 128,
+            "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8], "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0]}
 
 # (name, model_type, config kwargs, optional config.json rewrite)
 CASES = [
@@ -155,6 +159,13 @@ CASES = [
                                       intermediate_size=32), None),
     ("gpt_oss all full attention", "gpt_oss", dict(BASE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
                                                    intermediate_size=32, layer_types=["full_attention"] * 3), None),
+    ("phi3 plain", "phi3", dict(PHI3), None),
+    ("phi3 partial rotary sliding", "phi3", dict(PHI3, partial_rotary_factor=0.5, sliding_window=16), None),
+    ("phi3 odd partial rotary gqa1 tied", "phi3", dict(PHI3, partial_rotary_factor=0.7, num_key_value_heads=1,
+                                                        tie_word_embeddings=True, pad_token_id=None), None),
+    ("phi3 longrope", "phi3", dict(PHI3, rope_parameters=dict(LONGROPE)), None),
+    ("phi3 longrope su spelling", "phi3", dict(PHI3, rope_parameters=dict(LONGROPE)), "old_rope_su"),
+    ("phi3 gelu sliding", "phi3", dict(PHI3, hidden_act="gelu_pytorch_tanh", sliding_window=8), None),
 ]
 
 
@@ -169,6 +180,10 @@ def rewrite(config_path: Path, how: str) -> None:
         config["rope_theta"] = parameters.get("rope_theta", 10000.0)
         config["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
                                   "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}
+    elif how == "old_rope_su":  # Phi-3's early longrope spelling, which Phi3Config reads as longrope
+        config["rope_scaling"] = dict(parameters, type="su")
+        config["rope_scaling"].pop("rope_type", None)
+        config["rope_theta"] = config["rope_scaling"].pop("rope_theta", 10000.0)
     elif how == "head_dim_for_rope":  # Glm4MoeLiteConfig's attribute_map: head_dim is qk_rope_head_dim
         config["rope_parameters"] = parameters
         config["head_dim"] = config.pop("qk_rope_head_dim")

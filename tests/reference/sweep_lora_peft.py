@@ -29,6 +29,8 @@ CASES = [
     ("glm4_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("glm4_moe_quarter_tied", ["lora.target_modules=[q_proj,k_proj]"]),
     ("glm4_moe_lite_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("phi3_tiny", ["lora.target_modules=all-linear"]),
+    ("phi3_tiny", ["lora.target_modules=[qkv_proj]"]),
 ]
 
 

@@ -25,6 +25,9 @@ namespace moetune::model {
 // their biases, norm weights and LoRA B rows) are reordered on load and back on save, and nothing else changes.
 struct PartialRotary {
   int64_t head_dim = 0, rotary_dim = 0;  // 0: whole-head RoPE, rows as on disk
+  // How many leading rows are such heads; the rows after them (v's, in a piece holding q, k and v as Phi-3's
+  // qkv_proj does) stay as on disk. 0: every row.
+  int64_t rotated_rows = 0;
   bool operator==(const PartialRotary&) const = default;
 };
 

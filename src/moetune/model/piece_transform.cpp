@@ -54,15 +54,18 @@ int64_t partial_rotary_source_row(int64_t r, const PartialRotary& rotary) {
 Tensor reorder_partial_rotary_rows(const Tensor& rows, const PartialRotary& rotary, bool to_engine) {
   if (rotary.head_dim == 0) return rows;
   const int64_t count = rows.dim() == 0 ? 0 : rows.size(0);
-  MOETUNE_CHECK(count > 0 && count % rotary.head_dim == 0 && rotary.rotary_dim % 2 == 0 && rotary.head_dim % 2 == 0 &&
-                    rotary.rotary_dim > 0 && rotary.rotary_dim <= rotary.head_dim,
-                "partial RoPE rows: {} is not a stack of heads of {} rows rotating {} of them", rows.str(),
-                rotary.head_dim, rotary.rotary_dim);
+  const int64_t rotated = rotary.rotated_rows == 0 ? count : rotary.rotated_rows;
+  MOETUNE_CHECK(count > 0 && rotated <= count && rotated % rotary.head_dim == 0 && rotary.rotary_dim % 2 == 0 &&
+                    rotary.head_dim % 2 == 0 && rotary.rotary_dim > 0 && rotary.rotary_dim <= rotary.head_dim,
+                "partial RoPE rows: the first {} rows of {} are not a stack of heads of {} rows rotating {} of them",
+                rotated, rows.str(), rotary.head_dim, rotary.rotary_dim);
   const size_t row_bytes = size_t(rows.numel() / count) * dtype_size(rows.dtype());
   Tensor out = Tensor::empty(rows.shape(), rows.dtype());
   const auto* in = static_cast<const char*>(rows.raw_data());
   auto* to = static_cast<char*>(out.raw_data());
-  for (int64_t head = 0; head < count / rotary.head_dim; ++head)
+  const size_t head_rows_bytes = size_t(rotated) * row_bytes;  // the rows past the heads keep their place
+  std::memcpy(to + head_rows_bytes, in + head_rows_bytes, size_t(count - rotated) * row_bytes);
+  for (int64_t head = 0; head < rotated / rotary.head_dim; ++head)
     for (int64_t r = 0; r < rotary.head_dim; ++r) {
       const int64_t engine = head * rotary.head_dim + r,
                     disk = head * rotary.head_dim + partial_rotary_source_row(r, rotary);

@@ -28,15 +28,17 @@ ParameterSpec expert_bias(std::string name, HfTensor piece, int64_t top_k) {
   return spec;
 }
 
-// Partially rotated heads (parameter_layout.h's PartialRotary); empty for whole-head RoPE and for none.
-PartialRotary partial_rotary(const AttentionSpec& a) {
+// Partially rotated heads (parameter_layout.h's PartialRotary) in the first `rotated_rows` rows (0: all); empty
+// for whole-head RoPE and for none.
+PartialRotary partial_rotary(const AttentionSpec& a, int64_t rotated_rows = 0) {
   if (a.rope.type == "none" || a.mla) return {};
   const int64_t rotary = ops::rope_rotary_dim(a.rope, a.qk_head_dim);
-  return rotary == a.qk_head_dim ? PartialRotary{} : PartialRotary{a.qk_head_dim, rotary};
+  return rotary == a.qk_head_dim ? PartialRotary{} : PartialRotary{a.qk_head_dim, rotary, rotated_rows};
 }
 
 struct Builder {
   const ModelSpec& spec;
+  const FusedProjectionNames& fused;
   std::vector<ParameterSpec> out;
 
   void attention(const AttentionSpec& a, const std::string& hf, const std::string& engine) {
@@ -47,15 +49,24 @@ struct Builder {
     const auto rotated = [&](std::string name, Shape shape) {
       return HfTensor{std::move(name), std::move(shape), false, false, partial_rotary(a)};
     };
-    out.push_back(concatenated(engine + "attn.qkv", ParameterRole::Matmul,
-                               {rotated(attn + "q_proj.weight", {q_rows, H}),
-                                rotated(attn + "k_proj.weight", {k_rows, H}),
-                                {attn + "v_proj.weight", {v_rows, H}}}));
-    if (a.qkv_bias)
-      out.push_back(concatenated(engine + "attn.qkv_bias", ParameterRole::Bias,
-                                 {rotated(attn + "q_proj.bias", {q_rows}),
-                                  rotated(attn + "k_proj.bias", {k_rows}),
-                                  {attn + "v_proj.bias", {v_rows}}}));
+    if (!fused.qkv.empty()) {  // one tensor of q's, k's and v's rows: only q's and k's heads rotate
+      const auto qkv = [&](const char* leaf, Shape shape) {
+        return HfTensor{attn + fused.qkv + leaf, std::move(shape), false, false, partial_rotary(a, q_rows + k_rows)};
+      };
+      out.push_back(whole(engine + "attn.qkv", ParameterRole::Matmul, qkv(".weight", {q_rows + k_rows + v_rows, H})));
+      if (a.qkv_bias)
+        out.push_back(whole(engine + "attn.qkv_bias", ParameterRole::Bias, qkv(".bias", {q_rows + k_rows + v_rows})));
+    } else {
+      out.push_back(concatenated(engine + "attn.qkv", ParameterRole::Matmul,
+                                 {rotated(attn + "q_proj.weight", {q_rows, H}),
+                                  rotated(attn + "k_proj.weight", {k_rows, H}),
+                                  {attn + "v_proj.weight", {v_rows, H}}}));
+      if (a.qkv_bias)
+        out.push_back(concatenated(engine + "attn.qkv_bias", ParameterRole::Bias,
+                                   {rotated(attn + "q_proj.bias", {q_rows}),
+                                    rotated(attn + "k_proj.bias", {k_rows}),
+                                    {attn + "v_proj.bias", {v_rows}}}));
+    }
     if (a.qk_norm) {
       out.push_back(
           whole(engine + "attn.q_norm", ParameterRole::Norm, rotated(attn + "q_norm.weight", {a.qk_head_dim})));
@@ -67,13 +78,20 @@ struct Builder {
     if (a.sinks) out.push_back(whole(engine + "attn.sinks", ParameterRole::Bias, {attn + "sinks", {a.num_heads}}));
   }
 
-  // A SwiGLU MLP: gate and up fused into one [2I, H] parameter.
-  void mlp(const MlpSpec& m, const std::string& hf, const std::string& engine) {
+  // A SwiGLU MLP: gate and up fused into one [2I, H] parameter (one HF tensor too where `fused_gate_up` names it).
+  void mlp(const MlpSpec& m, const std::string& hf, const std::string& engine, const std::string& fused_gate_up = "") {
     const int64_t I = m.intermediate, H = spec.hidden_size;
-    out.push_back(concatenated(engine + "gate_up", ParameterRole::Matmul,
-                               {{hf + "gate_proj.weight", {I, H}}, {hf + "up_proj.weight", {I, H}}}));
-    if (m.bias)
-      out.push_back(concatenated(engine + "gate_up_bias", ParameterRole::Bias, {{hf + "gate_proj.bias", {I}}, {hf + "up_proj.bias", {I}}}));
+    if (!fused_gate_up.empty()) {
+      out.push_back(whole(engine + "gate_up", ParameterRole::Matmul, {hf + fused_gate_up + ".weight", {2 * I, H}}));
+      if (m.bias)
+        out.push_back(whole(engine + "gate_up_bias", ParameterRole::Bias, {hf + fused_gate_up + ".bias", {2 * I}}));
+    } else {
+      out.push_back(concatenated(engine + "gate_up", ParameterRole::Matmul,
+                                 {{hf + "gate_proj.weight", {I, H}}, {hf + "up_proj.weight", {I, H}}}));
+      if (m.bias)
+        out.push_back(concatenated(engine + "gate_up_bias", ParameterRole::Bias,
+                                   {{hf + "gate_proj.bias", {I}}, {hf + "up_proj.bias", {I}}}));
+    }
     out.push_back(whole(engine + "down", ParameterRole::Matmul, {hf + "down_proj.weight", {H, I}}));
     if (m.bias) out.push_back(whole(engine + "down_bias", ParameterRole::Bias, {hf + "down_proj.bias", {H}}));
   }
@@ -127,8 +145,9 @@ ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_nam
   return bias;
 }
 
-std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names) {
-  Builder b{spec, {}};
+std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names,
+                                              const FusedProjectionNames& fused) {
+  Builder b{spec, fused, {}};
   const int64_t H = spec.hidden_size;
   b.out.push_back(whole("embed_tokens", ParameterRole::Embedding, {"model.embed_tokens.weight", {spec.vocab_size, H}}));
   const char* hf_norm_names[] = {"input_layernorm", "post_attention_layernorm"};
@@ -139,7 +158,7 @@ std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTe
       const SublayerSpec& sublayer = sublayers[i];
       b.out.push_back(whole(engine + sublayer.norm, ParameterRole::Norm, {hf + hf_norm_names[i] + ".weight", {H}}));
       if (const AttentionSpec* a = sublayer.attention()) b.attention(*a, hf, engine);
-      if (const MlpSpec* m = sublayer.mlp()) b.mlp(*m, hf + "mlp.", engine + "mlp.");
+      if (const MlpSpec* m = sublayer.mlp()) b.mlp(*m, hf + "mlp.", engine + "mlp.", fused.gate_up);
       if (const MoeSpec* m = sublayer.moe()) b.moe(*m, moe_names, hf, engine);
     }
   }

@@ -24,13 +24,21 @@ struct MoeTensorNames {
   bool transposed_fused_experts = false;
 };
 
+// Where a family keeps q/k/v, or a dense MLP's gate/up, as one HF tensor (Phi-3's self_attn.qkv_proj [q; k; v] and
+// mlp.gate_up_proj [gate; up]): the engine's fused attn.qkv / gate_up parameter is then that one piece (and its
+// bias `<name>.bias`). Empty: the separate q_proj, k_proj, v_proj and gate_proj, up_proj.
+struct FusedProjectionNames {
+  std::string qkv, gate_up;
+};
+
 // A router's e_score_correction_bias (DeepSeek-V3's router and those that copy it): read for the choice only, a
 // buffer transformers neither trains nor counts as a parameter (frozen, role Buffer, no active elements).
 ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_name, int64_t experts);
 
 // Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn,
 // post_attention_layernorm, mlp}, model.norm, lm_head (unless tied).
-std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names);
+std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names,
+                                              const FusedProjectionNames& fused = {});
 // The same with the usual names (Llama, Qwen): a Family's `parameters` as it stands.
 std::vector<ParameterSpec> standard_decoder_parameters(const ModelSpec& spec);
 
