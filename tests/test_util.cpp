@@ -59,7 +59,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "glm4_moe_tiny",
                                                  "glm4_moe_quarter_tied",
                                                  "glm4_moe_lite_tiny",
-                                                 "phi3_tiny"};
+                                                 "phi3_tiny",
+                                                 "phi4_mini_tiny"};
   return names;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -174,6 +175,10 @@ class QkvRopeGpu : public PointwiseGpuTest {
     int64_t tokens, q_heads, kv_heads, head_dim;
     bool with_norms;
     bool with_rope = true;  // false: no inv_freq (Nemotron-H's attention), the split and the norms alone
+    // The schedule (default RoPE at theta 1e6 when empty) and the rotating pairs' scale (longrope's attention factor
+    // on partially rotated heads, Phi-4-mini's).
+    std::optional<ops::RopeSpec> rope;
+    double rotated_scale = 1.0;
   };
 
   void run(const Case& c) {
@@ -183,8 +188,8 @@ class QkvRopeGpu : public PointwiseGpuTest {
     const Tensor qkv = random_gpu({c.tokens, heads * d});
     const Tensor q_norm = c.with_norms ? random_weight(d) : Tensor();
     const Tensor k_norm = c.with_norms ? random_weight(d) : Tensor();
-    const std::vector<float> inv =
-        ops::rope_inverse_frequencies(ops::RopeSpec{.type = c.with_rope ? "default" : "none", .theta = 1e6}, d);
+    const std::vector<float> inv = ops::rope_inverse_frequencies(
+        c.rope.value_or(ops::RopeSpec{.type = c.with_rope ? "default" : "none", .theta = 1e6}), d);
     std::vector<int64_t> positions(static_cast<size_t>(c.tokens));
     std::vector<int32_t> positions_i32(static_cast<size_t>(c.tokens));
     std::uniform_int_distribution<int32_t> position_of(0, 16383);
@@ -196,7 +201,7 @@ class QkvRopeGpu : public PointwiseGpuTest {
     const Tensor q = poisoned({c.tokens, c.q_heads, d}, DType::BF16, Device::cuda());
     const Tensor k = poisoned({c.tokens, c.kv_heads, d}, DType::BF16, Device::cuda());
     const Tensor v = poisoned({c.tokens, c.kv_heads, d}, DType::BF16, Device::cuda());
-    ops::cuda::qkv_norm_rope_forward(qkv, q_norm, k_norm, kEps, inv_gpu, positions_gpu, q, k, v);
+    ops::cuda::qkv_norm_rope_forward(qkv, q_norm, k_norm, kEps, inv_gpu, positions_gpu, q, k, v, c.rotated_scale);
 
     const Tensor qkv32 = to_cpu_f32(qkv);
     const Tensor x_q = heads_of(qkv32, heads, 0, c.q_heads, d);
@@ -204,8 +209,8 @@ class QkvRopeGpu : public PointwiseGpuTest {
     const Tensor x_v = heads_of(qkv32, heads, c.q_heads + c.kv_heads, c.kv_heads, d);
     Tensor expected_q = c.with_norms ? ops::rms_norm_forward(x_q, to_cpu_f32(q_norm), kEps) : x_q.clone();
     Tensor expected_k = c.with_norms ? ops::rms_norm_forward(x_k, to_cpu_f32(k_norm), kEps) : x_k.clone();
-    ops::apply_rope(expected_q, inv, positions);
-    ops::apply_rope(expected_k, inv, positions);
+    ops::apply_rope(expected_q, inv, positions, false, c.rotated_scale);
+    ops::apply_rope(expected_k, inv, positions, false, c.rotated_scale);
     EXPECT_LT(relative_error(q, expected_q), kBf16Tolerance);
     EXPECT_LT(relative_error(k, expected_k), kBf16Tolerance);
     EXPECT_LT(relative_error(v, x_v), kBf16Tolerance);
@@ -221,11 +226,11 @@ class QkvRopeGpu : public PointwiseGpuTest {
     Tensor expected_dk_norm = c.with_norms ? to_cpu_f32(dk_norm) : Tensor();
     const Tensor dqkv = poisoned({c.tokens, heads * d}, DType::BF16, Device::cuda());
     ops::cuda::qkv_norm_rope_backward(dq, dk, dv, qkv, q_norm, k_norm, kEps, inv_gpu, positions_gpu, dqkv, dq_norm,
-                                      dk_norm);
+                                      dk_norm, c.rotated_scale);
 
     Tensor grad_q = to_cpu_f32(dq), grad_k = to_cpu_f32(dk);
-    ops::apply_rope(grad_q, inv, positions, /*inverse=*/true);
-    ops::apply_rope(grad_k, inv, positions, /*inverse=*/true);
+    ops::apply_rope(grad_q, inv, positions, /*inverse=*/true, c.rotated_scale);
+    ops::apply_rope(grad_k, inv, positions, /*inverse=*/true, c.rotated_scale);
     if (c.with_norms) {
       grad_q = ops::rms_norm_backward(grad_q, x_q, to_cpu_f32(q_norm), kEps, expected_dq_norm);
       grad_k = ops::rms_norm_backward(grad_k, x_k, to_cpu_f32(k_norm), kEps, expected_dk_norm);
@@ -285,6 +290,38 @@ TEST_F(QkvRopeGpu, OddHalfHeadDimTakesTheScalarPath) {
   SCOPED_TRACE(seed());
   run({.tokens = 11, .q_heads = 3, .kv_heads = 1, .head_dim = 6, .with_norms = true});
   run({.tokens = 11, .q_heads = 3, .kv_heads = 1, .head_dim = 70, .with_norms = false});
+}
+
+// Phi-4-mini: longrope's short factors over three quarters of each head, the rotating pairs' cos and sin times the
+// attention factor, the passing pairs (zero frequency) as they are, forward and backward; the whole-head longrope
+// with a scale too (the kernel's factor, which the attention otherwise folds into its softmax scale).
+TEST_F(QkvRopeGpu, LongropeScalesOnlyTheRotatingPairs) {
+  SCOPED_TRACE(seed());
+  ops::RopeSpec rope{.type = "longrope", .theta = 10000.0, .partial_rotary_factor = 0.75};
+  for (int i = 0; i < 24; ++i) rope.short_factor.push_back(1.0 + 0.1 * i);
+  run({.tokens = 37,
+       .q_heads = 4,
+       .kv_heads = 2,
+       .head_dim = 64,
+       .with_norms = false,
+       .rope = rope,
+       .rotated_scale = 1.19});
+  run({.tokens = 23,
+       .q_heads = 3,
+       .kv_heads = 1,
+       .head_dim = 64,
+       .with_norms = true,
+       .rope = rope,
+       .rotated_scale = 1.19});
+  rope.partial_rotary_factor = 1.0;
+  rope.short_factor.resize(32, 1.5);
+  run({.tokens = 19,
+       .q_heads = 2,
+       .kv_heads = 2,
+       .head_dim = 64,
+       .with_norms = false,
+       .rope = rope,
+       .rotated_scale = 1.07});
 }
 
 TEST_F(QkvRopeGpu, NoTokens) {

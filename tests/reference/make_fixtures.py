@@ -213,6 +213,20 @@ FIXTURES = {
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
         dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
+    # Phi-4-mini's attention: longrope (its short factors: every position the tests use is below
+    # original_max_position_embeddings 32) over three quarters of each 8-wide head (partial_rotary_factor 0.75:
+    # 6 dimensions rotate, cos and sin times the attention factor √(1 + ln 4 / ln 32), the other 2 pass unscaled),
+    # GQA, tied embeddings, the padding row an id of the parity batch, fp32.
+    "phi4_mini_tiny": dict(
+        config=Phi3Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=128, original_max_position_embeddings=32,
+            partial_rotary_factor=0.75,  # Phi3Config's top-level keys win over the dict's
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                             "original_max_position_embeddings": 32, "short_factor": [1.0, 1.3, 1.9],
+                             "long_factor": [1.0, 2.0, 4.0]},
+            tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
+        dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
 }
 
 

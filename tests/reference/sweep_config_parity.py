@@ -166,6 +166,12 @@ CASES = [
     ("phi3 longrope", "phi3", dict(PHI3, rope_parameters=dict(LONGROPE)), None),
     ("phi3 longrope su spelling", "phi3", dict(PHI3, rope_parameters=dict(LONGROPE)), "old_rope_su"),
     ("phi3 gelu sliding", "phi3", dict(PHI3, hidden_act="gelu_pytorch_tanh", sliding_window=8), None),
+    ("phi3 partial longrope (Phi-4-mini)", "phi3", dict(PHI3, partial_rotary_factor=0.75, tie_word_embeddings=True,
+                                                         rope_parameters=dict(LONGROPE, short_factor=LONGROPE["short_factor"][:6],
+                                                                              long_factor=LONGROPE["long_factor"][:6])), None),
+    ("phi3 partial longrope attention_factor", "phi3", dict(PHI3, rope_parameters=dict(
+        LONGROPE, partial_rotary_factor=0.5, attention_factor=0.7, short_factor=LONGROPE["short_factor"][:4],
+        long_factor=LONGROPE["long_factor"][:4])), None),
 ]
 
 

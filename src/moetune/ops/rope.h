@@ -52,7 +52,8 @@ double rope_attention_scaling(const RopeSpec& rope);
 // scaling YaRN suggests for a context stretched `scale` times; DeepSeek-V3 also scales its softmax by it).
 double yarn_mscale(double scale, double mscale = 1.0);
 
-// Rotates x [T, heads, head_dim] in place and multiplies it by `scaling` (rope_attention_scaling); positions[t] is
+// Rotates x [T, heads, head_dim] in place and multiplies its rotating pairs by `scaling` (rope_attention_scaling; the
+// zero-frequency pairs of a partially rotated head pass as they are, as in transformers); positions[t] is
 // token t's position in its document. The rotation is orthogonal, so the backward pass is the same call with
 // `inverse` (rotating the gradient back, and scaling it by the same factor).
 void apply_rope(Tensor& x, const std::vector<float>& inverse_frequencies, const std::vector<int64_t>& positions,

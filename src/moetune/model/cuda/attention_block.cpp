@@ -1,6 +1,8 @@
 #include "moetune/model/cuda/attention_block.h"
-#include "moetune/core/phase_profile.h"
 
+#include <algorithm>
+
+#include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/ops/cuda/attention_sinks.h"
@@ -30,12 +32,17 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
                 "{}: differing q/k and v head dims are not implemented on the GPU outside latent attention", layer);
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
   const int64_t d = spec_.qk_head_dim;
-  if (spec_.rope.type != "none")  // Nemotron-H's attention has no positional embedding: inv_freq_ stays undefined
-    inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d), {d / 2}).to(Device::cuda());
+  if (spec_.rope.type == "none")
+    return;  // Nemotron-H's attention has no positional embedding: inv_freq_ stays undefined
+  const std::vector<float> frequencies = ops::rope_inverse_frequencies(spec_.rope, d);
+  inv_freq_ = Tensor::from_vector(frequencies, {d / 2}).to(Device::cuda());
+  if (std::find(frequencies.begin(), frequencies.end(), 0.0f) != frequencies.end())
+    rotated_scale_ = ops::rope_attention_scaling(spec_.rope);
 }
 
 double AttentionBlock::scores_scale() const {
-  const double m = ops::rope_attention_scaling(spec_.rope);
+  // Every pair rotating, RoPE's factor m scales all of q and k alike: m² on the scores, one multiply fewer per value.
+  const double m = rotated_scale_ == 1.0 ? ops::rope_attention_scaling(spec_.rope) : 1.0;
   return spec_.softmax_scale() * m * m;
 }
 
@@ -57,8 +64,8 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
   stash_.v = device_like({tokens, nkv, d});
-  ops::cuda::qkv_norm_rope_forward(stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions, stash_.q,
-                                   stash_.k, stash_.v);
+  ops::cuda::qkv_norm_rope_forward(stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions,
+                                   stash_.q, stash_.k, stash_.v, rotated_scale_);
   stash_.attended = device_like({tokens, nq, d});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
                                                              scores_scale(), stash_.attended, window());
@@ -87,8 +94,8 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
                                        stash_.softmax_stats, batch.documents, scores_scale(), dq, dk, dv, window());
   dattended = Tensor();
   Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});
-  ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions,
-                                    dqkv, p_.q_norm.grad, p_.k_norm.grad);
+  ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_,
+                                    batch.positions, dqkv, p_.q_norm.grad, p_.k_norm.grad, rotated_scale_);
   dq = dk = dv = Tensor();
   Tensor normed = norm_for_backward(stash_.normed, stash_.input, p_.norm.value, eps, stash_.input.shape());
   Tensor dnormed = device_like(stash_.input.shape());

@@ -39,6 +39,9 @@ class AttentionBlock {
   // then carry m², which the GPU folds in here instead of scaling q and k (the same values and gradients, one
   // pass fewer; the KV cache then holds k unscaled, as the forward pass's k is).
   double scores_scale() const;
+  // The factor RoPE's kernel scales the rotating pairs by: rope_attention_scaling where some pairs pass unrotated
+  // (partial RoPE under longrope, whose pass-through is unscaled), else 1 (scores_scale folds it in, squared).
+  double rotated_scale() const { return rotated_scale_; }
   // The new tokens' keys and values go into the cache's rows; a pass over an empty cache (the prompt) is flash
   // attention over one document, a later one attends to the whole cache (ops/cuda/decode_attention.h).
   Tensor forward_cached(const Tensor& h, const StepContext& context);
@@ -46,6 +49,7 @@ class AttentionBlock {
   const AttentionSpec& spec_;
   double eps_;
   Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device; undefined without RoPE (Nemotron-H)
+  double rotated_scale_ = 1.0;
   AttentionParams p_;
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
   struct Stash {

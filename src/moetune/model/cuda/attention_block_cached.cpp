@@ -31,7 +31,7 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   Tensor q = device_like({tokens, nq, d});
   const Tensor k = keys.narrow(past, tokens), v = values.narrow(past, tokens);
   ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq_, context.batch.positions, q,
-                                   k, v);
+                                   k, v, rotated_scale_);
   qkv = Tensor();
   // The training forward's scale, window and sinks (GPT-OSS, the sliding-window families, YaRN's m²).
   Tensor attended = device_like({tokens, nq, d});

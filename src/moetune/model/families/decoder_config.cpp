@@ -99,13 +99,13 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
            "a RoPE schedule other than default, dynamic, linear, llama3, yarn and longrope");
   if (rope.type == "longrope") read_longrope(dict, top, max_position_embeddings, rope);
   // Most families' default RoPE rotates the whole head_dim whatever partial_rotary_factor says (their
-  // compute_default_rope_parameters never read it); GLM-4-MoE's rotates that share of each head
-  // (DecoderDefaults::partial_rotary_factor). The other schedules shorten their frequencies by it and scale
-  // cos and sin, which the engine's partial rotation does not implement: refused.
+  // compute_default_rope_parameters never read it); GLM-4-MoE's and Phi-3's rotate that share of each head
+  // (DecoderDefaults::partial_rotary_factor). longrope shortens its frequencies by it and scales the rotating
+  // pairs' cos and sin (Phi-4-mini), as the engine does; the other scaled schedules are not implemented: refused.
   if (rope.type == "default" && !d.partial_rotary_factor) rope.partial_rotary_factor = 1.0;
-  if (rope.partial_rotary_factor != 1.0 && rope.type != "default")
+  if (rope.partial_rotary_factor != 1.0 && rope.type != "default" && rope.type != "longrope")
     refuse("partial_rotary_factor", fmt::format("{} with rope_type {}", rope.partial_rotary_factor, rope.type),
-           "partial RoPE on a scaled schedule");
+           "partial RoPE on a scaled schedule other than longrope");
   if (!(rope.partial_rotary_factor > 0 && rope.partial_rotary_factor <= 1))
     fail("'partial_rotary_factor' must be in (0, 1], got {}", rope.partial_rotary_factor);
   if (!(rope.theta > 0)) fail("'rope_theta' must be positive, got {}", rope.theta);

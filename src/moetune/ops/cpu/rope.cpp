@@ -66,14 +66,23 @@ int64_t rope_rotary_dim(const RopeSpec& rope, int64_t head_dim) {
 std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim) {
   if (rope.type == "none") return {};  // no positional embedding (Nemotron-H): apply_rope leaves x alone
   if (const int64_t rotary_dim = rope_rotary_dim(rope, head_dim); rotary_dim < head_dim) {
-    // Partial RoPE (the default schedule only; the config readers refuse the others): the rotating pairs'
-    // frequencies over transformers' int(head_dim · factor), then zeros for the pairs that pass unrotated
-    // (angle 0: cos 1 and sin 0 exactly, so those values come through bit for bit; the engine's head layout puts
-    // the rotating pairs first: model/parameter_layout.h's PartialRotary).
-    MOETUNE_CHECK(rope.type == "default", "RoPE: partial rotation with rope_type {} is not supported", rope.type);
+    // Partial RoPE (the default and longrope schedules; the config readers refuse the others): the rotating pairs'
+    // frequencies over transformers' int(head_dim · factor) (longrope's each divided by its short factor), then
+    // zeros for the pairs that pass unrotated (angle 0: cos 1 and sin 0 exactly, so those values come through bit
+    // for bit, and apply_rope leaves them unscaled; the engine's head layout puts the rotating pairs first:
+    // model/parameter_layout.h's PartialRotary).
+    MOETUNE_CHECK(rope.type == "default" || rope.type == "longrope",
+                  "RoPE: partial rotation with rope_type {} is not supported", rope.type);
+    const size_t rotating = size_t(rotary_dim / 2);
+    MOETUNE_CHECK(rope.type != "longrope" || rope.short_factor.size() == rotating,
+                  "RoPE: longrope's short_factor has {} values for {} rotating frequencies", rope.short_factor.size(),
+                  rotating);
     const float dim = float(int64_t(double(head_dim) * rope.partial_rotary_factor));
     std::vector<float> inv(size_t(head_dim / 2), 0.0f);
-    for (size_t i = 0; i < size_t(rotary_dim / 2); ++i) inv[i] = 1.0f / std::pow(float(rope.theta), float(2 * i) / dim);
+    for (size_t i = 0; i < rotating; ++i) {
+      const float base = std::pow(float(rope.theta), float(2 * i) / dim);
+      inv[i] = rope.type == "longrope" ? 1.0f / (float(rope.short_factor[i]) * base) : 1.0f / base;
+    }
     return inv;
   }
   std::vector<float> inv(size_t(head_dim / 2));
@@ -126,8 +135,10 @@ void apply_rope(Tensor& x, const std::vector<float>& inv, const std::vector<int6
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = float(positions[size_t(t)]) * inv[size_t(i)];
-      // As transformers does: cos and sin scaled (in fp32) before they meet x.
-      const float c = std::cos(angle) * float(scaling), sine = std::sin(angle) * float(scaling);
+      // As transformers does: cos and sin scaled (in fp32) before they meet x; the pairs a partially rotated head
+      // passes unrotated (zero frequency) are transformers' concatenated pass-through, unscaled.
+      const float pair_scaling = inv[size_t(i)] != 0.0f ? float(scaling) : 1.0f;
+      const float c = std::cos(angle) * pair_scaling, sine = std::sin(angle) * pair_scaling;
       const float s = inverse ? -sine : sine;
       for (int64_t h = 0; h < heads; ++h) {
         float* v = data + (t * heads + h) * head_dim;

@@ -29,14 +29,21 @@ struct HeadIndex {
 
 __device__ __forceinline__ HeadIndex head_of(int64_t item, int64_t heads) { return {item / heads, item % heads}; }
 
-// The rotation of pair i at `position`; no inv_freq (a model without RoPE, Nemotron-H) is the identity, exactly.
-__device__ __forceinline__ void rotation(const float* inv_freq, int64_t i, float position, float& sine, float& cosine) {
+// The rotation of pair i at `position`, cos and sin times `scale` where the pair rotates (QkvShape::rotated_scale);
+// no inv_freq (a model without RoPE, Nemotron-H) is the identity, exactly.
+__device__ __forceinline__ void rotation(const float* inv_freq, int64_t i, float position, float scale, float& sine,
+                                         float& cosine) {
   if (inv_freq == nullptr) {
     sine = 0.0f;
     cosine = 1.0f;
     return;
   }
-  sincosf(position * inv_freq[i], &sine, &cosine);
+  const float frequency = inv_freq[i];
+  sincosf(position * frequency, &sine, &cosine);
+  if (frequency != 0.0f) {
+    sine *= scale;
+    cosine *= scale;
+  }
 }
 
 template <int kVec>
@@ -104,7 +111,7 @@ __global__ void qkv_norm_rope_forward_kernel(const bf16* __restrict__ qkv, const
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         float sine, cosine;
-        rotation(inv_freq, i + j, position, sine, cosine);
+        rotation(inv_freq, i + j, position, shape.rotated_scale, sine, cosine);
         first[j] = a[j] * cosine - b[j] * sine;
         second[j] = b[j] * cosine + a[j] * sine;
       }
@@ -162,7 +169,7 @@ __global__ void qkv_norm_rope_backward_kernel(const bf16* __restrict__ dq, const
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         float sine, cosine;
-        rotation(inv_freq, i + j, position, sine, cosine);
+        rotation(inv_freq, i + j, position, shape.rotated_scale, sine, cosine);
         grad[i + j] = ga[j] * cosine + gb[j] * sine;
         grad[half + i + j] = gb[j] * cosine - ga[j] * sine;
       }

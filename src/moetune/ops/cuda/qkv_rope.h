@@ -10,16 +10,18 @@ namespace moetune::ops::cuda {
 // qkv BF16 [T, (nq + 2·nkv)·d] (q heads, then k heads, then v heads, each d wide) -> q BF16 [T, nq, d],
 // k and v BF16 [T, nkv, d]. q_norm / k_norm: BF16 [d] or undefined (no norm). inv_freq: F32 [d/2], or undefined
 // for no RoPE at all (Nemotron-H: q and k are only split off and normed); positions: I32 [T] (unread without
-// inv_freq). All on the GPU; nq, nkv and d are read from q's and k's shapes.
+// inv_freq). All on the GPU; nq, nkv and d are read from q's and k's shapes. rotated_scale multiplies the cos and sin
+// of the pairs that rotate (nonzero frequency; ops::apply_rope's `scaling`), not the zero-frequency ones.
 void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, double eps,
                            const Tensor& inv_freq, const Tensor& positions, const Tensor& q, const Tensor& k,
-                           const Tensor& v);
+                           const Tensor& v, double rotated_scale = 1.0);
 
 // Given dq, dk, dv (shaped like q, k, v) and the forward input qkv: writes dqkv (shaped like qkv) and adds the
 // norm weights' gradients into dq_norm / dk_norm (BF16 or F32 [d]) when those are defined; a defined dq_norm needs
 // a defined q_norm (likewise for k). The gradients are summed in a fixed order (deterministic).
 void qkv_norm_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& qkv,
                             const Tensor& q_norm, const Tensor& k_norm, double eps, const Tensor& inv_freq,
-                            const Tensor& positions, const Tensor& dqkv, const Tensor& dq_norm, const Tensor& dk_norm);
+                            const Tensor& positions, const Tensor& dqkv, const Tensor& dq_norm, const Tensor& dk_norm,
+                            double rotated_scale = 1.0);
 
 }  // namespace moetune::ops::cuda

@@ -16,6 +16,10 @@ struct QkvShape {
   int64_t q_heads = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;  // even: RoPE pairs element i with i + head_dim/2
+  // cos and sin of the rotating pairs (nonzero frequency) times this: longrope's attention factor on partially
+  // rotated heads, whose zero-frequency pairs pass unscaled (ops/rope.h). 1 elsewhere (the attention folds the
+  // factor into its softmax scale when every pair rotates).
+  float rotated_scale = 1.0f;
 };
 
 // All BF16 but inv_freq (F32 [head_dim/2]) and positions (I32 [tokens]). q_norm / k_norm may be null (no norm).
