@@ -37,9 +37,10 @@ TEST(DeviceSupport, GpuRunsTheSupportedFamilies) {
 // GPT-OSS's sinks, the sliding-window families' windows, YaRN's scaling, DeepSeek-V3's latent attention and
 // Nemotron-H's Mamba2 mixers run in GPU generation too: generation lacks nothing the GPU engine trains.
 TEST(DeviceSupport, GpuGenerationRunsWhatTheGpuTrains) {
-  for (const char* name : {"gpt_oss_tiny", "qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic",
-                           "qwen2_tiny", "qwen3_moe_tiny", "glm4_moe_tiny", "deepseek_v3_tiny",
-                           "deepseek_v3_qproj_tied", "nemotron_h_tiny", "phi3_tiny", "phi4_mini_tiny"}) {
+  for (const char* name :
+       {"gpt_oss_tiny", "qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic", "qwen2_tiny", "qwen3_moe_tiny",
+        "glm4_moe_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "nemotron_h_tiny", "phi3_tiny", "phi4_mini_tiny",
+        "smollm3_tiny"}) {
     const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
     EXPECT_TRUE(features_missing_for_gpu_generation(spec).empty()) << name;
     EXPECT_NO_THROW(require_gpu_generation_support(spec)) << name;

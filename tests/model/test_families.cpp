@@ -732,6 +732,36 @@ TEST(Families, Phi3DefaultsSpellingsAndFusedProjections) {
     EXPECT_NE(error_of(json{{"model_type", "phi3"}, {key, 0.1}}.dump()).find(key), std::string::npos) << key;
 }
 
+// SmolLM3ForCausalLM: SmolLM3Config's defaults (tied, its token ids, a NoPE layer every 4th), no_rope_layers and
+// layer_types as written, sliding windows derived for the NoPE layers; a sliding layer without a window refused.
+TEST(Families, SmolLM3NoPeLayersAndWindows) {
+  const ModelSpec d = parse(R"({"model_type":"smollm3","num_hidden_layers":8})");
+  EXPECT_EQ(d.architecture, "SmolLM3ForCausalLM");
+  EXPECT_TRUE(d.tie_word_embeddings);
+  EXPECT_EQ(d.vocab_size, 128256);
+  EXPECT_EQ(attention(d).num_kv_heads, 4);
+  EXPECT_EQ(d.embedding_padding_idx, std::optional<int64_t>(128004));
+  EXPECT_EQ(d.eos_token_ids, std::vector<int64_t>{128001});
+  std::vector<std::string> ropes;
+  for (size_t i = 0; i < 8; ++i) ropes.push_back(attention(d, i).rope.type);
+  EXPECT_EQ(ropes, (std::vector<std::string>{"default", "default", "default", "none", "default", "default", "default",
+                                             "none"}));
+  EXPECT_EQ(windows_of(d), std::vector<std::optional<int64_t>>(8));
+  const ModelSpec slide = parse(R"({"model_type":"smollm3","num_hidden_layers":3,"no_rope_layers":[1,0,1],
+    "use_sliding_window":true,"sliding_window":64,"attention_bias":true})");
+  EXPECT_EQ(attention(slide, 1).rope.type, "none");
+  EXPECT_EQ(windows_of(slide), (std::vector<std::optional<int64_t>>{std::nullopt, 64, std::nullopt}));
+  EXPECT_TRUE(attention(slide).qkv_bias && attention(slide).o_bias);
+  const ModelSpec typed = parse(R"({"model_type":"smollm3","num_hidden_layers":2,"sliding_window":32,
+    "layer_types":["sliding_attention","full_attention"]})");
+  EXPECT_EQ(windows_of(typed), (std::vector<std::optional<int64_t>>{32, std::nullopt}));
+  EXPECT_NE(error_of(R"({"model_type":"smollm3","num_hidden_layers":1,"layer_types":["sliding_attention"]})")
+                .find("'sliding_window'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"smollm3","num_hidden_layers":3,"no_rope_layers":[1]})").find("'no_rope_layers'"),
+            std::string::npos);
+}
+
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same
 // product): any value is accepted.
 TEST(Families, PretrainingTpIsIgnoredAsTransformersIgnoresIt) {

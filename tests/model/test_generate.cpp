@@ -73,7 +73,7 @@ TEST(Generate, KvCacheGivesTransformersGreedyTokens) {
 TEST(Generate, KvCacheGivesTheUncachedTokensPastTheWindows) {
   const std::vector<int64_t> prompt = {3, 17, 42, 5, 88, 9};
   for (const char* name :
-       {"qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic", "qwen2_tiny", "phi3_tiny"}) {
+       {"qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic", "qwen2_tiny", "phi3_tiny", "smollm3_tiny"}) {
     SCOPED_TRACE(name);
     CausalLM model = CausalLM::from_pretrained(testing::fixture(name));
     EXPECT_EQ(generate(model, prompt, {.max_new_tokens = 20}),

@@ -17,7 +17,7 @@ import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
-from transformers import Glm4MoeLiteConfig, Phi3Config
+from transformers import Glm4MoeLiteConfig, Phi3Config, SmolLM3Config
 
 VOCAB = 96
 
@@ -226,6 +226,18 @@ FIXTURES = {
                              "original_max_position_embeddings": 32, "short_factor": [1.0, 1.3, 1.9],
                              "long_factor": [1.0, 2.0, 4.0]},
             tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
+        dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
+    # SmolLM3: the last of 3 layers without RoPE (no_rope_layer_interval 3: NoPE) and with a sliding window of 5 keys
+    # (use_sliding_window: SmolLM3Config slides its NoPE layers), tied embeddings (the config class's default), the
+    # padding row an id of the parity batch, fp32. No attention_bias: on a NoPE layer k_proj.bias's gradient is zero
+    # by symmetry (it shifts every score of a query alike), fp32 noise on both sides that no relative bound can
+    # compare (sweep_config_parity.py's smollm3 cases train biases on NoPE layers against an absolute floor).
+    "smollm3_tiny": dict(
+        config=SmolLM3Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, no_rope_layer_interval=3, use_sliding_window=True,
+            sliding_window=5, rope_parameters={"rope_type": "default", "rope_theta": 5e6},
+            bos_token_id=1, eos_token_id=2),
         dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
 }
 

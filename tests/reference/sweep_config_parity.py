@@ -172,6 +172,15 @@ CASES = [
     ("phi3 partial longrope attention_factor", "phi3", dict(PHI3, rope_parameters=dict(
         LONGROPE, partial_rotary_factor=0.5, attention_factor=0.7, short_factor=LONGROPE["short_factor"][:4],
         long_factor=LONGROPE["long_factor"][:4])), None),
+    ("smollm3 plain", "smollm3", dict(BASE, pad_token_id=90, bos_token_id=1, eos_token_id=2), None),
+    ("smollm3 NoPE every 2nd, biases, untied", "smollm3", dict(BASE, no_rope_layer_interval=2, attention_bias=True,
+                                                               mlp_bias=True, tie_word_embeddings=False, pad_token_id=None), None),
+    ("smollm3 no_rope_layers sliding NoPE yarn", "smollm3", dict(BASE, no_rope_layers=[1, 0, 0], use_sliding_window=True,
+                                                                 sliding_window=16, rope_parameters=dict(YARN),
+                                                                 pad_token_id=None), None),
+    ("smollm3 layer_types without use_sliding_window", "smollm3", dict(
+        BASE, sliding_window=8, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        pad_token_id=None), None),
 ]
 
 

@@ -31,6 +31,7 @@ CASES = [
     ("glm4_moe_lite_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("phi3_tiny", ["lora.target_modules=all-linear"]),
     ("phi3_tiny", ["lora.target_modules=[qkv_proj]"]),
+    ("smollm3_tiny", ["lora.target_modules=all-linear"]),
 ]
 
 

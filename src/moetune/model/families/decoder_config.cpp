@@ -183,6 +183,14 @@ const char* rope_dict_key(const io::ConfigReader& r) {
   return scaling && !falsy ? "rope_scaling" : "rope_parameters";
 }
 
+void apply_token_id_defaults(const io::ConfigReader& r, const TokenIdDefaults& ids, ModelSpec& spec) {
+  const auto absent = [&](const char* key) { return !r.has(key) && !r.is_null(key); };
+  if (absent("pad_token_id")) spec.pad_token_id = ids.pad;
+  if (absent("bos_token_id")) spec.bos_token_id = ids.bos;
+  if (absent("eos_token_id")) spec.eos_token_ids = {ids.eos};
+  spec.embedding_padding_idx = embedding_padding_row(spec.pad_token_id, spec.vocab_size);
+}
+
 std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id, int64_t vocab_size) {
   if (!pad_token_id) return std::nullopt;
   // nn.Embedding's padding_idx: a negative index counts from the end; one outside the table is refused there too.

@@ -49,6 +49,13 @@ void read_dtype_and_token_ids(const io::ConfigReader& config, ModelSpec& spec);
 // `rope_scaling or rope_parameters`), else "rope_parameters" (which may be absent).
 const char* rope_dict_key(const io::ConfigReader& config);
 
+// The token ids a family's config class fills in when config.json leaves their keys out (Phi3Config's,
+// SmolLM3Config's; an explicit null stays none), and the embedding's padding row from the pad id.
+struct TokenIdDefaults {
+  int64_t pad, bos, eos;
+};
+void apply_token_id_defaults(const io::ConfigReader& config, const TokenIdDefaults& ids, ModelSpec& spec);
+
 // nn.Embedding(vocab, hidden, padding_idx=pad_token_id)'s row: nullopt without a pad id; a negative id counts from
 // the end; one outside the table is an error naming pad_token_id.
 std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id, int64_t vocab_size);

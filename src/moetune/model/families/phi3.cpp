@@ -31,11 +31,6 @@ json with_phi3_rope_type(const io::ConfigReader& r) {
   return config;
 }
 
-// An id Phi3Config fills in when config.json leaves the key out (an explicit null stays none).
-void default_token_id(const io::ConfigReader& r, const char* key, int64_t value, std::optional<int64_t>& id) {
-  if (!r.has(key) && !r.is_null(key)) id = value;
-}
-
 ModelSpec describe(const io::ConfigReader& original) {
   const json config = with_phi3_rope_type(original);
   const io::ConfigReader r(config);
@@ -53,12 +48,7 @@ ModelSpec describe(const io::ConfigReader& original) {
          rope_dict_key(r), rope_type.substr(0, 100));
   for (const char* key : {"resid_pdrop", "embd_pdrop"})
     if (const double p = r.number(key, 0.0); p != 0.0) refuse(key, fmt::format("{}", p), "dropout in training");
-  std::optional<int64_t> eos;
-  default_token_id(r, "pad_token_id", 32000, c.spec.pad_token_id);
-  default_token_id(r, "bos_token_id", 1, c.spec.bos_token_id);
-  default_token_id(r, "eos_token_id", 32000, eos);
-  if (eos) c.spec.eos_token_ids = {*eos};
-  c.spec.embedding_padding_idx = embedding_padding_row(c.spec.pad_token_id, c.spec.vocab_size);
+  apply_token_id_defaults(r, {.pad = 32000, .bos = 1, .eos = 32000}, c.spec);
   build_dense_layers(c,
                      std::vector(c.spec.layers.size(), every_layer_window(r, /*Phi3Config's default*/ std::nullopt)));
   return c.spec;
