@@ -61,7 +61,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "glm4_moe_lite_tiny",
                                                  "phi3_tiny",
                                                  "phi4_mini_tiny",
-                                                 "smollm3_tiny"};
+                                                 "smollm3_tiny",
+                                                 "olmoe_tiny"};
   return names;
 }
 

@@ -47,6 +47,13 @@ TEST(DeviceSupport, GpuGenerationRunsWhatTheGpuTrains) {
   }
 }
 
+// OLMoE's q/k norms across all heads run on the CPU engine only: the GPU refuses the model, naming them.
+TEST(DeviceSupport, GpuRefusesQkNormsAcrossHeadsNamingThem) {
+  const ModelSpec spec = load_model_spec(testing::fixture("olmoe_tiny") / "config.json");
+  ASSERT_EQ(features_missing_on_gpu(spec).size(), 1u);
+  expect_refusal([&] { require_gpu_support(spec); }, {"OlmoeForCausalLM", "q/k norms across all heads", "cpu"});
+}
+
 // What the GPU engine does not train it does not generate with either, and generation says what is missing.
 TEST(DeviceSupport, GpuGenerationRefusesWhatTheGpuDoesNotTrainNamingIt) {
   nlohmann::json config = nlohmann::json::parse(testing::read_file(testing::fixture("qwen3_moe_tiny") / "config.json"));

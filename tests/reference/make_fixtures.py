@@ -17,7 +17,7 @@ import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
-from transformers import Glm4MoeLiteConfig, Phi3Config, SmolLM3Config
+from transformers import Glm4MoeLiteConfig, OlmoeConfig, Phi3Config, SmolLM3Config
 
 VOCAB = 96
 
@@ -239,6 +239,15 @@ FIXTURES = {
             sliding_window=5, rope_parameters={"rope_type": "default", "rope_theta": 5e6},
             bos_token_id=1, eos_token_id=2),
         dtype=torch.float32, max_shard_size=None, pad_from_plain_batch=True),
+    # OLMoE: q_norm over all of q_proj's output and k_norm over all of k_proj's (not per head), GQA, every layer MoE
+    # with 6 experts, top-3, no renormalisation, the load-balancing loss on (output_router_logits, coef 0.01: the
+    # config class's default), untied, the padding row an id of the parity batch, fp32.
+    "olmoe_tiny": dict(
+        config=OlmoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, num_experts=6, num_experts_per_tok=3,
+            output_router_logits=True, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
+        dtype=torch.float32, max_shard_size="40KB", pad_from_plain_batch=True),
 }
 
 

@@ -181,6 +181,13 @@ CASES = [
     ("smollm3 layer_types without use_sliding_window", "smollm3", dict(
         BASE, sliding_window=8, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         pad_token_id=None), None),
+    ("olmoe plain", "olmoe", dict(BASE, num_experts=6, num_experts_per_tok=2, intermediate_size=32), None),
+    ("olmoe gqa biases norm_topk tied", "olmoe", dict(BASE, num_experts=6, num_experts_per_tok=3, intermediate_size=32,
+                                                      attention_bias=True, norm_topk_prob=True, tie_word_embeddings=True,
+                                                      pad_token_id=None), None),
+    ("olmoe aux loss yarn", "olmoe", dict(BASE, num_experts=4, num_experts_per_tok=2, intermediate_size=32,
+                                          num_key_value_heads=4, output_router_logits=True,
+                                          rope_parameters=dict(YARN)), None),
 ]
 
 

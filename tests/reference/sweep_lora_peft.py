@@ -32,6 +32,7 @@ CASES = [
     ("phi3_tiny", ["lora.target_modules=all-linear"]),
     ("phi3_tiny", ["lora.target_modules=[qkv_proj]"]),
     ("smollm3_tiny", ["lora.target_modules=all-linear"]),
+    ("olmoe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
 ]
 
 

@@ -31,6 +31,18 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
 }
 
+// Across heads, [T, heads, d] is normed as the [T, heads · d] rows transformers norms before it splits the heads.
+Tensor AttentionBlock::qk_norm_forward(const Tensor& x, const Tensor& weight) const {
+  if (!spec_.qk_norm_across_heads) return ops::rms_norm_forward(x, weight, eps_);
+  return ops::rms_norm_forward(x.view({x.size(0), -1}), weight, eps_).view(x.shape());
+}
+
+Tensor AttentionBlock::qk_norm_backward(const Tensor& dy, const Tensor& x, const Param& norm) const {
+  if (!spec_.qk_norm_across_heads) return ops::rms_norm_backward(dy, x, norm.value, eps_, norm.grad);
+  const Shape rows{x.size(0), -1};
+  return ops::rms_norm_backward(dy.view(rows), x.view(rows), norm.value, eps_, norm.grad).view(x.shape());
+}
+
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   if (mla_) return mla_->forward(h, context);
   const SequenceLayout& layout = context.layout;
@@ -42,8 +54,8 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
   stash_.k_raw = columns(qkv, nq * d, nkv * d).view({tokens, nkv, d});
   stash_.v = columns(qkv, (nq + nkv) * d, nkv * d).view({tokens, nkv, d});
-  stash_.q = p_.q_norm.defined() ? ops::rms_norm_forward(stash_.q_raw, p_.q_norm.value, eps_) : stash_.q_raw.clone();
-  stash_.k = p_.k_norm.defined() ? ops::rms_norm_forward(stash_.k_raw, p_.k_norm.value, eps_) : stash_.k_raw.clone();
+  stash_.q = p_.q_norm.defined() ? qk_norm_forward(stash_.q_raw, p_.q_norm.value) : stash_.q_raw.clone();
+  stash_.k = p_.k_norm.defined() ? qk_norm_forward(stash_.k_raw, p_.k_norm.value) : stash_.k_raw.clone();
   if (!p_.q_norm.defined()) stash_.q_raw = stash_.k_raw = Tensor();  // only the norms read them back
   const double rope_scaling = ops::rope_attention_scaling(spec_.rope);
   ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions, false, rope_scaling);
@@ -71,8 +83,8 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   ops::apply_rope(g.dq, inverse_frequencies_, layout.positions, /*inverse=*/true, rope_scaling);
   ops::apply_rope(g.dk, inverse_frequencies_, layout.positions, /*inverse=*/true, rope_scaling);
   if (p_.q_norm.defined()) {
-    g.dq = ops::rms_norm_backward(g.dq, stash_.q_raw, p_.q_norm.value, eps_, p_.q_norm.grad);
-    g.dk = ops::rms_norm_backward(g.dk, stash_.k_raw, p_.k_norm.value, eps_, p_.k_norm.grad);
+    g.dq = qk_norm_backward(g.dq, stash_.q_raw, p_.q_norm);
+    g.dk = qk_norm_backward(g.dk, stash_.k_raw, p_.k_norm);
   }
   Tensor dqkv = Tensor::empty({tokens, (nq + 2 * nkv) * d}, DType::F32);
   set_columns(dqkv, 0, g.dq);

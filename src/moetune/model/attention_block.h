@@ -33,6 +33,10 @@ class AttentionBlock {
     Tensor q, k, v;        // as attention saw them (normed, rotated)
     Tensor attended;       // attention output [T, nq, d]
   };
+  // q's or k's RMSNorm [T, heads, d]: over each head, or over all heads at once (qk_norm_across_heads).
+  Tensor qk_norm_forward(const Tensor& x, const Tensor& weight) const;
+  Tensor qk_norm_backward(const Tensor& dy, const Tensor& x, const Param& norm) const;
+
   const AttentionSpec& spec_;
   double eps_;
   std::vector<float> inverse_frequencies_;  // RoPE

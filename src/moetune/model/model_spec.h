@@ -42,6 +42,9 @@ struct AttentionSpec {
   int64_t qk_head_dim = 0, v_head_dim = 0;  // equal for every family so far; MLA will differ
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;                     // RMSNorm over head_dim on q and k before RoPE (Qwen3)
+  // With qk_norm: one RMSNorm over all of q's heads at once (weight [heads · head_dim]), and one over k's, as OLMoE
+  // and MiniMax-M2 norm their q_proj / k_proj outputs before splitting the heads.
+  bool qk_norm_across_heads = false;
   std::optional<int64_t> sliding_window;    // sliding_attention layers: keys t - window + 1 .. t (GPT-OSS, Qwen, Mixtral)
   bool sinks = false;                       // a learned per-head softmax sink, GPT-OSS
   ops::RopeSpec rope;                       // type "none": no positional embedding at all (Nemotron-H)

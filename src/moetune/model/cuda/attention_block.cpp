@@ -31,6 +31,7 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,
                 "{}: differing q/k and v head dims are not implemented on the GPU outside latent attention", layer);
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
+  MOETUNE_CHECK(!spec_.qk_norm_across_heads, "{}: q/k norms across all heads are not implemented on the GPU", layer);
   const int64_t d = spec_.qk_head_dim;
   if (spec_.rope.type == "none")
     return;  // Nemotron-H's attention has no positional embedding: inv_freq_ stays undefined

@@ -187,7 +187,7 @@ void apply_token_id_defaults(const io::ConfigReader& r, const TokenIdDefaults& i
   const auto absent = [&](const char* key) { return !r.has(key) && !r.is_null(key); };
   if (absent("pad_token_id")) spec.pad_token_id = ids.pad;
   if (absent("bos_token_id")) spec.bos_token_id = ids.bos;
-  if (absent("eos_token_id")) spec.eos_token_ids = {ids.eos};
+  if (absent("eos_token_id") && ids.eos) spec.eos_token_ids = {*ids.eos};
   spec.embedding_padding_idx = embedding_padding_row(spec.pad_token_id, spec.vocab_size);
 }
 

@@ -52,7 +52,7 @@ const char* rope_dict_key(const io::ConfigReader& config);
 // The token ids a family's config class fills in when config.json leaves their keys out (Phi3Config's,
 // SmolLM3Config's; an explicit null stays none), and the embedding's padding row from the pad id.
 struct TokenIdDefaults {
-  int64_t pad, bos, eos;
+  std::optional<int64_t> pad, bos, eos;  // nullopt: the config class's default is None too
 };
 void apply_token_id_defaults(const io::ConfigReader& config, const TokenIdDefaults& ids, ModelSpec& spec);
 

@@ -68,10 +68,10 @@ struct Builder {
                                     {attn + "v_proj.bias", {v_rows}}}));
     }
     if (a.qk_norm) {
-      out.push_back(
-          whole(engine + "attn.q_norm", ParameterRole::Norm, rotated(attn + "q_norm.weight", {a.qk_head_dim})));
-      out.push_back(
-          whole(engine + "attn.k_norm", ParameterRole::Norm, rotated(attn + "k_norm.weight", {a.qk_head_dim})));
+      const int64_t q_width = a.qk_norm_across_heads ? q_rows : a.qk_head_dim;
+      const int64_t k_width = a.qk_norm_across_heads ? k_rows : a.qk_head_dim;
+      out.push_back(whole(engine + "attn.q_norm", ParameterRole::Norm, rotated(attn + "q_norm.weight", {q_width})));
+      out.push_back(whole(engine + "attn.k_norm", ParameterRole::Norm, rotated(attn + "k_norm.weight", {k_width})));
     }
     out.push_back(whole(engine + "attn.o", ParameterRole::Matmul, {attn + "o_proj.weight", {H, a.num_heads * a.v_head_dim}}));
     if (a.o_bias) out.push_back(whole(engine + "attn.o_bias", ParameterRole::Bias, {attn + "o_proj.bias", {H}}));
