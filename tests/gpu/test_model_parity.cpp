@@ -279,7 +279,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
                                            "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls", "nemotron_h_tiny",
                                            "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny",
                                            "mistral_tiny", "glm4_moe_tiny", "glm4_moe_quarter_tied",
-                                           "glm4_moe_lite_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny"));
+                                           "glm4_moe_lite_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny",
+                                           "olmoe_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

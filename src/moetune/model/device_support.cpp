@@ -22,8 +22,6 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   std::vector<std::string> missing;
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers) {
-      if (const AttentionSpec* a = sublayer.attention(); a && a->qk_norm_across_heads)
-        note(missing, "q/k norms across all heads (OLMoE's, MiniMax-M2's)");
       if (const MoeSpec* m = sublayer.moe()) {
         if (m->router.score == RouterScore::Sigmoid ? !is_sigmoid_group_limited(m->router)
                                                      : !m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())

@@ -5,6 +5,7 @@
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/norm_for_backward.h"
+#include "moetune/model/cuda/qk_norm_across_heads.h"
 #include "moetune/ops/cuda/attention_sinks.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
@@ -30,8 +31,8 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
   if (mla_) return;
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,
                 "{}: differing q/k and v head dims are not implemented on the GPU outside latent attention", layer);
-  MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks", layer);
-  MOETUNE_CHECK(!spec_.qk_norm_across_heads, "{}: q/k norms across all heads are not implemented on the GPU", layer);
+  MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks",
+                layer);
   const int64_t d = spec_.qk_head_dim;
   if (spec_.rope.type == "none")
     return;  // Nemotron-H's attention has no positional embedding: inv_freq_ stays undefined
@@ -45,6 +46,19 @@ double AttentionBlock::scores_scale() const {
   // Every pair rotating, RoPE's factor m scales all of q and k alike: m² on the scores, one multiply fewer per value.
   const double m = rotated_scale_ == 1.0 ? ops::rope_attention_scaling(spec_.rope) : 1.0;
   return spec_.softmax_scale() * m * m;
+}
+
+void AttentionBlock::split_qkv(const Tensor& qkv, const Tensor& positions, const Tensor& q, const Tensor& k,
+                               const Tensor& v) const {
+  if (!spec_.qk_norm_across_heads) {
+    ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq_, positions, q, k, v,
+                                     rotated_scale_);
+    return;
+  }
+  const int64_t d = spec_.qk_head_dim;
+  const Tensor normed = qkv_normed_across_heads(qkv, p_.q_norm.value, p_.k_norm.value, eps_,
+                                                {spec_.num_heads * d, spec_.num_kv_heads * d});
+  ops::cuda::qkv_norm_rope_forward(normed, {}, {}, eps_, inv_freq_, positions, q, k, v, rotated_scale_);
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
@@ -65,8 +79,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
   stash_.v = device_like({tokens, nkv, d});
-  ops::cuda::qkv_norm_rope_forward(stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_, batch.positions,
-                                   stash_.q, stash_.k, stash_.v, rotated_scale_);
+  split_qkv(stash_.qkv, batch.positions, stash_.q, stash_.k, stash_.v);
   stash_.attended = device_like({tokens, nq, d});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
                                                              scores_scale(), stash_.attended, window());
@@ -95,8 +108,15 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
                                        stash_.softmax_stats, batch.documents, scores_scale(), dq, dk, dv, window());
   dattended = Tensor();
   Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});
-  ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_,
-                                    batch.positions, dqkv, p_.q_norm.grad, p_.k_norm.grad, rotated_scale_);
+  if (spec_.qk_norm_across_heads) {  // RoPE's backward alone, then the norms' over whole column blocks
+    ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, {}, {}, eps, inv_freq_, batch.positions, dqkv, {}, {},
+                                      rotated_scale_);
+    qk_norm_across_heads_backward(dqkv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, {nq * d, nkv * d},
+                                  p_.q_norm.grad, p_.k_norm.grad);
+  } else {
+    ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_,
+                                      batch.positions, dqkv, p_.q_norm.grad, p_.k_norm.grad, rotated_scale_);
+  }
   dq = dk = dv = Tensor();
   Tensor normed = norm_for_backward(stash_.normed, stash_.input, p_.norm.value, eps, stash_.input.shape());
   Tensor dnormed = device_like(stash_.input.shape());

@@ -39,6 +39,8 @@ class AttentionBlock {
   // then carry m², which the GPU folds in here instead of scaling q and k (the same values and gradients, one
   // pass fewer; the KV cache then holds k unscaled, as the forward pass's k is).
   double scores_scale() const;
+  // q, k, v [T, heads, d] from the qkv projection: q/k norms (per head, or across heads) and RoPE.
+  void split_qkv(const Tensor& qkv, const Tensor& positions, const Tensor& q, const Tensor& k, const Tensor& v) const;
   // The factor RoPE's kernel scales the rotating pairs by: rope_attention_scaling where some pairs pass unrotated
   // (partial RoPE under longrope, whose pass-through is unscaled), else 1 (scores_scale folds it in, squared).
   double rotated_scale() const { return rotated_scale_; }

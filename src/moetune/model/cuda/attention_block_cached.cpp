@@ -30,8 +30,7 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   const auto [keys, values] = cache.next_layer(nkv, d, d);
   Tensor q = device_like({tokens, nq, d});
   const Tensor k = keys.narrow(past, tokens), v = values.narrow(past, tokens);
-  ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq_, context.batch.positions, q,
-                                   k, v, rotated_scale_);
+  split_qkv(qkv, context.batch.positions, q, k, v);
   qkv = Tensor();
   // The training forward's scale, window and sinks (GPT-OSS, the sliding-window families, YaRN's m²).
   Tensor attended = device_like({tokens, nq, d});

@@ -38,7 +38,7 @@ PartialRotary partial_rotary(const AttentionSpec& a, int64_t rotated_rows = 0) {
 
 struct Builder {
   const ModelSpec& spec;
-  const FusedProjectionNames& fused;
+  const FusedProjectionNames& fused_names;
   std::vector<ParameterSpec> out;
 
   void attention(const AttentionSpec& a, const std::string& hf, const std::string& engine) {
@@ -49,9 +49,10 @@ struct Builder {
     const auto rotated = [&](std::string name, Shape shape) {
       return HfTensor{std::move(name), std::move(shape), false, false, partial_rotary(a)};
     };
-    if (!fused.qkv.empty()) {  // one tensor of q's, k's and v's rows: only q's and k's heads rotate
+    if (!fused_names.qkv.empty()) {  // one tensor of q's, k's and v's rows: only q's and k's heads rotate
       const auto qkv = [&](const char* leaf, Shape shape) {
-        return HfTensor{attn + fused.qkv + leaf, std::move(shape), false, false, partial_rotary(a, q_rows + k_rows)};
+        return HfTensor{attn + fused_names.qkv + leaf, std::move(shape), false, false,
+                        partial_rotary(a, q_rows + k_rows)};
       };
       out.push_back(whole(engine + "attn.qkv", ParameterRole::Matmul, qkv(".weight", {q_rows + k_rows + v_rows, H})));
       if (a.qkv_bias)
