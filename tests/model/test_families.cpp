@@ -762,6 +762,23 @@ TEST(Families, SmolLM3NoPeLayersAndWindows) {
             std::string::npos);
 }
 
+// MinistralForCausalLM: MinistralConfig's defaults (a window of 4096 on every layer), layer_types as written.
+TEST(Families, MinistralLayerTypes) {
+  const ModelSpec d = parse(R"({"model_type":"ministral","num_hidden_layers":2})");
+  EXPECT_EQ(d.architecture, "MinistralForCausalLM");
+  EXPECT_EQ(windows_of(d), (std::vector<std::optional<int64_t>>{4096, 4096}));
+  EXPECT_EQ(d.eos_token_ids, std::vector<int64_t>{2});
+  const ModelSpec typed = parse(R"({"model_type":"ministral","num_hidden_layers":3,"sliding_window":32768,
+    "layer_types":["full_attention","sliding_attention","full_attention"]})");
+  EXPECT_EQ(windows_of(typed), (std::vector<std::optional<int64_t>>{std::nullopt, 32768, std::nullopt}));
+  EXPECT_EQ(windows_of(parse(R"({"model_type":"ministral","num_hidden_layers":1,"sliding_window":null})")),
+            std::vector<std::optional<int64_t>>(1));
+  EXPECT_NE(error_of(R"({"model_type":"ministral","num_hidden_layers":1,"sliding_window":null,
+    "layer_types":["sliding_attention"]})")
+                .find("'sliding_window'"),
+            std::string::npos);
+}
+
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same
 // product): any value is accepted.
 TEST(Families, PretrainingTpIsIgnoredAsTransformersIgnoresIt) {

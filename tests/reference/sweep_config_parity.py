@@ -188,6 +188,9 @@ CASES = [
     ("olmoe aux loss yarn", "olmoe", dict(BASE, num_experts=4, num_experts_per_tok=2, intermediate_size=32,
                                           num_key_value_heads=4, output_router_logits=True,
                                           rope_parameters=dict(YARN)), None),
+    ("ministral every layer sliding", "ministral", dict(BASE, sliding_window=16, head_dim=16), None),
+    ("ministral layer_types head_dim tied", "ministral", dict(BASE, sliding_window=8, head_dim=32, tie_word_embeddings=True,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"]), None),
 ]
 
 

@@ -269,6 +269,25 @@ std::optional<int64_t> every_layer_window(const io::ConfigReader& r, std::option
   return window;
 }
 
+std::vector<std::optional<int64_t>> windows_of_layer_types(const std::vector<std::string>& types,
+                                                           std::optional<int64_t> window, int64_t num_layers) {
+  if (int64_t(types.size()) < num_layers)
+    fail("'layer_types' lists {} layers, fewer than num_hidden_layers ({})", types.size(), num_layers);
+  std::vector<std::optional<int64_t>> windows(static_cast<size_t>(num_layers));
+  for (size_t layer = 0; layer < windows.size(); ++layer) {
+    if (types[layer] == "full_attention") continue;
+    if (types[layer] != "sliding_attention")
+      fail("'layer_types' holds '{}', not a layer type moetune knows", types[layer].substr(0, 100));
+    if (!window || *window <= 0)
+      fail(
+          "layer {} is a sliding_attention layer but 'sliding_window' is {} (transformers' sliding mask fails or "
+          "hides every key)",
+          layer, window ? std::to_string(*window) : "null");
+    windows[layer] = window;
+  }
+  return windows;
+}
+
 void build_dense_layers(DecoderConfig& c, const std::vector<std::optional<int64_t>>& windows) {
   for (size_t i = 0; i < c.spec.layers.size(); ++i) {
     AttentionSpec attention = c.attention;

@@ -84,6 +84,12 @@ std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader&
 // be positive (transformers' mask would hide every key otherwise).
 std::optional<int64_t> every_layer_window(const io::ConfigReader& config, std::optional<int64_t> absent);
 
+// The windows of a family whose model builds its sliding mask over config.sliding_window for the layers that
+// `types` (layer_types as written, or as the config class derives them) calls sliding_attention (Ministral,
+// SmolLM3); such a layer without a positive window is refused (transformers' sliding mask fails there).
+std::vector<std::optional<int64_t>> windows_of_layer_types(const std::vector<std::string>& types,
+                                                           std::optional<int64_t> window, int64_t num_layers);
+
 // Dense decoder layers (attention then a SwiGLU MLP of intermediate_size), each attention with its window; then
 // the shared checks.
 void build_dense_layers(DecoderConfig& decoder, const std::vector<std::optional<int64_t>>& windows);

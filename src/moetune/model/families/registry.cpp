@@ -4,13 +4,13 @@ namespace moetune::model {
 
 extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily, kGptOssFamily,
     kDeepseekV3Family, kNemotronHFamily, kQwen2Family, kMistralFamily, kGlm4MoeFamily, kGlm4MoeLiteFamily, kPhi3Family,
-    kSmolLM3Family, kOlmoeFamily;
+    kSmolLM3Family, kOlmoeFamily, kMinistralFamily;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {
-      &kLlamaFamily,   &kQwen3Family,       &kQwen3MoeFamily,  &kMixtralFamily, &kQwen2MoeFamily,
-      &kGptOssFamily,  &kDeepseekV3Family,  &kNemotronHFamily, &kQwen2Family,   &kMistralFamily,
-      &kGlm4MoeFamily, &kGlm4MoeLiteFamily, &kPhi3Family,      &kSmolLM3Family, &kOlmoeFamily};
+      &kLlamaFamily,      &kQwen3Family,     &kQwen3MoeFamily, &kMixtralFamily,  &kQwen2MoeFamily, &kGptOssFamily,
+      &kDeepseekV3Family, &kNemotronHFamily, &kQwen2Family,    &kMistralFamily,  &kGlm4MoeFamily,  &kGlm4MoeLiteFamily,
+      &kPhi3Family,       &kSmolLM3Family,   &kOlmoeFamily,    &kMinistralFamily};
   return all;
 }
 

@@ -28,28 +28,14 @@ std::vector<bool> rope_layers(const io::ConfigReader& r, int64_t layers) {
   return rotates;
 }
 
-std::vector<std::optional<int64_t>> sliding_windows(const io::ConfigReader& r, const std::vector<bool>& rotates) {
-  const std::optional<int64_t> window = r.optional_integer("sliding_window");
+// layer_types, else SmolLM3Config's: the NoPE layers slide when use_sliding_window and a sliding_window are set.
+std::vector<std::string> layer_types(const io::ConfigReader& r, const std::vector<bool>& rotates) {
   std::vector<std::string> types = r.strings("layer_types");
   if (types.empty())
     for (const bool rope : rotates)
-      types.push_back(r.boolean("use_sliding_window", false) && window && !rope ? "sliding_attention"
-                                                                                : "full_attention");
-  if (types.size() < rotates.size())
-    fail("'layer_types' lists {} layers, fewer than num_hidden_layers ({})", types.size(), rotates.size());
-  std::vector<std::optional<int64_t>> windows(rotates.size());
-  for (size_t layer = 0; layer < windows.size(); ++layer) {
-    if (types[layer] == "full_attention") continue;
-    if (types[layer] != "sliding_attention")
-      fail("'layer_types' holds '{}', not a layer type moetune knows", types[layer].substr(0, 100));
-    if (!window || *window <= 0)
-      fail(
-          "layer {} is a sliding_attention layer but 'sliding_window' is {} (transformers' sliding mask fails or hides "
-          "every key)",
-          layer, window ? std::to_string(*window) : "null");
-    windows[layer] = window;
-  }
-  return windows;
+      types.push_back(r.boolean("use_sliding_window", false) && r.has("sliding_window") && !rope ? "sliding_attention"
+                                                                                                 : "full_attention");
+  return types;
 }
 
 ModelSpec describe(const io::ConfigReader& r) {
@@ -65,7 +51,8 @@ ModelSpec describe(const io::ConfigReader& r) {
   apply_token_id_defaults(r, {.pad = 128004, .bos = 128000, .eos = 128001}, c.spec);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
   const std::vector<bool> rotates = rope_layers(r, c.spec.num_layers());
-  const std::vector<std::optional<int64_t>> windows = sliding_windows(r, rotates);
+  const std::vector<std::optional<int64_t>> windows =
+      windows_of_layer_types(layer_types(r, rotates), r.optional_integer("sliding_window"), c.spec.num_layers());
   const MlpSpec mlp{c.intermediate_size, r.boolean("mlp_bias", false)};
   for (size_t i = 0; i < c.spec.layers.size(); ++i) {
     AttentionSpec attention = c.attention;
