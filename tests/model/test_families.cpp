@@ -2,6 +2,7 @@
 // the layer pattern, errors that name the key, and refusals of what the engine does not run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -422,9 +423,9 @@ TEST(Families, Glm4MoeLiteDefaultsAndLayerTypes) {
 }
 
 TEST(Families, UnknownArchitectureListsTheSupportedOnes) {
-  std::string error = error_of(R"({"architectures":["MiniMaxM2ForCausalLM"]})");
+  std::string error = error_of(R"({"architectures":["Gemma3ForCausalLM"]})");
   EXPECT_NE(error.find("config.json"), std::string::npos);
-  EXPECT_NE(error.find("'MiniMaxM2ForCausalLM'"), std::string::npos);
+  EXPECT_NE(error.find("'Gemma3ForCausalLM'"), std::string::npos);
   for (const auto& name : supported_architectures()) EXPECT_NE(error.find(name), std::string::npos) << error;
 }
 
@@ -776,6 +777,29 @@ TEST(Families, MinistralLayerTypes) {
   EXPECT_NE(error_of(R"({"model_type":"ministral","num_hidden_layers":1,"sliding_window":null,
     "layer_types":["sliding_attention"]})")
                 .find("'sliding_window'"),
+            std::string::npos);
+}
+
+// MiniMaxM2ForCausalLM: MiniMaxM2Config's defaults, q/k norms across heads, the sigmoid router with its correction
+// bias on the block (Mixtral's names otherwise), output_router_logits refused (a softmax top-k in transformers).
+TEST(Families, MiniMaxM2DefaultsAndNames) {
+  const ModelSpec d = parse(R"({"model_type":"minimax_m2","num_hidden_layers":1})");
+  EXPECT_EQ(d.architecture, "MiniMaxM2ForCausalLM");
+  EXPECT_EQ(attention(d).qk_head_dim, 128);
+  EXPECT_TRUE(attention(d).qk_norm && attention(d).qk_norm_across_heads);
+  EXPECT_EQ(attention(d).rope.theta, 5e6);
+  const RouterSpec& router = d.layers[0].moe()->router;
+  EXPECT_EQ(router.num_experts, 256);
+  EXPECT_EQ(router.top_k, 8);
+  EXPECT_TRUE(router.score == RouterScore::Sigmoid && router.correction_bias && router.renormalize);
+  EXPECT_EQ(d.layers[0].moe()->experts.intermediate, 1536);
+  const ParameterLayout layout = parameter_layout(d);
+  std::vector<std::string> names;
+  for (const ParameterSpec& p : layout.parameters) names.push_back(p.pieces[0].name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.block_sparse_moe.e_score_correction_bias"),
+            names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.self_attn.q_norm.weight"), names.end());
+  EXPECT_NE(error_of(R"({"model_type":"minimax_m2","output_router_logits":true})").find("'output_router_logits'"),
             std::string::npos);
 }
 

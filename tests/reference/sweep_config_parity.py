@@ -191,6 +191,13 @@ CASES = [
     ("ministral every layer sliding", "ministral", dict(BASE, sliding_window=16, head_dim=16), None),
     ("ministral layer_types head_dim tied", "ministral", dict(BASE, sliding_window=8, head_dim=32, tie_word_embeddings=True,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"]), None),
+    ("minimax_m2 plain", "minimax_m2", dict(BASE, head_dim=16, num_local_experts=8, num_experts_per_tok=2,
+                                           intermediate_size=32), None),
+    ("minimax_m2 partial rotary tied gqa", "minimax_m2", dict(BASE, head_dim=16, num_local_experts=6, num_experts_per_tok=3,
+                                                             intermediate_size=32, num_key_value_heads=1,
+                                                             tie_word_embeddings=True,
+                                                             rope_parameters={"rope_type": "default", "rope_theta": 5e6,
+                                                                              "partial_rotary_factor": 0.5}), None),
 ]
 
 

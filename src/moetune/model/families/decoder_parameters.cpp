@@ -104,9 +104,13 @@ struct Builder {
     if (names.fused_block != names.block) router.fused_hf_name = fused + "gate.weight";
     out.push_back(std::move(router));
     if (m.router.bias) out.push_back(whole(engine + "moe.router_bias", ParameterRole::Bias, {hf + names.router + ".bias", {E}}));
-    if (m.router.correction_bias)
-      out.push_back(correction_bias_buffer(engine + "moe.router_correction_bias",
-                                           hf + names.router + ".e_score_correction_bias", E));
+    if (m.router.correction_bias) {
+      const std::string bias =
+          names.correction_bias.empty() ? names.router + ".e_score_correction_bias" : names.correction_bias;
+      ParameterSpec buffer = correction_bias_buffer(engine + "moe.router_correction_bias", hf + bias, E);
+      if (names.fused_block != names.block) buffer.fused_hf_name = fused + bias;  // v5's in-memory name loads too
+      out.push_back(std::move(buffer));
+    }
     ParameterSpec gate_up{engine + "moe.experts_gate_up", {E, 2 * I, H}, ParameterRole::Experts, {},
                           fused + "experts.gate_up_proj", k * 2 * I * H};
     ParameterSpec down{engine + "moe.experts_down", {E, H, I}, ParameterRole::Experts, {}, fused + "experts.down_proj", k * H * I};
@@ -138,6 +142,15 @@ struct Builder {
 };
 
 }  // namespace
+
+MoeTensorNames mixtral_tensor_names() {
+  MoeTensorNames names;
+  names.block = "block_sparse_moe";
+  names.gate = "w1";
+  names.up = "w3";
+  names.down = "w2";
+  return names;
+}
 
 ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_name, int64_t experts) {
   ParameterSpec bias = whole(std::move(engine_name), ParameterRole::Buffer, {std::move(hf_name), {experts}});

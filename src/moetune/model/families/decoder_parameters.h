@@ -19,6 +19,9 @@ struct MoeTensorNames {
   // checkpoint may hold instead of the per-expert tensors.
   std::string fused_block = "mlp";
   std::string shared_expert = "shared_expert", shared_expert_gate = "shared_expert_gate";
+  // The router's e_score_correction_bias under <block>: "<router>.e_score_correction_bias" when empty (DeepSeek-V3);
+  // MiniMax-M2 keeps it on the block itself ("e_score_correction_bias").
+  std::string correction_bias;
   // GPT-OSS: the experts exist only fused and transposed, <block>.experts.gate_up_proj [E, H, 2I] with gate and
   // up interleaved and <block>.experts.down_proj [E, I, H] (biases <name>_bias); no per-expert tensors.
   bool transposed_fused_experts = false;
@@ -30,6 +33,10 @@ struct MoeTensorNames {
 struct FusedProjectionNames {
   std::string qkv, gate_up;
 };
+
+// Mixtral's checkpoint names (block_sparse_moe, the experts' w1 / w3 / w2 for gate / up / down), which MiniMax-M2
+// keeps too.
+MoeTensorNames mixtral_tensor_names();
 
 // A router's e_score_correction_bias (DeepSeek-V3's router and those that copy it): read for the choice only, a
 // buffer transformers neither trains nor counts as a parameter (frozen, role Buffer, no active elements).

@@ -32,12 +32,7 @@ ModelSpec describe(const io::ConfigReader& r) {
 }
 
 std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
-  MoeTensorNames names;
-  names.block = "block_sparse_moe";
-  names.gate = "w1";
-  names.up = "w3";
-  names.down = "w2";
-  return decoder_parameters(spec, names);
+  return decoder_parameters(spec, mixtral_tensor_names());
 }
 
 }  // namespace

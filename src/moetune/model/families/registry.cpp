@@ -4,13 +4,13 @@ namespace moetune::model {
 
 extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily, kGptOssFamily,
     kDeepseekV3Family, kNemotronHFamily, kQwen2Family, kMistralFamily, kGlm4MoeFamily, kGlm4MoeLiteFamily, kPhi3Family,
-    kSmolLM3Family, kOlmoeFamily, kMinistralFamily;
+    kSmolLM3Family, kOlmoeFamily, kMinistralFamily, kMiniMaxM2Family;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {
-      &kLlamaFamily,      &kQwen3Family,     &kQwen3MoeFamily, &kMixtralFamily,  &kQwen2MoeFamily, &kGptOssFamily,
-      &kDeepseekV3Family, &kNemotronHFamily, &kQwen2Family,    &kMistralFamily,  &kGlm4MoeFamily,  &kGlm4MoeLiteFamily,
-      &kPhi3Family,       &kSmolLM3Family,   &kOlmoeFamily,    &kMinistralFamily};
+      &kLlamaFamily,      &kQwen3Family,     &kQwen3MoeFamily, &kMixtralFamily,   &kQwen2MoeFamily, &kGptOssFamily,
+      &kDeepseekV3Family, &kNemotronHFamily, &kQwen2Family,    &kMistralFamily,   &kGlm4MoeFamily,  &kGlm4MoeLiteFamily,
+      &kPhi3Family,       &kSmolLM3Family,   &kOlmoeFamily,    &kMinistralFamily, &kMiniMaxM2Family};
   return all;
 }
 
