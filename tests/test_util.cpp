@@ -62,7 +62,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "phi3_tiny",
                                                  "phi4_mini_tiny",
                                                  "smollm3_tiny",
-                                                 "olmoe_tiny"};
+                                                 "olmoe_tiny",
+                                                 "minimax_m2_tiny"};
   return names;
 }
 

@@ -17,7 +17,7 @@ import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
-from transformers import Glm4MoeLiteConfig, OlmoeConfig, Phi3Config, SmolLM3Config
+from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
 
 VOCAB = 96
 
@@ -248,6 +248,16 @@ FIXTURES = {
             num_key_value_heads=2, max_position_embeddings=64, num_experts=6, num_experts_per_tok=3,
             output_router_logits=True, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
         dtype=torch.float32, max_shard_size="40KB", pad_from_plain_batch=True),
+    # MiniMax-M2: q/k norms across heads, RoPE over half of each 16-wide head, GQA, every layer MoE under the sigmoid
+    # router (8 experts, top-2, a random correction bias on the block, renormalised), Mixtral's checkpoint names,
+    # untied, fp32.
+    "minimax_m2_tiny": dict(
+        config=MiniMaxM2Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=64, num_local_experts=8, num_experts_per_tok=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5},
+            bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
+        dtype=torch.float32, max_shard_size=None),
 }
 
 

@@ -33,6 +33,7 @@ CASES = [
     ("phi3_tiny", ["lora.target_modules=[qkv_proj]"]),
     ("smollm3_tiny", ["lora.target_modules=all-linear"]),
     ("olmoe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("minimax_m2_tiny", ["lora.target_modules=all-linear", EXPERTS]),
 ]
 
 
