@@ -729,6 +729,12 @@ TEST(Families, Phi3DefaultsSpellingsAndFusedProjections) {
   EXPECT_NE(
       error_of(R"({"model_type":"phi3","rope_scaling":{"type":"linear","factor":2}})").find("default or longrope"),
       std::string::npos);
+  // Llama's attention rotates whole heads (transformers fails on a partial longrope there): refused, named.
+  EXPECT_NE(error_of(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"partial_rotary_factor":0.5,
+    "original_max_position_embeddings":32,"max_position_embeddings":128,
+    "rope_scaling":{"type":"longrope","short_factor":[1,1,1,1],"long_factor":[2,2,2,2]}})")
+                .find("'partial_rotary_factor'"),
+            std::string::npos);
   for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
     EXPECT_NE(error_of(json{{"model_type", "phi3"}, {key, 0.1}}.dump()).find(key), std::string::npos) << key;
 }

@@ -21,7 +21,7 @@ void note(std::vector<std::string>& missing, std::string feature) {
 std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   std::vector<std::string> missing;
   for (const LayerSpec& layer : spec.layers)
-    for (const SublayerSpec& sublayer : layer.sublayers) {
+    for (const SublayerSpec& sublayer : layer.sublayers)
       if (const MoeSpec* m = sublayer.moe()) {
         if (m->router.score == RouterScore::Sigmoid ? !is_sigmoid_group_limited(m->router)
                                                      : !m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
@@ -35,7 +35,6 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
           note(missing, fmt::format("more than {} expert groups (n_group {})", ops::kSigmoidRouterMaxGroups,
                                     m->router.num_groups));
       }
-    }
   return missing;
 }
 

@@ -100,12 +100,14 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
   if (rope.type == "longrope") read_longrope(dict, top, max_position_embeddings, rope);
   // Most families' default RoPE rotates the whole head_dim whatever partial_rotary_factor says (their
   // compute_default_rope_parameters never read it); GLM-4-MoE's and Phi-3's rotate that share of each head
-  // (DecoderDefaults::partial_rotary_factor). longrope shortens its frequencies by it and scales the rotating
-  // pairs' cos and sin (Phi-4-mini), as the engine does; the other scaled schedules are not implemented: refused.
+  // (DecoderDefaults::partial_rotary_factor). In those families longrope shortens its frequencies by it and scales
+  // the rotating pairs' cos and sin (Phi-4-mini), as the engine does; the other scaled schedules, and longrope where
+  // the attention rotates whole heads (transformers fails there), are refused.
   if (rope.type == "default" && !d.partial_rotary_factor) rope.partial_rotary_factor = 1.0;
-  if (rope.partial_rotary_factor != 1.0 && rope.type != "default" && rope.type != "longrope")
+  const bool partial_schedule = rope.type == "default" || (rope.type == "longrope" && d.partial_rotary_factor);
+  if (rope.partial_rotary_factor != 1.0 && !partial_schedule)
     refuse("partial_rotary_factor", fmt::format("{} with rope_type {}", rope.partial_rotary_factor, rope.type),
-           "partial RoPE on a scaled schedule other than longrope");
+           "partial RoPE on a scaled schedule other than longrope in Phi-3 / GLM-4-MoE");
   if (!(rope.partial_rotary_factor > 0 && rope.partial_rotary_factor <= 1))
     fail("'partial_rotary_factor' must be in (0, 1], got {}", rope.partial_rotary_factor);
   if (!(rope.theta > 0)) fail("'rope_theta' must be positive, got {}", rope.theta);
@@ -237,28 +239,13 @@ std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader&
   // Absent: the config classes' default 4096; an explicit null: no window.
   if (r.boolean("use_sliding_window", false) && !r.is_null("sliding_window")) window = r.integer("sliding_window", 4096);
   const int64_t max_window_layers = r.integer("max_window_layers", 28);
-  const std::vector<std::string> types = reads_layer_types ? r.strings("layer_types") : std::vector<std::string>{};
-  if (!types.empty() && int64_t(types.size()) != num_layers)
-    fail("'layer_types' must list one type per layer ({}), got {}", num_layers, types.size());
-  std::vector<std::optional<int64_t>> windows(static_cast<size_t>(num_layers));
-  for (int64_t layer = 0; layer < num_layers; ++layer) {
-    bool slides = false;
-    if (!types.empty()) {
-      const std::string& type = types[size_t(layer)];
-      if (type != "full_attention" && type != "sliding_attention")
-        fail("'layer_types' holds '{}', not a layer type moetune knows", type.substr(0, 100));
-      slides = type == "sliding_attention";
-    } else {
-      slides = derived(layer, max_window_layers, window.has_value());
-    }
-    if (!slides) continue;
-    if (!window || *window <= 0)
-      fail("layer {} is a sliding_attention layer but the window is {} ('use_sliding_window' {}, 'sliding_window' {}): "
-           "transformers' sliding mask fails or hides every key there", layer, window ? std::to_string(*window) : "none",
-           r.boolean("use_sliding_window", false), r.has("sliding_window") ? r.find("sliding_window")->dump() : std::string("null"));
-    windows[size_t(layer)] = window;
-  }
-  return windows;
+  std::vector<std::string> types = reads_layer_types ? r.strings("layer_types") : std::vector<std::string>{};
+  if (types.empty())
+    for (int64_t layer = 0; layer < num_layers; ++layer)
+      types.push_back(derived(layer, max_window_layers, window.has_value()) ? "sliding_attention" : "full_attention");
+  return windows_of_layer_types(
+      types, window, num_layers,
+      fmt::format("'use_sliding_window' {}, {}", r.boolean("use_sliding_window", false), sliding_window_key(r)));
 }
 
 std::optional<int64_t> every_layer_window(const io::ConfigReader& r, std::optional<int64_t> absent) {
@@ -269,10 +256,15 @@ std::optional<int64_t> every_layer_window(const io::ConfigReader& r, std::option
   return window;
 }
 
+std::string sliding_window_key(const io::ConfigReader& r) {
+  return fmt::format("'sliding_window' {}", r.has("sliding_window") ? r.find("sliding_window")->dump() : "null");
+}
+
 std::vector<std::optional<int64_t>> windows_of_layer_types(const std::vector<std::string>& types,
-                                                           std::optional<int64_t> window, int64_t num_layers) {
-  if (int64_t(types.size()) < num_layers)
-    fail("'layer_types' lists {} layers, fewer than num_hidden_layers ({})", types.size(), num_layers);
+                                                           std::optional<int64_t> window, int64_t num_layers,
+                                                           const std::string& window_keys) {
+  if (int64_t(types.size()) != num_layers)
+    fail("'layer_types' must list one type per layer ({}), got {}", num_layers, types.size());
   std::vector<std::optional<int64_t>> windows(static_cast<size_t>(num_layers));
   for (size_t layer = 0; layer < windows.size(); ++layer) {
     if (types[layer] == "full_attention") continue;
@@ -280,9 +272,9 @@ std::vector<std::optional<int64_t>> windows_of_layer_types(const std::vector<std
       fail("'layer_types' holds '{}', not a layer type moetune knows", types[layer].substr(0, 100));
     if (!window || *window <= 0)
       fail(
-          "layer {} is a sliding_attention layer but 'sliding_window' is {} (transformers' sliding mask fails or "
-          "hides every key)",
-          layer, window ? std::to_string(*window) : "null");
+          "layer {} is a sliding_attention layer but the window is {} ({}): transformers' sliding mask fails or "
+          "hides every key there",
+          layer, window ? std::to_string(*window) : "none", window_keys);
     windows[layer] = window;
   }
   return windows;
@@ -318,9 +310,9 @@ void build_qwen_moe_layers(const io::ConfigReader& r, DecoderConfig& c, const Mo
   finish_decoder(c);
 }
 
-void read_load_balancing_loss(const io::ConfigReader& r, ModelSpec& spec) {
+void read_load_balancing_loss(const io::ConfigReader& r, ModelSpec& spec, double default_coef) {
   spec.aux_loss = AuxLoss::LoadBalancing;
-  spec.aux_loss_coef = r.number("router_aux_loss_coef", 0.001);
+  spec.aux_loss_coef = r.number("router_aux_loss_coef", default_coef);
   spec.aux_loss_by_default = r.boolean("output_router_logits", false);
 }
 

@@ -84,11 +84,14 @@ std::vector<std::optional<int64_t>> qwen_sliding_windows(const io::ConfigReader&
 // be positive (transformers' mask would hide every key otherwise).
 std::optional<int64_t> every_layer_window(const io::ConfigReader& config, std::optional<int64_t> absent);
 
-// The windows of a family whose model builds its sliding mask over config.sliding_window for the layers that
-// `types` (layer_types as written, or as the config class derives them) calls sliding_attention (Ministral,
-// SmolLM3); such a layer without a positive window is refused (transformers' sliding mask fails there).
+// Each layer's window: `window` where `types` (layer_types as written, or as the config class derives them: one a
+// layer) says sliding_attention, none where full_attention. A sliding layer without a positive window is refused
+// (transformers' sliding mask fails or hides every key), the message naming `window_keys`, the keys it came from.
 std::vector<std::optional<int64_t>> windows_of_layer_types(const std::vector<std::string>& types,
-                                                           std::optional<int64_t> window, int64_t num_layers);
+                                                           std::optional<int64_t> window, int64_t num_layers,
+                                                           const std::string& window_keys);
+// "'sliding_window' <its value or null>", for window_keys.
+std::string sliding_window_key(const io::ConfigReader& config);
 
 // Dense decoder layers (attention then a SwiGLU MLP of intermediate_size), each attention with its window; then
 // the shared checks.
@@ -99,8 +102,9 @@ void build_dense_layers(DecoderConfig& decoder, const std::vector<std::optional<
 void build_qwen_moe_layers(const io::ConfigReader& config, DecoderConfig& decoder, const MoeSpec& moe,
                            const std::vector<std::optional<int64_t>>& windows);
 
-// The MoE load-balancing loss as the Qwen/Mixtral/GPT-OSS families configure it.
-void read_load_balancing_loss(const io::ConfigReader& config, ModelSpec& spec);
+// The MoE load-balancing loss as the Qwen/Mixtral/GPT-OSS/OLMoE families configure it; default_coef is the config
+// class's router_aux_loss_coef (0.001, OLMoE's 0.01).
+void read_load_balancing_loss(const io::ConfigReader& config, ModelSpec& spec, double default_coef = 0.001);
 
 // Checks what every family shares once the layers exist: sizes positive and sane, k ≤ experts.
 void validate_decoder(const ModelSpec& spec);

@@ -21,7 +21,7 @@ ModelSpec describe(const io::ConfigReader& r) {
       r.is_null("sliding_window") ? std::nullopt : std::optional(r.integer("sliding_window", 4096));
   std::vector<std::string> types = r.strings("layer_types");
   if (types.empty()) types.assign(c.spec.layers.size(), window ? "sliding_attention" : "full_attention");
-  build_dense_layers(c, windows_of_layer_types(types, window, c.spec.num_layers()));
+  build_dense_layers(c, windows_of_layer_types(types, window, c.spec.num_layers(), sliding_window_key(r)));
   return c.spec;
 }
 

@@ -34,8 +34,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   moe.router.renormalize = r.boolean("norm_topk_prob", false);
   moe.experts.intermediate = c.intermediate_size;
   for (LayerSpec& layer : c.spec.layers) layer = attention_then(a, moe);
-  read_load_balancing_loss(r, c.spec);
-  c.spec.aux_loss_coef = r.number("router_aux_loss_coef", 0.01);  // OlmoeConfig's default, not Mixtral's
+  read_load_balancing_loss(r, c.spec, /*OlmoeConfig's router_aux_loss_coef*/ 0.01);
   finish_decoder(c);
   return c.spec;
 }

@@ -51,8 +51,8 @@ ModelSpec describe(const io::ConfigReader& r) {
   apply_token_id_defaults(r, {.pad = 128004, .bos = 128000, .eos = 128001}, c.spec);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
   const std::vector<bool> rotates = rope_layers(r, c.spec.num_layers());
-  const std::vector<std::optional<int64_t>> windows =
-      windows_of_layer_types(layer_types(r, rotates), r.optional_integer("sliding_window"), c.spec.num_layers());
+  const std::vector<std::optional<int64_t>> windows = windows_of_layer_types(
+      layer_types(r, rotates), r.optional_integer("sliding_window"), c.spec.num_layers(), sliding_window_key(r));
   const MlpSpec mlp{c.intermediate_size, r.boolean("mlp_bias", false)};
   for (size_t i = 0; i < c.spec.layers.size(); ++i) {
     AttentionSpec attention = c.attention;

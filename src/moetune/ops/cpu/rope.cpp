@@ -65,38 +65,28 @@ int64_t rope_rotary_dim(const RopeSpec& rope, int64_t head_dim) {
 
 std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim) {
   if (rope.type == "none") return {};  // no positional embedding (Nemotron-H): apply_rope leaves x alone
-  if (const int64_t rotary_dim = rope_rotary_dim(rope, head_dim); rotary_dim < head_dim) {
-    // Partial RoPE (the default and longrope schedules; the config readers refuse the others): the rotating pairs'
-    // frequencies over transformers' int(head_dim · factor) (longrope's each divided by its short factor), then
-    // zeros for the pairs that pass unrotated (angle 0: cos 1 and sin 0 exactly, so those values come through bit
-    // for bit, and apply_rope leaves them unscaled; the engine's head layout puts the rotating pairs first:
-    // model/parameter_layout.h's PartialRotary).
-    MOETUNE_CHECK(rope.type == "default" || rope.type == "longrope",
-                  "RoPE: partial rotation with rope_type {} is not supported", rope.type);
-    const size_t rotating = size_t(rotary_dim / 2);
-    MOETUNE_CHECK(rope.type != "longrope" || rope.short_factor.size() == rotating,
-                  "RoPE: longrope's short_factor has {} values for {} rotating frequencies", rope.short_factor.size(),
-                  rotating);
-    const float dim = float(int64_t(double(head_dim) * rope.partial_rotary_factor));
-    std::vector<float> inv(size_t(head_dim / 2), 0.0f);
-    for (size_t i = 0; i < rotating; ++i) {
-      const float base = std::pow(float(rope.theta), float(2 * i) / dim);
-      inv[i] = rope.type == "longrope" ? 1.0f / (float(rope.short_factor[i]) * base) : 1.0f / base;
-    }
-    return inv;
-  }
-  std::vector<float> inv(size_t(head_dim / 2));
-  for (size_t i = 0; i < inv.size(); ++i)
-    inv[i] = 1.0f / std::pow(float(rope.theta), float(2 * i) / float(head_dim));
+  // transformers raises theta to arange(0, dim, 2) / dim over dim = int(head_dim · partial_rotary_factor), in fp32.
+  // With partial rotation (the default and longrope schedules; the config readers refuse the others) the pairs past
+  // those frequencies get zeros and pass unrotated (angle 0: cos 1 and sin 0 exactly, so those values come through
+  // bit for bit, and apply_rope leaves them unscaled; the engine's head layout puts the rotating pairs first:
+  // model/parameter_layout.h's PartialRotary).
+  const int64_t rotary_dim = rope_rotary_dim(rope, head_dim);
+  MOETUNE_CHECK(rotary_dim == head_dim || rope.type == "default" || rope.type == "longrope",
+                "RoPE: partial rotation with rope_type {} is not supported", rope.type);
+  const float dim = float(int64_t(double(head_dim) * rope.partial_rotary_factor));
+  const auto theta_power = [&](size_t i) { return std::pow(float(rope.theta), float(2 * i) / dim); };
+  const size_t rotating = size_t(rotary_dim / 2);
+  std::vector<float> inv(size_t(head_dim / 2), 0.0f);
+  for (size_t i = 0; i < rotating; ++i) inv[i] = 1.0f / theta_power(i);
   // dynamic: default RoPE below max_position_embeddings, the only positions the model takes (decoder_config.cpp)
   if (rope.type == "default" || rope.type == "dynamic") return inv;
   if (rope.type == "yarn") return yarn_inverse_frequencies(rope, head_dim);
   if (rope.type == "longrope") {
-    MOETUNE_CHECK(rope.short_factor.size() == inv.size(),
-                  "RoPE: longrope's short_factor has {} values for {} frequencies", rope.short_factor.size(),
-                  inv.size());
-    for (size_t i = 0; i < inv.size(); ++i)  // transformers: 1 / (ext_factors · base^(arange(0, dim, 2) / dim)) in fp32
-      inv[i] = 1.0f / (float(rope.short_factor[i]) * std::pow(float(rope.theta), float(2 * i) / float(head_dim)));
+    MOETUNE_CHECK(rope.short_factor.size() == rotating,
+                  "RoPE: longrope's short_factor has {} values for {} rotating frequencies", rope.short_factor.size(),
+                  rotating);
+    for (size_t i = 0; i < rotating; ++i)  // transformers: 1 / (ext_factors · base^(arange(0, dim, 2) / dim)) in fp32
+      inv[i] = 1.0f / (float(rope.short_factor[i]) * theta_power(i));
     return inv;
   }
   if (rope.type == "linear") {
