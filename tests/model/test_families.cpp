@@ -531,11 +531,11 @@ void expect_position_refused(const ModelSpec& spec, const Tensor& ids, const cha
   }
 }
 
-// longrope as transformers reads it: its short factors below original_max_position_embeddings (from the dict or, as
-// Phi-3 writes it, the top level), factor from max_position_embeddings / original when absent, the attention factor
-// derived from it or given; positions from original_max_position_embeddings on (its long factors) refused, named;
-// factor lists missing or of other lengths refused.
-TEST(Families, LongropeBelowItsOriginalContext) {
+// longrope as transformers reads it: its short factors while a batch's positions stay below
+// original_max_position_embeddings (from the dict or, as Phi-3 writes it, the top level), its long factors once one
+// does not, factor from max_position_embeddings / original when absent, the attention factor derived from it or
+// given; factor lists missing or of other lengths refused.
+TEST(Families, LongropeShortAndLongFactors) {
   const ModelSpec spec = parse(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,
     "max_position_embeddings":64,"rope_parameters":{"rope_type":"longrope","rope_theta":10000.0,
     "short_factor":[1.0,1.5,2.0,2.5,3.0,3.5,4.0,4.5],"long_factor":[5,5,5,5,5,5,5,5],
@@ -546,10 +546,29 @@ TEST(Families, LongropeBelowItsOriginalContext) {
   const std::vector<float> inv = ops::rope_inverse_frequencies(rope, 16);
   EXPECT_FLOAT_EQ(inv[0], 1.0f);
   EXPECT_FLOAT_EQ(inv[1], 1.0f / (1.5f * std::pow(10000.0f, 2.0f / 16.0f)));
+  const std::vector<float> long_inv = ops::rope_inverse_frequencies(rope, 16, /*long_factors=*/true);
+  EXPECT_FLOAT_EQ(long_inv[0], 1.0f / 5.0f);
+  EXPECT_FLOAT_EQ(long_inv[1], 1.0f / (5.0f * std::pow(10000.0f, 2.0f / 16.0f)));
+  // transformers' max(position_ids) + 1 > original: 8 positions run the short factors, 9 the long ones at every
+  // position, and 9 tokens packed as two documents the short ones again.
+  const auto positions_of = [](const Tensor& ids, const Tensor& position_ids) {
+    return sequence_layout(ids, position_ids, Tensor()).positions;
+  };
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>(8, 1), {1, 8});
-  EXPECT_NO_THROW(require_rope_positions(spec, sequence_layout(ids, Tensor(), Tensor())));
-  expect_position_refused(spec, Tensor::from_vector(std::vector<int64_t>(9, 1), {1, 9}),
-                          "'original_max_position_embeddings'");
+  const Tensor long_ids = Tensor::from_vector(std::vector<int64_t>(9, 1), {1, 9});
+  EXPECT_NO_THROW(require_rope_positions(spec, sequence_layout(long_ids, Tensor(), Tensor())));
+  EXPECT_FALSE(ops::rope_runs_long_factors(rope, positions_of(ids, Tensor())));
+  EXPECT_TRUE(ops::rope_runs_long_factors(rope, positions_of(long_ids, Tensor())));
+  const Tensor packed = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3}, {1, 9});
+  EXPECT_FALSE(ops::rope_runs_long_factors(rope, positions_of(long_ids, packed)));
+  EXPECT_FALSE(ops::rope_runs_long_factors(attention(parse(R"({"model_type":"llama","hidden_size":64,
+    "num_attention_heads":4,"num_hidden_layers":1,"max_position_embeddings":8})"))
+                                               .rope,
+                                           positions_of(long_ids, Tensor())));
+  const ops::RopeFactorSets<std::vector<float>> sets(
+      rope, [&](bool long_factors) { return ops::rope_inverse_frequencies(rope, 16, long_factors); });
+  EXPECT_EQ(sets.for_positions(positions_of(ids, Tensor())), inv);
+  EXPECT_EQ(sets.for_positions(positions_of(long_ids, Tensor())), long_inv);
   const ModelSpec given = parse(R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_hidden_layers":1,
     "original_max_position_embeddings":16,"rope_parameters":{"rope_type":"longrope","short_factor":[1,1,1,1,1,1,1,1],
     "long_factor":[2,2,2,2,2,2,2,2],"factor":1.0,"attention_factor":0.75}})");

@@ -67,6 +67,32 @@ TEST(Generate, KvCacheGivesTransformersGreedyTokens) {
   }
 }
 
+// Past longrope's original context (phi4_mini_tiny's 32 positions; 6 + 40 tokens). Phi-3's generate means to drop
+// its cache when the sequence first passes 32 tokens and run the whole of it on the long factors
+// (prepare_inputs_for_generation), which gives what generating without a cache gives: moetune's cached and uncached
+// paths both give transformers' uncached tokens. transformers 5.17's own cached generate does not: after dropping
+// the cache it runs only the newest token (sliced by cache_position), with no cache, at every later step too (traced:
+// past None at positions 32, 33, 34), so each token past the switch attends to itself alone; the fixture records
+// those tokens ("cached": they part from the uncached ones at the 28th, 41 against 27) and moetune does not follow
+// them. Kept without the reset, moetune's cache of short-factor keys would part from both. The reset is Phi-3's alone.
+TEST(Generate, LongropePastItsOriginalContextAsTransformersGenerates) {
+  const nlohmann::json expected =
+      nlohmann::json::parse(testing::read_file(testing::fixture("generate") / "greedy.json"));
+  const std::vector<int64_t> prompt = expected["prompt"];
+  const nlohmann::json& past = expected["past_original_context"]["phi4_mini_tiny"];
+  const std::vector<int64_t> cached = past["cached"], uncached = past["uncached"];
+  CausalLM model = CausalLM::from_pretrained(testing::fixture("phi4_mini_tiny"));
+  const int64_t count = int64_t(cached.size());
+  ASSERT_NE(cached, uncached);
+  EXPECT_EQ(generate(model, prompt, {.max_new_tokens = count}), uncached);
+  EXPECT_EQ(generate(model, prompt, {.max_new_tokens = count, .kv_cache = false}), uncached);
+  EXPECT_EQ(model.spec().generation_cache_reset_length, 32);
+  EXPECT_TRUE(generation_resets_cache(model.spec(), 33, 32));   // the step past the original context
+  EXPECT_FALSE(generation_resets_cache(model.spec(), 34, 33));  // once: the cache then holds long-factor keys
+  EXPECT_FALSE(generation_resets_cache(model.spec(), 32, 31));
+  EXPECT_FALSE(generation_resets_cache(CausalLM::from_pretrained(testing::fixture("llama_tiny")).spec(), 33, 32));
+}
+
 // The sliding-window and YaRN fixtures that tests/fixtures/generate has no transformers tokens for: GPU generation
 // is held to the CPU engine's uncached greedy tokens there (tests/gpu/test_generate_gpu.cpp), and the CPU's cached
 // path gives the same, well past their windows of 3 to 5 keys.

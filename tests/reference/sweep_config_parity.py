@@ -133,6 +133,9 @@ CASES = [
                                                                         "short_factor": [1.0, 1.3, 1.9, 2.4],
                                                                         "long_factor": [4.0] * 4, "factor": 2.0,
                                                                         "original_max_position_embeddings": 128}), None),
+    ("deepseek_v3 longrope long factors", "deepseek_v3", dict(DSV3, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.3, 1.9, 2.4],
+        "long_factor": [2.0, 3.0, 5.0, 7.0], "factor": 4.0, "original_max_position_embeddings": 16}), None),
     ("qwen3_moe norm_topk", "qwen3_moe", dict(BASE, head_dim=16, norm_topk_prob=True, **MOE), None),
     ("nemotron_h plain", "nemotron_h", dict(NEMOTRON_H), None),
     ("nemotron_h no latent", "nemotron_h", dict(NEMOTRON_H, moe_latent_size=None), None),
@@ -172,6 +175,15 @@ CASES = [
     ("phi3 partial longrope attention_factor", "phi3", dict(PHI3, rope_parameters=dict(
         LONGROPE, partial_rotary_factor=0.5, attention_factor=0.7, short_factor=LONGROPE["short_factor"][:4],
         long_factor=LONGROPE["long_factor"][:4])), None),
+    # longrope past its original context (16): the lines of 17, 40 and 70 tokens run the long factors at every
+    # position, those of 2 and 5 the short ones (transformers decides per forward pass: max(position_ids) + 1 > 16;
+    # Phi3Config takes the top level's original_max_position_embeddings over the dict's, 4096 by default),
+    # the gradient check's line of 40 the long ones; whole heads, partial heads, and DeepSeek-V3's latent attention.
+    ("phi3 longrope long factors", "phi3", dict(PHI3, original_max_position_embeddings=16, rope_parameters=dict(LONGROPE)), None),
+    ("phi3 partial longrope long factors", "phi3", dict(PHI3, partial_rotary_factor=0.75, original_max_position_embeddings=16,
+                                                        rope_parameters=dict(
+        LONGROPE, original_max_position_embeddings=16, short_factor=LONGROPE["short_factor"][:6],
+        long_factor=LONGROPE["long_factor"][:6])), None),
     ("smollm3 plain", "smollm3", dict(BASE, pad_token_id=90, bos_token_id=1, eos_token_id=2), None),
     ("smollm3 NoPE every 2nd, biases, untied", "smollm3", dict(BASE, no_rope_layer_interval=2, attention_bias=True,
                                                                mlp_bias=True, tie_word_embeddings=False, pad_token_id=None), None),
@@ -374,5 +386,5 @@ if __name__ == "__main__":
     parser.add_argument("binary")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("only", nargs="*", help="run the cases whose names contain any of these")
-    arguments = parser.parse_args()
+    arguments = parser.parse_intermixed_args()  # the cases may follow --device
     sys.exit(main(arguments.binary, arguments.device, arguments.only))

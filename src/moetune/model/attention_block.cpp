@@ -19,8 +19,12 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
                                double norm_eps)
     : spec_(*sublayer.attention()),
       eps_(norm_eps),
-      inverse_frequencies_(spec_.mla ? std::vector<float>{}
-                                     : ops::rope_inverse_frequencies(spec_.rope, spec_.qk_head_dim)),
+      inverse_frequencies_(spec_.rope,
+                           [&](bool long_factors) {
+                             return spec_.mla
+                                        ? std::vector<float>{}
+                                        : ops::rope_inverse_frequencies(spec_.rope, spec_.qk_head_dim, long_factors);
+                           }),
       p_(spec_.mla ? AttentionParams{} : AttentionParams::lookup(store, layer, sublayer.norm)),
       // An MLA sublayer's adapters are its block's (MlaAttentionBlock::Adapters).
       qkv_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.qkv")),
@@ -58,8 +62,9 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.k = p_.k_norm.defined() ? qk_norm_forward(stash_.k_raw, p_.k_norm.value) : stash_.k_raw.clone();
   if (!p_.q_norm.defined()) stash_.q_raw = stash_.k_raw = Tensor();  // only the norms read them back
   const double rope_scaling = ops::rope_attention_scaling(spec_.rope);
-  ops::apply_rope(stash_.q, inverse_frequencies_, layout.positions, false, rope_scaling);
-  ops::apply_rope(stash_.k, inverse_frequencies_, layout.positions, false, rope_scaling);
+  const std::vector<float>& inverse_frequencies = inverse_frequencies_.for_positions(layout.positions);
+  ops::apply_rope(stash_.q, inverse_frequencies, layout.positions, false, rope_scaling);
+  ops::apply_rope(stash_.k, inverse_frequencies, layout.positions, false, rope_scaling);
   stash_.attended = attention_forward(stash_.q, stash_.k, stash_.v, layout.mask, spec_.softmax_scale(),
                                      attention_variant(spec_, p_), context.kv_cache);
   const Tensor attended = stash_.attended.view({tokens, nq * d});
@@ -80,8 +85,9 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
                                                          stash_.attended, layout.mask, scale, attention_variant(spec_, p_));
   if (p_.sinks.grad.defined()) accumulate(p_.sinks.grad, g.dsinks);
   const double rope_scaling = ops::rope_attention_scaling(spec_.rope);
-  ops::apply_rope(g.dq, inverse_frequencies_, layout.positions, /*inverse=*/true, rope_scaling);
-  ops::apply_rope(g.dk, inverse_frequencies_, layout.positions, /*inverse=*/true, rope_scaling);
+  const std::vector<float>& inverse_frequencies = inverse_frequencies_.for_positions(layout.positions);
+  ops::apply_rope(g.dq, inverse_frequencies, layout.positions, /*inverse=*/true, rope_scaling);
+  ops::apply_rope(g.dk, inverse_frequencies, layout.positions, /*inverse=*/true, rope_scaling);
   if (p_.q_norm.defined()) {
     g.dq = qk_norm_backward(g.dq, stash_.q_raw, p_.q_norm);
     g.dk = qk_norm_backward(g.dk, stash_.k_raw, p_.k_norm);

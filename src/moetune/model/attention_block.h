@@ -39,7 +39,7 @@ class AttentionBlock {
 
   const AttentionSpec& spec_;
   double eps_;
-  std::vector<float> inverse_frequencies_;  // RoPE
+  ops::RopeFactorSets<std::vector<float>> inverse_frequencies_;  // RoPE
   AttentionParams p_;
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
   Stash stash_;

@@ -30,6 +30,11 @@ int64_t sample(const float* logits, int64_t vocab, const GenerateOptions& option
 
 }  // namespace
 
+bool generation_resets_cache(const ModelSpec& spec, int64_t length, int64_t cached) {
+  const int64_t reset = spec.generation_cache_reset_length;
+  return reset > 0 && cached > 0 && length > reset && cached <= reset;
+}
+
 std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& options,
                               GenerateTiming* timing) {
   MOETUNE_CHECK(!prompt.empty(), "generate: the prompt is empty");
@@ -38,9 +43,12 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
   std::vector<int64_t> sequence = prompt, produced;
   const int64_t vocab = model.spec().vocab_size;
   std::unique_ptr<DecodeCache> cache;
-  if (options.kv_cache) cache = model.new_decode_cache(int64_t(prompt.size()) + std::max<int64_t>(options.max_new_tokens, 1));
+  const int64_t capacity = int64_t(prompt.size()) + std::max<int64_t>(options.max_new_tokens, 1);
+  if (options.kv_cache) cache = model.new_decode_cache(capacity);
   // The logits [V] of the token after `sequence`; with the cache the model runs on the tokens it has not seen.
   auto next_logits = [&] {
+    if (cache && generation_resets_cache(model.spec(), int64_t(sequence.size()), cache->tokens()))
+      cache = model.new_decode_cache(capacity);
     if (cache)
       return model.next_token_logits(std::vector<int64_t>(sequence.begin() + cache->tokens(), sequence.end()), *cache);
     const int64_t length = int64_t(sequence.size());

@@ -26,6 +26,11 @@ struct GenerateTiming {
   double decode_tokens_per_second() const { return new_tokens > 1 ? double(new_tokens - 1) / decode_seconds : 0.0; }
 };
 
+// Whether a cached generation of `spec`'s model drops its cache of `cached` tokens before running on to a sequence of
+// `length` (ModelSpec::generation_cache_reset_length: Phi-3's switch to longrope's long factors), and runs the whole
+// sequence again.
+bool generation_resets_cache(const ModelSpec& spec, int64_t length, int64_t cached);
+
 // Returns the new tokens only; fills `timing` when given.
 std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& options,
                               GenerateTiming* timing = nullptr);

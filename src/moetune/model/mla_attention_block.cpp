@@ -20,9 +20,12 @@ Tensor take_per_head(const Tensor& x, int64_t first, int64_t count) {
   return columns(x.view({-1, x.size(2)}), first, count).view({x.size(0), x.size(1), count});
 }
 
-std::vector<float> rope_frequencies(const AttentionSpec& a) {
-  const int64_t dim = a.mla->qk_rope_head_dim;
-  return ops::rope_inverse_frequencies(a.rope, dim);
+// The rope part's rotation under the short (and, with longrope, the long) factors.
+ops::RopeFactorSets<ops::MlaRope> rope_rotations(const AttentionSpec& a) {
+  return {a.rope, [&](bool long_factors) {
+            return ops::MlaRope{ops::rope_inverse_frequencies(a.rope, a.mla->qk_rope_head_dim, long_factors),
+                                a.mla->rope_interleave, float(a.mla->rope_scale)};
+          }};
 }
 
 }  // namespace
@@ -47,7 +50,7 @@ MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::str
       mla_(*spec_.mla),
       eps_(norm_eps),
       width_(std::max(spec_.qk_head_dim, spec_.v_head_dim)),
-      rope_{rope_frequencies(spec_), mla_.rope_interleave, float(mla_.rope_scale)},
+      rope_(rope_rotations(spec_)),
       p_(MlaParams::lookup(store, layer, sublayer.norm)),
       lora_(Adapters::lookup(store, layer)) {
   MOETUNE_CHECK(p_.q.defined() != mla_.q_lora_rank.has_value(), "{}: the q projections do not match q_lora_rank", layer);
@@ -70,6 +73,7 @@ Tensor MlaAttentionBlock::project_q(const Tensor& x, const StepContext& context)
 
 Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const std::vector<int64_t>& positions = context.layout.positions;
+  const ops::MlaRope& rotation = rope_.for_positions(positions);
   const int64_t tokens = h.size(0), heads = spec_.num_heads, nope = mla_.qk_nope_head_dim, rope = mla_.qk_rope_head_dim;
   const int64_t latent = mla_.kv_lora_rank, dv = spec_.v_head_dim;
   stash_.input = h;
@@ -78,7 +82,8 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const Tensor compressed = ops::linear_forward(x, p_.kv_a.value, p_.kv_a_bias.value);  // [T, latent + rope]
   lora_.kv_a.forward(x, compressed, context.training, context.lora_draw);
   stash_.kv_latent = columns(compressed, 0, latent);
-  const Tensor k_rope = ops::mla_rope_forward(columns(compressed, latent, rope).view({tokens, 1, rope}), rope_, positions);
+  const Tensor k_rope =
+      ops::mla_rope_forward(columns(compressed, latent, rope).view({tokens, 1, rope}), rotation, positions);
   const Tensor kv_normed = ops::rms_norm_forward(stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps);
   Tensor kv_flat = ops::linear_forward(kv_normed, p_.kv_b.value);
   lora_.kv_b.forward(kv_normed, kv_flat, context.training, context.lora_draw);
@@ -90,7 +95,7 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.k = Tensor::zeros({tokens, heads, width_}, DType::F32);
   stash_.v = Tensor::zeros({tokens, heads, width_}, DType::F32);
   place_per_head(stash_.q, 0, take_per_head(q, 0, nope));
-  place_per_head(stash_.q, nope, ops::mla_rope_forward(take_per_head(q, nope, rope), rope_, positions));
+  place_per_head(stash_.q, nope, ops::mla_rope_forward(take_per_head(q, nope, rope), rotation, positions));
   place_per_head(stash_.k, 0, take_per_head(kv, 0, nope));
   for (int64_t head = 0; head < heads; ++head)  // the shared rope key, in every head
     for (int64_t t = 0; t < tokens; ++t)
@@ -121,6 +126,7 @@ Tensor MlaAttentionBlock::project_q_backward(const Tensor& dq, const Tensor& x) 
 
 Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& context) {
   const std::vector<int64_t>& positions = context.layout.positions;
+  const ops::MlaRope& rotation = rope_.for_positions(positions);
   const int64_t tokens = dout.size(0), heads = spec_.num_heads, nope = mla_.qk_nope_head_dim, rope = mla_.qk_rope_head_dim;
   const int64_t latent = mla_.kv_lora_rank, dv = spec_.v_head_dim;
   const Tensor attended = take_per_head(stash_.attended, 0, dv).view({tokens, heads * dv});
@@ -134,7 +140,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   // q: [dq_nope | rope⁻¹(dq_rope)] per head.
   Tensor dq = Tensor::empty({tokens, heads, nope + rope}, DType::F32);
   place_per_head(dq, 0, take_per_head(g.dq, 0, nope));
-  place_per_head(dq, nope, ops::mla_rope_backward(take_per_head(g.dq, nope, rope), rope_, positions));
+  place_per_head(dq, nope, ops::mla_rope_backward(take_per_head(g.dq, nope, rope), rotation, positions));
 
   // k and v: per head [dk_nope | dv] into kv_b; the shared rope key gathers every head's gradient.
   Tensor dkv = Tensor::empty({tokens, heads, nope + dv}, DType::F32);
@@ -153,7 +159,7 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   dlatent = ops::rms_norm_backward(dlatent, stash_.kv_latent, p_.kv_a_norm.value, mla_.latent_norm_eps, p_.kv_a_norm.grad);
   Tensor dcompressed = Tensor::empty({tokens, latent + rope}, DType::F32);
   set_columns(dcompressed, 0, dlatent);
-  set_columns(dcompressed, latent, ops::mla_rope_backward(dk_rope, rope_, positions).view({tokens, rope}));
+  set_columns(dcompressed, latent, ops::mla_rope_backward(dk_rope, rotation, positions).view({tokens, rope}));
 
   const Tensor x = ops::rms_norm_forward(stash_.input, p_.norm.value, eps_);  // recomputed, not kept
   Tensor dx = ops::linear_backward(dcompressed, x, p_.kv_a.value, p_.kv_a.grad, p_.kv_a_bias.grad);

@@ -54,7 +54,7 @@ class MlaAttentionBlock {
   const MlaSpec& mla_;
   double eps_;
   int64_t width_;  // max(q/k head dim, v head dim): the one head width the CPU attention op takes
-  ops::MlaRope rope_;
+  ops::RopeFactorSets<ops::MlaRope> rope_;
   MlaParams p_;
   Adapters lora_;
   Stash stash_;

@@ -162,6 +162,10 @@ struct ModelSpec {
   // nn.Embedding(vocab, hidden, padding_idx=pad_token_id), which zeroes that row's gradient from the lookup (a
   // tied LM head still adds its own). nullopt: every row learns (no pad_token_id, or a family without it).
   std::optional<int64_t> embedding_padding_idx;
+  // transformers' Phi3ForCausalLM.prepare_inputs_for_generation: the first time a cached generation's sequence grows
+  // past this many tokens while its cache holds no more, it drops the cache and runs the whole sequence again (so
+  // longrope's long factors reach every cached key: model/generate.h); 0: never (the other families keep theirs).
+  int64_t generation_cache_reset_length = 0;
   nlohmann::json json;  // config.json as read, written back unchanged on save
 
   int64_t num_layers() const { return int64_t(layers.size()); }

@@ -30,22 +30,11 @@ SequenceLayout sequence_layout(const Tensor& input_ids, const Tensor& position_i
 
 void require_rope_positions(const ModelSpec& spec, const SequenceLayout& layout) {
   bool dynamic = false;
-  int64_t longrope_original = 0;
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers)
-      if (const AttentionSpec* a = sublayer.attention()) {
-        if (a->rope.type == "dynamic") dynamic = true;
-        if (a->rope.type == "longrope") longrope_original = a->rope.original_max_position_embeddings;
-      }
-  if ((!dynamic && longrope_original == 0) || layout.positions.empty()) return;
+      if (const AttentionSpec* a = sublayer.attention(); a && a->rope.type == "dynamic") dynamic = true;
+  if (!dynamic || layout.positions.empty()) return;
   const int64_t last = *std::max_element(layout.positions.begin(), layout.positions.end());
-  // transformers' longrope_frequency_update: the long factors once max(position_ids) + 1 exceeds the original context.
-  if (longrope_original > 0 && last >= longrope_original)
-    fail(
-        "position {} reaches 'original_max_position_embeddings' ({}), where the config's longrope switches to its "
-        "long_factor frequencies, which moetune does not implement: use sequences of at most {} tokens",
-        last, longrope_original, longrope_original);
-  if (!dynamic) return;
   if (last >= spec.max_position_embeddings)
     fail("position {} reaches 'max_position_embeddings' ({}), where the config's dynamic RoPE (rope_type dynamic) "
          "rescales its frequencies, which moetune does not implement: use sequences of at most {} tokens",

@@ -23,9 +23,8 @@ SequenceLayout sequence_layout(const Tensor& input_ids, const Tensor& position_i
 
 // transformers' dynamic RoPE is default RoPE until a position reaches max_position_embeddings; there it rescales
 // its base, and keeps the new base for later calls, which a step of its own cannot follow: such positions are
-// refused, naming the key. Likewise longrope runs its short factors while every position of the batch is below
-// original_max_position_embeddings and its long factors from there: positions there are refused. Other schedules
-// take any position.
+// refused, naming the key. Other schedules take any position (longrope's switch to its long factors depends on the
+// batch alone: ops::rope_runs_long_factors).
 void require_rope_positions(const ModelSpec& spec, const SequenceLayout& layout);
 
 }  // namespace moetune::model

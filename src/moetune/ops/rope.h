@@ -1,7 +1,7 @@
 // Rotary position embeddings, rotate-half style (the first and second halves of head_dim form the pairs),
 // with the frequency schedules transformers implements for these families: default, dynamic (below
-// max_position_embeddings, where it is default RoPE), linear, llama3, yarn, longrope (below
-// original_max_position_embeddings, where it runs its short factors).
+// max_position_embeddings, where it is default RoPE), linear, llama3, yarn, longrope (its short factors below
+// original_max_position_embeddings, its long ones from there: rope_runs_long_factors).
 #pragma once
 
 #include <optional>
@@ -31,9 +31,10 @@ struct RopeSpec {
   std::optional<double> attention_factor;
   double mscale = 0, mscale_all_dim = 0;
   // longrope (transformers' _compute_longrope_parameters): each frequency divided by its short factor while every
-  // position is below original_max_position_embeddings (the long factors beyond: refused, model/sequence_layout.h);
-  // cos and sin scaled by attention_factor, or by √(1 + ln(factor) / ln(original)) when factor > 1.
-  std::vector<double> short_factor;
+  // position is below original_max_position_embeddings, by its long factor once one is not
+  // (rope_runs_long_factors); cos and sin scaled by attention_factor, or by √(1 + ln(factor) / ln(original)) when
+  // factor > 1, under either.
+  std::vector<double> short_factor, long_factor;
 };
 
 // How many of head_dim's dimensions rotate under partial_rotary_factor, as transformers rotates them: int(head_dim ·
@@ -43,7 +44,34 @@ int64_t rope_rotary_dim(const RopeSpec& rope, int64_t head_dim);
 // The inverse frequencies [head_dim / 2], as transformers computes them (fp32). With partial rotation, the
 // rotating dimensions' schedule (rotary_dim / 2 values) followed by zeros: the engine keeps partially rotated
 // heads in the order that makes rotate-half pairs (i, i + head_dim / 2) of them (model/parameter_layout.h).
-std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim);
+// `long_factors`: longrope's long factors instead of its short ones (ignored by the other schedules).
+std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim, bool long_factors = false);
+
+// transformers' longrope_frequency_update: a forward pass whose largest position + 1 exceeds
+// original_max_position_embeddings runs longrope's long factors at every position, one below it the short ones
+// (packed documents restart their positions; cached generation decides on each call's new positions, so a prompt
+// inside the original context keeps the keys its short factors made, as transformers' cache does). False for the
+// other schedules.
+bool rope_runs_long_factors(const RopeSpec& rope, const std::vector<int64_t>& positions);
+
+// What a block makes of the inverse frequencies (host vectors, device tensors), under longrope's short and long
+// factors both: made once, picked per batch by rope_runs_long_factors. Other schedules hold one.
+template <class Frequencies>
+class RopeFactorSets {
+ public:
+  RopeFactorSets() = default;
+  // make(long_factors) makes one set.
+  template <class Make>
+  RopeFactorSets(const RopeSpec& rope, Make make)
+      : rope_(rope), short_(make(false)), long_(rope.type == "longrope" ? make(true) : Frequencies()) {}
+  const Frequencies& for_positions(const std::vector<int64_t>& positions) const {
+    return rope_runs_long_factors(rope_, positions) ? long_ : short_;
+  }
+
+ private:
+  RopeSpec rope_;
+  Frequencies short_, long_;
+};
 
 // The factor transformers multiplies cos and sin by (yarn's and longrope's attention scaling; 1 for the others).
 double rope_attention_scaling(const RopeSpec& rope);

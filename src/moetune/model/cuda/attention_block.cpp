@@ -36,8 +36,11 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
   const int64_t d = spec_.qk_head_dim;
   if (spec_.rope.type == "none")
     return;  // Nemotron-H's attention has no positional embedding: inv_freq_ stays undefined
-  const std::vector<float> frequencies = ops::rope_inverse_frequencies(spec_.rope, d);
-  inv_freq_ = Tensor::from_vector(frequencies, {d / 2}).to(Device::cuda());
+  inv_freq_ = {spec_.rope, [&](bool long_factors) {
+                 return Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d, long_factors), {d / 2})
+                     .to(Device::cuda());
+               }};
+  const std::vector<float> frequencies = ops::rope_inverse_frequencies(spec_.rope, d);  // long ones: zeros alike
   if (std::find(frequencies.begin(), frequencies.end(), 0.0f) != frequencies.end())
     rotated_scale_ = ops::rope_attention_scaling(spec_.rope);
 }
@@ -48,17 +51,18 @@ double AttentionBlock::scores_scale() const {
   return spec_.softmax_scale() * m * m;
 }
 
-void AttentionBlock::split_qkv(const Tensor& qkv, const Tensor& positions, const Tensor& q, const Tensor& k,
+void AttentionBlock::split_qkv(const Tensor& qkv, const DeviceBatch& batch, const Tensor& q, const Tensor& k,
                                const Tensor& v) const {
+  const Tensor& inv_freq = inv_freq_.for_positions(batch.layout.positions);
   if (!spec_.qk_norm_across_heads) {
-    ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq_, positions, q, k, v,
+    ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq, batch.positions, q, k, v,
                                      rotated_scale_);
     return;
   }
   const int64_t d = spec_.qk_head_dim;
   const Tensor normed = qkv_normed_across_heads(qkv, p_.q_norm.value, p_.k_norm.value, eps_,
                                                 {spec_.num_heads * d, spec_.num_kv_heads * d});
-  ops::cuda::qkv_norm_rope_forward(normed, {}, {}, eps_, inv_freq_, positions, q, k, v, rotated_scale_);
+  ops::cuda::qkv_norm_rope_forward(normed, {}, {}, eps_, inv_freq, batch.positions, q, k, v, rotated_scale_);
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
@@ -79,7 +83,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
   stash_.v = device_like({tokens, nkv, d});
-  split_qkv(stash_.qkv, batch.positions, stash_.q, stash_.k, stash_.v);
+  split_qkv(stash_.qkv, batch, stash_.q, stash_.k, stash_.v);
   stash_.attended = device_like({tokens, nq, d});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, stash_.v, batch.documents,
                                                              scores_scale(), stash_.attended, window());
@@ -108,13 +112,14 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
                                        stash_.softmax_stats, batch.documents, scores_scale(), dq, dk, dv, window());
   dattended = Tensor();
   Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});
+  const Tensor& inv_freq = inv_freq_.for_positions(batch.layout.positions);
   if (spec_.qk_norm_across_heads) {  // RoPE's backward alone, then the norms' over whole column blocks
-    ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, {}, {}, eps, inv_freq_, batch.positions, dqkv, {}, {},
+    ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, {}, {}, eps, inv_freq, batch.positions, dqkv, {}, {},
                                       rotated_scale_);
     qk_norm_across_heads_backward(dqkv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, {nq * d, nkv * d},
                                   p_.q_norm.grad, p_.k_norm.grad);
   } else {
-    ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq_,
+    ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq,
                                       batch.positions, dqkv, p_.q_norm.grad, p_.k_norm.grad, rotated_scale_);
   }
   dq = dk = dv = Tensor();

@@ -40,7 +40,7 @@ class AttentionBlock {
   // pass fewer; the KV cache then holds k unscaled, as the forward pass's k is).
   double scores_scale() const;
   // q, k, v [T, heads, d] from the qkv projection: q/k norms (per head, or across heads) and RoPE.
-  void split_qkv(const Tensor& qkv, const Tensor& positions, const Tensor& q, const Tensor& k, const Tensor& v) const;
+  void split_qkv(const Tensor& qkv, const DeviceBatch& batch, const Tensor& q, const Tensor& k, const Tensor& v) const;
   // The factor RoPE's kernel scales the rotating pairs by: rope_attention_scaling where some pairs pass unrotated
   // (partial RoPE under longrope, whose pass-through is unscaled), else 1 (scores_scale folds it in, squared).
   double rotated_scale() const { return rotated_scale_; }
@@ -50,7 +50,8 @@ class AttentionBlock {
 
   const AttentionSpec& spec_;
   double eps_;
-  Tensor inv_freq_;  // RoPE, F32 [head_dim / 2] on the device; undefined without RoPE (Nemotron-H)
+  // RoPE, F32 [head_dim / 2] on the device (longrope's short and long); undefined without RoPE (Nemotron-H)
+  ops::RopeFactorSets<Tensor> inv_freq_;
   double rotated_scale_ = 1.0;
   AttentionParams p_;
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any

@@ -30,7 +30,7 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   const auto [keys, values] = cache.next_layer(nkv, d, d);
   Tensor q = device_like({tokens, nq, d});
   const Tensor k = keys.narrow(past, tokens), v = values.narrow(past, tokens);
-  split_qkv(qkv, context.batch.positions, q, k, v);
+  split_qkv(qkv, context.batch, q, k, v);
   qkv = Tensor();
   // The training forward's scale, window and sinks (GPT-OSS, the sliding-window families, YaRN's m²).
   Tensor attended = device_like({tokens, nq, d});

@@ -45,7 +45,10 @@ MlaAttentionBlock::MlaAttentionBlock(const ParameterStore& store, const std::str
   MOETUNE_CHECK(p_.q.defined() != mla_.q_lora_rank.has_value(), "{}: the q projections do not match q_lora_rank", layer);
   MOETUNE_CHECK(spec_.num_kv_heads == spec_.num_heads, "{}: MLA expands k and v for every head", layer);
   const int64_t rope = mla_.qk_rope_head_dim;
-  inv_freq_ = Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, rope), {rope / 2}).to(Device::cuda());
+  inv_freq_ = {spec_.rope, [&](bool long_factors) {
+                 return Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, rope, long_factors), {rope / 2})
+                     .to(Device::cuda());
+               }};
 }
 
 Tensor MlaAttentionBlock::project_q(const Tensor& x, const StepContext& context) {
@@ -102,15 +105,16 @@ MlaAttentionBlock::Projections MlaAttentionBlock::project(const Tensor& h, const
           ops::cuda::ColumnBlock(stash_.kv_a_out, latent, rope)};
 }
 
-void MlaAttentionBlock::assemble_qkv(const Projections& projected, const Tensor& positions, Tensor& q, const Tensor& k,
+void MlaAttentionBlock::assemble_qkv(const Projections& projected, const DeviceBatch& batch, Tensor& q, const Tensor& k,
                                      const Tensor& v) {
+  const Tensor& inv_freq = inv_freq_.for_positions(batch.layout.positions);
   if (q_in_place_) {
     q = projected.q_proj;
-    ops::cuda::mla_qkv_forward_in_place(q, projected.kv, projected.k_rope, inv_freq_, positions, layout_, k, v);
+    ops::cuda::mla_qkv_forward_in_place(q, projected.kv, projected.k_rope, inv_freq, batch.positions, layout_, k, v);
   } else {
     q = device_like({projected.q_proj.size(0), spec_.num_heads, qk_width_});
-    ops::cuda::mla_qkv_forward(projected.q_proj, projected.kv, projected.k_rope, inv_freq_, positions, layout_, q, k,
-                               v);
+    ops::cuda::mla_qkv_forward(projected.q_proj, projected.kv, projected.k_rope, inv_freq, batch.positions, layout_, q,
+                               k, v);
   }
 }
 
@@ -135,7 +139,7 @@ Tensor MlaAttentionBlock::forward(const Tensor& h, const StepContext& context) {
     stash_.kv = projected.kv;
   else
     stash_.v = device_like({tokens, heads, v_width_});
-  assemble_qkv(projected, batch.positions, stash_.q, stash_.k, stash_.v);
+  assemble_qkv(projected, batch, stash_.q, stash_.k, stash_.v);
   part.next("mla.flash");
   stash_.attended = device_like({tokens, heads, v_width_});
   stash_.softmax_stats = ops::cuda::causal_attention_forward(stash_.q, stash_.k, attention_v(), batch.documents,
@@ -193,14 +197,16 @@ Tensor MlaAttentionBlock::backward(const Tensor& dout, const StepContext& contex
   Tensor dkv_a_out = device_like({tokens, latent + rope});  // [d(c) | d(k_rope)]: kv_a's output gradient
   const ops::cuda::ColumnBlock dk_rope(dkv_a_out, latent, rope);
   Tensor dq_proj;
+  const Tensor& inv_freq = inv_freq_.for_positions(batch.layout.positions);
   if (q_in_place_) {
-    ops::cuda::mla_qkv_backward_in_place(dq, dk, dvv, inv_freq_, batch.positions, layout_,
+    ops::cuda::mla_qkv_backward_in_place(dq, dk, dvv, inv_freq, batch.positions, layout_,
                                          dkv.view({tokens, heads, nope + dv}), dk_rope);
     dq_proj = dq.view({tokens, heads * (nope + rope)});
   } else {
     dq_proj = device_like({tokens, heads * (nope + rope)});
-    ops::cuda::mla_qkv_backward(dq, dk, dvv, inv_freq_, batch.positions, layout_,
-                                dq_proj.view({tokens, heads, nope + rope}), dkv.view({tokens, heads, nope + dv}), dk_rope);
+    ops::cuda::mla_qkv_backward(dq, dk, dvv, inv_freq, batch.positions, layout_,
+                                dq_proj.view({tokens, heads, nope + rope}), dkv.view({tokens, heads, nope + dv}),
+                                dk_rope);
   }
   dq = dk = dvv = Tensor();
   part.next("mla.bwd.kv");

@@ -54,7 +54,8 @@ class MlaAttentionBlock {
   Projections project(const Tensor& h, const StepContext& context);
   // Attention's q (q_proj rotated in place where it can be, else a new tensor), and k and v written into the given
   // [T, heads, width] tensors (v undefined: read in kv's columns).
-  void assemble_qkv(const Projections& projected, const Tensor& positions, Tensor& q, const Tensor& k, const Tensor& v);
+  void assemble_qkv(const Projections& projected, const DeviceBatch& batch, Tensor& q, const Tensor& k,
+                    const Tensor& v);
   Tensor attend_out(const Tensor& attended, const Tensor& h, const StepContext& context);  // h + o(attended)
   Tensor project_q(const Tensor& x, const StepContext& context);  // [T, heads·(nope + rope)]
   // Adds into dx; writes the weight gradients when `write` (StepContext::overwrite_gradients).
@@ -69,7 +70,7 @@ class MlaAttentionBlock {
   bool q_in_place_;              // qk_width_ is q_proj's: q is q_proj rotated in place, dq becomes dq_proj in place
   bool v_in_kv_;                 // attention reads v in kv_b's output, writes dv in its gradient (ops/mla_v_in_place.h)
   ops::cuda::MlaQkvLayout layout_;
-  Tensor inv_freq_;             // F32 [rope / 2] on the device
+  ops::RopeFactorSets<Tensor> inv_freq_;  // F32 [rope / 2] on the device (longrope's short and long)
   MlaParams p_;
   Adapters lora_;
   struct Stash {

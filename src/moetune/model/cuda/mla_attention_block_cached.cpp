@@ -33,7 +33,7 @@ Tensor MlaAttentionBlock::forward_cached(const Tensor& h, const StepContext& con
   if (!lora_.kv_b.empty()) {  // expanded heads in the cache
     const auto [keys, values] = cache.next_layer(heads, qk_width_, v_width_);
     const Tensor k = keys.narrow(past, tokens), v = values.narrow(past, tokens);
-    assemble_qkv(projected, context.batch.positions, q, k, v);
+    assemble_qkv(projected, context.batch, q, k, v);
     if (past == 0)
       ops::cuda::causal_attention_forward(q, k, v, context.batch.documents, mla_.softmax_scale, attended);
     else
@@ -43,7 +43,7 @@ Tensor MlaAttentionBlock::forward_cached(const Tensor& h, const StepContext& con
     const Tensor rows = cache.next_layer(1, latent + rope, 0).first;
     const Tensor latent_rows = rows.view({rows.size(0), latent + rope});
     const Tensor k = device_bf16({tokens, heads, qk_width_}), v = device_bf16({tokens, heads, v_width_});
-    assemble_qkv(projected, context.batch.positions, q, k, v);
+    assemble_qkv(projected, context.batch, q, k, v);
     // The new rows: kv_a_layernorm(c) as project() left it, then the rope key as attention's k holds it rotated
     // (head 0's columns).
     char* first_row = static_cast<char*>(latent_rows.narrow(past, tokens).raw_data());

@@ -34,9 +34,9 @@ void read_longrope(const json& dict, const io::ConfigReader& top, int64_t max_po
         !std::all_of(factors->begin(), factors->end(),
                      [](const json& v) { return v.is_number() && v.get<double>() > 0; }))
       fail("RoPE longrope needs '{}': a list of positive numbers, one per rotary frequency", name);
-    if (std::string_view(name) == "short_factor")
-      for (const json& v : *factors) rope.short_factor.push_back(v.get<double>());
-    else if (factors->size() != rope.short_factor.size())
+    std::vector<double>& values = std::string_view(name) == "short_factor" ? rope.short_factor : rope.long_factor;
+    for (const json& v : *factors) values.push_back(v.get<double>());
+    if (values.size() != rope.short_factor.size())
       fail("RoPE longrope's 'long_factor' has {} values and 'short_factor' {}", factors->size(),
            rope.short_factor.size());
   }

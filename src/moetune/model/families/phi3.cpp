@@ -49,6 +49,10 @@ ModelSpec describe(const io::ConfigReader& original) {
   for (const char* key : {"resid_pdrop", "embd_pdrop"})
     if (const double p = r.number(key, 0.0); p != 0.0) refuse(key, fmt::format("{}", p), "dropout in training");
   apply_token_id_defaults(r, {.pad = 32000, .bos = 1, .eos = 32000}, c.spec);
+  // Phi3Config's top-level original_max_position_embeddings (4096 unless given; null turns the reset off, where
+  // transformers' comparison with None would fail).
+  if (!r.is_null("original_max_position_embeddings"))
+    c.spec.generation_cache_reset_length = r.integer("original_max_position_embeddings", 4096);
   build_dense_layers(c,
                      std::vector(c.spec.layers.size(), every_layer_window(r, /*Phi3Config's default*/ std::nullopt)));
   return c.spec;

@@ -63,7 +63,12 @@ int64_t rope_rotary_dim(const RopeSpec& rope, int64_t head_dim) {
   return rotary_dim;
 }
 
-std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim) {
+bool rope_runs_long_factors(const RopeSpec& rope, const std::vector<int64_t>& positions) {
+  return rope.type == "longrope" && !positions.empty() &&
+         *std::max_element(positions.begin(), positions.end()) + 1 > rope.original_max_position_embeddings;
+}
+
+std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_dim, bool long_factors) {
   if (rope.type == "none") return {};  // no positional embedding (Nemotron-H): apply_rope leaves x alone
   // transformers raises theta to arange(0, dim, 2) / dim over dim = int(head_dim · partial_rotary_factor), in fp32.
   // With partial rotation (the default and longrope schedules; the config readers refuse the others) the pairs past
@@ -82,11 +87,11 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
   if (rope.type == "default" || rope.type == "dynamic") return inv;
   if (rope.type == "yarn") return yarn_inverse_frequencies(rope, head_dim);
   if (rope.type == "longrope") {
-    MOETUNE_CHECK(rope.short_factor.size() == rotating,
-                  "RoPE: longrope's short_factor has {} values for {} rotating frequencies", rope.short_factor.size(),
-                  rotating);
+    const std::vector<double>& factors = long_factors ? rope.long_factor : rope.short_factor;
+    MOETUNE_CHECK(factors.size() == rotating, "RoPE: longrope's {} has {} values for {} rotating frequencies",
+                  long_factors ? "long_factor" : "short_factor", factors.size(), rotating);
     for (size_t i = 0; i < rotating; ++i)  // transformers: 1 / (ext_factors · base^(arange(0, dim, 2) / dim)) in fp32
-      inv[i] = 1.0f / (float(rope.short_factor[i]) * theta_power(i));
+      inv[i] = 1.0f / (float(factors[i]) * theta_power(i));
     return inv;
   }
   if (rope.type == "linear") {
