@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "moetune/ops/cuda/activation.h"
 #include "moetune/ops/cuda/grouped_gemm.h"
 #include "moetune/ops/cuda/grouped_gemm_kernels.h"
 #include "moetune/ops/linear.h"
@@ -264,57 +263,6 @@ TEST_F(GroupedGemmGpu, ConsecutiveCallsAgree) {
   ops::cuda::grouped_matmul(x, w, true, groups.device_offsets, second);
   EXPECT_LT(relative_error(first, reference_grouped_matmul(x, w, true, groups)), kBf16Tolerance);
   expect_same_values(second, first, "second call");
-}
-
-// SwiGLU's backward in the down projection's epilogue (grouped_matmul_swiglu_backward) gives the bits of the two
-// passes it replaces, grouped_matmul's d(activated) and then swiglu_backward, with and without the recomputed
-// activation; rows past the groups keep what they held. (I, H) pairs: I not a multiple of the 256-wide tile nor
-// of the 32-wide epilogue sub-tile, H not of the 64-deep K tile, and Moonlight's widths.
-TEST_F(GroupedGemmGpu, SwigluBackwardEpilogueGivesTheTwoPassesBits) {
-  SCOPED_TRACE(seed());
-  const std::vector<std::pair<int64_t, int64_t>> widths = {{136, 64}, {264, 200}, {72, 520}, {1408, 2048}};
-  for (const auto& sizes : kGroupSizes)
-    for (const auto& [inner, hidden] : widths) {
-      SCOPED_TRACE(describe(sizes, inner, hidden));
-      const Groups groups = make_groups(sizes);
-      const int64_t grouped = groups.rows(), rows = grouped + 5;  // padding rows the GEMM must leave alone
-      const Tensor dy = random_normal({rows, hidden}, DType::BF16, Device::cuda(), rng());
-      const Tensor w = random_normal({groups.count(), hidden, inner}, DType::BF16, Device::cuda(), rng(), 0.1f);
-      const Tensor gate_up = random_normal({rows, 2 * inner}, DType::BF16, Device::cuda(), rng(), 3.0f);
-      const Tensor initial_dgate_up = random_normal({rows, 2 * inner}, DType::BF16, Device::cuda(), rng());
-      const Tensor initial_activated = random_normal({rows, inner}, DType::BF16, Device::cuda(), rng());
-
-      const Tensor dactivated = random_normal({rows, inner}, DType::BF16, Device::cuda(), rng());
-      ops::cuda::grouped_matmul(dy, w, /*transpose_w=*/false, groups.device_offsets, dactivated);
-      const Tensor expected_dgate_up = initial_dgate_up.clone(), expected_activated = initial_activated.clone();
-      if (grouped > 0)
-        ops::cuda::swiglu_backward(dactivated.narrow(0, grouped), gate_up.narrow(0, grouped),
-                                   expected_dgate_up.narrow(0, grouped), expected_activated.narrow(0, grouped));
-
-      const Tensor dgate_up = initial_dgate_up.clone(), activated = initial_activated.clone();
-      ops::cuda::grouped_matmul_swiglu_backward(dy, w, groups.device_offsets, gate_up, dgate_up, activated);
-      expect_same_values(dgate_up, expected_dgate_up, "d(gate_up)");
-      expect_same_values(activated, expected_activated, "the recomputed activation");
-
-      const Tensor dgate_up_alone = initial_dgate_up.clone();
-      ops::cuda::grouped_matmul_swiglu_backward(dy, w, groups.device_offsets, gate_up, dgate_up_alone);
-      expect_same_values(dgate_up_alone, expected_dgate_up, "d(gate_up) without the activation");
-    }
-}
-
-TEST_F(GroupedGemmGpu, SwigluBackwardEpilogueRejectsMismatchedShapes) {
-  const Groups groups = make_groups({3, 4});
-  const Tensor dy = Tensor::zeros({7, 64}, DType::BF16).to(Device::cuda());
-  const Tensor w = Tensor::zeros({2, 64, 136}, DType::BF16).to(Device::cuda());
-  const Tensor gate_up = Tensor::zeros({7, 272}, DType::BF16).to(Device::cuda());
-  const Tensor narrow_gate_up = Tensor::zeros({7, 136}, DType::BF16).to(Device::cuda());
-  const Tensor dgate_up = Tensor::zeros({7, 272}, DType::BF16).to(Device::cuda());
-  const Tensor wrong_activated = Tensor::zeros({7, 272}, DType::BF16).to(Device::cuda());
-  EXPECT_THROW(ops::cuda::grouped_matmul_swiglu_backward(dy, w, groups.device_offsets, narrow_gate_up, dgate_up),
-               Error);
-  EXPECT_THROW(
-      ops::cuda::grouped_matmul_swiglu_backward(dy, w, groups.device_offsets, gate_up, dgate_up, wrong_activated),
-      Error);
 }
 
 TEST_F(GroupedGemmGpu, RejectsSizesThatAreNotMultiplesOf8) {

@@ -17,7 +17,6 @@
 #include "gpu_test_util.h"
 #include "gpu_tiled_random.h"
 #include "gpu_timing.h"
-#include "moetune/ops/cuda/activation.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/grouped_gemm.h"
 #include "moetune/ops/cuda/grouped_gemm_kernels.h"
@@ -123,56 +122,6 @@ TEST_F(GroupedGemmTiming, DISABLED_WeightGradSchedules) {
     time_rounds(p.name, 2.0 * double(p.rows) * double(p.n) * double(p.k), variants);
   }
   ops::cuda::set_weight_grad_schedule(ops::cuda::WeightGradSchedule::ByRows);
-}
-
-// Not a check: the down projection's input gradient and SwiGLU's backward as two passes (grouped_matmul, then
-// swiglu_backward) against one (grouped_matmul_swiglu_backward, the backward in the GEMM's epilogue), with the
-// forward's activation kept (d(gate_up) alone) and recomputed (the activation written too), at the experts' shapes
-// of three models at 8192 tokens (the widths as the weight-gradient timing above), and Moonlight's dense first layer
-// as one group (its two passes on cuBLASLt's GEMM, as the engine runs them). The bytes the epilogue saves:
-// d(activated)'s store and load, 4 bytes a value (Moonlight's experts: 0.28 GB, ~0.08 ms at 3.3 TB/s), and a launch.
-TEST_F(GroupedGemmTiming, DISABLED_SwigluBackwardEpilogue) {
-  struct Problem {
-    const char* name;
-    int64_t experts, rows, hidden, inner;
-  };
-  const Problem problems[] = {{"dsv3 down dX + SwiGLU", 256, 65536, 7168, 2048},
-                              {"qwen3 down dX + SwiGLU", 128, 65536, 2048, 768},
-                              {"moonlight down dX + SwiGLU", 64, 49152, 2048, 1408},
-                              {"moonlight dense MLP", 1, 8192, 2048, 11264}};
-  std::mt19937 rng(13);
-  for (const Problem& p : problems) {
-    const Tensor offsets = uniform_offsets(p.experts, p.rows);
-    const Tensor dy = tiled_random(p.rows, p.hidden, rng, 1e-3f);
-    const Tensor down = tiled_random(p.experts * p.hidden, p.inner, rng, 0.02f).view({p.experts, p.hidden, p.inner});
-    const Tensor gate_up = tiled_random(p.rows, 2 * p.inner, rng, 1.0f);
-    Tensor dgate_up = Tensor::empty({p.rows, 2 * p.inner}, DType::BF16, kGpu);
-    Tensor dactivated = Tensor::empty({p.rows, p.inner}, DType::BF16, kGpu);
-    Tensor activated = Tensor::empty({p.rows, p.inner}, DType::BF16, kGpu);
-    const Tensor down_2d = down.view({p.experts * p.hidden, p.inner});
-    auto down_input_grad = [&] {  // one group: cuBLASLt's dense GEMM, as model/cuda/swiglu_mlp.cpp runs it
-      if (p.experts == 1)
-        ops::cuda::matmul(dy, false, down_2d, false, dactivated);
-      else
-        ops::cuda::grouped_matmul(dy, down, false, offsets, dactivated);
-    };
-    std::vector<Variant> variants{
-        {"two passes, kept",
-         [&] {
-           down_input_grad();
-           ops::cuda::swiglu_backward(dactivated, gate_up, dgate_up);
-         }},
-        {"epilogue, kept", [&] { ops::cuda::grouped_matmul_swiglu_backward(dy, down, offsets, gate_up, dgate_up); }},
-        {"two passes, recomputed",
-         [&] {
-           down_input_grad();
-           ops::cuda::swiglu_backward(dactivated, gate_up, dgate_up, dactivated);
-         }},
-        {"epilogue, recomputed",
-         [&] { ops::cuda::grouped_matmul_swiglu_backward(dy, down, offsets, gate_up, dgate_up, activated); }},
-        {"the GEMM alone", down_input_grad}};
-    time_rounds(p.name, 2.0 * double(p.rows) * double(p.hidden) * double(p.inner), variants);
-  }
 }
 
 }  // namespace

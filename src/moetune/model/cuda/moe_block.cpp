@@ -6,7 +6,6 @@
 #include "moetune/model/cuda/mlp_activation.h"
 #include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/model/cuda/padded_experts.h"
-#include "moetune/model/cuda/swiglu_backward_choice.h"
 #include "moetune/model/cuda/swiglu_mlp.h"
 #include "moetune/model/lora_refusal.h"
 #include "moetune/model/memory_plan.h"
@@ -248,9 +247,9 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   // input gradient first, then the activation's backward writes the recomputed activation over d(activated) for
   // down's weight gradient: one pass over the pre-activation instead of two (0.35 -> 0.26 ms on Moonlight's
   // layer, docs/benchmarks.md), with d(expert_out) held until then beside d(gate_up) (the memory plan counts it).
-  // Otherwise down's weight gradient goes first on the activation recomputed apart. With SwiGLU's backward in the
-  // epilogue (swiglu_backward_choice.h; SiLU-gated experts without LoRA on down) down's input-gradient GEMM writes
-  // d(gate_up) (and, where the fused pass wants it, the recomputed activation) itself, in any of these orders.
+  // Otherwise down's weight gradient goes first on the activation recomputed apart. (SwiGLU's backward inside down's
+  // input-gradient GEMM epilogue was built and measured 2-16% slower than these passes at Moonlight's, Qwen3's and
+  // DeepSeek-V3's widths, H200 session 33: removed.)
   const bool kept = activation_.defined();
   const bool fused = !kept && !overlap && !expert_lora_.on_down() && p_.down.grad.defined() &&
                      spec_.experts.activation != Activation::ReluSquared;
@@ -267,28 +266,16 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     add_down_weight_grad(dexpert_out, activated, context.overwrite_gradients, context.expert_norms);
   };
   if (!overlap && !fused) down_weight_gradient();
-  Tensor dactivated, dgate_up;
-  if (swiglu_backward_in_epilogue() && spec_.experts.silu_gated() && !expert_lora_.on_down()) {
-    // d(activated) stays in the GEMM's registers; `dactivated` receives the recomputed activation where the fused
-    // pass below wants it.
-    dgate_up = device_like({rows, first});
-    if (fused) dactivated = device_like({rows, inner});
-    ops::cuda::grouped_matmul_swiglu_backward(dexpert_out, down, dispatched_.offsets, gate_up_out_, dgate_up,
-                                              dactivated);
-    if (!overlap && !fused) dexpert_out = Tensor();
-  } else {
-    dactivated = device_like({rows, inner});
-    ops::cuda::grouped_matmul(dexpert_out, down, /*transpose_w=*/false, dispatched_.offsets, dactivated);
-    if (expert_lora_.on_down()) {
-      Tensor activated = device_like({rows, inner});  // recomputed, as for the weight gradient
-      activation_forward(spec_.experts, gate_up_out_, activated);
-      expert_lora_.down_backward(dexpert_out, activated, dispatched_.offsets, dactivated);
-    }
-    if (!overlap && !fused) dexpert_out = Tensor();
-    dgate_up = device_like({rows, first});
-    activation_backward(spec_.experts, dactivated, gate_up_out_, dgate_up,
-                        /*recomputed=*/fused ? dactivated : Tensor());
+  Tensor dactivated = device_like({rows, inner});
+  ops::cuda::grouped_matmul(dexpert_out, down, /*transpose_w=*/false, dispatched_.offsets, dactivated);
+  if (expert_lora_.on_down()) {
+    Tensor activated = device_like({rows, inner});  // recomputed, as for the weight gradient
+    activation_forward(spec_.experts, gate_up_out_, activated);
+    expert_lora_.down_backward(dexpert_out, activated, dispatched_.offsets, dactivated);
   }
+  if (!overlap && !fused) dexpert_out = Tensor();
+  Tensor dgate_up = device_like({rows, first});
+  activation_backward(spec_.experts, dactivated, gate_up_out_, dgate_up, /*recomputed=*/fused ? dactivated : Tensor());
   if (p_.gate_up_bias.grad.defined()) ops::cuda::expert_bias_grad(dgate_up, dispatched_.offsets, p_.gate_up_bias.grad);
   if (fused) {
     add_down_weight_grad(dexpert_out, /*activated=*/dactivated, context.overwrite_gradients, context.expert_norms);

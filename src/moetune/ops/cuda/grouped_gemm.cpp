@@ -77,23 +77,13 @@ class Scratch {
   size_t nbytes_;
 };
 
-// Sizes the launch's scratch for this GPU (scratch_bytes(sm_count)), then queues it (launcher(scratch, bytes,
-// sm_count, stream) returns the kernels' error message, "" on success).
-template <class ScratchBytes, class Launcher>
-void launch_with_scratch(std::string_view op, std::string_view shapes, ScratchBytes scratch_bytes, Launcher launcher) {
-  const int sm_count = multiprocessor_count();
-  const Scratch scratch(scratch_bytes(sm_count));
-  const std::string error = launcher(scratch.data(), scratch.nbytes(), sm_count, gpu::stream());
-  MOETUNE_CHECK(error.empty(), "{} of {}: {}", op, shapes, error);
-}
-
 template <GroupedGemmKind kind>
 void launch(std::string_view op, const GroupedGemmProblem& problem, std::string_view shapes) {
-  launch_with_scratch(
-      op, shapes, [&](int sm_count) { return grouped_gemm_scratch_bytes<kind>(problem.groups, sm_count); },
-      [&](void* scratch, size_t bytes, int sm_count, cudaStream_t stream) {
-        return launch_grouped_gemm<kind>(problem, scratch, bytes, sm_count, stream);
-      });
+  const int sm_count = multiprocessor_count();
+  const Scratch scratch(grouped_gemm_scratch_bytes<kind>(problem.groups, sm_count));
+  const std::string error =
+      launch_grouped_gemm<kind>(problem, scratch.data(), scratch.nbytes(), sm_count, gpu::stream());
+  MOETUNE_CHECK(error.empty(), "{} of {}: {}", op, shapes, error);
 }
 
 }  // namespace
@@ -122,58 +112,6 @@ void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, co
   const std::string shapes = fmt::format("x {}, weights {}{}", x.str(), weights.str(), transpose_w ? "ᵀ" : "");
   if (transpose_w) launch<GroupedGemmKind::RowsTimesWeightT>(op, problem, shapes);
   else launch<GroupedGemmKind::RowsTimesWeight>(op, problem, shapes);
-}
-
-void grouped_matmul_swiglu_backward(const Tensor& dy, const Tensor& weights, const Tensor& offsets,
-                                    const Tensor& gate_up, const Tensor& dgate_up, const Tensor& activated) {
-  constexpr std::string_view op = "grouped_matmul_swiglu_backward";
-  check_matrix(op, "dy", dy, 2);
-  check_matrix(op, "weights", weights, 3);
-  check_matrix(op, "gate_up", gate_up, 2);
-  check_matrix(op, "dgate_up", dgate_up, 2);
-  check_same_device(op, {&dy, &weights, &offsets, &gate_up, &dgate_up});
-  const int64_t rows = dy.size(0), groups = weights.size(0), hidden = weights.size(1), inner = weights.size(2);
-  MOETUNE_CHECK(dy.size(1) == hidden && gate_up.size(0) == rows && gate_up.size(1) == 2 * inner &&
-                    dgate_up.size(0) == rows && dgate_up.size(1) == 2 * inner,
-                "{}: dy {} · weights {} against gate_up {} into dgate_up {}: shapes disagree", op, dy.str(),
-                weights.str(), gate_up.str(), dgate_up.str());
-  if (activated.defined()) {
-    check_matrix(op, "activated", activated, 2);
-    check_same_device(op, {&dy, &activated});
-    MOETUNE_CHECK(activated.size(0) == rows && activated.size(1) == inner, "{}: activated {}, expected [{}, {}]", op,
-                  activated.str(), rows, inner);
-  }
-  check_inner_size(op, "K (hidden)", hidden);
-  check_inner_size(op, "N (intermediate)", inner);
-  check_offsets(op, offsets, groups, rows);
-  if (rows == 0 || groups == 0) return;
-
-  const GroupedGemmProblem problem{.a = dy.raw_data(),
-                                   .b = weights.raw_data(),
-                                   .out = dgate_up.raw_data(),
-                                   .offsets = static_cast<const int32_t*>(offsets.raw_data()),
-                                   .rows = rows,
-                                   .groups = int(groups),
-                                   .n = int(inner),
-                                   .k = int(hidden),
-                                   .accumulate = false};
-  const SwigluBackwardOperands operands{gate_up.raw_data(), activated.defined() ? activated.raw_data() : nullptr};
-  launch_with_scratch(
-      op, fmt::format("dy {}, weights {}", dy.str(), weights.str()),
-      [&](int sm_count) { return grouped_swiglu_backward_scratch_bytes(int(groups), sm_count); },
-      [&](void* scratch, size_t bytes, int sm_count, cudaStream_t stream) {
-        return launch_grouped_swiglu_backward(problem, operands, scratch, bytes, sm_count, stream);
-      });
-}
-
-Tensor one_group_offsets(int64_t rows) {
-  MOETUNE_CHECK(rows >= 0 && rows <= std::numeric_limits<int32_t>::max(), "one_group_offsets: {} rows", rows);
-  const int32_t host[2] = {0, int32_t(rows)};
-  Tensor offsets = Tensor::empty({2}, DType::I32, Device::cuda());
-  // From pageable memory cudaMemcpyAsync stages the 8 bytes at once and queues the copy: no device synchronisation.
-  gpu::check(cudaMemcpyAsync(offsets.raw_data(), host, sizeof(host), cudaMemcpyHostToDevice, gpu::stream()),
-             "one_group_offsets upload");
-  return offsets;
 }
 
 int64_t grouped_weight_grad_norm_slots(const Tensor& dw) {

@@ -18,20 +18,6 @@ namespace moetune::ops::cuda {
 void grouped_matmul(const Tensor& x, const Tensor& weights, bool transpose_w, const Tensor& offsets, const Tensor& out,
                     float alpha = 1.0f, bool accumulate = false);
 
-// The down projection's input gradient with SwiGLU's backward in its epilogue: for every e,
-// d(activated)[rows_e] = dy[rows_e] · W_e (weights [E, H, I] as stored for the forward, dy [R, H]), rounded to bf16
-// as grouped_matmul stores it but never stored; with gate_up [R, 2I] the forward's pre-activation, writes
-// d(gate_up) [R, 2I] and, when `activated` [R, I] is defined, the activation recomputed: bit for bit
-// grouped_matmul(dy, weights, false, ...) then swiglu_backward(d(activated), gate_up, dgate_up, activated), without
-// d(activated)'s round trip through memory (ops/cuda/grouped_gemm_swiglu_backward.cuh). Plain SwiGLU only.
-void grouped_matmul_swiglu_backward(const Tensor& dy, const Tensor& weights, const Tensor& offsets,
-                                    const Tensor& gate_up, const Tensor& dgate_up, const Tensor& activated = Tensor());
-
-// Device offsets [0, rows]: every row in one group, for a dense product through the grouped kernels (a dense
-// MLP's down projection with grouped_matmul_swiglu_backward's epilogue, its weight [H, I] viewed as [1, H, I]).
-// Queued on the stream; the host does not wait.
-Tensor one_group_offsets(int64_t rows);
-
 // K-grouped weight gradient: dW_e = dy[rows_e]ᵀ · x[rows_e] for every e, dy [R, N], x [R, K], dw [E, N, K];
 // accumulate: dW_e += ... instead of =. An empty group gives dW_e = 0 (or leaves it when accumulating).
 // norm_partials (CUDA F32 [grouped_weight_grad_norm_slots(dw)], or undefined; not with accumulate): the

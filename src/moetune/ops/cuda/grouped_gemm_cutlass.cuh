@@ -27,7 +27,6 @@
 #include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/grouped_gemm_kernels.h"
 #include "moetune/ops/cuda/grouped_gemm_square_sum.cuh"
-#include "moetune/ops/cuda/grouped_gemm_swiglu_backward.cuh"
 
 namespace moetune::ops::cuda::grouped_gemm_detail {
 
@@ -50,8 +49,7 @@ using GroupShape = ProblemShape::UnderlyingProblemShape;
 // bounds and clips the stores, so nothing outside the group is read or written.
 // (TileShape and ClusterShape are template parameters only so that every type below depends on one: nvcc's
 // front end rewrites non-dependent CUTLASS builder types inside a class template into code g++ rejects.)
-// FusionOp: the epilogue's tree; the weight gradient's adds its squares' sums (grouped_gemm_square_sum.cuh), the
-// down projection's input gradient may apply SwiGLU's backward (grouped_gemm_swiglu_backward.cuh).
+// FusionOp: the epilogue's tree; the weight gradient's adds its squares' sums (grouped_gemm_square_sum.cuh).
 template <class LayoutA, class LayoutB, class TileShape, class ClusterShape,
           class FusionOp = cutlass::epilogue::fusion::LinearCombination<Element, Accumulator>, bool kCooperative = false>
 struct GroupedGemmConfig {
@@ -205,18 +203,9 @@ inline void set_scalars(SquareSummedLinearCombination::Arguments& thread, float 
   thread.op_0 = {{{beta}, {nullptr}, {nullptr}, {Zero{}}}, {}, {{{alpha}, {nullptr}, {nullptr}, {Zero{}}}, {}, {}}, {}};
 }
 
-// The SwiGLU tree has no scalars: its launcher runs alpha = 1 and beta = 0 only.
-inline void set_scalars(SwigluBackwardEpilogue::Arguments&, float, float) {}
-
-// What a tree's own node takes beyond the scalars (each tree reads its member).
-struct EpilogueExtras {
-  SquareSumPerWarp::Arguments sums{};
-  SwigluBackwardRows::Arguments swiglu{};
-};
-
 template <class Config>
 typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Config>& arrays, float alpha, float beta,
-                                                int sm_count, const EpilogueExtras& extras = {},
+                                                int sm_count, SquareSumPerWarp::Arguments sums = {},
                                                 bool raster_along_n = false) {
   typename Config::Gemm::Arguments arguments{
       cutlass::gemm::GemmUniversalMode::kGrouped,
@@ -225,11 +214,9 @@ typename Config::Gemm::Arguments make_arguments(int groups, const GroupArrays<Co
       // C aliases D: only read when beta != 0 (CUTLASS skips the C load for a zero scalar beta).
       {{}, const_cast<const Element**>(arrays.d), arrays.stride_d, arrays.d, arrays.stride_d}};
   set_scalars(arguments.epilogue.thread, alpha, beta);
-  using Thread = std::decay_t<decltype(arguments.epilogue.thread)>;
-  if constexpr (std::is_same_v<Thread, SquareSummedLinearCombination::Arguments>)
-    arguments.epilogue.thread.op_1 = extras.sums;
-  if constexpr (std::is_same_v<Thread, SwigluBackwardEpilogue::Arguments>)
-    arguments.epilogue.thread.op_1 = extras.swiglu;
+  if constexpr (std::is_same_v<std::decay_t<decltype(arguments.epilogue.thread)>,
+                               SquareSummedLinearCombination::Arguments>)
+    arguments.epilogue.thread.op_1 = sums;
   int device = 0;
   cudaGetDevice(&device);
   arguments.hw_info.device_id = device;
@@ -261,10 +248,10 @@ inline std::string cutlass_failure(const char* step, cutlass::Status status) {
 template <class Config, class Geometry>
 std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Config>& strides, const int32_t* offsets,
                              int groups, int64_t rows, float alpha, float beta, void* scratch, size_t scratch_size,
-                             int sm_count, cudaStream_t stream, const EpilogueExtras& extras = {},
+                             int sm_count, cudaStream_t stream, SquareSumPerWarp::Arguments sums = {},
                              bool raster_along_n = false) {
   const size_t workspace_bytes = Config::Gemm::get_workspace_size(
-      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count, extras, raster_along_n));
+      make_arguments<Config>(groups, GroupArrays<Config>{}, alpha, beta, sm_count, sums, raster_along_n));
   const ScratchLayout layout = scratch_layout<Config>(groups, workspace_bytes);
   if (scratch == nullptr || scratch_size < layout.total || reinterpret_cast<uintptr_t>(scratch) % 128 != 0)
     return "grouped GEMM scratch is missing, too small (" + std::to_string(scratch_size) + " < " +
@@ -287,7 +274,7 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess)
     return cuda_failure("launch of the group-array kernel", status);
 
-  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count, extras, raster_along_n);
+  const auto arguments = make_arguments<Config>(groups, arrays, alpha, beta, sm_count, sums, raster_along_n);
   typename Config::Gemm gemm;
   if (const cutlass::Status status = gemm.can_implement(arguments); status != cutlass::Status::kSuccess)
     return cutlass_failure("can_implement", status);
@@ -302,38 +289,31 @@ std::string run_grouped_gemm(const Geometry& geometry, const UniformStrides<Conf
 }
 
 // M-grouped (forward and input gradient): group e multiplies x[rows_e] ([count, k], A) by expert e's weight
-// (B) into out[rows_e] ([count, n] in rows of out_row elements, D), times alpha, plus out[rows_e] itself when
-// accumulating (C aliases D). An empty group has M = 0, hence no tiles: CUTLASS never visits it.
+// (B) into out[rows_e] ([count, n], D), times alpha, plus out[rows_e] itself when accumulating (C aliases D).
+// An empty group has M = 0, hence no tiles: CUTLASS never visits it.
 struct RowsTimesWeightGeometry {
   const Element* x;
   const Element* weights;  // [groups, n, k] or [groups, k, n]: n·k elements per expert either way
   Element* out;
   int n, k;
-  int64_t out_row;  // n, or wider when out is the first columns of a wider matrix
   __device__ GroupOperands operator()(int e, int64_t begin, int count) const {
-    return {cute::make_shape(count, n, k), x + begin * k, weights + int64_t(e) * n * k, out + begin * out_row};
+    return {cute::make_shape(count, n, k), x + begin * k, weights + int64_t(e) * n * k, out + begin * n};
   }
 };
 
 // Both M-grouped kernels: x and out row-major; only the weight's arrangement (LayoutB) differs.
-// `weight_row` is the length of one stored row of W_e: k for [n, k], n for [k, n]; `out_row` out's (0: n).
+// `weight_row` is the length of one stored row of W_e: k for [n, k], n for [k, n].
 template <class Config>
 std::string run_rows_times_weight(const GroupedGemmProblem& problem, int64_t weight_row, void* scratch,
-                                  size_t scratch_bytes, int sm_count, cudaStream_t stream,
-                                  const EpilogueExtras& extras = {}, int64_t out_row = 0) {
-  if (out_row == 0) out_row = problem.n;
-  const RowsTimesWeightGeometry geometry{static_cast<const Element*>(problem.a),
-                                         static_cast<const Element*>(problem.b),
-                                         static_cast<Element*>(problem.out),
-                                         problem.n,
-                                         problem.k,
-                                         out_row};
+                                  size_t scratch_bytes, int sm_count, cudaStream_t stream) {
+  const RowsTimesWeightGeometry geometry{static_cast<const Element*>(problem.a), static_cast<const Element*>(problem.b),
+                                         static_cast<Element*>(problem.out), problem.n, problem.k};
   const UniformStrides<Config> strides{row_stride<typename Config::StrideA>(problem.k),
                                        row_stride<typename Config::StrideB>(weight_row),
-                                       row_stride<typename Config::StrideD>(out_row)};
+                                       row_stride<typename Config::StrideD>(problem.n)};
   return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
                                   /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream,
-                                  extras, /*raster_along_n=*/true);
+                                  /*sums=*/{}, /*raster_along_n=*/true);
 }
 
 }  // namespace moetune::ops::cuda::grouped_gemm_detail

@@ -57,16 +57,6 @@ template <GroupedGemmKind kind>
 std::string launch_grouped_gemm(const GroupedGemmProblem& problem, void* scratch, size_t scratch_bytes, int sm_count,
                                 cudaStream_t stream);
 
-// RowsTimesWeight for the down projection (dy [R, H] · W_e, W [E, H, I]) with SwiGLU's backward in its epilogue
-// (grouped_gemm_swiglu_backward.cu): problem.out is d(gate_up) [R, 2I] (n = I), no accumulate, alpha 1.
-struct SwigluBackwardOperands {
-  const void* gate_up;  // [R, 2I]: the forward's gate | up
-  void* activated;      // [R, I] or null: the activation recomputed
-};
-size_t grouped_swiglu_backward_scratch_bytes(int groups, int sm_count);
-std::string launch_grouped_swiglu_backward(const GroupedGemmProblem& problem, const SwigluBackwardOperands& operands,
-                                           void* scratch, size_t scratch_bytes, int sm_count, cudaStream_t stream);
-
 // Each kind is specialised in its own .cu file (see GroupedGemmKind).
 template <>
 size_t grouped_gemm_scratch_bytes<GroupedGemmKind::RowsTimesWeightT>(int groups, int sm_count);

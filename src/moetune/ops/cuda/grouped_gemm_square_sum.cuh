@@ -18,18 +18,46 @@
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp>
 
-#include "moetune/ops/cuda/grouped_gemm_register_node.cuh"
-
 namespace moetune::ops::cuda::grouped_gemm_detail {
 
-struct SquareSumArguments {
-  float* partials = nullptr;  // null: no sums
-  int tiles_n = 0;            // column tiles of a group's output
-  int64_t slots_per_group = 0;
-};
+struct SquareSumPerWarp {
+  struct SharedStorage {};
+  struct Arguments {
+    float* partials = nullptr;  // null: no sums
+    int tiles_n = 0;            // column tiles of a group's output
+    int64_t slots_per_group = 0;
+  };
+  using Params = Arguments;
 
-struct SquareSumPerWarp : RegisterOnlyNode<SquareSumArguments> {
-  using RegisterOnlyNode::RegisterOnlyNode;
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  CUTLASS_HOST_DEVICE SquareSumPerWarp() {}
+  CUTLASS_HOST_DEVICE SquareSumPerWarp(Params const& params, SharedStorage const&) : params(params) {}
+  Params params;
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
+    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
+  }
 
   // Only the slot and the running sum: every element of the tile is summed, also those outside the group's
   // bounds, which are exactly zero (TMA zero-fills the operands' loads past the bounds, so their accumulators

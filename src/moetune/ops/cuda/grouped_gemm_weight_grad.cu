@@ -148,7 +148,7 @@ std::string launch_grouped_gemm<GroupedGemmKind::WeightGrad>(const GroupedGemmPr
                                            slots_per_group(problem.n, problem.k)};
     return run_grouped_gemm<Config>(geometry, strides, problem.offsets, problem.groups, problem.rows, problem.alpha,
                                     /*beta=*/problem.accumulate ? 1.0f : 0.0f, scratch, scratch_bytes, sm_count, stream,
-                                    EpilogueExtras{.sums = sums});
+                                    sums);
   };
   if (!g_schedule) {
     const char* value = std::getenv("MOETUNE_WEIGHT_GRAD_SCHEDULE");
