@@ -69,12 +69,13 @@ TEST(Generate, KvCacheGivesTransformersGreedyTokens) {
 
 // Past longrope's original context (phi4_mini_tiny's 32 positions; 6 + 40 tokens). Phi-3's generate means to drop
 // its cache when the sequence first passes 32 tokens and run the whole of it on the long factors
-// (prepare_inputs_for_generation), which gives what generating without a cache gives: moetune's cached and uncached
-// paths both give transformers' uncached tokens. transformers 5.17's own cached generate does not: after dropping
-// the cache it runs only the newest token (sliced by cache_position), with no cache, at every later step too (traced:
-// past None at positions 32, 33, 34), so each token past the switch attends to itself alone; the fixture records
-// those tokens ("cached": they part from the uncached ones at the 28th, 41 against 27) and moetune does not follow
-// them. Kept without the reset, moetune's cache of short-factor keys would part from both. The reset is Phi-3's alone.
+// (prepare_inputs_for_generation; transformers PR #33129), which gives what generating without a cache gives: moetune's
+// cached and uncached paths both give transformers' uncached tokens. transformers 5.17's own cached generate does not:
+// after dropping the cache it runs only the newest token (the inputs already sliced to the uncached ones), with no
+// cache, at every later step too (traced: past None at positions 32, 33, 34), so each token past the switch attends to
+// itself alone; the fixture records those tokens ("cached": they part from the uncached ones at the 28th, 41 against
+// 27) and moetune does not follow them. Kept without the reset, moetune's cache of short-factor keys would part from
+// both. The reset is Phi-3's alone.
 TEST(Generate, LongropePastItsOriginalContextAsTransformersGenerates) {
   const nlohmann::json expected =
       nlohmann::json::parse(testing::read_file(testing::fixture("generate") / "greedy.json"));

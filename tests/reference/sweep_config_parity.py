@@ -366,7 +366,7 @@ def saved_model_loads(binary: str, device: str, folder: Path, data: Path, lines,
 
 def main(binary: str, device: str, only: list[str]) -> int:
     lines = sequences()
-    failures = 0
+    failures, skipped, ran = 0, 0, 0
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(scratch) / "eval.jsonl"
         data.write_text("".join(json.dumps({"input_ids": ids}) + "\n" for ids in lines))
@@ -374,10 +374,12 @@ def main(binary: str, device: str, only: list[str]) -> int:
             if only and not any(o in case[0] for o in only):
                 continue
             try:
+                ran += 1
                 failures += not run_case(binary, device, Path(scratch), data, lines, *case)
-            except Exception as error:  # a config transformers itself refuses: say so and go on
+            except Exception as error:  # a config transformers itself refuses: say so, count it and go on
+                skipped += 1
                 print(f"SKIP {case[0]}: transformers: {type(error).__name__}: {str(error)[:300]}")
-    print(f"{failures} failed")
+    print(f"{ran - failures - skipped} passed, {skipped} skipped (transformers refused the config), {failures} failed")
     return 1 if failures else 0
 
 
