@@ -83,6 +83,12 @@ CASES = [
                                                                 "short_factor": [1.0 + 0.1 * i for i in range(8)],
                                                                 "long_factor": [2.0 + 0.1 * i for i in range(8)],
                                                                 "original_max_position_embeddings": 96}), None),
+    # and past it (original context 32: the lines of 40 and 70 tokens run the long factors), in a family whose config
+    # reads original_max_position_embeddings from the RoPE dict.
+    ("llama rope longrope long factors", "llama", dict(BASE, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                                             "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                                                                             "long_factor": [2.0 + 0.3 * i for i in range(8)],
+                                                                             "original_max_position_embeddings": 32}), None),
     ("qwen3 rope longrope attention_factor", "qwen3", dict(BASE, head_dim=16, rope_parameters={
         "rope_type": "longrope", "rope_theta": 5000.0, "short_factor": [1.0 + 0.05 * i for i in range(8)],
         "long_factor": [3.0] * 8, "original_max_position_embeddings": 128, "factor": 4.0, "attention_factor": 1.3}), None),

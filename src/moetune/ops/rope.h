@@ -50,8 +50,8 @@ std::vector<float> rope_inverse_frequencies(const RopeSpec& rope, int64_t head_d
 // transformers' longrope_frequency_update: a forward pass whose largest position + 1 exceeds
 // original_max_position_embeddings runs longrope's long factors at every position, one below it the short ones
 // (packed documents restart their positions; cached generation decides on each call's new positions, so a prompt
-// inside the original context keeps the keys its short factors made, as transformers' cache does). False for the
-// other schedules.
+// inside the original context keeps the keys its short factors made, as transformers' cache does, except where
+// Phi-3's generate drops its cache there: model/generate.h). False for the other schedules.
 bool rope_runs_long_factors(const RopeSpec& rope, const std::vector<int64_t>& positions);
 
 // What a block makes of the inverse frequencies (host vectors, device tensors), under longrope's short and long
