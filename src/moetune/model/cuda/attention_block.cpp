@@ -36,11 +36,13 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
   const int64_t d = spec_.qk_head_dim;
   if (spec_.rope.type == "none")
     return;  // Nemotron-H's attention has no positional embedding: inv_freq_ stays undefined
+  const std::vector<float> frequencies = ops::rope_inverse_frequencies(spec_.rope, d);
   inv_freq_ = {spec_.rope, [&](bool long_factors) {
-                 return Tensor::from_vector(ops::rope_inverse_frequencies(spec_.rope, d, long_factors), {d / 2})
-                     .to(Device::cuda());
+                 const std::vector<float> set =
+                     long_factors ? ops::rope_inverse_frequencies(spec_.rope, d, long_factors) : frequencies;
+                 return Tensor::from_vector(set, {d / 2}).to(Device::cuda());
                }};
-  const std::vector<float> frequencies = ops::rope_inverse_frequencies(spec_.rope, d);  // long ones: zeros alike
+  // Zero frequencies (partial rotation) sit at the same pairs under longrope's long factors.
   if (std::find(frequencies.begin(), frequencies.end(), 0.0f) != frequencies.end())
     rotated_scale_ = ops::rope_attention_scaling(spec_.rope);
 }
