@@ -63,7 +63,10 @@ const std::vector<std::string>& model_fixtures() {
                                                  "phi4_mini_tiny",
                                                  "smollm3_tiny",
                                                  "olmoe_tiny",
-                                                 "minimax_m2_tiny"};
+                                                 "minimax_m2_tiny",
+                                                 "deepseek_v2_tiny",
+                                                 "deepseek_v2_grouped",
+                                                 "dots1_tiny"};
   return names;
 }
 

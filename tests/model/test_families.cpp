@@ -828,6 +828,81 @@ TEST(Families, MiniMaxM2DefaultsAndNames) {
             std::string::npos);
 }
 
+// DeepseekV2ForCausalLM: DeepseekV2Config's defaults (V3's latent widths, the greedy softmax router, no
+// renormalisation whatever norm_topk_prob says, interleaved RoPE whatever rope_interleave says), the group-limited
+// router and its scaling, and what transformers cannot build or the engine does not run refused by key.
+TEST(Families, DeepseekV2RouterAndRefusals) {
+  const ModelSpec d = parse(R"({"model_type":"deepseek_v2","num_hidden_layers":2,"first_k_dense_replace":1,
+                                "num_experts_per_tok":6,"norm_topk_prob":true,"rope_interleave":false})");
+  EXPECT_EQ(d.architecture, "DeepseekV2ForCausalLM");
+  EXPECT_EQ(d.layers[0].moe(), nullptr);
+  const RouterSpec& router = d.layers[1].moe()->router;
+  EXPECT_TRUE(router.is_softmax_then_topk());  // the GPU's router: V2-Lite's settings
+  EXPECT_EQ(router.num_experts, 64);
+  EXPECT_FALSE(router.renormalize);
+  EXPECT_EQ(d.layers[1].moe()->shared_expert->mlp.intermediate, 2 * 1407);
+  const AttentionSpec& a = attention(d);
+  EXPECT_TRUE(a.mla && a.mla->rope_interleave && a.mla->q_lora_rank == 1536);
+  EXPECT_EQ(*d.bos_token_id, 1);
+  const ModelSpec grouped = parse(R"({"model_type":"deepseek_v2","num_hidden_layers":1,"num_experts_per_tok":6,
+      "topk_method":"group_limited_greedy","n_group":8,"topk_group":3,"routed_scaling_factor":16.0,
+      "n_routed_experts":160})");
+  const RouterSpec& g = grouped.layers[0].moe()->router;
+  EXPECT_TRUE(g.is_softmax_then_grouped_topk() && !g.is_softmax_then_topk());
+  EXPECT_EQ(g.num_groups, 8);
+  EXPECT_EQ(g.topk_groups, 3);
+  EXPECT_EQ(g.scaling_factor, 16.0);
+  // A greedy router ignores the group keys, as DeepseekV2TopkRouter does.
+  EXPECT_EQ(parse(R"({"model_type":"deepseek_v2","num_experts_per_tok":6,"n_group":8,"topk_group":3})")
+                .layers[0]
+                .moe()
+                ->router.num_groups,
+            1);
+  for (const auto& [config, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model_type":"deepseek_v2"})", "'num_experts_per_tok'"},
+           {R"({"model_type":"deepseek_v2","num_experts_per_tok":6,"topk_method":"noaux_tc"})", "topk_method"},
+           {R"({"model_type":"deepseek_v2","num_experts_per_tok":6,"topk_method":"group_limited_greedy"})",
+            "'n_group'"},
+           {R"({"model_type":"deepseek_v2","num_experts_per_tok":6,"topk_method":"group_limited_greedy","n_group":5,
+                "topk_group":2})",
+            "'n_group' (5)"},
+           {R"({"model_type":"deepseek_v2","num_experts_per_tok":6,"n_shared_experts":null})", "'n_shared_experts'"},
+           {R"({"model_type":"deepseek_v2","num_experts_per_tok":6,"mlp_bias":true})", "mlp_bias"}})
+    EXPECT_NE(error_of(config).find(key), std::string::npos) << config << ": " << error_of(config);
+}
+
+// Dots1ForCausalLM: Qwen3's attention with Dots1Config's window rule (max_window_layers, no use_sliding_window) and
+// DeepSeek-V3's MoE with Dots1Config's defaults (no renormalisation, scaling 1, one group); the expert counts it
+// leaves None are required.
+TEST(Families, Dots1WindowsAndMoeDefaults) {
+  const ModelSpec d = parse(R"({"model_type":"dots1","num_hidden_layers":3,"n_routed_experts":16,
+                                "num_experts_per_tok":4,"n_shared_experts":1,"first_k_dense_replace":1,
+                                "sliding_window":64,"max_window_layers":2,"hidden_size":256,"num_attention_heads":4})");
+  EXPECT_EQ(d.architecture, "Dots1ForCausalLM");
+  EXPECT_TRUE(attention(d).qk_norm);
+  EXPECT_EQ(attention(d).qk_head_dim, 64);  // hidden / heads: Dots1Config has no head_dim of its own
+  EXPECT_EQ(d.layers[0].moe(), nullptr);
+  const RouterSpec& router = d.layers[1].moe()->router;
+  EXPECT_TRUE(router.score == RouterScore::Sigmoid && router.correction_bias);
+  EXPECT_FALSE(router.renormalize);
+  EXPECT_EQ(router.scaling_factor, 1.0);
+  EXPECT_EQ(router.num_groups, 1);
+  std::vector<std::optional<int64_t>> windows;
+  for (const LayerSpec& layer : d.layers) windows.push_back(layer.sublayers[0].attention()->sliding_window);
+  EXPECT_EQ(windows, (std::vector<std::optional<int64_t>>{std::nullopt, std::nullopt, 64}));
+  // The default window (4096) with the default max_window_layers (62): no layer of a shorter model slides.
+  const ModelSpec plain = parse(
+      R"({"model_type":"dots1","num_hidden_layers":2,"n_routed_experts":4,"num_experts_per_tok":2,"n_shared_experts":1})");
+  for (const LayerSpec& layer : plain.layers) EXPECT_FALSE(layer.sublayers[0].attention()->sliding_window);
+  for (const char* key : {"'n_routed_experts'", "'num_experts_per_tok'", "'n_shared_experts'"}) {
+    const std::string config = std::string(R"({"model_type":"dots1","n_routed_experts":4,"num_experts_per_tok":2,)") +
+                               R"("n_shared_experts":1})";
+    json j = json::parse(config);
+    j.erase(std::string(key).substr(1, std::string(key).size() - 2));
+    EXPECT_NE(error_of(j.dump()).find(key), std::string::npos) << key;
+  }
+}
+
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same
 // product): any value is accepted.
 TEST(Families, PretrainingTpIsIgnoredAsTransformersIgnoresIt) {

@@ -247,5 +247,39 @@ TEST(GradCheck, ExpertsWithBiasesAndClampedSwiglu) {
   for (int64_t i = 0; i < 2 * inner; ++i) EXPECT_EQ(bias_grads.gate_up_bias.data<float>()[2 * inner + i], 0.0f);  // expert 1
 }
 
+// (Last in the file: the draws above stay as they were before it.)
+// DeepSeek-V2's router: the best 2 of 3 groups (scored by their best expert) and a scaling factor, with and without
+// renormalisation (its config never asks for it; the op takes both).
+TEST(GradCheck, RouterWeightsGroupLimitedAndScaled) {
+  const SoftmaxTopkOptions options{.num_groups = 3, .topk_groups = 2, .scaling = 2.5f};
+  for (bool normalize : {false, true}) {
+    Tensor logits = separated_logits(5, 6), dweights = random({5 * 2});
+    const std::vector<float> dw(dweights.data<float>(), dweights.data<float>() + 10);
+    Tensor dlogits = router_topk_backward(router_topk_forward(logits, 2, normalize, options), dw);
+    auto loss = [&] {
+      Routing r = router_topk_forward(logits, 2, normalize, options);
+      return weighted_sum(Tensor::from_vector(r.weight, {10}), dweights);
+    };
+    expect_gradient(normalize ? "dlogits (grouped, scaled, normalized)" : "dlogits (grouped, scaled)", logits, loss,
+                    dlogits);
+  }
+}
+
+// The group limit as group_limited_greedy applies it: each group scored by its best expert, the lower-scored
+// groups' experts never chosen even where they beat a kept group's second best.
+TEST(Router, GroupLimitKeepsTheGroupsWithTheBestExperts) {
+  // Groups {0,1} {2,3} {4,5}: best probabilities at experts 0 (group 0) and 5 (group 2); group 1's experts are the
+  // second and third most probable overall, yet only groups 0 and 2 are kept.
+  const Tensor logits = Tensor::from_vector(std::vector<float>{5.0f, 0.0f, 4.0f, 3.9f, 1.0f, 4.5f}, {1, 6});
+  const Routing plain = router_topk_forward(logits, 2, false);
+  EXPECT_EQ(plain.expert, (std::vector<int32_t>{0, 5}));
+  const Routing grouped = router_topk_forward(logits, 3, false, {.num_groups = 3, .topk_groups = 2, .scaling = 2.0f});
+  EXPECT_EQ(grouped.expert, (std::vector<int32_t>{0, 5, 4}));
+  const Routing all = router_topk_forward(logits, 3, false);
+  EXPECT_EQ(all.expert, (std::vector<int32_t>{0, 5, 2}));
+  EXPECT_FLOAT_EQ(grouped.weight[0], 2.0f * all.weight[0]);
+  EXPECT_FLOAT_EQ(grouped.weight[1], 2.0f * all.weight[1]);
+}
+
 }  // namespace
 }  // namespace moetune::ops

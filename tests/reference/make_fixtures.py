@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
+from transformers import DeepseekV2Config, Dots1Config
 
 VOCAB = 96
 
@@ -257,6 +258,36 @@ FIXTURES = {
             num_key_value_heads=2, head_dim=16, max_position_embeddings=64, num_local_experts=8, num_experts_per_tok=2,
             rope_parameters={"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5},
             bos_token_id=1, eos_token_id=2, tie_word_embeddings=False),
+        dtype=torch.float32, max_shard_size=None),
+    # DeepSeek-V2-Lite's shape: MLA without q_lora_rank (q_proj), YaRN RoPE on interleaved pairs (transformers'
+    # complex rotation) with mscale_all_dim, one dense layer then MoE layers under the greedy softmax router (top-3
+    # of 8, no renormalisation, scaling 1), 2 shared experts; untied, fp32. The GPU engine runs it.
+    "deepseek_v2_tiny": dict(
+        config=DeepseekV2Config(**{
+            **DEEPSEEK_V3_TINY, "q_lora_rank": None, "topk_method": "greedy", "routed_scaling_factor": 1.0,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
+                                "mscale": 0.707, "mscale_all_dim": 0.707}}),
+        dtype=torch.float32, max_shard_size=None),
+    # DeepSeek-V2's router: group_limited_greedy (4 groups of 2 experts scored by their best, the best 2 kept,
+    # top-3), weights scaled by 16 (DeepSeek-V2's routed_scaling_factor); q_lora_rank, attention biases, default
+    # RoPE, every layer MoE, tied, fp32. The GPU engine refuses this router (the CPU's only, so far).
+    "deepseek_v2_grouped": dict(
+        config=DeepseekV2Config(**{
+            **DEEPSEEK_V3_TINY, "num_hidden_layers": 2, "topk_method": "group_limited_greedy",
+            "routed_scaling_factor": 16.0, "first_k_dense_replace": 0, "attention_bias": True,
+            "tie_word_embeddings": True, "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0}}),
+        dtype=torch.float32, max_shard_size=None),
+    # dots.llm1: Qwen3's attention (per-head q/k norms, biases, layer 2 sliding from max_window_layers with a
+    # window of 4 keys) and DeepSeek-V3's MoE (4 groups of 2 experts, top-2 groups, top-3 experts, a random
+    # correction bias, renormalised, scaled by 2.5, 2 shared experts) after one dense layer; untied, fp32.
+    "dots1_tiny": dict(
+        config=Dots1Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, attention_bias=True, moe_intermediate_size=8, n_routed_experts=8,
+            n_group=4, topk_group=2, num_experts_per_tok=3, n_shared_experts=2, first_k_dense_replace=1,
+            norm_topk_prob=True, routed_scaling_factor=2.5, sliding_window=4, max_window_layers=2,
+            max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
 }
 

@@ -51,6 +51,11 @@ DSV3 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_si
             topk_group=1, first_k_dense_replace=1, num_key_value_heads=4)
 GLM4_MOE = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
                 n_group=1, topk_group=1, first_k_dense_replace=1, head_dim=16)
+DSV2 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=2,
+            kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+            first_k_dense_replace=1, num_key_value_heads=4)
+DOTS1 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+             first_k_dense_replace=1, sliding_window=None)
 GLM4_MOE_LITE = dict(DSV3, n_group=1, topk_group=1, routed_scaling_factor=1.8)
 GLM4_MOE_LITE.pop("first_k_dense_replace")  # not Glm4MoeLiteConfig's: mlp_layer_types places the dense layers
 NEMOTRON_H = dict(vocab_size=VOCAB, hidden_size=32, layers_block_type=["mamba", "moe", "attention", "mlp", "moe"],
@@ -209,6 +214,25 @@ CASES = [
     ("ministral every layer sliding", "ministral", dict(BASE, sliding_window=16, head_dim=16), None),
     ("ministral layer_types head_dim tied", "ministral", dict(BASE, sliding_window=8, head_dim=32, tie_word_embeddings=True,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"]), None),
+    ("deepseek_v2 lite-like greedy", "deepseek_v2", dict(DSV2), None),
+    ("deepseek_v2 group_limited_greedy scaled q_lora", "deepseek_v2", dict(DSV2, topk_method="group_limited_greedy",
+                                                                         n_group=4, topk_group=2, num_experts_per_tok=3,
+                                                                         routed_scaling_factor=16.0, q_lora_rank=24), None),
+    ("deepseek_v2 yarn mscale biases tied no dense", "deepseek_v2", dict(DSV2, attention_bias=True, tie_word_embeddings=True,
+                                                                        first_k_dense_replace=0, routed_scaling_factor=0.5,
+                                                                        rope_parameters=dict(YARN, mscale=0.707, mscale_all_dim=0.707)), None),
+    ("deepseek_v2 old rope_scaling yarn spelling", "deepseek_v2", dict(DSV2, q_lora_rank=24), "old_rope_yarn"),
+    ("dots1 plain", "dots1", dict(DOTS1), None),
+    ("dots1 groups renormalised scaled biases", "dots1", dict(DOTS1, n_group=4, topk_group=2, num_experts_per_tok=3,
+                                                             norm_topk_prob=True, routed_scaling_factor=2.5,
+                                                             attention_bias=True, n_shared_experts=2), None),
+    # Dots1Config's own rule: sliding_window set, the layers from max_window_layers on slide (the lines of 40 and
+    # 70 tokens pass the window of 16); no dense layer, tied, head_dim written.
+    ("dots1 max_window_layers sliding tied", "dots1", dict(DOTS1, sliding_window=16, max_window_layers=1,
+                                                          first_k_dense_replace=0, tie_word_embeddings=True,
+                                                          head_dim=32), None),
+    ("dots1 layer_types yarn", "dots1", dict(DOTS1, sliding_window=8, rope_parameters=dict(YARN),
+                                            layer_types=["sliding_attention", "full_attention", "sliding_attention"]), None),
     ("minimax_m2 plain", "minimax_m2", dict(BASE, head_dim=16, num_local_experts=8, num_experts_per_tok=2,
                                            intermediate_size=32), None),
     ("minimax_m2 partial rotary tied gqa", "minimax_m2", dict(BASE, head_dim=16, num_local_experts=6, num_experts_per_tok=3,

@@ -34,6 +34,9 @@ CASES = [
     ("smollm3_tiny", ["lora.target_modules=all-linear"]),
     ("olmoe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("minimax_m2_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("deepseek_v2_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("deepseek_v2_grouped", ["lora.target_modules=[q_a_proj,kv_b_proj]", EXPERTS]),
+    ("dots1_tiny", ["lora.target_modules=all-linear", EXPERTS]),
 ]
 
 

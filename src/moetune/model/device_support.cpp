@@ -23,8 +23,13 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers)
       if (const MoeSpec* m = sublayer.moe()) {
-        if (m->router.score == RouterScore::Sigmoid ? !is_sigmoid_group_limited(m->router)
-                                                     : !m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
+        if (m->router.is_softmax_then_grouped_topk() && !m->router.is_softmax_then_topk())
+          note(missing, fmt::format("DeepSeek-V2's softmax router with groups or a scaling factor (topk_method "
+                                    "group_limited_greedy, routed_scaling_factor {})",
+                                    m->router.scaling_factor));
+        else if (m->router.score == RouterScore::Sigmoid
+                     ? !is_sigmoid_group_limited(m->router)
+                     : !m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
           note(missing, "this router");
         if (m->router.num_experts > ops::kRouterMaxExperts)  // the one-warp-per-token kernels (Kimi-K2 has 384)
           note(missing, fmt::format("routers over more than {} experts", ops::kRouterMaxExperts));

@@ -28,14 +28,16 @@ std::string module_of(const std::string& tensor_name) {
 std::string leaf_of(const std::string& module) { return module.substr(module.rfind('.') + 1); }
 
 // The MLP module names PEFT 0.21 rewrites, on these model types, into the fused experts' target_parameters
-// (gate_up_proj at twice the rank and alpha), leaving dense MLPs (and DeepSeek-V3's, GLM-4-MoE's and
-// GLM-4-MoE-Lite's shared experts) without LoRA: an adapter on such a module would not load alike in PEFT, so
+// (gate_up_proj at twice the rank and alpha), leaving dense MLPs (and the DeepSeek-style families' shared
+// experts) without LoRA: an adapter on such a module would not load alike in PEFT, so
 // moetune does not make one. The model types are those of transformers 5.17's conversion_mapping that PEFT 0.21's
 // transformers_weight_conversion.py converts (its _MOE_TARGET_MODULE_MAPPING: qwen2_moe's names for the models mapped
 // onto qwen2_moe's conversion, mixtral's; qwen2_moe itself is not converted).
 std::vector<std::string> peft_converted_mlp_names(const std::string& family) {
-  if (family == "qwen3_moe" || family == "deepseek_v3" || family == "glm4_moe" || family == "glm4_moe_lite")
-    return {"gate_proj", "up_proj", "down_proj"};
+  // (OLMoE and MiniMax-M2 are converted too, but have no such modules outside their experts.)
+  static const std::set<std::string> qwen2_moe_converted = {"qwen3_moe", "deepseek_v2", "deepseek_v3",
+                                                            "dots1",     "glm4_moe",    "glm4_moe_lite"};
+  if (qwen2_moe_converted.contains(family)) return {"gate_proj", "up_proj", "down_proj"};
   if (family == "mixtral") return {"w1", "w2", "w3"};
   return {};
 }

@@ -11,6 +11,10 @@ bool RouterSpec::is_softmax_then_topk() const {
          scaling_factor == 1.0;
 }
 
+bool RouterSpec::is_softmax_then_grouped_topk() const {
+  return score == RouterScore::Softmax && !topk_before_softmax && !correction_bias && !bias;
+}
+
 bool RouterSpec::is_topk_then_softmax() const {
   return score == RouterScore::Softmax && topk_before_softmax && num_groups == 1 && !correction_bias && !renormalize &&
          scaling_factor == 1.0;

@@ -12,13 +12,14 @@ bool is_sigmoid_group_limited(const RouterSpec& r) {
 }
 
 bool cpu_runs_router(const RouterSpec& r) {
-  return r.is_softmax_then_topk() || r.is_topk_then_softmax() || is_sigmoid_group_limited(r);
+  return r.is_softmax_then_grouped_topk() || r.is_topk_then_softmax() || is_sigmoid_group_limited(r);
 }
 
 ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor& correction_bias) {
   if (is_sigmoid_group_limited(router)) return ops::sigmoid_router_forward(logits, correction_bias, group_limited(router));
   if (router.is_topk_then_softmax()) return ops::router_topk_then_softmax_forward(logits, router.top_k);
-  return ops::router_topk_forward(logits, router.top_k, router.renormalize);
+  return ops::router_topk_forward(logits, router.top_k, router.renormalize,
+                                  {router.num_groups, router.topk_groups, float(router.scaling_factor)});
 }
 
 ops::Routing route_chosen(const RouterSpec& router, const Tensor& logits, const std::vector<int32_t>& chosen) {

@@ -14,12 +14,23 @@ struct Routing {
   std::vector<float> weight;    // [T * k], the combine weights
   int64_t top_k = 0;
   bool normalized = false;
+  float scaling = 1.0f;  // the weights' factor after any renormalisation (routed_scaling_factor)
 };
 
-// Top-k of the softmax; ties go to the lower expert index.
-Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize);
+// DeepSeek-V2's additions to the softmax top-k router (DeepseekV2TopkRouter): with topk_method
+// group_limited_greedy, the experts split into num_groups equal groups, each scored by its most probable expert,
+// and only the topk_groups best groups' experts may be chosen; every weight is then multiplied by `scaling`.
+struct SoftmaxTopkOptions {
+  int64_t num_groups = 1, topk_groups = 1;
+  float scaling = 1.0f;
+};
 
-// Given d(weight) [T * k]: returns d(logits) [T, E] through the renormalisation and the softmax.
+// Top-k of the softmax (within the kept groups); ties go to the lower expert (and group) index.
+Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize,
+                            const SoftmaxTopkOptions& options = {});
+
+// Given d(weight) [T * k]: returns d(logits) [T, E] through the scaling, the renormalisation and the softmax (the
+// group limit chooses; it has no gradient).
 Tensor router_topk_backward(const Routing& routing, const std::vector<float>& dweight);
 
 // GPT-OSS's router (GptOssTopKRouter): top-k of the raw logits, largest first (ties to the lower expert index),

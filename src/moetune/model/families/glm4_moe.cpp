@@ -6,7 +6,6 @@
 // in the files (num_nextn_predict_layers, stored as model.layers.N past the last) are skipped and not saved.
 // Defaults: transformers 5.17's Glm4MoeConfig.
 #include "moetune/model/families/decoder_config.h"
-#include "moetune/model/families/decoder_parameters.h"
 #include "moetune/model/families/family.h"
 #include "moetune/model/families/sigmoid_group_moe.h"
 
@@ -39,14 +38,8 @@ ModelSpec describe(const io::ConfigReader& r) {
   return c.spec;
 }
 
-std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
-  MoeTensorNames names;
-  names.shared_expert = "shared_experts";
-  return decoder_parameters(spec, names);
-}
-
 }  // namespace
 
-extern const Family kGlm4MoeFamily{"Glm4MoeForCausalLM", "glm4_moe", describe, parameters};
+extern const Family kGlm4MoeFamily{"Glm4MoeForCausalLM", "glm4_moe", describe, shared_experts_decoder_parameters};
 
 }  // namespace moetune::model

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "moetune/model/families/decoder_parameters.h"
+#include "moetune/model/families/sigmoid_group_moe.h"
 
 namespace moetune::model {
 namespace {
@@ -122,10 +123,8 @@ std::vector<ParameterSpec> mla_parameters(const ModelSpec& spec, const Attention
 }  // namespace
 
 std::vector<ParameterSpec> latent_attention_decoder_parameters(const ModelSpec& spec) {
-  MoeTensorNames names;
-  names.shared_expert = "shared_experts";
   std::vector<ParameterSpec> out;
-  for (ParameterSpec& p : decoder_parameters(spec, names)) {
+  for (ParameterSpec& p : shared_experts_decoder_parameters(spec)) {
     int64_t layer = -1;
     char kind[16] = {};
     if (std::sscanf(p.name.c_str(), "layers.%" SCNd64 ".%15[a-z]", &layer, kind) == 2 && std::string(kind) == "attn") {

@@ -1,6 +1,7 @@
 #include "moetune/model/families/sigmoid_group_moe.h"
 
 #include "moetune/model/families/decoder_config.h"
+#include "moetune/model/families/decoder_parameters.h"
 
 namespace moetune::model {
 
@@ -15,7 +16,7 @@ MoeSpec read_sigmoid_group_moe(const io::ConfigReader& r, const SigmoidGroupMoeD
   router.num_groups = r.integer("n_group", d.groups);
   router.topk_groups = r.integer("topk_group", d.topk_groups);
   router.correction_bias = true;
-  router.renormalize = r.truthy("norm_topk_prob", true);  // `bool | None`: null does not renormalise
+  router.renormalize = r.truthy("norm_topk_prob", d.norm_topk_prob);  // `bool | None`: null does not renormalise
   router.scaling_factor = r.number("routed_scaling_factor", d.routed_scaling_factor);
   if (router.num_groups <= 0 || router.num_experts % router.num_groups != 0 ||
       router.num_experts / router.num_groups < 2)
@@ -27,10 +28,20 @@ MoeSpec read_sigmoid_group_moe(const io::ConfigReader& r, const SigmoidGroupMoeD
     fail("'num_experts_per_tok' ({}) exceeds the experts in 'topk_group' ({}) groups", router.top_k,
          router.topk_groups);
   moe.experts.intermediate = r.integer("moe_intermediate_size", d.moe_intermediate_size);
-  const int64_t shared = r.integer("n_shared_experts", d.shared_experts);
-  if (shared <= 0) refuse("n_shared_experts", std::to_string(shared), "MoE layers without shared experts");
-  moe.shared_expert = SharedExpertSpec{MlpSpec{moe.experts.intermediate * shared}, /*sigmoid_gate=*/false};
+  moe.shared_expert = read_shared_experts(r, moe.experts.intermediate, d.shared_experts);
   return moe;
+}
+
+SharedExpertSpec read_shared_experts(const io::ConfigReader& r, int64_t expert_intermediate, int64_t default_count) {
+  const int64_t shared = r.integer("n_shared_experts", default_count);
+  if (shared <= 0) refuse("n_shared_experts", std::to_string(shared), "MoE layers without shared experts");
+  return SharedExpertSpec{MlpSpec{expert_intermediate * shared}, /*sigmoid_gate=*/false};
+}
+
+std::vector<ParameterSpec> shared_experts_decoder_parameters(const ModelSpec& spec) {
+  MoeTensorNames names;
+  names.shared_expert = "shared_experts";
+  return decoder_parameters(spec, names);
 }
 
 void place_dense_then_moe_layers(const io::ConfigReader& r, int64_t dense_default, const AttentionSpec& attention,

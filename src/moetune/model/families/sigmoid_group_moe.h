@@ -9,6 +9,7 @@
 
 #include "moetune/io/config_reader.h"
 #include "moetune/model/model_spec.h"
+#include "moetune/model/parameter_layout.h"
 
 namespace moetune::model {
 
@@ -17,9 +18,18 @@ struct SigmoidGroupMoeDefaults {
   int64_t routed_experts = 256, groups = 8, topk_groups = 4, top_k = 8, moe_intermediate_size = 2048;
   int64_t shared_experts = 1;
   double routed_scaling_factor = 2.5;
+  bool norm_topk_prob = true;
 };
 
 MoeSpec read_sigmoid_group_moe(const io::ConfigReader& config, const SigmoidGroupMoeDefaults& defaults);
+
+// n_shared_experts (absent: `default_count`) shared experts of `expert_intermediate` each, as one MLP added
+// unscaled; none is refused (DeepSeek's MoE modules always build them).
+SharedExpertSpec read_shared_experts(const io::ConfigReader& config, int64_t expert_intermediate,
+                                     int64_t default_count);
+
+// The decoder's tensors as these families name them (the shared experts under `mlp.shared_experts`).
+std::vector<ParameterSpec> shared_experts_decoder_parameters(const ModelSpec& spec);
 
 // The decoder's layers: the first first_k_dense_replace (absent: `dense_default`) attention + a dense MLP of
 // intermediate_size, the rest attention + `moe`.

@@ -24,24 +24,51 @@ Tensor softmax(const Tensor& logits) {
 
 bool counted(const std::vector<uint8_t>& token_valid, int64_t t) { return token_valid.empty() || token_valid[size_t(t)]; }
 
+// The experts a token may choose: all, or those of the `topk_groups` groups whose most probable expert ranks
+// highest (ties to the lower group), as group_limited_greedy masks the others' scores to 0 before its top-k.
+std::vector<uint8_t> allowed_experts(const float* p, int64_t experts, const SoftmaxTopkOptions& o) {
+  std::vector<uint8_t> allowed(static_cast<size_t>(experts), 1);
+  if (o.num_groups <= 1 || o.topk_groups >= o.num_groups) return allowed;
+  const int64_t size = experts / o.num_groups;
+  std::vector<float> best(static_cast<size_t>(o.num_groups));
+  for (int64_t g = 0; g < o.num_groups; ++g) best[size_t(g)] = *std::max_element(p + g * size, p + (g + 1) * size);
+  std::vector<int64_t> groups(static_cast<size_t>(o.num_groups));
+  std::iota(groups.begin(), groups.end(), 0);
+  std::partial_sort(groups.begin(), groups.begin() + o.topk_groups, groups.end(), [&](int64_t a, int64_t b) {
+    return best[size_t(a)] != best[size_t(b)] ? best[size_t(a)] > best[size_t(b)] : a < b;
+  });
+  std::fill(allowed.begin(), allowed.end(), 0);
+  for (int64_t i = 0; i < o.topk_groups; ++i) std::fill_n(allowed.begin() + groups[size_t(i)] * size, size, 1);
+  return allowed;
+}
+
 }  // namespace
 
-Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize) {
+Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize, const SoftmaxTopkOptions& options) {
   const int64_t tokens = logits.size(0), experts = logits.size(1);
   MOETUNE_CHECK(top_k >= 1 && top_k <= experts, "router: top-{} of {} experts", top_k, experts);
-  Routing routing{logits, {}, {}, top_k, normalize};
+  MOETUNE_CHECK(options.num_groups >= 1 && experts % options.num_groups == 0 && options.topk_groups >= 1 &&
+                    options.topk_groups <= options.num_groups &&
+                    top_k <= options.topk_groups * (experts / options.num_groups),
+                "router: top-{} of {} experts in the best {} of {} groups", top_k, experts, options.topk_groups,
+                options.num_groups);
+  Routing routing{logits, {}, {}, top_k, normalize, options.scaling};
   const Tensor probs = softmax(logits);
   std::vector<int32_t> order(static_cast<size_t>(experts));
   for (int64_t t = 0; t < tokens; ++t) {
     const float* p = probs.data<float>() + t * experts;
+    const std::vector<uint8_t> allowed = allowed_experts(p, experts, options);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
-                      [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; });
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
+      if (allowed[size_t(a)] != allowed[size_t(b)]) return allowed[size_t(a)] > allowed[size_t(b)];
+      return p[a] != p[b] ? p[a] > p[b] : a < b;
+    });
     float chosen = 0.0f;
     for (int64_t j = 0; j < top_k; ++j) chosen += p[order[size_t(j)]];
     for (int64_t j = 0; j < top_k; ++j) {
       routing.expert.push_back(order[size_t(j)]);
-      routing.weight.push_back(normalize ? p[order[size_t(j)]] / chosen : p[order[size_t(j)]]);
+      const float weight = normalize ? p[order[size_t(j)]] / chosen : p[order[size_t(j)]];
+      routing.weight.push_back(weight * options.scaling);
     }
   }
   return routing;
@@ -57,14 +84,16 @@ Tensor router_topk_backward(const Routing& routing, const std::vector<float>& dw
     const float* w = routing.weight.data() + t * k;
     const float* dw = dweight.data() + t * k;
     std::fill(dprobs.begin(), dprobs.end(), 0.0f);
+    const float s = routing.scaling;
     if (routing.normalized) {
-      // w_j = p_j / S with S = Σ_i p_i over the chosen: dp_j = (dw_j - Σ_i dw_i w_i) / S.
+      // w_j = s · p_j / S with S = Σ_i p_i over the chosen: dp_j = (s · dw_j - Σ_i dw_i w_i) / S.
       float chosen = 0.0f, weighted = 0.0f;
       for (int64_t j = 0; j < k; ++j) chosen += p[routing.expert[size_t(t * k + j)]];
       for (int64_t j = 0; j < k; ++j) weighted += dw[j] * w[j];
-      for (int64_t j = 0; j < k; ++j) dprobs[size_t(routing.expert[size_t(t * k + j)])] = (dw[j] - weighted) / chosen;
+      for (int64_t j = 0; j < k; ++j)
+        dprobs[size_t(routing.expert[size_t(t * k + j)])] = (s * dw[j] - weighted) / chosen;
     } else {
-      for (int64_t j = 0; j < k; ++j) dprobs[size_t(routing.expert[size_t(t * k + j)])] = dw[j];
+      for (int64_t j = 0; j < k; ++j) dprobs[size_t(routing.expert[size_t(t * k + j)])] = s * dw[j];
     }
     // softmax backward: dl = p ⊙ (dp - ⟨p, dp⟩).
     float dot = 0.0f;
