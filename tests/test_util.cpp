@@ -66,7 +66,9 @@ const std::vector<std::string>& model_fixtures() {
                                                  "minimax_m2_tiny",
                                                  "deepseek_v2_tiny",
                                                  "deepseek_v2_grouped",
-                                                 "dots1_tiny"};
+                                                 "dots1_tiny",
+                                                 "olmo2_tiny",
+                                                 "olmo3_tiny"};
   return names;
 }
 

@@ -50,7 +50,9 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
                                     "olmoe_tiny",
                                     "minimax_m2_tiny",
                                     "deepseek_v2_tiny",
-                                    "dots1_tiny"}) {
+                                    "dots1_tiny",
+                                    "olmo2_tiny",
+                                    "olmo3_tiny"}) {
     nlohmann::json reports[2];
     for (int gpu = 0; gpu < 2; ++gpu) {
       const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +

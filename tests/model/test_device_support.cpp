@@ -25,9 +25,10 @@ void expect_refusal(const std::function<void()>& refuse, std::initializer_list<c
 }
 
 TEST(DeviceSupport, GpuRunsTheSupportedFamilies) {
-  for (const char* name : {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
-                           "gpt_oss_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "nemotron_h_tiny", "phi3_tiny",
-                           "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "dots1_tiny"}) {
+  for (const char* name :
+       {"qwen3_moe_tiny", "qwen3_tiny", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny",
+        "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "nemotron_h_tiny", "phi3_tiny", "olmoe_tiny", "minimax_m2_tiny",
+        "deepseek_v2_tiny", "dots1_tiny", "olmo2_tiny", "olmo3_tiny"}) {
     const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
     EXPECT_TRUE(features_missing_on_gpu(spec).empty()) << name;
     EXPECT_NO_THROW(require_gpu_support(spec)) << name;
@@ -40,7 +41,8 @@ TEST(DeviceSupport, GpuGenerationRunsWhatTheGpuTrains) {
   for (const char* name :
        {"gpt_oss_tiny", "qwen3_sliding_yarn", "mistral_tiny", "mixtral_sliding_dynamic", "qwen2_tiny", "qwen3_moe_tiny",
         "glm4_moe_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "nemotron_h_tiny", "phi3_tiny", "phi4_mini_tiny",
-        "smollm3_tiny", "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "dots1_tiny"}) {
+        "smollm3_tiny", "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "dots1_tiny", "olmo2_tiny",
+        "olmo3_tiny"}) {
     const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
     EXPECT_TRUE(features_missing_for_gpu_generation(spec).empty()) << name;
     EXPECT_NO_THROW(require_gpu_generation_support(spec)) << name;

@@ -903,6 +903,41 @@ TEST(Families, Dots1WindowsAndMoeDefaults) {
   }
 }
 
+// Olmo2ForCausalLM / Olmo3ForCausalLM: norms on the sublayers' outputs and none on their inputs, named as the
+// checkpoints name them; OLMo-3's layer types and its RoPE per layer type as Olmo3Config resolves them.
+TEST(Families, Olmo2AndOlmo3NormsWindowsAndRope) {
+  const ModelSpec olmo2 = parse(R"({"model_type":"olmo2","num_hidden_layers":1})");
+  EXPECT_EQ(olmo2.architecture, "Olmo2ForCausalLM");
+  const SublayerSpec& attn = olmo2.layers[0].sublayers[0];
+  EXPECT_TRUE(attn.norm.empty() && !attn.out_norm.empty());
+  EXPECT_TRUE(attention(olmo2).qk_norm_across_heads);
+  EXPECT_EQ(olmo2.norm_eps, 1e-5);
+  std::vector<std::string> names;
+  for (const ParameterSpec& p : parameter_layout(olmo2).parameters) names.push_back(p.pieces[0].name);
+  for (const char* name :
+       {"model.layers.0.post_attention_layernorm.weight", "model.layers.0.post_feedforward_layernorm.weight"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  EXPECT_EQ(std::find(names.begin(), names.end(), "model.layers.0.input_layernorm.weight"), names.end());
+
+  // Olmo3Config's defaults: every 4th layer full, the rest sliding over 4096; default RoPE at theta 500000 on both,
+  // a top-level rope_theta going to the full layers alone.
+  const ModelSpec olmo3 = parse(R"({"model_type":"olmo3","num_hidden_layers":4,"rope_theta":20000.0})");
+  std::vector<std::optional<int64_t>> windows;
+  for (const LayerSpec& layer : olmo3.layers) windows.push_back(layer.sublayers[0].attention()->sliding_window);
+  EXPECT_EQ(windows, (std::vector<std::optional<int64_t>>{4096, 4096, 4096, std::nullopt}));
+  EXPECT_EQ(olmo3.layers[0].sublayers[0].attention()->rope.theta, 500000.0);
+  EXPECT_EQ(olmo3.layers[3].sublayers[0].attention()->rope.theta, 20000.0);
+  // The old rope_scaling spelling schedules the full layers only.
+  const ModelSpec scaled = parse(R"({"model_type":"olmo3","num_hidden_layers":4,"rope_scaling":{"rope_type":"yarn",
+      "factor":8.0,"original_max_position_embeddings":8192},"max_position_embeddings":65536})");
+  EXPECT_EQ(scaled.layers[0].sublayers[0].attention()->rope.type, "default");
+  EXPECT_EQ(scaled.layers[3].sublayers[0].attention()->rope.type, "yarn");
+  // One RoPE dict for every layer is not what Olmo3Config reads: refused, named.
+  EXPECT_NE(error_of(R"({"model_type":"olmo3","rope_parameters":{"rope_type":"linear","factor":2.0}})")
+                .find("'rope_parameters'"),
+            std::string::npos);
+}
+
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same
 // product): any value is accepted.
 TEST(Families, PretrainingTpIsIgnoredAsTransformersIgnoresIt) {

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
-from transformers import DeepseekV2Config, Dots1Config
+from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config
 
 VOCAB = 96
 
@@ -277,6 +277,25 @@ FIXTURES = {
             **DEEPSEEK_V3_TINY, "num_hidden_layers": 2, "topk_method": "group_limited_greedy",
             "routed_scaling_factor": 16.0, "first_k_dense_replace": 0, "attention_bias": True,
             "tie_word_embeddings": True, "rope_parameters": {"rope_type": "default", "rope_theta": 5000.0}}),
+        dtype=torch.float32, max_shard_size=None),
+    # OLMo-2: norms on the sublayers' outputs (none on their inputs), q/k norms across heads, attention biases,
+    # GQA, untied, fp32.
+    "olmo2_tiny": dict(
+        config=Olmo2Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, attention_bias=True, max_position_embeddings=64, tie_word_embeddings=False,
+            pad_token_id=None, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # OLMo-3: OLMo-2's layers with Olmo3Config's layer types (layers 0-2 sliding over 4 keys, layer 3 full) and RoPE
+    # per layer type (YaRN on the full layer, default RoPE at another theta on the sliding ones); tied, fp32.
+    "olmo3_tiny": dict(
+        config=Olmo3Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, sliding_window=4, max_position_embeddings=64, tie_word_embeddings=True,
+            rope_parameters={"full_attention": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                "original_max_position_embeddings": 16},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}},
+            pad_token_id=None, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
     # dots.llm1: Qwen3's attention (per-head q/k norms, biases, layer 2 sliding from max_window_layers with a
     # window of 4 keys) and DeepSeek-V3's MoE (4 groups of 2 experts, top-2 groups, top-3 experts, a random

@@ -222,6 +222,21 @@ CASES = [
                                                                         first_k_dense_replace=0, routed_scaling_factor=0.5,
                                                                         rope_parameters=dict(YARN, mscale=0.707, mscale_all_dim=0.707)), None),
     ("deepseek_v2 old rope_scaling yarn spelling", "deepseek_v2", dict(DSV2, q_lora_rank=24), "old_rope_yarn"),
+    ("olmo2 plain", "olmo2", dict(BASE, pad_token_id=None), None),
+    ("olmo2 biases head_dim mqa tied yarn", "olmo2", dict(BASE, attention_bias=True, head_dim=32, num_key_value_heads=1,
+                                                         tie_word_embeddings=True, rope_parameters=dict(YARN)), None),
+    ("olmo2 gelu rope_theta old spelling", "olmo2", dict(BASE, hidden_act="gelu_pytorch_tanh"), "old_rope"),
+    # OLMo-3: Olmo3Config's layer types (3 sliding, 1 full; the lines of 40 and 70 tokens pass the window of 16),
+    # RoPE per layer type (yarn on the full layers, another theta on the sliding ones), and the old rope_scaling
+    # spelling (the full layers' schedule, the sliding ones at default RoPE with default_theta).
+    ("olmo3 default layer types", "olmo3", dict(BASE, num_hidden_layers=4, sliding_window=16, pad_token_id=None), None),
+    ("olmo3 per-type rope biases gqa", "olmo3", dict(BASE, sliding_window=8, attention_bias=True, num_key_value_heads=1,
+                                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                                    rope_parameters={"full_attention": dict(YARN),
+                                                                     "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}}), None),
+    ("olmo3 old rope_scaling spelling tied", "olmo3", dict(BASE, sliding_window=16, tie_word_embeddings=True,
+                                                          layer_types=["full_attention", "sliding_attention", "full_attention"]),
+     "old_rope_olmo3"),
     ("dots1 plain", "dots1", dict(DOTS1), None),
     ("dots1 groups renormalised scaled biases", "dots1", dict(DOTS1, n_group=4, topk_group=2, num_experts_per_tok=3,
                                                              norm_topk_prob=True, routed_scaling_factor=2.5,
@@ -254,6 +269,10 @@ def rewrite(config_path: Path, how: str) -> None:
         config["rope_theta"] = parameters.get("rope_theta", 10000.0)
         config["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
                                   "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}
+    elif how == "old_rope_olmo3":  # OLMo-3's released spelling: rope_scaling for the full-attention layers
+        config["rope_theta"] = 20000.0
+        config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                  "attention_factor": 1.2, "beta_fast": 32, "beta_slow": 1}
     elif how == "old_rope_su":  # Phi-3's early longrope spelling, which Phi3Config reads as longrope
         config["rope_scaling"] = dict(parameters, type="su")
         config["rope_scaling"].pop("rope_type", None)

@@ -37,6 +37,8 @@ CASES = [
     ("deepseek_v2_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("deepseek_v2_grouped", ["lora.target_modules=[q_a_proj,kv_b_proj]", EXPERTS]),
     ("dots1_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("olmo2_tiny", ["lora.target_modules=all-linear"]),
+    ("olmo3_tiny", ["lora.target_modules=[q_proj,v_proj,down_proj]"]),
 ]
 
 

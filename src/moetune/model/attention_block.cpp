@@ -29,6 +29,7 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
       // An MLA sublayer's adapters are its block's (MlaAttentionBlock::Adapters).
       qkv_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.qkv")),
       o_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.o")),
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps),
       mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
   if (mla_) return;
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim, "{}: differing q/k and v head dims are not implemented", layer);
@@ -52,7 +53,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const SequenceLayout& layout = context.layout;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   stash_.input = h;
-  const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
+  const Tensor normed = input_norm_forward(h, p_.norm, eps_);
   Tensor qkv = ops::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value);
   qkv_lora_.forward(normed, qkv, context.training, context.lora_draw);
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
@@ -70,7 +71,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const Tensor attended = stash_.attended.view({tokens, nq * d});
   Tensor out = ops::linear_forward(attended, p_.o.value, p_.o_bias.value);
   o_lora_.forward(attended, out, context.training, context.lora_draw);
-  return add(h, out);
+  return out_norm_.forward(out, h);
 }
 
 Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) {
@@ -79,8 +80,9 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double scale = spec_.softmax_scale();
   const Tensor attended = stash_.attended.view({tokens, nq * d});
-  Tensor dattended = ops::linear_backward(dout, attended, p_.o.value, p_.o.grad, p_.o_bias.grad);
-  o_lora_.backward(dout, attended, dattended);
+  const Tensor dmixed = out_norm_.backward(dout);
+  Tensor dattended = ops::linear_backward(dmixed, attended, p_.o.value, p_.o.grad, p_.o_bias.grad);
+  o_lora_.backward(dmixed, attended, dattended);
   ops::AttentionGrads g = ops::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v,
                                                          stash_.attended, layout.mask, scale, attention_variant(spec_, p_));
   if (p_.sinks.grad.defined()) accumulate(p_.sinks.grad, g.dsinks);
@@ -96,16 +98,16 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   set_columns(dqkv, 0, g.dq);
   set_columns(dqkv, nq * d, g.dk);
   set_columns(dqkv, (nq + nkv) * d, g.dv);
-  const Tensor normed = ops::rms_norm_forward(stash_.input, p_.norm.value, eps_);  // recomputed, not kept
+  const Tensor normed = input_norm_forward(stash_.input, p_.norm, eps_);  // recomputed, not kept
   Tensor dnormed = ops::linear_backward(dqkv, normed, p_.qkv.value, p_.qkv.grad, p_.qkv_bias.grad);
   qkv_lora_.backward(dqkv, normed, dnormed);
-  return add(dout, ops::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps_, p_.norm.grad));
+  return input_norm_backward(dnormed, stash_.input, p_.norm, eps_, dout);
 }
 
 size_t AttentionBlock::stash_bytes() const {
   if (mla_) return mla_->stash_bytes();
-  return held_bytes({&stash_.input, &stash_.q_raw, &stash_.k_raw, &stash_.q, &stash_.k, &stash_.v, &stash_.attended}) + qkv_lora_.stash_bytes() +
-         o_lora_.stash_bytes();
+  return held_bytes({&stash_.input, &stash_.q_raw, &stash_.k_raw, &stash_.q, &stash_.k, &stash_.v, &stash_.attended}) +
+         qkv_lora_.stash_bytes() + o_lora_.stash_bytes() + out_norm_.stash_bytes();
 }
 
 }  // namespace moetune::model

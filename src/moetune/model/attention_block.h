@@ -9,6 +9,7 @@
 #include "moetune/model/mla_attention_block.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/step_context.h"
+#include "moetune/model/sublayer_norm.h"
 
 namespace moetune::model {
 
@@ -21,6 +22,7 @@ class AttentionBlock {
   size_t stash_bytes() const;
   void clear_stash() {
     stash_ = {};
+    out_norm_.clear_stash();
     qkv_lora_.clear_stash();
     o_lora_.clear_stash();
     if (mla_) mla_->clear_stash();
@@ -42,6 +44,7 @@ class AttentionBlock {
   ops::RopeFactorSets<std::vector<float>> inverse_frequencies_;  // RoPE
   AttentionParams p_;
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
+  OutputNorm out_norm_;           // OLMo-2's norm on o_proj's output, if any
   Stash stash_;
   std::unique_ptr<MlaAttentionBlock> mla_;  // DeepSeek-V3's latent attention: every call goes there instead
 };

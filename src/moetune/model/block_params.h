@@ -1,6 +1,7 @@
 // The parameters each kind of block reads, looked up once by engine name. The CPU reference blocks and the GPU
 // blocks (model/cuda/) hold the same ones; optional ones (biases, Qwen3's q/k norms, a shared expert) are
-// undefined Params. `layer` is the layer's prefix ("layers.3."), `norm` the sublayer's norm name.
+// undefined Params. `layer` is the layer's prefix ("layers.3."), `norm` the sublayer's norm name (empty: no norm,
+// an undefined Param).
 #pragma once
 
 #include <string>
@@ -9,11 +10,16 @@
 
 namespace moetune::model {
 
+// The sublayer's pre-norm: undefined where it has none (SublayerSpec::norm empty).
+inline Param sublayer_norm(const ParameterStore& store, const std::string& layer, const std::string& norm) {
+  return norm.empty() ? Param{} : store.get(layer + norm);
+}
+
 struct AttentionParams {
   Param norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias;
   Param sinks;  // [nq], GPT-OSS
   static AttentionParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm) {
-    return {store.get(layer + norm),          store.get(layer + "attn.qkv"),    store.find(layer + "attn.qkv_bias"),
+    return {sublayer_norm(store, layer, norm), store.get(layer + "attn.qkv"),     store.find(layer + "attn.qkv_bias"),
             store.find(layer + "attn.q_norm"), store.find(layer + "attn.k_norm"), store.get(layer + "attn.o"),
             store.find(layer + "attn.o_bias"), store.find(layer + "attn.sinks")};
   }
@@ -33,7 +39,7 @@ struct MlpParams {
   Param norm;
   SwigluParams mlp;
   static MlpParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm) {
-    return {store.get(layer + norm), SwigluParams::lookup(store, layer + "mlp.")};
+    return {sublayer_norm(store, layer, norm), SwigluParams::lookup(store, layer + "mlp.")};
   }
 };
 

@@ -60,7 +60,9 @@ bool gpu_mla_v_in_kv(const AttentionSpec& attention) {
 
 int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t tokens, bool keep_outputs) {
   const int64_t T = tokens, H = hidden;
-  const int64_t normed = keep_outputs ? T * H * kBf16 : 0;  // the input norm's output, where kept
+  // the input norm's output, where kept and the sublayer has one; the output norm's input (OLMo-2)
+  const int64_t normed = keep_outputs && !sublayer.norm.empty() ? T * H * kBf16 : 0;
+  const int64_t out_normed = sublayer.out_norm.empty() ? 0 : T * H * kBf16;
   if (const AttentionSpec* a = sublayer.attention()) {
     if (const MlaSpec* mla = a->mla ? &*a->mla : nullptr) {
       // input, q's latent (with q_lora_rank), kv_a's output (the kv latent and the shared rope key), q, k, v and
@@ -78,12 +80,12 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
     // input, qkv, q, k, v, attended, the softmax statistics.
     const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
-    return T * (H + (q + k + v) + q + k + v + attended) * kBf16 + T * a->num_heads * kF32 + normed;
+    return T * (H + (q + k + v) + q + k + v + attended) * kBf16 + T * a->num_heads * kF32 + normed + out_normed;
   }
   // input, pre-activation, and the norm's output and the activation where kept
   if (const MlpSpec* m = sublayer.mlp())
     return T * (H + m->first_projection() + (keeps_activation(*m, keep_outputs) ? m->intermediate : 0)) * kBf16 +
-           normed;
+           normed + out_normed;
   if (const Mamba2Spec* m = sublayer.mamba2()) {
     // input, in_proj's output, the conv's, the scan's (the normed input and the scan's chunk states are
     // recomputed in the backward pass).
@@ -123,12 +125,13 @@ int64_t mamba2_scan_backward_workspace(const Mamba2Spec& m, int64_t T) {
 // first step of its backward, the MoE's where its experts' gradients meet (beside the incoming gradient and the
 // routing weights' gradient), attention's while its q/k/v gradients and their fused projection's meet.
 int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_t T) {
+  const int64_t dmixed = sublayer.out_norm.empty() ? 0 : T * H * kBf16;  // d(the output norm's input), OLMo-2
   if (const AttentionSpec* a = sublayer.attention()) {
     const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
-    return T * (H + attended + 2 * (q + k + v)) * kBf16;
+    return T * (H + attended + 2 * (q + k + v)) * kBf16 + dmixed;
   }
-  if (const MlpSpec* m = sublayer.mlp()) return T * H * kBf16 + T * (m->intermediate * 3) * kBf16;
+  if (const MlpSpec* m = sublayer.mlp()) return T * H * kBf16 + T * (m->intermediate * 3) * kBf16 + dmixed;
   if (const Mamba2Spec* m = sublayer.mamba2())  // at the scan's backward: the recomputed input, the gated norm's
     // output and gradient, d(in_proj's output), d(scan), d(conv) beside the scan's workspace
     return T * (H + 3 * m->inner() + m->projection() + m->conv_channels()) * kBf16 + mamba2_scan_backward_workspace(*m, T);

@@ -11,23 +11,26 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
     : eps_(norm_eps),
       mlp_(*sublayer.mlp()),
       p_(MlpParams::lookup(store, layer, sublayer.norm)),
-      lora_(SwigluLora::lookup(store, layer + "mlp.")) {}
+      lora_(SwigluLora::lookup(store, layer + "mlp.")),
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps) {}
 
 Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
   lora_.training = context.training;
   lora_.draw = context.lora_draw;
-  SwigluOutput mlp = swiglu_mlp(ops::rms_norm_forward(h, p_.norm.value, eps_), p_.mlp, &lora_, mlp_);
+  SwigluOutput mlp = swiglu_mlp(input_norm_forward(h, p_.norm, eps_), p_.mlp, &lora_, mlp_);
   gate_up_out_ = mlp.gate_up;
-  return add(h, mlp.out);
+  return out_norm_.forward(mlp.out, h);
 }
 
 Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext&) {
-  const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
-  Tensor dnormed = swiglu_mlp_backward(dout, normed, gate_up_out_, p_.mlp, &lora_, mlp_);
-  return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, p_.norm.grad));
+  const Tensor normed = input_norm_forward(input_, p_.norm, eps_);  // recomputed, not kept
+  Tensor dnormed = swiglu_mlp_backward(out_norm_.backward(dout), normed, gate_up_out_, p_.mlp, &lora_, mlp_);
+  return input_norm_backward(dnormed, input_, p_.norm, eps_, dout);
 }
 
-size_t DenseMlpBlock::stash_bytes() const { return held_bytes({&input_, &gate_up_out_}) + lora_.stash_bytes(); }
+size_t DenseMlpBlock::stash_bytes() const {
+  return held_bytes({&input_, &gate_up_out_}) + lora_.stash_bytes() + out_norm_.stash_bytes();
+}
 
 }  // namespace moetune::model

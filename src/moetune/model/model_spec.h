@@ -121,10 +121,13 @@ struct Mamba2Spec {
 };
 
 // A residual sublayer: h + mixer(rms_norm(h)). `name` is the engine's prefix for its parameters ("attn", "mlp",
-// "moe", "mamba"); `norm` the engine name of its RMSNorm weight.
+// "moe", "mamba"); `norm` the engine name of its RMSNorm weight, empty where the mixer reads h itself (OLMo-2);
+// `out_norm`, where set, the engine name of an RMSNorm on the mixer's output before the residual add:
+// h + out_norm(mixer(...)) (OLMo-2's post-norms; attention and dense MLP sublayers only, validate_decoder says).
 struct SublayerSpec {
   std::string norm;
   std::variant<AttentionSpec, MlpSpec, MoeSpec, Mamba2Spec> mixer;
+  std::string out_norm;
 
   const AttentionSpec* attention() const { return std::get_if<AttentionSpec>(&mixer); }
   const MlpSpec* mlp() const { return std::get_if<MlpSpec>(&mixer); }

@@ -4,7 +4,6 @@
 
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/block_util.h"
-#include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/model/cuda/qk_norm_across_heads.h"
 #include "moetune/ops/cuda/attention_sinks.h"
 #include "moetune/ops/cuda/gemm.h"
@@ -27,6 +26,7 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
       // An MLA sublayer's adapters are its block's (MlaAttentionBlock::Adapters).
       qkv_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.qkv")),
       o_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.o")),
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps),
       mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
   if (mla_) return;
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,
@@ -75,12 +75,11 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;
   stash_.input = h;
-  Tensor normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, p_.norm.value, eps, normed);
+  Tensor normed = cuda::input_norm_forward(h, p_.norm, eps);
   stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
   qkv_lora_.forward(normed, stash_.qkv, context.lora_pass());
-  if (context.keep_outputs) stash_.normed = normed;
+  if (context.keep_outputs && p_.norm.defined()) stash_.normed = normed;
   normed = Tensor();
   stash_.q = device_like({tokens, nq, d});
   stash_.k = device_like({tokens, nkv, d});
@@ -91,8 +90,16 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                                              scores_scale(), stash_.attended, window());
   if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, stash_.attended, stash_.softmax_stats);
   Tensor out = device_like(h.shape());
-  ops::cuda::linear_forward_residual(stash_.attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, h, out);
-  o_lora_.forward(stash_.attended.view({tokens, nq * d}), out, context.lora_pass());
+  const Tensor attended = stash_.attended.view({tokens, nq * d});
+  if (!out_norm_.defined()) {
+    ops::cuda::linear_forward_residual(attended, p_.o.value, p_.o_bias.value, h, out);
+    o_lora_.forward(attended, out, context.lora_pass());
+    return out;
+  }
+  Tensor mixed = device_like(h.shape());
+  ops::cuda::linear_forward(attended, p_.o.value, p_.o_bias.value, mixed);
+  o_lora_.forward(attended, mixed, context.lora_pass());
+  out_norm_.forward(mixed, h, out);
   return out;
 }
 
@@ -103,9 +110,10 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const int64_t tokens = dout.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;
   Tensor dattended = device_like({tokens, nq * d});
-  ops::cuda::linear_backward(dout, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad,
+  const Tensor dmixed = out_norm_.backward(dout);  // dout itself without an output norm
+  ops::cuda::linear_backward(dmixed, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad,
                              p_.o_bias.grad, false, context.overwrite_gradients);
-  o_lora_.backward(dout, stash_.attended.view({tokens, nq * d}), dattended);
+  o_lora_.backward(dmixed, stash_.attended.view({tokens, nq * d}), dattended);
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
   if (spec_.sinks && p_.sinks.grad.defined())
     ops::cuda::attention_sinks_backward(p_.sinks.value, dattended.view({tokens, nq, d}), stash_.attended,
@@ -125,13 +133,13 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
                                       batch.positions, dqkv, p_.q_norm.grad, p_.k_norm.grad, rotated_scale_);
   }
   dq = dk = dv = Tensor();
-  Tensor normed = norm_for_backward(stash_.normed, stash_.input, p_.norm.value, eps, stash_.input.shape());
+  Tensor normed = cuda::input_norm_for_backward(stash_.normed, stash_.input, p_.norm, eps);
   Tensor dnormed = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dqkv, normed, p_.qkv.value, dnormed, p_.qkv.grad, p_.qkv_bias.grad, false,
                              context.overwrite_gradients);
   qkv_lora_.backward(dqkv, normed, dnormed);
   Tensor dh = device_like(stash_.input.shape());
-  ops::cuda::rms_norm_backward(dnormed, stash_.input, p_.norm.value, eps, dh, p_.norm.grad, dout);
+  cuda::input_norm_backward(dnormed, stash_.input, p_.norm, eps, dh, dout);
   clear_stash();
   return dh;
 }
@@ -148,7 +156,7 @@ size_t AttentionBlock::stash_bytes() const {
   if (mla_) return mla_->stash_bytes();
   return held_bytes({&stash_.input, &stash_.normed, &stash_.qkv, &stash_.q, &stash_.k, &stash_.v, &stash_.attended,
                      &stash_.softmax_stats}) +
-         qkv_lora_.stash_bytes() + o_lora_.stash_bytes();
+         qkv_lora_.stash_bytes() + o_lora_.stash_bytes() + out_norm_.stash_bytes();
 }
 
 }  // namespace moetune::model::cuda

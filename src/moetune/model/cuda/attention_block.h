@@ -6,10 +6,11 @@
 
 #include <memory>
 
+#include "moetune/model/block_params.h"
 #include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/mla_attention_block.h"
 #include "moetune/model/cuda/step_context.h"
-#include "moetune/model/block_params.h"
+#include "moetune/model/cuda/sublayer_norm.h"
 #include "moetune/model/model_spec.h"
 
 namespace moetune::model::cuda {
@@ -27,6 +28,7 @@ class AttentionBlock {
   std::vector<Tensor> overwritten_gradients() const;
   void clear_stash() {
     stash_ = {};
+    out_norm_.clear_stash();
     qkv_lora_.clear_stash();
     o_lora_.clear_stash();
     if (mla_) mla_->clear_stash();
@@ -55,6 +57,7 @@ class AttentionBlock {
   double rotated_scale_ = 1.0;
   AttentionParams p_;
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any
+  OutputNorm out_norm_;           // OLMo-2's norm on o_proj's output, if any
   struct Stash {
     Tensor input;         // h [T, H]
     Tensor normed;        // rms_norm(h), where the step keeps norm outputs (StepContext::keep_outputs)

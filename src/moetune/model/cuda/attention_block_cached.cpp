@@ -22,8 +22,7 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   KvCache& cache = *context.kv_cache;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const int64_t past = cache.tokens();
-  Tensor normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
+  Tensor normed = cuda::input_norm_forward(h, p_.norm, eps_);
   Tensor qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, qkv);
   normed = Tensor();
@@ -44,7 +43,10 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   }
   Tensor out = device_like(h.shape());
   ops::cuda::linear_forward(attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
-  ops::cuda::add(out, h, out);
+  if (out_norm_.defined())
+    out_norm_.forward(out, h, out, /*keep=*/false);  // the norm's output over its input, then + h
+  else
+    ops::cuda::add(out, h, out);
   return out;
 }
 

@@ -66,6 +66,13 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
       if (value != first) refuse(key, layer_type, "RoPE that differs between layer types");
     dict = first;
   }
+  return read_rope_dict(dict, key, top, max_position_embeddings, d);
+}
+
+}  // namespace
+
+ops::RopeSpec read_rope_dict(const json& dict, const char* key, const io::ConfigReader& top,
+                             int64_t max_position_embeddings, const DecoderDefaults& d) {
   io::ConfigReader reader(dict);
   ops::RopeSpec rope;
   rope.type = reader.string("rope_type", reader.string("type", "default"));
@@ -116,8 +123,6 @@ ops::RopeSpec read_rope(const io::ConfigReader& top, int64_t max_position_embedd
     fail("RoPE 'original_max_position_embeddings' must be positive for yarn, got {}", rope.original_max_position_embeddings);
   return rope;
 }
-
-}  // namespace
 
 void refuse(const char* key, const std::string& value, const std::string& feature) {
   fail("'{}' is {}: {} is not implemented in moetune yet (training without it would not match transformers)", key,
@@ -334,6 +339,12 @@ void finish_decoder(DecoderConfig& c) {
 void validate_decoder(const ModelSpec& spec) {
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers) {
+      // The blocks that read SublayerSpec::out_norm and an empty norm: q/k/v attention and the dense MLP.
+      const bool norms_placed = (sublayer.attention() && !sublayer.attention()->mla) || sublayer.mlp();
+      MOETUNE_CHECK(norms_placed || (!sublayer.norm.empty() && sublayer.out_norm.empty()),
+                    "{}: a sublayer without its input norm or with an output norm is implemented for q/k/v attention "
+                    "and dense MLPs only",
+                    spec.architecture);
       if (const MlpSpec* mlp = sublayer.mlp()) require_in_range(mlp->intermediate, "intermediate_size", kMaxWidth);
       if (const MoeSpec* moe = sublayer.moe()) {
         require_in_range(moe->router.num_experts, "num_experts", kMaxExperts);

@@ -45,6 +45,11 @@ DecoderConfig read_decoder_config(const io::ConfigReader& config, const DecoderD
 // The part of it every family shares, whatever its layers: dtype, bos / pad / eos token ids.
 void read_dtype_and_token_ids(const io::ConfigReader& config, ModelSpec& spec);
 
+// One RoPE dict (transformers' rope_parameters for one layer type) read and checked as read_decoder_config reads
+// the config's; `key` names it in messages, `config` gives the top-level keys transformers reads beside it.
+ops::RopeSpec read_rope_dict(const nlohmann::json& dict, const char* key, const io::ConfigReader& config,
+                             int64_t max_position_embeddings, const DecoderDefaults& defaults);
+
 // Where the RoPE settings are: "rope_scaling" unless it is absent or falsy (null, {}, false: transformers reads
 // `rope_scaling or rope_parameters`), else "rope_parameters" (which may be absent).
 const char* rope_dict_key(const io::ConfigReader& config);

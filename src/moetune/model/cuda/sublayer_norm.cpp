@@ -1,0 +1,44 @@
+#include "moetune/model/cuda/sublayer_norm.h"
+
+#include "moetune/model/cuda/norm_for_backward.h"
+#include "moetune/ops/cuda/elementwise.h"
+#include "moetune/ops/cuda/norm.h"
+
+namespace moetune::model::cuda {
+namespace {
+Tensor device_like(const Tensor& t) { return Tensor::empty(t.shape(), DType::BF16, Device::cuda()); }
+}  // namespace
+
+Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps) {
+  if (!norm.defined()) return h;
+  Tensor normed = device_like(h);
+  ops::cuda::rms_norm_forward(h, norm.value, eps, normed);
+  return normed;
+}
+
+Tensor input_norm_for_backward(const Tensor& kept, const Tensor& h, const Param& norm, double eps) {
+  return norm.defined() ? norm_for_backward(kept, h, norm.value, eps, h.shape()) : h;
+}
+
+void input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& norm, double eps, const Tensor& dh,
+                         const Tensor& dout) {
+  if (norm.defined())
+    ops::cuda::rms_norm_backward(dnormed, h, norm.value, eps, dh, norm.grad, /*residual=*/dout);
+  else
+    ops::cuda::add(dnormed, dout, dh);
+}
+
+void OutputNorm::forward(const Tensor& mixed, const Tensor& h, const Tensor& out, bool keep) {
+  ops::cuda::rms_norm_forward(mixed, norm_.value, eps_, out);
+  ops::cuda::add(out, h, out);
+  if (keep) mixed_ = mixed;
+}
+
+Tensor OutputNorm::backward(const Tensor& dout) const {
+  if (!defined()) return dout;
+  Tensor dmixed = device_like(dout);
+  ops::cuda::rms_norm_backward(dout, mixed_, norm_.value, eps_, dmixed, norm_.grad);
+  return dmixed;
+}
+
+}  // namespace moetune::model::cuda

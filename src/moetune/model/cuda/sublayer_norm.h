@@ -1,0 +1,38 @@
+// The norms a sublayer may place around its mixer on the GPU (the CPU's twin, with what they mean:
+// model/sublayer_norm.h): the input norm, absent in OLMo-2, and OLMo-2's output norm before the residual add.
+// Without an output norm the blocks keep their residual fused into their last GEMM; with one, that GEMM writes the
+// mixer's output alone and OutputNorm adds the residual after the norm.
+#pragma once
+
+#include "moetune/core/tensor.h"
+#include "moetune/model/parameter_store.h"
+
+namespace moetune::model::cuda {
+
+// rms_norm(h) in a new tensor, or h itself without an input norm (`norm` undefined).
+Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps);
+// The backward pass's copy: `kept` (the forward's, where the step keeps norm outputs), the norm run again, or h.
+Tensor input_norm_for_backward(const Tensor& kept, const Tensor& h, const Param& norm, double eps);
+// dh = dout + d(h) through the input norm (dnormed itself without one); dh may be dnormed.
+void input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& norm, double eps, const Tensor& dh,
+                         const Tensor& dout);
+
+class OutputNorm {
+ public:
+  OutputNorm() = default;
+  OutputNorm(Param norm, double eps) : norm_(std::move(norm)), eps_(eps) {}
+  bool defined() const { return norm_.defined(); }
+  // out = h + out_norm(mixed); `keep` holds mixed for the backward pass (not in generation).
+  void forward(const Tensor& mixed, const Tensor& h, const Tensor& out, bool keep = true);
+  // d(mixed) from d(out) through the norm (its weight's gradient accumulated); d(out) itself without one.
+  Tensor backward(const Tensor& dout) const;
+  size_t stash_bytes() const { return mixed_.defined() ? mixed_.nbytes() : 0; }
+  void clear_stash() { mixed_ = Tensor(); }
+
+ private:
+  Param norm_;
+  double eps_ = 0;
+  Tensor mixed_;  // the mixer's output, the norm's input
+};
+
+}  // namespace moetune::model::cuda

@@ -1,0 +1,34 @@
+// The norms a sublayer may place around its mixer (SublayerSpec::norm, ::out_norm) on the CPU: the input norm,
+// absent in OLMo-2 (the mixer reads h itself), and the output norm OLMo-2 adds before the residual:
+// h + out_norm(mixer(in_norm(h))). The attention and dense MLP blocks use these; model/cuda/sublayer_norm.h is the
+// GPU's twin.
+#pragma once
+
+#include "moetune/core/tensor.h"
+#include "moetune/model/parameter_store.h"
+
+namespace moetune::model {
+
+// rms_norm(h), or h itself without an input norm (`norm` undefined).
+Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps);
+// d(h) through the input norm (dnormed itself without one), plus the residual's d(out).
+Tensor input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& norm, double eps, const Tensor& dout);
+
+class OutputNorm {
+ public:
+  OutputNorm() = default;
+  OutputNorm(Param norm, double eps) : norm_(std::move(norm)), eps_(eps) {}
+  // h + out_norm(mixed), keeping `mixed` for the backward pass; h + mixed without an output norm.
+  Tensor forward(const Tensor& mixed, const Tensor& h);
+  // d(mixed) from d(out): through the norm (its weight's gradient accumulated), or d(out) itself without one.
+  Tensor backward(const Tensor& dout) const;
+  size_t stash_bytes() const { return mixed_.defined() ? mixed_.nbytes() : 0; }
+  void clear_stash() { mixed_ = Tensor(); }
+
+ private:
+  Param norm_;
+  double eps_ = 0;
+  Tensor mixed_;  // the mixer's output, the norm's input
+};
+
+}  // namespace moetune::model
