@@ -68,7 +68,9 @@ const std::vector<std::string>& model_fixtures() {
                                                  "deepseek_v2_grouped",
                                                  "dots1_tiny",
                                                  "olmo2_tiny",
-                                                 "olmo3_tiny"};
+                                                 "olmo3_tiny",
+                                                 "exaone4_tiny",
+                                                 "solar_open_tiny"};
   return names;
 }
 

@@ -52,7 +52,9 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
                                     "deepseek_v2_tiny",
                                     "dots1_tiny",
                                     "olmo2_tiny",
-                                    "olmo3_tiny"}) {
+                                    "olmo3_tiny",
+                                    "exaone4_tiny",
+                                    "solar_open_tiny"}) {
     nlohmann::json reports[2];
     for (int gpu = 0; gpu < 2; ++gpu) {
       const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +

@@ -938,6 +938,45 @@ TEST(Families, Olmo2AndOlmo3NormsWindowsAndRope) {
             std::string::npos);
 }
 
+// Exaone4ForCausalLM: OLMo-2's output norms with per-head q/k norms; Exaone4Config's layer types, the full-attention
+// layers without RoPE where a window is set; what its __post_init__ cannot derive refused, named.
+TEST(Families, Exaone4LayerTypesAndPositions) {
+  const ModelSpec d = parse(R"({"model_type":"exaone4","num_hidden_layers":4,"sliding_window":64})");
+  EXPECT_EQ(d.architecture, "Exaone4ForCausalLM");
+  EXPECT_TRUE(d.layers[0].sublayers[0].norm.empty() && !d.layers[0].sublayers[1].out_norm.empty());
+  const AttentionSpec& sliding = *d.layers[0].sublayers[0].attention();
+  const AttentionSpec& full = *d.layers[3].sublayers[0].attention();
+  EXPECT_TRUE(sliding.qk_norm && !sliding.qk_norm_across_heads);
+  EXPECT_EQ(sliding.sliding_window, 64);
+  EXPECT_EQ(sliding.rope.type, "default");
+  EXPECT_FALSE(full.sliding_window);
+  EXPECT_EQ(full.rope.type, "none");
+  // No window: every layer rotates (layer_types must then be written).
+  const ModelSpec plain = parse(
+      R"({"model_type":"exaone4","num_hidden_layers":2,"sliding_window":null,"layer_types":["full_attention","full_attention"]})");
+  EXPECT_EQ(plain.layers[1].sublayers[0].attention()->rope.type, "default");
+  for (const auto& [config, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model_type":"exaone4","sliding_window":null})", "'layer_types'"},
+           {R"({"model_type":"exaone4","sliding_window_pattern":"LLLG"})", "'sliding_window_pattern'"},
+           {R"({"model_type":"exaone4","sliding_window_pattern":0})", "'sliding_window_pattern'"}})
+    EXPECT_NE(error_of(config).find(key), std::string::npos) << config << ": " << error_of(config);
+}
+
+// SolarOpenForCausalLM: SolarOpenConfig's defaults (every layer MoE, RoPE over whole heads at theta 1e6, q/k/v
+// biases with attention_bias but none on o_proj); partial RoPE refused (Llama's attention cannot apply it).
+TEST(Families, SolarOpenDefaults) {
+  const ModelSpec d = parse(R"({"model_type":"solar_open","num_hidden_layers":2,"attention_bias":true})");
+  EXPECT_EQ(d.architecture, "SolarOpenForCausalLM");
+  for (const LayerSpec& layer : d.layers) EXPECT_NE(layer.moe(), nullptr);
+  EXPECT_EQ(attention(d).rope.theta, 1e6);
+  EXPECT_EQ(attention(d).rope.partial_rotary_factor, 1.0);
+  EXPECT_TRUE(attention(d).qkv_bias && !attention(d).o_bias);
+  EXPECT_EQ(d.layers[0].moe()->router.num_experts, 128);
+  EXPECT_EQ(d.layers[0].moe()->experts.intermediate, 1280);
+  EXPECT_NE(error_of(R"({"model_type":"solar_open","partial_rotary_factor":0.5})").find("'partial_rotary_factor'"),
+            std::string::npos);
+}
+
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same
 // product): any value is accepted.
 TEST(Families, PretrainingTpIsIgnoredAsTransformersIgnoresIt) {

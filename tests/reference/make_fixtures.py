@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
-from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config
+from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig
 
 VOCAB = 96
 
@@ -296,6 +296,24 @@ FIXTURES = {
                                                 "original_max_position_embeddings": 16},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}},
             pad_token_id=None, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # EXAONE 4.0: OLMo-2's output norms with per-head q/k norms; layers 0-2 slide over 4 keys and rotate, layer 3
+    # attends without positions (Exaone4Config's pattern of 4 with a window set); untied, fp32.
+    "exaone4_tiny": dict(
+        config=Exaone4Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, sliding_window=4, sliding_window_pattern=4, max_position_embeddings=64,
+            tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # Solar Open: Llama's attention with q/k/v biases (none on o_proj) and GLM-4-MoE's MoE on every layer (4 groups
+    # of 2 experts, top-2 groups, top-3 experts, a random correction bias, renormalised, scaled by 2.5, one shared
+    # expert); untied, fp32.
+    "solar_open_tiny": dict(
+        config=SolarOpenConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=8, attention_bias=True, moe_intermediate_size=8, n_routed_experts=8, n_group=4, topk_group=2,
+            num_experts_per_tok=3, n_shared_experts=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+            max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
     # dots.llm1: Qwen3's attention (per-head q/k norms, biases, layer 2 sliding from max_window_layers with a
     # window of 4 keys) and DeepSeek-V3's MoE (4 groups of 2 experts, top-2 groups, top-3 experts, a random

@@ -237,6 +237,22 @@ CASES = [
     ("olmo3 old rope_scaling spelling tied", "olmo3", dict(BASE, sliding_window=16, tie_word_embeddings=True,
                                                           layer_types=["full_attention", "sliding_attention", "full_attention"]),
      "old_rope_olmo3"),
+    # EXAONE 4.0: Exaone4Config's layer types from sliding_window_pattern (layers 0-2 slide and rotate, layer 3 attends
+    # without positions), every layer rotating without a window, layer_types written, YaRN.
+    ("exaone4 pattern NoPE full layers", "exaone4", dict(BASE, num_hidden_layers=4, sliding_window=16,
+                                                         sliding_window_pattern=4, head_dim=16), None),
+    ("exaone4 no window every layer rotates tied", "exaone4", dict(BASE, sliding_window=None,
+                                                                  layer_types=["full_attention"] * 3,
+                                                                  tie_word_embeddings=True), None),
+    ("exaone4 layer_types yarn gqa", "exaone4", dict(BASE, sliding_window=8, num_key_value_heads=1, rope_parameters=dict(YARN),
+                                                     layer_types=["sliding_attention", "full_attention", "sliding_attention"]), None),
+    # Solar Open: Llama's attention (q/k/v biases, none on o) and GLM-4-MoE's MoE on every layer.
+    ("solar_open plain", "solar_open", dict(BASE, head_dim=16, n_routed_experts=8, num_experts_per_tok=2,
+                                            moe_intermediate_size=32, n_shared_experts=1), None),
+    ("solar_open groups biases tied", "solar_open", dict(BASE, head_dim=16, n_routed_experts=8, num_experts_per_tok=3,
+                                                         n_group=4, topk_group=2, moe_intermediate_size=32,
+                                                         n_shared_experts=2, attention_bias=True, norm_topk_prob=False,
+                                                         routed_scaling_factor=2.5, tie_word_embeddings=True), None),
     ("dots1 plain", "dots1", dict(DOTS1), None),
     ("dots1 groups renormalised scaled biases", "dots1", dict(DOTS1, n_group=4, topk_group=2, num_experts_per_tok=3,
                                                              norm_topk_prob=True, routed_scaling_factor=2.5,

@@ -39,6 +39,8 @@ CASES = [
     ("dots1_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("olmo2_tiny", ["lora.target_modules=all-linear"]),
     ("olmo3_tiny", ["lora.target_modules=[q_proj,v_proj,down_proj]"]),
+    ("exaone4_tiny", ["lora.target_modules=all-linear"]),
+    ("solar_open_tiny", ["lora.target_modules=all-linear", EXPERTS]),
 ]
 
 

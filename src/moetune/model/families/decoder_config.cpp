@@ -223,6 +223,10 @@ LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::
   return LayerSpec{{SublayerSpec{"input_norm", attention}, SublayerSpec{"post_attn_norm", std::move(ffn)}}};
 }
 
+LayerSpec attention_then_output_normed(const AttentionSpec& attention, const MlpSpec& mlp) {
+  return LayerSpec{{SublayerSpec{"", attention, "attn_out_norm"}, SublayerSpec{"", mlp, "mlp_out_norm"}}};
+}
+
 std::vector<bool> qwen_sparse_layers(const io::ConfigReader& r, int64_t num_layers, int64_t num_experts) {
   const int64_t step = std::abs(r.integer("decoder_sparse_step", 1));
   if (step == 0) fail("'decoder_sparse_step' must not be 0");

@@ -67,6 +67,9 @@ std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id
 
 // One layer of the usual shape: h + attention(input_norm(h)), then h + ffn(post_attn_norm(h)).
 LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn);
+// One layer whose sublayers norm their outputs instead of their inputs (OLMo-2, OLMo-3, EXAONE 4.0):
+// h + attn_out_norm(attention(h)), then h + mlp_out_norm(mlp(h)).
+LayerSpec attention_then_output_normed(const AttentionSpec& attention, const MlpSpec& mlp);
 
 // The Qwen MoE rule (Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer): a layer is sparse when num_experts > 0, it is
 // not listed in mlp_only_layers (entries naming no layer match nothing) and (layer + 1) % decoder_sparse_step is 0

@@ -25,12 +25,6 @@ const DecoderDefaults kOlmo2Defaults{.vocab_size = 50304,
                                      .max_position_embeddings = 2048,
                                      .rms_norm_eps = 1e-5};
 
-// An OLMo-2 layer: attention then the MLP, each normed on its way out.
-LayerSpec post_normed_layer(const AttentionSpec& attention, int64_t intermediate_size) {
-  return LayerSpec{
-      {SublayerSpec{"", attention, "attn_out_norm"}, SublayerSpec{"", MlpSpec{intermediate_size}, "mlp_out_norm"}}};
-}
-
 DecoderConfig read_olmo2_config(const io::ConfigReader& r, const DecoderDefaults& defaults) {
   DecoderConfig c = read_decoder_config(r, defaults);
   apply_token_id_defaults(r, {.pad = 1, .bos = std::nullopt, .eos = 50279}, c.spec);
@@ -41,7 +35,8 @@ DecoderConfig read_olmo2_config(const io::ConfigReader& r, const DecoderDefaults
 
 ModelSpec describe_olmo2(const io::ConfigReader& r) {
   DecoderConfig c = read_olmo2_config(r, kOlmo2Defaults);
-  for (LayerSpec& layer : c.spec.layers) layer = post_normed_layer(c.attention, c.intermediate_size);
+  for (LayerSpec& layer : c.spec.layers)
+    layer = attention_then_output_normed(c.attention, MlpSpec{c.intermediate_size});
   finish_decoder(c);
   return c.spec;
 }
@@ -97,7 +92,7 @@ ModelSpec describe_olmo3(const io::ConfigReader& r) {
     AttentionSpec attention = c.attention;
     attention.sliding_window = windows[i];
     if (windows[i]) attention.rope = sliding_rope;
-    c.spec.layers[i] = post_normed_layer(attention, c.intermediate_size);
+    c.spec.layers[i] = attention_then_output_normed(attention, MlpSpec{c.intermediate_size});
   }
   finish_decoder(c);
   return c.spec;
