@@ -70,7 +70,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "olmo2_tiny",
                                                  "olmo3_tiny",
                                                  "exaone4_tiny",
-                                                 "solar_open_tiny"};
+                                                 "solar_open_tiny",
+                                                 "flex_olmo_tiny"};
   return names;
 }
 

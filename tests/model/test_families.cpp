@@ -977,6 +977,21 @@ TEST(Families, SolarOpenDefaults) {
             std::string::npos);
 }
 
+// FlexOlmoForCausalLM: OLMo-2's output-normed layers around OLMoE's MoE layer, FlexOlmoConfig's defaults.
+TEST(Families, FlexOlmoOutputNormedMoe) {
+  const ModelSpec d = parse(R"({"model_type":"flex_olmo","num_hidden_layers":1,"output_router_logits":true})");
+  EXPECT_EQ(d.architecture, "FlexOlmoForCausalLM");
+  const SublayerSpec& moe = d.layers[0].sublayers[1];
+  ASSERT_NE(moe.moe(), nullptr);
+  EXPECT_TRUE(moe.norm.empty() && moe.out_norm == "mlp_out_norm");
+  EXPECT_EQ(moe.moe()->router.num_experts, 7);
+  EXPECT_EQ(moe.moe()->router.top_k, 5);
+  EXPECT_EQ(d.norm_eps, 1e-6);
+  EXPECT_EQ(d.aux_loss, AuxLoss::LoadBalancing);
+  EXPECT_EQ(*d.pad_token_id, 100277);
+  EXPECT_EQ(attention(d).rope.theta, 500000.0);  // FlexOlmoConfig's default_theta
+}
+
 // transformers 5.17's decoders never read pretraining_tp (v4's Llama sliced its projections by it into the same
 // product): any value is accepted.
 TEST(Families, PretrainingTpIsIgnoredAsTransformersIgnoresIt) {

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
-from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig
+from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig, FlexOlmoConfig
 
 VOCAB = 96
 
@@ -314,6 +314,15 @@ FIXTURES = {
             head_dim=8, attention_bias=True, moe_intermediate_size=8, n_routed_experts=8, n_group=4, topk_group=2,
             num_experts_per_tok=3, n_shared_experts=1, norm_topk_prob=True, routed_scaling_factor=2.5,
             max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # FlexOlmo: OLMo-2's output norms around OLMoE's MoE layer (6 experts, top-2, not renormalised), attention biases,
+    # with the load-balancing loss; untied, fp32. The GPU engine refuses it (its MoE block norms no output yet).
+    "flex_olmo_tiny": dict(
+        config=FlexOlmoConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, attention_bias=True, num_experts=6, num_experts_per_tok=2,
+            output_router_logits=True, router_aux_loss_coef=0.01, max_position_embeddings=64,
+            tie_word_embeddings=False, pad_token_id=None, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
     # dots.llm1: Qwen3's attention (per-head q/k norms, biases, layer 2 sliding from max_window_layers with a
     # window of 4 keys) and DeepSeek-V3's MoE (4 groups of 2 experts, top-2 groups, top-3 experts, a random

@@ -253,6 +253,13 @@ CASES = [
                                                          n_group=4, topk_group=2, moe_intermediate_size=32,
                                                          n_shared_experts=2, attention_bias=True, norm_topk_prob=False,
                                                          routed_scaling_factor=2.5, tie_word_embeddings=True), None),
+    # FlexOlmo: OLMo-2's output norms around OLMoE's MoE layer (CPU only: the GPU refuses its MoE layers so far).
+    ("flex_olmo plain", "flex_olmo", dict(BASE, num_experts=6, num_experts_per_tok=2, intermediate_size=32,
+                                          pad_token_id=None), None),
+    ("flex_olmo biases norm_topk aux loss tied", "flex_olmo", dict(BASE, num_experts=6, num_experts_per_tok=3,
+                                                                    intermediate_size=32, attention_bias=True,
+                                                                    norm_topk_prob=True, output_router_logits=True,
+                                                                    tie_word_embeddings=True, pad_token_id=None), None),
     ("dots1 plain", "dots1", dict(DOTS1), None),
     ("dots1 groups renormalised scaled biases", "dots1", dict(DOTS1, n_group=4, topk_group=2, num_experts_per_tok=3,
                                                              norm_topk_prob=True, routed_scaling_factor=2.5,

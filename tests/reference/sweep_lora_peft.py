@@ -41,6 +41,7 @@ CASES = [
     ("olmo3_tiny", ["lora.target_modules=[q_proj,v_proj,down_proj]"]),
     ("exaone4_tiny", ["lora.target_modules=all-linear"]),
     ("solar_open_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("flex_olmo_tiny", ["lora.target_modules=all-linear", EXPERTS]),
 ]
 
 

@@ -53,7 +53,7 @@ struct MoeParams {
   Param latent_in, latent_in_bias, latent_out, latent_out_bias;
   static MoeParams lookup(const ParameterStore& store, const std::string& layer, const std::string& norm,
                           bool shared_expert) {
-    return {store.get(layer + norm),
+    return {sublayer_norm(store, layer, norm),
             store.get(layer + "moe.router"),
             store.get(layer + "moe.experts_gate_up"),
             store.get(layer + "moe.experts_down"),

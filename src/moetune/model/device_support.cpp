@@ -23,6 +23,8 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers)
       if (const MoeSpec* m = sublayer.moe()) {
+        if (sublayer.norm.empty() || !sublayer.out_norm.empty())
+          note(missing, "MoE layers normed on their output (FlexOlmo)");
         if (m->router.is_softmax_then_grouped_topk() && !m->router.is_softmax_then_topk())
           note(missing, fmt::format("DeepSeek-V2's softmax router with groups or a scaling factor (topk_method "
                                     "group_limited_greedy, routed_scaling_factor {})",

@@ -19,7 +19,8 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
       shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")),
-      correction_bias_(store.find(layer + "moe.router_correction_bias")) {
+      correction_bias_(store.find(layer + "moe.router_correction_bias")),
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps) {
   MOETUNE_CHECK(spec_.latent_size.has_value() == p_.latent_in.defined() && p_.latent_in.defined() == p_.latent_out.defined(),
                 "{}: the spec and the parameters disagree on the latent projections", layer);
   refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",
@@ -36,7 +37,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
   shared_lora_.training = context.training;
   shared_lora_.draw = context.lora_draw;
-  const Tensor normed = ops::rms_norm_forward(h, p_.norm.value, eps_);
+  const Tensor normed = input_norm_forward(h, p_.norm, eps_);
   const Tensor logits = ops::linear_forward(normed, p_.router.value, p_.router_bias.value);
   routing_ = forced_choices_.empty() ? route(spec_.router, logits, correction_bias_.value)
                                      : route_chosen(spec_.router, logits, forced_choices_);
@@ -52,24 +53,32 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
     latent_combined_ = routed;
     routed = ops::linear_forward(latent_combined_, p_.latent_out.value, p_.latent_out_bias.value);
   }
-  Tensor out = add(h, routed);
-  if (!p_.shared.defined()) return out;
-  SwigluOutput shared = swiglu_mlp(normed, p_.shared, &shared_lora_, spec_.shared_expert->mlp);
-  shared_gate_up_ = shared.gate_up;
-  shared_out_ = shared.out;
-  if (!p_.shared_gate.defined()) return add(out, shared_out_);
-  shared_gate_logits_ = ops::linear_forward(normed, p_.shared_gate.value);
-  shared_gate_lora_.forward(normed, shared_gate_logits_, context.training, context.lora_draw);
-  return ops::sigmoid_gated_add(out, shared_out_, shared_gate_logits_);
+  // Without an output norm the residual joins first, the order these sums have always taken; with one (FlexOlmo),
+  // the mixer's output is normed and then added.
+  Tensor out = out_norm_.defined() ? routed : add(h, routed);
+  if (p_.shared.defined()) {
+    SwigluOutput shared = swiglu_mlp(normed, p_.shared, &shared_lora_, spec_.shared_expert->mlp);
+    shared_gate_up_ = shared.gate_up;
+    shared_out_ = shared.out;
+    if (!p_.shared_gate.defined()) {
+      out = add(out, shared_out_);
+    } else {
+      shared_gate_logits_ = ops::linear_forward(normed, p_.shared_gate.value);
+      shared_gate_lora_.forward(normed, shared_gate_logits_, context.training, context.lora_draw);
+      out = ops::sigmoid_gated_add(out, shared_out_, shared_gate_logits_);
+    }
+  }
+  return out_norm_.defined() ? out_norm_.forward(out, h) : out;
 }
 
 Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   const Tensor drouter_logits = context.take_drouter_logits();
   const int64_t tokens = dout.size(0);
-  const Tensor normed = ops::rms_norm_forward(input_, p_.norm.value, eps_);  // recomputed, not kept
-  const Tensor drouted = p_.latent_out.defined() ? ops::linear_backward(dout, latent_combined_, p_.latent_out.value,
-                                                                      p_.latent_out.grad, p_.latent_out_bias.grad)
-                                               : dout;
+  const Tensor normed = input_norm_forward(input_, p_.norm, eps_);  // recomputed, not kept
+  const Tensor dmixed = out_norm_.backward(dout);                   // dout itself without an output norm
+  const Tensor drouted = p_.latent_out.defined() ? ops::linear_backward(dmixed, latent_combined_, p_.latent_out.value,
+                                                                        p_.latent_out.grad, p_.latent_out_bias.grad)
+                                                 : dmixed;
   ops::CombineGrads combine = dispatcher_->combine_backward(drouted, activations_.out, routing_);
   Tensor ddispatched =
       expert_lora_.empty()
@@ -85,9 +94,9 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   if (drouter_logits.defined()) dlogits = add(dlogits, drouter_logits);
   dnormed = add(dnormed, ops::linear_backward(dlogits, normed, p_.router.value, p_.router.grad, p_.router_bias.grad));
   if (p_.shared.defined()) {
-    Tensor dshared = dout;
+    Tensor dshared = dmixed;
     if (p_.shared_gate.defined()) {
-      ops::SigmoidGateGrads gate = ops::sigmoid_gated_add_backward(dout, shared_out_, shared_gate_logits_);
+      ops::SigmoidGateGrads gate = ops::sigmoid_gated_add_backward(dmixed, shared_out_, shared_gate_logits_);
       dshared = gate.dy;
       const Tensor dgate_input = ops::linear_backward(gate.dlogits, normed, p_.shared_gate.value, p_.shared_gate.grad);
       shared_gate_lora_.backward(gate.dlogits, normed, dgate_input);
@@ -96,7 +105,7 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
     dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, &shared_lora_,
                                                spec_.shared_expert->mlp));
   }
-  return add(dout, ops::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, p_.norm.grad));
+  return input_norm_backward(dnormed, input_, p_.norm, eps_, dout);
 }
 
 size_t MoeBlock::stash_bytes() const {
@@ -104,7 +113,7 @@ size_t MoeBlock::stash_bytes() const {
                      &shared_gate_up_, &shared_out_, &shared_gate_logits_, &latent_combined_}) +
          routing_.expert.size() * sizeof(int32_t) + routing_.weight.size() * sizeof(float) +
          dispatched_.offsets.size() * sizeof(int64_t) + dispatcher_->stash_bytes() + expert_lora_.stash_bytes() +
-         shared_lora_.stash_bytes() + shared_gate_lora_.stash_bytes();
+         shared_lora_.stash_bytes() + shared_gate_lora_.stash_bytes() + out_norm_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
@@ -116,6 +125,7 @@ void MoeBlock::clear_stash() {
   expert_lora_.clear_stash();
   shared_lora_.clear_stash();
   shared_gate_lora_.clear_stash();
+  out_norm_.clear_stash();
 }
 
 }  // namespace moetune::model

@@ -8,9 +8,10 @@
 
 #include "moetune/model/block_params.h"
 #include "moetune/model/lora_experts.h"
-#include "moetune/model/swiglu_mlp.h"
 #include "moetune/model/model_spec.h"
 #include "moetune/model/step_context.h"
+#include "moetune/model/sublayer_norm.h"
+#include "moetune/model/swiglu_mlp.h"
 #include "moetune/model/token_dispatcher.h"
 #include "moetune/ops/experts.h"
 
@@ -48,6 +49,7 @@ class MoeBlock {
   Param correction_bias_;               // DeepSeek-V3's e_score_correction_bias [E] (frozen); else undefined
   std::vector<int32_t> forced_choices_;  // tests only (force_choices)
   Tensor latent_combined_;              // the experts' weighted sum [T, D], latent_out's input
+  OutputNorm out_norm_;                 // FlexOlmo's norm on the block's output, if any
 };
 
 }  // namespace moetune::model

@@ -18,6 +18,7 @@ class OutputNorm {
  public:
   OutputNorm() = default;
   OutputNorm(Param norm, double eps) : norm_(std::move(norm)), eps_(eps) {}
+  bool defined() const { return norm_.defined(); }
   // h + out_norm(mixed), keeping `mixed` for the backward pass; h + mixed without an output norm.
   Tensor forward(const Tensor& mixed, const Tensor& h);
   // d(mixed) from d(out): through the norm (its weight's gradient accumulated), or d(out) itself without one.

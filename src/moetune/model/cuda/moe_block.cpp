@@ -42,6 +42,8 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
       shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")) {
+  MOETUNE_CHECK(!sublayer.norm.empty() && sublayer.out_norm.empty(),
+                "{}: MoE layers normed on their output are not implemented on the GPU", layer);
   MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax() ||
                     is_sigmoid_group_limited(spec_.router),
                 "{}: this router is not implemented on the GPU", layer);

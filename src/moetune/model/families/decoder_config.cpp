@@ -223,8 +223,18 @@ LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::
   return LayerSpec{{SublayerSpec{"input_norm", attention}, SublayerSpec{"post_attn_norm", std::move(ffn)}}};
 }
 
-LayerSpec attention_then_output_normed(const AttentionSpec& attention, const MlpSpec& mlp) {
-  return LayerSpec{{SublayerSpec{"", attention, "attn_out_norm"}, SublayerSpec{"", mlp, "mlp_out_norm"}}};
+LayerSpec attention_then_output_normed(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn) {
+  return LayerSpec{{SublayerSpec{"", attention, "attn_out_norm"}, SublayerSpec{"", std::move(ffn), "mlp_out_norm"}}};
+}
+
+MoeSpec read_olmoe_moe(const io::ConfigReader& r, int64_t intermediate_size, int64_t default_experts,
+                       int64_t default_top_k) {
+  MoeSpec moe;
+  moe.router.num_experts = r.integer("num_experts", r.integer("num_local_experts", default_experts));
+  moe.router.top_k = r.integer("num_experts_per_tok", default_top_k);
+  moe.router.renormalize = r.boolean("norm_topk_prob", false);
+  moe.experts.intermediate = intermediate_size;
+  return moe;
 }
 
 std::vector<bool> qwen_sparse_layers(const io::ConfigReader& r, int64_t num_layers, int64_t num_experts) {
@@ -343,11 +353,13 @@ void finish_decoder(DecoderConfig& c) {
 void validate_decoder(const ModelSpec& spec) {
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers) {
-      // The blocks that read SublayerSpec::out_norm and an empty norm: q/k/v attention and the dense MLP.
-      const bool norms_placed = (sublayer.attention() && !sublayer.attention()->mla) || sublayer.mlp();
+      // The blocks that read SublayerSpec::out_norm and an empty norm: q/k/v attention, the dense MLP and the MoE
+      // block (the CPU's only: model/device_support.h).
+      const bool norms_placed =
+          (sublayer.attention() && !sublayer.attention()->mla) || sublayer.mlp() || sublayer.moe();
       MOETUNE_CHECK(norms_placed || (!sublayer.norm.empty() && sublayer.out_norm.empty()),
-                    "{}: a sublayer without its input norm or with an output norm is implemented for q/k/v attention "
-                    "and dense MLPs only",
+                    "{}: a sublayer without its input norm or with an output norm is implemented for q/k/v attention, "
+                    "dense MLPs and MoE layers only",
                     spec.architecture);
       if (const MlpSpec* mlp = sublayer.mlp()) require_in_range(mlp->intermediate, "intermediate_size", kMaxWidth);
       if (const MoeSpec* moe = sublayer.moe()) {

@@ -67,9 +67,9 @@ std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id
 
 // One layer of the usual shape: h + attention(input_norm(h)), then h + ffn(post_attn_norm(h)).
 LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn);
-// One layer whose sublayers norm their outputs instead of their inputs (OLMo-2, OLMo-3, EXAONE 4.0):
-// h + attn_out_norm(attention(h)), then h + mlp_out_norm(mlp(h)).
-LayerSpec attention_then_output_normed(const AttentionSpec& attention, const MlpSpec& mlp);
+// One layer whose sublayers norm their outputs instead of their inputs (OLMo-2, OLMo-3, EXAONE 4.0, FlexOlmo):
+// h + attn_out_norm(attention(h)), then h + mlp_out_norm(ffn(h)).
+LayerSpec attention_then_output_normed(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn);
 
 // The Qwen MoE rule (Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer): a layer is sparse when num_experts > 0, it is
 // not listed in mlp_only_layers (entries naming no layer match nothing) and (layer + 1) % decoder_sparse_step is 0
@@ -109,6 +109,11 @@ void build_dense_layers(DecoderConfig& decoder, const std::vector<std::optional<
 // elsewhere, each layer's attention with its window; then their load-balancing loss and the shared checks.
 void build_qwen_moe_layers(const io::ConfigReader& config, DecoderConfig& decoder, const MoeSpec& moe,
                            const std::vector<std::optional<int64_t>>& windows);
+
+// OLMoE's MoE layer as OlmoeConfig and FlexOlmoConfig spell it: num_experts (or num_local_experts, their
+// attribute_map's name), num_experts_per_tok, norm_topk_prob (absent: false), SwiGLU experts of intermediate_size.
+MoeSpec read_olmoe_moe(const io::ConfigReader& config, int64_t intermediate_size, int64_t default_experts,
+                       int64_t default_top_k);
 
 // The MoE load-balancing loss as the Qwen/Mixtral/GPT-OSS/OLMoE families configure it; default_coef is the config
 // class's router_aux_loss_coef (0.001, OLMoE's 0.01).

@@ -28,11 +28,7 @@ ModelSpec describe(const io::ConfigReader& r) {
          a.qk_head_dim, a.num_heads, c.spec.hidden_size);
   a.qkv_bias = a.o_bias = r.boolean("attention_bias", false);
   a.qk_norm = a.qk_norm_across_heads = true;
-  MoeSpec moe;
-  moe.router.num_experts = r.integer("num_experts", r.integer("num_local_experts", 64));
-  moe.router.top_k = r.integer("num_experts_per_tok", 8);
-  moe.router.renormalize = r.boolean("norm_topk_prob", false);
-  moe.experts.intermediate = c.intermediate_size;
+  const MoeSpec moe = read_olmoe_moe(r, c.intermediate_size, /*experts=*/64, /*top_k=*/8);
   for (LayerSpec& layer : c.spec.layers) layer = attention_then(a, moe);
   read_load_balancing_loss(r, c.spec, /*OlmoeConfig's router_aux_loss_coef*/ 0.01);
   finish_decoder(c);
