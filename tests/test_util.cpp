@@ -71,7 +71,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "olmo3_tiny",
                                                  "exaone4_tiny",
                                                  "solar_open_tiny",
-                                                 "flex_olmo_tiny"};
+                                                 "flex_olmo_tiny",
+                                                 "exaone_moe_tiny"};
   return names;
 }
 

@@ -281,7 +281,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
                                            "mistral_tiny", "glm4_moe_tiny", "glm4_moe_quarter_tied",
                                            "glm4_moe_lite_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny",
                                            "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "dots1_tiny",
-                                           "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny"));
+                                           "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny",
+                                           "exaone_moe_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

@@ -962,6 +962,25 @@ TEST(Families, Exaone4LayerTypesAndPositions) {
     EXPECT_NE(error_of(config).find(key), std::string::npos) << config << ": " << error_of(config);
 }
 
+// ExaoneMoeForCausalLM: EXAONE 4.0's attention in pre-norm layers and DeepSeek-V3's MoE under ExaoneMoeConfig's
+// names for the expert counts; the first layer dense by default; the correction bias saved on the block.
+TEST(Families, ExaoneMoeNamesAndLayers) {
+  const ModelSpec d = parse(R"({"model_type":"exaone_moe","num_hidden_layers":4,"num_experts":16,
+                                "num_shared_experts":2,"moe_intermediate_size":64})");
+  EXPECT_EQ(d.architecture, "ExaoneMoeForCausalLM");
+  EXPECT_EQ(d.layers[0].moe(), nullptr);
+  const MoeSpec& moe = *d.layers[1].moe();
+  EXPECT_EQ(moe.router.num_experts, 16);
+  EXPECT_EQ(moe.shared_expert->mlp.intermediate, 128);
+  EXPECT_EQ(moe.router.scaling_factor, 2.5);
+  EXPECT_FALSE(d.layers[0].sublayers[0].norm.empty());  // pre-norm, unlike EXAONE 4.0
+  EXPECT_EQ(d.layers[3].sublayers[0].attention()->rope.type, "none");
+  EXPECT_TRUE(d.carries_mtp_layers);
+  std::vector<std::string> names;
+  for (const ParameterSpec& p : parameter_layout(d).parameters) names.push_back(p.pieces[0].name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.1.mlp.e_score_correction_bias"), names.end());
+}
+
 // SolarOpenForCausalLM: SolarOpenConfig's defaults (every layer MoE, RoPE over whole heads at theta 1e6, q/k/v
 // biases with attention_bias but none on o_proj); partial RoPE refused (Llama's attention cannot apply it).
 TEST(Families, SolarOpenDefaults) {

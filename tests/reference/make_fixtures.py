@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForCausalLM
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
-from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig, FlexOlmoConfig
+from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig, FlexOlmoConfig, ExaoneMoeConfig
 
 VOCAB = 96
 
@@ -304,6 +304,17 @@ FIXTURES = {
             vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, sliding_window=4, sliding_window_pattern=4, max_position_embeddings=64,
             tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # K-EXAONE (exaone_moe): EXAONE 4.0's attention (layers 0-2 sliding over 4 keys and rotating, layer 3 without
+    # positions) in pre-norm layers; a dense first layer then DeepSeek-V3's MoE (4 groups of 2, top-2 groups, top-3,
+    # a random correction bias saved on the block, renormalised, scaled by 2.5, one shared expert); untied, fp32.
+    "exaone_moe_tiny": dict(
+        config=ExaoneMoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, sliding_window=4, sliding_window_pattern=4, moe_intermediate_size=8,
+            num_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, num_shared_experts=1,
+            first_k_dense_replace=1, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=None,
+            bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
     # Solar Open: Llama's attention with q/k/v biases (none on o_proj) and GLM-4-MoE's MoE on every layer (4 groups
     # of 2 experts, top-2 groups, top-3 experts, a random correction bias, renormalised, scaled by 2.5, one shared

@@ -246,6 +246,17 @@ CASES = [
                                                                   tie_word_embeddings=True), None),
     ("exaone4 layer_types yarn gqa", "exaone4", dict(BASE, sliding_window=8, num_key_value_heads=1, rope_parameters=dict(YARN),
                                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"]), None),
+    # K-EXAONE (exaone_moe): EXAONE 4.0's attention in pre-norm layers, a dense first layer then DeepSeek-V3's MoE
+    # under ExaoneMoeConfig's names (num_experts, num_shared_experts); mlp_layer_types written; groups.
+    ("exaone_moe plain", "exaone_moe", dict(BASE, num_hidden_layers=4, sliding_window=16, head_dim=16, num_experts=8,
+                                            num_experts_per_tok=2, moe_intermediate_size=32, num_shared_experts=1,
+                                            pad_token_id=None), None),
+    ("exaone_moe mlp_layer_types groups tied", "exaone_moe", dict(BASE, sliding_window=8, num_experts=8, num_experts_per_tok=3,
+                                                                  n_group=4, topk_group=2, moe_intermediate_size=32,
+                                                                  num_shared_experts=2, norm_topk_prob=False,
+                                                                  mlp_layer_types=["sparse", "dense", "sparse"],
+                                                                  layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                                                  tie_word_embeddings=True, pad_token_id=None), None),
     # Solar Open: Llama's attention (q/k/v biases, none on o) and GLM-4-MoE's MoE on every layer.
     ("solar_open plain", "solar_open", dict(BASE, head_dim=16, n_routed_experts=8, num_experts_per_tok=2,
                                             moe_intermediate_size=32, n_shared_experts=1), None),

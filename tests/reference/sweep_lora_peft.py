@@ -42,6 +42,7 @@ CASES = [
     ("exaone4_tiny", ["lora.target_modules=all-linear"]),
     ("solar_open_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("flex_olmo_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("exaone_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
 ]
 
 

@@ -110,7 +110,10 @@ struct Builder {
       const std::string bias =
           names.correction_bias.empty() ? names.router + ".e_score_correction_bias" : names.correction_bias;
       ParameterSpec buffer = correction_bias_buffer(engine + "moe.router_correction_bias", hf + bias, E);
-      if (names.fused_block != names.block) buffer.fused_hf_name = fused + bias;  // v5's in-memory name loads too
+      if (names.fused_block != names.block)
+        buffer.fused_hf_name = fused + bias;    // v5's in-memory name loads too
+      else if (!names.correction_bias.empty())  // saved on the block, held by the router in memory (EXAONE-MoE)
+        buffer.fused_hf_name = fused + names.router + ".e_score_correction_bias";
       out.push_back(std::move(buffer));
     }
     ParameterSpec gate_up{engine + "moe.experts_gate_up", {E, 2 * I, H}, ParameterRole::Experts, {},

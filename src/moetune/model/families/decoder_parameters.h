@@ -20,7 +20,7 @@ struct MoeTensorNames {
   std::string fused_block = "mlp";
   std::string shared_expert = "shared_expert", shared_expert_gate = "shared_expert_gate";
   // The router's e_score_correction_bias under <block>: "<router>.e_score_correction_bias" when empty (DeepSeek-V3);
-  // MiniMax-M2 keeps it on the block itself ("e_score_correction_bias").
+  // MiniMax-M2 and EXAONE-MoE save it on the block itself ("e_score_correction_bias").
   std::string correction_bias;
   // GPT-OSS: the experts exist only fused and transposed, <block>.experts.gate_up_proj [E, H, 2I] with gate and
   // up interleaved and <block>.experts.down_proj [E, I, H] (biases <name>_bias); no per-expert tensors.

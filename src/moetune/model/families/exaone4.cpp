@@ -12,6 +12,7 @@
 #include "moetune/model/families/decoder_config.h"
 #include "moetune/model/families/decoder_parameters.h"
 #include "moetune/model/families/family.h"
+#include "moetune/model/families/sigmoid_group_moe.h"
 
 namespace moetune::model {
 namespace {
@@ -36,33 +37,95 @@ std::vector<std::string> layer_types(const io::ConfigReader& r, int64_t layers, 
   return types;
 }
 
-ModelSpec describe(const io::ConfigReader& r) {
-  DecoderConfig c = read_decoder_config(r, {.vocab_size = 102400,
-                                            .hidden_size = 4096,
-                                            .intermediate_size = 16384,
-                                            .num_hidden_layers = 32,
-                                            .num_attention_heads = 32,
-                                            .num_key_value_heads = 32,
-                                            .max_position_embeddings = 2048,
-                                            .rms_norm_eps = 1e-5,
-                                            .has_layer_types = true});
-  apply_token_id_defaults(r, {.pad = std::nullopt, .bos = 0, .eos = 2}, c.spec);
-  c.attention.qk_norm = true;
+// Each layer's attention as Exaone4Attention runs it: per-head q/k norms, no biases, the layer's window, and no RoPE
+// on the full-attention layers where a window is set.
+std::vector<AttentionSpec> exaone4_attention(const io::ConfigReader& r, const DecoderConfig& c) {
   const std::optional<int64_t> window = every_layer_window(r, 4096);  // absent: 4096; null: none
   const std::vector<std::optional<int64_t>> windows = windows_of_layer_types(
       layer_types(r, c.spec.num_layers(), window.has_value()), window, c.spec.num_layers(), sliding_window_key(r));
-  for (size_t i = 0; i < c.spec.layers.size(); ++i) {
-    AttentionSpec attention = c.attention;
-    attention.sliding_window = windows[i];
-    if (window && !windows[i]) attention.rope = ops::RopeSpec{.type = "none"};  // Exaone4Attention's global layers
-    c.spec.layers[i] = attention_then_output_normed(attention, MlpSpec{c.intermediate_size});
+  std::vector<AttentionSpec> layers;
+  for (const std::optional<int64_t>& layer_window : windows) {
+    AttentionSpec& attention = layers.emplace_back(c.attention);
+    attention.qk_norm = true;
+    attention.sliding_window = layer_window;
+    if (window && !layer_window) attention.rope = ops::RopeSpec{.type = "none"};  // Exaone4Attention's global layers
   }
+  return layers;
+}
+
+// Exaone4Config's and ExaoneMoeConfig's shared defaults.
+const DecoderDefaults kExaoneDefaults{.vocab_size = 102400,
+                                      .hidden_size = 4096,
+                                      .intermediate_size = 16384,
+                                      .num_hidden_layers = 32,
+                                      .num_attention_heads = 32,
+                                      .num_key_value_heads = 32,
+                                      .max_position_embeddings = 2048,
+                                      .rms_norm_eps = 1e-5,
+                                      .has_layer_types = true};
+
+ModelSpec describe_exaone4(const io::ConfigReader& r) {
+  DecoderConfig c = read_decoder_config(r, kExaoneDefaults);
+  apply_token_id_defaults(r, {.pad = std::nullopt, .bos = 0, .eos = 2}, c.spec);
+  const std::vector<AttentionSpec> attention = exaone4_attention(r, c);
+  for (size_t i = 0; i < c.spec.layers.size(); ++i)
+    c.spec.layers[i] = attention_then_output_normed(attention[i], MlpSpec{c.intermediate_size});
   finish_decoder(c);
   return c.spec;
 }
 
+// ExaoneMoeForCausalLM (K-EXAONE): EXAONE 4.0's attention in pre-norm layers (input_layernorm, then
+// post_attention_layernorm before the MLP, as OLMoE's layers), the MLP dense or DeepSeek-V3's MoE layer where
+// mlp_layer_types says (absent: the first first_k_dense_replace dense), its experts counted by num_experts and
+// num_shared_experts. mtp.* tensors are skipped. Defaults: transformers 5.17's ExaoneMoeConfig (bos 1, eos 53,
+// pad 0; 64 experts, top-8, one shared, scaling 2.5, renormalised).
+ModelSpec describe_exaone_moe(const io::ConfigReader& r) {
+  DecoderConfig c = read_decoder_config(r, kExaoneDefaults);
+  apply_token_id_defaults(r, {.pad = 0, .bos = 1, .eos = 53}, c.spec);
+  const std::vector<AttentionSpec> attention = exaone4_attention(r, c);
+  // DeepSeek-V3's MoE layer read under ExaoneMoeConfig's names for the expert counts.
+  nlohmann::json renamed = r.object();
+  for (const auto& [theirs, deepseek] : {std::pair<const char*, const char*>{"num_experts", "n_routed_experts"},
+                                         {"num_shared_experts", "n_shared_experts"}}) {
+    renamed.erase(deepseek);
+    if (renamed.contains(theirs)) renamed[deepseek] = renamed[theirs];
+  }
+  renamed.erase("num_local_experts");
+  const MoeSpec moe = read_sigmoid_group_moe(io::ConfigReader(renamed), {.routed_experts = 64,
+                                                                         .groups = 1,
+                                                                         .topk_groups = 1,
+                                                                         .top_k = 8,
+                                                                         .moe_intermediate_size = 1024,
+                                                                         .shared_experts = 1,
+                                                                         .routed_scaling_factor = 2.5});
+  std::vector<std::string> types = r.strings("mlp_layer_types");
+  if (types.empty())
+    for (int64_t i = 0; i < c.spec.num_layers(); ++i)
+      types.push_back(i < r.integer("first_k_dense_replace", 1) ? "dense" : "sparse");
+  if (int64_t(types.size()) < c.spec.num_layers())
+    fail("'mlp_layer_types' lists {} layers, fewer than num_hidden_layers ({})", types.size(), c.spec.num_layers());
+  for (size_t i = 0; i < c.spec.layers.size(); ++i) {
+    if (types[i] != "dense" && types[i] != "sparse")
+      fail("'mlp_layer_types' holds '{}', not 'dense' or 'sparse'", types[i].substr(0, 100));
+    c.spec.layers[i] = attention_then(
+        attention[i], types[i] == "sparse" ? decltype(SublayerSpec::mixer){moe} : MlpSpec{c.intermediate_size});
+  }
+  c.spec.carries_mtp_layers = true;  // mtp.* (ExaoneMoePreTrainedModel ignores them on load)
+  finish_decoder(c);
+  return c.spec;
+}
+
+// transformers saves the correction bias on the MoE block (mlp.e_score_correction_bias), as the released files do.
+std::vector<ParameterSpec> exaone_moe_parameters(const ModelSpec& spec) {
+  MoeTensorNames names;
+  names.shared_expert = "shared_experts";
+  names.correction_bias = "e_score_correction_bias";
+  return decoder_parameters(spec, names);
+}
+
 }  // namespace
 
-extern const Family kExaone4Family{"Exaone4ForCausalLM", "exaone4", describe, standard_decoder_parameters};
+extern const Family kExaone4Family{"Exaone4ForCausalLM", "exaone4", describe_exaone4, standard_decoder_parameters};
+extern const Family kExaoneMoeFamily{"ExaoneMoeForCausalLM", "exaone_moe", describe_exaone_moe, exaone_moe_parameters};
 
 }  // namespace moetune::model
