@@ -33,13 +33,7 @@ MoeSpec read_moe(const io::ConfigReader& r) {
       fail("topk_method 'group_limited_greedy' needs 'n_group' and 'topk_group' (DeepseekV2Config leaves them None)");
     router.num_groups = r.integer("n_group", 1);
     router.topk_groups = r.integer("topk_group", 1);
-    if (router.num_groups <= 0 || router.num_experts % router.num_groups != 0)
-      fail("'n_group' ({}) must divide 'n_routed_experts' ({})", router.num_groups, router.num_experts);
-    if (router.topk_groups <= 0 || router.topk_groups > router.num_groups)
-      fail("'topk_group' ({}) must be between 1 and 'n_group' ({})", router.topk_groups, router.num_groups);
-    if (router.top_k > router.topk_groups * (router.num_experts / router.num_groups))
-      fail("'num_experts_per_tok' ({}) exceeds the experts in 'topk_group' ({}) groups", router.top_k,
-           router.topk_groups);
+    check_expert_groups(router, /*min_group_size=*/1);  // groups rank by their best expert
   } else if (method != "greedy") {
     refuse("topk_method", method, "a top-k method other than greedy and group_limited_greedy");
   }

@@ -98,18 +98,10 @@ ModelSpec describe_exaone_moe(const io::ConfigReader& r) {
                                                                          .moe_intermediate_size = 1024,
                                                                          .shared_experts = 1,
                                                                          .routed_scaling_factor = 2.5});
-  std::vector<std::string> types = r.strings("mlp_layer_types");
-  if (types.empty())
-    for (int64_t i = 0; i < c.spec.num_layers(); ++i)
-      types.push_back(i < r.integer("first_k_dense_replace", 1) ? "dense" : "sparse");
-  if (int64_t(types.size()) < c.spec.num_layers())
-    fail("'mlp_layer_types' lists {} layers, fewer than num_hidden_layers ({})", types.size(), c.spec.num_layers());
-  for (size_t i = 0; i < c.spec.layers.size(); ++i) {
-    if (types[i] != "dense" && types[i] != "sparse")
-      fail("'mlp_layer_types' holds '{}', not 'dense' or 'sparse'", types[i].substr(0, 100));
-    c.spec.layers[i] = attention_then(
-        attention[i], types[i] == "sparse" ? decltype(SublayerSpec::mixer){moe} : MlpSpec{c.intermediate_size});
-  }
+  const std::vector<bool> sparse = sparse_layers_of(r, c.spec.num_layers(), r.integer("first_k_dense_replace", 1));
+  for (size_t i = 0; i < c.spec.layers.size(); ++i)
+    c.spec.layers[i] =
+        attention_then(attention[i], sparse[i] ? decltype(SublayerSpec::mixer){moe} : MlpSpec{c.intermediate_size});
   c.spec.carries_mtp_layers = true;  // mtp.* (ExaoneMoePreTrainedModel ignores them on load)
   finish_decoder(c);
   return c.spec;

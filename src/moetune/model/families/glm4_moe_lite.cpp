@@ -17,27 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-// Which layers are MoE: mlp_layer_types, one entry a layer ("sparse": MoE, "dense": the MLP), entries past the
-// last layer unread as transformers leaves them.
-std::vector<bool> sparse_layers(const io::ConfigReader& r, int64_t layers) {
-  std::vector<bool> sparse(size_t(layers), true);
-  const json* types = r.find("mlp_layer_types");
-  if (!types || types->is_null()) {
-    if (layers > 0) sparse[0] = false;
-    return sparse;
-  }
-  if (!types->is_array() || int64_t(types->size()) < layers)
-    fail("'mlp_layer_types' must list \"dense\" or \"sparse\" for each of the {} layers, got {}", layers,
-         types->dump());
-  for (int64_t layer = 0; layer < layers; ++layer) {
-    const json& type = (*types)[size_t(layer)];
-    if (type != "dense" && type != "sparse")
-      fail("'mlp_layer_types'[{}] is {}: expected \"dense\" or \"sparse\"", layer, type.dump());
-    sparse[size_t(layer)] = type == "sparse";
-  }
-  return sparse;
-}
-
 ModelSpec describe(const io::ConfigReader& r) {
   DecoderConfig c = read_decoder_config(r, {.vocab_size = 154880,
                                             .hidden_size = 2048,
@@ -75,7 +54,8 @@ ModelSpec describe(const io::ConfigReader& r) {
                                                  .moe_intermediate_size = 1536,
                                                  .shared_experts = 1,
                                                  .routed_scaling_factor = 1.8});
-  place_dense_and_moe_layers(sparse_layers(r, c.spec.num_layers()), attention, moe, c.intermediate_size, c.spec);
+  place_dense_and_moe_layers(sparse_layers_of(r, c.spec.num_layers(), /*dense_when_absent=*/1), attention, moe,
+                             c.intermediate_size, c.spec);
   c.spec.carries_mtp_layers = true;  // model.layers.N past the last: the next-token-prediction layers
   finish_decoder(c);
   return c.spec;

@@ -1,5 +1,7 @@
 #include "moetune/model/families/sigmoid_group_moe.h"
 
+#include <algorithm>
+
 #include "moetune/model/families/decoder_config.h"
 #include "moetune/model/families/decoder_parameters.h"
 
@@ -18,18 +20,41 @@ MoeSpec read_sigmoid_group_moe(const io::ConfigReader& r, const SigmoidGroupMoeD
   router.correction_bias = true;
   router.renormalize = r.truthy("norm_topk_prob", d.norm_topk_prob);  // `bool | None`: null does not renormalise
   router.scaling_factor = r.number("routed_scaling_factor", d.routed_scaling_factor);
+  check_expert_groups(router, /*min_group_size=*/2);  // groups rank by their top-2
+  moe.experts.intermediate = r.integer("moe_intermediate_size", d.moe_intermediate_size);
+  moe.shared_expert = read_shared_experts(r, moe.experts.intermediate, d.shared_experts);
+  return moe;
+}
+
+void check_expert_groups(const RouterSpec& router, int64_t min_group_size) {
   if (router.num_groups <= 0 || router.num_experts % router.num_groups != 0 ||
-      router.num_experts / router.num_groups < 2)
-    fail("'n_group' ({}) must divide 'n_routed_experts' ({}) into groups of at least 2 (groups rank by their top-2)",
-         router.num_groups, router.num_experts);
+      router.num_experts / router.num_groups < min_group_size)
+    fail("'n_group' ({}) must divide the {} routed experts into groups of at least {}", router.num_groups,
+         router.num_experts, min_group_size);
   if (router.topk_groups <= 0 || router.topk_groups > router.num_groups)
     fail("'topk_group' ({}) must be between 1 and 'n_group' ({})", router.topk_groups, router.num_groups);
   if (router.top_k > router.topk_groups * (router.num_experts / router.num_groups))
     fail("'num_experts_per_tok' ({}) exceeds the experts in 'topk_group' ({}) groups", router.top_k,
          router.topk_groups);
-  moe.experts.intermediate = r.integer("moe_intermediate_size", d.moe_intermediate_size);
-  moe.shared_expert = read_shared_experts(r, moe.experts.intermediate, d.shared_experts);
-  return moe;
+}
+
+std::vector<bool> sparse_layers_of(const io::ConfigReader& r, int64_t layers, int64_t dense_when_absent) {
+  std::vector<bool> sparse(size_t(layers), true);
+  const nlohmann::json* types = r.find("mlp_layer_types");
+  if (!types) {
+    for (int64_t layer = 0; layer < std::min(layers, dense_when_absent); ++layer) sparse[size_t(layer)] = false;
+    return sparse;
+  }
+  if (!types->is_array() || int64_t(types->size()) < layers)
+    fail("'mlp_layer_types' must list \"dense\" or \"sparse\" for each of the {} layers, got {}", layers,
+         types->dump().substr(0, 200));
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    const nlohmann::json& type = (*types)[size_t(layer)];
+    if (type != "dense" && type != "sparse")
+      fail("'mlp_layer_types'[{}] is {}: expected \"dense\" or \"sparse\"", layer, type.dump().substr(0, 100));
+    sparse[size_t(layer)] = type == "sparse";
+  }
+  return sparse;
 }
 
 SharedExpertSpec read_shared_experts(const io::ConfigReader& r, int64_t expert_intermediate, int64_t default_count) {

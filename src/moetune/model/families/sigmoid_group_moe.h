@@ -23,6 +23,14 @@ struct SigmoidGroupMoeDefaults {
 
 MoeSpec read_sigmoid_group_moe(const io::ConfigReader& config, const SigmoidGroupMoeDefaults& defaults);
 
+// The group-limited top-k's settings, as the routers that take them need: n_group dividing the experts into groups of
+// at least `min_group_size` (DeepSeek-V3's rank by their top-2), topk_group in [1, n_group], top-k within them.
+void check_expert_groups(const RouterSpec& router, int64_t min_group_size);
+
+// Which layers are MoE: mlp_layer_types, one entry a layer ("sparse": MoE, "dense": the MLP; entries past the last
+// layer unread, as transformers leaves them); absent (or null), the first `dense_when_absent` dense.
+std::vector<bool> sparse_layers_of(const io::ConfigReader& config, int64_t layers, int64_t dense_when_absent);
+
 // n_shared_experts (absent: `default_count`) shared experts of `expert_intermediate` each, as one MLP added
 // unscaled; none is refused (DeepSeek's MoE modules always build them).
 SharedExpertSpec read_shared_experts(const io::ConfigReader& config, int64_t expert_intermediate,
