@@ -50,6 +50,7 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
                                     "olmoe_tiny",
                                     "minimax_m2_tiny",
                                     "deepseek_v2_tiny",
+                                    "deepseek_v2_grouped",
                                     "dots1_tiny",
                                     "olmo2_tiny",
                                     "olmo3_tiny",

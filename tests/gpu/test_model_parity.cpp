@@ -280,8 +280,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
                                            "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny",
                                            "mistral_tiny", "glm4_moe_tiny", "glm4_moe_quarter_tied",
                                            "glm4_moe_lite_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny",
-                                           "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "dots1_tiny",
-                                           "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny",
+                                           "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "deepseek_v2_grouped",
+                                           "dots1_tiny", "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny",
                                            "exaone_moe_tiny"));
 
 }  // namespace

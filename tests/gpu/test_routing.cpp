@@ -1,6 +1,7 @@
-// The GPU routing ops (softmax top-k router, token permutation and combine, load-balancing loss) against their
-// CPU references in ops/router.h and ops/permute.h. Router logits are drawn without near-ties, so expert ids
-// must match exactly; plans (offsets, row_of, source) must match exactly; everything else by relative error.
+// The GPU routing ops (softmax top-k router with DeepSeek-V2's group limit, token permutation and combine,
+// load-balancing loss) against their CPU references in ops/router.h and ops/permute.h. Router logits are drawn without
+// near-ties, so expert ids must match exactly; plans (offsets, row_of, source) must match exactly; everything else by
+// relative error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,11 +37,12 @@ struct RoutingCase {
   int64_t tokens, experts, top_k;
   int64_t active_experts;  // experts past this one are biased so far down that they are never chosen
   bool normalize = true;
+  ops::SoftmaxTopkOptions limit;  // DeepSeek-V2's groups and scaling; none by default
 };
 
 std::string describe(const RoutingCase& c) {
-  return fmt::format("T={} E={} k={} active={} normalize={}", c.tokens, c.experts, c.top_k, c.active_experts,
-                     c.normalize);
+  return fmt::format("T={} E={} k={} active={} normalize={} groups {} of {} scaling {}", c.tokens, c.experts, c.top_k,
+                     c.active_experts, c.normalize, c.limit.topk_groups, c.limit.num_groups, c.limit.scaling);
 }
 
 // Sizes not a multiple of the kernels' 8 warps per block, the real model's E=128/k=8, E=256, Kimi-K2's E=384/k=8
@@ -50,6 +52,20 @@ const std::vector<RoutingCase> kCases = {
     {257, 128, 8, 128, true}, {61, 256, 16, 256, false}, {45, 20, 3, 20, true}, {0, 16, 2, 16, true},
     {53, 384, 8, 300, true},  {29, 512, 16, 512, false},
 };
+
+// DeepSeek-V2's group_limited_greedy and routed_scaling_factor: its 160 experts in 8 groups (3 kept, k=6, ×16), a
+// tiny 4-group case renormalised, 32 groups of 2 (the kernels' limit), groups holding only inactive experts,
+// every group kept, and scaling alone.
+const std::vector<RoutingCase> kGroupedCases = {
+    {61, 160, 6, 160, false, {8, 3, 16.0f}},  {37, 8, 2, 8, true, {4, 2, 2.5f}},   {45, 64, 6, 64, true, {32, 5, 1.0f}},
+    {53, 384, 8, 300, false, {8, 4, 2.827f}}, {29, 20, 3, 20, true, {5, 5, 1.0f}}, {40, 64, 6, 64, true, {1, 1, 3.0f}},
+};
+
+std::vector<RoutingCase> every_router_case() {
+  std::vector<RoutingCase> cases = kCases;
+  cases.insert(cases.end(), kGroupedCases.begin(), kGroupedCases.end());
+  return cases;
+}
 
 // Logits whose softmax has no near-ties: each row is a random permutation of evenly spaced levels with jitter of
 // a quarter step, so any two probabilities differ by a factor of at least exp(step / 2) (> 1.003 for E=512).
@@ -95,13 +111,13 @@ class AuxLossGpu : public testing::GpuTest {};
 
 TEST_F(RouterGpu, ForwardMatchesCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
-  for (const RoutingCase& c : kCases) {
+  for (const RoutingCase& c : every_router_case()) {
     SCOPED_TRACE(describe(c));
     const Tensor logits = distinct_logits(c, rng());
-    const ops::Routing expected = ops::router_topk_forward(logits, c.top_k, c.normalize);
+    const ops::Routing expected = ops::router_topk_forward(logits, c.top_k, c.normalize, c.limit);
     const Tensor expert_ids = poisoned({c.tokens, c.top_k}, DType::I32, kGpu);
     const Tensor weights = poisoned({c.tokens, c.top_k}, DType::F32, kGpu);
-    ops::cuda::router_topk_forward(logits.to(kGpu), c.top_k, c.normalize, expert_ids, weights);
+    ops::cuda::router_topk_forward(logits.to(kGpu), c.top_k, c.normalize, expert_ids, weights, c.limit);
     EXPECT_EQ(host_ints(expert_ids), expected.expert);
     EXPECT_LE(relative_error(weights, host_floats(expected.weight, {c.tokens, c.top_k})), kF32Tolerance);
   }
@@ -109,17 +125,17 @@ TEST_F(RouterGpu, ForwardMatchesCpu) {
 
 TEST_F(RouterGpu, BackwardMatchesCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
-  for (const RoutingCase& c : kCases) {
+  for (const RoutingCase& c : every_router_case()) {
     SCOPED_TRACE(describe(c));
     const Tensor logits = distinct_logits(c, rng());
-    const ops::Routing routing = ops::router_topk_forward(logits, c.top_k, c.normalize);
+    const ops::Routing routing = ops::router_topk_forward(logits, c.top_k, c.normalize, c.limit);
     const Tensor dweights = random_normal({c.tokens, c.top_k}, DType::F32, Device::cpu(), rng());
     const std::vector<float> dweight(dweights.data<float>(), dweights.data<float>() + dweights.numel());
     const Tensor expected = ops::router_topk_backward(routing, dweight);
     const Tensor dlogits = poisoned({c.tokens, c.experts}, DType::F32, kGpu);
     ops::cuda::router_topk_backward(logits.to(kGpu), device_ids(routing),
                                     host_floats(routing.weight, {c.tokens, c.top_k}).to(kGpu), dweights.to(kGpu),
-                                    c.normalize, dlogits);
+                                    c.normalize, dlogits, c.limit.scaling);
     EXPECT_LE(relative_error(dlogits, expected), kF32GradTolerance);
   }
 }
@@ -132,6 +148,12 @@ TEST_F(RouterGpu, RejectsBadShapes) {
   EXPECT_THROW(ops::cuda::router_topk_forward(logits.to(Device::cpu()), 2, true, ids, weights), Error);
   EXPECT_THROW(ops::cuda::router_topk_forward(Tensor::zeros({4, 600}, DType::F32, kGpu), 2, true, ids, weights),
                Error);  // E > 512
+  EXPECT_THROW(ops::cuda::router_topk_forward(logits, 2, true, ids, weights, {3, 1, 1.0f}), Error);  // 3 ∤ 8
+  EXPECT_THROW(ops::cuda::router_topk_forward(logits, 2, true, ids, weights, {8, 1, 1.0f}), Error);  // 1 expert < k
+  EXPECT_THROW(ops::cuda::router_topk_forward(logits, 2, true, ids, weights, {4, 5, 1.0f}), Error);  // 5 of 4
+  EXPECT_THROW(
+      ops::cuda::router_topk_forward(Tensor::zeros({4, 128}, DType::F32, kGpu), 2, true, ids, weights, {64, 2, 1.0f}),
+      Error);  // 64 groups > 32
 }
 
 // One routed batch: the CPU routing, its CPU plan and the GPU plan built from the same expert ids.

@@ -25,12 +25,12 @@ void expect_refusal(const std::function<void()>& refuse, std::initializer_list<c
   }
 }
 
-// Every model fixture but those of the features the GPU lacks (DeepSeek-V2's group-limited router, FlexOlmo's
-// output-normed MoE layers) runs on the GPU,
+// Every model fixture but those of the features the GPU lacks (FlexOlmo's output-normed MoE layers) runs on the
+// GPU,
 // and GPT-OSS's sinks, the sliding-window families' windows, YaRN's scaling, DeepSeek-V3's latent attention and
 // Nemotron-H's Mamba2 mixers run in GPU generation too: generation lacks nothing the GPU engine trains.
 TEST(DeviceSupport, GpuTrainsAndGeneratesEveryFixtureButTheCpuOnlyOnes) {
-  const std::set<std::string> cpu_only = {"deepseek_v2_grouped", "flex_olmo_tiny"};
+  const std::set<std::string> cpu_only = {"flex_olmo_tiny"};
   for (const std::string& name : testing::model_fixtures()) {
     const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
     EXPECT_EQ(features_missing_on_gpu(spec).empty(), !cpu_only.contains(name)) << name;
@@ -42,11 +42,15 @@ TEST(DeviceSupport, GpuTrainsAndGeneratesEveryFixtureButTheCpuOnlyOnes) {
   }
 }
 
-// DeepSeek-V2's group-limited, scaled softmax router runs on the CPU only so far: the GPU refuses it, naming it.
-TEST(DeviceSupport, GpuRefusesDeepseekV2GroupLimitedRouterNamingIt) {
-  const ModelSpec spec = load_model_spec(testing::fixture("deepseek_v2_grouped") / "config.json");
-  expect_refusal([&] { require_gpu_support(spec); },
-                 {"DeepseekV2ForCausalLM", "group_limited_greedy", "routed_scaling_factor 16", "--device cpu"});
+// The GPU routers rank groups one lane a group: DeepSeek-V2's group-limited router past 32 groups is refused by
+// its key when the model loads.
+TEST(DeviceSupport, GpuRefusesMoreGroupsThanItsRouterRanksNamingThem) {
+  nlohmann::json config =
+      nlohmann::json::parse(testing::read_file(testing::fixture("deepseek_v2_grouped") / "config.json"));
+  config["n_routed_experts"] = 128;
+  config["n_group"] = 64;
+  const ModelSpec spec = describe_model(config, "config.json");
+  expect_refusal([&] { require_gpu_support(spec); }, {"DeepseekV2ForCausalLM", "n_group 64", "--device cpu"});
 }
 
 TEST(DeviceSupport, GpuRefusesOutputNormedMoeLayersNamingThem) {

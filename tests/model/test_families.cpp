@@ -837,7 +837,9 @@ TEST(Families, DeepseekV2RouterAndRefusals) {
   EXPECT_EQ(d.architecture, "DeepseekV2ForCausalLM");
   EXPECT_EQ(d.layers[0].moe(), nullptr);
   const RouterSpec& router = d.layers[1].moe()->router;
-  EXPECT_TRUE(router.is_softmax_then_topk());  // the GPU's router: V2-Lite's settings
+  EXPECT_TRUE(router.is_softmax_then_grouped_topk());  // V2-Lite's settings: no groups, no scaling
+  EXPECT_EQ(router.num_groups, 1);
+  EXPECT_EQ(router.scaling_factor, 1.0);
   EXPECT_EQ(router.num_experts, 64);
   EXPECT_FALSE(router.renormalize);
   EXPECT_EQ(d.layers[1].moe()->shared_expert->mlp.intermediate, 2 * 1407);
@@ -848,7 +850,7 @@ TEST(Families, DeepseekV2RouterAndRefusals) {
       "topk_method":"group_limited_greedy","n_group":8,"topk_group":3,"routed_scaling_factor":16.0,
       "n_routed_experts":160})");
   const RouterSpec& g = grouped.layers[0].moe()->router;
-  EXPECT_TRUE(g.is_softmax_then_grouped_topk() && !g.is_softmax_then_topk());
+  EXPECT_TRUE(g.is_softmax_then_grouped_topk());
   EXPECT_EQ(g.num_groups, 8);
   EXPECT_EQ(g.topk_groups, 3);
   EXPECT_EQ(g.scaling_factor, 16.0);

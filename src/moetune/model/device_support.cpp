@@ -25,22 +25,18 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
       if (const MoeSpec* m = sublayer.moe()) {
         if (sublayer.norm.empty() || !sublayer.out_norm.empty())
           note(missing, "MoE layers normed on their output (FlexOlmo)");
-        if (m->router.is_softmax_then_grouped_topk() && !m->router.is_softmax_then_topk())
-          note(missing, fmt::format("DeepSeek-V2's softmax router with groups or a scaling factor (topk_method "
-                                    "group_limited_greedy, routed_scaling_factor {})",
-                                    m->router.scaling_factor));
-        else if (m->router.score == RouterScore::Sigmoid
-                     ? !is_sigmoid_group_limited(m->router)
-                     : !m->router.is_softmax_then_topk() && !m->router.is_topk_then_softmax())
+        if (m->router.score == RouterScore::Sigmoid
+                ? !is_sigmoid_group_limited(m->router)
+                : !m->router.is_softmax_then_grouped_topk() && !m->router.is_topk_then_softmax())
           note(missing, "this router");
         if (m->router.num_experts > ops::kRouterMaxExperts)  // the one-warp-per-token kernels (Kimi-K2 has 384)
           note(missing, fmt::format("routers over more than {} experts", ops::kRouterMaxExperts));
         if (m->router.top_k > ops::kRouterMaxTopK)
           note(missing, fmt::format("routers choosing more than {} experts a token (num_experts_per_tok {})",
                                     ops::kRouterMaxTopK, m->router.top_k));
-        if (m->router.score == RouterScore::Sigmoid && m->router.num_groups > ops::kSigmoidRouterMaxGroups)
-          note(missing, fmt::format("more than {} expert groups (n_group {})", ops::kSigmoidRouterMaxGroups,
-                                    m->router.num_groups));
+        if (m->router.num_groups > ops::kRouterMaxGroups)
+          note(missing,
+               fmt::format("more than {} expert groups (n_group {})", ops::kRouterMaxGroups, m->router.num_groups));
       }
   return missing;
 }

@@ -6,11 +6,6 @@
 
 namespace moetune::model {
 
-bool RouterSpec::is_softmax_then_topk() const {
-  return score == RouterScore::Softmax && !topk_before_softmax && num_groups == 1 && !correction_bias && !bias &&
-         scaling_factor == 1.0;
-}
-
 bool RouterSpec::is_softmax_then_grouped_topk() const {
   return score == RouterScore::Softmax && !topk_before_softmax && !correction_bias && !bias;
 }

@@ -81,9 +81,8 @@ struct RouterSpec {
   bool bias = false;
   double scaling_factor = 1.0;
 
-  // Softmax over all experts, then top-k (optionally renormalised): the one router the GPU blocks run so far.
-  bool is_softmax_then_topk() const;
-  // The same with DeepSeek-V2's group limit (groups scored by their best expert) and scaling_factor; the CPU runs it.
+  // Softmax over all experts, then top-k (optionally renormalised), with DeepSeek-V2's group limit (groups scored by
+  // their best expert) and scaling_factor where set.
   bool is_softmax_then_grouped_topk() const;
   // GPT-OSS: top-k of the logits (with or without a bias), softmax over the k chosen; the CPU runs it too.
   bool is_topk_then_softmax() const;

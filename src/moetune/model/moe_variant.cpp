@@ -7,6 +7,10 @@ ops::GroupLimitedRouter group_limited(const RouterSpec& r) {
   return {r.top_k, r.num_groups, r.topk_groups, r.renormalize, r.scaling_factor};
 }
 
+ops::SoftmaxTopkOptions softmax_topk_options(const RouterSpec& r) {
+  return {r.num_groups, r.topk_groups, float(r.scaling_factor)};
+}
+
 bool is_sigmoid_group_limited(const RouterSpec& r) {
   return r.score == RouterScore::Sigmoid && !r.topk_before_softmax && !r.bias;
 }
@@ -18,8 +22,7 @@ bool cpu_runs_router(const RouterSpec& r) {
 ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor& correction_bias) {
   if (is_sigmoid_group_limited(router)) return ops::sigmoid_router_forward(logits, correction_bias, group_limited(router));
   if (router.is_topk_then_softmax()) return ops::router_topk_then_softmax_forward(logits, router.top_k);
-  return ops::router_topk_forward(logits, router.top_k, router.renormalize,
-                                  {router.num_groups, router.topk_groups, float(router.scaling_factor)});
+  return ops::router_topk_forward(logits, router.top_k, router.renormalize, softmax_topk_options(router));
 }
 
 ops::Routing route_chosen(const RouterSpec& router, const Tensor& logits, const std::vector<int32_t>& chosen) {

@@ -18,6 +18,8 @@ namespace moetune::model {
 bool is_sigmoid_group_limited(const RouterSpec& router);
 // Its settings as both devices' ops take them.
 ops::GroupLimitedRouter group_limited(const RouterSpec& router);
+// The softmax router's group limit and weight factor (DeepSeek-V2), as both devices' ops take them.
+ops::SoftmaxTopkOptions softmax_topk_options(const RouterSpec& router);
 // Whether the CPU MoE block runs this router at all.
 bool cpu_runs_router(const RouterSpec& router);
 

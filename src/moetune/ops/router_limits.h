@@ -7,6 +7,6 @@ namespace moetune::ops {
 // 16 register slots a lane: Kimi-K2's 384 experts, and 512.
 inline constexpr int kRouterMaxExperts = 512;
 inline constexpr int kRouterMaxTopK = 16;
-inline constexpr int kSigmoidRouterMaxGroups = 32;
+inline constexpr int kRouterMaxGroups = 32;  // both routers' groups (group_limited_greedy, noaux_tc)
 
 }  // namespace moetune::ops

@@ -44,7 +44,7 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")) {
   MOETUNE_CHECK(!sublayer.norm.empty() && sublayer.out_norm.empty(),
                 "{}: MoE layers normed on their output are not implemented on the GPU", layer);
-  MOETUNE_CHECK(spec_.router.is_softmax_then_topk() || spec_.router.is_topk_then_softmax() ||
+  MOETUNE_CHECK(spec_.router.is_softmax_then_grouped_topk() || spec_.router.is_topk_then_softmax() ||
                     is_sigmoid_group_limited(spec_.router),
                 "{}: this router is not implemented on the GPU", layer);
   MOETUNE_CHECK(spec_.latent_size.has_value() == p_.latent_in.defined() && p_.latent_in.defined() == p_.latent_out.defined(),
@@ -131,7 +131,8 @@ void MoeBlock::route_tokens(const Tensor& logits, const Tensor& expert_ids, cons
   } else if (spec_.router.topk_before_softmax) {
     ops::cuda::router_topk_softmax_forward(logits, k, expert_ids, weights);
   } else {
-    ops::cuda::router_topk_forward(logits, k, spec_.router.renormalize, expert_ids, weights);
+    ops::cuda::router_topk_forward(logits, k, spec_.router.renormalize, expert_ids, weights,
+                                   softmax_topk_options(spec_.router));
   }
 }
 
@@ -321,7 +322,8 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   else if (spec_.router.topk_before_softmax)
     ops::cuda::router_topk_softmax_backward(expert_ids_, weights_, dweights, dlogits);
   else
-    ops::cuda::router_topk_backward(logits_, expert_ids_, weights_, dweights, spec_.router.renormalize, dlogits);
+    ops::cuda::router_topk_backward(logits_, expert_ids_, weights_, dweights, spec_.router.renormalize, dlogits,
+                                    float(spec_.router.scaling_factor));
   if (aux_scale != 0)
     ops::cuda::aux_loss_backward(logits_, token_valid, context.aux.counts, context.aux_rows, aux_scale, dlogits);
   Tensor dlogits_bf16 = device_like({tokens, experts});

@@ -1,5 +1,6 @@
 // Softmax top-k routing, one warp per token: the token's softmax lives in the warp's registers (router_softmax.cuh),
-// the k picks are k warp-wide arg-max reductions, and the backward recomputes the softmax rather than storing it.
+// the k picks are k warp-wide arg-max reductions (within DeepSeek-V2's kept groups, when limited), and the backward
+// recomputes the softmax rather than storing it.
 #include <climits>
 
 #include "moetune/core/dependent_launch.cuh"
@@ -15,7 +16,7 @@ constexpr int kWarpsPerBlock = 8;
 
 template <int kSlots>
 __global__ void router_topk_forward_kernel(const float* __restrict__ logits, int64_t tokens, int experts, int top_k,
-                                           bool normalize, int32_t* __restrict__ expert_ids,
+                                           bool normalize, SoftmaxGroupLimit limit, int32_t* __restrict__ expert_ids,
                                            float* __restrict__ weights) {
   gpu::wait_for_previous_kernel();
   const int64_t token = global_warp();
@@ -23,10 +24,23 @@ __global__ void router_topk_forward_kernel(const float* __restrict__ logits, int
   const int lane = lane_id();
   float prob[kSlots];
   softmax_row<kSlots>(logits + token * experts, experts, lane, prob);
-  // Padding slots and already chosen experts sit at -inf, below any real probability (even an underflowed 0).
+  // Padding slots, experts outside the kept groups and already chosen experts sit at -inf, below any real
+  // probability (even an underflowed 0). Lane g scores group g by its most probable expert.
+  float group_score = -INFINITY;
+  if (limit.topk_groups < limit.groups) {
+    const int group_size = experts / limit.groups;
+    for (int g = 0; g < limit.groups; ++g) {
+      float best = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kSlots; ++i)
-    if (lane + i * kWarpSize >= experts) prob[i] = -INFINITY;
+      for (int i = 0; i < kSlots; ++i) {
+        const int e = lane + i * kWarpSize;
+        if (e < experts && e / group_size == g) best = fmaxf(best, prob[i]);
+      }
+      best = warp_max(best);
+      if (lane == g) group_score = best;
+    }
+  }
+  keep_best_groups(group_score, lane, experts, limit.groups, limit.topk_groups, prob);
 
   int my_expert = 0;  // lane j keeps pick j
   float my_prob = 0.0f, chosen_total = 0.0f;
@@ -45,14 +59,14 @@ __global__ void router_topk_forward_kernel(const float* __restrict__ logits, int
   }
   if (lane < top_k) {
     expert_ids[token * top_k + lane] = my_expert;
-    weights[token * top_k + lane] = normalize ? my_prob / chosen_total : my_prob;
+    weights[token * top_k + lane] = (normalize ? my_prob / chosen_total : my_prob) * limit.scaling;
   }
 }
 
 template <int kSlots>
 __global__ void router_topk_backward_kernel(const float* __restrict__ logits, const int32_t* __restrict__ expert_ids,
                                             const float* __restrict__ weights, const float* __restrict__ dweights,
-                                            int64_t tokens, int experts, int top_k, bool normalize,
+                                            int64_t tokens, int experts, int top_k, bool normalize, float scaling,
                                             float* __restrict__ dlogits) {
   gpu::wait_for_previous_kernel();
   const int64_t token = global_warp();
@@ -73,12 +87,12 @@ __global__ void router_topk_backward_kernel(const float* __restrict__ logits, co
     if (expert >= 0 && expert / kWarpSize == i && expert < experts) chosen_prob = owned;
   }
 
-  float dprob = dweight;  // d loss / d p[expert]
+  float dprob = scaling * dweight;  // d loss / d p[expert]
   if (normalize) {
-    // w_j = p_j / S with S = Σ p over the chosen: dp_j = (dw_j − Σ_i dw_i w_i) / S.
+    // w_j = s · p_j / S with S = Σ p over the chosen: dp_j = (s · dw_j − Σ_i dw_i w_i) / S.
     const float chosen_total = warp_sum(chosen_prob);
     const float weighted = warp_sum(dweight * weight);
-    dprob = holds_choice ? (dweight - weighted) / chosen_total : 0.0f;
+    dprob = holds_choice ? (scaling * dweight - weighted) / chosen_total : 0.0f;
   }
   // Softmax backward: dl = p ⊙ (dp − ⟨p, dp⟩), with dp zero off the chosen experts.
   const float dot = warp_sum(chosen_prob * dprob);
@@ -105,17 +119,24 @@ bool valid_shape(int64_t tokens, int experts, int top_k) {
          routing::softmax_slots(experts) > 0 && (tokens + kWarpsPerBlock - 1) / kWarpsPerBlock <= INT_MAX;
 }
 
+bool valid_limit(int experts, int top_k, SoftmaxGroupLimit limit) {
+  return limit.groups >= 1 && limit.groups <= kRouterMaxGroups && experts % limit.groups == 0 &&
+         limit.topk_groups >= 1 && limit.topk_groups <= limit.groups &&
+         top_k <= limit.topk_groups * (experts / limit.groups);
+}
+
 unsigned blocks_for(int64_t tokens) { return unsigned((tokens + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 }  // namespace
 
 cudaError_t launch_router_topk_forward(const float* logits, int64_t tokens, int experts, int top_k, bool normalize,
-                                       int32_t* expert_ids, float* weights, cudaStream_t stream) {
-  if (!valid_shape(tokens, experts, top_k)) return cudaErrorInvalidValue;
+                                       SoftmaxGroupLimit limit, int32_t* expert_ids, float* weights,
+                                       cudaStream_t stream) {
+  if (!valid_shape(tokens, experts, top_k) || !valid_limit(experts, top_k, limit)) return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
   const auto launch = [&](auto kernel) {
-    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, expert_ids,
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, tokens, experts, top_k, normalize, limit, expert_ids,
                           weights);
   };
   return routing::launch_with_slots(experts,
@@ -123,14 +144,14 @@ cudaError_t launch_router_topk_forward(const float* logits, int64_t tokens, int 
 }
 
 cudaError_t launch_router_topk_backward(const float* logits, const int32_t* expert_ids, const float* weights,
-                                        const float* dweights, int64_t tokens, int experts, int top_k,
-                                        bool normalize, float* dlogits, cudaStream_t stream) {
+                                        const float* dweights, int64_t tokens, int experts, int top_k, bool normalize,
+                                        float scaling, float* dlogits, cudaStream_t stream) {
   if (!valid_shape(tokens, experts, top_k)) return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
   const dim3 grid{blocks_for(tokens)}, block{kWarpsPerBlock * kWarpSize};
   const auto launch = [&](auto kernel) {
-    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts,
-                          top_k, normalize, dlogits);
+    gpu::launch_dependent(kernel, grid, block, 0, stream, logits, expert_ids, weights, dweights, tokens, experts, top_k,
+                          normalize, scaling, dlogits);
   };
   return routing::launch_with_slots(experts,
                                     [&](auto slots) { launch(router_topk_backward_kernel<decltype(slots)::value>); });

@@ -65,6 +65,29 @@ __device__ __forceinline__ void warp_best(const float (&values)[kSlots], int lan
   }
 }
 
+// Group-limited routing's mask (DeepSeek-V2's group_limited_greedy, V3's noaux_tc): lane g < groups holds group
+// g's score; every slot whose expert lies outside the topk_groups best groups (ties to the lower group), and every
+// padding slot, is set to -inf so that no pick takes it. With every group kept only the padding is masked.
+template <int kSlots>
+__device__ __forceinline__ void keep_best_groups(float group_score, int lane, int experts, int groups, int topk_groups,
+                                                 float (&values)[kSlots]) {
+  const bool every_group_kept = topk_groups >= groups;
+  int rank = 0;
+  if (!every_group_kept)
+    for (int g = 0; g < groups; ++g) {
+      const float other = __shfl_sync(kFullWarp, group_score, g);
+      if (g != lane && ranks_above(other, g, group_score, lane)) ++rank;
+    }
+  const bool group_kept = lane < groups && (every_group_kept || rank < topk_groups);
+  const int group_size = experts / groups;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const int e = lane + i * kWarpSize;
+    const bool kept = __shfl_sync(kFullWarp, group_kept, e < experts ? e / group_size : 0);
+    if (e >= experts || !kept) values[i] = -INFINITY;
+  }
+}
+
 // Slots past the last expert hold probability 0, so sums over the slots need no bounds test.
 template <int kSlots>
 __device__ __forceinline__ void softmax_row(const float* __restrict__ logits, int experts, int lane,

@@ -13,14 +13,13 @@ SigmoidRouterShape checked_shape(std::string_view op, const Tensor& logits, cons
   MOETUNE_CHECK(logits.dtype() == DType::F32 && logits.dim() == 2, "{}: logits must be F32 [T, E], got {}", op,
                 logits.str());
   const int64_t experts = logits.size(1);
-  MOETUNE_CHECK(experts >= 1 && experts <= kRouterMaxExperts && r.num_groups >= 1 &&
-                    r.num_groups <= kSigmoidRouterMaxGroups && experts % r.num_groups == 0 &&
-                    experts / r.num_groups >= 2 && r.topk_groups >= 1 && r.topk_groups <= r.num_groups &&
-                    r.top_k >= 1 && r.top_k <= kRouterMaxTopK && r.top_k <= r.topk_groups * (experts / r.num_groups),
+  MOETUNE_CHECK(experts >= 1 && experts <= kRouterMaxExperts && r.num_groups >= 1 && r.num_groups <= kRouterMaxGroups &&
+                    experts % r.num_groups == 0 && experts / r.num_groups >= 2 && r.topk_groups >= 1 &&
+                    r.topk_groups <= r.num_groups && r.top_k >= 1 && r.top_k <= kRouterMaxTopK &&
+                    r.top_k <= r.topk_groups * (experts / r.num_groups),
                 "{}: {} experts in {} groups, top-{} groups, top-{} experts; the GPU router takes at most {} experts, "
                 "{} groups of at least 2 and k ≤ {}",
-                op, experts, r.num_groups, r.topk_groups, r.top_k, kRouterMaxExperts, kSigmoidRouterMaxGroups,
-                kRouterMaxTopK);
+                op, experts, r.num_groups, r.topk_groups, r.top_k, kRouterMaxExperts, kRouterMaxGroups, kRouterMaxTopK);
   return {logits.size(0), int(experts), int(r.top_k), int(r.num_groups), int(r.topk_groups), r.renormalize,
           float(r.scaling_factor)};
 }

@@ -39,7 +39,7 @@ __global__ void sigmoid_router_forward_kernel(const float* __restrict__ logits, 
   }
   __syncwarp();
 
-  // Lane g < num_groups: group g's score (its two best biased scores), then its rank among the groups; skipped
+  // Lane g < num_groups: group g's score (its two best biased scores), which keep_best_groups ranks; skipped
   // where every group is kept (one group, as in Moonlight and Kimi-K2: one lane would scan all 384 experts).
   const int group_size = s.experts / s.num_groups;
   float group_score = -INFINITY;
@@ -56,21 +56,7 @@ __global__ void sigmoid_router_forward_kernel(const float* __restrict__ logits, 
     }
     group_score = first + second;
   }
-  int rank = 0;
-  for (int g = 0; g < s.num_groups; ++g) {
-    const float other = __shfl_sync(kFullWarp, group_score, g);
-    if (g != lane && ranks_above(other, g, group_score, lane)) ++rank;
-  }
-  const bool group_kept = lane < s.num_groups && (every_group_kept || rank < s.topk_groups);
-
-  // Experts outside the kept groups, and padding slots, cannot be chosen.
-#pragma unroll
-  for (int i = 0; i < kSlots; ++i) {
-    const int e = lane + i * kWarpSize;
-    const int group = e < s.experts ? e / group_size : 0;
-    const bool kept = __shfl_sync(kFullWarp, group_kept, group);
-    if (e >= s.experts || !kept) choice[i] = -INFINITY;
-  }
+  keep_best_groups(group_score, lane, s.experts, s.num_groups, s.topk_groups, choice);
 
   int my_expert = 0;  // lane j keeps pick j
   float my_score = 0.0f, chosen_total = 0.0f;
@@ -142,9 +128,9 @@ __global__ void sigmoid_router_backward_kernel(const float* __restrict__ logits,
 }
 
 bool valid_shape(const SigmoidRouterShape& s) {
-  return s.tokens >= 0 && softmax_slots(s.experts) > 0 && s.num_groups >= 1 &&
-         s.num_groups <= kSigmoidRouterMaxGroups && s.experts % s.num_groups == 0 && s.experts / s.num_groups >= 2 &&
-         s.topk_groups >= 1 && s.topk_groups <= s.num_groups && s.top_k >= 1 && s.top_k <= 16 &&
+  return s.tokens >= 0 && softmax_slots(s.experts) > 0 && s.num_groups >= 1 && s.num_groups <= kRouterMaxGroups &&
+         s.experts % s.num_groups == 0 && s.experts / s.num_groups >= 2 && s.topk_groups >= 1 &&
+         s.topk_groups <= s.num_groups && s.top_k >= 1 && s.top_k <= 16 &&
          s.top_k <= s.topk_groups * (s.experts / s.num_groups) &&
          (s.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock <= INT_MAX;
 }

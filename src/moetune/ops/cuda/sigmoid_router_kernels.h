@@ -10,7 +10,7 @@
 
 namespace moetune::ops::cuda {
 
-using ops::kSigmoidRouterMaxGroups;  // one lane per group ranks the groups
+using ops::kRouterMaxGroups;  // one lane per group ranks the groups
 
 struct SigmoidRouterShape {
   int64_t tokens = 0;
