@@ -25,20 +25,16 @@ void expect_refusal(const std::function<void()>& refuse, std::initializer_list<c
   }
 }
 
-// Every model fixture but those of the features the GPU lacks (FlexOlmo's output-normed MoE layers) runs on the
-// GPU,
-// and GPT-OSS's sinks, the sliding-window families' windows, YaRN's scaling, DeepSeek-V3's latent attention and
-// Nemotron-H's Mamba2 mixers run in GPU generation too: generation lacks nothing the GPU engine trains.
-TEST(DeviceSupport, GpuTrainsAndGeneratesEveryFixtureButTheCpuOnlyOnes) {
-  const std::set<std::string> cpu_only = {"flex_olmo_tiny"};
+// Every model fixture runs on the GPU, and GPT-OSS's sinks, the sliding-window families' windows, YaRN's scaling,
+// DeepSeek-V3's latent attention and Nemotron-H's Mamba2 mixers run in GPU generation too: generation lacks
+// nothing the GPU engine trains.
+TEST(DeviceSupport, GpuTrainsAndGeneratesEveryFixture) {
   for (const std::string& name : testing::model_fixtures()) {
     const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
-    EXPECT_EQ(features_missing_on_gpu(spec).empty(), !cpu_only.contains(name)) << name;
-    EXPECT_EQ(features_missing_for_gpu_generation(spec), features_missing_on_gpu(spec)) << name;
-    if (!cpu_only.contains(name)) {
-      EXPECT_NO_THROW(require_gpu_support(spec)) << name;
-      EXPECT_NO_THROW(require_gpu_generation_support(spec)) << name;
-    }
+    EXPECT_EQ(features_missing_on_gpu(spec), std::vector<std::string>{}) << name;
+    EXPECT_EQ(features_missing_for_gpu_generation(spec), std::vector<std::string>{}) << name;
+    EXPECT_NO_THROW(require_gpu_support(spec)) << name;
+    EXPECT_NO_THROW(require_gpu_generation_support(spec)) << name;
   }
 }
 
@@ -51,11 +47,6 @@ TEST(DeviceSupport, GpuRefusesMoreGroupsThanItsRouterRanksNamingThem) {
   config["n_group"] = 64;
   const ModelSpec spec = describe_model(config, "config.json");
   expect_refusal([&] { require_gpu_support(spec); }, {"DeepseekV2ForCausalLM", "n_group 64", "--device cpu"});
-}
-
-TEST(DeviceSupport, GpuRefusesOutputNormedMoeLayersNamingThem) {
-  const ModelSpec spec = load_model_spec(testing::fixture("flex_olmo_tiny") / "config.json");
-  expect_refusal([&] { require_gpu_support(spec); }, {"FlexOlmoForCausalLM", "MoE layers normed on their output"});
 }
 
 // What the GPU engine does not train it does not generate with either, and generation says what is missing.

@@ -23,8 +23,6 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers)
       if (const MoeSpec* m = sublayer.moe()) {
-        if (sublayer.norm.empty() || !sublayer.out_norm.empty())
-          note(missing, "MoE layers normed on their output (FlexOlmo)");
         if (m->router.score == RouterScore::Sigmoid
                 ? !is_sigmoid_group_limited(m->router)
                 : !m->router.is_softmax_then_grouped_topk() && !m->router.is_topk_then_softmax())

@@ -93,11 +93,11 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
   }
   const MoeSpec& m = *sublayer.moe();
   const int64_t k = m.router.top_k, E = m.router.num_experts, rows = T * k, D = m.expert_width(H);
-  // input, router logits (f32), choices and weights, the dispatcher's plan, the experts' input, pre-activation
-  // and output; with a latent, the weighted sum before the projection back (the experts' input rows are the
-  // projected ones).
-  int64_t bytes = T * H * kBf16 + normed + T * E * kF32 + T * k * (kI32 + kF32) + (E + 1) * kI32 + 2 * rows * kI32 +
-                  rows * (D + gpu_experts_pre_activation_width(m.experts) + D) * kBf16;
+  // input, the norms' tensors, router logits (f32), choices and weights, the dispatcher's plan, the experts' input,
+  // pre-activation and output; with a latent, the weighted sum before the projection back (the experts' input rows are
+  // the projected ones).
+  int64_t bytes = T * H * kBf16 + normed + out_normed + T * E * kF32 + T * k * (kI32 + kF32) + (E + 1) * kI32 +
+                  2 * rows * kI32 + rows * (D + gpu_experts_pre_activation_width(m.experts) + D) * kBf16;
   if (keeps_activation(m.experts, keep_outputs)) bytes += rows * m.experts.intermediate * kBf16;  // the activation
   if (m.latent_size) bytes += T * D * kBf16;
   if (m.shared_expert) {
@@ -125,7 +125,7 @@ int64_t mamba2_scan_backward_workspace(const Mamba2Spec& m, int64_t T) {
 // first step of its backward, the MoE's where its experts' gradients meet (beside the incoming gradient and the
 // routing weights' gradient), attention's while its q/k/v gradients and their fused projection's meet.
 int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_t T) {
-  const int64_t dmixed = sublayer.out_norm.empty() ? 0 : T * H * kBf16;  // d(the output norm's input), OLMo-2
+  const int64_t dmixed = sublayer.out_norm.empty() ? 0 : T * H * kBf16;  // d(the output norm's input), OLMo-2, FlexOlmo
   if (const AttentionSpec* a = sublayer.attention()) {
     const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
@@ -141,7 +141,7 @@ int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_
   // Gated experts (model/cuda/moe_block.cpp): d(expert_out) [rows, D] kept until down's weight gradient, beside
   // d(gate_up) and d(activated) (then the recomputed activation); relu²: d(gate_up) beside d(rows) at the end.
   const int64_t expert_rows = moe.experts.activation == Activation::ReluSquared ? D + pre : D + pre + pre / 2;
-  return T * H * kBf16 + rows * expert_rows * kBf16 + rows * kF32;
+  return T * H * kBf16 + rows * expert_rows * kBf16 + rows * kF32 + dmixed;
 }
 
 }  // namespace

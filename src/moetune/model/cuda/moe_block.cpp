@@ -41,9 +41,8 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       correction_bias_(store.find(layer + "moe.router_correction_bias")),
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
-      shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")) {
-  MOETUNE_CHECK(!sublayer.norm.empty() && sublayer.out_norm.empty(),
-                "{}: MoE layers normed on their output are not implemented on the GPU", layer);
+      shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")),
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps) {
   MOETUNE_CHECK(spec_.router.is_softmax_then_grouped_topk() || spec_.router.is_topk_then_softmax() ||
                     is_sigmoid_group_limited(spec_.router),
                 "{}: this router is not implemented on the GPU", layer);
@@ -151,9 +150,8 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   PhaseScope phase("moe.router");
   input_ = h;
   shared_lora_.pass = context.lora_pass();
-  normed_ = device_like(h.shape());
+  normed_ = cuda::input_norm_forward(h, p_.norm, eps_);
   const Tensor& normed = normed_;
-  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed_);
   logits_ = router_logits(normed);
   expert_ids_ = device_like({tokens, k}, DType::I32);
   weights_ = device_like({tokens, k}, DType::F32);
@@ -174,21 +172,24 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   dispatched_ = dispatcher_->dispatch(experts_input, expert_ids_);
   experts_input = Tensor();
   phase.next("moe.experts");
+  // The residual joins here unless an output norm comes first (it adds h after the norm).
+  const Tensor residual = out_norm_.defined() ? Tensor() : h;
   // An ungated shared expert's output takes the residual in its down GEMM (h + shared), and the combine then
   // adds the routed sum to that: no pass of its own for either add.
   const bool shared_takes_residual = p_.shared.defined() && !p_.shared_gate.defined() && !p_.latent_out.defined();
   if (p_.shared.defined()) {
     shared_out_ = device_like(h.shape());
-    shared_gate_up_ = swiglu_mlp(
-        normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp, shared_takes_residual ? h : Tensor(),
-        keeps_activation(spec_.shared_expert->mlp, context.keep_outputs) ? &shared_activation_ : nullptr);
+    shared_gate_up_ =
+        swiglu_mlp(normed, p_.shared, shared_out_, &shared_lora_, spec_.shared_expert->mlp,
+                   shared_takes_residual ? residual : Tensor(),
+                   keeps_activation(spec_.shared_expert->mlp, context.keep_outputs) ? &shared_activation_ : nullptr);
     if (p_.shared_gate.defined()) {
       shared_gate_logits_ = device_like({tokens, 1}, DType::F32);
       ops::cuda::matmul(normed, false, p_.shared_gate.value, true, shared_gate_logits_);
       shared_gate_lora_.forward(normed, shared_gate_logits_, context.lora_pass());
     }
   }
-  if (!context.keep_outputs) normed_ = Tensor();
+  if (!context.keep_outputs || !p_.norm.defined()) normed_ = Tensor();
   const int64_t rows = dispatched_.rows.size(0);
   gate_up_out_ = device_like({rows, first});
   ops::cuda::grouped_matmul(dispatched_.rows, up, /*transpose_w=*/true, dispatched_.offsets, gate_up_out_);
@@ -204,19 +205,21 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   activated = Tensor();
   phase.next("moe.combine");
   Tensor out = device_like(h.shape());
+  const Tensor mixed = out_norm_.defined() ? device_like(h.shape()) : out;  // the sublayer's output before the norm
   if (p_.latent_out.defined()) {
     latent_combined_ = device_like({tokens, width});
     dispatcher_->combine(expert_out_, weights_, latent_combined_, {});
-    ops::cuda::linear_forward(latent_combined_, p_.latent_out.value, p_.latent_out_bias.value, out);
-    ops::cuda::add(out, h, out);
+    ops::cuda::linear_forward(latent_combined_, p_.latent_out.value, p_.latent_out_bias.value, mixed);
+    if (residual.defined()) ops::cuda::add(mixed, residual, mixed);
   } else {
-    dispatcher_->combine(expert_out_, weights_, out, shared_takes_residual ? shared_out_ : h);
+    dispatcher_->combine(expert_out_, weights_, mixed, shared_takes_residual ? shared_out_ : residual);
   }
   if (shared_gate_logits_.defined())
-    ops::cuda::sigmoid_gated_add(out, shared_out_, shared_gate_logits_, out);
+    ops::cuda::sigmoid_gated_add(mixed, shared_out_, shared_gate_logits_, mixed);
   else if (shared_out_.defined() && !shared_takes_residual)
-    ops::cuda::add(out, shared_out_, out);
+    ops::cuda::add(mixed, shared_out_, mixed);
   if (!shared_gate_logits_.defined()) shared_out_ = Tensor();  // only the gate's backward reads it
+  if (out_norm_.defined()) out_norm_.forward(mixed, h, out, /*keep=*/!context.kv_cache);
   return out;
 }
 
@@ -228,10 +231,11 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   const int64_t first = up.size(1), inner = activated_width(spec_.experts, first);
   const int64_t hidden = dout.size(1), width = down.size(1), rows = dispatched_.rows.size(0);
   PhaseScope phase("moe.combine.bwd");
-  Tensor dcombined = dout;  // d(the experts' weighted sum)
+  const Tensor dmixed = out_norm_.backward(dout);  // d(the sublayer's output before any output norm)
+  Tensor dcombined = dmixed;                       // d(the experts' weighted sum)
   if (p_.latent_out.defined()) {
     dcombined = device_like({tokens, width});
-    ops::cuda::linear_backward(dout, latent_combined_, p_.latent_out.value, dcombined, p_.latent_out.grad,
+    ops::cuda::linear_backward(dmixed, latent_combined_, p_.latent_out.value, dcombined, p_.latent_out.grad,
                                p_.latent_out_bias.grad, false, context.overwrite_gradients);
     latent_combined_ = Tensor();
   }
@@ -303,7 +307,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     phase.next("moe.dispatch.bwd");
   }
   dgate_up = dispatched_.rows = Tensor();
-  const Tensor normed = norm_for_backward(normed_, input_, p_.norm.value, eps_, input_.shape());
+  const Tensor normed = cuda::input_norm_for_backward(normed_, input_, p_.norm, eps_);
   Tensor dnormed = device_like({tokens, hidden});
   if (p_.latent_in.defined()) {
     Tensor dlatent = device_like({tokens, width});
@@ -331,11 +335,11 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
   ops::cuda::linear_backward(dlogits_bf16, normed, p_.router.value, dnormed, p_.router.grad, p_.router_bias.grad,
                              /*accumulate_dx=*/true, context.overwrite_gradients);
   if (p_.shared.defined()) {
-    Tensor dshared = dout;
+    Tensor dshared = dmixed;
     if (shared_gate_logits_.defined()) {
       dshared = device_like(dout.shape());
       Tensor dgate = device_like({tokens, 1}, DType::F32);
-      ops::cuda::sigmoid_gated_add_backward(dout, shared_out_, shared_gate_logits_, dshared, dgate);
+      ops::cuda::sigmoid_gated_add_backward(dmixed, shared_out_, shared_gate_logits_, dshared, dgate);
       Tensor dgate_bf16 = device_like({tokens, 1});
       ops::cast_into(dgate, dgate_bf16);
       ops::cuda::linear_backward(dgate_bf16, normed, p_.shared_gate.value, dnormed, p_.shared_gate.grad, {},
@@ -346,7 +350,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
                         spec_.shared_expert->mlp, context.overwrite_gradients, shared_activation_);
   }
   Tensor dh = device_like(input_.shape());
-  ops::cuda::rms_norm_backward(dnormed, input_, p_.norm.value, eps_, dh, p_.norm.grad, dout);
+  cuda::input_norm_backward(dnormed, input_, p_.norm, eps_, dh, dout);
   clear_stash();
   return dh;
 }
@@ -356,7 +360,7 @@ size_t MoeBlock::stash_bytes() const {
                      &activation_, &expert_out_, &latent_combined_, &shared_gate_up_, &shared_activation_, &shared_out_,
                      &shared_gate_logits_}) +
          dispatcher_->stash_bytes() + expert_lora_.stash_bytes() + shared_lora_.stash_bytes() +
-         shared_gate_lora_.stash_bytes();
+         shared_gate_lora_.stash_bytes() + out_norm_.stash_bytes();
 }
 
 void MoeBlock::clear_stash() {
@@ -369,6 +373,7 @@ void MoeBlock::clear_stash() {
   expert_lora_.clear_stash();
   shared_lora_.clear_stash();
   shared_gate_lora_.clear_stash();
+  out_norm_.clear_stash();
 }
 
 }  // namespace moetune::model::cuda

@@ -1,4 +1,5 @@
-// A mixture-of-experts sublayer on the GPU: router -> token dispatcher -> grouped experts -> combine, added to h.
+// A mixture-of-experts sublayer on the GPU: router -> token dispatcher -> grouped experts -> combine, added to h
+// (FlexOlmo: its input not normed, its output normed before the add, model/cuda/sublayer_norm.h).
 // The router gives fp32 logits and the softmax top-k in one kernel; the dispatcher (model/cuda/token_dispatcher.h)
 // puts the rows in expert-major order for two grouped GEMMs with SwiGLU (or relu², Nemotron-H) between; an
 // optional shared expert (with its sigmoid gate) is added on top. With a latent (Nemotron-H's moe_latent_size)
@@ -13,6 +14,7 @@
 #include "moetune/model/cuda/lora_experts.h"
 #include "moetune/model/cuda/lora_linear.h"
 #include "moetune/model/cuda/step_context.h"
+#include "moetune/model/cuda/sublayer_norm.h"
 #include "moetune/model/cuda/token_dispatcher.h"
 #include "moetune/model/model_spec.h"
 
@@ -74,7 +76,9 @@ class MoeBlock {
   SwigluLora shared_lora_;  // and on the shared expert
   LoraLinear shared_gate_lora_;  // and on its sigmoid gate (Qwen2-MoE's shared_expert_gate: all-linear takes it)
   Tensor input_;             // h
-  Tensor normed_;            // rms_norm(h), kept for the router's, shared expert's and latent's backward
+  Tensor normed_;            // rms_norm(h) (h without an input norm), kept for the router's, shared expert's and
+                             // latent's backward
+  OutputNorm out_norm_;      // FlexOlmo's norm on the sublayer's output, if any
   Tensor logits_;            // F32 [T, E]
   Tensor expert_ids_;        // I32 [T, k]
   Tensor weights_;           // F32 [T, k]

@@ -22,7 +22,9 @@ bool MoeBlock::runs_one_token() const {
                              !p_.gate_up_bias.defined() && !p_.down_bias.defined() && expert_lora_.empty();
   // The shared expert's MlpSpec (its activation, biases) goes to swiglu_mlp below; its adapters do not.
   const bool plain_shared = shared_lora_.gate_up.empty() && shared_lora_.down.empty() && shared_gate_lora_.empty();
-  return plain_experts && plain_shared && !dispatcher_->transfers();
+  // FlexOlmo's norms (none on the input, one on the output) decode through the forward's path.
+  const bool pre_normed = p_.norm.defined() && !out_norm_.defined();
+  return plain_experts && plain_shared && pre_normed && !dispatcher_->transfers();
 }
 
 Tensor MoeBlock::forward_one_token(const Tensor& h) {
