@@ -72,7 +72,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "exaone4_tiny",
                                                  "solar_open_tiny",
                                                  "flex_olmo_tiny",
-                                                 "exaone_moe_tiny"};
+                                                 "exaone_moe_tiny",
+                                                 "gemma3_tiny"};
   return names;
 }
 

@@ -69,17 +69,19 @@ class NormGpu : public PointwiseGpuTest {
  protected:
   // Backward with dweight in `dweight_dtype`, starting from random values (it accumulates), with or without a
   // residual.
-  void check_backward(const Shape& shape, DType dweight_dtype, bool with_residual, DxStorage dx_storage) {
-    SCOPED_TRACE(::testing::Message() << shape_str(shape) << " dweight " << dtype_name(dweight_dtype)
-                                      << " residual " << with_residual << " dx storage " << int(dx_storage));
+  void check_backward(const Shape& shape, DType dweight_dtype, bool with_residual, DxStorage dx_storage,
+                      float weight_offset = 0.0f) {
+    SCOPED_TRACE(::testing::Message() << shape_str(shape) << " dweight " << dtype_name(dweight_dtype) << " residual "
+                                      << with_residual << " dx storage " << int(dx_storage) << " weight offset "
+                                      << weight_offset);
     const int64_t width = shape.back();
     const Tensor dy = random_gpu(shape), x = random_gpu(shape), weight = random_weight(width);
     const Tensor residual = with_residual ? random_gpu(shape) : Tensor();
     const Tensor dweight = random_gpu({width}, dweight_dtype);
 
     Tensor expected_dweight = to_cpu_f32(dweight);
-    Tensor expected_dx =
-        ops::rms_norm_backward(to_cpu_f32(dy), to_cpu_f32(x), to_cpu_f32(weight), kEps, expected_dweight);
+    Tensor expected_dx = ops::rms_norm_backward(to_cpu_f32(dy), to_cpu_f32(x), to_cpu_f32(weight), kEps,
+                                                expected_dweight, weight_offset);
     if (with_residual) {
       const Tensor r = to_cpu_f32(residual);
       for (int64_t i = 0; i < r.numel(); ++i) expected_dx.data<float>()[i] += r.data<float>()[i];
@@ -89,7 +91,7 @@ class NormGpu : public PointwiseGpuTest {
     if (dx_storage == DxStorage::Residual) dx = residual;
     else if (dx_storage == DxStorage::Dy) dx = dy;
     else dx = poisoned(shape, DType::BF16, Device::cuda());
-    ops::cuda::rms_norm_backward(dy, x, weight, kEps, dx, dweight, residual);
+    ops::cuda::rms_norm_backward(dy, x, weight, kEps, dx, dweight, residual, weight_offset);
     EXPECT_LT(relative_error(dx, expected_dx), kBf16Tolerance);
     EXPECT_LT(relative_error(dweight, expected_dweight), kBf16Tolerance);
   }
@@ -105,6 +107,23 @@ TEST_F(NormGpu, ForwardMatchesCpu) {
     ops::cuda::rms_norm_forward(x, weight, kEps, y);
     const Tensor expected = ops::rms_norm_forward(to_cpu_f32(x), to_cpu_f32(weight), kEps);
     EXPECT_LT(relative_error(y, expected), kBf16Tolerance);
+  }
+}
+
+// Gemma's norms scale by 1 + weight: the one-row kernels (2048, 37 wide), the rows-in-registers ones (256, 512),
+// forward and backward, with and without a residual.
+TEST_F(NormGpu, WeightOffsetMatchesCpu) {
+  SCOPED_TRACE(seed());
+  for (const Shape& shape : std::vector<Shape>{{7, 2048}, {300, 256}, {33, 512}, {5, 37}}) {
+    SCOPED_TRACE(shape_str(shape));
+    const int64_t width = shape.back();
+    const Tensor x = random_gpu(shape), weight = random_weight(width);
+    const Tensor y = poisoned(shape, DType::BF16, Device::cuda());
+    ops::cuda::rms_norm_forward(x, weight, kEps, y, /*weight_offset=*/1.0f);
+    const Tensor expected = ops::rms_norm_forward(to_cpu_f32(x), to_cpu_f32(weight), kEps, 1.0f);
+    EXPECT_LT(relative_error(y, expected), kBf16Tolerance);
+    check_backward(shape, DType::F32, /*with_residual=*/false, DxStorage::Fresh, 1.0f);
+    check_backward(shape, DType::BF16, /*with_residual=*/true, DxStorage::Residual, 1.0f);
   }
 }
 
@@ -179,6 +198,7 @@ class QkvRopeGpu : public PointwiseGpuTest {
     // on partially rotated heads, Phi-4-mini's).
     std::optional<ops::RopeSpec> rope;
     double rotated_scale = 1.0;
+    float norm_offset = 0.0f;  // Gemma's norms: 1 + weight
   };
 
   void run(const Case& c) {
@@ -201,14 +221,17 @@ class QkvRopeGpu : public PointwiseGpuTest {
     const Tensor q = poisoned({c.tokens, c.q_heads, d}, DType::BF16, Device::cuda());
     const Tensor k = poisoned({c.tokens, c.kv_heads, d}, DType::BF16, Device::cuda());
     const Tensor v = poisoned({c.tokens, c.kv_heads, d}, DType::BF16, Device::cuda());
-    ops::cuda::qkv_norm_rope_forward(qkv, q_norm, k_norm, kEps, inv_gpu, positions_gpu, q, k, v, c.rotated_scale);
+    ops::cuda::qkv_norm_rope_forward(qkv, q_norm, k_norm, kEps, inv_gpu, positions_gpu, q, k, v, c.rotated_scale,
+                                     c.norm_offset);
 
     const Tensor qkv32 = to_cpu_f32(qkv);
     const Tensor x_q = heads_of(qkv32, heads, 0, c.q_heads, d);
     const Tensor x_k = heads_of(qkv32, heads, c.q_heads, c.kv_heads, d);
     const Tensor x_v = heads_of(qkv32, heads, c.q_heads + c.kv_heads, c.kv_heads, d);
-    Tensor expected_q = c.with_norms ? ops::rms_norm_forward(x_q, to_cpu_f32(q_norm), kEps) : x_q.clone();
-    Tensor expected_k = c.with_norms ? ops::rms_norm_forward(x_k, to_cpu_f32(k_norm), kEps) : x_k.clone();
+    Tensor expected_q =
+        c.with_norms ? ops::rms_norm_forward(x_q, to_cpu_f32(q_norm), kEps, c.norm_offset) : x_q.clone();
+    Tensor expected_k =
+        c.with_norms ? ops::rms_norm_forward(x_k, to_cpu_f32(k_norm), kEps, c.norm_offset) : x_k.clone();
     ops::apply_rope(expected_q, inv, positions, false, c.rotated_scale);
     ops::apply_rope(expected_k, inv, positions, false, c.rotated_scale);
     EXPECT_LT(relative_error(q, expected_q), kBf16Tolerance);
@@ -226,14 +249,14 @@ class QkvRopeGpu : public PointwiseGpuTest {
     Tensor expected_dk_norm = c.with_norms ? to_cpu_f32(dk_norm) : Tensor();
     const Tensor dqkv = poisoned({c.tokens, heads * d}, DType::BF16, Device::cuda());
     ops::cuda::qkv_norm_rope_backward(dq, dk, dv, qkv, q_norm, k_norm, kEps, inv_gpu, positions_gpu, dqkv, dq_norm,
-                                      dk_norm, c.rotated_scale);
+                                      dk_norm, c.rotated_scale, c.norm_offset);
 
     Tensor grad_q = to_cpu_f32(dq), grad_k = to_cpu_f32(dk);
     ops::apply_rope(grad_q, inv, positions, /*inverse=*/true, c.rotated_scale);
     ops::apply_rope(grad_k, inv, positions, /*inverse=*/true, c.rotated_scale);
     if (c.with_norms) {
-      grad_q = ops::rms_norm_backward(grad_q, x_q, to_cpu_f32(q_norm), kEps, expected_dq_norm);
-      grad_k = ops::rms_norm_backward(grad_k, x_k, to_cpu_f32(k_norm), kEps, expected_dk_norm);
+      grad_q = ops::rms_norm_backward(grad_q, x_q, to_cpu_f32(q_norm), kEps, expected_dq_norm, c.norm_offset);
+      grad_k = ops::rms_norm_backward(grad_k, x_k, to_cpu_f32(k_norm), kEps, expected_dk_norm, c.norm_offset);
     }
     Tensor expected_dqkv = Tensor::zeros({c.tokens, heads * d}, DType::F32);
     put_heads(expected_dqkv, heads, 0, grad_q);
@@ -269,6 +292,14 @@ TEST_F(QkvRopeGpu, WithQkNormsMatchesCpu) {
   run({.tokens = 19, .q_heads = 8, .kv_heads = 1, .head_dim = 128, .with_norms = true});
   // Enough (token, head) pairs that the backward's fixed grid gives each warp several heads.
   run({.tokens = 1500, .q_heads = 4, .kv_heads = 2, .head_dim = 64, .with_norms = true});
+}
+
+// Gemma 3's q/k norms scale by 1 + weight (its head_dim 256, and a small one on the scalar path).
+TEST_F(QkvRopeGpu, OffsetNormsMatchCpu) {
+  SCOPED_TRACE(seed());
+  run({.tokens = 37, .q_heads = 4, .kv_heads = 1, .head_dim = 256, .with_norms = true, .norm_offset = 1.0f});
+  run({.tokens = 700, .q_heads = 4, .kv_heads = 2, .head_dim = 8, .with_norms = true, .norm_offset = 1.0f});
+  run({.tokens = 11, .q_heads = 3, .kv_heads = 1, .head_dim = 6, .with_norms = true, .norm_offset = 1.0f});
 }
 
 TEST_F(QkvRopeGpu, WithoutNormsMatchesCpu) {

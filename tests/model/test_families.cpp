@@ -423,9 +423,9 @@ TEST(Families, Glm4MoeLiteDefaultsAndLayerTypes) {
 }
 
 TEST(Families, UnknownArchitectureListsTheSupportedOnes) {
-  std::string error = error_of(R"({"architectures":["Gemma3ForCausalLM"]})");
+  std::string error = error_of(R"({"architectures":["CohereForCausalLM"]})");
   EXPECT_NE(error.find("config.json"), std::string::npos);
-  EXPECT_NE(error.find("'Gemma3ForCausalLM'"), std::string::npos);
+  EXPECT_NE(error.find("'CohereForCausalLM'"), std::string::npos);
   for (const auto& name : supported_architectures()) EXPECT_NE(error.find(name), std::string::npos) << error;
 }
 
@@ -438,7 +438,7 @@ TEST(Families, ModelTypePicksTheFamily) {
   const std::string error = error_of(R"({"model_type":"llama","architectures":["Qwen3ForCausalLM"]})");
   EXPECT_NE(error.find("'model_type'"), std::string::npos) << error;
   EXPECT_NE(error.find("Qwen3ForCausalLM"), std::string::npos) << error;
-  EXPECT_NE(error_of(R"({"model_type":"gemma3_text","architectures":["Gemma3ForCausalLM"]})").find("'gemma3_text'"),
+  EXPECT_NE(error_of(R"({"model_type":"cohere","architectures":["CohereForCausalLM"]})").find("'cohere'"),
             std::string::npos);
 }
 
@@ -826,6 +826,52 @@ TEST(Families, MiniMaxM2DefaultsAndNames) {
   EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.self_attn.q_norm.weight"), names.end());
   EXPECT_NE(error_of(R"({"model_type":"minimax_m2","output_router_logits":true})").find("'output_router_logits'"),
             std::string::npos);
+}
+
+// Gemma3ForCausalLM: Gemma3TextConfig's defaults (1 + weight norms around both sublayers, q/k norms, the
+// embedding times sqrt(hidden), query_pre_attn_scalar 256, every 6th layer full, thetas 1e6 / 1e4,
+// gelu_pytorch_tanh from hidden_activation, tied), the released v4 spelling, and what it refuses by key.
+TEST(Families, Gemma3ConfigAndRefusals) {
+  const ModelSpec d = parse(R"({"model_type":"gemma3_text","num_hidden_layers":7,"hidden_size":1152,
+                                "num_attention_heads":4,"num_key_value_heads":1,"hidden_act":"silu"})");
+  EXPECT_EQ(d.architecture, "Gemma3ForCausalLM");
+  EXPECT_TRUE(d.tie_word_embeddings);
+  EXPECT_EQ(d.embedding_scale, std::sqrt(1152.0));
+  EXPECT_EQ(d.final_norm_weight_offset, 1.0f);
+  for (const SublayerSpec& s : d.layers[0].sublayers) {
+    EXPECT_EQ(s.norm_weight_offset, 1.0f);
+    EXPECT_FALSE(s.norm.empty() || s.out_norm.empty());
+  }
+  EXPECT_EQ(d.layers[0].sublayers[1].mlp()->gate, ops::GateFunction::GeluTanh);  // hidden_act is not Gemma 3's key
+  const AttentionSpec& a = attention(d);
+  EXPECT_TRUE(a.qk_norm && !a.qk_norm_across_heads);
+  EXPECT_EQ(a.qk_head_dim, 256);
+  EXPECT_EQ(a.softmax_scale(), 1.0 / 16.0);
+  EXPECT_EQ(a.sliding_window, 4096);
+  EXPECT_EQ(a.rope.theta, 10000.0);
+  EXPECT_EQ(attention(d, 5).sliding_window, std::nullopt);
+  EXPECT_EQ(attention(d, 5).rope.theta, 1e6);
+  EXPECT_EQ(attention(d, 6).sliding_window, 4096);
+  EXPECT_EQ(*d.pad_token_id, 0);
+  EXPECT_EQ(*d.bos_token_id, 2);
+  // gemma-3-1b's config.json as transformers v4 wrote it: thetas at the top, linear scaling for the full layers.
+  const ModelSpec v4 = parse(R"({"model_type":"gemma3_text","num_hidden_layers":2,"sliding_window_pattern":2,
+      "sliding_window":512,"rope_theta":1000000,"rope_local_base_freq":10000,"rope_scaling":{"rope_type":"linear",
+      "factor":8.0},"query_pre_attn_scalar":144,"hidden_activation":"gelu_pytorch_tanh"})");
+  EXPECT_EQ(attention(v4, 0).sliding_window, 512);
+  EXPECT_EQ(attention(v4, 0).rope.type, "default");
+  EXPECT_EQ(attention(v4, 1).rope.type, "linear");
+  EXPECT_EQ(attention(v4, 1).rope.theta, 1e6);
+  EXPECT_EQ(attention(v4, 0).softmax_scale(), 1.0 / 12.0);
+  for (const auto& [config, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model_type":"gemma3_text","attn_logit_softcapping":50.0})", "attn_logit_softcapping"},
+           {R"({"model_type":"gemma3_text","final_logit_softcapping":30.0})", "final_logit_softcapping"},
+           {R"({"model_type":"gemma3_text","use_bidirectional_attention":true})", "use_bidirectional_attention"},
+           {R"({"model_type":"gemma3_text","hidden_activation":"tanh"})", "hidden_activation"},
+           {R"({"model_type":"gemma3_text","sliding_window_pattern":0})", "sliding_window_pattern"},
+           {R"({"model_type":"gemma3_text","rope_parameters":{"rope_type":"linear","factor":8.0}})", "rope_parameters"},
+           {R"({"model_type":"gemma3_text","query_pre_attn_scalar":0})", "query_pre_attn_scalar"}})
+    EXPECT_NE(error_of(config).find(key), std::string::npos) << config << ": " << error_of(config);
 }
 
 // DeepseekV2ForCausalLM: DeepseekV2Config's defaults (V3's latent widths, the greedy softmax router, no

@@ -19,6 +19,7 @@ from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForC
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
 from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig, FlexOlmoConfig, ExaoneMoeConfig
+from transformers import Gemma3TextConfig
 
 VOCAB = 96
 
@@ -346,6 +347,18 @@ FIXTURES = {
             norm_topk_prob=True, routed_scaling_factor=2.5, sliding_window=4, max_window_layers=2,
             max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
+    # Gemma 3 (text): norms scaling by 1 + weight around both sublayers, q/k norms, the embedding times sqrt(32),
+    # the softmax scale from query_pre_attn_scalar (12, not head_dim 8), layers 0, 1 and 3 sliding over 4 keys
+    # (layer_types from sliding_window_pattern 3), RoPE per layer type (linear on the full layer, another theta on
+    # the sliding ones), gelu_pytorch_tanh; tied, pad 0, fp32.
+    "gemma3_tiny": dict(
+        config=Gemma3TextConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12, sliding_window=4, sliding_window_pattern=3,
+            max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1,
+            rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0}}),
+        architecture="Gemma3ForCausalLM", dtype=torch.float32, max_shard_size=None),
 }
 
 
@@ -357,7 +370,7 @@ def make(out_root: Path, name: str, spec: dict) -> None:
         from make_parity import make_inputs
         config.pad_token_id = int(make_inputs(config.vocab_size)["plain"]["input_ids"][0, 1])
         print(f"{name}: pad_token_id {config.pad_token_id}")
-    config.architectures = [type(config).__name__.replace("Config", "ForCausalLM")]
+    config.architectures = [spec.get("architecture") or type(config).__name__.replace("Config", "ForCausalLM")]
     model = AutoModelForCausalLM.from_config(config, dtype=spec["dtype"])
     # Random weights far from init so that dtype and layout mistakes show; norms too (they init to ones).
     with torch.no_grad():

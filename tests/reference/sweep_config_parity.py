@@ -289,6 +289,19 @@ CASES = [
                                                              tie_word_embeddings=True,
                                                              rope_parameters={"rope_type": "default", "rope_theta": 5e6,
                                                                               "partial_rotary_factor": 0.5}), None),
+    # Gemma 3 (text): norms scaling by 1 + weight (left at transformers' zeros here: the sweep randomises matrices
+    # and biases), sandwich norms, q/k norms, sqrt(hidden) embedding scale, query_pre_attn_scalar.
+    ("gemma3 plain", "gemma3_text", dict(BASE, head_dim=16, sliding_window=8), None),
+    ("gemma3 v4 spelling pattern linear", "gemma3_text", dict(BASE, head_dim=16, sliding_window=8), "old_rope_gemma3"),
+    ("gemma3 biases tied scalar yarn gelu", "gemma3_text", dict(BASE, head_dim=16, sliding_window=8, attention_bias=True,
+                                                                tie_word_embeddings=True, query_pre_attn_scalar=20,
+                                                                hidden_activation="gelu",
+                                                                layer_types=["full_attention", "sliding_attention",
+                                                                             "full_attention"],
+                                                                rope_parameters={"full_attention": dict(YARN),
+                                                                                 "sliding_attention": {
+                                                                                     "rope_type": "default",
+                                                                                     "rope_theta": 500.0}}), None),
 ]
 
 
@@ -307,6 +320,13 @@ def rewrite(config_path: Path, how: str) -> None:
         config["rope_theta"] = 20000.0
         config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
                                   "attention_factor": 1.2, "beta_fast": 32, "beta_slow": 1}
+    elif how == "old_rope_gemma3":  # Gemma 3's released spelling: thetas at the top, layer types from a pattern
+        config["rope_theta"] = 20000.0
+        config["rope_local_base_freq"] = 5000.0
+        config["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
+        config.pop("layer_types", None)
+        config.pop("_sliding_window_pattern", None)
+        config["sliding_window_pattern"] = 2
     elif how == "old_rope_su":  # Phi-3's early longrope spelling, which Phi3Config reads as longrope
         config["rope_scaling"] = dict(parameters, type="su")
         config["rope_scaling"].pop("rope_type", None)

@@ -43,6 +43,7 @@ CASES = [
     ("solar_open_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("flex_olmo_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("exaone_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("gemma3_tiny", ["lora.target_modules=all-linear"]),
 ]
 
 

@@ -19,6 +19,7 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
                                double norm_eps)
     : spec_(*sublayer.attention()),
       eps_(norm_eps),
+      norm_offset_(sublayer.norm_weight_offset),
       inverse_frequencies_(spec_.rope,
                            [&](bool long_factors) {
                              return spec_.mla
@@ -29,7 +30,7 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
       // An MLA sublayer's adapters are its block's (MlaAttentionBlock::Adapters).
       qkv_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.qkv")),
       o_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.o")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps),
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset),
       mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
   if (mla_) return;
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim, "{}: differing q/k and v head dims are not implemented", layer);
@@ -38,14 +39,14 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
 
 // Across heads, [T, heads, d] is normed as the [T, heads · d] rows transformers norms before it splits the heads.
 Tensor AttentionBlock::qk_norm_forward(const Tensor& x, const Tensor& weight) const {
-  if (!spec_.qk_norm_across_heads) return ops::rms_norm_forward(x, weight, eps_);
-  return ops::rms_norm_forward(x.view({x.size(0), -1}), weight, eps_).view(x.shape());
+  if (!spec_.qk_norm_across_heads) return ops::rms_norm_forward(x, weight, eps_, norm_offset_);
+  return ops::rms_norm_forward(x.view({x.size(0), -1}), weight, eps_, norm_offset_).view(x.shape());
 }
 
 Tensor AttentionBlock::qk_norm_backward(const Tensor& dy, const Tensor& x, const Param& norm) const {
-  if (!spec_.qk_norm_across_heads) return ops::rms_norm_backward(dy, x, norm.value, eps_, norm.grad);
+  if (!spec_.qk_norm_across_heads) return ops::rms_norm_backward(dy, x, norm.value, eps_, norm.grad, norm_offset_);
   const Shape rows{x.size(0), -1};
-  return ops::rms_norm_backward(dy.view(rows), x.view(rows), norm.value, eps_, norm.grad).view(x.shape());
+  return ops::rms_norm_backward(dy.view(rows), x.view(rows), norm.value, eps_, norm.grad, norm_offset_).view(x.shape());
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
@@ -53,7 +54,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const SequenceLayout& layout = context.layout;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   stash_.input = h;
-  const Tensor normed = input_norm_forward(h, p_.norm, eps_);
+  const Tensor normed = input_norm_forward(h, p_.norm, eps_, norm_offset_);
   Tensor qkv = ops::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value);
   qkv_lora_.forward(normed, qkv, context.training, context.lora_draw);
   stash_.q_raw = columns(qkv, 0, nq * d).view({tokens, nq, d});
@@ -98,10 +99,10 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   set_columns(dqkv, 0, g.dq);
   set_columns(dqkv, nq * d, g.dk);
   set_columns(dqkv, (nq + nkv) * d, g.dv);
-  const Tensor normed = input_norm_forward(stash_.input, p_.norm, eps_);  // recomputed, not kept
+  const Tensor normed = input_norm_forward(stash_.input, p_.norm, eps_, norm_offset_);  // recomputed, not kept
   Tensor dnormed = ops::linear_backward(dqkv, normed, p_.qkv.value, p_.qkv.grad, p_.qkv_bias.grad);
   qkv_lora_.backward(dqkv, normed, dnormed);
-  return input_norm_backward(dnormed, stash_.input, p_.norm, eps_, dout);
+  return input_norm_backward(dnormed, stash_.input, p_.norm, eps_, dout, norm_offset_);
 }
 
 size_t AttentionBlock::stash_bytes() const {

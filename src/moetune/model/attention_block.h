@@ -41,6 +41,7 @@ class AttentionBlock {
 
   const AttentionSpec& spec_;
   double eps_;
+  float norm_offset_;  // SublayerSpec::norm_weight_offset (Gemma's 1 + weight norms)
   ops::RopeFactorSets<std::vector<float>> inverse_frequencies_;  // RoPE
   AttentionParams p_;
   LoraLinear qkv_lora_, o_lora_;  // LoRA adapters, if any

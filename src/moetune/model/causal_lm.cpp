@@ -25,7 +25,9 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<CpuBlocks>& mak
 }
 
 Tensor CausalLM::run_layers(const Tensor& input_ids, StepContext& context) {
-  return walk_forward(sublayers_, ops::embedding_forward(input_ids.view({-1}), store_->get("embed_tokens").value), context);
+  const Tensor embedded =
+      ops::embedding_forward(input_ids.view({-1}), store_->get("embed_tokens").value, float(spec().embedding_scale));
+  return walk_forward(sublayers_, embedded, context);
 }
 
 std::vector<ops::Routing> CausalLM::routings() const {
@@ -49,7 +51,9 @@ void CausalLM::force_routing(const std::vector<std::vector<int32_t>>& chosen_per
 Tensor CausalLM::head_logits(const Tensor& final_hidden) const {
   const ModelSpec& c = spec();
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
-  return ops::linear_forward(ops::rms_norm_forward(final_hidden, store_->get("final_norm").value, c.norm_eps), head.value);
+  return ops::linear_forward(
+      ops::rms_norm_forward(final_hidden, store_->get("final_norm").value, c.norm_eps, c.final_norm_weight_offset),
+      head.value);
 }
 
 Tensor CausalLM::next_token_logits(const std::vector<int64_t>& ids, DecodeCache& decode_cache) {
@@ -152,9 +156,10 @@ void CausalLM::backward() {
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
   const Param final_norm = store_->get("final_norm");
   const Tensor dlogits = ops::cross_entropy_backward(stash_.logits, stash_.targets, stash_.lm_scale);
-  const Tensor normed = ops::rms_norm_forward(stash_.final_hidden, final_norm.value, c.norm_eps);
+  const float offset = c.final_norm_weight_offset;
+  const Tensor normed = ops::rms_norm_forward(stash_.final_hidden, final_norm.value, c.norm_eps, offset);
   Tensor dh = ops::linear_backward(dlogits, normed, head.value, head.grad);
-  dh = ops::rms_norm_backward(dh, stash_.final_hidden, final_norm.value, c.norm_eps, final_norm.grad);
+  dh = ops::rms_norm_backward(dh, stash_.final_hidden, final_norm.value, c.norm_eps, final_norm.grad, offset);
 
   // The aux loss reads every MoE layer's router logits at once; its gradient is handed to each layer.
   if (stash_.aux_scale != 0) {
@@ -165,7 +170,7 @@ void CausalLM::backward() {
   }
   dh = walk_backward(sublayers_, dh, stash_.context);
   ops::embedding_backward(dh, stash_.input_ids.view({-1}), store_->get("embed_tokens").grad,
-                          c.embedding_padding_idx.value_or(-1));
+                          c.embedding_padding_idx.value_or(-1), float(c.embedding_scale));
   stash_ = {};
 }
 

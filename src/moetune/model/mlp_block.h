@@ -25,6 +25,7 @@ class DenseMlpBlock {
 
  private:
   double eps_;
+  float norm_offset_;  // SublayerSpec::norm_weight_offset (Gemma's 1 + weight norms)
   MlpSpec mlp_;  // its width, activation and gate
   MlpParams p_;
   SwigluLora lora_;  // LoRA adapters, if any

@@ -15,7 +15,9 @@ bool RouterSpec::is_topk_then_softmax() const {
          scaling_factor == 1.0;
 }
 
-double AttentionSpec::softmax_scale() const { return 1.0 / std::sqrt(double(qk_head_dim)); }
+double AttentionSpec::softmax_scale() const {
+  return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : double(qk_head_dim));
+}
 
 const MoeSpec* LayerSpec::moe() const {
   for (const SublayerSpec& sublayer : sublayers)

@@ -49,7 +49,8 @@ struct AttentionSpec {
   bool sinks = false;                       // a learned per-head softmax sink, GPT-OSS
   ops::RopeSpec rope;                       // type "none": no positional embedding at all (Nemotron-H)
   std::optional<MlaSpec> mla;               // DeepSeek-V3: multi-head latent attention instead of q/k/v
-  double softmax_scale() const;             // 1 / sqrt(qk_head_dim)
+  double query_pre_attn_scalar = 0;         // Gemma: the softmax scale's denominator instead of qk_head_dim (0: none)
+  double softmax_scale() const;             // 1 / sqrt(query_pre_attn_scalar, else qk_head_dim)
 };
 
 // ClampedSwiGLU: GPT-OSS's experts, with `MlpSpec::clamp`'s constants.
@@ -127,6 +128,9 @@ struct SublayerSpec {
   std::string norm;
   std::variant<AttentionSpec, MlpSpec, MoeSpec, Mamba2Spec> mixer;
   std::string out_norm;
+  // Gemma: every RMSNorm of the sublayer (norm, out_norm, attention's q/k norms) scales by 1 + weight, its weight
+  // stored as the offset from 1 (ops/norm.h's weight_offset); 0 elsewhere. Attention and dense MLP sublayers only.
+  float norm_weight_offset = 0.0f;
 
   const AttentionSpec* attention() const { return std::get_if<AttentionSpec>(&mixer); }
   const MlpSpec* mlp() const { return std::get_if<MlpSpec>(&mixer); }
@@ -149,6 +153,11 @@ struct ModelSpec {
   int64_t vocab_size = 0, hidden_size = 0, max_position_embeddings = 0;
   double norm_eps = 1e-6;
   bool tie_word_embeddings = false;
+  // Gemma: the final norm's weight offset (as SublayerSpec::norm_weight_offset), and the factor the embedding's
+  // rows are multiplied by after the lookup (sqrt(hidden_size), rounded to the activations' dtype as transformers
+  // rounds its embed_scale buffer to the weight's); a tied LM head reads the unscaled weight.
+  float final_norm_weight_offset = 0.0f;
+  double embedding_scale = 1.0;
   std::vector<LayerSpec> layers;
   // The family's released files may carry multi-token-prediction tensors named mtp.* (Nemotron-H), which the model
   // does not run: loading skips them and saving does not write them. (Layers past num_hidden_layers, DeepSeek-V3's

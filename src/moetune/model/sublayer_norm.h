@@ -9,15 +9,17 @@
 
 namespace moetune::model {
 
-// rms_norm(h), or h itself without an input norm (`norm` undefined).
-Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps);
+// rms_norm(h), or h itself without an input norm (`norm` undefined). weight_offset: SublayerSpec's (Gemma).
+Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps, float weight_offset = 0.0f);
 // d(h) through the input norm (dnormed itself without one), plus the residual's d(out).
-Tensor input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& norm, double eps, const Tensor& dout);
+Tensor input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& norm, double eps, const Tensor& dout,
+                           float weight_offset = 0.0f);
 
 class OutputNorm {
  public:
   OutputNorm() = default;
-  OutputNorm(Param norm, double eps) : norm_(std::move(norm)), eps_(eps) {}
+  OutputNorm(Param norm, double eps, float weight_offset = 0.0f)
+      : norm_(std::move(norm)), eps_(eps), weight_offset_(weight_offset) {}
   bool defined() const { return norm_.defined(); }
   // h + out_norm(mixed), keeping `mixed` for the backward pass; h + mixed without an output norm.
   Tensor forward(const Tensor& mixed, const Tensor& h);
@@ -29,6 +31,7 @@ class OutputNorm {
  private:
   Param norm_;
   double eps_ = 0;
+  float weight_offset_ = 0.0f;
   Tensor mixed_;  // the mixer's output, the norm's input
 };
 

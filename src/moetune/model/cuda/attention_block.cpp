@@ -22,13 +22,16 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
                                double norm_eps)
     : spec_(*sublayer.attention()),
       eps_(norm_eps),
+      norm_offset_(sublayer.norm_weight_offset),
       p_(spec_.mla ? AttentionParams{} : AttentionParams::lookup(store, layer, sublayer.norm)),
       // An MLA sublayer's adapters are its block's (MlaAttentionBlock::Adapters).
       qkv_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.qkv")),
       o_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.o")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps),
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset),
       mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
   if (mla_) return;
+  MOETUNE_CHECK(norm_offset_ == 0.0f || !spec_.qk_norm_across_heads,
+                "{}: q/k norms across heads scaling by an offset weight are not implemented", layer);
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,
                 "{}: differing q/k and v head dims are not implemented on the GPU outside latent attention", layer);
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks",
@@ -58,7 +61,7 @@ void AttentionBlock::split_qkv(const Tensor& qkv, const DeviceBatch& batch, cons
   const Tensor& inv_freq = inv_freq_.for_positions(batch.layout.positions);
   if (!spec_.qk_norm_across_heads) {
     ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq, batch.positions, q, k, v,
-                                     rotated_scale_);
+                                     rotated_scale_, norm_offset_);
     return;
   }
   const int64_t d = spec_.qk_head_dim;
@@ -75,7 +78,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const double eps = eps_;
   stash_.input = h;
-  Tensor normed = cuda::input_norm_forward(h, p_.norm, eps);
+  Tensor normed = cuda::input_norm_forward(h, p_.norm, eps, norm_offset_);
   stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
   qkv_lora_.forward(normed, stash_.qkv, context.lora_pass());
@@ -130,16 +133,17 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
                                   p_.q_norm.grad, p_.k_norm.grad);
   } else {
     ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq,
-                                      batch.positions, dqkv, p_.q_norm.grad, p_.k_norm.grad, rotated_scale_);
+                                      batch.positions, dqkv, p_.q_norm.grad, p_.k_norm.grad, rotated_scale_,
+                                      norm_offset_);
   }
   dq = dk = dv = Tensor();
-  Tensor normed = cuda::input_norm_for_backward(stash_.normed, stash_.input, p_.norm, eps);
+  Tensor normed = cuda::input_norm_for_backward(stash_.normed, stash_.input, p_.norm, eps, norm_offset_);
   Tensor dnormed = device_like(stash_.input.shape());
   ops::cuda::linear_backward(dqkv, normed, p_.qkv.value, dnormed, p_.qkv.grad, p_.qkv_bias.grad, false,
                              context.overwrite_gradients);
   qkv_lora_.backward(dqkv, normed, dnormed);
   Tensor dh = device_like(stash_.input.shape());
-  cuda::input_norm_backward(dnormed, stash_.input, p_.norm, eps, dh, dout);
+  cuda::input_norm_backward(dnormed, stash_.input, p_.norm, eps, dh, dout, norm_offset_);
   clear_stash();
   return dh;
 }

@@ -52,6 +52,7 @@ class AttentionBlock {
 
   const AttentionSpec& spec_;
   double eps_;
+  float norm_offset_;  // SublayerSpec::norm_weight_offset (Gemma's 1 + weight norms)
   // RoPE, F32 [head_dim / 2] on the device (longrope's short and long); undefined without RoPE (Nemotron-H)
   ops::RopeFactorSets<Tensor> inv_freq_;
   double rotated_scale_ = 1.0;

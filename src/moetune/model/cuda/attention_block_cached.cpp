@@ -22,7 +22,7 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   KvCache& cache = *context.kv_cache;
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const int64_t past = cache.tokens();
-  Tensor normed = cuda::input_norm_forward(h, p_.norm, eps_);
+  Tensor normed = cuda::input_norm_forward(h, p_.norm, eps_, norm_offset_);
   Tensor qkv = device_like({tokens, (nq + 2 * nkv) * d});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, qkv);
   normed = Tensor();

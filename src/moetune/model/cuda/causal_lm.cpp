@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "moetune/core/cuda_runtime.h"
+#include "moetune/core/half.h"
 #include "moetune/core/phase_profile.h"
 #include "moetune/model/device_support.h"
 #include "moetune/model/model_description.h"
@@ -89,6 +90,7 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");
+  embedding_scale_ = bf16_to_f32(f32_to_bf16(float(s.embedding_scale)));
   for (const auto& sublayer : sublayers_)
     for (const Tensor& grad : sublayer.with_block([](const auto& block) { return block.overwritten_gradients(); }))
       overwritten_gradients_.push_back(grad);
@@ -127,12 +129,12 @@ CausalLM::Forward CausalLM::run_layers(StepContext& context, bool with_aux) {
   Tensor h = device_like({batch.tokens, c.hidden_size});
   if (parameters_needed_) parameters_needed_(-1);
   if (embedding_lookup_) embedding_lookup_(batch.ids);
-  ops::cuda::embedding_forward(batch.ids, embed_.value, h);
+  ops::cuda::embedding_forward(batch.ids, embed_.value, h, embedding_scale_);
   Forward f;
   f.final_hidden = h = walk_forward(sublayers_, h, context, parameters_needed_);
   if (parameters_needed_) parameters_needed_(c.num_layers());
   f.normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, final_norm_.value, c.norm_eps, f.normed);
+  ops::cuda::rms_norm_forward(h, final_norm_.value, c.norm_eps, f.normed, c.final_norm_weight_offset);
   return f;
 }
 
@@ -196,14 +198,16 @@ CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   context.aux_scale = with_aux ? c.aux_loss_coef : 0.0;
 
   Tensor dh = device_like(f.final_hidden.shape());
-  ops::cuda::rms_norm_backward(dnormed, f.final_hidden, final_norm_.value, c.norm_eps, dh, final_norm_.grad);
+  ops::cuda::rms_norm_backward(dnormed, f.final_hidden, final_norm_.value, c.norm_eps, dh, final_norm_.grad, {},
+                               c.final_norm_weight_offset);
   dnormed = f.final_hidden = Tensor();
   if (gradients_done_) gradients_done_(c.num_layers());
   phase.next("layers.bwd");
   dh = walk_backward(sublayers_, dh, context, gradients_done_, layer_backward_);
   phase.next("embedding.bwd");
   if (embed_.grad.defined())  // undefined: frozen
-    ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad, c.embedding_padding_idx.value_or(-1));
+    ops::cuda::embedding_backward(dh, device_batch.ids, embed_.grad, c.embedding_padding_idx.value_or(-1),
+                                  embedding_scale_);
   if (gradients_done_) gradients_done_(-1);
   phase.end();
 

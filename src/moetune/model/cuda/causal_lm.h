@@ -148,6 +148,8 @@ class CausalLM final : public LanguageModel {
   std::vector<Sublayer<GpuBlocks>> sublayers_;
   std::vector<std::pair<std::string, size_t>> stash_report_;
   Param head_, final_norm_, embed_;
+  // ModelSpec::embedding_scale rounded to bf16, as transformers rounds Gemma's embed_scale to the weight's dtype.
+  float embedding_scale_ = 1.0f;
   LayerGradientsDone gradients_done_;
   LayerStarting parameters_needed_;
   LayerStarting layer_backward_;

@@ -14,15 +14,16 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
                              double norm_eps)
     : spec_(*sublayer.mlp()),
       eps_(norm_eps),
+      norm_offset_(sublayer.norm_weight_offset),
       p_(MlpParams::lookup(store, layer, sublayer.norm)),
       lora_(SwigluLora::lookup(store, layer + "mlp.")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps) {}
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset) {}
 
 Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   const PhaseScope phase("mlp");
   input_ = h;
   lora_.pass = context.lora_pass();
-  normed_ = cuda::input_norm_forward(h, p_.norm, eps_);
+  normed_ = cuda::input_norm_forward(h, p_.norm, eps_, norm_offset_);
   Tensor out = device_like(h.shape());
   // Without an output norm the residual rides down's GEMM; with one, down writes the MLP's output alone.
   const Tensor mixed = out_norm_.defined() ? device_like(h.shape()) : out;
@@ -35,12 +36,12 @@ Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
 
 Tensor DenseMlpBlock::backward(const Tensor& dout, const StepContext& context) {
   const PhaseScope phase("mlp.bwd");
-  const Tensor normed = cuda::input_norm_for_backward(normed_, input_, p_.norm, eps_);
+  const Tensor normed = cuda::input_norm_for_backward(normed_, input_, p_.norm, eps_, norm_offset_);
   Tensor dnormed = device_like(input_.shape());
   swiglu_mlp_backward(out_norm_.backward(dout), normed, gate_up_out_, p_.mlp, dnormed, /*accumulate_dx=*/false, &lora_,
                       spec_, context.overwrite_gradients, activation_);
   Tensor dh = device_like(input_.shape());
-  cuda::input_norm_backward(dnormed, input_, p_.norm, eps_, dh, dout);
+  cuda::input_norm_backward(dnormed, input_, p_.norm, eps_, dh, dout, norm_offset_);
   clear_stash();
   return dh;
 }

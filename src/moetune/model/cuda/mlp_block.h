@@ -29,6 +29,7 @@ class DenseMlpBlock {
  private:
   const MlpSpec& spec_;
   double eps_;
+  float norm_offset_;  // SublayerSpec::norm_weight_offset (Gemma's 1 + weight norms)
   MlpParams p_;
   SwigluLora lora_;      // LoRA adapters, if any
   OutputNorm out_norm_;  // OLMo-2's norm on down's output, if any

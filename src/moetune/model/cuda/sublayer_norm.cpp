@@ -9,27 +9,28 @@ namespace {
 Tensor device_like(const Tensor& t) { return Tensor::empty(t.shape(), DType::BF16, Device::cuda()); }
 }  // namespace
 
-Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps) {
+Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps, float weight_offset) {
   if (!norm.defined()) return h;
   Tensor normed = device_like(h);
-  ops::cuda::rms_norm_forward(h, norm.value, eps, normed);
+  ops::cuda::rms_norm_forward(h, norm.value, eps, normed, weight_offset);
   return normed;
 }
 
-Tensor input_norm_for_backward(const Tensor& kept, const Tensor& h, const Param& norm, double eps) {
-  return norm.defined() ? norm_for_backward(kept, h, norm.value, eps, h.shape()) : h;
+Tensor input_norm_for_backward(const Tensor& kept, const Tensor& h, const Param& norm, double eps,
+                               float weight_offset) {
+  return norm.defined() ? norm_for_backward(kept, h, norm.value, eps, h.shape(), weight_offset) : h;
 }
 
 void input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& norm, double eps, const Tensor& dh,
-                         const Tensor& dout) {
+                         const Tensor& dout, float weight_offset) {
   if (norm.defined())
-    ops::cuda::rms_norm_backward(dnormed, h, norm.value, eps, dh, norm.grad, /*residual=*/dout);
+    ops::cuda::rms_norm_backward(dnormed, h, norm.value, eps, dh, norm.grad, /*residual=*/dout, weight_offset);
   else
     ops::cuda::add(dnormed, dout, dh);
 }
 
 void OutputNorm::forward(const Tensor& mixed, const Tensor& h, const Tensor& out, bool keep) {
-  ops::cuda::rms_norm_forward(mixed, norm_.value, eps_, out);
+  ops::cuda::rms_norm_forward(mixed, norm_.value, eps_, out, weight_offset_);
   ops::cuda::add(out, h, out);
   if (keep) mixed_ = mixed;
 }
@@ -37,7 +38,7 @@ void OutputNorm::forward(const Tensor& mixed, const Tensor& h, const Tensor& out
 Tensor OutputNorm::backward(const Tensor& dout) const {
   if (!defined()) return dout;
   Tensor dmixed = device_like(dout);
-  ops::cuda::rms_norm_backward(dout, mixed_, norm_.value, eps_, dmixed, norm_.grad);
+  ops::cuda::rms_norm_backward(dout, mixed_, norm_.value, eps_, dmixed, norm_.grad, {}, weight_offset_);
   return dmixed;
 }
 

@@ -9,18 +9,21 @@
 
 namespace moetune::model::cuda {
 
-// rms_norm(h) in a new tensor, or h itself without an input norm (`norm` undefined).
-Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps);
+// rms_norm(h) in a new tensor, or h itself without an input norm (`norm` undefined). weight_offset: SublayerSpec's
+// norm_weight_offset (Gemma's 1 + weight norms).
+Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps, float weight_offset = 0.0f);
 // The backward pass's copy: `kept` (the forward's, where the step keeps norm outputs), the norm run again, or h.
-Tensor input_norm_for_backward(const Tensor& kept, const Tensor& h, const Param& norm, double eps);
+Tensor input_norm_for_backward(const Tensor& kept, const Tensor& h, const Param& norm, double eps,
+                               float weight_offset = 0.0f);
 // dh = dout + d(h) through the input norm (dnormed itself without one); dh may be dnormed.
 void input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& norm, double eps, const Tensor& dh,
-                         const Tensor& dout);
+                         const Tensor& dout, float weight_offset = 0.0f);
 
 class OutputNorm {
  public:
   OutputNorm() = default;
-  OutputNorm(Param norm, double eps) : norm_(std::move(norm)), eps_(eps) {}
+  OutputNorm(Param norm, double eps, float weight_offset = 0.0f)
+      : norm_(std::move(norm)), eps_(eps), weight_offset_(weight_offset) {}
   bool defined() const { return norm_.defined(); }
   // out = h + out_norm(mixed); `keep` holds mixed for the backward pass (not in generation).
   void forward(const Tensor& mixed, const Tensor& h, const Tensor& out, bool keep = true);
@@ -32,6 +35,7 @@ class OutputNorm {
  private:
   Param norm_;
   double eps_ = 0;
+  float weight_offset_ = 0.0f;
   Tensor mixed_;  // the mixer's output, the norm's input
 };
 

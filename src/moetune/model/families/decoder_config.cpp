@@ -162,10 +162,10 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
          a.qk_head_dim);
 
   if (d.reads_hidden_act) {
-    const std::string act = r.string("hidden_act", "silu");
+    const std::string act = r.string(d.hidden_act_key, d.hidden_act_default);
     const std::optional<ops::GateFunction> gate = ops::gate_function_for_hidden_act(act);
     if (!gate)
-      refuse("hidden_act", act,
+      refuse(d.hidden_act_key, act,
              "an MLP activation other than silu / swish, gelu, gelu_new / gelu_pytorch_tanh / gelu_fast, quick_gelu "
              "and relu");
     out.gate = *gate;
@@ -180,6 +180,32 @@ DecoderConfig read_decoder_config(const io::ConfigReader& r, const DecoderDefaul
   read_dtype_and_token_ids(r, spec);
   spec.embedding_padding_idx = embedding_padding_row(spec.pad_token_id, spec.vocab_size);
   return out;
+}
+
+LayerTypeRopes read_layer_type_ropes(const io::ConfigReader& r, const LayerTypeRopeDefaults& d, const char* family) {
+  const json default_rope = {{"rope_type", "default"}};
+  const json* given = r.find("rope_parameters");
+  if (given && !given->is_null() && !given->is_object()) fail("'rope_parameters' must be an object");
+  if (given && given->is_object() && !given->empty() && !given->contains("full_attention") &&
+      !given->contains("sliding_attention"))
+    refuse("rope_parameters", "one dict for every layer",
+           fmt::format("{}'s RoPE outside its per-layer-type dicts (its config class ignores such a dict and runs "
+                       "default RoPE)",
+                       family));
+  LayerTypeRopes ropes{default_rope, default_rope};
+  if (given && given->is_object() && given->contains("full_attention") && !(*given)["full_attention"].is_null())
+    ropes.full = (*given)["full_attention"];
+  if (given && given->is_object() && given->contains("sliding_attention") && !(*given)["sliding_attention"].is_null())
+    ropes.sliding = (*given)["sliding_attention"];
+  if (const json* scaling = r.find("rope_scaling"); scaling && scaling->is_object() && !scaling->empty())
+    ropes.full.update(*scaling);
+  for (json* dict : {&ropes.full, &ropes.sliding})
+    if (!dict->is_object()) fail("'rope_parameters' holds a layer type's RoPE that is not an object: {}", dict->dump());
+  if (!ropes.full.contains("rope_theta")) ropes.full["rope_theta"] = r.number("rope_theta", d.full_theta);
+  if (!ropes.sliding.contains("rope_theta"))
+    ropes.sliding["rope_theta"] =
+        d.sliding_theta_key ? r.number(d.sliding_theta_key, d.sliding_theta) : d.sliding_theta;
+  return ropes;
 }
 
 const char* rope_dict_key(const io::ConfigReader& r) {
@@ -354,13 +380,18 @@ void validate_decoder(const ModelSpec& spec) {
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers) {
       // The blocks that read SublayerSpec::out_norm and an empty norm: q/k/v attention, the dense MLP and the MoE
-      // block (the CPU's only: model/device_support.h).
+      // block.
       const bool norms_placed =
           (sublayer.attention() && !sublayer.attention()->mla) || sublayer.mlp() || sublayer.moe();
       MOETUNE_CHECK(norms_placed || (!sublayer.norm.empty() && sublayer.out_norm.empty()),
                     "{}: a sublayer without its input norm or with an output norm is implemented for q/k/v attention, "
                     "dense MLPs and MoE layers only",
                     spec.architecture);
+      // The blocks that read SublayerSpec::norm_weight_offset (Gemma's 1 + weight norms).
+      MOETUNE_CHECK(
+          sublayer.norm_weight_offset == 0.0f || (sublayer.attention() && !sublayer.attention()->mla) || sublayer.mlp(),
+          "{}: norms scaling by an offset weight are implemented for q/k/v attention and dense MLPs only",
+          spec.architecture);
       if (const MlpSpec* mlp = sublayer.mlp()) require_in_range(mlp->intermediate, "intermediate_size", kMaxWidth);
       if (const MoeSpec* moe = sublayer.moe()) {
         require_in_range(moe->router.num_experts, "num_experts", kMaxExperts);

@@ -27,8 +27,11 @@ struct DecoderDefaults {
   // Every query head has its own key and value (MLA): num_key_value_heads need not divide the heads; the family
   // decides what it means.
   bool per_head_kv = false;
-  // The family's modeling code reads hidden_act (GPT-OSS's hard-codes its activation and never reads it).
+  // The family's modeling code reads hidden_act (GPT-OSS's hard-codes its activation and never reads it), under
+  // this key (Gemma 3's: hidden_activation) with this default.
   bool reads_hidden_act = true;
+  const char* hidden_act_key = "hidden_act";
+  const char* hidden_act_default = "silu";
   // Set where the family's default RoPE reads partial_rotary_factor, to the value it takes when the config has
   // none (GLM-4-MoE: 0.5); nullopt: the default RoPE rotates the whole head whatever the key says.
   std::optional<double> partial_rotary_factor;
@@ -49,6 +52,23 @@ void read_dtype_and_token_ids(const io::ConfigReader& config, ModelSpec& spec);
 // the config's; `key` names it in messages, `config` gives the top-level keys transformers reads beside it.
 ops::RopeSpec read_rope_dict(const nlohmann::json& dict, const char* key, const io::ConfigReader& config,
                              int64_t max_position_embeddings, const DecoderDefaults& defaults);
+
+// RoPE per layer type, as Olmo3Config's and Gemma3TextConfig's convert_rope_params_to_dict resolve it: one dict
+// per layer type in rope_parameters ({"full_attention": ..., "sliding_attention": ...}; a missing one is default
+// RoPE); the older rope_scaling spelling is the full-attention layers' schedule, the sliding ones keeping theirs. A
+// full dict without rope_theta takes the top-level rope_theta, else `full_theta`; a sliding one the top-level
+// `sliding_theta_key` (Gemma 3's rope_local_base_freq; null: none), else `sliding_theta`. A flat dict is refused,
+// naming `family` (the config classes would ignore it and run default RoPE).
+struct LayerTypeRopes {
+  nlohmann::json full, sliding;
+};
+struct LayerTypeRopeDefaults {
+  double full_theta;
+  const char* sliding_theta_key;
+  double sliding_theta;
+};
+LayerTypeRopes read_layer_type_ropes(const io::ConfigReader& config, const LayerTypeRopeDefaults& defaults,
+                                     const char* family);
 
 // Where the RoPE settings are: "rope_scaling" unless it is absent or falsy (null, {}, false: transformers reads
 // `rope_scaling or rope_parameters`), else "rope_parameters" (which may be absent).

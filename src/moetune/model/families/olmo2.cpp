@@ -7,7 +7,7 @@
 // its weight in fp32 before rounding to the input's dtype, as the GPU engine's norm kernels do (one rounding, of
 // the fp32 product).
 // OLMo-3 adds sliding windows where layer_types puts them (absent: every layer but each 4th, sliding_window 4096)
-// and RoPE per layer type, as Olmo3Config.convert_rope_params_to_dict resolves it (olmo3_ropes below).
+// and RoPE per layer type, as Olmo3Config.convert_rope_params_to_dict resolves it (read_layer_type_ropes).
 #include "moetune/model/families/decoder_config.h"
 #include "moetune/model/families/decoder_parameters.h"
 #include "moetune/model/families/family.h"
@@ -41,37 +41,9 @@ ModelSpec describe_olmo2(const io::ConfigReader& r) {
   return c.spec;
 }
 
-// Olmo3Config's RoPE: one dict per layer type. rope_parameters holds them ({"full_attention": ..., "sliding_attention":
-// ...}; a missing one is default RoPE); the older rope_scaling spelling is the full-attention layers' schedule, the
-// sliding ones keeping default RoPE. A top-level rope_theta goes to the full-attention dict alone (the config class
-// pops it there); a dict without one takes Olmo3Config's default_theta, 500000.
-struct Olmo3Ropes {
-  json full, sliding;
-};
-
-Olmo3Ropes olmo3_ropes(const io::ConfigReader& r) {
-  const json default_rope = {{"rope_type", "default"}};
-  const json* given = r.find("rope_parameters");
-  if (given && !given->is_object()) fail("'rope_parameters' must be an object");
-  if (given && !given->empty() && !given->contains("full_attention") && !given->contains("sliding_attention"))
-    refuse("rope_parameters", "one dict for every layer",
-           "OLMo-3's RoPE outside its per-layer-type dicts (Olmo3Config ignores such a dict and runs default RoPE)");
-  Olmo3Ropes ropes{default_rope, default_rope};
-  if (given && given->contains("full_attention") && !(*given)["full_attention"].is_null())
-    ropes.full = (*given)["full_attention"];
-  if (given && given->contains("sliding_attention") && !(*given)["sliding_attention"].is_null())
-    ropes.sliding = (*given)["sliding_attention"];
-  if (const json* scaling = r.find("rope_scaling"); scaling && scaling->is_object() && !scaling->empty())
-    ropes.full.update(*scaling);
-  for (json* dict : {&ropes.full, &ropes.sliding})
-    if (!dict->is_object()) fail("'rope_parameters' holds a layer type's RoPE that is not an object: {}", dict->dump());
-  if (!ropes.full.contains("rope_theta")) ropes.full["rope_theta"] = r.number("rope_theta", 500000.0);
-  if (!ropes.sliding.contains("rope_theta")) ropes.sliding["rope_theta"] = 500000.0;
-  return ropes;
-}
-
 ModelSpec describe_olmo3(const io::ConfigReader& r) {
-  const Olmo3Ropes ropes = olmo3_ropes(r);
+  // Olmo3Config's: the full-attention layers' theta from rope_theta, else default_theta 500000, as the sliding ones'.
+  const LayerTypeRopes ropes = read_layer_type_ropes(r, {500000.0, nullptr, 500000.0}, "OLMo-3");
   // The shared reading takes the full-attention layers' RoPE as the config's own; the sliding layers' is read alike.
   json config = r.object();
   config.erase("rope_scaling");

@@ -20,7 +20,7 @@ int64_t checked_width(const Tensor& x, const Tensor& weight) {
 
 }  // namespace
 
-Tensor rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+Tensor rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, float weight_offset) {
   const int64_t width = checked_width(x, weight);
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float* w = weight.data<float>();
@@ -28,12 +28,13 @@ Tensor rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
     const float* xr = x.data<float>() + row * width;
     float* yr = y.data<float>() + row * width;
     const float rstd = inverse_rms(xr, width, eps);
-    for (int64_t i = 0; i < width; ++i) yr[i] = w[i] * (xr[i] * rstd);
+    for (int64_t i = 0; i < width; ++i) yr[i] = (weight_offset + w[i]) * (xr[i] * rstd);
   }
   return y;
 }
 
-Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, double eps, const Tensor& dweight) {
+Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, double eps, const Tensor& dweight,
+                         float weight_offset) {
   const int64_t width = checked_width(x, weight);
   MOETUNE_CHECK(dy.numel() == x.numel(), "rms_norm_backward: dy {} for x {}", dy.str(), x.str());
   Tensor dx = Tensor::empty(x.shape(), DType::F32);
@@ -44,12 +45,12 @@ Tensor rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     const float* dyr = dy.data<float>() + row * width;
     float* dxr = dx.data<float>() + row * width;
     const float rstd = inverse_rms(xr, width, eps);
-    // y = w ⊙ x·r with r = (mean x² + eps)^-1/2:  dx = r·(w⊙dy) - x·r³·⟨w⊙dy, x⟩ / width.
+    // y = g ⊙ x·r with g = offset + w, r = (mean x² + eps)^-1/2:  dx = r·(g⊙dy) - x·r³·⟨g⊙dy, x⟩ / width.
     float projection = 0.0f;
-    for (int64_t i = 0; i < width; ++i) projection += w[i] * dyr[i] * xr[i];
+    for (int64_t i = 0; i < width; ++i) projection += (weight_offset + w[i]) * dyr[i] * xr[i];
     const float correction = rstd * rstd * rstd * projection / float(width);
     for (int64_t i = 0; i < width; ++i) {
-      dxr[i] = rstd * w[i] * dyr[i] - xr[i] * correction;
+      dxr[i] = rstd * (weight_offset + w[i]) * dyr[i] - xr[i] * correction;
       if (dw) dw[i] += dyr[i] * xr[i] * rstd;
     }
   }

@@ -27,7 +27,7 @@ int64_t checked_ids(std::string_view op, const Tensor& ids) {
 
 }  // namespace
 
-void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, float scale) {
   constexpr std::string_view op = "embedding_forward";
   const int64_t tokens = checked_ids(op, ids);
   check_table(op, "table", table, {DType::BF16});
@@ -35,11 +35,11 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
   check_shape(op, "out", out, {tokens, table.size(1)});
   MOETUNE_CHECK(!overlaps(out, table) && !overlaps(out, ids), "{}: out {} overlaps an input", op, out.str());
   gpu::check(launch_embedding_forward(static_cast<const int32_t*>(ids.raw_data()), table.raw_data(), out.raw_data(),
-                                      tokens, table.size(0), table.size(1), gpu::stream()),
+                                      tokens, table.size(0), table.size(1), scale, gpu::stream()),
              "embedding_forward kernel");
 }
 
-void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, int64_t padding_row) {
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, int64_t padding_row, float scale) {
   constexpr std::string_view op = "embedding_backward";
   const int64_t tokens = checked_ids(op, ids);
   check_table(op, "dtable", dtable, {DType::BF16, DType::F32});
@@ -52,7 +52,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dta
   void* workspace = gpu::allocate(workspace_bytes);
   const cudaError_t status = launch_embedding_backward(
       dout.raw_data(), static_cast<const int32_t*>(ids.raw_data()), dtable.raw_data(), dtable.dtype() == DType::BF16,
-      tokens, dtable.size(0), dtable.size(1), padding_row, workspace, workspace_bytes, gpu::stream());
+      tokens, dtable.size(0), dtable.size(1), padding_row, scale, workspace, workspace_bytes, gpu::stream());
   gpu::release(workspace);  // stream-ordered: after the sort and the sums above
   gpu::check(status, "embedding_backward kernels");
 }

@@ -24,7 +24,8 @@ constexpr int kRunThreads = 64;
 
 template <int kVec>
 __global__ void embedding_forward_kernel(const int32_t* __restrict__ ids, const bf16* __restrict__ table,
-                                         bf16* __restrict__ out, int64_t tokens, int64_t vocab, int64_t hidden) {
+                                         bf16* __restrict__ out, int64_t tokens, int64_t vocab, int64_t hidden,
+                                         float scale) {
   gpu::wait_for_previous_kernel();
   const int64_t chunks_per_row = hidden / kVec, chunks = tokens * chunks_per_row;
   for (int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; chunk < chunks;
@@ -33,6 +34,8 @@ __global__ void embedding_forward_kernel(const int32_t* __restrict__ ids, const 
     const int64_t id = ids[token];
     float v[kVec] = {};
     if (id >= 0 && id < vocab) load<kVec>(table + id * hidden + column, v);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] *= scale;  // exact at 1
     store<kVec>(out + token * hidden + column, v);
   }
 }
@@ -52,8 +55,8 @@ __global__ void sort_input_kernel(const int32_t* __restrict__ ids, uint32_t* __r
 // Grid: (sorted position, column tile). Only the block at the first position of a run works; it walks the run.
 template <int kVec, typename Out>
 __global__ void add_runs_kernel(const bf16* __restrict__ dout, const uint32_t* __restrict__ sorted_ids,
-                                const int32_t* __restrict__ sorted_positions, Out* __restrict__ dtable,
-                                int64_t tokens, int64_t vocab, int64_t hidden) {
+                                const int32_t* __restrict__ sorted_positions, Out* __restrict__ dtable, int64_t tokens,
+                                int64_t vocab, int64_t hidden, float scale) {
   gpu::wait_for_previous_kernel();
   const int64_t start = blockIdx.x;
   const uint32_t id = sorted_ids[start];
@@ -65,7 +68,7 @@ __global__ void add_runs_kernel(const bf16* __restrict__ dout, const uint32_t* _
     float v[kVec];
     load<kVec>(dout + int64_t(sorted_positions[p]) * hidden + column, v);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) sum[k] += v[k];
+    for (int k = 0; k < kVec; ++k) sum[k] += scale * v[k];
   }
   Out* row = dtable + int64_t(id) * hidden + column;
   float current[kVec];
@@ -125,27 +128,27 @@ Workspace carve(void* base, int64_t tokens, int64_t vocab) {
 
 template <int kVec, typename Out>
 cudaError_t add_runs(const bf16* dout, const Workspace& w, Out* dtable, int64_t tokens, int64_t vocab, int64_t hidden,
-                     cudaStream_t stream) {
+                     float scale, cudaStream_t stream) {
   const int64_t columns_per_block = int64_t(kRunThreads) * kVec;
   const dim3 grid(unsigned(tokens), unsigned((hidden + columns_per_block - 1) / columns_per_block));
   gpu::launch_dependent(add_runs_kernel<kVec, Out>, grid, kRunThreads, 0, stream, dout, w.keys_out, w.positions_out,
-                        dtable, tokens, vocab, hidden);
+                        dtable, tokens, vocab, hidden, scale);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_embedding_forward(const int32_t* ids, const void* table, void* out, int64_t tokens, int64_t vocab,
-                                     int64_t hidden, cudaStream_t stream) {
+                                     int64_t hidden, float scale, cudaStream_t stream) {
   if (tokens == 0 || hidden == 0) return cudaSuccess;
   const auto* tp = static_cast<const bf16*>(table);
   auto* op = static_cast<bf16*>(out);
   if (hidden % 8 == 0 && aligned16({table, out}))
     gpu::launch_dependent(embedding_forward_kernel<8>, blocks_for(tokens * hidden / 8), kThreads, 0, stream, ids, tp,
-                          op, tokens, vocab, hidden);
+                          op, tokens, vocab, hidden, scale);
   else
     gpu::launch_dependent(embedding_forward_kernel<1>, blocks_for(tokens * hidden), kThreads, 0, stream, ids, tp, op,
-                          tokens, vocab, hidden);
+                          tokens, vocab, hidden, scale);
   return cudaGetLastError();
 }
 
@@ -155,7 +158,7 @@ size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
 }
 
 cudaError_t launch_embedding_backward(const void* dout, const int32_t* ids, void* dtable, bool dtable_is_bf16,
-                                      int64_t tokens, int64_t vocab, int64_t hidden, int64_t padding_row,
+                                      int64_t tokens, int64_t vocab, int64_t hidden, int64_t padding_row, float scale,
                                       void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (tokens == 0 || hidden == 0) return cudaSuccess;
   if (workspace_bytes < embedding_backward_workspace_bytes(tokens, vocab)) return cudaErrorInvalidValue;
@@ -171,13 +174,13 @@ cudaError_t launch_embedding_backward(const void* dout, const int32_t* ids, void
   const bool vector = hidden % 8 == 0 && aligned16({dout, dtable});
   if (dtable_is_bf16) {
     auto* table = static_cast<bf16*>(dtable);
-    return vector ? add_runs<8>(d, w, table, tokens, vocab, hidden, stream)
-                  : add_runs<1>(d, w, table, tokens, vocab, hidden, stream);
+    return vector ? add_runs<8>(d, w, table, tokens, vocab, hidden, scale, stream)
+                  : add_runs<1>(d, w, table, tokens, vocab, hidden, scale, stream);
   }
   auto* table = static_cast<float*>(dtable);
   // An F32 row is 16-byte aligned in chunks of 4; 8 consecutive floats are two such loads, still aligned.
-  return vector ? add_runs<8>(d, w, table, tokens, vocab, hidden, stream)
-                : add_runs<1>(d, w, table, tokens, vocab, hidden, stream);
+  return vector ? add_runs<8>(d, w, table, tokens, vocab, hidden, scale, stream)
+                : add_runs<1>(d, w, table, tokens, vocab, hidden, scale, stream);
 }
 
 }  // namespace moetune::ops::cuda

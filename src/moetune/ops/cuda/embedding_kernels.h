@@ -13,7 +13,7 @@ namespace moetune::ops::cuda {
 // out[t] = table[ids[t]] (BF16 [tokens, hidden]); an id outside [0, vocab) writes a row of zeros instead of
 // reading outside the table (the host validates ids before upload; this only keeps a bad id from corrupting).
 cudaError_t launch_embedding_forward(const int32_t* ids, const void* table, void* out, int64_t tokens, int64_t vocab,
-                                     int64_t hidden, cudaStream_t stream);
+                                     int64_t hidden, float scale, cudaStream_t stream);
 
 // Bytes of scratch the backward needs (sort keys and values, and CUB's own temporary storage).
 size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
@@ -23,7 +23,7 @@ size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
 // so the result is deterministic. dtable is BF16 or F32 (dtable_is_bf16); ids outside [0, vocab) are skipped, and
 // so is `padding_row` (-1: none).
 cudaError_t launch_embedding_backward(const void* dout, const int32_t* ids, void* dtable, bool dtable_is_bf16,
-                                      int64_t tokens, int64_t vocab, int64_t hidden, int64_t padding_row,
+                                      int64_t tokens, int64_t vocab, int64_t hidden, int64_t padding_row, float scale,
                                       void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

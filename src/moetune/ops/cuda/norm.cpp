@@ -23,7 +23,7 @@ int64_t checked_width(std::string_view op, const Tensor& x, const Tensor& weight
 
 }  // namespace
 
-void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y) {
+void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, float weight_offset) {
   constexpr std::string_view op = "rms_norm_forward";
   const int64_t width = checked_width(op, x, weight);
   check_gpu_tensor(op, "y", y, {DType::BF16});
@@ -31,12 +31,12 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const T
   MOETUNE_CHECK(!overlaps(y, weight), "{}: y {} overlaps the weight", op, y.str());
   MOETUNE_CHECK(!overlaps(y, x) || y.raw_data() == x.raw_data(), "{}: y {} partly overlaps x", op, y.str());
   gpu::check(launch_rms_norm_forward(x.raw_data(), weight.raw_data(), y.raw_data(), x.numel() / width, width,
-                                     float(eps), gpu::stream()),
+                                     float(eps), gpu::stream(), {}, weight_offset),
              "rms_norm_forward kernel");
 }
 
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, double eps, const Tensor& dx,
-                       const Tensor& dweight, const Tensor& residual) {
+                       const Tensor& dweight, const Tensor& residual, float weight_offset) {
   constexpr std::string_view op = "rms_norm_backward";
   const int64_t width = checked_width(op, x, weight);
   check_gpu_tensor(op, "dy", dy, {DType::BF16});
@@ -66,9 +66,9 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
   const size_t workspace_bytes = rms_norm_backward_workspace_bytes(rows, width);
   void* workspace = gpu::allocate(workspace_bytes);
   const cudaError_t status = launch_rms_norm_backward(
-      dy.raw_data(), x.raw_data(), weight.raw_data(), residual.defined() ? residual.raw_data() : nullptr,
-      dx.raw_data(), device_data<void>(dweight), dweight.defined() && dweight.dtype() == DType::BF16, rows, width, float(eps), workspace,
-      gpu::stream());
+      dy.raw_data(), x.raw_data(), weight.raw_data(), residual.defined() ? residual.raw_data() : nullptr, dx.raw_data(),
+      device_data<void>(dweight), dweight.defined() && dweight.dtype() == DType::BF16, rows, width, float(eps),
+      workspace, gpu::stream(), {}, weight_offset);
   gpu::release(workspace);  // stream-ordered: freed only after the kernels above have run
   gpu::check(status, "rms_norm_backward kernels");
 }

@@ -34,6 +34,14 @@ constexpr int64_t kBackwardBlocks = 768;
 // The forward needs no cross-row state; the cap only bounds gridDim.
 constexpr int64_t kMaxForwardBlocks = int64_t(1) << 30;
 
+// The norm's scale: offset + weight in fp32 (Gemma's 1 + weight; offset 0 elsewhere, exact).
+template <int kVec>
+__device__ __forceinline__ void load_weight(const bf16* weight, float offset, float (&w)[kVec]) {
+  load<kVec>(weight, w);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) w[k] += offset;
+}
+
 // Strides of 0 are the width: packed rows.
 RowStrides packed_if_unset(RowStrides strides, int64_t width) {
   return {strides.x != 0 ? strides.x : width, strides.out != 0 ? strides.out : width};
@@ -41,7 +49,7 @@ RowStrides packed_if_unset(RowStrides strides, int64_t width) {
 
 template <int kVec>
 __global__ void rms_norm_forward_kernel(const bf16* x, const bf16* __restrict__ weight, bf16* y, int64_t rows,
-                                        int64_t width, float eps, RowStrides strides) {
+                                        int64_t width, float eps, RowStrides strides, float weight_offset) {
   gpu::wait_for_previous_kernel();
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const bf16* xr = x + row * strides.x;
@@ -58,7 +66,7 @@ __global__ void rms_norm_forward_kernel(const bf16* x, const bf16* __restrict__ 
     for (int64_t c = int64_t(threadIdx.x) * kVec; c < width; c += int64_t(blockDim.x) * kVec) {
       float v[kVec], w[kVec];
       load<kVec>(xr + c, v);
-      load<kVec>(weight + c, w);
+      load_weight<kVec>(weight + c, weight_offset, w);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) v[k] = w[k] * (v[k] * rstd);
       store<kVec>(yr + c, v);
@@ -71,7 +79,7 @@ __global__ void rms_norm_forward_kernel(const bf16* x, const bf16* __restrict__ 
 template <int kVec>
 __global__ void rms_norm_backward_kernel(const bf16* dy, const bf16* __restrict__ x, const bf16* __restrict__ weight,
                                          const bf16* residual, bf16* dx, float* __restrict__ partial, int64_t rows,
-                                         int64_t width, float eps, RowStrides strides) {
+                                         int64_t width, float eps, RowStrides strides, float weight_offset) {
   gpu::wait_for_previous_kernel();
   extern __shared__ float dweight_acc[];
   const int64_t first = int64_t(threadIdx.x) * kVec, step = int64_t(blockDim.x) * kVec;
@@ -86,7 +94,7 @@ __global__ void rms_norm_backward_kernel(const bf16* dy, const bf16* __restrict_
       float xv[kVec], gv[kVec], wv[kVec];
       load<kVec>(x + x_offset + c, xv);
       load<kVec>(dy + offset + c, gv);
-      load<kVec>(weight + c, wv);
+      load_weight<kVec>(weight + c, weight_offset, wv);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         sums[0] += xv[k] * xv[k];
@@ -100,7 +108,7 @@ __global__ void rms_norm_backward_kernel(const bf16* dy, const bf16* __restrict_
       float xv[kVec], gv[kVec], wv[kVec], rv[kVec] = {};
       load<kVec>(x + x_offset + c, xv);
       load<kVec>(dy + offset + c, gv);
-      load<kVec>(weight + c, wv);
+      load_weight<kVec>(weight + c, weight_offset, wv);
       if (residual != nullptr) load<kVec>(residual + out_offset + c, rv);
       float out[kVec];
 #pragma unroll
@@ -128,12 +136,12 @@ __device__ __forceinline__ Chunk load_chunk(const bf16* p) { return *reinterpret
 // The forward of rows [first, first + kRows) per block iteration; thread t holds chunk t of each.
 template <int kRows>
 __global__ void rms_norm_forward_rows_kernel(const bf16* x, const bf16* __restrict__ weight, bf16* y, int64_t rows,
-                                             int64_t width, float eps, RowStrides strides) {
+                                             int64_t width, float eps, RowStrides strides, float weight_offset) {
   gpu::wait_for_previous_kernel();
   const int64_t c = int64_t(threadIdx.x) * kChunk;
   const bool has_chunk = c < width;  // the block is rounded up to whole warps
   float w[kChunk] = {};
-  if (has_chunk) load<kChunk>(weight + c, w);
+  if (has_chunk) load_weight<kChunk>(weight + c, weight_offset, w);
   for (int64_t first = int64_t(blockIdx.x) * kRows; first < rows; first += int64_t(gridDim.x) * kRows) {
     Chunk xv[kRows];
     float square_sum[kRows];
@@ -168,12 +176,12 @@ template <int kRows>
 __global__ void rms_norm_backward_rows_kernel(const bf16* dy, const bf16* __restrict__ x,
                                               const bf16* __restrict__ weight, const bf16* residual, bf16* dx,
                                               float* __restrict__ partial, int64_t rows, int64_t width, float eps,
-                                              RowStrides strides) {
+                                              RowStrides strides, float weight_offset) {
   gpu::wait_for_previous_kernel();
   const int64_t c = int64_t(threadIdx.x) * kChunk;
   const bool has_chunk = c < width;
   float wv[kChunk] = {}, dweight_acc[kChunk] = {};
-  if (has_chunk) load<kChunk>(weight + c, wv);
+  if (has_chunk) load_weight<kChunk>(weight + c, weight_offset, wv);
   const int64_t stride = gridDim.x;
   for (int64_t first = blockIdx.x; first < rows; first += stride * kRows) {
     Chunk xv[kRows], gv[kRows], rv[kRows];
@@ -244,26 +252,26 @@ bool fits_registers(int64_t width, std::initializer_list<const void*> pointers, 
 
 template <int kRows>
 cudaError_t forward_rows(const bf16* x, const bf16* weight, bf16* y, int64_t rows, int64_t width, float eps,
-                         RowStrides strides, cudaStream_t stream) {
+                         RowStrides strides, float weight_offset, cudaStream_t stream) {
   const unsigned blocks = unsigned(std::min((rows + kRows - 1) / kRows, kMaxForwardBlocks));
   gpu::launch_dependent(rms_norm_forward_rows_kernel<kRows>, blocks, row_block_threads(width, kChunk), 0, stream, x,
-                        weight, y, rows, width, eps, strides);
+                        weight, y, rows, width, eps, strides, weight_offset);
   return cudaGetLastError();
 }
 
 template <int kRows>
 cudaError_t backward_rows(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx,
                           float* partial, int64_t rows, int64_t width, float eps, RowStrides strides,
-                          cudaStream_t stream) {
+                          float weight_offset, cudaStream_t stream) {
   gpu::launch_dependent(rms_norm_backward_rows_kernel<kRows>, unsigned(backward_blocks(rows)),
                         row_block_threads(width, kChunk), 0, stream, dy, x, weight, residual, dx, partial, rows, width,
-                        eps, strides);
+                        eps, strides, weight_offset);
   return cudaGetLastError();
 }
 
 template <int kVec>
-cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx,
-                     float* partial, int64_t rows, int64_t width, float eps, RowStrides strides,
+cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf16* residual, bf16* dx, float* partial,
+                     int64_t rows, int64_t width, float eps, RowStrides strides, float weight_offset,
                      cudaStream_t stream) {
   const int threads = row_block_threads(width, kVec);
   const size_t shared = size_t(width) * sizeof(float);
@@ -272,7 +280,7 @@ cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf
     if (status != cudaSuccess) return status;
   }
   gpu::launch_dependent(rms_norm_backward_kernel<kVec>, unsigned(backward_blocks(rows)), threads, shared, stream, dy, x,
-                        weight, residual, dx, partial, rows, width, eps, strides);
+                        weight, residual, dx, partial, rows, width, eps, strides, weight_offset);
   return cudaGetLastError();
 }
 
@@ -280,7 +288,7 @@ cudaError_t backward(const bf16* dy, const bf16* x, const bf16* weight, const bf
 
 cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, const void* weight, void* y,
                                          int64_t rows, int64_t width, float eps, cudaStream_t stream,
-                                         RowStrides strides) {
+                                         RowStrides strides, float weight_offset) {
   if (rows == 0 || width == 0) return cudaSuccess;
   strides = packed_if_unset(strides, width);
   const auto* xp = static_cast<const bf16*>(x);
@@ -289,28 +297,33 @@ cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, c
   if (rows_in_registers != 0 && !fits_registers(width, {x, weight, y}, strides)) return cudaErrorInvalidValue;
   switch (rows_in_registers) {
     case 0: break;
-    case 1: return forward_rows<1>(xp, wp, yp, rows, width, eps, strides, stream);
-    case 2: return forward_rows<2>(xp, wp, yp, rows, width, eps, strides, stream);
-    case 4: return forward_rows<4>(xp, wp, yp, rows, width, eps, strides, stream);
-    case 8: return forward_rows<8>(xp, wp, yp, rows, width, eps, strides, stream);
+    case 1:
+      return forward_rows<1>(xp, wp, yp, rows, width, eps, strides, weight_offset, stream);
+    case 2:
+      return forward_rows<2>(xp, wp, yp, rows, width, eps, strides, weight_offset, stream);
+    case 4:
+      return forward_rows<4>(xp, wp, yp, rows, width, eps, strides, weight_offset, stream);
+    case 8:
+      return forward_rows<8>(xp, wp, yp, rows, width, eps, strides, weight_offset, stream);
     default: return cudaErrorInvalidValue;
   }
   const unsigned blocks = unsigned(std::min(rows, kMaxForwardBlocks));
   if (vectorizable(width, {x, weight, y}, strides))
     gpu::launch_dependent(rms_norm_forward_kernel<8>, blocks, row_block_threads(width, 8), 0, stream, xp, wp, yp, rows,
-                          width, eps, strides);
+                          width, eps, strides, weight_offset);
   else
     gpu::launch_dependent(rms_norm_forward_kernel<1>, blocks, row_block_threads(width, 1), 0, stream, xp, wp, yp, rows,
-                          width, eps, strides);
+                          width, eps, strides, weight_offset);
   return cudaGetLastError();
 }
 
-cudaError_t launch_rms_norm_forward(const void* x, const void* weight, void* y, int64_t rows, int64_t width,
-                                    float eps, cudaStream_t stream, RowStrides strides) {
+cudaError_t launch_rms_norm_forward(const void* x, const void* weight, void* y, int64_t rows, int64_t width, float eps,
+                                    cudaStream_t stream, RowStrides strides, float weight_offset) {
   strides = packed_if_unset(strides, width);
   const int rows_in_registers =
       fits_registers(width, {x, weight, y}, strides) ? forward_rows_in_registers(width) : 0;
-  return launch_rms_norm_forward_with(rows_in_registers, x, weight, y, rows, width, eps, stream, strides);
+  return launch_rms_norm_forward_with(rows_in_registers, x, weight, y, rows, width, eps, stream, strides,
+                                      weight_offset);
 }
 
 size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t width) {
@@ -319,8 +332,8 @@ size_t rms_norm_backward_workspace_bytes(int64_t rows, int64_t width) {
 
 cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy, const void* x, const void* weight,
                                           const void* residual, void* dx, void* dweight, bool dweight_is_bf16,
-                                          int64_t rows, int64_t width, float eps, void* workspace,
-                                          cudaStream_t stream, RowStrides strides) {
+                                          int64_t rows, int64_t width, float eps, void* workspace, cudaStream_t stream,
+                                          RowStrides strides, float weight_offset) {
   if (rows == 0 || width == 0) return cudaSuccess;
   strides = packed_if_unset(strides, width);
   const auto* dyp = static_cast<const bf16*>(dy);
@@ -335,12 +348,18 @@ cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy,
   switch (rows_in_registers) {
     case 0:
       status = vectorizable(width, {dy, x, weight, residual, dx}, strides)
-                   ? backward<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream)
-                   : backward<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream);
+                   ? backward<8>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, weight_offset, stream)
+                   : backward<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, weight_offset, stream);
       break;
-    case 1: status = backward_rows<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream); break;
-    case 2: status = backward_rows<2>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream); break;
-    case 4: status = backward_rows<4>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, stream); break;
+    case 1:
+      status = backward_rows<1>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, weight_offset, stream);
+      break;
+    case 2:
+      status = backward_rows<2>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, weight_offset, stream);
+      break;
+    case 4:
+      status = backward_rows<4>(dyp, xp, wp, rp, dxp, partial, rows, width, eps, strides, weight_offset, stream);
+      break;
     // No 8: its 255 registers a thread left a 256-thread block out of resources (cudaErrorLaunchOutOfResources, H200).
     default: return cudaErrorInvalidValue;
   }
@@ -348,16 +367,16 @@ cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy,
   return launch_add_column_sums(partial, backward_blocks(rows), width, width, dweight, dweight_is_bf16, stream);
 }
 
-cudaError_t launch_rms_norm_backward(const void* dy, const void* x, const void* weight, const void* residual,
-                                     void* dx, void* dweight, bool dweight_is_bf16, int64_t rows, int64_t width,
-                                     float eps, void* workspace, cudaStream_t stream, RowStrides strides) {
+cudaError_t launch_rms_norm_backward(const void* dy, const void* x, const void* weight, const void* residual, void* dx,
+                                     void* dweight, bool dweight_is_bf16, int64_t rows, int64_t width, float eps,
+                                     void* workspace, cudaStream_t stream, RowStrides strides, float weight_offset) {
   strides = packed_if_unset(strides, width);
   // The workspace is aligned for the partials' 16-byte stores whenever the width is (gpu::allocate aligns it).
   const int rows_in_registers = fits_registers(width, {dy, x, weight, residual, dx, workspace}, strides)
                                     ? backward_rows_in_registers(width)
                                     : 0;
-  return launch_rms_norm_backward_with(rows_in_registers, dy, x, weight, residual, dx, dweight, dweight_is_bf16,
-                                       rows, width, eps, workspace, stream, strides);
+  return launch_rms_norm_backward_with(rows_in_registers, dy, x, weight, residual, dx, dweight, dweight_is_bf16, rows,
+                                       width, eps, workspace, stream, strides, weight_offset);
 }
 
 }  // namespace moetune::ops::cuda

@@ -16,10 +16,10 @@ namespace moetune::ops::cuda {
 // a multiple of 8 (else cudaErrorInvalidValue). The arguments are the plain launchers'.
 cudaError_t launch_rms_norm_forward_with(int rows_in_registers, const void* x, const void* weight, void* y,
                                          int64_t rows, int64_t width, float eps, cudaStream_t stream,
-                                         RowStrides strides = {});
+                                         RowStrides strides = {}, float weight_offset = 0.0f);
 cudaError_t launch_rms_norm_backward_with(int rows_in_registers, const void* dy, const void* x, const void* weight,
                                           const void* residual, void* dx, void* dweight, bool dweight_is_bf16,
-                                          int64_t rows, int64_t width, float eps, void* workspace,
-                                          cudaStream_t stream, RowStrides strides = {});
+                                          int64_t rows, int64_t width, float eps, void* workspace, cudaStream_t stream,
+                                          RowStrides strides = {}, float weight_offset = 0.0f);
 
 }  // namespace moetune::ops::cuda

@@ -53,10 +53,11 @@ const void* optional_norm(std::string_view op, std::string_view name, const Tens
 
 void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, double eps,
                            const Tensor& inv_freq, const Tensor& positions, const Tensor& q, const Tensor& k,
-                           const Tensor& v, double rotated_scale) {
+                           const Tensor& v, double rotated_scale, float norm_weight_offset) {
   constexpr std::string_view op = "qkv_norm_rope_forward";
   QkvShape shape = checked_shape(op, q, "q", k, "k", v, "v", qkv, "qkv");
   shape.rotated_scale = float(rotated_scale);
+  shape.norm_weight_offset = norm_weight_offset;
   check_rope_inputs(op, inv_freq, positions, shape);
   const void* q_weight = optional_norm(op, "q_norm", q_norm, shape);
   const void* k_weight = optional_norm(op, "k_norm", k_norm, shape);
@@ -72,10 +73,11 @@ void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor
 void qkv_norm_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& qkv,
                             const Tensor& q_norm, const Tensor& k_norm, double eps, const Tensor& inv_freq,
                             const Tensor& positions, const Tensor& dqkv, const Tensor& dq_norm, const Tensor& dk_norm,
-                            double rotated_scale) {
+                            double rotated_scale, float norm_weight_offset) {
   constexpr std::string_view op = "qkv_norm_rope_backward";
   QkvShape shape = checked_shape(op, dq, "dq", dk, "dk", dv, "dv", dqkv, "dqkv");
   shape.rotated_scale = float(rotated_scale);
+  shape.norm_weight_offset = norm_weight_offset;
   check_gpu_tensor(op, "qkv", qkv, {DType::BF16});
   check_shape(op, "qkv", qkv, dqkv.shape());
   check_rope_inputs(op, inv_freq, positions, shape);

@@ -55,6 +55,16 @@ __device__ __forceinline__ void copy_head(const bf16* in, bf16* out, int64_t hea
   }
 }
 
+// The norm's scale is offset + weight (Gemma's 1 + weight; offset 0 elsewhere, exact), in fp32.
+template <int kVec>
+__device__ __forceinline__ void add_offset(float offset, float (&wa)[kVec], float (&wb)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    wa[j] += offset;
+    wb[j] += offset;
+  }
+}
+
 template <int kVec>
 __global__ void qkv_norm_rope_forward_kernel(const bf16* __restrict__ qkv, const bf16* __restrict__ q_norm,
                                              const bf16* __restrict__ k_norm, float eps,
@@ -101,6 +111,7 @@ __global__ void qkv_norm_rope_forward_kernel(const bf16* __restrict__ qkv, const
         float wa[kVec], wb[kVec];
         load<kVec>(weight + i, wa);
         load<kVec>(weight + half + i, wb);
+        add_offset<kVec>(shape.norm_weight_offset, wa, wb);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           a[j] = wa[j] * (a[j] * rstd);
@@ -197,6 +208,7 @@ __global__ void qkv_norm_rope_backward_kernel(const bf16* __restrict__ dq, const
       load<kVec>(x + half + i, xb);
       load<kVec>(weight + i, wa);
       load<kVec>(weight + half + i, wb);
+      add_offset<kVec>(shape.norm_weight_offset, wa, wb);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         square_sum += xa[j] * xa[j] + xb[j] * xb[j];
@@ -213,6 +225,7 @@ __global__ void qkv_norm_rope_backward_kernel(const bf16* __restrict__ dq, const
       load<kVec>(x + half + i, xb);
       load<kVec>(weight + i, wa);
       load<kVec>(weight + half + i, wb);
+      add_offset<kVec>(shape.norm_weight_offset, wa, wb);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const float ga = grad[i + j], gb = grad[half + i + j];

@@ -11,10 +11,11 @@ namespace moetune::ops::cuda {
 // k and v BF16 [T, nkv, d]. q_norm / k_norm: BF16 [d] or undefined (no norm). inv_freq: F32 [d/2], or undefined
 // for no RoPE at all (Nemotron-H: q and k are only split off and normed); positions: I32 [T] (unread without
 // inv_freq). All on the GPU; nq, nkv and d are read from q's and k's shapes. rotated_scale multiplies the cos and sin
-// of the pairs that rotate (nonzero frequency; ops::apply_rope's `scaling`), not the zero-frequency ones.
+// of the pairs that rotate (nonzero frequency; ops::apply_rope's `scaling`), not the zero-frequency ones. The norms
+// scale by norm_weight_offset + weight (Gemma's 1; 0 elsewhere).
 void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, double eps,
                            const Tensor& inv_freq, const Tensor& positions, const Tensor& q, const Tensor& k,
-                           const Tensor& v, double rotated_scale = 1.0);
+                           const Tensor& v, double rotated_scale = 1.0, float norm_weight_offset = 0.0f);
 
 // Given dq, dk, dv (shaped like q, k, v) and the forward input qkv: writes dqkv (shaped like qkv) and adds the
 // norm weights' gradients into dq_norm / dk_norm (BF16 or F32 [d]) when those are defined; a defined dq_norm needs
@@ -22,6 +23,6 @@ void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor
 void qkv_norm_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& qkv,
                             const Tensor& q_norm, const Tensor& k_norm, double eps, const Tensor& inv_freq,
                             const Tensor& positions, const Tensor& dqkv, const Tensor& dq_norm, const Tensor& dk_norm,
-                            double rotated_scale = 1.0);
+                            double rotated_scale = 1.0, float norm_weight_offset = 0.0f);
 
 }  // namespace moetune::ops::cuda

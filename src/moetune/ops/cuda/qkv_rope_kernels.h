@@ -20,6 +20,8 @@ struct QkvShape {
   // rotated heads, whose zero-frequency pairs pass unscaled (ops/rope.h). 1 elsewhere (the attention folds the
   // factor into its softmax scale when every pair rotates).
   float rotated_scale = 1.0f;
+  // The norms scale by this plus their weight (Gemma's 1; 0 elsewhere).
+  float norm_weight_offset = 0.0f;
 };
 
 // All BF16 but inv_freq (F32 [head_dim/2]) and positions (I32 [tokens]). q_norm / k_norm may be null (no norm).
