@@ -108,8 +108,14 @@ class GenerateGpu : public testing::GpuTest {};
 // its 20 steps (H200, session 33), while its cached and uncached GPU logits agree within 2.4e-2, its training logits
 // are transformers' within 1.6e-2 (ModelParityGpu), its eval loss the CPU's within 2e-3 and its greedy tokens
 // transformers' at all 20 steps: bf16 weights against fp32, not the decode path.
+// Three MoE fixtures route a token of the greedy sequence at a near-tie that bf16 flips, and transformers' own bf16
+// run flips it too (tests/reference/bf16_generation_noise.py, transformers 5.17 on the CPU, session 35): its bf16
+// logits part from its fp32 ones by 0.278 at deepseek_v2_tiny's step 0 (the GPU: 0.261, H100) and 0.423 at
+// flex_olmo_tiny's step 19 (the GPU: 0.419); solar_open_tiny's worst step is 2.4e-2 there and 5.16e-2 on the GPU
+// (step 12). Their GPU choices are transformers' at every wide-gap step and their eval losses the CPU's.
 double logits_bound(const std::string& fixture) {
-  return fixture == "glm4_moe_quarter_tied" || fixture == "phi4_mini_tiny" ? 0.1 : 5e-2;
+  if (fixture == "deepseek_v2_tiny" || fixture == "flex_olmo_tiny") return 0.5;
+  return fixture == "glm4_moe_quarter_tied" || fixture == "phi4_mini_tiny" || fixture == "solar_open_tiny" ? 0.1 : 5e-2;
 }
 
 // Fed `prompt` and then `tokens` (the reference greedy sequence: transformers' or the CPU engine's; the prompt at

@@ -26,7 +26,9 @@ ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor&
 }
 
 ops::Routing route_chosen(const RouterSpec& router, const Tensor& logits, const std::vector<int32_t>& chosen) {
-  MOETUNE_CHECK(is_sigmoid_group_limited(router), "forced routing is implemented for DeepSeek-V3's router only");
+  if (router.is_softmax_then_grouped_topk())
+    return ops::router_topk_weigh(logits, chosen, router.top_k, router.renormalize, softmax_topk_options(router));
+  MOETUNE_CHECK(is_sigmoid_group_limited(router), "forced routing is not implemented for GPT-OSS's router");
   return ops::sigmoid_router_weigh(logits, chosen, group_limited(router));
 }
 

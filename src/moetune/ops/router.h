@@ -29,6 +29,11 @@ struct SoftmaxTopkOptions {
 Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize,
                             const SoftmaxTopkOptions& options = {});
 
+// router_topk_forward with each token's k experts given (chosen [T * k], in pick order) instead of chosen here:
+// the weights it would give them. For tests that force one engine's choices on another.
+Routing router_topk_weigh(const Tensor& logits, const std::vector<int32_t>& chosen, int64_t top_k, bool normalize,
+                          const SoftmaxTopkOptions& options = {});
+
 // Given d(weight) [T * k]: returns d(logits) [T, E] through the scaling, the renormalisation and the softmax (the
 // group limit chooses; it has no gradient).
 Tensor router_topk_backward(const Routing& routing, const std::vector<float>& dweight);

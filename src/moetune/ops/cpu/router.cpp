@@ -44,6 +44,17 @@ std::vector<uint8_t> allowed_experts(const float* p, int64_t experts, const Soft
 
 }  // namespace
 
+// Token t's weights for its k experts `chosen`: their probabilities (over their sum in pick order when
+// `normalize`), times the scaling.
+void append_weights(Routing& routing, const float* p, const int32_t* chosen, bool normalize, float scaling) {
+  float total = 0.0f;
+  for (int64_t j = 0; j < routing.top_k; ++j) total += p[chosen[j]];
+  for (int64_t j = 0; j < routing.top_k; ++j) {
+    routing.expert.push_back(chosen[j]);
+    routing.weight.push_back((normalize ? p[chosen[j]] / total : p[chosen[j]]) * scaling);
+  }
+}
+
 Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize, const SoftmaxTopkOptions& options) {
   const int64_t tokens = logits.size(0), experts = logits.size(1);
   MOETUNE_CHECK(top_k >= 1 && top_k <= experts, "router: top-{} of {} experts", top_k, experts);
@@ -63,14 +74,21 @@ Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize,
       if (allowed[size_t(a)] != allowed[size_t(b)]) return allowed[size_t(a)] > allowed[size_t(b)];
       return p[a] != p[b] ? p[a] > p[b] : a < b;
     });
-    float chosen = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j) chosen += p[order[size_t(j)]];
-    for (int64_t j = 0; j < top_k; ++j) {
-      routing.expert.push_back(order[size_t(j)]);
-      const float weight = normalize ? p[order[size_t(j)]] / chosen : p[order[size_t(j)]];
-      routing.weight.push_back(weight * options.scaling);
-    }
+    append_weights(routing, p, order.data(), normalize, options.scaling);
   }
+  return routing;
+}
+
+Routing router_topk_weigh(const Tensor& logits, const std::vector<int32_t>& chosen, int64_t top_k, bool normalize,
+                          const SoftmaxTopkOptions& options) {
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  MOETUNE_CHECK(int64_t(chosen.size()) == tokens * top_k, "router_topk_weigh: {} choices for {} tokens x top-{}",
+                chosen.size(), tokens, top_k);
+  for (const int32_t e : chosen) MOETUNE_CHECK(e >= 0 && e < experts, "router_topk_weigh: expert {} of {}", e, experts);
+  Routing routing{logits, {}, {}, top_k, normalize, options.scaling};
+  const Tensor probs = softmax(logits);
+  for (int64_t t = 0; t < tokens; ++t)
+    append_weights(routing, probs.data<float>() + t * experts, chosen.data() + t * top_k, normalize, options.scaling);
   return routing;
 }
 
