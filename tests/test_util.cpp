@@ -73,7 +73,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "solar_open_tiny",
                                                  "flex_olmo_tiny",
                                                  "exaone_moe_tiny",
-                                                 "gemma3_tiny"};
+                                                 "gemma3_tiny",
+                                                 "gemma_tiny"};
   return names;
 }
 

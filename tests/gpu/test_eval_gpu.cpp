@@ -58,7 +58,8 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
                                     "solar_open_tiny",
                                     "exaone_moe_tiny",
                                     "flex_olmo_tiny",
-                                    "gemma3_tiny"}) {
+                                    "gemma3_tiny",
+                                    "gemma_tiny"}) {
     nlohmann::json reports[2];
     for (int gpu = 0; gpu < 2; ++gpu) {
       const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +

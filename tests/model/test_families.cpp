@@ -828,6 +828,31 @@ TEST(Families, MiniMaxM2DefaultsAndNames) {
             std::string::npos);
 }
 
+// GemmaForCausalLM: GemmaConfig's defaults (1 + weight norms in Llama's layers, the scaled embedding, head_dim 256,
+// gelu_pytorch_tanh from hidden_act, tied).
+TEST(Families, GemmaConfig) {
+  const ModelSpec d = parse(R"({"model_type":"gemma","num_hidden_layers":2,"hidden_size":2048,"num_attention_heads":8,
+                                "num_key_value_heads":1})");
+  EXPECT_EQ(d.architecture, "GemmaForCausalLM");
+  EXPECT_TRUE(d.tie_word_embeddings);
+  EXPECT_EQ(d.embedding_scale, std::sqrt(2048.0));
+  EXPECT_EQ(d.final_norm_weight_offset, 1.0f);
+  for (const SublayerSpec& s : d.layers[1].sublayers) {
+    EXPECT_EQ(s.norm_weight_offset, 1.0f);
+    EXPECT_TRUE(s.out_norm.empty());
+  }
+  EXPECT_EQ(d.layers[0].sublayers[1].mlp()->gate, ops::GateFunction::GeluTanh);
+  EXPECT_EQ(attention(d).qk_head_dim, 256);
+  EXPECT_EQ(attention(d).softmax_scale(), 1.0 / 16.0);
+  EXPECT_FALSE(attention(d).qk_norm);
+  EXPECT_EQ(
+      parse(R"({"model_type":"gemma","num_hidden_layers":1,"hidden_act":"gelu"})").layers[0].sublayers[1].mlp()->gate,
+      ops::GateFunction::Gelu);
+  EXPECT_NE(
+      error_of(R"({"model_type":"gemma","use_bidirectional_attention":true})").find("use_bidirectional_attention"),
+      std::string::npos);
+}
+
 // Gemma3ForCausalLM: Gemma3TextConfig's defaults (1 + weight norms around both sublayers, q/k norms, the
 // embedding times sqrt(hidden), query_pre_attn_scalar 256, every 6th layer full, thetas 1e6 / 1e4,
 // gelu_pytorch_tanh from hidden_activation, tied), the released v4 spelling, and what it refuses by key.

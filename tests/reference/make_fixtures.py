@@ -19,7 +19,7 @@ from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForC
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
 from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig, FlexOlmoConfig, ExaoneMoeConfig
-from transformers import Gemma3TextConfig
+from transformers import Gemma3TextConfig, GemmaConfig
 
 VOCAB = 96
 
@@ -359,6 +359,14 @@ FIXTURES = {
             rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0}}),
         architecture="Gemma3ForCausalLM", dtype=torch.float32, max_shard_size=None),
+    # Gemma 1: Llama's pre-norm layers with norms scaling by 1 + weight, the embedding times sqrt(32), two kv heads,
+    # exact gelu as gemma-7b's config.json names it (biases: the config sweep); tied, pad 0, fp32.
+    "gemma_tiny": dict(
+        config=GemmaConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, hidden_act="gelu", max_position_embeddings=64,
+            tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
 }
 
 

@@ -49,7 +49,7 @@ FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "
             "glm4_moe_lite_tiny", "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny", "mistral_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny", "olmoe_tiny", "minimax_m2_tiny",
             "deepseek_v2_tiny", "deepseek_v2_grouped", "dots1_tiny", "olmo2_tiny", "olmo3_tiny",
             "exaone4_tiny", "solar_open_tiny", "flex_olmo_tiny",
-            "exaone_moe_tiny", "gemma3_tiny"]
+            "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny"]
 SEED = 20240531
 PAD_ID = 0
 ADAMW = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}

@@ -291,6 +291,10 @@ CASES = [
                                                                               "partial_rotary_factor": 0.5}), None),
     # Gemma 3 (text): norms scaling by 1 + weight (left at transformers' zeros here: the sweep randomises matrices
     # and biases), sandwich norms, q/k norms, sqrt(hidden) embedding scale, query_pre_attn_scalar.
+    # Gemma 1: Llama's layers with 1 + weight norms and the scaled embedding.
+    ("gemma plain", "gemma", dict(BASE, head_dim=16), None),
+    ("gemma biases mqa gelu tied old rope", "gemma", dict(BASE, head_dim=16, attention_bias=True, num_key_value_heads=1,
+                                                          hidden_act="gelu", tie_word_embeddings=True), "old_rope"),
     ("gemma3 plain", "gemma3_text", dict(BASE, head_dim=16, sliding_window=8), None),
     ("gemma3 v4 spelling pattern linear", "gemma3_text", dict(BASE, head_dim=16, sliding_window=8), "old_rope_gemma3"),
     ("gemma3 biases tied scalar yarn gelu", "gemma3_text", dict(BASE, head_dim=16, sliding_window=8, attention_bias=True,

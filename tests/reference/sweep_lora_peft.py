@@ -44,6 +44,7 @@ CASES = [
     ("flex_olmo_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("exaone_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("gemma3_tiny", ["lora.target_modules=all-linear"]),
+    ("gemma_tiny", ["lora.target_modules=[q_proj,v_proj,gate_proj]"]),
 ]
 
 

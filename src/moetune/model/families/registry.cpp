@@ -5,7 +5,7 @@ namespace moetune::model {
 extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily, kQwen2MoeFamily, kGptOssFamily,
     kDeepseekV3Family, kNemotronHFamily, kQwen2Family, kMistralFamily, kGlm4MoeFamily, kGlm4MoeLiteFamily, kPhi3Family,
     kSmolLM3Family, kOlmoeFamily, kMinistralFamily, kMiniMaxM2Family, kDots1Family, kDeepseekV2Family, kOlmo2Family,
-    kOlmo3Family, kSolarOpenFamily, kExaone4Family, kFlexOlmoFamily, kExaoneMoeFamily, kGemma3Family;
+    kOlmo3Family, kSolarOpenFamily, kExaone4Family, kFlexOlmoFamily, kExaoneMoeFamily, kGemmaFamily, kGemma3Family;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {
@@ -14,7 +14,7 @@ const std::vector<const Family*>& families() {
       &kGlm4MoeFamily,   &kGlm4MoeLiteFamily, &kPhi3Family,      &kSmolLM3Family,    &kOlmoeFamily,
       &kMinistralFamily, &kMiniMaxM2Family,   &kDots1Family,     &kDeepseekV2Family, &kOlmo2Family,
       &kOlmo3Family,     &kSolarOpenFamily,   &kExaone4Family,   &kFlexOlmoFamily,   &kExaoneMoeFamily,
-      &kGemma3Family};
+      &kGemmaFamily,     &kGemma3Family};
   return all;
 }
 
