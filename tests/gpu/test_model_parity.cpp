@@ -37,6 +37,15 @@ struct Tolerances {
 // flipping under bf16 activations: a discrete change the bounds below must admit.
 constexpr Tolerances kAgainstHf{5e-2, 2e-2, 1.5e-1};
 constexpr Tolerances kAgainstCpuOnBf16Weights{5e-2, 2e-2, 1.5e-1};
+
+// One batch whose gradients bf16 moves further whatever computes them: deepseek_v2_grouped's packed row, where
+// layer 0's q path (q_a_proj, its bias, q_a_layernorm) is 0.15–0.19 off between transformers' own bf16 run and its
+// fp32 run on the same bf16 weights (tests/reference/bf16_same_weights_noise.py, eager attention); the GPU is
+// 0.16–0.22 off there (H100, session 35), within 5.7e-2 on the same fixture's plain and padded batches.
+Tolerances for_batch(Tolerances base, const std::string& fixture, const std::string& batch) {
+  if (fixture == "deepseek_v2_grouped" && batch == "packed") base.gradient = 0.3;
+  return base;
+}
 // Gradients that are short sums of cancelling terms carry the most relative bf16 noise: k_proj.bias's (nearly zero
 // by symmetry, tests/model/test_parity.cpp says why; 6–12e-2 here) and GPT-OSS's sinks' (ds_h = −Σ_t p_sink·D_t
 // over a few tokens: gpt_oss_tiny's packed layer 1 sinks gradient is 4e-3 in norm, and transformers' own bf16 run
@@ -272,10 +281,12 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
     // transformers' numbers are printed but not held to the bound; the CPU engine matches transformers at 1e-5
     // (tests/model/test_parity.cpp) and follows the GPU's choices below.
     const std::string hf_label = name + (flips > 0 ? " transformers (near-tie flips: not checked)" : " transformers");
-    compare(hf_label, flips > 0 ? Tolerances{INFINITY, INFINITY, INFINITY} : kAgainstHf, logits, out,
-            ref(name + ".logits"), ref(name + ".loss").data<float>()[0], ref(name + ".lm_loss").data<float>()[0],
-            model.spec().aux_loss != AuxLoss::None ? ref(name + ".aux_loss").data<float>()[0] : NAN,
-            [&](const std::string& hf) { return ref(name + ".grad." + testing::in_memory_name(hf)); }, model, b);
+    compare(
+        hf_label, flips > 0 ? Tolerances{INFINITY, INFINITY, INFINITY} : for_batch(kAgainstHf, GetParam(), name),
+        logits, out, ref(name + ".logits"), ref(name + ".loss").data<float>()[0],
+        ref(name + ".lm_loss").data<float>()[0],
+        model.spec().aux_loss != AuxLoss::None ? ref(name + ".aux_loss").data<float>()[0] : NAN,
+        [&](const std::string& hf) { return ref(name + ".grad." + testing::in_memory_name(hf)); }, model, b);
 
     const CausalLMOutput cpu_out = cpu.forward(b);
     cpu.backward();
@@ -295,8 +306,10 @@ class ModelParityGpu : public testing::GpuTest, public ::testing::WithParamInter
         offset += shape_numel(piece.shape);
       }
     }
-    compare(name + " cpu-on-bf16-weights", kAgainstCpuOnBf16Weights, logits, out, cpu_out.logits, cpu_out.loss,
-            cpu_out.lm_loss, cpu_out.aux_loss, [&](const std::string& hf) { return cpu_grads.at(hf); }, model, b);
+    compare(
+        name + " cpu-on-bf16-weights", for_batch(kAgainstCpuOnBf16Weights, GetParam(), name), logits, out,
+        cpu_out.logits, cpu_out.loss, cpu_out.lm_loss, cpu_out.aux_loss,
+        [&](const std::string& hf) { return cpu_grads.at(hf); }, model, b);
   }
 
   std::filesystem::path folder_;
