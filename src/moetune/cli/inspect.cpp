@@ -105,21 +105,25 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::R
   report["model_type"] = c.family;
   report["checkpoint_dtype"] = c.dtype ? std::string(dtype_torch_name(*c.dtype)) : "unspecified";
   report["weight_files"] = weight_files;
-  report["config"] = {{"vocab_size", c.vocab_size},
-                      {"hidden_size", c.hidden_size},
-                      {"num_hidden_layers", c.num_layers()},
-                      {"num_attention_heads", attention.num_heads},
-                      {"num_key_value_heads", attention.num_kv_heads},
-                      {"head_dim", attention.qk_head_dim},
-                      {"intermediate_size", intermediate},
-                      {"num_experts", moe ? moe->router.num_experts : 0},
-                      {"num_experts_per_tok", moe ? moe->router.top_k : 0},
-                      {"moe_intermediate_size", moe ? moe->experts.intermediate : 0},
-                      {"norm_topk_prob", moe && moe->router.renormalize},
-                      {"shared_expert_intermediate_size", moe && moe->shared_expert ? moe->shared_expert->mlp.intermediate : 0},
-                      {"tie_word_embeddings", c.tie_word_embeddings},
-                      {"rope_type", attention.rope.type},
-                      {"rope_theta", attention.rope.theta}};
+  report["config"] = {
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"num_hidden_layers", c.num_layers()},
+      {"num_attention_heads", attention.num_heads},
+      {"num_key_value_heads", attention.num_kv_heads},
+      {"head_dim", attention.qk_head_dim},
+      {"intermediate_size", intermediate},
+      {"num_experts", moe ? moe->router.num_experts : 0},
+      {"num_experts_per_tok", moe ? moe->router.top_k : 0},
+      {"moe_intermediate_size", moe ? moe->experts.intermediate : 0},
+      {"norm_topk_prob", moe && moe->router.renormalize},
+      {"shared_expert_intermediate_size", moe && moe->shared_expert ? moe->shared_expert->mlp.intermediate : 0},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"rope_type", attention.rope.type},
+      {"rope_theta", attention.rope.theta},
+      {"softmax_scale", attention.softmax_scale()},
+      {"embedding_scale", c.embedding_scale},
+      {"norm_weight_offset", c.final_norm_weight_offset}};
   json layers = json::array();
   for (const model::LayerSpec& layer : c.layers) layers.push_back(layer_kind(layer));
   report["layers"] = layers;
@@ -219,6 +223,11 @@ std::string format_inspection(const json& r) {
                    c["num_key_value_heads"].get<int64_t>(), c["head_dim"].get<int64_t>(), c["vocab_size"].get<int64_t>(),
                    rope == "none" ? "no rope" : fmt::format("rope {} (theta {})", rope, c["rope_theta"].get<double>()),
                    c["tie_word_embeddings"].get<bool>() ? ", tied embeddings" : ""));
+  // Gemma's departures from the usual decoder: the scaled embedding and the norms' 1 + weight.
+  if (c.value("embedding_scale", 1.0) != 1.0 || c.value("norm_weight_offset", 0.0) != 0.0)
+    line(fmt::format("  embedding rows times {:.6g}, norms scaling by {} + weight, softmax scale {:.6g}",
+                     c.value("embedding_scale", 1.0), c.value("norm_weight_offset", 0.0),
+                     c.value("softmax_scale", 0.0)));
   line("layers:");
   // Runs of identical layers print as one line.
   const json& layers = r["layers"];
