@@ -828,19 +828,24 @@ TEST(Families, MiniMaxM2DefaultsAndNames) {
             std::string::npos);
 }
 
+// What both Gemma generations set: tied by default, the embedding times sqrt(hidden), every norm (each layer's
+// and the final one) scaling by 1 + weight.
+void expect_gemma_common(const ModelSpec& d, const std::string& architecture, int64_t hidden) {
+  EXPECT_EQ(d.architecture, architecture);
+  EXPECT_TRUE(d.tie_word_embeddings);
+  EXPECT_EQ(d.embedding_scale, std::sqrt(double(hidden)));
+  EXPECT_EQ(d.final_norm_weight_offset, 1.0f);
+  for (const LayerSpec& layer : d.layers)
+    for (const SublayerSpec& s : layer.sublayers) EXPECT_EQ(s.norm_weight_offset, 1.0f);
+}
+
 // GemmaForCausalLM: GemmaConfig's defaults (1 + weight norms in Llama's layers, the scaled embedding, head_dim 256,
 // gelu_pytorch_tanh from hidden_act, tied).
 TEST(Families, GemmaConfig) {
   const ModelSpec d = parse(R"({"model_type":"gemma","num_hidden_layers":2,"hidden_size":2048,"num_attention_heads":8,
                                 "num_key_value_heads":1})");
-  EXPECT_EQ(d.architecture, "GemmaForCausalLM");
-  EXPECT_TRUE(d.tie_word_embeddings);
-  EXPECT_EQ(d.embedding_scale, std::sqrt(2048.0));
-  EXPECT_EQ(d.final_norm_weight_offset, 1.0f);
-  for (const SublayerSpec& s : d.layers[1].sublayers) {
-    EXPECT_EQ(s.norm_weight_offset, 1.0f);
-    EXPECT_TRUE(s.out_norm.empty());
-  }
+  expect_gemma_common(d, "GemmaForCausalLM", 2048);
+  for (const SublayerSpec& s : d.layers[1].sublayers) EXPECT_TRUE(s.out_norm.empty());
   EXPECT_EQ(d.layers[0].sublayers[1].mlp()->gate, ops::GateFunction::GeluTanh);
   EXPECT_EQ(attention(d).qk_head_dim, 256);
   EXPECT_EQ(attention(d).softmax_scale(), 1.0 / 16.0);
@@ -859,14 +864,8 @@ TEST(Families, GemmaConfig) {
 TEST(Families, Gemma3ConfigAndRefusals) {
   const ModelSpec d = parse(R"({"model_type":"gemma3_text","num_hidden_layers":7,"hidden_size":1152,
                                 "num_attention_heads":4,"num_key_value_heads":1,"hidden_act":"silu"})");
-  EXPECT_EQ(d.architecture, "Gemma3ForCausalLM");
-  EXPECT_TRUE(d.tie_word_embeddings);
-  EXPECT_EQ(d.embedding_scale, std::sqrt(1152.0));
-  EXPECT_EQ(d.final_norm_weight_offset, 1.0f);
-  for (const SublayerSpec& s : d.layers[0].sublayers) {
-    EXPECT_EQ(s.norm_weight_offset, 1.0f);
-    EXPECT_FALSE(s.norm.empty() || s.out_norm.empty());
-  }
+  expect_gemma_common(d, "Gemma3ForCausalLM", 1152);
+  for (const SublayerSpec& s : d.layers[0].sublayers) EXPECT_FALSE(s.norm.empty() || s.out_norm.empty());
   EXPECT_EQ(d.layers[0].sublayers[1].mlp()->gate, ops::GateFunction::GeluTanh);  // hidden_act is not Gemma 3's key
   const AttentionSpec& a = attention(d);
   EXPECT_TRUE(a.qk_norm && !a.qk_norm_across_heads);
