@@ -18,7 +18,6 @@
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/moe_variant.h"
 #include "moetune/model/piece_transform.h"
-#include "moetune/ops/sigmoid_router.h"
 #include "moetune/ops/cast.h"
 #include "parity_batch.h"
 #include "test_util.h"
@@ -83,53 +82,44 @@ bool forces_routing(const ModelSpec& spec) {
   return false;
 }
 
-// The softmax router's margin: the last kept group's best probability over the best dropped group's (DeepSeek-V2's
-// group limit), and the k-th chosen probability over the best unchosen one in the kept groups; the smaller.
-double softmax_choice_margin(const float* logits, int64_t experts, const RouterSpec& r) {
-  std::vector<double> p(static_cast<size_t>(experts));
-  const double top = *std::max_element(logits, logits + experts);
-  double total = 0;
-  for (int64_t e = 0; e < experts; ++e) total += (p[size_t(e)] = std::exp(double(logits[e]) - top));
-  for (double& v : p) v /= total;
-  const int64_t size = experts / r.num_groups;
+// How far a token's choice is from another, given its scores per expert: the score of the last kept group over the
+// best dropped one's, and of the last chosen expert over the best unchosen one in the kept groups; the smaller.
+// A group scores the sum of its two best (DeepSeek-V3's sigmoid router) or its best (DeepSeek-V2's softmax one).
+double decision_margin(const std::vector<double>& scores, int64_t num_groups, int64_t topk_groups, int64_t top_k,
+                       bool group_by_two_best) {
+  const int64_t size = int64_t(scores.size()) / num_groups;
   std::vector<std::pair<double, int64_t>> groups;
-  for (int64_t g = 0; g < r.num_groups; ++g)
-    groups.emplace_back(*std::max_element(p.begin() + g * size, p.begin() + (g + 1) * size), g);
-  std::sort(groups.rbegin(), groups.rend());
-  double margin = INFINITY;
-  if (r.topk_groups < r.num_groups)
-    margin = groups[size_t(r.topk_groups - 1)].first - groups[size_t(r.topk_groups)].first;
-  std::vector<double> kept;
-  for (int64_t i = 0; i < std::min(r.topk_groups, r.num_groups); ++i)
-    kept.insert(kept.end(), p.begin() + groups[size_t(i)].second * size,
-                p.begin() + (groups[size_t(i)].second + 1) * size);
-  std::sort(kept.rbegin(), kept.rend());
-  if (int64_t(kept.size()) > r.top_k) margin = std::min(margin, kept[size_t(r.top_k - 1)] - kept[size_t(r.top_k)]);
-  return margin;
-}
-
-// How far token `row`'s choice is from another: the biased score of the last kept group over the best dropped
-// one's, and of the last chosen expert over the best unchosen one in the kept groups; the smaller of the two.
-double choice_margin(const float* logits, const Tensor& bias, int64_t experts, const ops::GroupLimitedRouter& r) {
-  std::vector<float> biased(static_cast<size_t>(experts));
-  for (int64_t e = 0; e < experts; ++e)
-    biased[size_t(e)] = 1.0f / (1.0f + std::exp(-logits[e])) + (bias.defined() ? bias.data<float>()[e] : 0.0f);
-  const int64_t size = experts / r.num_groups;
-  std::vector<std::pair<float, int64_t>> groups;
-  for (int64_t g = 0; g < r.num_groups; ++g) {
-    std::vector<float> in(biased.begin() + g * size, biased.begin() + (g + 1) * size);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    std::vector<double> in(scores.begin() + g * size, scores.begin() + (g + 1) * size);
     std::sort(in.rbegin(), in.rend());
-    groups.emplace_back(in[0] + in[1], g);
+    groups.emplace_back(group_by_two_best ? in[0] + in[1] : in[0], g);
   }
   std::sort(groups.rbegin(), groups.rend());
   double margin = INFINITY;
-  if (r.topk_groups < r.num_groups) margin = groups[size_t(r.topk_groups - 1)].first - groups[size_t(r.topk_groups)].first;
-  std::vector<float> kept;
-  for (int64_t i = 0; i < r.topk_groups; ++i)
-    kept.insert(kept.end(), biased.begin() + groups[size_t(i)].second * size, biased.begin() + (groups[size_t(i)].second + 1) * size);
+  if (topk_groups < num_groups) margin = groups[size_t(topk_groups - 1)].first - groups[size_t(topk_groups)].first;
+  std::vector<double> kept;
+  for (int64_t i = 0; i < std::min(topk_groups, num_groups); ++i)
+    kept.insert(kept.end(), scores.begin() + groups[size_t(i)].second * size,
+                scores.begin() + (groups[size_t(i)].second + 1) * size);
   std::sort(kept.rbegin(), kept.rend());
-  if (int64_t(kept.size()) > r.top_k) margin = std::min<double>(margin, kept[size_t(r.top_k - 1)] - kept[size_t(r.top_k)]);
+  if (int64_t(kept.size()) > top_k) margin = std::min(margin, kept[size_t(top_k - 1)] - kept[size_t(top_k)]);
   return margin;
+}
+
+// The router's decision margin for one token's logits: on the biased sigmoid scores (DeepSeek-V3), else on the
+// softmax probabilities.
+double choice_margin(const float* logits, const Tensor& bias, int64_t experts, const RouterSpec& r) {
+  std::vector<double> scores(static_cast<size_t>(experts));
+  if (is_sigmoid_group_limited(r)) {
+    for (int64_t e = 0; e < experts; ++e)
+      scores[size_t(e)] = 1.0 / (1.0 + std::exp(-double(logits[e]))) + (bias.defined() ? bias.data<float>()[e] : 0.0);
+    return decision_margin(scores, r.num_groups, r.topk_groups, r.top_k, /*group_by_two_best=*/true);
+  }
+  const double top = *std::max_element(logits, logits + experts);
+  double total = 0;
+  for (int64_t e = 0; e < experts; ++e) total += (scores[size_t(e)] = std::exp(double(logits[e]) - top));
+  for (double& p : scores) p /= total;
+  return decision_margin(scores, r.num_groups, r.topk_groups, r.top_k, /*group_by_two_best=*/false);
 }
 
 // Prints, per MoE layer and token, where the GPU's choice set differs from the one the CPU's router makes from
@@ -160,9 +150,7 @@ int64_t check_choices(const std::string& label, const std::vector<std::vector<in
         std::vector<int32_t> a(on_gpu.begin() + t * k, on_gpu.begin() + (t + 1) * k);
         std::vector<int32_t> b(own.expert.begin() + t * k, own.expert.begin() + (t + 1) * k);
         const float* row = routing.logits.data<float>() + t * experts;
-        const double margin = is_sigmoid_group_limited(router)
-                                  ? choice_margin(row, bias, experts, group_limited(router))
-                                  : softmax_choice_margin(row, experts, router);
+        const double margin = choice_margin(row, bias, experts, router);
         smallest = std::min(smallest, margin);
         std::sort(a.begin(), a.end());
         std::sort(b.begin(), b.end());

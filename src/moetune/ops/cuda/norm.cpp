@@ -73,7 +73,7 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
   gpu::check(status, "rms_norm_backward kernels");
 }
 
-void rms_norm_forward(const ColumnBlock& x, const Tensor& weight, double eps, const Tensor& y) {
+void rms_norm_forward(const ColumnBlock& x, const Tensor& weight, double eps, const Tensor& y, float weight_offset) {
   constexpr std::string_view op = "rms_norm_forward";
   check_gpu_tensor(op, "weight", weight, {DType::BF16});
   MOETUNE_CHECK(weight.dim() == 1, "{}: weight {} must be one-dimensional", op, weight.str());
@@ -84,12 +84,12 @@ void rms_norm_forward(const ColumnBlock& x, const Tensor& weight, double eps, co
   MOETUNE_CHECK(!overlaps(y, x.tensor) && !overlaps(y, weight), "{}: y {} overlaps x's matrix or the weight", op,
                 y.str());
   gpu::check(launch_rms_norm_forward(in.data, weight.raw_data(), y.raw_data(), rows, width, float(eps), gpu::stream(),
-                                     {in.ld, width}),
+                                     {in.ld, width}, weight_offset),
              "rms_norm_forward kernel (column block)");
 }
 
 void rms_norm_backward(const Tensor& dy, const ColumnBlock& x, const Tensor& weight, double eps, const ColumnBlock& dx,
-                       const Tensor& dweight) {
+                       const Tensor& dweight, float weight_offset) {
   constexpr std::string_view op = "rms_norm_backward";
   check_gpu_tensor(op, "weight", weight, {DType::BF16});
   MOETUNE_CHECK(weight.dim() == 1, "{}: weight {} must be one-dimensional", op, weight.str());
@@ -110,10 +110,10 @@ void rms_norm_backward(const Tensor& dy, const ColumnBlock& x, const Tensor& wei
                 "{}: dweight {} overlaps an input", op, dweight.str());
   if (rows == 0) return;
   void* workspace = gpu::allocate(rms_norm_backward_workspace_bytes(rows, width));
-  const cudaError_t status = launch_rms_norm_backward(
-      dy.raw_data(), in.data, weight.raw_data(), nullptr, out.data, device_data<void>(dweight),
-      dweight.defined() && dweight.dtype() == DType::BF16, rows, width, float(eps), workspace, gpu::stream(),
-      {in.ld, out.ld});
+  const cudaError_t status =
+      launch_rms_norm_backward(dy.raw_data(), in.data, weight.raw_data(), nullptr, out.data, device_data<void>(dweight),
+                               dweight.defined() && dweight.dtype() == DType::BF16, rows, width, float(eps), workspace,
+                               gpu::stream(), {in.ld, out.ld}, weight_offset);
   gpu::release(workspace);  // stream-ordered: freed only after the kernels above have run
   gpu::check(status, "rms_norm_backward kernels (column block)");
 }

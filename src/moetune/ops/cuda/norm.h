@@ -18,8 +18,9 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
 
 // The same where x (and dx) is a block of columns of a wider BF16 matrix [T, *], read (written) in place: MLA's
 // kv_a output holds the latent the norm reads beside the rope key, and one GEMM gives both. y and dy: [T, W].
-void rms_norm_forward(const ColumnBlock& x, const Tensor& weight, double eps, const Tensor& y);
+void rms_norm_forward(const ColumnBlock& x, const Tensor& weight, double eps, const Tensor& y,
+                      float weight_offset = 0.0f);
 void rms_norm_backward(const Tensor& dy, const ColumnBlock& x, const Tensor& weight, double eps, const ColumnBlock& dx,
-                       const Tensor& dweight);
+                       const Tensor& dweight, float weight_offset = 0.0f);
 
 }  // namespace moetune::ops::cuda
