@@ -23,7 +23,7 @@ def load(folder):
 def main():
     base, adapter = sys.argv[1], sys.argv[2]
     peft_model = PeftModel.from_pretrained(load(base), adapter)
-    ids = torch.randint(0, peft_model.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, peft_model.config.get_text_config().vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         peft_logits = peft_model(input_ids=ids, use_cache=False).logits
     print("adapter loads in PEFT; logits", tuple(peft_logits.shape))

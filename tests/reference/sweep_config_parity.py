@@ -54,6 +54,11 @@ GLM4_MOE = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediat
 DSV2 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=2,
             kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
             first_k_dense_replace=1, num_key_value_heads=4)
+GEMMA3_TEXT = dict(BASE, head_dim=16, sliding_window=8)
+GEMMA3_TEXT.pop("tie_word_embeddings")  # Gemma3Config's own field decides
+GEMMA3_VL = dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                    image_size=28, patch_size=14),
+                 mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2)
 DOTS1 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
              first_k_dense_replace=1, sliding_window=None)
 GLM4_MOE_LITE = dict(DSV3, n_group=1, topk_group=1, routed_scaling_factor=1.8)
@@ -306,6 +311,16 @@ CASES = [
                                                                                  "sliding_attention": {
                                                                                      "rope_type": "default",
                                                                                      "rope_theta": 500.0}}), None),
+    # Gemma 3's vision-language checkpoints (gemma-3-4b and up) trained on text: AutoModelForCausalLM builds
+    # Gemma3ForConditionalGeneration; moetune trains its language model and saves the vision tower back unchanged.
+    ("gemma3 vision-language", "gemma3", dict(GEMMA3_VL, text_config=dict(GEMMA3_TEXT, hidden_activation="gelu")), None),
+    ("gemma3 vision-language untied v5 names", "gemma3",
+     dict(GEMMA3_VL, tie_word_embeddings=False, text_config=dict(GEMMA3_TEXT, attention_bias=True,
+                                                               rope_parameters={"full_attention": dict(YARN),
+                                                                                "sliding_attention": {
+                                                                                    "rope_type": "default",
+                                                                                    "rope_theta": 500.0}})),
+     "in_memory_names"),
 ]
 
 
@@ -335,6 +350,21 @@ def rewrite(config_path: Path, how: str) -> None:
         config["rope_scaling"] = dict(parameters, type="su")
         config["rope_scaling"].pop("rope_type", None)
         config["rope_theta"] = config["rope_scaling"].pop("rope_theta", 10000.0)
+    elif how == "in_memory_names":  # the names transformers' model holds (and loads), not the ones it saves
+        from safetensors.torch import load_file, save_file
+        renames = [("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
+                   ("vision_tower.", "model.vision_tower."), ("multi_modal_projector.", "model.multi_modal_projector.")]
+        weights = config_path.parent / "model.safetensors"
+        state = {}
+        for key, value in load_file(weights).items():
+            for old, new in renames:
+                if key.startswith(old):
+                    key = new + key[len(old):]
+                    break
+            state[key] = value
+        save_file(state, weights, metadata={"format": "pt"})
+        if parameters:  # rewrite() took it from the top level, where this case keeps it
+            config["rope_parameters"] = parameters
     elif how == "head_dim_for_rope":  # Glm4MoeLiteConfig's attribute_map: head_dim is qk_rope_head_dim
         config["rope_parameters"] = parameters
         config["head_dim"] = config.pop("qk_rope_head_dim")
@@ -386,7 +416,9 @@ def in_memory(state: dict, key: str):
     prefix or Mixtral's block_sparse_moe, or fused from the per-expert tensors save_pretrained writes for v5's fused
     experts (gate then up)."""
     mixtral = key.replace(".mlp.", ".block_sparse_moe.")  # Mixtral's checkpoint name for its MoE block
-    for stored in (key, key.replace("model.", "backbone.", 1), mixtral):
+    # Gemma 3's vision-language model saves its language model as language_model.model.* / language_model.lm_head.*
+    wrapped = key.replace("model.language_model.", "language_model.model.", 1).replace("lm_head.", "language_model.lm_head.", 1)
+    for stored in (key, key.replace("model.", "backbone.", 1), mixtral, wrapped):
         if stored in state:
             return state[stored]
     saved_prefix = mixtral.rpartition(".")[0] + "."
@@ -449,6 +481,20 @@ def gradients_match(binary: str, folder: Path, ids: list[int], name: str) -> boo
     return ok
 
 
+def tensors_carried_through(folder: Path, final: Path, name: str) -> bool:
+    """A vision-language model's vision tower and projector, which moetune does not train, saved back bit for bit."""
+    from safetensors.torch import load_file
+    before, after = {}, {}
+    for source, state in ((folder, before), (final, after)):
+        for file in sorted(source.glob("*.safetensors")):
+            state.update(load_file(file))
+    carried = [k for k in before if "vision_tower." in k or "multi_modal_projector." in k]
+    changed = [k for k in carried if k not in after or not torch.equal(before[k], after[k])]
+    if changed:
+        print(f"FAIL {name} (carried tensors): {len(changed)} of {len(carried)} not saved back as read, first {changed[0]}")
+    return not changed
+
+
 def saved_model_loads(binary: str, device: str, folder: Path, data: Path, lines, name: str, before: float) -> bool:
     """Two training steps, then transformers loads the saved folder and scores it as moetune's CPU engine does."""
     out = folder.with_name(folder.name + "_trained")
@@ -461,6 +507,8 @@ def saved_model_loads(binary: str, device: str, folder: Path, data: Path, lines,
         print(f"FAIL {name} (trained): moetune finetune exited {run.returncode}: {run.stderr.strip()[-400:]}")
         return False
     final = out / "final-model"
+    if not tensors_carried_through(folder, final, name):
+        return False
     expected, _, _ = transformers_loss(final, lines)
     report = json.loads(subprocess.run([binary, "eval", str(final), "--data", str(data), "--json", "--device", "cpu"],
                                        check=True, capture_output=True, text=True).stdout)

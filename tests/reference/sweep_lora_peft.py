@@ -6,7 +6,7 @@ fixtures' storage rounding aside, so the cases use fp32 fixtures).
 
 Found with it in session 26: PEFT 0.21 moves DeepSeek-V3's gate_proj / up_proj / down_proj adapters onto the fused
 experts (now refused and left out of all-linear there); GPT-OSS's expert adapters. Run:
-  /work/refenv/bin/python tests/reference/sweep_lora_peft.py build/src/moetune/moetune tests/fixtures
+  /work/refenv/bin/python tests/reference/sweep_lora_peft.py build/src/moetune/moetune tests/fixtures [case ...]
 """
 import subprocess
 import sys
@@ -45,10 +45,35 @@ CASES = [
     ("exaone_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("gemma3_tiny", ["lora.target_modules=all-linear"]),
     ("gemma_tiny", ["lora.target_modules=[q_proj,v_proj,gate_proj]"]),
+    # Made here (no committed fixture): Gemma 3's vision-language wrapper, whose vision tower has q_proj / k_proj
+    # too; moetune adapts the language model's only, under the names PEFT gives them (model.language_model.*).
+    ("@gemma3_vl", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj]"]),
 ]
 
 
-def main(binary: str, fixtures: Path) -> int:
+def make_gemma3_vl(folder: Path) -> Path:
+    """A random fp32 Gemma3ForConditionalGeneration (one-layer vision tower), saved as transformers saves it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    torch.manual_seed(0)
+    text = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, sliding_window=8, max_position_embeddings=256)
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    config = AutoConfig.for_model("gemma3", text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                  image_token_index=95, boi_token_index=93, eoi_token_index=94)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.1)
+    model.save_pretrained(folder)
+    return folder
+
+
+MADE = {"@gemma3_vl": make_gemma3_vl}
+
+
+def main(binary: str, fixtures: Path, only: list[str]) -> int:
     check = Path(__file__).with_name("check_lora_adapter.py")
     failures = 0
     with tempfile.TemporaryDirectory() as scratch:
@@ -56,15 +81,18 @@ def main(binary: str, fixtures: Path) -> int:
         data.write_text("".join(f'{{"input_ids": {[(i * 13 + t * 7) % 90 + 2 for t in range(5 + i % 7)]}}}\n'
                                 for i in range(40)))
         for n, (fixture, settings) in enumerate(CASES):
+            if only and not any(o in fixture for o in only):  # the cases whose fixture names contain one of these
+                continue
             out, merged = Path(scratch) / f"run{n}", Path(scratch) / f"merged{n}"
-            command = [binary, "finetune", "--set", f"model={fixtures / fixture}", "--set", f"data.train={data}",
+            base = MADE[fixture](Path(scratch) / fixture[1:]) if fixture in MADE else fixtures / fixture
+            command = [binary, "finetune", "--set", f"model={base}", "--set", f"data.train={data}",
                        "--set", f"output.dir={out}", "--set", "training.max_steps=2", "--set", "training.device=cpu",
                        "--set", "lora.rank=8", "--set", "data.max_length=16", "--set", "optimizer.lr=1e-2", "--set",
                        "schedule.warmup_steps=0"]
             for setting in settings:
                 command += ["--set", setting]
-            steps = [command, [binary, "merge", str(fixtures / fixture), str(out / "final-model"), str(merged)],
-                     [sys.executable, str(check), str(fixtures / fixture), str(out / "final-model"), str(merged)]]
+            steps = [command, [binary, "merge", str(base), str(out / "final-model"), str(merged)],
+                     [sys.executable, str(check), str(base), str(out / "final-model"), str(merged)]]
             for step in steps:
                 result = subprocess.run(step, capture_output=True, text=True)
                 if result.returncode != 0:
@@ -77,4 +105,4 @@ def main(binary: str, fixtures: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], Path(sys.argv[2])))
+    sys.exit(main(sys.argv[1], Path(sys.argv[2]), sys.argv[3:]))

@@ -92,10 +92,13 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::R
   // A folder with config.json alone (a model not downloaded yet) is counted and planned from the config; weights,
   // where present, must match the layout.
   size_t weight_files = 0;
+  int64_t carried = 0;  // a vision-language model's vision tower: counted as transformers counts it, not trained
   if (io::SafetensorsFolder::holds_weights(folder)) {
     const io::SafetensorsFolder files = io::SafetensorsFolder::open(folder);
     model::match_checkpoint(layout, files);
     weight_files = files.shard_count();
+    for (const std::string& name : files.names())
+      if (model::is_carried_tensor(c, name)) carried += shape_numel(files.entry(name).shape);
   }
 
   const model::AttentionSpec& attention = first_attention ? *first_attention : kNoAttention;
@@ -136,7 +139,8 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::R
   const int64_t total = layout.total_parameters();
   int64_t state_blocks = 0;  // 8-bit AdamW state: one absmax per block of each tensor
   for (const auto& spec : layout.parameters) state_blocks += ops::adamw_state_blocks(shape_numel(spec.shape));
-  report["total_parameters"] = total;
+  report["total_parameters"] = total + carried;
+  if (carried > 0) report["carried_parameters"] = carried;  // read and saved back unchanged, never trained
   report["active_parameters"] = layout.active_parameters();
   report["active_matmul_parameters"] = layout.active_matmul_parameters();
   // The gradients the step holds at once: every parameter's, or one decoder layer's beside the rest.

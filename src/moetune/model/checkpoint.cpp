@@ -1,10 +1,12 @@
 #include "moetune/model/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 
 #include "moetune/core/flat_buffers.h"
 #include "moetune/io/atomic_file.h"
+#include "moetune/model/families/text_of_multimodal.h"
 #include "moetune/model/fp8_dequantize.h"
 #include "moetune/model/model_description.h"
 #include "moetune/model/mxfp4.h"
@@ -34,8 +36,9 @@ bool is_ignored_buffer(const std::string& name) { return name.ends_with(".rotary
 // describe (DeepSeek-V3's multi-token-prediction module, or a checkpoint whose config was cut to fewer layers).
 // transformers leaves such tensors unloaded (with its "weights ... were not used" warning); so does moetune, and it
 // does not save them.
-bool is_layer_past_last(const std::string& name, int64_t num_layers) {
-  std::string prefix = "model.layers.";
+bool is_layer_past_last(const ModelSpec& config, const std::string& name) {
+  const int64_t num_layers = config.num_layers();
+  std::string prefix = config.checkpoint_names.decoder + "layers.";
   if (!name.starts_with(prefix)) prefix = "backbone.layers.";
   if (!name.starts_with(prefix)) return false;
   const size_t end = name.find('.', prefix.size());
@@ -44,9 +47,12 @@ bool is_layer_past_last(const std::string& name, int64_t num_layers) {
   return std::stoll(index) >= num_layers;
 }
 
+std::string head_name(const ModelSpec& config) { return config.checkpoint_names.head + "weight"; }
+std::string embedding_name(const ModelSpec& config) { return config.checkpoint_names.decoder + "embed_tokens.weight"; }
+
 // lm_head.weight holds the embedding's values (in its dtype or another): a tied model's copy of its head.
-bool head_is_the_embedding(const SafetensorsFolder& files) {
-  const std::string head = "lm_head.weight", embedding = "model.embed_tokens.weight";
+bool head_is_the_embedding(const ModelSpec& config, const SafetensorsFolder& files) {
+  const std::string head = head_name(config), embedding = embedding_name(config);
   if (!files.contains(head) || !files.contains(embedding)) return false;
   if (files.entry(head).shape != files.entry(embedding).shape) return false;
   const Tensor a = files.tensor(head), b = files.tensor(embedding);
@@ -65,6 +71,12 @@ void check_shape(const SafetensorsFolder& folder, const std::string& name, const
 }
 
 }  // namespace
+
+bool is_carried_tensor(const ModelSpec& spec, const std::string& name) {
+  const std::vector<std::string>& prefixes = spec.checkpoint_names.carried;
+  return std::any_of(prefixes.begin(), prefixes.end(),
+                     [&](const std::string& prefix) { return name.starts_with(prefix); });
+}
 
 const Tensor* ModelWeights::find(const std::string& name) const {
   for (size_t i = 0; i < parameters.size(); ++i)
@@ -114,14 +126,14 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
 
   int64_t layers_past_last = 0;
   for (const auto& name : files.names()) {
-    if (claimed.count(name) || is_ignored_buffer(name)) continue;
+    if (claimed.count(name) || is_ignored_buffer(name) || is_carried_tensor(config, name)) continue;
     if (config.carries_mtp_layers && name.starts_with("mtp.")) continue;  // not saved either
-    if (is_layer_past_last(name, config.num_layers())) {                  // not saved either
+    if (is_layer_past_last(config, name)) {                               // not saved either
       ++layers_past_last;
       continue;
     }
     // A tied model's head is its embedding; a copy of it on disk is harmless only if it is that copy.
-    if (name == "lm_head.weight" && config.tie_word_embeddings && head_is_the_embedding(files)) continue;
+    if (name == head_name(config) && config.tie_word_embeddings && head_is_the_embedding(config, files)) continue;
     fail("{}: unexpected tensor '{}' (not part of {} as config.json describes it)", where(files, name), name,
          config.architecture);
   }
@@ -136,12 +148,18 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
 
 ModelSpec load_model_spec_for(const fs::path& folder) {
   ModelSpec spec = load_model_spec(folder / "config.json");
+  if (!spec.checkpoint_names.carried.empty() && SafetensorsFolder::holds_weights(folder))
+    follow_checkpoint_spelling(spec, SafetensorsFolder::open(folder));
   if (!spec.tie_word_embeddings) return spec;
   const SafetensorsFolder files = SafetensorsFolder::open(folder);
-  if (!files.contains("lm_head.weight") || head_is_the_embedding(files)) return spec;
-  if (files.entry("lm_head.weight").shape != files.entry("model.embed_tokens.weight").shape) return spec;  // named later
-  std::fprintf(stderr, "%s: tie_word_embeddings is true but lm_head.weight differs from the embedding: trained untied, "
-               "as transformers loads it (it warns the same)\n", folder.string().c_str());
+  const std::string head = head_name(spec), embedding = embedding_name(spec);
+  if (!files.contains(head) || head_is_the_embedding(spec, files)) return spec;
+  if (!files.contains(embedding) || files.entry(head).shape != files.entry(embedding).shape)
+    return spec;  // named later
+  std::fprintf(stderr,
+               "%s: tie_word_embeddings is true but %s differs from the embedding: trained untied, "
+               "as transformers loads it (it warns the same)\n",
+               folder.string().c_str(), head.c_str());
   spec.tie_word_embeddings = false;
   return spec;
 }
@@ -242,6 +260,8 @@ ModelWeights load_checkpoint(const fs::path& folder, const LoadOptions& options)
     else if (!options.device.is_cpu())
       weights.parameters[i].copy_from(parameter);
   }
+  for (const std::string& name : files.names())
+    if (is_carried_tensor(weights.layout.spec, name)) weights.carried.emplace_back(name, files.tensor(name));
   // The weights are held (and will be saved) dequantized: transformers drops quantization_config the same way.
   if (dequantized) weights.layout.spec.json.erase("quantization_config");
   if (fp8_dequantized) mark_dequantized(weights.layout.spec);
@@ -299,6 +319,7 @@ NamedTensors to_hf_tensors(const ModelWeights& weights, TensorSelection selectio
       offset += shape_numel(piece.shape);
     }
   }
+  if (selection == TensorSelection::All) tensors.insert(tensors.end(), weights.carried.begin(), weights.carried.end());
   return tensors;
 }
 

@@ -49,6 +49,9 @@ struct ModelWeights {
   std::vector<DType> disk_dtypes;            // parallel too: the dtype to write back
   std::vector<bool> stored_fused;            // parallel too: written as one v5 fused tensor, not per piece
   std::filesystem::path source;              // the folder it was loaded from, if any
+  // The tensors ModelSpec::CheckpointNames::carried selects (a vision-language model's vision tower), as the
+  // folder holds them (views of its mapped pages): never run or trained, saved back unchanged.
+  io::NamedTensors carried;
   // Set by attach_lora (model/lora_weights.h): the adapters' settings; their A and B are parameters too.
   std::shared_ptr<const LoraConfig> lora;
 
@@ -56,6 +59,9 @@ struct ModelWeights {
   const Tensor& parameter(const std::string& name) const;  // fails naming the parameter when absent
   const Tensor* find(const std::string& name) const;       // null when absent (optional biases, lm_head)
 };
+
+// Whether the checkpoint tensor `name` is one ModelSpec::CheckpointNames::carried passes through.
+bool is_carried_tensor(const ModelSpec& spec, const std::string& name);
 
 // Checks a folder's tensors (names, shapes; no bytes read) against what the layout needs; errors name the
 // file and tensor at fault. Returns, per parameter, whether the folder holds it as one v5 fused tensor.

@@ -19,10 +19,13 @@ namespace {
 
 constexpr const char* kPeftPrefix = "base_model.model.";
 
-// The module as PEFT addresses it: by its in-memory name, which for Nemotron-H is model.* where the checkpoint says
-// backbone.* (transformers 5 renames it on load, conversion_mapping.py).
-std::string module_of(const std::string& tensor_name) {
+// The module as PEFT addresses it: by its in-memory name, where the checkpoint may say otherwise (transformers 5
+// renames on load, conversion_mapping.py): Nemotron-H's backbone.* is model.*, a vision-language model's
+// language_model.model.* is model.language_model.* (ModelSpec::CheckpointNames).
+std::string module_of(const ModelSpec& spec, const std::string& tensor_name) {
   const std::string module = tensor_name.substr(0, tensor_name.rfind('.'));
+  const ModelSpec::CheckpointNames& names = spec.checkpoint_names;
+  if (module.starts_with(names.decoder)) return names.decoder_in_memory + module.substr(names.decoder.size());
   return module.starts_with("backbone.") ? "model." + module.substr(9) : module;
 }
 std::string leaf_of(const std::string& module) { return module.substr(module.rfind('.') + 1); }
@@ -127,7 +130,7 @@ void keep_modules_trainable(ParameterLayout& layout, const std::vector<std::stri
     bool found = false;
     for (ParameterSpec& spec : layout.parameters) {
       size_t named = 0;
-      for (const HfTensor& piece : spec.pieces) named += peft_names(target, module_of(piece.name));
+      for (const HfTensor& piece : spec.pieces) named += peft_names(target, module_of(layout.spec, piece.name));
       if (named == 0) continue;
       if (spec.pieces.size() != 1 || spec.pieces[0].transposed || !spec.fused_hf_name.empty())
         fail("lora.modules_to_save: '{}' names part of the fused weight '{}' (training it in full is not supported; "
@@ -160,7 +163,7 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
     if (spec.role == ParameterRole::Matmul) {
       for (size_t i = 0; i < spec.pieces.size(); ++i) {
         const HfTensor& piece = spec.pieces[i];
-        const std::string module = module_of(piece.name);
+        const std::string module = module_of(layout.spec, piece.name);
         if (!piece.name.ends_with(".weight") || !config.targets_module(module)) continue;
         if (std::find(converted.begin(), converted.end(), leaf_of(module)) != converted.end()) {
           if (names_explicitly(config, leaf_of(module)))
@@ -183,9 +186,9 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
       // (GPT-OSS's [E, in, out] experts declare is_transposed); only the order of B's rows may differ.
       const int64_t experts = spec.shape[0];
       used_parameters.insert(parameter);
-      expert_adapters_by_module[module_of(parameter)].push_back(adapters.size());
-      adapters.push_back({spec.name, 0, module_of(parameter), experts * r, spec.shape[2], spec.shape[1], r * experts,
-                          active, spec.pieces.size() == 1 && spec.pieces[0].interleaved_pairs});
+      expert_adapters_by_module[module_of(layout.spec, parameter)].push_back(adapters.size());
+      adapters.push_back({spec.name, 0, module_of(layout.spec, parameter), experts * r, spec.shape[2], spec.shape[1],
+                          r * experts, active, spec.pieces.size() == 1 && spec.pieces[0].interleaved_pairs});
     }
   }
   // PEFT wraps a module's targeted parameters one inside the other in their definition order, so the first of n
@@ -266,7 +269,8 @@ void save_adapter(const ModelWeights& weights, const std::filesystem::path& fold
     const size_t at = spec.name.find(".lora_A.");
     if (at == std::string::npos) continue;
     const ParameterSpec& base = weights.layout.parameters[index.at(spec.name.substr(0, at))];
-    if (base.role == ParameterRole::Matmul) modules.push_back(module_of(base.pieces[std::stoul(spec.name.substr(at + 8))].name));
+    if (base.role == ParameterRole::Matmul)
+      modules.push_back(module_of(weights.spec(), base.pieces[std::stoul(spec.name.substr(at + 8))].name));
   }
   std::sort(modules.begin(), modules.end());
   LoraConfig config = *weights.lora;

@@ -4,6 +4,7 @@
 #include "moetune/io/config_reader.h"
 #include "moetune/io/json_file.h"
 #include "moetune/model/families/family.h"
+#include "moetune/model/families/text_of_multimodal.h"
 
 namespace moetune::model {
 namespace {
@@ -14,6 +15,8 @@ std::string supported_list() {
   std::string names;
   for (const Family* family : families())
     names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", family->architecture, family->model_type);
+  for (const MultimodalWrapper& wrapper : multimodal_wrappers())
+    names += fmt::format(", {} ({}, its language model)", wrapper.architecture, wrapper.model_type);
   return names;
 }
 
@@ -66,6 +69,16 @@ const Family& family_of(const ModelSpec& spec) {
 ModelSpec describe_model(const json& config, const std::string& source) {
   return with_context(source, [&] {
     if (!config.is_object()) fail("not a JSON object");
+    if (const MultimodalWrapper* wrapper = find_multimodal_wrapper(config)) {
+      const Family* text_family = family_by_model_type(wrapper->text_model_type);
+      if (!text_family)
+        fail("no model family '{}' for {}'s language model", wrapper->text_model_type, wrapper->architecture);
+      ModelSpec spec = describe_text_of_multimodal(*wrapper, config, *text_family);
+      spec.family = text_family->model_type;  // its parameters are the language model's
+      spec.architecture = wrapper->architecture;
+      spec.json = config;
+      return spec;
+    }
     const Family& family = resolve_family(config);
     ModelSpec spec = family.describe(io::ConfigReader(config));
     spec.family = family.model_type;
@@ -79,11 +92,33 @@ ModelSpec load_model_spec(const std::filesystem::path& config_json) {
   return describe_model(io::read_json_file(config_json), config_json.string());
 }
 
-ParameterLayout parameter_layout(const ModelSpec& spec) { return {spec, family_of(spec).parameters(spec)}; }
+namespace {
+
+// The families name the decoder's tensors model.* and the head's lm_head.*; a checkpoint that keeps them
+// elsewhere (ModelSpec::CheckpointNames) gets them renamed here, once, for loading and saving alike.
+std::string checkpoint_name(const ModelSpec::CheckpointNames& names, const std::string& name) {
+  if (name.starts_with("model.")) return names.decoder + name.substr(6);
+  if (name.starts_with("lm_head.")) return names.head + name.substr(8);
+  return name;
+}
+
+}  // namespace
+
+ParameterLayout parameter_layout(const ModelSpec& spec) {
+  std::vector<ParameterSpec> parameters = family_of(spec).parameters(spec);
+  const ModelSpec::CheckpointNames& names = spec.checkpoint_names;
+  if (names.decoder != "model." || names.head != "lm_head.")
+    for (ParameterSpec& parameter : parameters) {
+      for (HfTensor& piece : parameter.pieces) piece.name = checkpoint_name(names, piece.name);
+      if (!parameter.fused_hf_name.empty()) parameter.fused_hf_name = checkpoint_name(names, parameter.fused_hf_name);
+    }
+  return {spec, std::move(parameters)};
+}
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> names;
   for (const Family* family : families()) names.push_back(family->architecture);
+  for (const MultimodalWrapper& wrapper : multimodal_wrappers()) names.push_back(wrapper.architecture);
   return names;
 }
 

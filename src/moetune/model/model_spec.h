@@ -163,6 +163,18 @@ struct ModelSpec {
   // does not run: loading skips them and saving does not write them. (Layers past num_hidden_layers, DeepSeek-V3's
   // MTP module among them, are skipped in every family, with a note: model/checkpoint.cpp.)
   bool carries_mtp_layers = false;
+  // Where the checkpoint keeps the language model's tensors. A ForCausalLM names them model.* and lm_head.*; a
+  // vision-language checkpoint trained on its text alone (model/families/text_of_multimodal.h) names them under
+  // its language model, and holds tensors the engine reads without running (the vision tower, the projector) and
+  // saves back as they were.
+  struct CheckpointNames {
+    std::string decoder = "model.";    // model.embed_tokens.weight, model.layers.0.*, model.norm.weight
+    std::string head = "lm_head.";     // lm_head.weight
+    std::vector<std::string> carried;  // prefixes of the tensors carried through unchanged
+    // The decoder's and head's prefixes as transformers names the modules in memory (PEFT's adapter keys), where
+    // they differ from the checkpoint's: Nemotron-H's backbone.* is model.* (model/lora_weights.cpp).
+    std::string decoder_in_memory = "model.", head_in_memory = "lm_head.";
+  } checkpoint_names;
 
   AuxLoss aux_loss = AuxLoss::None;
   double aux_loss_coef = 0;

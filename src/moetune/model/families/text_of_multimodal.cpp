@@ -1,0 +1,79 @@
+#include "moetune/model/families/text_of_multimodal.h"
+
+#include <algorithm>
+
+#include "moetune/core/error.h"
+#include "moetune/io/config_reader.h"
+
+namespace moetune::model {
+namespace {
+
+using nlohmann::json;
+
+const MultimodalWrapper kWrappers[] = {
+    {"Gemma3ForConditionalGeneration", "gemma3", "gemma3_text"},
+};
+
+// transformers 5.17's spellings (conversion_mapping.py's "llava" renamings, which Gemma 3 shares): save_pretrained
+// writes the first of each pair, the model holds the second.
+constexpr const char* kDecoderOnDisk = "language_model.model.";
+constexpr const char* kHeadOnDisk = "language_model.lm_head.";
+constexpr const char* kDecoderInMemory = "model.language_model.";
+constexpr const char* kHeadInMemory = "lm_head.";
+
+}  // namespace
+
+std::span<const MultimodalWrapper> multimodal_wrappers() { return kWrappers; }
+
+const MultimodalWrapper* find_multimodal_wrapper(const json& config) {
+  const io::ConfigReader r(config);
+  const std::string model_type = r.string("model_type", "");
+  std::string architecture;
+  if (const json* architectures = r.find("architectures");
+      architectures && architectures->is_array() && !architectures->empty() && (*architectures)[0].is_string())
+    architecture = (*architectures)[0].get<std::string>();
+  // As model_description.cpp's resolve_family: model_type decides; architectures[0] where model_type names nothing
+  // known (a remote-code config of a known architecture).
+  const auto is_family = [&](const Family* family) { return model_type == family->model_type; };
+  const bool known_type = std::any_of(families().begin(), families().end(), is_family);
+  for (const MultimodalWrapper& wrapper : kWrappers)
+    if (model_type == wrapper.model_type || (!known_type && architecture == wrapper.architecture)) return &wrapper;
+  return nullptr;
+}
+
+ModelSpec describe_text_of_multimodal(const MultimodalWrapper& wrapper, const json& config, const Family& text_family) {
+  const io::ConfigReader top(config);
+  json text = json::object();
+  if (const json* found = top.find("text_config")) {
+    if (!found->is_object()) fail("'text_config' must be an object (the language model's config)");
+    text = *found;
+  }
+  const std::string text_type = io::ConfigReader(text).string("model_type", wrapper.text_model_type);
+  if (text_type != wrapper.text_model_type)
+    fail("'text_config.model_type' is '{}', but {} holds a '{}' language model", text_type.substr(0, 100),
+         wrapper.architecture, wrapper.text_model_type);
+  // The wrapper's own field decides the tie (transformers reads the top-level config's tie_word_embeddings, True
+  // by default in Gemma3Config); the dtype is written at the top level only.
+  text["tie_word_embeddings"] = top.boolean("tie_word_embeddings", true);
+  for (const char* key : {"dtype", "torch_dtype"})
+    if (!text.contains(key) && config.contains(key)) text[key] = config[key];
+  ModelSpec spec = with_context("text_config", [&] { return text_family.describe(io::ConfigReader(text)); });
+  spec.checkpoint_names = {
+      .decoder = kDecoderOnDisk,
+      .head = kHeadOnDisk,
+      .carried = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."},
+      .decoder_in_memory = kDecoderInMemory,
+      .head_in_memory = kHeadInMemory};
+  return spec;
+}
+
+void follow_checkpoint_spelling(ModelSpec& spec, const io::SafetensorsFolder& files) {
+  ModelSpec::CheckpointNames& names = spec.checkpoint_names;
+  const std::string embedding = "embed_tokens.weight";
+  if (!files.contains(names.decoder + embedding) && files.contains(names.decoder_in_memory + embedding)) {
+    names.decoder = names.decoder_in_memory;
+    names.head = names.head_in_memory;
+  }
+}
+
+}  // namespace moetune::model
