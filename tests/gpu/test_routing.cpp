@@ -123,6 +123,34 @@ TEST_F(RouterGpu, ForwardMatchesCpu) {
   }
 }
 
+// ERNIE 4.5's router: the choice by p + choice_bias, the weights from p. The bias is a permutation of levels a
+// whole unit apart (more than any probability), so it alone orders the choice, far from ties; the weights come out of
+// the same softmax as the plain cases'.
+TEST_F(RouterGpu, ChoiceBiasMatchesCpu) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed());
+  for (const RoutingCase& plain :
+       std::vector<RoutingCase>{{37, 8, 2, 8}, {100, 64, 6, 64}, {53, 384, 8, 300}, {29, 12, 3, 12, false}}) {
+    RoutingCase c = plain;
+    std::vector<float> levels(size_t(c.experts));
+    std::iota(levels.begin(), levels.end(), 0.0f);
+    std::shuffle(levels.begin(), levels.end(), rng());
+    c.limit.choice_bias = Tensor::from_vector(levels, {c.experts});
+    SCOPED_TRACE(describe(c) + " with a choice bias");
+    const Tensor logits = distinct_logits(c, rng());
+    const ops::Routing expected = ops::router_topk_forward(logits, c.top_k, c.normalize, c.limit);
+    ops::SoftmaxTopkOptions on_gpu = c.limit;
+    on_gpu.choice_bias = c.limit.choice_bias.to(kGpu);
+    const Tensor expert_ids = poisoned({c.tokens, c.top_k}, DType::I32, kGpu);
+    const Tensor weights = poisoned({c.tokens, c.top_k}, DType::F32, kGpu);
+    ops::cuda::router_topk_forward(logits.to(kGpu), c.top_k, c.normalize, expert_ids, weights, on_gpu);
+    EXPECT_EQ(host_ints(expert_ids), expected.expert);
+    EXPECT_LE(relative_error(weights, host_floats(expected.weight, {c.tokens, c.top_k})), kF32Tolerance);
+    // The bias alone orders the choice: each token's k experts are those of the k largest levels.
+    for (int64_t j = 0; j + 1 < c.top_k && c.tokens > 0; ++j)
+      EXPECT_GT(levels[size_t(expected.expert[size_t(j)])], levels[size_t(expected.expert[size_t(j + 1)])]);
+  }
+}
+
 TEST_F(RouterGpu, BackwardMatchesCpu) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed());
   for (const RoutingCase& c : every_router_case()) {

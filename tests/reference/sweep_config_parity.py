@@ -59,6 +59,7 @@ GEMMA3_TEXT.pop("tie_word_embeddings")  # Gemma3Config's own field decides
 GEMMA3_VL = dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                                     image_size=28, patch_size=14),
                  mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2)
+ERNIE_MOE = dict(BASE, moe_num_experts=8, moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1)
 DOTS1 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
              first_k_dense_replace=1, sliding_window=None)
 GLM4_MOE_LITE = dict(DSV3, n_group=1, topk_group=1, routed_scaling_factor=1.8)
@@ -321,6 +322,17 @@ CASES = [
                                                                                     "rope_type": "default",
                                                                                     "rope_theta": 500.0}})),
      "in_memory_names"),
+    # ERNIE 4.5: RoPE on interleaved pairs; the MoE router chooses by softmax + moe_statics' correction bias
+    # (randomised here like every 2-D tensor), weighs by the softmax; shared experts; MoE layers by start / end /
+    # interval.
+    ("ernie4_5_moe plain", "ernie4_5_moe", ERNIE_MOE, None),
+    ("ernie4_5_moe interval no shared tied yarn gelu", "ernie4_5_moe",
+     dict(ERNIE_MOE, moe_layer_start_index=0, moe_layer_interval=2, moe_num_shared_experts=0, tie_word_embeddings=True,
+          hidden_act="gelu", rope_parameters=dict(YARN)), None),
+    ("ernie4_5_moe end index head_dim", "ernie4_5_moe",
+     dict(ERNIE_MOE, num_hidden_layers=4, moe_layer_end_index=2, head_dim=32, moe_num_shared_experts=2), None),
+    ("ernie4_5 dense", "ernie4_5", dict(BASE, head_dim=16), None),
+    ("ernie4_5 dense tied linear rope", "ernie4_5", dict(BASE, head_dim=8, tie_word_embeddings=True), "old_rope"),
 ]
 
 

@@ -48,13 +48,17 @@ CASES = [
     # Made here (no committed fixture): Gemma 3's vision-language wrapper, whose vision tower has q_proj / k_proj
     # too; moetune adapts the language model's only, under the names PEFT gives them (model.language_model.*).
     ("@gemma3_vl", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj]"]),
+    # ERNIE 4.5 (made here too): q/k rows reordered from interleaved RoPE pairs, LoRA B's with them; PEFT converts
+    # its MoE MLP names as qwen2_moe's.
+    ("@ernie4_5_moe", ["lora.target_modules=all-linear", EXPERTS]),
+    ("@ernie4_5", ["lora.target_modules=[q_proj,k_proj,down_proj]"]),
 ]
 
 
 def make_gemma3_vl(folder: Path) -> Path:
     """A random fp32 Gemma3ForConditionalGeneration (one-layer vision tower), saved as transformers saves it."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
     torch.manual_seed(0)
     text = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=16, sliding_window=8, max_position_embeddings=256)
@@ -62,6 +66,13 @@ def make_gemma3_vl(folder: Path) -> Path:
                   patch_size=14)
     config = AutoConfig.for_model("gemma3", text_config=text, vision_config=vision, mm_tokens_per_image=4,
                                   image_token_index=95, boi_token_index=93, eoi_token_index=94)
+    return save_random(config, folder)
+
+
+def save_random(config, folder: Path) -> Path:
+    """The model of `config` in fp32 with every weight drawn from N(0, 0.1), saved to `folder`."""
+    import torch
+    from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
         for p in model.parameters():
@@ -70,7 +81,23 @@ def make_gemma3_vl(folder: Path) -> Path:
     return folder
 
 
-MADE = {"@gemma3_vl": make_gemma3_vl}
+def make_random(model_type: str, **kwargs):
+    """A maker of a random fp32 model of `model_type` (tiny widths), saved as transformers saves it."""
+    def make(folder: Path) -> Path:
+        import torch
+        from transformers import AutoConfig
+        torch.manual_seed(0)
+        config = AutoConfig.for_model(model_type, vocab_size=96, hidden_size=64, intermediate_size=96,
+                                      num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=256, tie_word_embeddings=False, **kwargs)
+        return save_random(config, folder)
+    return make
+
+
+MADE = {"@gemma3_vl": make_gemma3_vl,
+        "@ernie4_5_moe": make_random("ernie4_5_moe", moe_num_experts=8, moe_k=2, moe_intermediate_size=32,
+                                     moe_num_shared_experts=1),
+        "@ernie4_5": make_random("ernie4_5", head_dim=16)}
 
 
 def main(binary: str, fixtures: Path, only: list[str]) -> int:

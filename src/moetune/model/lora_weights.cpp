@@ -38,8 +38,9 @@ std::string leaf_of(const std::string& module) { return module.substr(module.rfi
 // onto qwen2_moe's conversion, mixtral's; qwen2_moe itself is not converted).
 std::vector<std::string> peft_converted_mlp_names(const std::string& family) {
   // (OLMoE and MiniMax-M2 are converted too, but have no such modules outside their experts.)
-  static const std::set<std::string> qwen2_moe_converted = {"qwen3_moe",  "deepseek_v2", "deepseek_v3",   "dots1",
-                                                            "exaone_moe", "glm4_moe",    "glm4_moe_lite", "solar_open"};
+  static const std::set<std::string> qwen2_moe_converted = {"qwen3_moe",     "deepseek_v2", "deepseek_v3",
+                                                            "dots1",         "exaone_moe",  "glm4_moe",
+                                                            "glm4_moe_lite", "solar_open",  "ernie4_5_moe"};
   if (qwen2_moe_converted.contains(family)) return {"gate_proj", "up_proj", "down_proj"};
   if (family == "mixtral") return {"w1", "w2", "w3"};
   return {};

@@ -7,7 +7,7 @@
 namespace moetune::model {
 
 bool RouterSpec::is_softmax_then_grouped_topk() const {
-  return score == RouterScore::Softmax && !topk_before_softmax && !correction_bias && !bias;
+  return score == RouterScore::Softmax && !topk_before_softmax && (!correction_bias || num_groups == 1) && !bias;
 }
 
 bool RouterSpec::is_topk_then_softmax() const {

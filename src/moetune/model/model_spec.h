@@ -50,6 +50,11 @@ struct AttentionSpec {
   ops::RopeSpec rope;                       // type "none": no positional embedding at all (Nemotron-H)
   std::optional<MlaSpec> mla;               // DeepSeek-V3: multi-head latent attention instead of q/k/v
   double query_pre_attn_scalar = 0;         // Gemma: the softmax scale's denominator instead of qk_head_dim (0: none)
+  // ERNIE 4.5: RoPE rotates the pairs (x0, x1), (x2, x3), ... of each q/k head instead of its two halves. The
+  // engine keeps q's and k's rows (their biases and norms too) reordered to halves on load and back on save
+  // (parameter_layout.h's PartialRotary::interleaved): q·k is the same sum in any common order of a head's
+  // dimensions, so its one rotate-half RoPE then rotates exactly the checkpoint's pairs.
+  bool rope_interleaved = false;
   double softmax_scale() const;             // 1 / sqrt(query_pre_attn_scalar, else qk_head_dim)
 };
 
@@ -83,7 +88,7 @@ struct RouterSpec {
   double scaling_factor = 1.0;
 
   // Softmax over all experts, then top-k (optionally renormalised), with DeepSeek-V2's group limit (groups scored by
-  // their best expert) and scaling_factor where set.
+  // their best expert) and scaling_factor where set, or ERNIE 4.5's choice by p + correction_bias (one group).
   bool is_softmax_then_grouped_topk() const;
   // GPT-OSS: top-k of the logits (with or without a bias), softmax over the k chosen; the CPU runs it too.
   bool is_topk_then_softmax() const;

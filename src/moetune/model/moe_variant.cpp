@@ -22,7 +22,9 @@ bool cpu_runs_router(const RouterSpec& r) {
 ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor& correction_bias) {
   if (is_sigmoid_group_limited(router)) return ops::sigmoid_router_forward(logits, correction_bias, group_limited(router));
   if (router.is_topk_then_softmax()) return ops::router_topk_then_softmax_forward(logits, router.top_k);
-  return ops::router_topk_forward(logits, router.top_k, router.renormalize, softmax_topk_options(router));
+  ops::SoftmaxTopkOptions options = softmax_topk_options(router);
+  if (router.correction_bias) options.choice_bias = correction_bias;  // ERNIE 4.5's: for the choice only
+  return ops::router_topk_forward(logits, router.top_k, router.renormalize, options);
 }
 
 ops::Routing route_chosen(const RouterSpec& router, const Tensor& logits, const std::vector<int32_t>& chosen) {

@@ -4,7 +4,7 @@ namespace moetune::model {
 int64_t ParameterLayout::total_parameters() const {
   int64_t total = 0;
   for (const auto& p : parameters)
-    if (p.role != ParameterRole::Buffer) total += shape_numel(p.shape);
+    if (p.role != ParameterRole::Buffer || p.counted_buffer) total += shape_numel(p.shape);
   return total;
 }
 

@@ -28,6 +28,10 @@ struct PartialRotary {
   // How many leading rows are such heads; the rows after them (v's, in a piece holding q, k and v as Phi-3's
   // qkv_proj does) stay as on disk. 0: every row.
   int64_t rotated_rows = 0;
+  // The checkpoint's rotating dimensions are interleaved pairs (x0, x1), (x2, x3), ... (AttentionSpec::
+  // rope_interleaved): the engine's rotating first half holds the pairs' first elements, its second half their
+  // second elements. rotary_dim may then equal head_dim.
+  bool interleaved = false;
   bool operator==(const PartialRotary&) const = default;
 };
 
@@ -64,6 +68,9 @@ struct ParameterSpec {
   int64_t active_numel = 0;
   Placement placement = Placement::Replicated;
   bool trainable = true;  // false: frozen, with no gradient and no optimizer state
+  // A Buffer that transformers holds as a frozen nn.Parameter (ERNIE 4.5's moe_statics), which its
+  // num_parameters() counts: total_parameters counts it too.
+  bool counted_buffer = false;
 };
 
 struct ParameterLayout {

@@ -45,8 +45,8 @@ void transpose_tiles(const T* in, T* out, int64_t batches, int64_t rows, int64_t
 int64_t partial_rotary_source_row(int64_t r, const PartialRotary& rotary) {
   const int64_t half = rotary.head_dim / 2, rotating = rotary.rotary_dim / 2, passing = half - rotating;
   const int64_t second = r >= half ? 1 : 0, within = r - second * half;  // which half of the engine's head
-  return within < rotating ? second * rotating + within                  // a rotating row
-                           : rotary.rotary_dim + second * passing + within - rotating;  // a passing row
+  if (within >= rotating) return rotary.rotary_dim + second * passing + within - rotating;  // a passing row
+  return rotary.interleaved ? 2 * within + second : second * rotating + within;             // a rotating row
 }
 
 }  // namespace

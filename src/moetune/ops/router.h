@@ -20,12 +20,15 @@ struct Routing {
 // DeepSeek-V2's additions to the softmax top-k router (DeepseekV2TopkRouter): with topk_method
 // group_limited_greedy, the experts split into num_groups equal groups, each scored by its most probable expert,
 // and only the topk_groups best groups' experts may be chosen; every weight is then multiplied by `scaling`.
+// ERNIE 4.5's (Ernie4_5_MoeTopKRouter): the k experts of the largest p + choice_bias (its moe_statics'
+// e_score_correction_bias, F32 [E], on the device the router runs on), weighted by p alone; one group only.
 struct SoftmaxTopkOptions {
   int64_t num_groups = 1, topk_groups = 1;
   float scaling = 1.0f;
+  Tensor choice_bias;  // undefined: choose by p
 };
 
-// Top-k of the softmax (within the kept groups); ties go to the lower expert (and group) index.
+// Top-k of the softmax (within the kept groups, or of p + choice_bias); ties go to the lower expert (and group) index.
 Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize,
                             const SoftmaxTopkOptions& options = {});
 

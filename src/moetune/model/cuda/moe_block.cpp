@@ -118,20 +118,25 @@ Tensor MoeBlock::router_logits(const Tensor& normed) const {
   return logits;
 }
 
+Tensor MoeBlock::correction_bias_f32() const {
+  Tensor bias = correction_bias_.value;  // fp32, as the checkpoint loader keeps buffers
+  if (bias.defined() && bias.dtype() != DType::F32) {
+    bias = device_like({spec_.router.num_experts}, DType::F32);
+    ops::cast_into(correction_bias_.value, bias);
+  }
+  return bias;
+}
+
 void MoeBlock::route_tokens(const Tensor& logits, const Tensor& expert_ids, const Tensor& weights) const {
   const int64_t k = spec_.router.top_k;
   if (is_sigmoid_group_limited(spec_.router)) {
-    Tensor bias = correction_bias_.value;  // fp32, as the checkpoint loader keeps buffers
-    if (bias.defined() && bias.dtype() != DType::F32) {
-      bias = device_like({spec_.router.num_experts}, DType::F32);
-      ops::cast_into(correction_bias_.value, bias);
-    }
-    ops::cuda::sigmoid_router_forward(logits, bias, group_limited(spec_.router), expert_ids, weights);
+    ops::cuda::sigmoid_router_forward(logits, correction_bias_f32(), group_limited(spec_.router), expert_ids, weights);
   } else if (spec_.router.topk_before_softmax) {
     ops::cuda::router_topk_softmax_forward(logits, k, expert_ids, weights);
   } else {
-    ops::cuda::router_topk_forward(logits, k, spec_.router.renormalize, expert_ids, weights,
-                                   softmax_topk_options(spec_.router));
+    ops::SoftmaxTopkOptions options = softmax_topk_options(spec_.router);
+    if (spec_.router.correction_bias) options.choice_bias = correction_bias_f32();  // ERNIE 4.5's choice
+    ops::cuda::router_topk_forward(logits, k, spec_.router.renormalize, expert_ids, weights, options);
   }
 }
 

@@ -66,6 +66,7 @@ class MoeBlock {
   // [T, k] (softmax then top-k, top-k then softmax, or the sigmoid group-limited router with its correction bias).
   Tensor router_logits(const Tensor& normed) const;
   void route_tokens(const Tensor& logits, const Tensor& expert_ids, const Tensor& weights) const;
+  Tensor correction_bias_f32() const;  // the router's correction bias as the GPU routers read it (F32 [E])
 
   const MoeSpec& spec_;
   double eps_;

@@ -35,7 +35,8 @@ ParameterSpec expert_bias(std::string name, HfTensor piece, int64_t top_k) {
 PartialRotary partial_rotary(const AttentionSpec& a, int64_t rotated_rows = 0) {
   if (a.rope.type == "none" || a.mla) return {};
   const int64_t rotary = ops::rope_rotary_dim(a.rope, a.qk_head_dim);
-  return rotary == a.qk_head_dim ? PartialRotary{} : PartialRotary{a.qk_head_dim, rotary, rotated_rows};
+  if (rotary == a.qk_head_dim && !a.rope_interleaved) return {};
+  return PartialRotary{a.qk_head_dim, rotary, rotated_rows, a.rope_interleaved};
 }
 
 struct Builder {

@@ -63,16 +63,22 @@ Routing router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize,
                     top_k <= options.topk_groups * (experts / options.num_groups),
                 "router: top-{} of {} experts in the best {} of {} groups", top_k, experts, options.topk_groups,
                 options.num_groups);
+  const Tensor& bias = options.choice_bias;
+  MOETUNE_CHECK(!bias.defined() || (bias.dtype() == DType::F32 && bias.numel() == experts && options.num_groups == 1),
+                "router: a choice bias must be F32 [{}] with one group, got {} with {} groups", experts,
+                bias.defined() ? bias.str() : "", options.num_groups);
   Routing routing{logits, {}, {}, top_k, normalize, options.scaling};
   const Tensor probs = softmax(logits);
   std::vector<int32_t> order(static_cast<size_t>(experts));
+  std::vector<float> score(static_cast<size_t>(experts));
   for (int64_t t = 0; t < tokens; ++t) {
     const float* p = probs.data<float>() + t * experts;
     const std::vector<uint8_t> allowed = allowed_experts(p, experts, options);
+    for (int64_t e = 0; e < experts; ++e) score[size_t(e)] = bias.defined() ? p[e] + bias.data<float>()[e] : p[e];
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
       if (allowed[size_t(a)] != allowed[size_t(b)]) return allowed[size_t(a)] > allowed[size_t(b)];
-      return p[a] != p[b] ? p[a] > p[b] : a < b;
+      return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] > score[size_t(b)] : a < b;
     });
     append_weights(routing, p, order.data(), normalize, options.scaling);
   }

@@ -35,7 +35,13 @@ void router_topk_forward(const Tensor& logits, int64_t top_k, bool normalize, co
                 "{}: top-{} of {} experts in the best {} of {} groups; the GPU router takes 1 to {} groups dividing "
                 "the experts, keeping enough experts for k",
                 op, top_k, experts, kept, groups, kRouterMaxGroups);
-  const SoftmaxGroupLimit limit{int(groups), int(kept), options.scaling};
+  const Tensor& bias = options.choice_bias;
+  if (bias.defined()) {
+    check_gpu_tensor(op, "choice_bias", bias, DType::F32, {experts});
+    MOETUNE_CHECK(groups == 1, "{}: a choice bias with {} groups (one group only)", op, groups);
+  }
+  const SoftmaxGroupLimit limit{int(groups), int(kept), options.scaling,
+                                bias.defined() ? device_data<float>(bias) : nullptr};
   gpu::check(launch_router_topk_forward(device_data<float>(logits), tokens, int(experts), int(top_k), normalize, limit,
                                         device_data<int32_t>(expert_ids), device_data<float>(weights), gpu::stream()),
              fmt::format("{} of {}", op, logits.str()));

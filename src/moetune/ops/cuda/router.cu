@@ -14,6 +14,18 @@ using namespace routing;
 
 constexpr int kWarpsPerBlock = 8;
 
+// values[slot of `expert`] as its owning lane holds it, on every lane (a warp-uniform expert < 32 · kSlots).
+template <int kSlots>
+__device__ __forceinline__ float slot_value(const float (&values)[kSlots], int expert) {
+  float value = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const float owned = __shfl_sync(kFullWarp, values[i], expert & (kWarpSize - 1));
+    if (expert / kWarpSize == i) value = owned;
+  }
+  return value;
+}
+
 template <int kSlots>
 __global__ void router_topk_forward_kernel(const float* __restrict__ logits, int64_t tokens, int experts, int top_k,
                                            bool normalize, SoftmaxGroupLimit limit, int32_t* __restrict__ expert_ids,
@@ -41,21 +53,29 @@ __global__ void router_topk_forward_kernel(const float* __restrict__ logits, int
     }
   }
   keep_best_groups(group_score, lane, experts, limit.groups, limit.topk_groups, prob);
+  // What the choice ranks: p, or ERNIE 4.5's p + choice_bias (in fp32, as transformers adds them).
+  float score[kSlots];
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const int e = lane + i * kWarpSize;
+    score[i] = limit.choice_bias && e < experts ? prob[i] + limit.choice_bias[e] : prob[i];
+  }
 
   int my_expert = 0;  // lane j keeps pick j
   float my_prob = 0.0f, chosen_total = 0.0f;
   for (int j = 0; j < top_k; ++j) {
     float best;
     int best_expert;
-    warp_best(prob, lane, best, best_expert);
-    chosen_total += best;  // in pick order, as the CPU sums them
+    warp_best(score, lane, best, best_expert);
+    const float chosen = limit.choice_bias ? slot_value(prob, best_expert) : best;
+    chosen_total += chosen;  // in pick order, as the CPU sums them
     if (lane == j) {
       my_expert = best_expert;
-      my_prob = best;
+      my_prob = chosen;
     }
 #pragma unroll
     for (int i = 0; i < kSlots; ++i)
-      if (lane + i * kWarpSize == best_expert) prob[i] = -INFINITY;
+      if (lane + i * kWarpSize == best_expert) score[i] = -INFINITY;
   }
   if (lane < top_k) {
     expert_ids[token * top_k + lane] = my_expert;

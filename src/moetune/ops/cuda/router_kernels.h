@@ -20,11 +20,14 @@ using ops::kRouterMaxTopK;
 struct SoftmaxGroupLimit {
   int groups = 1, topk_groups = 1;  // groups ≤ kRouterMaxGroups (one lane scores each), dividing experts
   float scaling = 1.0f;
+  // ERNIE 4.5's choice (ops/router.h's SoftmaxTopkOptions::choice_bias): the k largest p + choice_bias[e], weighted
+  // by p; F32 [experts] on the device, with one group. Null: the k largest p.
+  const float* choice_bias = nullptr;
 };
 
-// logits [tokens, experts] f32 -> expert_ids [tokens, top_k] i32 (most probable first, ties to the lower index;
-// only experts of the limit's topk_groups best groups, a group scored by its most probable expert) and weights
-// [tokens, top_k] f32 (renormalised over the k when `normalize`, then times the limit's scaling).
+// logits [tokens, experts] f32 -> expert_ids [tokens, top_k] i32 (most probable first, or by p + choice_bias; ties to
+// the lower index; only experts of the limit's topk_groups best groups, a group scored by its most probable expert) and
+// weights [tokens, top_k] f32 (renormalised over the k when `normalize`, then times the limit's scaling).
 cudaError_t launch_router_topk_forward(const float* logits, int64_t tokens, int experts, int top_k, bool normalize,
                                        SoftmaxGroupLimit limit, int32_t* expert_ids, float* weights,
                                        cudaStream_t stream);
