@@ -1137,5 +1137,44 @@ TEST(Families, EveryFixtureParses) {
     EXPECT_NO_THROW(load_model_spec(testing::fixture(name) / "config.json")) << name;
 }
 
+// ERNIE 4.5's config as Ernie4_5_MoeConfig reads it: the MoE layers by start / end / interval (end -1: the last),
+// the attribute_map's names, the router's choice bias, interleaved RoPE, the tie on by default; refusals by key.
+TEST(Families, Ernie4_5MoeLayersRouterAndRefusals) {
+  const ModelSpec spec = parse(R"({"model_type":"ernie4_5_moe","num_hidden_layers":6,"hidden_size":64,
+    "num_attention_heads":4,"num_key_value_heads":2,"moe_num_experts":8,"moe_k":2,"moe_intermediate_size":16,
+    "moe_layer_start_index":1,"moe_layer_interval":2,"moe_num_shared_experts":2})");
+  std::vector<bool> moe;
+  for (const LayerSpec& layer : spec.layers) moe.push_back(layer.moe() != nullptr);
+  EXPECT_EQ(moe, (std::vector<bool>{false, true, false, true, false, true}));
+  const MoeSpec& m = *spec.layers[1].moe();
+  EXPECT_EQ(m.router.num_experts, 8);
+  EXPECT_EQ(m.router.top_k, 2);
+  EXPECT_TRUE(m.router.correction_bias && m.router.renormalize && m.router.is_softmax_then_grouped_topk());
+  EXPECT_EQ(m.shared_expert->mlp.intermediate, 32);
+  EXPECT_TRUE(attention(spec).rope_interleaved);
+  EXPECT_EQ(attention(spec).rope.theta, 500000.0);
+  EXPECT_TRUE(spec.tie_word_embeddings);
+  EXPECT_EQ(parse(R"({"model_type":"ernie4_5_moe","num_hidden_layers":4,"moe_layer_end_index":1})").layers[2].moe(),
+            nullptr);
+  EXPECT_NE(error_of(R"({"model_type":"ernie4_5_moe","use_bias":true})").find("'use_bias'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"ernie4_5_moe","output_router_logits":true})").find("'output_router_logits'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"ernie4_5_moe","moe_layer_interval":0})").find("'moe_layer_interval'"),
+            std::string::npos);
+  // The bias is saved on moe_statics as [1, E] and counted as transformers counts its frozen nn.Parameter.
+  const ParameterLayout layout = parameter_layout(spec);
+  bool found = false;
+  for (const ParameterSpec& p : layout.parameters)
+    if (p.name == "layers.1.moe.router_correction_bias") {
+      found = true;
+      EXPECT_EQ(p.pieces[0].name, "model.layers.1.mlp.moe_statics.e_score_correction_bias");
+      EXPECT_EQ(p.pieces[0].shape, Shape({1, 8}));
+      EXPECT_TRUE(p.counted_buffer);
+    }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(attention(parse(R"({"model_type":"ernie4_5","hidden_size":64,"num_attention_heads":4})")).qk_head_dim,
+            128);  // Ernie4_5Config's head_dim default, not hidden / heads
+}
+
 }  // namespace
 }  // namespace moetune::model

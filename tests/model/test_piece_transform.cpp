@@ -86,6 +86,26 @@ TEST(PieceTransform, PartialRotaryRowsPairTheRotatingHalves) {
   EXPECT_TRUE(reorder_partial_rotary_rows(hf, PartialRotary{}, true).same_bytes(hf));
 }
 
+// ERNIE 4.5's RoPE on interleaved pairs: each head's even rows first, then its odd rows (the pairs' first and
+// second elements), so the engine's rotate-half pairs row i with row i + head_dim / 2 as transformers pairs 2i
+// with 2i + 1.
+TEST(PieceTransform, InterleavedRotaryRowsBecomeHalves) {
+  std::vector<float> values;
+  for (int i = 0; i < 16 * 2; ++i) values.push_back(float(i));
+  const Tensor hf = Tensor::from_vector(values, {16, 2});
+  const PartialRotary whole_head{8, 8, 0, /*interleaved=*/true};
+  const Tensor engine = reorder_partial_rotary_rows(hf, whole_head, /*to_engine=*/true);
+  const int64_t order[] = {0, 2, 4, 6, 1, 3, 5, 7};
+  for (int64_t head = 0; head < 2; ++head)
+    for (int64_t r = 0; r < 8; ++r)
+      EXPECT_EQ(engine.data<float>()[(head * 8 + r) * 2], values[size_t((head * 8 + order[r]) * 2)]) << r;
+  EXPECT_TRUE(reorder_partial_rotary_rows(engine, whole_head, /*to_engine=*/false).same_bytes(hf));
+  // Partial and interleaved: the rotating pairs as above, the passing rows as PartialRotary orders them.
+  const Tensor partial = reorder_partial_rotary_rows(hf, PartialRotary{8, 4, 0, true}, /*to_engine=*/true);
+  const int64_t partial_order[] = {0, 2, 4, 5, 1, 3, 6, 7};
+  for (int64_t r = 0; r < 8; ++r) EXPECT_EQ(partial.data<float>()[r * 2], values[size_t(partial_order[r] * 2)]) << r;
+}
+
 // Phi-3's qkv_proj: q's and k's heads partially rotated, v's rows after them as stored (rotated_rows).
 TEST(PieceTransform, PartialRotaryLeavesTheRowsPastTheRotatedHeads) {
   std::vector<float> values;

@@ -281,5 +281,19 @@ TEST(Router, GroupLimitKeepsTheGroupsWithTheBestExperts) {
   EXPECT_FLOAT_EQ(grouped.weight[1], 2.0f * all.weight[1]);
 }
 
+// ERNIE 4.5's choice bias: the k largest p + bias are chosen, in that order; their weights are p renormalised, and
+// the backward is the plain router's for those experts.
+TEST(Router, ChoiceBiasChoosesButDoesNotWeigh) {
+  const Tensor logits = Tensor::from_vector(std::vector<float>{2.0f, 1.0f, 0.5f, 0.0f}, {1, 4});
+  const Tensor bias = Tensor::from_vector(std::vector<float>{0.0f, 0.0f, 0.9f, 0.1f}, {4});
+  const Routing biased = router_topk_forward(logits, 2, true, {.choice_bias = bias});
+  EXPECT_EQ(biased.expert, (std::vector<int32_t>{2, 0}));  // p ≈ .58 .21 .13 .08: scores .58 .21 1.03 .18
+  const Routing forced = router_topk_weigh(logits, biased.expert, 2, true);
+  EXPECT_EQ(biased.weight, forced.weight);
+  const std::vector<float> dweight = {0.5f, -1.0f};
+  EXPECT_TRUE(router_topk_backward(biased, dweight).same_bytes(router_topk_backward(forced, dweight)));
+  EXPECT_EQ(router_topk_forward(logits, 2, true).expert, (std::vector<int32_t>{0, 1}));
+}
+
 }  // namespace
 }  // namespace moetune::ops
