@@ -74,7 +74,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "flex_olmo_tiny",
                                                  "exaone_moe_tiny",
                                                  "gemma3_tiny",
-                                                 "gemma_tiny"};
+                                                 "gemma_tiny",
+                                                 "ernie4_5_moe_tiny"};
   return names;
 }
 

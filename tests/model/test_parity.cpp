@@ -28,6 +28,13 @@ constexpr double kTolerance = 1e-5;
 // (the GPU machine's 16 cores) and 2.7e-4 (2 cores) on qwen2_tiny's layer 1, whose rope_theta of 1e6 turns the
 // keys of an 8-token batch by so little that the tie is barely broken (its gradients before the step match at 1e-5).
 constexpr double kNearSymmetricTolerance = 5e-4;
+// The same for ERNIE 4.5's router weights: its k weights are renormalised over the chosen experts, so an unchosen
+// expert's logit has an exactly zero gradient that fp32 computes as p·(0 − ⟨p, dp⟩), cancellation noise, and with
+// its random correction bias many experts go unchosen. Measured (session 36): transformers' own fp32 run against its
+// fp64 run, after ernie4_5_moe_tiny's AdamW steps: the gates 2.0e-4 and 2.3e-4 apart, every other tensor ≤ 2.3e-7.
+bool router_weight_with_cancelling_gradient(const ModelSpec& spec, const std::string& piece) {
+  return spec.family == "ernie4_5_moe" && piece.ends_with(".mlp.gate.weight");
+}
 // After AdamW every tensor gets 3e-5: the per-element normalisation amplifies fp32 summation-order noise, and
 // OpenBLAS blocks its GEMMs differently with the thread count. Measured: at most 1e-5 on 2 cores, 1.67e-5 on
 // llama_tiny's layers.1 o_proj on the GPU machine's 16 cores.
@@ -86,10 +93,11 @@ class Parity : public ::testing::TestWithParam<std::string> {
       for (const auto& piece : specs[i].pieces) {
         Tensor expected = ref(prefix + in_memory_name(piece.name));
         ASSERT_EQ(expected.shape(), piece.shape) << piece.name;
-        const double tolerance =
-            !after_adamw ? kTolerance
-            : piece.name.ends_with("k_proj.bias") || is_mamba2_mixer_parameter(piece.name) ? kNearSymmetricTolerance
-                                                                                          : kAfterAdamwTolerance;
+        const double tolerance = !after_adamw ? kTolerance
+                                 : piece.name.ends_with("k_proj.bias") || is_mamba2_mixer_parameter(piece.name) ||
+                                         router_weight_with_cancelling_gradient(model.spec(), piece.name)
+                                     ? kNearSymmetricTolerance
+                                     : kAfterAdamwTolerance;
         // In the checkpoint's layout (GPT-OSS's experts are transposed and interleaved there).
         const Tensor actual = piece_to_hf(tensors[i].flat_slice(offset, engine_shape(piece)), piece, DType::F32);
         EXPECT_LE(relative_error(actual.data<float>(), expected.data<float>(), expected.numel()), tolerance)
@@ -176,7 +184,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Parity,
                                            "glm4_moe_lite_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny",
                                            "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "deepseek_v2_grouped",
                                            "dots1_tiny", "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny",
-                                           "flex_olmo_tiny", "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny"));
+                                           "flex_olmo_tiny", "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny",
+                                           "ernie4_5_moe_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

@@ -19,7 +19,7 @@ from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForC
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
 from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig, FlexOlmoConfig, ExaoneMoeConfig
-from transformers import Gemma3TextConfig, GemmaConfig
+from transformers import Gemma3TextConfig, GemmaConfig, Ernie4_5_MoeConfig
 
 VOCAB = 96
 
@@ -369,6 +369,16 @@ FIXTURES = {
             num_key_value_heads=2, head_dim=8, hidden_act="gelu", max_position_embeddings=64,
             tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None, weight_scale=0.25),
+    # ERNIE 4.5's MoE: RoPE on interleaved pairs, a dense first layer, then MoE layers (6 experts, top-2) whose router
+    # chooses by softmax + a random moe_statics correction bias and weighs by the softmax, one shared expert; untied,
+    # fp32.
+    "ernie4_5_moe_tiny": dict(
+        config=Ernie4_5_MoeConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, moe_num_experts=6, moe_k=2, moe_intermediate_size=16, moe_num_shared_experts=1,
+            moe_layer_start_index=1, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0,
+            bos_token_id=2, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
 }
 
 
