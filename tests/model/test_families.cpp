@@ -1176,5 +1176,24 @@ TEST(Families, Ernie4_5MoeLayersRouterAndRefusals) {
             128);  // Ernie4_5Config's head_dim default, not hidden / heads
 }
 
+// Arcee's ungated MLP: relu² of up_proj (its one projection, the engine's gate_up), biases with mlp_bias; any other
+// hidden_act refused by key.
+TEST(Families, ArceeReluSquaredMlp) {
+  const ModelSpec spec = parse(R"({"model_type":"arcee","hidden_size":64,"num_attention_heads":4,
+    "intermediate_size":96,"num_hidden_layers":2,"mlp_bias":true})");
+  const MlpSpec& mlp = *spec.layers[0].sublayers[1].mlp();
+  EXPECT_EQ(mlp.activation, Activation::ReluSquared);
+  EXPECT_TRUE(mlp.bias);
+  EXPECT_EQ(attention(spec).qk_head_dim, 16);
+  std::vector<std::string> names;
+  for (const ParameterSpec& p : parameter_layout(spec).parameters)
+    if (p.name.starts_with("layers.0.mlp."))
+      for (const HfTensor& piece : p.pieces) names.push_back(piece.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.bias",
+                                      "model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.down_proj.bias"}));
+  EXPECT_NE(error_of(R"({"model_type":"arcee","hidden_act":"silu"})").find("'hidden_act'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace moetune::model

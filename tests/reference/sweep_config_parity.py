@@ -333,6 +333,10 @@ CASES = [
      dict(ERNIE_MOE, num_hidden_layers=4, moe_layer_end_index=2, head_dim=32, moe_num_shared_experts=2), None),
     ("ernie4_5 dense", "ernie4_5", dict(BASE, head_dim=16), None),
     ("ernie4_5 dense tied linear rope", "ernie4_5", dict(BASE, head_dim=8, tie_word_embeddings=True), "old_rope"),
+    # Arcee (AFM-4.5B): Llama's attention and an ungated relu² MLP.
+    ("arcee plain", "arcee", dict(BASE), None),
+    ("arcee biases tied yarn head_dim", "arcee", dict(BASE, attention_bias=True, mlp_bias=True, tie_word_embeddings=True,
+                                                      head_dim=8, rope_parameters=dict(YARN)), None),
 ]
 
 

@@ -52,6 +52,7 @@ CASES = [
     # its MoE MLP names as qwen2_moe's.
     ("@ernie4_5_moe", ["lora.target_modules=all-linear", EXPERTS]),
     ("@ernie4_5", ["lora.target_modules=[q_proj,k_proj,down_proj]"]),
+    ("@arcee", ["lora.target_modules=all-linear"]),  # its ungated relu² MLP: up_proj and down_proj
 ]
 
 
@@ -97,7 +98,8 @@ def make_random(model_type: str, **kwargs):
 MADE = {"@gemma3_vl": make_gemma3_vl,
         "@ernie4_5_moe": make_random("ernie4_5_moe", moe_num_experts=8, moe_k=2, moe_intermediate_size=32,
                                      moe_num_shared_experts=1),
-        "@ernie4_5": make_random("ernie4_5", head_dim=16)}
+        "@ernie4_5": make_random("ernie4_5", head_dim=16),
+        "@arcee": make_random("arcee")}
 
 
 def main(binary: str, fixtures: Path, only: list[str]) -> int:

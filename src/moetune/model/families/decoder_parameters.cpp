@@ -83,9 +83,13 @@ struct Builder {
   }
 
   // A SwiGLU MLP: gate and up fused into one [2I, H] parameter (one HF tensor too where `fused_gate_up` names it).
+  // A relu² MLP (Arcee's up_proj -> relu² -> down_proj) has no gate: its `gate_up` parameter is up_proj alone.
   void mlp(const MlpSpec& m, const std::string& hf, const std::string& engine, const std::string& fused_gate_up = "") {
     const int64_t I = m.intermediate, H = spec.hidden_size;
-    if (!fused_gate_up.empty()) {
+    if (m.activation == Activation::ReluSquared) {
+      out.push_back(whole(engine + "gate_up", ParameterRole::Matmul, {hf + "up_proj.weight", {I, H}}));
+      if (m.bias) out.push_back(whole(engine + "gate_up_bias", ParameterRole::Bias, {hf + "up_proj.bias", {I}}));
+    } else if (!fused_gate_up.empty()) {
       out.push_back(whole(engine + "gate_up", ParameterRole::Matmul, {hf + fused_gate_up + ".weight", {2 * I, H}}));
       if (m.bias)
         out.push_back(whole(engine + "gate_up_bias", ParameterRole::Bias, {hf + fused_gate_up + ".bias", {2 * I}}));

@@ -6,7 +6,7 @@ extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily,
     kDeepseekV3Family, kNemotronHFamily, kQwen2Family, kMistralFamily, kGlm4MoeFamily, kGlm4MoeLiteFamily, kPhi3Family,
     kSmolLM3Family, kOlmoeFamily, kMinistralFamily, kMiniMaxM2Family, kDots1Family, kDeepseekV2Family, kOlmo2Family,
     kOlmo3Family, kSolarOpenFamily, kExaone4Family, kFlexOlmoFamily, kExaoneMoeFamily, kGemmaFamily, kGemma3Family,
-    kErnie4_5MoeFamily, kErnie4_5Family;
+    kErnie4_5MoeFamily, kErnie4_5Family, kArceeFamily;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {
@@ -15,7 +15,7 @@ const std::vector<const Family*>& families() {
       &kGlm4MoeFamily,   &kGlm4MoeLiteFamily, &kPhi3Family,        &kSmolLM3Family,    &kOlmoeFamily,
       &kMinistralFamily, &kMiniMaxM2Family,   &kDots1Family,       &kDeepseekV2Family, &kOlmo2Family,
       &kOlmo3Family,     &kSolarOpenFamily,   &kExaone4Family,     &kFlexOlmoFamily,   &kExaoneMoeFamily,
-      &kGemmaFamily,     &kGemma3Family,      &kErnie4_5MoeFamily, &kErnie4_5Family};
+      &kGemmaFamily,     &kGemma3Family,      &kErnie4_5MoeFamily, &kErnie4_5Family,   &kArceeFamily};
   return all;
 }
 
