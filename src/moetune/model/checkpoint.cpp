@@ -32,14 +32,13 @@ constexpr const char* kCompanionFiles[] = {
 // Buffers that older checkpoints carry and transformers ignores on load.
 bool is_ignored_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 
-// model.layers.K.* (Nemotron-H: backbone.layers.K.*) with K >= num_hidden_layers: a layer config.json does not
-// describe (DeepSeek-V3's multi-token-prediction module, or a checkpoint whose config was cut to fewer layers).
-// transformers leaves such tensors unloaded (with its "weights ... were not used" warning); so does moetune, and it
-// does not save them.
+// <decoder>layers.K.* (model.layers.K.*; Nemotron-H: backbone.layers.K.*) with K >= num_hidden_layers: a layer
+// config.json does not describe (DeepSeek-V3's multi-token-prediction module, or a checkpoint whose config was cut to
+// fewer layers). transformers leaves such tensors unloaded (with its "weights ... were not used" warning); so does
+// moetune, and it does not save them.
 bool is_layer_past_last(const ModelSpec& config, const std::string& name) {
   const int64_t num_layers = config.num_layers();
-  std::string prefix = config.checkpoint_names.decoder + "layers.";
-  if (!name.starts_with(prefix)) prefix = "backbone.layers.";
+  const std::string prefix = config.checkpoint_names.decoder + "layers.";
   if (!name.starts_with(prefix)) return false;
   const size_t end = name.find('.', prefix.size());
   const std::string index = name.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
@@ -148,10 +147,12 @@ std::vector<bool> match_checkpoint(const ParameterLayout& layout, const Safetens
 
 ModelSpec load_model_spec_for(const fs::path& folder) {
   ModelSpec spec = load_model_spec(folder / "config.json");
-  if (!spec.checkpoint_names.carried.empty() && SafetensorsFolder::holds_weights(folder))
-    follow_checkpoint_spelling(spec, SafetensorsFolder::open(folder));
-  if (!spec.tie_word_embeddings) return spec;
+  const bool wrapped = !spec.checkpoint_names.carried.empty();
+  if (!wrapped && !spec.tie_word_embeddings) return spec;
+  if (wrapped && !SafetensorsFolder::holds_weights(folder)) return spec;  // config.json alone: the names it implies
   const SafetensorsFolder files = SafetensorsFolder::open(folder);
+  if (wrapped) follow_checkpoint_spelling(spec, files);
+  if (!spec.tie_word_embeddings) return spec;
   const std::string head = head_name(spec), embedding = embedding_name(spec);
   if (!files.contains(head) || head_is_the_embedding(spec, files)) return spec;
   if (!files.contains(embedding) || files.entry(head).shape != files.entry(embedding).shape)

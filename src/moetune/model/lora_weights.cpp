@@ -25,8 +25,7 @@ constexpr const char* kPeftPrefix = "base_model.model.";
 std::string module_of(const ModelSpec& spec, const std::string& tensor_name) {
   const std::string module = tensor_name.substr(0, tensor_name.rfind('.'));
   const ModelSpec::CheckpointNames& names = spec.checkpoint_names;
-  if (module.starts_with(names.decoder)) return names.decoder_in_memory + module.substr(names.decoder.size());
-  return module.starts_with("backbone.") ? "model." + module.substr(9) : module;
+  return module.starts_with(names.decoder) ? names.decoder_in_memory + module.substr(names.decoder.size()) : module;
 }
 std::string leaf_of(const std::string& module) { return module.substr(module.rfind('.') + 1); }
 

@@ -58,6 +58,15 @@ const Family& resolve_family(const json& config) {
        supported_list());
 }
 
+// The families name the decoder's tensors model.* and the head's lm_head.* (Nemotron-H names its backbone.* itself);
+// a checkpoint that keeps them elsewhere (ModelSpec::CheckpointNames) gets them renamed in parameter_layout, once, for
+// loading and saving alike.
+std::string checkpoint_name(const ModelSpec::CheckpointNames& names, const std::string& name) {
+  if (name.starts_with("model.")) return names.decoder + name.substr(6);
+  if (name.starts_with("lm_head.")) return names.head + name.substr(8);
+  return name;
+}
+
 const Family& family_of(const ModelSpec& spec) {
   for (const Family* family : families())
     if (spec.family == family->model_type) return *family;
@@ -69,20 +78,22 @@ const Family& family_of(const ModelSpec& spec) {
 ModelSpec describe_model(const json& config, const std::string& source) {
   return with_context(source, [&] {
     if (!config.is_object()) fail("not a JSON object");
+    ModelSpec spec;
+    const Family* family = nullptr;  // whose parameters the model has: a wrapper's are its language model's
+    std::string architecture;
     if (const MultimodalWrapper* wrapper = find_multimodal_wrapper(config)) {
-      const Family* text_family = family_by_model_type(wrapper->text_model_type);
-      if (!text_family)
+      family = family_by_model_type(wrapper->text_model_type);
+      if (!family)
         fail("no model family '{}' for {}'s language model", wrapper->text_model_type, wrapper->architecture);
-      ModelSpec spec = describe_text_of_multimodal(*wrapper, config, *text_family);
-      spec.family = text_family->model_type;  // its parameters are the language model's
-      spec.architecture = wrapper->architecture;
-      spec.json = config;
-      return spec;
+      spec = describe_text_of_multimodal(*wrapper, config, *family);
+      architecture = wrapper->architecture;
+    } else {
+      family = &resolve_family(config);
+      spec = family->describe(io::ConfigReader(config));
+      architecture = family->architecture;
     }
-    const Family& family = resolve_family(config);
-    ModelSpec spec = family.describe(io::ConfigReader(config));
-    spec.family = family.model_type;
-    spec.architecture = family.architecture;
+    spec.family = family->model_type;
+    spec.architecture = architecture;
     spec.json = config;
     return spec;
   });
@@ -91,18 +102,6 @@ ModelSpec describe_model(const json& config, const std::string& source) {
 ModelSpec load_model_spec(const std::filesystem::path& config_json) {
   return describe_model(io::read_json_file(config_json), config_json.string());
 }
-
-namespace {
-
-// The families name the decoder's tensors model.* and the head's lm_head.*; a checkpoint that keeps them
-// elsewhere (ModelSpec::CheckpointNames) gets them renamed here, once, for loading and saving alike.
-std::string checkpoint_name(const ModelSpec::CheckpointNames& names, const std::string& name) {
-  if (name.starts_with("model.")) return names.decoder + name.substr(6);
-  if (name.starts_with("lm_head.")) return names.head + name.substr(8);
-  return name;
-}
-
-}  // namespace
 
 ParameterLayout parameter_layout(const ModelSpec& spec) {
   std::vector<ParameterSpec> parameters = family_of(spec).parameters(spec);

@@ -173,11 +173,12 @@ struct ModelSpec {
   // its language model, and holds tensors the engine reads without running (the vision tower, the projector) and
   // saves back as they were.
   struct CheckpointNames {
-    std::string decoder = "model.";    // model.embed_tokens.weight, model.layers.0.*, model.norm.weight
+    // model.embed_tokens.weight, model.layers.0.*, model.norm.weight (Nemotron-H: backbone.*)
+    std::string decoder = "model.";
     std::string head = "lm_head.";     // lm_head.weight
     std::vector<std::string> carried;  // prefixes of the tensors carried through unchanged
-    // The decoder's and head's prefixes as transformers names the modules in memory (PEFT's adapter keys), where
-    // they differ from the checkpoint's: Nemotron-H's backbone.* is model.* (model/lora_weights.cpp).
+    // The decoder's and head's prefixes as transformers names the modules in memory (PEFT's adapter keys,
+    // model/lora_weights.cpp), where they differ from the checkpoint's: Nemotron-H's backbone.* is model.*.
     std::string decoder_in_memory = "model.", head_in_memory = "lm_head.";
   } checkpoint_names;
 

@@ -21,8 +21,7 @@ ModelSpec describe(const io::ConfigReader& r) {
   if (const std::string act = r.string("hidden_act", "relu2"); act != "relu2")
     refuse("hidden_act", act, "an ungated MLP activation other than relu2");
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
-  MlpSpec mlp{c.intermediate_size, r.boolean("mlp_bias", false)};
-  mlp.activation = Activation::ReluSquared;
+  const MlpSpec mlp = relu2_mlp(c.intermediate_size, r.boolean("mlp_bias", false));
   for (LayerSpec& layer : c.spec.layers) layer = attention_then(c.attention, mlp);
   finish_decoder(c);
   return c.spec;

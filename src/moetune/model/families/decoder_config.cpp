@@ -245,6 +245,12 @@ void read_dtype_and_token_ids(const io::ConfigReader& r, ModelSpec& spec) {
   spec.eos_token_ids = r.integers("eos_token_id");
 }
 
+MlpSpec relu2_mlp(int64_t intermediate, bool bias) {
+  MlpSpec m{intermediate, bias};
+  m.activation = Activation::ReluSquared;
+  return m;
+}
+
 LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn) {
   return LayerSpec{{SublayerSpec{"input_norm", attention}, SublayerSpec{"post_attn_norm", std::move(ffn)}}};
 }

@@ -85,6 +85,9 @@ void apply_token_id_defaults(const io::ConfigReader& config, const TokenIdDefaul
 // the end; one outside the table is an error naming pad_token_id.
 std::optional<int64_t> embedding_padding_row(std::optional<int64_t> pad_token_id, int64_t vocab_size);
 
+// An ungated MLP, down(relu(up x)²) (Nemotron-H's MLPs and experts, Arcee's MLP).
+MlpSpec relu2_mlp(int64_t intermediate, bool bias);
+
 // One layer of the usual shape: h + attention(input_norm(h)), then h + ffn(post_attn_norm(h)).
 LayerSpec attention_then(const AttentionSpec& attention, decltype(SublayerSpec::mixer) ffn);
 // One layer whose sublayers norm their outputs instead of their inputs (OLMo-2, OLMo-3, EXAONE 4.0, FlexOlmo):

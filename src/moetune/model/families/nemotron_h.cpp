@@ -36,12 +36,6 @@ AttentionSpec read_attention(const NemotronHConfig& c) {
   return a;
 }
 
-MlpSpec relu2_mlp(int64_t intermediate, bool bias) {
-  MlpSpec m{intermediate, bias};
-  m.activation = Activation::ReluSquared;
-  return m;
-}
-
 MoeSpec read_moe(const NemotronHConfig& c) {
   MoeSpec moe;
   RouterSpec& router = moe.router;
@@ -89,6 +83,8 @@ ModelSpec describe(const io::ConfigReader& r) {
   spec.norm_eps = c.norm_eps;
   spec.tie_word_embeddings = false;  // never tied in transformers 5.17, whatever config.json says
   spec.carries_mtp_layers = true;    // mtp.*: not loaded, trained or saved
+  // backbone.* on disk, model.* in transformers' model (conversion_mapping.py): PEFT's adapters say model.*.
+  spec.checkpoint_names.decoder = "backbone.";
   Mamba2Spec mamba = c.mamba;
   mamba.chunk_size = c.chunk_size;
   for (NemotronHLayer kind : c.layers) {
