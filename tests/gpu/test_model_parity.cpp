@@ -107,7 +107,7 @@ double decision_margin(const std::vector<double>& scores, int64_t num_groups, in
 }
 
 // The router's decision margin for one token's logits: on the biased sigmoid scores (DeepSeek-V3), else on the
-// softmax probabilities.
+// softmax probabilities, plus the choice bias where the router has one (ERNIE 4.5 chooses by p + bias).
 double choice_margin(const float* logits, const Tensor& bias, int64_t experts, const RouterSpec& r) {
   std::vector<double> scores(static_cast<size_t>(experts));
   if (is_sigmoid_group_limited(r)) {
@@ -118,7 +118,8 @@ double choice_margin(const float* logits, const Tensor& bias, int64_t experts, c
   const double top = *std::max_element(logits, logits + experts);
   double total = 0;
   for (int64_t e = 0; e < experts; ++e) total += (scores[size_t(e)] = std::exp(double(logits[e]) - top));
-  for (double& p : scores) p /= total;
+  for (int64_t e = 0; e < experts; ++e)
+    scores[size_t(e)] = scores[size_t(e)] / total + (bias.defined() ? bias.data<float>()[e] : 0.0);
   return decision_margin(scores, r.num_groups, r.topk_groups, r.top_k, /*group_by_two_best=*/false);
 }
 

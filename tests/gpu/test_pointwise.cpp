@@ -660,9 +660,11 @@ TEST_F(EmbeddingGpu, NoTokens) {
 
 class ElementwiseGpu : public PointwiseGpuTest {};
 
-Tensor cpu_sum(const Tensor& a32, const Tensor& b32) {
+// a + b_scale · b, in fp32 (b undefined: a_scale · a alone).
+Tensor cpu_sum(const Tensor& a32, const Tensor& b32, float b_scale = 1.0f, float a_scale = 1.0f) {
   Tensor out = a32.clone();
-  for (int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] += b32.data<float>()[i];
+  for (int64_t i = 0; i < out.numel(); ++i)
+    out.data<float>()[i] = a_scale * out.data<float>()[i] + (b32.defined() ? b_scale * b32.data<float>()[i] : 0.0f);
   return out;
 }
 
@@ -698,6 +700,32 @@ TEST_F(ElementwiseGpu, AddInPlaceAndMisaligned) {
     const Tensor other = random_gpu({999}, dtype), out = poisoned({999}, dtype, Device::cuda());
     ops::cuda::add(misaligned, other, out);
     EXPECT_LT(relative_error(out, cpu_sum(to_cpu_f32(misaligned), to_cpu_f32(other))), tolerance_of(dtype));
+  }
+}
+
+// Granite's residual multiplier: h + s · mixed forward, s · d(out) backward (model/cuda/sublayer_norm.h), over
+// the vector path, the scalar tail and a misaligned view, in place too.
+TEST_F(ElementwiseGpu, ScaledAddAndScaleMatchCpu) {
+  SCOPED_TRACE(seed());
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    for (int64_t n : {4099, 13}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n " << n);
+      const Tensor a = random_gpu({n}, dtype), b = random_gpu({n}, dtype);
+      const Tensor out = poisoned({n}, dtype, Device::cuda());
+      ops::cuda::add(a, b, out, 0.22f);
+      EXPECT_LT(relative_error(out, cpu_sum(to_cpu_f32(a), to_cpu_f32(b), 0.22f)), tolerance_of(dtype));
+      const Tensor scaled = poisoned({n}, dtype, Device::cuda());
+      ops::cuda::scale(a, 0.125f, scaled);
+      EXPECT_LT(relative_error(scaled, cpu_sum(to_cpu_f32(a), Tensor(), 0.0f, 0.125f)), tolerance_of(dtype));
+      const Tensor expected = cpu_sum(to_cpu_f32(b), Tensor(), 0.0f, -3.0f);
+      ops::cuda::scale(b, -3.0f, b);  // in place
+      EXPECT_LT(relative_error(b, expected), tolerance_of(dtype));
+    }
+    const Tensor storage = random_gpu({1 + 999}, dtype);
+    const Tensor misaligned = storage.flat_slice(1, {999});
+    const Tensor other = random_gpu({999}, dtype), out = poisoned({999}, dtype, Device::cuda());
+    ops::cuda::add(other, misaligned, out, 8.0f);
+    EXPECT_LT(relative_error(out, cpu_sum(to_cpu_f32(other), to_cpu_f32(misaligned), 8.0f)), tolerance_of(dtype));
   }
 }
 

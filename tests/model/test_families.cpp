@@ -1195,5 +1195,56 @@ TEST(Families, ArceeReluSquaredMlp) {
   EXPECT_NE(error_of(R"({"model_type":"arcee","hidden_act":"silu"})").find("'hidden_act'"), std::string::npos);
 }
 
+// granite-3.0-1b-a400m's shape, cut: the multipliers land where the engine reads them (the attention multiplier
+// is the softmax scale itself, 1.0 when absent), the experts load from the stacked tensors or v5's names, and
+// GraniteMoeShared's MLP sits beside the block.
+TEST(Families, GraniteMultipliersAndStackedExperts) {
+  const ModelSpec dense = parse(R"({"model_type":"granite","hidden_size":64,"num_attention_heads":4,
+    "intermediate_size":96,"num_hidden_layers":2})");
+  EXPECT_EQ(attention(dense).softmax_scale(), 1.0);
+  EXPECT_EQ(dense.layers[1].sublayers[1].residual_scale, 1.0);
+  const ModelSpec spec = parse(R"({"model_type":"granitemoeshared","hidden_size":64,"num_attention_heads":4,
+    "intermediate_size":32,"num_hidden_layers":2,"num_local_experts":4,"num_experts_per_tok":2,
+    "shared_intermediate_size":24,"embedding_multiplier":12.0,"attention_multiplier":0.015625,
+    "residual_multiplier":0.22,"logits_scaling":8.0})");
+  EXPECT_EQ(attention(spec).softmax_scale(), 0.015625);
+  EXPECT_EQ(spec.embedding_scale, 12.0);
+  EXPECT_FALSE(spec.embedding_scale_in_activation_dtype);
+  EXPECT_EQ(spec.logits_divisor, 8.0);
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers) EXPECT_EQ(sublayer.residual_scale, 0.22);
+  const MoeSpec& moe = *spec.layers[0].moe();
+  EXPECT_TRUE(moe.router.topk_before_softmax);
+  EXPECT_FALSE(moe.router.bias);
+  EXPECT_EQ(moe.experts.intermediate, 32);
+  ASSERT_TRUE(moe.shared_expert);
+  EXPECT_EQ(moe.shared_expert->mlp.intermediate, 24);
+  std::map<std::string, std::vector<std::string>> pieces;
+  std::map<std::string, std::string> fused;
+  for (const ParameterSpec& p : parameter_layout(spec).parameters)
+    if (p.name.starts_with("layers.0.moe.")) {
+      for (const HfTensor& piece : p.pieces) pieces[p.name].push_back(piece.name);
+      fused[p.name] = p.fused_hf_name;
+    }
+  const std::string layer = "model.layers.0.";
+  EXPECT_EQ(pieces["layers.0.moe.router"], std::vector<std::string>{layer + "block_sparse_moe.router.layer.weight"});
+  EXPECT_EQ(fused["layers.0.moe.router"], layer + "block_sparse_moe.router.weight");
+  EXPECT_EQ(pieces["layers.0.moe.experts_gate_up"],
+            std::vector<std::string>{layer + "block_sparse_moe.input_linear.weight"});
+  EXPECT_EQ(fused["layers.0.moe.experts_gate_up"], layer + "block_sparse_moe.experts.gate_up_proj");
+  EXPECT_EQ(pieces["layers.0.moe.experts_down"],
+            std::vector<std::string>{layer + "block_sparse_moe.output_linear.weight"});
+  EXPECT_EQ(pieces["layers.0.moe.shared_gate_up"], std::vector<std::string>{layer + "shared_mlp.input_linear.weight"});
+  EXPECT_EQ(pieces["layers.0.moe.shared_down"], std::vector<std::string>{layer + "shared_mlp.output_linear.weight"});
+  EXPECT_NE(error_of(R"({"model_type":"granite","logits_scaling":0})").find("'logits_scaling'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type":"granitemoe","residual_multiplier":null})").find("'residual_multiplier'"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"model_type":"granitemoeshared","shared_intermediate_size":-1})").find("shared_intermediate_size"),
+      std::string::npos);
+  EXPECT_EQ(parse(R"({"model_type":"granitemoeshared","num_hidden_layers":1})").layers[0].moe()->shared_expert,
+            std::nullopt);
+}
+
 }  // namespace
 }  // namespace moetune::model

@@ -53,6 +53,11 @@ CASES = [
     ("@ernie4_5_moe", ["lora.target_modules=all-linear", EXPERTS]),
     ("@ernie4_5", ["lora.target_modules=[q_proj,k_proj,down_proj]"]),
     ("@arcee", ["lora.target_modules=all-linear"]),  # its ungated relu² MLP: up_proj and down_proj
+    # Granite: the multipliers around every adapted projection; GraniteMoeShared's stacked experts (their v5
+    # in-memory names are PEFT's target_parameters) and its shared MLP's input_linear / output_linear.
+    ("@granite", ["lora.target_modules=all-linear"]),
+    ("@granitemoeshared", ["lora.target_modules=all-linear",
+                           "lora.target_parameters=[block_sparse_moe.experts.gate_up_proj,block_sparse_moe.experts.down_proj]"]),
 ]
 
 
@@ -99,7 +104,12 @@ MADE = {"@gemma3_vl": make_gemma3_vl,
         "@ernie4_5_moe": make_random("ernie4_5_moe", moe_num_experts=8, moe_k=2, moe_intermediate_size=32,
                                      moe_num_shared_experts=1),
         "@ernie4_5": make_random("ernie4_5", head_dim=16),
-        "@arcee": make_random("arcee")}
+        "@arcee": make_random("arcee"),
+        "@granite": make_random("granite", embedding_multiplier=12.0, attention_multiplier=0.15,
+                                residual_multiplier=0.22, logits_scaling=8.0),
+        "@granitemoeshared": make_random("granitemoeshared", num_local_experts=4, num_experts_per_tok=2,
+                                         shared_intermediate_size=24, embedding_multiplier=12.0,
+                                         attention_multiplier=0.15, residual_multiplier=0.22, logits_scaling=8.0)}
 
 
 def main(binary: str, fixtures: Path, only: list[str]) -> int:

@@ -126,6 +126,8 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::R
       {"rope_theta", attention.rope.theta},
       {"softmax_scale", attention.softmax_scale()},
       {"embedding_scale", c.embedding_scale},
+      {"residual_scale", c.layers.empty() ? 1.0 : c.layers[0].sublayers[0].residual_scale},
+      {"logits_divisor", c.logits_divisor},
       {"norm_weight_offset", c.final_norm_weight_offset}};
   json layers = json::array();
   for (const model::LayerSpec& layer : c.layers) layers.push_back(layer_kind(layer));
@@ -227,11 +229,14 @@ std::string format_inspection(const json& r) {
                    c["num_key_value_heads"].get<int64_t>(), c["head_dim"].get<int64_t>(), c["vocab_size"].get<int64_t>(),
                    rope == "none" ? "no rope" : fmt::format("rope {} (theta {})", rope, c["rope_theta"].get<double>()),
                    c["tie_word_embeddings"].get<bool>() ? ", tied embeddings" : ""));
-  // Gemma's departures from the usual decoder: the scaled embedding and the norms' 1 + weight.
+  // Gemma's departures from the usual decoder: the scaled embedding and the norms' 1 + weight; Granite's multipliers.
   if (c.value("embedding_scale", 1.0) != 1.0 || c.value("norm_weight_offset", 0.0) != 0.0)
     line(fmt::format("  embedding rows times {:.6g}, norms scaling by {} + weight, softmax scale {:.6g}",
                      c.value("embedding_scale", 1.0), c.value("norm_weight_offset", 0.0),
                      c.value("softmax_scale", 0.0)));
+  if (c.value("residual_scale", 1.0) != 1.0 || c.value("logits_divisor", 1.0) != 1.0)
+    line(fmt::format("  sublayer outputs times {:.6g} before the residual add, logits divided by {:.6g}",
+                     c.value("residual_scale", 1.0), c.value("logits_divisor", 1.0)));
   line("layers:");
   // Runs of identical layers print as one line.
   const json& layers = r["layers"];

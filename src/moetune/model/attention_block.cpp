@@ -30,7 +30,8 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
       // An MLA sublayer's adapters are its block's (MlaAttentionBlock::Adapters).
       qkv_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.qkv")),
       o_lora_(spec_.mla ? LoraLinear() : LoraLinear::lookup(store, layer + "attn.o")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset),
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset,
+                sublayer.residual_scale),
       mla_(spec_.mla ? std::make_unique<MlaAttentionBlock>(store, layer, sublayer, norm_eps) : nullptr) {
   if (mla_) return;
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim, "{}: differing q/k and v head dims are not implemented", layer);

@@ -17,6 +17,15 @@ inline Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// a · scale as a new tensor (Granite's residual_multiplier), the factor as the fp32 number transformers multiplies by.
+inline Tensor scaled(const Tensor& a, double scale) {
+  Tensor out = a.clone();
+  float* o = out.data<float>();
+  const float factor = float(scale);
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] *= factor;
+  return out;
+}
+
 // Columns [first, first + count) of a [rows, width] tensor, as a new [rows, count] tensor (a split along the
 // last dimension: view [T, heads, d] as [T·heads, d] to split per head).
 inline Tensor columns(const Tensor& x, int64_t first, int64_t count) {

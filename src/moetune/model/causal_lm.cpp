@@ -51,9 +51,17 @@ void CausalLM::force_routing(const std::vector<std::vector<int32_t>>& chosen_per
 Tensor CausalLM::head_logits(const Tensor& final_hidden) const {
   const ModelSpec& c = spec();
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
-  return ops::linear_forward(
+  return divided_by_logits_scaling(ops::linear_forward(
       ops::rms_norm_forward(final_hidden, store_->get("final_norm").value, c.norm_eps, c.final_norm_weight_offset),
-      head.value);
+      head.value));
+}
+
+Tensor CausalLM::divided_by_logits_scaling(Tensor logits) const {
+  const float divisor = float(spec().logits_divisor);
+  if (divisor == 1.0f) return logits;
+  float* values = logits.data<float>();
+  for (int64_t i = 0; i < logits.numel(); ++i) values[i] /= divisor;  // transformers divides (not by 1 / s)
+  return logits;
 }
 
 Tensor CausalLM::next_token_logits(const std::vector<int64_t>& ids, DecodeCache& decode_cache) {
@@ -155,7 +163,9 @@ void CausalLM::backward() {
   const ModelSpec& c = spec();
   const Param head = store_->get(c.tie_word_embeddings ? "embed_tokens" : "lm_head");
   const Param final_norm = store_->get("final_norm");
-  const Tensor dlogits = ops::cross_entropy_backward(stash_.logits, stash_.targets, stash_.lm_scale);
+  // d(logits) / logits_scaling: the head's output was divided by it.
+  const Tensor dlogits =
+      divided_by_logits_scaling(ops::cross_entropy_backward(stash_.logits, stash_.targets, stash_.lm_scale));
   const float offset = c.final_norm_weight_offset;
   const Tensor normed = ops::rms_norm_forward(stash_.final_hidden, final_norm.value, c.norm_eps, offset);
   Tensor dh = ops::linear_backward(dlogits, normed, head.value, head.grad);

@@ -98,6 +98,8 @@ class CausalLM final : public LanguageModel {
   CausalLM(ModelWeights weights, const DispatcherFactory<CpuBlocks>& make_dispatcher);
   Tensor run_layers(const Tensor& input_ids, StepContext& context);
   Tensor head_logits(const Tensor& final_hidden) const;  // final norm and LM head: [T, V]
+  // Granite's logits_scaling (ModelSpec::logits_divisor): `logits` (F32, owned) divided by it in place.
+  Tensor divided_by_logits_scaling(Tensor logits) const;
 
   std::unique_ptr<ParameterStore> store_;  // on the heap: the blocks keep references into it
   std::vector<Sublayer<CpuBlocks>> sublayers_;

@@ -13,7 +13,8 @@ DenseMlpBlock::DenseMlpBlock(const ParameterStore& store, const std::string& lay
       mlp_(*sublayer.mlp()),
       p_(MlpParams::lookup(store, layer, sublayer.norm)),
       lora_(SwigluLora::lookup(store, layer + "mlp.")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset) {}
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset,
+                sublayer.residual_scale) {}
 
 Tensor DenseMlpBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;

@@ -16,6 +16,7 @@ bool RouterSpec::is_topk_then_softmax() const {
 }
 
 double AttentionSpec::softmax_scale() const {
+  if (scaling) return *scaling;
   return 1.0 / std::sqrt(query_pre_attn_scalar > 0 ? query_pre_attn_scalar : double(qk_head_dim));
 }
 

@@ -55,7 +55,9 @@ struct AttentionSpec {
   // (parameter_layout.h's PartialRotary::interleaved): q·k is the same sum in any common order of a head's
   // dimensions, so its one rotate-half RoPE then rotates exactly the checkpoint's pairs.
   bool rope_interleaved = false;
-  double softmax_scale() const;             // 1 / sqrt(query_pre_attn_scalar, else qk_head_dim)
+  // Granite's attention_multiplier: the softmax scale itself, in place of 1 / sqrt(qk_head_dim).
+  std::optional<double> scaling;
+  double softmax_scale() const;  // scaling, else 1 / sqrt(query_pre_attn_scalar, else qk_head_dim)
 };
 
 // ClampedSwiGLU: GPT-OSS's experts, with `MlpSpec::clamp`'s constants.
@@ -136,6 +138,9 @@ struct SublayerSpec {
   // Gemma: every RMSNorm of the sublayer (norm, out_norm, attention's q/k norms) scales by 1 + weight, its weight
   // stored as the offset from 1 (ops/norm.h's weight_offset); 0 elsewhere. Attention and dense MLP sublayers only.
   float norm_weight_offset = 0.0f;
+  // Granite's residual_multiplier: h + residual_scale · out_norm(mixer(...)). Attention (not latent), dense MLP and
+  // MoE sublayers only, validate_decoder says.
+  double residual_scale = 1.0;
 
   const AttentionSpec* attention() const { return std::get_if<AttentionSpec>(&mixer); }
   const MlpSpec* mlp() const { return std::get_if<MlpSpec>(&mixer); }
@@ -163,6 +168,11 @@ struct ModelSpec {
   // rounds its embed_scale buffer to the weight's); a tied LM head reads the unscaled weight.
   float final_norm_weight_offset = 0.0f;
   double embedding_scale = 1.0;
+  // Whether embedding_scale is rounded to the activations' dtype first (Gemma's bf16 embed_scale buffer) or
+  // multiplies as the number it is (Granite's embedding_multiplier, a Python float in transformers).
+  bool embedding_scale_in_activation_dtype = true;
+  // Granite's logits_scaling: the LM head's logits are divided by it before the softmax (and in generation).
+  double logits_divisor = 1.0;
   std::vector<LayerSpec> layers;
   // The family's released files may carry multi-token-prediction tensors named mtp.* (Nemotron-H), which the model
   // does not run: loading skips them and saving does not write them. (Layers past num_hidden_layers, DeepSeek-V3's

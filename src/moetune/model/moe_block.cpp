@@ -20,7 +20,7 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
       shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")),
       correction_bias_(store.find(layer + "moe.router_correction_bias")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps) {
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, 0.0f, sublayer.residual_scale) {
   MOETUNE_CHECK(spec_.latent_size.has_value() == p_.latent_in.defined() && p_.latent_in.defined() == p_.latent_out.defined(),
                 "{}: the spec and the parameters disagree on the latent projections", layer);
   refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",

@@ -16,13 +16,18 @@ Tensor input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& 
 }
 
 Tensor OutputNorm::forward(const Tensor& mixed, const Tensor& h) {
-  if (!norm_.defined()) return add(h, mixed);
-  mixed_ = mixed;
-  return add(h, ops::rms_norm_forward(mixed, norm_.value, eps_, weight_offset_));
+  Tensor out = mixed;
+  if (norm_.defined()) {
+    mixed_ = mixed;
+    out = ops::rms_norm_forward(mixed, norm_.value, eps_, weight_offset_);
+  }
+  return add(h, residual_scale_ != 1.0 ? scaled(out, residual_scale_) : out);
 }
 
 Tensor OutputNorm::backward(const Tensor& dout) const {
-  return norm_.defined() ? ops::rms_norm_backward(dout, mixed_, norm_.value, eps_, norm_.grad, weight_offset_) : dout;
+  const Tensor dnormed = residual_scale_ != 1.0 ? scaled(dout, residual_scale_) : dout;
+  return norm_.defined() ? ops::rms_norm_backward(dnormed, mixed_, norm_.value, eps_, norm_.grad, weight_offset_)
+                         : dnormed;
 }
 
 }  // namespace moetune::model

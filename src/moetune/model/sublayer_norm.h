@@ -18,12 +18,13 @@ Tensor input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& 
 class OutputNorm {
  public:
   OutputNorm() = default;
-  OutputNorm(Param norm, double eps, float weight_offset = 0.0f)
-      : norm_(std::move(norm)), eps_(eps), weight_offset_(weight_offset) {}
-  bool defined() const { return norm_.defined(); }
-  // h + out_norm(mixed), keeping `mixed` for the backward pass; h + mixed without an output norm.
+  OutputNorm(Param norm, double eps, float weight_offset = 0.0f, double residual_scale = 1.0)
+      : norm_(std::move(norm)), eps_(eps), weight_offset_(weight_offset), residual_scale_(residual_scale) {}
+  // Whether the sublayer's output passes through here before the residual add (a norm, or a scale other than 1).
+  bool defined() const { return norm_.defined() || residual_scale_ != 1.0; }
+  // h + s · out_norm(mixed), keeping `mixed` for the backward pass; h + s · mixed without an output norm.
   Tensor forward(const Tensor& mixed, const Tensor& h);
-  // d(mixed) from d(out): through the norm (its weight's gradient accumulated), or d(out) itself without one.
+  // d(mixed) from d(out): s · d(out) through the norm (its weight's gradient accumulated), or s · d(out) itself.
   Tensor backward(const Tensor& dout) const;
   size_t stash_bytes() const { return mixed_.defined() ? mixed_.nbytes() : 0; }
   void clear_stash() { mixed_ = Tensor(); }
@@ -32,6 +33,7 @@ class OutputNorm {
   Param norm_;
   double eps_ = 0;
   float weight_offset_ = 0.0f;
+  double residual_scale_ = 1.0;  // SublayerSpec::residual_scale
   Tensor mixed_;  // the mixer's output, the norm's input
 };
 

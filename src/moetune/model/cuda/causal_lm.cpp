@@ -90,12 +90,17 @@ CausalLM::CausalLM(ModelWeights weights, const DispatcherFactory<GpuBlocks>& mak
   embed_ = store_->get("embed_tokens");
   head_ = store_->get(s.tie_word_embeddings ? "embed_tokens" : "lm_head");
   final_norm_ = store_->get("final_norm");
-  embedding_scale_ = bf16_to_f32(f32_to_bf16(float(s.embedding_scale)));
+  embedding_scale_ = float(s.embedding_scale);
+  if (s.embedding_scale_in_activation_dtype) embedding_scale_ = bf16_to_f32(f32_to_bf16(embedding_scale_));
   for (const auto& sublayer : sublayers_)
     for (const Tensor& grad : sublayer.with_block([](const auto& block) { return block.overwritten_gradients(); }))
       overwritten_gradients_.push_back(grad);
   set_head_gradient_written(true);
   keep_outputs_ = keeps_outputs(Recompute::None, store_->weights().lora != nullptr);
+}
+
+void CausalLM::divide_logits(const Tensor& logits) const {
+  if (spec().logits_divisor != 1.0) ops::cuda::scale(logits, logit_scale(), logits);
 }
 
 void CausalLM::set_head_gradient_written(bool on) {
@@ -188,7 +193,7 @@ CausalLM::QueuedLosses CausalLM::queue_forward_backward(const Batch& batch) {
   // The step's first pass writes the untied head's gradient whole: zero_grad() left it alone.
   const bool write_head_gradient = context.overwrite_gradients && written_head_gradient_.defined();
   ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, lm_scale, loss_sum, dnormed, head_.grad,
-                                  lm_head_chunk_rows_, write_head_gradient);
+                                  lm_head_chunk_rows_, write_head_gradient, logit_scale());
   f.normed = Tensor();
   Tensor aux_loss;
   if (with_aux) {
@@ -223,7 +228,8 @@ CausalLMOutput CausalLM::loss(const Batch& batch) {
   Forward f = run_layers(context, with_aux);
   clear_stashes();
   Tensor loss_sum = Tensor::zeros({1}, DType::F32, Device::cuda());
-  ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, 1.0, loss_sum, {}, {}, lm_head_chunk_rows_);
+  ops::cuda::linear_cross_entropy(f.normed, head_.value, device_batch.targets, 1.0, loss_sum, {}, {},
+                                  lm_head_chunk_rows_, false, logit_scale());
   CausalLMOutput out;
   out.num_tokens = device_batch.scored;
   const double divisor = batch.num_items_in_batch.value_or(double(device_batch.scored));
@@ -246,6 +252,7 @@ Tensor CausalLM::logits(const Batch& batch) {
   clear_stashes();
   Tensor logits = device_like({device_batch.tokens, c.vocab_size});
   ops::cuda::linear_forward(f.normed, head_.value, {}, logits);
+  divide_logits(logits);
   return ops::cast(logits.to(Device::cpu()), DType::F32).view({device_batch.rows, device_batch.seq, c.vocab_size});
 }
 

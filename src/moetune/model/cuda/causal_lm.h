@@ -143,12 +143,17 @@ class CausalLM final : public LanguageModel {
   Forward run_layers(StepContext& context, bool with_aux);
   void clear_stashes();  // evaluation keeps nothing for a backward pass
   bool wants_aux(const Batch& batch) const;
+  // Granite's logits_scaling: the LM head's output times logit_scale() = 1 / ModelSpec::logits_divisor (in place,
+  // BF16).
+  float logit_scale() const { return float(1.0 / spec().logits_divisor); }
+  void divide_logits(const Tensor& logits) const;
 
   std::unique_ptr<ParameterStore> store_;
   std::vector<Sublayer<GpuBlocks>> sublayers_;
   std::vector<std::pair<std::string, size_t>> stash_report_;
   Param head_, final_norm_, embed_;
-  // ModelSpec::embedding_scale rounded to bf16, as transformers rounds Gemma's embed_scale to the weight's dtype.
+  // ModelSpec::embedding_scale, rounded to bf16 where transformers rounds it to the weight's dtype (Gemma's
+  // embed_scale).
   float embedding_scale_ = 1.0f;
   LayerGradientsDone gradients_done_;
   LayerStarting parameters_needed_;

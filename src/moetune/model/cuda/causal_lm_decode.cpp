@@ -45,6 +45,7 @@ Tensor CausalLM::next_token_logits(const std::vector<int64_t>& ids, DecodeCache&
   clear_stashes();
   Tensor logits = Tensor::empty({1, c.vocab_size}, DType::BF16, Device::cuda());
   ops::cuda::linear_forward(f.normed.narrow(count - 1, 1), head_.value, {}, logits);
+  divide_logits(logits);
   return ops::cast(logits.to(Device::cpu()), DType::F32).view({-1});
 }
 

@@ -42,7 +42,7 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
       shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps) {
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, 0.0f, sublayer.residual_scale) {
   MOETUNE_CHECK(spec_.router.is_softmax_then_grouped_topk() || spec_.router.is_topk_then_softmax() ||
                     is_sigmoid_group_limited(spec_.router),
                 "{}: this router is not implemented on the GPU", layer);

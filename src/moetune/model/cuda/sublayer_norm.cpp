@@ -30,15 +30,22 @@ void input_norm_backward(const Tensor& dnormed, const Tensor& h, const Param& no
 }
 
 void OutputNorm::forward(const Tensor& mixed, const Tensor& h, const Tensor& out, bool keep) {
+  if (!norm_.defined()) {  // the residual scale alone
+    ops::cuda::add(h, mixed, out, residual_scale_);
+    return;
+  }
   ops::cuda::rms_norm_forward(mixed, norm_.value, eps_, out, weight_offset_);
-  ops::cuda::add(out, h, out);
+  ops::cuda::add(h, out, out, residual_scale_);
   if (keep) mixed_ = mixed;
 }
 
 Tensor OutputNorm::backward(const Tensor& dout) const {
   if (!defined()) return dout;
   Tensor dmixed = device_like(dout);
-  ops::cuda::rms_norm_backward(dout, mixed_, norm_.value, eps_, dmixed, norm_.grad, {}, weight_offset_);
+  if (residual_scale_ != 1.0f) ops::cuda::scale(dout, residual_scale_, dmixed);
+  if (norm_.defined())
+    ops::cuda::rms_norm_backward(residual_scale_ != 1.0f ? dmixed : dout, mixed_, norm_.value, eps_, dmixed, norm_.grad,
+                                 {}, weight_offset_);
   return dmixed;
 }
 

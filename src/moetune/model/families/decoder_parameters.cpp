@@ -84,7 +84,8 @@ struct Builder {
 
   // A SwiGLU MLP: gate and up fused into one [2I, H] parameter (one HF tensor too where `fused_gate_up` names it).
   // A relu² MLP (Arcee's up_proj -> relu² -> down_proj) has no gate: its `gate_up` parameter is up_proj alone.
-  void mlp(const MlpSpec& m, const std::string& hf, const std::string& engine, const std::string& fused_gate_up = "") {
+  void mlp(const MlpSpec& m, const std::string& hf, const std::string& engine, const std::string& fused_gate_up = "",
+           const std::string& down_name = "down_proj") {
     const int64_t I = m.intermediate, H = spec.hidden_size;
     if (m.activation == Activation::ReluSquared) {
       out.push_back(whole(engine + "gate_up", ParameterRole::Matmul, {hf + "up_proj.weight", {I, H}}));
@@ -100,15 +101,18 @@ struct Builder {
         out.push_back(concatenated(engine + "gate_up_bias", ParameterRole::Bias,
                                    {{hf + "gate_proj.bias", {I}}, {hf + "up_proj.bias", {I}}}));
     }
-    out.push_back(whole(engine + "down", ParameterRole::Matmul, {hf + "down_proj.weight", {H, I}}));
-    if (m.bias) out.push_back(whole(engine + "down_bias", ParameterRole::Bias, {hf + "down_proj.bias", {H}}));
+    out.push_back(whole(engine + "down", ParameterRole::Matmul, {hf + down_name + ".weight", {H, I}}));
+    if (m.bias) out.push_back(whole(engine + "down_bias", ParameterRole::Bias, {hf + down_name + ".bias", {H}}));
   }
 
   void moe(const MoeSpec& m, const MoeTensorNames& names, const std::string& layer_hf, const std::string& engine) {
     const int64_t E = m.router.num_experts, I = m.experts.intermediate, H = spec.hidden_size, k = m.router.top_k;
     const std::string hf = layer_hf + names.block + ".", fused = layer_hf + names.fused_block + ".";
     ParameterSpec router = whole(engine + "moe.router", ParameterRole::Router, {hf + names.router + ".weight", {E, H}});
-    if (names.fused_block != names.block) router.fused_hf_name = fused + "gate.weight";
+    if (!names.fused_router.empty())
+      router.fused_hf_name = fused + names.fused_router + ".weight";
+    else if (names.fused_block != names.block)
+      router.fused_hf_name = fused + "gate.weight";
     out.push_back(std::move(router));
     if (m.router.bias) out.push_back(whole(engine + "moe.router_bias", ParameterRole::Bias, {hf + names.router + ".bias", {E}}));
     if (m.router.correction_bias) {
@@ -129,6 +133,9 @@ struct Builder {
       gate_up.fused_hf_name = down.fused_hf_name = "";
       gate_up.pieces.push_back({hf + "experts.gate_up_proj", {E, H, 2 * I}, /*transposed=*/true, /*interleaved_pairs=*/true});
       down.pieces.push_back({hf + "experts.down_proj", {E, I, H}, /*transposed=*/true});
+    } else if (!names.stacked_gate_up.empty()) {
+      gate_up.pieces.push_back({hf + names.stacked_gate_up + ".weight", {E, 2 * I, H}});
+      down.pieces.push_back({hf + names.stacked_down + ".weight", {E, H, I}});
     } else {
       for (int64_t e = 0; e < E; ++e) {
         const std::string expert = fmt::format("{}experts.{}.", hf, e);
@@ -144,7 +151,8 @@ struct Builder {
     out.push_back(std::move(down));
     if (m.experts.bias) out.push_back(expert_bias(engine + "moe.experts_down_bias", {hf + "experts.down_proj_bias", {E, H}}, k));
     if (m.shared_expert) {
-      mlp(m.shared_expert->mlp, hf + names.shared_expert + ".", engine + "moe.shared_");
+      mlp(m.shared_expert->mlp, (names.shared_expert_beside_block ? layer_hf : hf) + names.shared_expert + ".",
+          engine + "moe.shared_", names.shared_expert_gate_up, names.shared_expert_down);
       if (m.shared_expert->sigmoid_gate)
         out.push_back(whole(engine + "moe.shared_gate", ParameterRole::Matmul, {hf + names.shared_expert_gate + ".weight", {1, H}}));
     }

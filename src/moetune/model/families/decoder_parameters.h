@@ -25,6 +25,17 @@ struct MoeTensorNames {
   // GPT-OSS: the experts exist only fused and transposed, <block>.experts.gate_up_proj [E, H, 2I] with gate and
   // up interleaved and <block>.experts.down_proj [E, I, H] (biases <name>_bias); no per-expert tensors.
   bool transposed_fused_experts = false;
+  // Granite: every expert's gate and up stacked in one tensor, <block>.<stacked_gate_up>.weight [E, 2I, H], and
+  // the down projections in <block>.<stacked_down>.weight [E, H, I] (v5's fused layout under other names; the
+  // v5 names load too); empty: per-expert tensors.
+  std::string stacked_gate_up, stacked_down;
+  // The router's module in transformers' in-memory model where the checkpoint's differs (Granite's router for
+  // router.layer), loaded too as <fused_block>.<this>.weight; empty: <fused_block>.gate where fused_block differs.
+  std::string fused_router;
+  // The shared expert's module beside <block> under the layer instead of inside it (Granite's shared_mlp), its gate
+  // and up in one tensor where shared_expert_gate_up names it (Granite's input_linear), its down projection's name.
+  bool shared_expert_beside_block = false;
+  std::string shared_expert_gate_up, shared_expert_down = "down_proj";
 };
 
 // Where a family keeps q/k/v, or a dense MLP's gate/up, as one HF tensor (Phi-3's self_attn.qkv_proj [q; k; v] and

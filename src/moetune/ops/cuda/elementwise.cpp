@@ -17,7 +17,7 @@ void check_alias(std::string_view op, std::string_view out_name, const Tensor& o
 
 }  // namespace
 
-void add(const Tensor& a, const Tensor& b, const Tensor& out) {
+void add(const Tensor& a, const Tensor& b, const Tensor& out, float b_scale) {
   constexpr std::string_view op = "add";
   check_gpu_tensor(op, "a", a, {DType::BF16, DType::F32});
   check_gpu_tensor(op, "b", b, {a.dtype()});
@@ -26,9 +26,20 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_shape(op, "out", out, a.shape());
   check_alias(op, "out", out, "a", a);
   check_alias(op, "out", out, "b", b);
-  gpu::check(launch_add(a.raw_data(), b.raw_data(), out.raw_data(), a.numel(), a.dtype() == DType::BF16,
+  gpu::check(launch_add(a.raw_data(), 1.0f, b.raw_data(), b_scale, out.raw_data(), a.numel(), a.dtype() == DType::BF16,
                         gpu::stream()),
              "add kernel");
+}
+
+void scale(const Tensor& a, float factor, const Tensor& out) {
+  constexpr std::string_view op = "scale";
+  check_gpu_tensor(op, "a", a, {DType::BF16, DType::F32});
+  check_gpu_tensor(op, "out", out, {a.dtype()});
+  check_shape(op, "out", out, a.shape());
+  check_alias(op, "out", out, "a", a);
+  gpu::check(launch_add(a.raw_data(), factor, nullptr, 0.0f, out.raw_data(), a.numel(), a.dtype() == DType::BF16,
+                        gpu::stream()),
+             "scale kernel");
 }
 
 }  // namespace moetune::ops::cuda

@@ -8,7 +8,9 @@
 
 namespace moetune::ops::cuda {
 
-// out = a + b over n elements, all BF16 (is_bf16) or all F32; out may be a or b.
-cudaError_t launch_add(const void* a, const void* b, void* out, int64_t n, bool is_bf16, cudaStream_t stream);
+// out = a_scale · a + b_scale · b over n elements (b null: out = a_scale · a), all BF16 (is_bf16) or all F32, the
+// products and sum in fp32 (a scale of 1 multiplies by nothing); out may be a or b.
+cudaError_t launch_add(const void* a, float a_scale, const void* b, float b_scale, void* out, int64_t n, bool is_bf16,
+                       cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda

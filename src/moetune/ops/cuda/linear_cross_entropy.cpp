@@ -33,7 +33,7 @@ size_t linear_cross_entropy_workspace_bytes(int64_t rows, int64_t vocab, int64_t
 
 void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets, double grad_scale,
                           const Tensor& loss_sum, const Tensor& dhidden, const Tensor& dweight, int64_t chunk_rows,
-                          bool write_dweight) {
+                          bool write_dweight, float logit_scale) {
   check_gpu_matrix(hidden, "hidden");
   check_gpu_matrix(weight, "weight");
   const int64_t rows = hidden.size(0), width = hidden.size(1), vocab = weight.size(0);
@@ -82,22 +82,23 @@ void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tens
     const Tensor hidden_rows = hidden.narrow(start, length);
     const Tensor chunk_logits = logits.narrow(0, length);
     const auto gemm = length == full_chunk ? matmul_tuned : matmul;
-    gemm(hidden_rows, false, weight, true, chunk_logits, 1.0f, 0.0f);
+    gemm(hidden_rows, false, weight, true, chunk_logits, logit_scale, 0.0f);
     gpu::check(launch_cross_entropy_rows(chunk_logits.raw_data(), target_ids + start, length, vocab, float(grad_scale),
                                          backward, losses + start, gpu::stream()),
                "linear_cross_entropy: cross-entropy kernel");
-    // chunk_logits now holds grad_scale · d(loss)/d(logits). The two gradients' GEMMs one after the other: d(hidden)'s
-    // 2048 x 2048 output is 128 tiles for 132 SMs, but d(W) on a second stream (its own cuBLASLt handle and
-    // workspace) did not fill the 4 idle SMs: its persistent kernel ran 3.56 ms, from d(hidden)'s start (1.85
-    // ms) to its own length after it, and Moonlight's step did not gain with every layer's d(x) and d(W) paired
-    // the same way (112.6 / 114.4 k tokens/s against 114.7 / 114.1 k; session 23, docs/benchmarks.md).
-    if (dhidden.defined()) gemm(chunk_logits, false, weight, false, dhidden.narrow(start, length), 1.0f, 0.0f);
+    // chunk_logits now holds grad_scale · d(loss)/d(logits); the logits' scale carries on to the GEMMs' inputs. The two
+    // gradients' GEMMs one after the other: d(hidden)'s 2048 x 2048 output is 128 tiles for 132 SMs, but d(W) on a
+    // second stream (its own cuBLASLt handle and workspace) did not fill the 4 idle SMs: its persistent kernel ran 3.56
+    // ms, from d(hidden)'s start (1.85 ms) to its own length after it, and Moonlight's step did not gain with every
+    // layer's d(x) and d(W) paired the same way (112.6 / 114.4 k tokens/s against 114.7 / 114.1 k; session 23,
+    // docs/benchmarks.md).
+    if (dhidden.defined()) gemm(chunk_logits, false, weight, false, dhidden.narrow(start, length), logit_scale, 0.0f);
     if (dweight.defined()) {
       // The first chunk writes a gradient whose old contents are not wanted; every later one adds. Written, the
       // first chunk is where its algorithm is timed; a gradient that is only ever added to (tied embeddings,
       // later micro-batches first) keeps the heuristic's first.
       const float beta = write_dweight && start == 0 ? 0.0f : 1.0f;
-      gemm(chunk_logits, true, hidden_rows, false, dweight, 1.0f, beta);
+      gemm(chunk_logits, true, hidden_rows, false, dweight, logit_scale, beta);
     }
   }
   gpu::check(launch_sum_into(losses, rows, static_cast<float*>(loss_sum.raw_data()), gpu::stream()),

@@ -23,10 +23,12 @@ namespace moetune::ops::cuda {
 // beta 0, the others add to it as before (T = 0 zeroes it). A step's first backward pass writes the LM head's
 // gradient so, instead of having it zeroed first (model/cuda/step_context.h overwrite_gradients); beta 0 gives
 // the bits beta 1 gives into zeros, and skips reading the 671 MB of Moonlight's head gradient once.
+// logit_scale: the logits are logit_scale · hidden·Wᵀ (Granite's 1 / logits_scaling), the GEMM's alpha, and their
+// gradients' GEMMs take it too.
 // The result is deterministic (no atomics).
 void linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets, double grad_scale,
                           const Tensor& loss_sum, const Tensor& dhidden = {}, const Tensor& dweight = {},
-                          int64_t chunk_rows = 0, bool write_dweight = false);
+                          int64_t chunk_rows = 0, bool write_dweight = false, float logit_scale = 1.0f);
 
 // Bytes of scratch the call allocates (for the memory plan), for T rows and V classes; the GEMM library's
 // persistent workspace (gemm_workspace_bytes()) is not included.
