@@ -1246,5 +1246,49 @@ TEST(Families, GraniteMultipliersAndStackedExperts) {
             std::nullopt);
 }
 
+// Granite 4.0's hybrid: the layer pattern in either spelling, NoPE unless position_embedding_type is rope, the Mamba2
+// mixer's derived head width and whole-width gated norm, time_step_limit as transformers 5 writes infinity, and a
+// dense layer's shared MLP under shared_mlp.
+TEST(Families, GraniteMoeHybridLayersAndMamba) {
+  const ModelSpec spec = parse(R"({"model_type":"granitemoehybrid","hidden_size":64,"num_attention_heads":4,
+    "num_hidden_layers":3,"num_local_experts":0,"shared_intermediate_size":24,"mamba_n_heads":8,"mamba_d_state":16,
+    "mamba_n_groups":2,"layer_types":["mamba","attention","linear_attention"],"residual_multiplier":0.5,
+    "time_step_limit":[0.0,{"__float__":"Infinity"}]})");
+  ASSERT_EQ(spec.num_layers(), 3);
+  const Mamba2Spec* mamba = spec.layers[0].sublayers[0].mamba2();
+  ASSERT_NE(mamba, nullptr);
+  EXPECT_EQ(mamba->head_dim, 16);  // "auto": 2 · 64 / 8
+  EXPECT_EQ(mamba->norm_group_size(), 128);
+  EXPECT_EQ(mamba->chunk_size, 256);
+  EXPECT_TRUE(std::isinf(mamba->dt_max));
+  EXPECT_EQ(spec.layers[0].sublayers[0].residual_scale, 0.5);
+  ASSERT_NE(spec.layers[1].sublayers[0].attention(), nullptr);
+  EXPECT_EQ(attention(spec, 1).rope.type, "none");
+  EXPECT_NE(spec.layers[2].sublayers[0].mamba2(), nullptr);
+  ASSERT_NE(spec.layers[1].sublayers[1].mlp(), nullptr);
+  std::vector<std::string> names;
+  for (const ParameterSpec& p : parameter_layout(spec).parameters)
+    if (p.name.starts_with("layers.0."))
+      for (const HfTensor& piece : p.pieces) names.push_back(piece.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.mamba.A_log"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.shared_mlp.input_linear.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.shared_mlp.output_linear.weight"), names.end());
+  const ModelSpec roped =
+      parse(R"({"model_type":"granitemoehybrid","num_hidden_layers":2,"position_embedding_type":"rope",
+    "layers_block_type":["attention","attention"]})");
+  EXPECT_EQ(attention(roped).rope.type, "default");
+  EXPECT_NE(roped.layers[0].moe(), nullptr);
+  ASSERT_TRUE(roped.layers[0].moe()->shared_expert);
+  EXPECT_EQ(roped.layers[0].moe()->shared_expert->mlp.intermediate, 1024);
+  EXPECT_NE(parse(R"({"model_type":"granitemoehybrid","num_hidden_layers":1})").layers[0].sublayers[0].mamba2(),
+            nullptr);
+  EXPECT_NE(error_of(R"({"model_type":"granitemoehybrid","num_hidden_layers":1,"layer_types":["sliding_attention"]})")
+                .find("layer_types"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"model_type":"granitemoehybrid","num_hidden_layers":1,"mamba_n_heads":7})").find("mamba_n_heads"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace moetune::model

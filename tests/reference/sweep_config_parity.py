@@ -57,6 +57,8 @@ DSV2 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_si
 GRANITE_MULTIPLIERS = dict(embedding_multiplier=12.0, attention_multiplier=0.15, residual_multiplier=0.22,
                            logits_scaling=8.0)
 GRANITE_MOE = dict(BASE, num_local_experts=6, num_experts_per_tok=2, intermediate_size=32)
+GRANITE_HYBRID = dict(GRANITE_MOE, num_local_experts=4, shared_intermediate_size=24, mamba_n_heads=8, mamba_d_state=16,
+                      mamba_chunk_size=16, layer_types=["linear_attention", "full_attention", "linear_attention"])
 GEMMA3_TEXT = dict(BASE, head_dim=16, sliding_window=8)
 GEMMA3_TEXT.pop("tie_word_embeddings")  # Gemma3Config's own field decides
 GEMMA3_VL = dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -359,6 +361,14 @@ CASES = [
      None),
     ("granitemoeshared no shared tied gqa", "granitemoeshared",
      dict(GRANITE_MOE, **GRANITE_MULTIPLIERS, shared_intermediate_size=0, tie_word_embeddings=True), None),
+    # Granite 4.0 (GraniteMoeHybrid): Mamba2 and attention layers (NoPE unless position_embedding_type is rope),
+    # each followed by the MoE with its shared MLP, or the shared MLP alone when there are no experts.
+    ("granitemoehybrid plain", "granitemoehybrid", dict(GRANITE_HYBRID, **GRANITE_MULTIPLIERS), None),
+    ("granitemoehybrid dense rope old layer names", "granitemoehybrid",
+     dict(GRANITE_HYBRID, **GRANITE_MULTIPLIERS, num_local_experts=0, position_embedding_type="rope"), "old_layer_names"),
+    ("granitemoehybrid groups biases aux loss tied", "granitemoehybrid",
+     dict(GRANITE_HYBRID, **GRANITE_MULTIPLIERS, mamba_n_groups=2, mamba_proj_bias=True, mamba_conv_bias=False,
+          mamba_chunk_size=8, attention_bias=True, output_router_logits=True, tie_word_embeddings=True), None),
 ]
 
 
@@ -416,6 +426,10 @@ def rewrite(config_path: Path, how: str) -> None:
             state[key] = value
         save_file(state, weights, metadata={"format": "pt"})
         config["rope_parameters"] = parameters
+    elif how == "old_layer_names":  # Granite 4.0's released spelling: layer_types of mamba / attention
+        config["rope_parameters"] = parameters
+        names = {"linear_attention": "mamba", "full_attention": "attention"}
+        config["layer_types"] = [names[t] for t in config["layer_types"]]
     elif how == "head_dim_for_rope":  # Glm4MoeLiteConfig's attribute_map: head_dim is qk_rope_head_dim
         config["rope_parameters"] = parameters
         config["head_dim"] = config.pop("qk_rope_head_dim")

@@ -58,6 +58,9 @@ CASES = [
     ("@granite", ["lora.target_modules=all-linear"]),
     ("@granitemoeshared", ["lora.target_modules=all-linear",
                            "lora.target_parameters=[block_sparse_moe.experts.gate_up_proj,block_sparse_moe.experts.down_proj]"]),
+    # Granite 4.0's hybrid: Mamba2 layers (their projections take no adapter, as Nemotron-H's) beside attention.
+    ("@granitemoehybrid", ["lora.target_modules=[q_proj,v_proj,o_proj,input_linear,output_linear]",
+                           "lora.target_parameters=[block_sparse_moe.experts.gate_up_proj]"]),
 ]
 
 
@@ -109,7 +112,11 @@ MADE = {"@gemma3_vl": make_gemma3_vl,
                                 residual_multiplier=0.22, logits_scaling=8.0),
         "@granitemoeshared": make_random("granitemoeshared", num_local_experts=4, num_experts_per_tok=2,
                                          shared_intermediate_size=24, embedding_multiplier=12.0,
-                                         attention_multiplier=0.15, residual_multiplier=0.22, logits_scaling=8.0)}
+                                         attention_multiplier=0.15, residual_multiplier=0.22, logits_scaling=8.0),
+        "@granitemoehybrid": make_random("granitemoehybrid", num_local_experts=4, num_experts_per_tok=2,
+                                         shared_intermediate_size=24, mamba_n_heads=8, mamba_d_state=16,
+                                         mamba_chunk_size=16, residual_multiplier=0.22, logits_scaling=8.0,
+                                         layer_types=["mamba", "attention", "mamba"])}
 
 
 def main(binary: str, fixtures: Path, only: list[str]) -> int:

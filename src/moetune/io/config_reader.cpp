@@ -35,9 +35,20 @@ std::optional<int64_t> ConfigReader::optional_integer(const char* key) const {
 
 double ConfigReader::number(const char* key, double fallback) const {
   const json* value = find(key);
-  if (!value) return fallback;
-  if (!value->is_number()) fail("'{}' must be a number, got {}", key, abbreviated_dump(*value));
-  return value->get<double>();
+  return value ? as_number(*value, key) : fallback;
+}
+
+double ConfigReader::as_number(const json& value, const char* key) {
+  if (value.is_number()) return value.get<double>();
+  // transformers 5 writes float('inf') and float('nan') as {"__float__": "Infinity"} (io/json_file.cpp rewrites
+  // Python's bare Infinity / NaN so).
+  if (value.is_object() && value.size() == 1 && value.contains("__float__") && value["__float__"].is_string()) {
+    const std::string word = value["__float__"].get<std::string>();
+    if (word == "Infinity") return INFINITY;
+    if (word == "-Infinity") return -INFINITY;
+    if (word == "NaN") return NAN;
+  }
+  fail("'{}' must be a number, got {}", key, abbreviated_dump(value));
 }
 
 bool ConfigReader::boolean(const char* key, bool fallback) const {

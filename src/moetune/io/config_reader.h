@@ -32,6 +32,8 @@ class ConfigReader {
 
   // 2048.0 is written by some tools; a float is accepted only when it is a whole number.
   static int64_t as_integer(const nlohmann::json& value, const char* key);
+  // A number, or transformers 5's {"__float__": "Infinity" | "-Infinity" | "NaN"}; `key` names it in the error.
+  static double as_number(const nlohmann::json& value, const char* key);
 
  private:
   const nlohmann::json& object_;

@@ -17,14 +17,20 @@ Tensor Mamba2Block::forward(const Tensor& h, const StepContext& context) {
     const Mamba2Spec& spec = w_.spec;
     const auto [window, state] = context.kv_cache->mamba2_state({spec.conv_kernel - 1, spec.conv_channels()},
                                                                 {spec.num_heads, spec.head_dim, spec.state_size});
-    return add(h, mamba2_mixer_step(spec, w_.values, normed, window, state));
+    return residual_add(h, mamba2_mixer_step(spec, w_.values, normed, window, state));
   }
   input_ = h;
-  return add(h, mamba2_mixer_forward(w_.spec, w_.values, normed, mamba2_rows(context.layout), &stash_));
+  return residual_add(h, mamba2_mixer_forward(w_.spec, w_.values, normed, mamba2_rows(context.layout), &stash_));
+}
+
+Tensor Mamba2Block::residual_add(const Tensor& h, const Tensor& mixed) const {
+  return add(h, w_.residual_scale != 1.0 ? scaled(mixed, w_.residual_scale) : mixed);
 }
 
 Tensor Mamba2Block::backward(const Tensor& dout, const StepContext& context) {
-  const Tensor dnormed = mamba2_mixer_backward(w_.spec, w_.values, dout, stash_, mamba2_rows(context.layout), w_.grads);
+  const Tensor dmixed = w_.residual_scale != 1.0 ? scaled(dout, w_.residual_scale) : dout;
+  const Tensor dnormed =
+      mamba2_mixer_backward(w_.spec, w_.values, dmixed, stash_, mamba2_rows(context.layout), w_.grads);
   return add(dout, ops::rms_norm_backward(dnormed, input_, w_.norm.value, w_.eps, w_.norm.grad));
 }
 

@@ -25,6 +25,8 @@ class Mamba2Block {
   }
 
  private:
+  Tensor residual_add(const Tensor& h, const Tensor& mixed) const;  // h + residual_scale · mixed
+
   Mamba2BlockWeights w_;
   Tensor input_;  // h, the norm's input
   Mamba2Stash stash_;

@@ -50,8 +50,8 @@ Tensor mamba2_mixer_forward(const Mamba2Spec& spec, const Mamba2Weights& weights
   zero_padding(conv, rows.valid);
   const Tensor scan = ops::mamba2_scan_forward(scan_inputs(spec, projected, conv), {weights.dt_bias, weights.a_log, weights.d},
                                                spec.scan(), rows.starts);
-  const Tensor normed = ops::gated_rms_norm_forward(scan, gate(spec, projected), weights.norm,
-                                                    spec.inner() / spec.num_groups, spec.norm_eps);
+  const Tensor normed =
+      ops::gated_rms_norm_forward(scan, gate(spec, projected), weights.norm, spec.norm_group_size(), spec.norm_eps);
   if (stash) *stash = {input, projected, conv, scan};
   return ops::linear_forward(normed, weights.out_proj, weights.out_proj_bias);
 }
@@ -71,14 +71,14 @@ Tensor mamba2_mixer_step(const Mamba2Spec& spec, const Mamba2Weights& weights, c
   const Tensor scan =
       ops::mamba2_scan_forward(scan_inputs(spec, projected, conv), {weights.dt_bias, weights.a_log, weights.d},
                                spec.scan(), ops::DocumentStarts(size_t(fresh), 0), ssm_state);
-  const Tensor normed = ops::gated_rms_norm_forward(scan, gate(spec, projected), weights.norm,
-                                                    spec.inner() / spec.num_groups, spec.norm_eps);
+  const Tensor normed =
+      ops::gated_rms_norm_forward(scan, gate(spec, projected), weights.norm, spec.norm_group_size(), spec.norm_eps);
   return ops::linear_forward(normed, weights.out_proj, weights.out_proj_bias);
 }
 
 Tensor mamba2_mixer_backward(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& dy,
                              const Mamba2Stash& stash, const Mamba2Rows& rows, const Mamba2Weights& grads) {
-  const int64_t group_size = spec.inner() / spec.num_groups;
+  const int64_t group_size = spec.norm_group_size();
   const Tensor z = gate(spec, stash.projected);
   const Tensor normed = ops::gated_rms_norm_forward(stash.scan, z, weights.norm, group_size, spec.norm_eps);
   const Tensor dnormed = ops::linear_backward(dy, normed, weights.out_proj, grads.out_proj, grads.out_proj_bias);

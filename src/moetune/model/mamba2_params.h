@@ -41,11 +41,16 @@ struct Mamba2Params {
 struct Mamba2BlockWeights {
   const Mamba2Spec& spec;
   double eps;
+  double residual_scale;  // SublayerSpec::residual_scale: h + residual_scale · mixer(norm(h))
   Param norm;
   Mamba2Weights values, grads;
 
-  Mamba2BlockWeights(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer, double norm_eps)
-      : spec(*sublayer.mamba2()), eps(norm_eps), norm(store.get(layer + sublayer.norm)) {
+  Mamba2BlockWeights(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
+                     double norm_eps)
+      : spec(*sublayer.mamba2()),
+        eps(norm_eps),
+        residual_scale(sublayer.residual_scale),
+        norm(store.get(layer + sublayer.norm)) {
     const Mamba2Params p = Mamba2Params::lookup(store, layer);
     MOETUNE_CHECK(spec.proj_bias == p.in_proj_bias.defined() && spec.conv_bias == p.conv_bias.defined(),
                   "{}: the spec and the parameters disagree on the Mamba2 biases", layer);

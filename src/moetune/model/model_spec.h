@@ -120,8 +120,12 @@ struct Mamba2Spec {
   double dt_min = 0, dt_max = INFINITY;
   double norm_eps = 1e-5;   // layer_norm_epsilon, the gated norm's too
   int64_t chunk_size = 128; // the chunked (SSD) scan's block; the CPU recurrence does not need it
+  // The gated RMSNorm's statistics per B/C group (Nemotron-H's group_size = inner / n_groups), or over the whole
+  // width (Granite 4.0's GraniteMoeHybridRMSNormGated).
+  bool norm_per_group = true;
 
   int64_t inner() const { return num_heads * head_dim; }
+  int64_t norm_group_size() const { return norm_per_group ? inner() / num_groups : inner(); }
   int64_t conv_channels() const { return inner() + 2 * num_groups * state_size; }
   int64_t projection() const { return inner() + conv_channels() + num_heads; }  // in_proj's rows
   ops::Mamba2Scan scan() const { return {num_heads, head_dim, num_groups, state_size, dt_min, dt_max}; }

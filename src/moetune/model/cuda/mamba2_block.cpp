@@ -34,7 +34,7 @@ Tensor Mamba2Block::forward(const Tensor& h, const StepContext& context) {
     Tensor normed = device_like(h.shape());
     ops::cuda::rms_norm_forward(h, w_.norm.value, w_.eps, normed);
     Tensor out = mamba2_mixer_step_gpu(spec, w_.values, normed, window, state);
-    ops::cuda::add(out, h, out);
+    ops::cuda::add(h, out, out, float(w_.residual_scale));
     return out;
   }
   const Mamba2GpuRows& rows = context.batch.mamba2_rows();
@@ -42,7 +42,7 @@ Tensor Mamba2Block::forward(const Tensor& h, const StepContext& context) {
   // Padding rows are zeroed here already, so the mixer keeps the normed tensor itself as its input.
   Tensor out = mamba2_mixer_forward_gpu(w_.spec, w_.spec.chunk_size, w_.values, normed_input(h, rows), rows, &stash_);
   stash_.input = Tensor();  // recomputed in the backward pass: one [T, H] less held per layer
-  ops::cuda::add(out, h, out);
+  ops::cuda::add(h, out, out, float(w_.residual_scale));  // h + s · mixer (Granite's residual multiplier)
   return out;
 }
 
@@ -50,7 +50,13 @@ Tensor Mamba2Block::backward(const Tensor& dout, const StepContext& context) {
   const PhaseScope phase("mamba2.bwd");
   const Mamba2GpuRows& rows = context.batch.mamba2_rows();
   stash_.input = normed_input(input_, rows);
-  const Tensor dnormed = mamba2_mixer_backward_gpu(w_.spec, w_.spec.chunk_size, w_.values, dout, stash_, rows, w_.grads);
+  Tensor dmixed = dout;
+  if (w_.residual_scale != 1.0) {
+    dmixed = device_like(dout.shape());
+    ops::cuda::scale(dout, float(w_.residual_scale), dmixed);
+  }
+  const Tensor dnormed =
+      mamba2_mixer_backward_gpu(w_.spec, w_.spec.chunk_size, w_.values, dmixed, stash_, rows, w_.grads);
   Tensor dh = device_like(input_.shape());
   ops::cuda::rms_norm_backward(dnormed, input_, w_.norm.value, w_.eps, dh, w_.norm.grad, dout);
   clear_stash();

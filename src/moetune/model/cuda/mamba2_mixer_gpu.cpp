@@ -26,7 +26,7 @@ struct Split {
     const int64_t bc = spec.num_groups * spec.state_size;
     return {{conv, 0, spec.inner()}, dt(projected), {conv, spec.inner(), bc}, {conv, spec.inner() + bc, bc}};
   }
-  int64_t group_size() const { return spec.inner() / spec.num_groups; }
+  int64_t group_size() const { return spec.norm_group_size(); }
 };
 
 Tensor gated_norm(const Mamba2Spec& spec, const Mamba2Weights& w, const Tensor& scan, const Tensor& projected) {

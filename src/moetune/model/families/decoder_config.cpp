@@ -393,10 +393,11 @@ void validate_decoder(const ModelSpec& spec) {
                     "{}: a sublayer without its input norm or with an output norm is implemented for q/k/v attention, "
                     "dense MLPs and MoE layers only",
                     spec.architecture);
-      // The same blocks read SublayerSpec::residual_scale (their output norm's step, model/sublayer_norm.h).
-      MOETUNE_CHECK(norms_placed || sublayer.residual_scale == 1.0,
-                    "{}: a residual multiplier other than 1 is implemented for q/k/v attention, dense MLPs and MoE "
-                    "layers only",
+      // The same blocks read SublayerSpec::residual_scale (their output norm's step, model/sublayer_norm.h), and
+      // the Mamba2 block.
+      MOETUNE_CHECK(norms_placed || sublayer.mamba2() || sublayer.residual_scale == 1.0,
+                    "{}: a residual multiplier other than 1 is implemented for q/k/v attention, dense MLPs, MoE and "
+                    "Mamba2 layers only",
                     spec.architecture);
       // The blocks that read SublayerSpec::norm_weight_offset (Gemma's 1 + weight norms).
       MOETUNE_CHECK(

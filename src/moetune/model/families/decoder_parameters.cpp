@@ -170,6 +170,25 @@ MoeTensorNames mixtral_tensor_names() {
   return names;
 }
 
+void append_mamba2_parameters(const Mamba2Spec& m, int64_t hidden_size, const std::string& hf,
+                              const std::string& engine, std::vector<ParameterSpec>& out) {
+  const int64_t H = hidden_size;
+  const auto add = [&](std::string name, ParameterRole role, HfTensor piece) {
+    out.push_back(whole(std::move(name), role, std::move(piece)));
+  };
+  add(engine + "in_proj", ParameterRole::Matmul, {hf + "in_proj.weight", {m.projection(), H}});
+  if (m.proj_bias) add(engine + "in_proj_bias", ParameterRole::Bias, {hf + "in_proj.bias", {m.projection()}});
+  // The conv and the per-head scalars are not matmuls (no NF4, not in the 6·N FLOPs).
+  add(engine + "conv", ParameterRole::Bias, {hf + "conv1d.weight", {m.conv_channels(), 1, m.conv_kernel}});
+  if (m.conv_bias) add(engine + "conv_bias", ParameterRole::Bias, {hf + "conv1d.bias", {m.conv_channels()}});
+  add(engine + "dt_bias", ParameterRole::Bias, {hf + "dt_bias", {m.num_heads}});
+  add(engine + "a_log", ParameterRole::Bias, {hf + "A_log", {m.num_heads}});
+  add(engine + "d", ParameterRole::Bias, {hf + "D", {m.num_heads}});
+  add(engine + "norm", ParameterRole::Norm, {hf + "norm.weight", {m.inner()}});
+  add(engine + "out_proj", ParameterRole::Matmul, {hf + "out_proj.weight", {H, m.inner()}});
+  if (m.proj_bias) add(engine + "out_proj_bias", ParameterRole::Bias, {hf + "out_proj.bias", {H}});
+}
+
 ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_name, int64_t experts) {
   ParameterSpec bias = whole(std::move(engine_name), ParameterRole::Buffer, {std::move(hf_name), {experts}});
   bias.trainable = false;
@@ -198,7 +217,10 @@ std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTe
       if (!sublayer.norm.empty())
         b.out.push_back(whole(engine + sublayer.norm, ParameterRole::Norm, {hf + hf_norm + ".weight", {H}}));
       if (const AttentionSpec* a = sublayer.attention()) b.attention(*a, hf, engine);
-      if (const MlpSpec* m = sublayer.mlp()) b.mlp(*m, hf + "mlp.", engine + "mlp.", fused.gate_up);
+      if (const MlpSpec* m = sublayer.mlp())
+        b.mlp(*m, hf + fused.mlp + ".", engine + "mlp.", fused.gate_up, fused.down);
+      if (const Mamba2Spec* m = sublayer.mamba2())
+        append_mamba2_parameters(*m, H, hf + "mamba.", engine + "mamba.", b.out);
       if (const MoeSpec* m = sublayer.moe()) b.moe(*m, moe_names, hf, engine);
       if (!sublayer.out_norm.empty())
         b.out.push_back(

@@ -43,6 +43,8 @@ struct MoeTensorNames {
 // bias `<name>.bias`). Empty: the separate q_proj, k_proj, v_proj and gate_proj, up_proj.
 struct FusedProjectionNames {
   std::string qkv, gate_up;
+  // A dense MLP's module and its down projection (Granite 4.0's shared_mlp.output_linear on its dense layers).
+  std::string mlp = "mlp", down = "down_proj";
 };
 
 // Mixtral's checkpoint names (block_sparse_moe, the experts' w1 / w3 / w2 for gate / up / down), which MiniMax-M2
@@ -53,7 +55,12 @@ MoeTensorNames mixtral_tensor_names();
 // buffer transformers neither trains nor counts as a parameter (frozen, role Buffer, no active elements).
 ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_name, int64_t experts);
 
-// Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn,
+// A Mamba2 mixer's tensors under `hf` (in_proj, conv1d [C, 1, K], dt_bias, A_log, D, norm, out_proj), as the engine's
+// `engine` + in_proj, conv, dt_bias, a_log, d, norm, out_proj (model/mamba2_params.h), appended to `out`.
+void append_mamba2_parameters(const Mamba2Spec& m, int64_t hidden_size, const std::string& hf,
+                              const std::string& engine, std::vector<ParameterSpec>& out);
+
+// Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn or mamba,
 // post_attention_layernorm, mlp}, model.norm, lm_head (unless tied).
 std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names,
                                               const FusedProjectionNames& fused = {});

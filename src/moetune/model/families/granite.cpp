@@ -12,6 +12,14 @@
 // output_router_logits. GraniteMoeShared adds an ungated shared MLP beside the MoE block, shared_mlp.input_linear
 // [2S, H] (gate; up) and output_linear, of shared_intermediate_size (0: none), summed with the routed output before
 // the residual multiplier. Defaults: transformers 5.17's GraniteConfig, GraniteMoeConfig, GraniteMoeSharedConfig.
+// GraniteMoeHybrid (Granite 4.0, granite-4.0-h-tiny / small / micro): each layer's first sublayer Mamba2 or
+// attention as layer_types (or its alias layers_block_type, old names mamba / attention) says, every layer
+// Mamba2 by default; RoPE only where position_embedding_type is "rope"; the second sublayer GraniteMoe's MoE with
+// the shared MLP always beside it, or that shared MLP alone (a dense layer) when num_local_experts is 0. Its Mamba2
+// mixer is Nemotron-H's (model/mamba2_block.h) under mamba.*, with the gated norm over the whole width; the residual
+// multiplier scales it too. Defaults: GraniteMoeHybridConfig.
+#include <cmath>
+
 #include "moetune/core/error.h"
 #include "moetune/model/families/decoder_config.h"
 #include "moetune/model/families/decoder_parameters.h"
@@ -102,6 +110,93 @@ std::vector<ParameterSpec> granite_moe_parameters(const ModelSpec& spec) {
   return decoder_parameters(spec, granite_moe_names());
 }
 
+// GraniteMoeHybridMambaLayer's settings, as GraniteMoeHybridConfig derives them.
+Mamba2Spec read_granite_mamba(const io::ConfigReader& r, int64_t hidden_size, double eps) {
+  Mamba2Spec m;
+  m.num_heads = r.integer("mamba_n_heads", 128);
+  const int64_t inner = r.integer("mamba_expand", 2) * hidden_size;
+  if (m.num_heads <= 0 || inner <= 0 || inner % m.num_heads != 0)
+    fail("'mamba_n_heads' {} must divide mamba_expand · hidden_size = {}", m.num_heads, inner);
+  if (const nlohmann::json* d = r.find("mamba_d_head"); d && !(d->is_string() && d->get<std::string>() == "auto"))
+    m.head_dim = io::ConfigReader::as_integer(*d, "mamba_d_head");
+  else
+    m.head_dim = inner / m.num_heads;  // "auto"
+  if (m.head_dim * m.num_heads != inner)
+    fail("'mamba_d_head' {} times mamba_n_heads {} is not mamba_expand · hidden_size = {}", m.head_dim, m.num_heads,
+         inner);
+  m.num_groups = r.integer("mamba_n_groups", 1);
+  if (m.num_groups <= 0 || m.num_heads % m.num_groups != 0)
+    fail("'mamba_n_groups' {} must divide mamba_n_heads {}", m.num_groups, m.num_heads);
+  m.state_size = r.integer("mamba_d_state", 256);
+  m.conv_kernel = r.integer("mamba_d_conv", 4);
+  m.conv_bias = r.boolean("mamba_conv_bias", true);
+  m.proj_bias = r.boolean("mamba_proj_bias", false);
+  m.chunk_size = r.integer("mamba_chunk_size", 256);
+  m.norm_eps = eps;  // GraniteMoeHybridMambaLayer's layer_norm_epsilon is rms_norm_eps
+  m.norm_per_group = false;
+  // dt is clamped to time_step_limit in the scan (transformers indexes it: null fails there).
+  if (r.is_null("time_step_limit")) refuse("time_step_limit", "null", "a null dt limit (transformers indexes it)");
+  m.dt_min = 0.0;
+  m.dt_max = INFINITY;
+  if (const nlohmann::json* limit = r.find("time_step_limit")) {
+    if (!limit->is_array() || limit->size() != 2)
+      fail("'time_step_limit' must be a list of two numbers, got {}", limit->dump().substr(0, 100));
+    m.dt_min = io::ConfigReader::as_number((*limit)[0], "time_step_limit");
+    m.dt_max = io::ConfigReader::as_number((*limit)[1], "time_step_limit");
+  }
+  return m;
+}
+
+// Each layer's first sublayer, Mamba2 (true) or attention, from layer_types (winning over its alias
+// layers_block_type, as transformers applies it last) with the old names mamba / attention read as transformers
+// remaps them; every layer Mamba2 when neither is set.
+std::vector<bool> granite_mamba_layers(const io::ConfigReader& r, int64_t num_layers) {
+  const char* key = r.has("layer_types") ? "layer_types" : r.has("layers_block_type") ? "layers_block_type" : nullptr;
+  if (!key) return std::vector<bool>(size_t(num_layers), true);
+  const std::vector<std::string> types = r.strings(key);
+  if (int64_t(types.size()) != num_layers)
+    fail("'{}' lists {} layers, but num_hidden_layers is {}", key, types.size(), num_layers);
+  std::vector<bool> mamba;
+  for (const std::string& type : types) {
+    if (type != "linear_attention" && type != "mamba" && type != "full_attention" && type != "attention")
+      fail("'{}' holds '{}': GraniteMoeHybrid's layers are linear_attention (mamba) or full_attention (attention)", key,
+           type.substr(0, 100));
+    mamba.push_back(type == "linear_attention" || type == "mamba");
+  }
+  return mamba;
+}
+
+ModelSpec describe_granite_hybrid(const io::ConfigReader& r) {
+  DecoderConfig c = read_granite_config(r);
+  // GraniteMoeHybridModel builds its rotary embedding only for position_embedding_type "rope" (default: none).
+  if (r.string("position_embedding_type", "") != "rope") c.attention.rope = ops::RopeSpec{.type = "none"};
+  const Mamba2Spec mamba = read_granite_mamba(r, c.spec.hidden_size, c.spec.norm_eps);
+  const int64_t shared = r.integer("shared_intermediate_size", 1024);
+  if (shared <= 0)
+    fail("'shared_intermediate_size' must be positive (the shared MLP is on every layer), got {}", shared);
+  const MlpSpec shared_mlp{shared};
+  decltype(SublayerSpec::mixer) ffn = shared_mlp;
+  const int64_t experts = r.integer("num_local_experts", 8);
+  if (experts > 0) {
+    MoeSpec moe = read_granite_moe(r, c);
+    moe.shared_expert = SharedExpertSpec{shared_mlp};
+    ffn = moe;
+  }
+  const std::vector<bool> mamba_layers = granite_mamba_layers(r, c.spec.num_layers());
+  for (size_t i = 0; i < c.spec.layers.size(); ++i) {
+    c.spec.layers[i] = attention_then(c.attention, ffn);
+    if (mamba_layers[i]) c.spec.layers[i].sublayers[0].mixer = mamba;
+  }
+  if (experts > 0) read_load_balancing_loss(r, c.spec);
+  finish_granite(r, c);
+  return c.spec;
+}
+
+std::vector<ParameterSpec> granite_hybrid_parameters(const ModelSpec& spec) {
+  return decoder_parameters(spec, granite_moe_names(),
+                            {.gate_up = "input_linear", .mlp = "shared_mlp", .down = "output_linear"});
+}
+
 }  // namespace
 
 extern const Family kGraniteFamily{"GraniteForCausalLM", "granite", describe_granite, standard_decoder_parameters};
@@ -109,5 +204,7 @@ extern const Family kGraniteMoeFamily{"GraniteMoeForCausalLM", "granitemoe", des
                                       granite_moe_parameters};
 extern const Family kGraniteMoeSharedFamily{"GraniteMoeSharedForCausalLM", "granitemoeshared",
                                             describe_granite_moe_shared, granite_moe_parameters};
+extern const Family kGraniteMoeHybridFamily{"GraniteMoeHybridForCausalLM", "granitemoehybrid", describe_granite_hybrid,
+                                            granite_hybrid_parameters};
 
 }  // namespace moetune::model

@@ -107,21 +107,6 @@ struct Builder {
 
   void add(std::string name, ParameterRole role, HfTensor piece) { out.push_back(whole(std::move(name), role, std::move(piece))); }
 
-  void mamba2(const Mamba2Spec& m, const std::string& hf, const std::string& engine) {
-    const int64_t H = spec.hidden_size;
-    add(engine + "in_proj", ParameterRole::Matmul, {hf + "in_proj.weight", {m.projection(), H}});
-    if (m.proj_bias) add(engine + "in_proj_bias", ParameterRole::Bias, {hf + "in_proj.bias", {m.projection()}});
-    // The conv and the per-head scalars are not matmuls (no NF4, not in the 6·N FLOPs).
-    add(engine + "conv", ParameterRole::Bias, {hf + "conv1d.weight", {m.conv_channels(), 1, m.conv_kernel}});
-    if (m.conv_bias) add(engine + "conv_bias", ParameterRole::Bias, {hf + "conv1d.bias", {m.conv_channels()}});
-    add(engine + "dt_bias", ParameterRole::Bias, {hf + "dt_bias", {m.num_heads}});
-    add(engine + "a_log", ParameterRole::Bias, {hf + "A_log", {m.num_heads}});
-    add(engine + "d", ParameterRole::Bias, {hf + "D", {m.num_heads}});
-    add(engine + "norm", ParameterRole::Norm, {hf + "norm.weight", {m.inner()}});
-    add(engine + "out_proj", ParameterRole::Matmul, {hf + "out_proj.weight", {H, m.inner()}});
-    if (m.proj_bias) add(engine + "out_proj_bias", ParameterRole::Bias, {hf + "out_proj.bias", {H}});
-  }
-
   void attention(const AttentionSpec& a, const std::string& hf, const std::string& engine) {
     const int64_t H = spec.hidden_size, q = a.num_heads * a.qk_head_dim, kv = a.num_kv_heads * a.qk_head_dim;
     std::vector<HfTensor> pieces = {{hf + "q_proj.weight", {q, H}}, {hf + "k_proj.weight", {kv, H}}, {hf + "v_proj.weight", {kv, H}}};
@@ -174,7 +159,7 @@ std::vector<ParameterSpec> parameters(const ModelSpec& spec) {
     const SublayerSpec& sublayer = spec.layers[size_t(layer)].sublayers[0];
     b.add(engine + sublayer.norm, ParameterRole::Norm, {hf + "norm.weight", {H}});
     const std::string mixer = hf + "mixer.";
-    if (const Mamba2Spec* m = sublayer.mamba2()) b.mamba2(*m, mixer, engine + "mamba.");
+    if (const Mamba2Spec* m = sublayer.mamba2()) append_mamba2_parameters(*m, H, mixer, engine + "mamba.", b.out);
     if (const AttentionSpec* a = sublayer.attention()) b.attention(*a, mixer, engine + "attn.");
     if (const MlpSpec* m = sublayer.mlp()) b.relu2(*m, mixer, engine + "mlp.");
     if (const MoeSpec* m = sublayer.moe()) b.moe(*m, mixer, engine + "moe.");
