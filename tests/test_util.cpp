@@ -75,7 +75,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "exaone_moe_tiny",
                                                  "gemma3_tiny",
                                                  "gemma_tiny",
-                                                 "ernie4_5_moe_tiny"};
+                                                 "ernie4_5_moe_tiny",
+                                                 "granitemoehybrid_tiny"};
   return names;
 }
 

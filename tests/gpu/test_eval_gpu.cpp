@@ -60,7 +60,8 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
                                     "flex_olmo_tiny",
                                     "gemma3_tiny",
                                     "gemma_tiny",
-                                    "ernie4_5_moe_tiny"}) {
+                                    "ernie4_5_moe_tiny",
+                                    "granitemoehybrid_tiny"}) {
     nlohmann::json reports[2];
     for (int gpu = 0; gpu < 2; ++gpu) {
       const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +

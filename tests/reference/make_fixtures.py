@@ -19,7 +19,7 @@ from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForC
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
 from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig, FlexOlmoConfig, ExaoneMoeConfig
-from transformers import Gemma3TextConfig, GemmaConfig, Ernie4_5_MoeConfig
+from transformers import Gemma3TextConfig, GemmaConfig, Ernie4_5_MoeConfig, GraniteMoeHybridConfig
 
 VOCAB = 96
 
@@ -378,6 +378,19 @@ FIXTURES = {
             num_key_value_heads=2, moe_num_experts=6, moe_k=2, moe_intermediate_size=16, moe_num_shared_experts=1,
             moe_layer_start_index=1, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0,
             bos_token_id=2, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # Granite 4.0 (GraniteMoeHybrid): Mamba2 (4 heads of 16, 2 B/C groups, state 8, conv 4, chunk 4, the gated norm
+    # over the whole width) and NoPE attention layers, each followed by 4 experts (top-2) with the shared MLP
+    # beside them; μP's multipliers (embedding 2, softmax scale 0.25, residual 0.5, logits / 1.5: granite-4.0-h's
+    # 12 / 0.22 / 6 leave this tiny model's greedy tokens one repeated token); tied, fp32.
+    "granitemoehybrid_tiny": dict(
+        config=GraniteMoeHybridConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=24,
+            mamba_n_heads=4, mamba_n_groups=2, mamba_d_state=8, mamba_chunk_size=4,
+            layer_types=["mamba", "attention", "mamba", "attention"], embedding_multiplier=2.0,
+            attention_multiplier=0.25, residual_multiplier=0.5, logits_scaling=1.5, max_position_embeddings=64,
+            tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
 }
 
