@@ -76,7 +76,8 @@ const std::vector<std::string>& model_fixtures() {
                                                  "gemma3_tiny",
                                                  "gemma_tiny",
                                                  "ernie4_5_moe_tiny",
-                                                 "granitemoehybrid_tiny"};
+                                                 "granitemoehybrid_tiny",
+                                                 "granitemoeshared_tiny"};
   return names;
 }
 

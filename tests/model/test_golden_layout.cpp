@@ -73,7 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
                                            "deepseek_v2_grouped", "dots1_tiny", "olmo2_tiny", "olmo3_tiny",
                                            "exaone4_tiny", "solar_open_tiny", "flex_olmo_tiny", "exaone_moe_tiny",
                                            "gemma3_tiny", "gemma_tiny", "ernie4_5_moe_tiny",
-                                           "granitemoehybrid_tiny"));
+                                           "granitemoehybrid_tiny", "granitemoeshared_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

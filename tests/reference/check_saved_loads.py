@@ -21,7 +21,7 @@ FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny",
             "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny", "mistral_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny", "olmoe_tiny", "minimax_m2_tiny",
             "deepseek_v2_tiny", "deepseek_v2_grouped", "dots1_tiny", "olmo2_tiny", "olmo3_tiny",
             "exaone4_tiny", "solar_open_tiny", "flex_olmo_tiny", "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny",
-            "ernie4_5_moe_tiny", "granitemoehybrid_tiny"]
+            "ernie4_5_moe_tiny", "granitemoehybrid_tiny", "granitemoeshared_tiny"]
 # Recorded from the dequantized weights upcast to fp32 (make_gpt_oss_fixtures.py), so compared so.
 UPCAST_REFERENCE = {"gpt_oss_mxfp4_tiny"}
 

@@ -19,7 +19,7 @@ from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig, AutoModelForC
 from transformers import MixtralConfig, Qwen2MoeConfig, DeepseekV3Config, Qwen2Config, MistralConfig, Glm4MoeConfig
 from transformers import Glm4MoeLiteConfig, MiniMaxM2Config, OlmoeConfig, Phi3Config, SmolLM3Config
 from transformers import DeepseekV2Config, Dots1Config, Olmo2Config, Olmo3Config, Exaone4Config, SolarOpenConfig, FlexOlmoConfig, ExaoneMoeConfig
-from transformers import Gemma3TextConfig, GemmaConfig, Ernie4_5_MoeConfig, GraniteMoeHybridConfig
+from transformers import Gemma3TextConfig, GemmaConfig, Ernie4_5_MoeConfig, GraniteMoeHybridConfig, GraniteMoeSharedConfig
 
 VOCAB = 96
 
@@ -377,6 +377,17 @@ FIXTURES = {
             vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=2, moe_num_experts=6, moe_k=2, moe_intermediate_size=16, moe_num_shared_experts=1,
             moe_layer_start_index=1, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0,
+            bos_token_id=2, eos_token_id=1),
+        dtype=torch.float32, max_shard_size=None),
+    # Granite 3.x MoE with a shared MLP (GraniteMoeShared): 6 stacked experts (top-2, topk-then-softmax router) and the
+    # shared MLP beside them on every layer, μP's multipliers (embedding 4, softmax scale 0.25, residual 0.5,
+    # logits / 2), attention biases; tied, fp32.
+    "granitemoeshared_tiny": dict(
+        config=GraniteMoeSharedConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=6, num_experts_per_tok=2, shared_intermediate_size=24,
+            attention_bias=True, embedding_multiplier=4.0, attention_multiplier=0.25, residual_multiplier=0.5,
+            logits_scaling=2.0, max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0,
             bos_token_id=2, eos_token_id=1),
         dtype=torch.float32, max_shard_size=None),
     # Granite 4.0 (GraniteMoeHybrid): Mamba2 (4 heads of 16, 2 B/C groups, state 8, conv 4, chunk 4, the gated norm

@@ -49,7 +49,7 @@ FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny", "
             "glm4_moe_lite_tiny", "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny", "mistral_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny", "olmoe_tiny", "minimax_m2_tiny",
             "deepseek_v2_tiny", "deepseek_v2_grouped", "dots1_tiny", "olmo2_tiny", "olmo3_tiny",
             "exaone4_tiny", "solar_open_tiny", "flex_olmo_tiny",
-            "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny", "ernie4_5_moe_tiny"]
+            "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny", "ernie4_5_moe_tiny", "granitemoeshared_tiny"]
 SEED = 20240531
 PAD_ID = 0
 ADAMW = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}
@@ -60,8 +60,27 @@ TRAIN_STEPS = 3
 PACK_LENGTHS = (7, 5)
 
 
+def record_granite_router_logits(model) -> None:
+    """transformers 5.17's GraniteMoe models compute the load-balancing loss from outputs.router_logits but never
+    record them (their _can_record_outputs lacks the router, as Mixtral's has it, and the causal LM does not ask its
+    model for them), so output_router_logits=True with labels fails there ('int' object has no attribute 'to').
+    Restores both — the router's third output, its logits — so transformers' own loss runs as its code means it to."""
+    from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY, OutputRecorder
+    for module in model.modules():
+        name = type(module).__name__
+        if name.startswith("GraniteMoe") and name.endswith("TopKRouter"):
+            key = str(type(model.model))  # the registry post_init filled, which the capturing hooks read
+            _CAN_RECORD_REGISTRY[key] = dict(_CAN_RECORD_REGISTRY.get(key) or {},
+                                             router_logits=OutputRecorder(type(module), index=2))
+            # ...and the causal LM does not pass output_router_logits down to its model (Mixtral's does).
+            inner_forward = model.model.forward
+            model.model.forward = lambda *args, **kwargs: inner_forward(*args, **{"output_router_logits": True, **kwargs})
+            return
+
+
 def load(folder: Path, attn: str):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation=attn)
+    record_granite_router_logits(model)
     model.eval()  # no dropout in these models anyway; gradients stay enabled
     for p in model.parameters():
         assert p.dtype == torch.float32, p.dtype
@@ -76,7 +95,9 @@ WITHOUT_AUX_LOSS = {"minimax_m2", "ernie4_5_moe"}
 
 
 def is_moe(model) -> bool:
-    return (hasattr(model.config, "router_aux_loss_coef") and hasattr(model.config, "num_experts")
+    # num_local_experts without the num_experts alias: GraniteMoe's configs.
+    experts = hasattr(model.config, "num_experts") or hasattr(model.config, "num_local_experts")
+    return (hasattr(model.config, "router_aux_loss_coef") and experts
             and model.config.model_type not in WITHOUT_AUX_LOSS)
 
 
