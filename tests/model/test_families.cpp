@@ -1246,6 +1246,32 @@ TEST(Families, GraniteMultipliersAndStackedExperts) {
             std::nullopt);
 }
 
+// GraniteSWA: every fourth layer from 0 full by default, the others sliding; per-layer RoPE thetas with 0 for none;
+// sinks on every layer; GraniteMoeSWA's experts under v5's names.
+TEST(Families, GraniteSwaLayers) {
+  const ModelSpec spec = parse(R"({"model_type":"granite_swa","hidden_size":64,"num_attention_heads":4,
+    "num_key_value_heads":2,"num_hidden_layers":5,"sliding_window":16,"layer_rope_theta":[10000,0,500,10000,10000]})");
+  EXPECT_TRUE(spec.tie_word_embeddings);
+  EXPECT_EQ(attention(spec, 0).sliding_window, std::nullopt);
+  EXPECT_EQ(attention(spec, 1).sliding_window, 16);
+  EXPECT_EQ(attention(spec, 4).sliding_window, std::nullopt);
+  EXPECT_EQ(attention(spec, 1).rope.type, "none");
+  EXPECT_EQ(attention(spec, 2).rope.theta, 500.0);
+  EXPECT_TRUE(attention(spec, 3).sinks);
+  EXPECT_EQ(spec.eos_token_ids, std::vector<int64_t>{100257});
+  const ModelSpec moe = parse(R"({"model_type":"granitemoe_swa","num_hidden_layers":2,"num_local_experts":4})");
+  std::vector<std::string> names;
+  for (const ParameterSpec& p : parameter_layout(moe).parameters)
+    if (p.name.starts_with("layers.0.moe."))
+      for (const HfTensor& piece : p.pieces) names.push_back(piece.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"model.layers.0.block_sparse_moe.router.weight",
+                                             "model.layers.0.block_sparse_moe.experts.gate_up_proj",
+                                             "model.layers.0.block_sparse_moe.experts.down_proj"}));
+  EXPECT_NE(
+      error_of(R"({"model_type":"granite_swa","num_hidden_layers":2,"layer_rope_theta":[1]})").find("layer_rope_theta"),
+      std::string::npos);
+}
+
 // Granite 4.0's hybrid: the layer pattern in either spelling, NoPE unless position_embedding_type is rope, the Mamba2
 // mixer's derived head width and whole-width gated norm, time_step_limit as transformers 5 writes infinity, and a
 // dense layer's shared MLP under shared_mlp.

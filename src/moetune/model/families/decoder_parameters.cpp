@@ -134,8 +134,8 @@ struct Builder {
       gate_up.pieces.push_back({hf + "experts.gate_up_proj", {E, H, 2 * I}, /*transposed=*/true, /*interleaved_pairs=*/true});
       down.pieces.push_back({hf + "experts.down_proj", {E, I, H}, /*transposed=*/true});
     } else if (!names.stacked_gate_up.empty()) {
-      gate_up.pieces.push_back({hf + names.stacked_gate_up + ".weight", {E, 2 * I, H}});
-      down.pieces.push_back({hf + names.stacked_down + ".weight", {E, H, I}});
+      gate_up.pieces.push_back({hf + names.stacked_gate_up, {E, 2 * I, H}});
+      down.pieces.push_back({hf + names.stacked_down, {E, H, I}});
     } else {
       for (int64_t e = 0; e < E; ++e) {
         const std::string expert = fmt::format("{}experts.{}.", hf, e);

@@ -25,9 +25,9 @@ struct MoeTensorNames {
   // GPT-OSS: the experts exist only fused and transposed, <block>.experts.gate_up_proj [E, H, 2I] with gate and
   // up interleaved and <block>.experts.down_proj [E, I, H] (biases <name>_bias); no per-expert tensors.
   bool transposed_fused_experts = false;
-  // Granite: every expert's gate and up stacked in one tensor, <block>.<stacked_gate_up>.weight [E, 2I, H], and
-  // the down projections in <block>.<stacked_down>.weight [E, H, I] (v5's fused layout under other names; the
-  // v5 names load too); empty: per-expert tensors.
+  // Granite: every expert's gate and up stacked in one tensor, <block>.<stacked_gate_up> [E, 2I, H] (GraniteMoe's
+  // input_linear.weight; GraniteMoeSWA saves v5's experts.gate_up_proj itself), and the down projections in
+  // <block>.<stacked_down> [E, H, I] (v5's fused layout; v5's names load too); empty: per-expert tensors.
   std::string stacked_gate_up, stacked_down;
   // The router's module in transformers' in-memory model where the checkpoint's differs (Granite's router for
   // router.layer), loaded too as <fused_block>.<this>.weight; empty: <fused_block>.gate where fused_block differs.

@@ -18,6 +18,11 @@
 // the shared MLP always beside it, or that shared MLP alone (a dense layer) when num_local_experts is 0. Its Mamba2
 // mixer is Nemotron-H's (model/mamba2_block.h) under mamba.*, with the gated norm over the whole width; the residual
 // multiplier scales it too. Defaults: GraniteMoeHybridConfig.
+// GraniteSWA / GraniteMoeSWA: Granite's / GraniteMoeShared's layers whose attention slides over sliding_window keys
+// where layer_types says (every fourth layer from 0 full by default), rotates with its own theta from
+// layer_rope_theta (0: no RoPE) and has a learned sink per head (GPT-OSS's sinks); GraniteMoeSWA saves v5's
+// experts.gate_up_proj / down_proj and router.weight. Defaults: GraniteSWAConfig, GraniteMoeSWAConfig.
+#include <algorithm>
 #include <cmath>
 
 #include "moetune/core/error.h"
@@ -35,12 +40,15 @@ double multiplier(const io::ConfigReader& r, const char* key) {
   return r.number(key, 1.0);
 }
 
-DecoderConfig read_granite_config(const io::ConfigReader& r) {
-  DecoderConfig c = read_decoder_config(r, {.vocab_size = 32000,
-                                            .hidden_size = 4096,
-                                            .intermediate_size = 11008,
-                                            .num_hidden_layers = 32,
-                                            .max_position_embeddings = 2048});
+// GraniteConfig's defaults, which GraniteMoe's, GraniteMoeShared's, GraniteMoeHybrid's and GraniteMoeSWA's share.
+constexpr DecoderDefaults kGraniteDefaults{.vocab_size = 32000,
+                                           .hidden_size = 4096,
+                                           .intermediate_size = 11008,
+                                           .num_hidden_layers = 32,
+                                           .max_position_embeddings = 2048};
+
+DecoderConfig read_granite_config(const io::ConfigReader& r, const DecoderDefaults& defaults = kGraniteDefaults) {
+  DecoderConfig c = read_decoder_config(r, defaults);
   c.attention.qkv_bias = c.attention.o_bias = r.boolean("attention_bias", false);
   c.attention.scaling = multiplier(r, "attention_multiplier");
   c.spec.embedding_scale = multiplier(r, "embedding_multiplier");
@@ -75,7 +83,45 @@ MoeSpec read_granite_moe(const io::ConfigReader& r, const DecoderConfig& c) {
   return moe;
 }
 
-ModelSpec describe_granite_moe(const io::ConfigReader& r, bool shared_mlp) {
+// GraniteSWA / GraniteMoeSWA: each layer's window (sliding_attention layers; every fourth layer from 0 full by
+// default), its RoPE theta from layer_rope_theta (0: none; default the global one) and a learned softmax sink per
+// head (GPT-OSS's: transformers scales the output by sigmoid(logsumexp - sink)). Each layer gets its own attention.
+std::vector<AttentionSpec> granite_swa_attention(const io::ConfigReader& r, const DecoderConfig& c) {
+  const int64_t layers = c.spec.num_layers();
+  std::vector<std::string> types;
+  if (r.has("layer_types")) {
+    types = r.strings("layer_types");
+  } else {
+    for (int64_t i = 0; i < layers; ++i) types.push_back(i % 4 == 0 ? "full_attention" : "sliding_attention");
+  }
+  if (r.is_null("sliding_window") && std::find(types.begin(), types.end(), "sliding_attention") != types.end())
+    refuse("sliding_window", "null", "sliding_attention layers without a window");
+  const std::vector<std::optional<int64_t>> windows =
+      windows_of_layer_types(types, r.optional_integer("sliding_window").value_or(128), layers, sliding_window_key(r));
+  std::vector<double> thetas(size_t(layers), c.attention.rope.theta);
+  if (const nlohmann::json* given = r.find("layer_rope_theta")) {
+    if (!given->is_array() || int64_t(given->size()) != layers)
+      fail("'layer_rope_theta' must list one theta per layer ({}), got {}", layers, given->dump().substr(0, 100));
+    for (size_t i = 0; i < thetas.size(); ++i) thetas[i] = io::ConfigReader::as_number((*given)[i], "layer_rope_theta");
+  }
+  std::vector<AttentionSpec> out;
+  for (int64_t i = 0; i < layers; ++i) {
+    AttentionSpec a = c.attention;
+    a.sinks = true;
+    a.sliding_window = windows[size_t(i)];
+    if (thetas[size_t(i)] == 0.0) {
+      a.rope = ops::RopeSpec{.type = "none"};
+    } else {
+      a.rope.theta = thetas[size_t(i)];
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+// GraniteMoe's layers; GraniteMoeShared's with the shared MLP beside the block; GraniteMoeSWA's (the shared MLP too)
+// with each layer's own window, RoPE and sinks.
+ModelSpec describe_granite_moe(const io::ConfigReader& r, bool shared_mlp, bool sliding) {
   DecoderConfig c = read_granite_config(r);
   MoeSpec moe = read_granite_moe(r, c);
   if (shared_mlp) {
@@ -83,22 +129,25 @@ ModelSpec describe_granite_moe(const io::ConfigReader& r, bool shared_mlp) {
     if (shared < 0) fail("'shared_intermediate_size' must not be negative, got {}", shared);
     if (shared > 0) moe.shared_expert = SharedExpertSpec{MlpSpec{shared}};
   }
-  for (LayerSpec& layer : c.spec.layers) layer = attention_then(c.attention, moe);
+  const std::vector<AttentionSpec> attention =
+      sliding ? granite_swa_attention(r, c) : std::vector<AttentionSpec>(c.spec.layers.size(), c.attention);
+  for (size_t i = 0; i < c.spec.layers.size(); ++i) c.spec.layers[i] = attention_then(attention[i], moe);
   read_load_balancing_loss(r, c.spec);
   finish_granite(r, c);
   return c.spec;
 }
 
-ModelSpec describe_granite_moe(const io::ConfigReader& r) { return describe_granite_moe(r, false); }
-ModelSpec describe_granite_moe_shared(const io::ConfigReader& r) { return describe_granite_moe(r, true); }
+ModelSpec describe_granite_moe(const io::ConfigReader& r) { return describe_granite_moe(r, false, false); }
+ModelSpec describe_granite_moe_shared(const io::ConfigReader& r) { return describe_granite_moe(r, true, false); }
+ModelSpec describe_granite_moe_swa(const io::ConfigReader& r) { return describe_granite_moe(r, true, true); }
 
 MoeTensorNames granite_moe_names() {
   MoeTensorNames names;
   names.block = names.fused_block = "block_sparse_moe";
   names.router = "router.layer";
   names.fused_router = "router";
-  names.stacked_gate_up = "input_linear";
-  names.stacked_down = "output_linear";
+  names.stacked_gate_up = "input_linear.weight";
+  names.stacked_down = "output_linear.weight";
   names.shared_expert = "shared_mlp";
   names.shared_expert_beside_block = true;
   names.shared_expert_gate_up = "input_linear";
@@ -192,6 +241,35 @@ ModelSpec describe_granite_hybrid(const io::ConfigReader& r) {
   return c.spec;
 }
 
+ModelSpec describe_granite_swa(const io::ConfigReader& r) {
+  DecoderConfig c = read_granite_config(r, {.vocab_size = 100352,
+                                            .hidden_size = 2560,
+                                            .intermediate_size = 8192,
+                                            .num_hidden_layers = 24,
+                                            .num_attention_heads = 20,
+                                            .num_key_value_heads = 4,
+                                            .max_position_embeddings = 8192,
+                                            .rms_norm_eps = 1e-5});
+  // GraniteSWAConfig ties by default and names one id for both ends.
+  c.spec.tie_word_embeddings = r.boolean("tie_word_embeddings", true);
+  apply_token_id_defaults(r, {.bos = 100257, .eos = 100257}, c.spec);
+  const MlpSpec mlp{c.intermediate_size, r.boolean("mlp_bias", false)};
+  const std::vector<AttentionSpec> attention = granite_swa_attention(r, c);
+  for (size_t i = 0; i < c.spec.layers.size(); ++i) c.spec.layers[i] = attention_then(attention[i], mlp);
+  finish_granite(r, c);
+  return c.spec;
+}
+
+// GraniteMoeSWA saves v5's names for the experts and the router (transformers has no renaming for it).
+std::vector<ParameterSpec> granite_moe_swa_parameters(const ModelSpec& spec) {
+  MoeTensorNames names = granite_moe_names();
+  names.router = "router";
+  names.fused_router.clear();
+  names.stacked_gate_up = "experts.gate_up_proj";
+  names.stacked_down = "experts.down_proj";
+  return decoder_parameters(spec, names);
+}
+
 std::vector<ParameterSpec> granite_hybrid_parameters(const ModelSpec& spec) {
   return decoder_parameters(spec, granite_moe_names(),
                             {.gate_up = "input_linear", .mlp = "shared_mlp", .down = "output_linear"});
@@ -204,6 +282,10 @@ extern const Family kGraniteMoeFamily{"GraniteMoeForCausalLM", "granitemoe", des
                                       granite_moe_parameters};
 extern const Family kGraniteMoeSharedFamily{"GraniteMoeSharedForCausalLM", "granitemoeshared",
                                             describe_granite_moe_shared, granite_moe_parameters};
+extern const Family kGraniteSwaFamily{"GraniteSWAForCausalLM", "granite_swa", describe_granite_swa,
+                                      standard_decoder_parameters};
+extern const Family kGraniteMoeSwaFamily{"GraniteMoeSWAForCausalLM", "granitemoe_swa", describe_granite_moe_swa,
+                                         granite_moe_swa_parameters};
 extern const Family kGraniteMoeHybridFamily{"GraniteMoeHybridForCausalLM", "granitemoehybrid", describe_granite_hybrid,
                                             granite_hybrid_parameters};
 
