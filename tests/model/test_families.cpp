@@ -1246,6 +1246,24 @@ TEST(Families, GraniteMultipliersAndStackedExperts) {
             std::nullopt);
 }
 
+// GLM-4 (dense): four norms a layer under its own names, q/k/v biases by default and none on o_proj, RoPE on
+// interleaved pairs of half of each head (rows reordered to halves on load), one gate_up_proj.
+TEST(Families, Glm4SandwichNormsAndInterleavedPartialRope) {
+  const ModelSpec spec = parse(R"({"model_type":"glm4","hidden_size":64,"num_attention_heads":4,"head_dim":16,
+    "num_key_value_heads":2,"intermediate_size":96,"num_hidden_layers":1,"pad_token_id":0})");
+  EXPECT_TRUE(attention(spec).qkv_bias);
+  EXPECT_FALSE(attention(spec).o_bias);
+  EXPECT_TRUE(attention(spec).rope_interleaved);
+  EXPECT_EQ(ops::rope_rotary_dim(attention(spec).rope, 16), 8);
+  std::vector<std::string> names;
+  for (const ParameterSpec& p : parameter_layout(spec).parameters)
+    if (p.name.starts_with("layers.0.") && p.role == ParameterRole::Norm) names.push_back(p.pieces[0].name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "model.layers.0.input_layernorm.weight", "model.layers.0.post_self_attn_layernorm.weight",
+                       "model.layers.0.post_attention_layernorm.weight", "model.layers.0.post_mlp_layernorm.weight"}));
+  EXPECT_EQ(parse(R"({"model_type":"glm4","num_hidden_layers":1})").embedding_padding_idx, 151329);
+}
+
 // GraniteSWA: every fourth layer from 0 full by default, the others sliding; per-layer RoPE thetas with 0 for none;
 // sinks on every layer; GraniteMoeSWA's experts under v5's names.
 TEST(Families, GraniteSwaLayers) {

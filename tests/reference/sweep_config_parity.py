@@ -366,6 +366,14 @@ CASES = [
     ("granitemoehybrid plain", "granitemoehybrid", dict(GRANITE_HYBRID, **GRANITE_MULTIPLIERS), None),
     ("granitemoehybrid dense rope old layer names", "granitemoehybrid",
      dict(GRANITE_HYBRID, **GRANITE_MULTIPLIERS, num_local_experts=0, position_embedding_type="rope"), "old_layer_names"),
+    # GLM-4 (dense, -0414): sandwich norms, q/k/v biases, RoPE on interleaved pairs of half of each head.
+    ("glm4 plain", "glm4", dict(BASE, head_dim=16, pad_token_id=0), None),
+    ("glm4 no bias whole rotary tied mqa", "glm4", dict(BASE, head_dim=16, attention_bias=False, num_key_value_heads=1,
+                                                       partial_rotary_factor=1.0, tie_word_embeddings=True,
+                                                       pad_token_id=0), None),
+    ("glm4 quarter rotary in rope_parameters", "glm4",
+     dict(BASE, head_dim=16, pad_token_id=3, rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
+                                                              "partial_rotary_factor": 0.25}), None),
     # GraniteSWA / GraniteMoeSWA: per-layer sliding windows, per-layer RoPE thetas (0: NoPE), learned sinks.
     ("granite_swa plain", "granite_swa", dict(BASE, **GRANITE_MULTIPLIERS, sliding_window=4,
                                               layer_types=["full_attention", "sliding_attention", "sliding_attention"]),

@@ -60,6 +60,7 @@ CASES = [
                            "lora.target_parameters=[block_sparse_moe.experts.gate_up_proj,block_sparse_moe.experts.down_proj]"]),
     ("@granitemoe_swa", ["lora.target_modules=all-linear",
                          "lora.target_parameters=[block_sparse_moe.experts.gate_up_proj,block_sparse_moe.experts.down_proj]"]),
+    ("@glm4", ["lora.target_modules=all-linear"]),  # q/k rows reordered from interleaved pairs; one gate_up_proj
     # Granite 4.0's hybrid: Mamba2 layers (their projections take no adapter, as Nemotron-H's) beside attention.
     ("@granitemoehybrid", ["lora.target_modules=[q_proj,v_proj,o_proj,input_linear,output_linear]",
                            "lora.target_parameters=[block_sparse_moe.experts.gate_up_proj]"]),
@@ -118,6 +119,7 @@ MADE = {"@gemma3_vl": make_gemma3_vl,
         "@granitemoe_swa": make_random("granitemoe_swa", num_local_experts=4, num_experts_per_tok=2,
                                        shared_intermediate_size=24, sliding_window=4, layer_rope_theta=[10000.0, 0, 500.0],
                                        residual_multiplier=0.22, logits_scaling=8.0),
+        "@glm4": make_random("glm4", head_dim=16, pad_token_id=0),
         "@granitemoehybrid": make_random("granitemoehybrid", num_local_experts=4, num_experts_per_tok=2,
                                          shared_intermediate_size=24, mamba_n_heads=8, mamba_d_state=16,
                                          mamba_chunk_size=16, residual_multiplier=0.22, logits_scaling=8.0,

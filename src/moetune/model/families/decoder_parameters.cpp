@@ -202,10 +202,10 @@ std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTe
   const int64_t H = spec.hidden_size;
   b.out.push_back(whole("embed_tokens", ParameterRole::Embedding, {"model.embed_tokens.weight", {spec.vocab_size, H}}));
   // Llama's names for the norms before attention and before the MLP; where a layer norms its sublayers' outputs
-  // (OLMo-2), post_attention_layernorm names the one after attention, as OLMo-2's and Gemma's checkpoints do.
+  // (OLMo-2), post_attention_layernorm names the one after attention, as OLMo-2's and Gemma's checkpoints do
+  // (FusedProjectionNames::out_normed_inputs / out_norms; GLM-4 names them otherwise).
   const char* hf_norm_names[] = {"input_layernorm", "post_attention_layernorm"};
-  const char* hf_norm_names_with_out_norms[] = {"input_layernorm", "pre_feedforward_layernorm"};
-  const char* hf_out_norm_names[] = {"post_attention_layernorm", "post_feedforward_layernorm"};
+
   for (int64_t layer = 0; layer < spec.num_layers(); ++layer) {
     const std::string hf = fmt::format("model.layers.{}.", layer), engine = fmt::format("layers.{}.", layer);
     const auto& sublayers = spec.layers[size_t(layer)].sublayers;
@@ -213,7 +213,7 @@ std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTe
         std::any_of(sublayers.begin(), sublayers.end(), [](const SublayerSpec& s) { return !s.out_norm.empty(); });
     for (size_t i = 0; i < sublayers.size(); ++i) {
       const SublayerSpec& sublayer = sublayers[i];
-      const char* hf_norm = (out_norms ? hf_norm_names_with_out_norms : hf_norm_names)[i];
+      const std::string hf_norm = out_norms ? fused.out_normed_inputs[i] : hf_norm_names[i];
       if (!sublayer.norm.empty())
         b.out.push_back(whole(engine + sublayer.norm, ParameterRole::Norm, {hf + hf_norm + ".weight", {H}}));
       if (const AttentionSpec* a = sublayer.attention()) b.attention(*a, hf, engine);
@@ -224,7 +224,7 @@ std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTe
       if (const MoeSpec* m = sublayer.moe()) b.moe(*m, moe_names, hf, engine);
       if (!sublayer.out_norm.empty())
         b.out.push_back(
-            whole(engine + sublayer.out_norm, ParameterRole::Norm, {hf + hf_out_norm_names[i] + ".weight", {H}}));
+            whole(engine + sublayer.out_norm, ParameterRole::Norm, {hf + fused.out_norms[i] + ".weight", {H}}));
     }
   }
   b.out.push_back(whole("final_norm", ParameterRole::Norm, {"model.norm.weight", {H}}));

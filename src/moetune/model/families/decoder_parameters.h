@@ -45,6 +45,11 @@ struct FusedProjectionNames {
   std::string qkv, gate_up;
   // A dense MLP's module and its down projection (Granite 4.0's shared_mlp.output_linear on its dense layers).
   std::string mlp = "mlp", down = "down_proj";
+  // Where a layer norms its sublayers' outputs (SublayerSpec::out_norm), the input norms' and the output norms' names
+  // for its two sublayers: Gemma's and OLMo-2's by default, GLM-4's {input_layernorm, post_attention_layernorm} /
+  // {post_self_attn_layernorm, post_mlp_layernorm}.
+  std::string out_normed_inputs[2] = {"input_layernorm", "pre_feedforward_layernorm"};
+  std::string out_norms[2] = {"post_attention_layernorm", "post_feedforward_layernorm"};
 };
 
 // Mixtral's checkpoint names (block_sparse_moe, the experts' w1 / w3 / w2 for gate / up / down), which MiniMax-M2

@@ -7,7 +7,7 @@ extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily,
     kSmolLM3Family, kOlmoeFamily, kMinistralFamily, kMiniMaxM2Family, kDots1Family, kDeepseekV2Family, kOlmo2Family,
     kOlmo3Family, kSolarOpenFamily, kExaone4Family, kFlexOlmoFamily, kExaoneMoeFamily, kGemmaFamily, kGemma3Family,
     kErnie4_5MoeFamily, kErnie4_5Family, kArceeFamily, kGraniteFamily, kGraniteMoeFamily, kGraniteMoeSharedFamily,
-    kGraniteMoeHybridFamily, kGraniteSwaFamily, kGraniteMoeSwaFamily;
+    kGraniteMoeHybridFamily, kGraniteSwaFamily, kGraniteMoeSwaFamily, kGlm4Family;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {&kLlamaFamily,
@@ -45,7 +45,8 @@ const std::vector<const Family*>& families() {
                                                  &kGraniteMoeSharedFamily,
                                                  &kGraniteMoeHybridFamily,
                                                  &kGraniteSwaFamily,
-                                                 &kGraniteMoeSwaFamily};
+                                                 &kGraniteMoeSwaFamily,
+                                                 &kGlm4Family};
   return all;
 }
 
