@@ -41,7 +41,7 @@ PartialRotary partial_rotary(const AttentionSpec& a, int64_t rotated_rows = 0) {
 
 struct Builder {
   const ModelSpec& spec;
-  const FusedProjectionNames& fused_names;
+  const DecoderTensorNames& tensor_names;
   std::vector<ParameterSpec> out;
 
   void attention(const AttentionSpec& a, const std::string& hf, const std::string& engine) {
@@ -52,9 +52,9 @@ struct Builder {
     const auto rotated = [&](std::string name, Shape shape) {
       return HfTensor{std::move(name), std::move(shape), false, false, partial_rotary(a)};
     };
-    if (!fused_names.qkv.empty()) {  // one tensor of q's, k's and v's rows: only q's and k's heads rotate
+    if (!tensor_names.qkv.empty()) {  // one tensor of q's, k's and v's rows: only q's and k's heads rotate
       const auto qkv = [&](const char* leaf, Shape shape) {
-        return HfTensor{attn + fused_names.qkv + leaf, std::move(shape), false, false,
+        return HfTensor{attn + tensor_names.qkv + leaf, std::move(shape), false, false,
                         partial_rotary(a, q_rows + k_rows)};
       };
       out.push_back(whole(engine + "attn.qkv", ParameterRole::Matmul, qkv(".weight", {q_rows + k_rows + v_rows, H})));
@@ -197,13 +197,13 @@ ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_nam
 }
 
 std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names,
-                                              const FusedProjectionNames& fused) {
-  Builder b{spec, fused, {}};
+                                              const DecoderTensorNames& names) {
+  Builder b{spec, names, {}};
   const int64_t H = spec.hidden_size;
   b.out.push_back(whole("embed_tokens", ParameterRole::Embedding, {"model.embed_tokens.weight", {spec.vocab_size, H}}));
   // Llama's names for the norms before attention and before the MLP; where a layer norms its sublayers' outputs
   // (OLMo-2), post_attention_layernorm names the one after attention, as OLMo-2's and Gemma's checkpoints do
-  // (FusedProjectionNames::out_normed_inputs / out_norms; GLM-4 names them otherwise).
+  // (DecoderTensorNames::out_normed_inputs / out_norms; GLM-4 names them otherwise).
   const char* hf_norm_names[] = {"input_layernorm", "post_attention_layernorm"};
 
   for (int64_t layer = 0; layer < spec.num_layers(); ++layer) {
@@ -213,18 +213,18 @@ std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTe
         std::any_of(sublayers.begin(), sublayers.end(), [](const SublayerSpec& s) { return !s.out_norm.empty(); });
     for (size_t i = 0; i < sublayers.size(); ++i) {
       const SublayerSpec& sublayer = sublayers[i];
-      const std::string hf_norm = out_norms ? fused.out_normed_inputs[i] : hf_norm_names[i];
+      const std::string hf_norm = out_norms ? names.out_normed_inputs[i] : hf_norm_names[i];
       if (!sublayer.norm.empty())
         b.out.push_back(whole(engine + sublayer.norm, ParameterRole::Norm, {hf + hf_norm + ".weight", {H}}));
       if (const AttentionSpec* a = sublayer.attention()) b.attention(*a, hf, engine);
       if (const MlpSpec* m = sublayer.mlp())
-        b.mlp(*m, hf + fused.mlp + ".", engine + "mlp.", fused.gate_up, fused.down);
+        b.mlp(*m, hf + names.mlp + ".", engine + "mlp.", names.gate_up, names.down);
       if (const Mamba2Spec* m = sublayer.mamba2())
         append_mamba2_parameters(*m, H, hf + "mamba.", engine + "mamba.", b.out);
       if (const MoeSpec* m = sublayer.moe()) b.moe(*m, moe_names, hf, engine);
       if (!sublayer.out_norm.empty())
         b.out.push_back(
-            whole(engine + sublayer.out_norm, ParameterRole::Norm, {hf + fused.out_norms[i] + ".weight", {H}}));
+            whole(engine + sublayer.out_norm, ParameterRole::Norm, {hf + names.out_norms[i] + ".weight", {H}}));
     }
   }
   b.out.push_back(whole("final_norm", ParameterRole::Norm, {"model.norm.weight", {H}}));

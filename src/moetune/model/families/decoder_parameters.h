@@ -38,10 +38,11 @@ struct MoeTensorNames {
   std::string shared_expert_gate_up, shared_expert_down = "down_proj";
 };
 
-// Where a family keeps q/k/v, or a dense MLP's gate/up, as one HF tensor (Phi-3's self_attn.qkv_proj [q; k; v] and
-// mlp.gate_up_proj [gate; up]): the engine's fused attn.qkv / gate_up parameter is then that one piece (and its
-// bias `<name>.bias`). Empty: the separate q_proj, k_proj, v_proj and gate_proj, up_proj.
-struct FusedProjectionNames {
+// Where a family keeps its attention's, dense MLP's and norms' tensors when they differ from Llama's.
+struct DecoderTensorNames {
+  // q/k/v, or a dense MLP's gate/up, as one HF tensor (Phi-3's self_attn.qkv_proj [q; k; v] and mlp.gate_up_proj
+  // [gate; up]): the engine's fused attn.qkv / gate_up parameter is then that one piece (and its bias
+  // `<name>.bias`). Empty: the separate q_proj, k_proj, v_proj and gate_proj, up_proj.
   std::string qkv, gate_up;
   // A dense MLP's module and its down projection (Granite 4.0's shared_mlp.output_linear on its dense layers).
   std::string mlp = "mlp", down = "down_proj";
@@ -68,7 +69,7 @@ void append_mamba2_parameters(const Mamba2Spec& m, int64_t hidden_size, const st
 // Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn or mamba,
 // post_attention_layernorm, mlp}, model.norm, lm_head (unless tied).
 std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names,
-                                              const FusedProjectionNames& fused = {});
+                                              const DecoderTensorNames& names = {});
 // The same with the usual names (Llama, Qwen): a Family's `parameters` as it stands.
 std::vector<ParameterSpec> standard_decoder_parameters(const ModelSpec& spec);
 

@@ -22,7 +22,6 @@
 // where layer_types says (every fourth layer from 0 full by default), rotates with its own theta from
 // layer_rope_theta (0: no RoPE) and has a learned sink per head (GPT-OSS's sinks); GraniteMoeSWA saves v5's
 // experts.gate_up_proj / down_proj and router.weight. Defaults: GraniteSWAConfig, GraniteMoeSWAConfig.
-#include <algorithm>
 #include <cmath>
 
 #include "moetune/core/error.h"
@@ -94,10 +93,11 @@ std::vector<AttentionSpec> granite_swa_attention(const io::ConfigReader& r, cons
   } else {
     for (int64_t i = 0; i < layers; ++i) types.push_back(i % 4 == 0 ? "full_attention" : "sliding_attention");
   }
-  if (r.is_null("sliding_window") && std::find(types.begin(), types.end(), "sliding_attention") != types.end())
-    refuse("sliding_window", "null", "sliding_attention layers without a window");
+  // GraniteSWAConfig's window is 128 when absent; an explicit null leaves sliding layers without one (refused there).
+  const std::optional<int64_t> window =
+      r.is_null("sliding_window") ? std::nullopt : std::optional<int64_t>(r.integer("sliding_window", 128));
   const std::vector<std::optional<int64_t>> windows =
-      windows_of_layer_types(types, r.optional_integer("sliding_window").value_or(128), layers, sliding_window_key(r));
+      windows_of_layer_types(types, window, layers, sliding_window_key(r));
   std::vector<double> thetas(size_t(layers), c.attention.rope.theta);
   if (const nlohmann::json* given = r.find("layer_rope_theta")) {
     if (!given->is_array() || int64_t(given->size()) != layers)
