@@ -81,6 +81,12 @@ const std::vector<std::string>& model_fixtures() {
   return names;
 }
 
+std::vector<std::string> all_model_fixtures() {
+  std::vector<std::string> names = model_fixtures();
+  names.push_back("qwen3_next_tiny");
+  return names;
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream stream(path, std::ios::binary);
   std::stringstream buffer;

@@ -38,6 +38,16 @@ TEST(DeviceSupport, GpuTrainsAndGeneratesEveryFixture) {
   }
 }
 
+// Qwen3-Next's Gated DeltaNet, gated attention and 1 + weight norms before its MoE layers run on the CPU engine only:
+// the GPU refuses the model naming each, and points to the CPU.
+TEST(DeviceSupport, GpuRefusesQwen3NextNamingWhatItLacks) {
+  const ModelSpec spec = load_model_spec(testing::fixture("qwen3_next_tiny") / "config.json");
+  EXPECT_EQ(features_missing_on_gpu(spec),
+            (std::vector<std::string>{"Gated DeltaNet layers (linear_attention)", "1 + weight norms before MoE layers",
+                                      "gated attention"}));
+  expect_refusal([&] { require_gpu_support(spec); }, {"Qwen3NextForCausalLM", "Gated DeltaNet", "--device cpu"});
+}
+
 // The GPU routers rank groups one lane a group: DeepSeek-V2's group-limited router past 32 groups is refused by
 // its key when the model loads.
 TEST(DeviceSupport, GpuRefusesMoreGroupsThanItsRouterRanksNamingThem) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moetune/model/causal_lm.h"
+#include "moetune/model/model_description.h"
 #include "moetune/model/piece_transform.h"
 #include "moetune/train/adamw.h"
 #include "moetune/train/grad_clip.h"
@@ -49,6 +50,12 @@ bool is_mamba2_mixer_parameter(const std::string& name) {
   return false;
 }
 
+// transformers' reference runs Qwen3-Next's gated delta rule in its chunked fp32 form, moetune in the recurrent one
+// (the same function; ops/gated_delta_rule.h). Measured on qwen3_next_tiny: transformers' own chunked and recurrent
+// fp32 runs differ by up to 1.2e-5 in a gradient (its shared_expert_gate's), 2e-6 in logits; moetune sits 1.9e-5 from
+// the chunked reference at most. Every tolerance for such a model is 3 times the others'.
+constexpr double kChunkedRuleScale = 3.0;
+
 double relative_error(const float* actual, const float* expected, int64_t n) {
   double diff = 0, norm = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -69,6 +76,10 @@ class Parity : public ::testing::TestWithParam<std::string> {
     folder_ = testing::fixture(GetParam());
     reference_ = std::make_unique<io::SafetensorsFile>(io::SafetensorsFile::open(folder_ / "parity.safetensors"));
     hyper_ = nlohmann::json::parse(testing::read_file(folder_ / "parity.json"));
+    const ModelSpec spec = load_model_spec(folder_ / "config.json");
+    for (const LayerSpec& layer : spec.layers)
+      for (const SublayerSpec& sublayer : layer.sublayers)
+        if (sublayer.gated_delta()) scale_ = kChunkedRuleScale;
   }
   Tensor ref(const std::string& name) const { return reference_->tensor(name); }
   double scalar(const std::string& name) const { return ref(name).data<float>()[0]; }
@@ -85,7 +96,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
       if (!specs[i].fused_hf_name.empty()) {
         Tensor expected = ref(prefix + in_memory_name(specs[i].fused_hf_name));
         EXPECT_LE(relative_error(tensors[i].data<float>(), expected.data<float>(), expected.numel()),
-                  after_adamw ? kAfterAdamwTolerance : kTolerance)
+                  after_adamw ? scale_ * kAfterAdamwTolerance : scale_ * kTolerance)
             << prefix << specs[i].fused_hf_name;
         continue;
       }
@@ -93,11 +104,11 @@ class Parity : public ::testing::TestWithParam<std::string> {
       for (const auto& piece : specs[i].pieces) {
         Tensor expected = ref(prefix + in_memory_name(piece.name));
         ASSERT_EQ(expected.shape(), piece.shape) << piece.name;
-        const double tolerance = !after_adamw ? kTolerance
+        const double tolerance = !after_adamw ? scale_ * kTolerance
                                  : piece.name.ends_with("k_proj.bias") || is_mamba2_mixer_parameter(piece.name) ||
                                          router_weight_with_cancelling_gradient(model.spec(), piece.name)
-                                     ? kNearSymmetricTolerance
-                                     : kAfterAdamwTolerance;
+                                     ? scale_ * kNearSymmetricTolerance
+                                     : scale_ * kAfterAdamwTolerance;
         // In the checkpoint's layout (GPT-OSS's experts are transposed and interleaved there).
         const Tensor actual = piece_to_hf(tensors[i].flat_slice(offset, engine_shape(piece)), piece, DType::F32);
         EXPECT_LE(relative_error(actual.data<float>(), expected.data<float>(), expected.numel()), tolerance)
@@ -116,13 +127,14 @@ class Parity : public ::testing::TestWithParam<std::string> {
     const int64_t vocab = model.spec().vocab_size;
     for (int64_t t = 0; t < b.input_ids.numel(); ++t) {
       if (b.attention_mask.defined() && !b.attention_mask.data<int64_t>()[t]) continue;
-      EXPECT_LE(relative_error(out.logits.data<float>() + t * vocab, expected.data<float>() + t * vocab, vocab), kTolerance)
+      EXPECT_LE(relative_error(out.logits.data<float>() + t * vocab, expected.data<float>() + t * vocab, vocab),
+                scale_ * kTolerance)
           << name << " logits of token " << t;
     }
-    EXPECT_LE(relative_error(out.loss, scalar(name + ".loss")), kTolerance) << name;
-    EXPECT_LE(relative_error(out.lm_loss, scalar(name + ".lm_loss")), kTolerance) << name;
+    EXPECT_LE(relative_error(out.loss, scalar(name + ".loss")), scale_ * kTolerance) << name;
+    EXPECT_LE(relative_error(out.lm_loss, scalar(name + ".lm_loss")), scale_ * kTolerance) << name;
     if (model.spec().aux_loss != AuxLoss::None)
-      EXPECT_LE(relative_error(out.aux_loss, scalar(name + ".aux_loss")), kTolerance) << name;
+      EXPECT_LE(relative_error(out.aux_loss, scalar(name + ".aux_loss")), scale_ * kTolerance) << name;
     else
       EXPECT_TRUE(std::isnan(out.aux_loss));
     EXPECT_GT(model.stash_bytes(), 0u);
@@ -132,6 +144,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
   }
 
   std::filesystem::path folder_;
+  double scale_ = 1.0;  // every tolerance's factor (kChunkedRuleScale)
   std::unique_ptr<io::SafetensorsFile> reference_;
   nlohmann::json hyper_;
 };
@@ -144,7 +157,7 @@ TEST_P(Parity, SumOverNumItemsInBatch) {
   CausalLM model = CausalLM::from_pretrained(folder_);
   Batch b = batch("plain");
   b.num_items_in_batch = 20;
-  EXPECT_LE(relative_error(model.forward(b).lm_loss, scalar("plain.lm_loss_sum20")), kTolerance);
+  EXPECT_LE(relative_error(model.forward(b).lm_loss, scalar("plain.lm_loss_sum20")), scale_ * kTolerance);
 }
 
 TEST_P(Parity, AdamWStepsWithClippingAndWarmup) {
@@ -164,7 +177,7 @@ TEST_P(Parity, AdamWStepsWithClippingAndWarmup) {
     const double norm = train::clip_grad_norm(model.parameters().grads(), hyper_["max_grad_norm"].get<double>());
     // Measured: deepseek_v3_tiny's step-2 grad norm 1.7e-5 off transformers' (whose own fp32 value is 5.8e-6 off
     // an fp64 run of it), while its step-0 gradients agree to 1.3e-6.
-    const double tolerance = moved ? kAfterAdamwTolerance : kTolerance;
+    const double tolerance = moved ? scale_ * kAfterAdamwTolerance : scale_ * kTolerance;
     EXPECT_LE(relative_error(out.loss, losses.data<float>()[step]), tolerance) << "step " << step;
     EXPECT_LE(relative_error(norm, norms.data<float>()[step]), tolerance) << "step " << step;
     moved |= schedule.lr(step) > 0;
@@ -185,7 +198,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Parity,
                                            "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "deepseek_v2_grouped",
                                            "dots1_tiny", "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny",
                                            "flex_olmo_tiny", "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny",
-                                           "ernie4_5_moe_tiny", "granitemoeshared_tiny"));
+                                           "ernie4_5_moe_tiny", "granitemoeshared_tiny", "qwen3_next_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

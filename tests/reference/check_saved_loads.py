@@ -7,6 +7,7 @@ bit-identical, and the logits must equal the fixture's recorded reference.
 
 Run:  python3 tests/reference/check_saved_loads.py build/src/moetune/moetune tests/fixtures
 """
+import json
 import subprocess
 import sys
 import tempfile
@@ -21,14 +22,15 @@ FIXTURES = ["qwen3_moe_tiny", "qwen3_moe_tied_bf16", "qwen3_tiny", "llama_tiny",
             "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny", "mistral_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny", "olmoe_tiny", "minimax_m2_tiny",
             "deepseek_v2_tiny", "deepseek_v2_grouped", "dots1_tiny", "olmo2_tiny", "olmo3_tiny",
             "exaone4_tiny", "solar_open_tiny", "flex_olmo_tiny", "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny",
-            "ernie4_5_moe_tiny", "granitemoehybrid_tiny", "granitemoeshared_tiny"]
+            "ernie4_5_moe_tiny", "granitemoehybrid_tiny", "granitemoeshared_tiny", "qwen3_next_tiny"]
 # Recorded from the dequantized weights upcast to fp32 (make_gpt_oss_fixtures.py), so compared so.
 UPCAST_REFERENCE = {"gpt_oss_mxfp4_tiny"}
 
 
 def reference_of(folder: Path):
     """input_ids and logits recorded with the fixture, and whether they must match bit for bit:
-    reference.safetensors (bit for bit), or the parity fixture's plain case (nemotron_h_tiny has only that one; it
+    reference.safetensors (bit for bit), or the parity fixture's plain case (nemotron_h_tiny and qwen3_next_tiny have
+    only that one; it
     was recorded on a single thread through the training path, 9e-8 from an eval forward, so within 1e-6)."""
     if (folder / "reference.safetensors").exists():
         return load_file(folder / "reference.safetensors"), True
@@ -42,9 +44,12 @@ def main(binary: str, fixtures: Path) -> int:
         with tempfile.TemporaryDirectory() as out:
             subprocess.run([binary, "convert", str(fixtures / name), out, "--max-shard-size", "20KB"],
                            check=True, stdout=subprocess.DEVNULL)
-            original = AutoModelForCausalLM.from_pretrained(fixtures / name).eval()
-            saved = AutoModelForCausalLM.from_pretrained(out).eval()
             reference, exact = reference_of(fixtures / name)
+            # A parity fixture's logits were recorded with its attention implementation (eager: sdpa sums otherwise).
+            options = {} if exact else {"attn_implementation": json.loads((fixtures / name / "parity.json").read_text())
+                                        .get("attn_implementation", "eager")}
+            original = AutoModelForCausalLM.from_pretrained(fixtures / name, **options).eval()
+            saved = AutoModelForCausalLM.from_pretrained(out, **options).eval()
             with torch.no_grad():
                 logits_original = original(input_ids=reference["input_ids"]).logits
                 logits_saved = saved(input_ids=reference["input_ids"]).logits

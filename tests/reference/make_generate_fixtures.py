@@ -23,7 +23,7 @@ FIXTURES = ["llama_tiny", "qwen3_moe_tiny", "mixtral_tiny", "qwen2_moe_tiny", "g
             "deepseek_v2_tiny", "deepseek_v2_grouped", "dots1_tiny", "olmo2_tiny", "olmo3_tiny",
             "exaone4_tiny", "solar_open_tiny", "flex_olmo_tiny",
             "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny", "ernie4_5_moe_tiny", "granitemoehybrid_tiny",
-            "granitemoeshared_tiny"]
+            "granitemoeshared_tiny", "qwen3_next_tiny"]
 PROMPT = [3, 17, 42, 5, 88, 9]  # longer than gpt_oss_tiny's sliding window (4), so the cache slides past it
 NEW_TOKENS = 20
 # Generations that run past longrope's original context (phi4_mini_tiny's 32), without transformers' cache (each

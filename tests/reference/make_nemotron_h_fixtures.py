@@ -43,27 +43,31 @@ CONFIG = dict(
 
 
 @contextlib.contextmanager
-def mamba_per_document(lengths):
-    """Every Mamba2 mixer runs each document of a [1, sum(lengths)] row alone."""
-    original = modeling_nemotron_h.NemotronHMamba2Mixer.forward
+def mixer_per_document(mixer_class, lengths):
+    """Every `mixer_class` module (a recurrent mixer whose torch path ignores position_ids) runs each document of a
+    [1, sum(lengths)] row alone."""
+    original = mixer_class.forward
 
     def split(self, hidden_states, cache_params=None, attention_mask=None, **kwargs):
         assert hidden_states.shape[:2] == (1, sum(lengths)) and attention_mask is None
         pieces = hidden_states.split(list(lengths), dim=1)
         return torch.cat([original(self, p, cache_params=cache_params, **kwargs) for p in pieces], dim=1)
 
-    modeling_nemotron_h.NemotronHMamba2Mixer.forward = split
+    mixer_class.forward = split
     try:
         yield
     finally:
-        modeling_nemotron_h.NemotronHMamba2Mixer.forward = original
+        mixer_class.forward = original
 
 
-def packed_forward(model, **kwargs):
-    if "position_ids" in kwargs and kwargs["input_ids"].shape[1] == sum(make_parity.PACK_LENGTHS):
-        with mamba_per_document(make_parity.PACK_LENGTHS):
-            return make_parity.forward(model, **kwargs)
-    return make_parity.forward(model, **kwargs)
+def packed_forward_for(mixer_class):
+    """make_parity.forward, with `mixer_class` run per document on the packed case's row."""
+    def packed_forward(model, **kwargs):
+        if "position_ids" in kwargs and kwargs["input_ids"].shape[1] == sum(make_parity.PACK_LENGTHS):
+            with mixer_per_document(mixer_class, make_parity.PACK_LENGTHS):
+                return make_parity.forward(model, **kwargs)
+        return make_parity.forward(model, **kwargs)
+    return packed_forward
 
 
 def build(folder: Path):
@@ -83,7 +87,7 @@ def build(folder: Path):
     return model.num_parameters()
 
 
-def check_packed_isolated(model, inputs):
+def check_packed_isolated(model, inputs, packed_forward):
     a = make_parity.PACK_LENGTHS[0]
     ids = inputs["input_ids"]
     with torch.no_grad():
@@ -95,14 +99,14 @@ def check_packed_isolated(model, inputs):
     return diff
 
 
-def main(root: Path):
+def write_fixture(folder: Path, name: str, architecture: str, count: int, mixer_class, coef=None):
+    """The parity files and expected.json for a saved fp32 model whose `mixer_class` runs per document when packed."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    folder = root / NAME
-    count = build(folder)
+    packed_forward = packed_forward_for(mixer_class)
     model = make_parity.load(folder, "eager")
     inputs = make_parity.make_inputs(model.config.vocab_size)
-    diff = check_packed_isolated(model, inputs["packed"])
+    diff = check_packed_isolated(model, inputs["packed"], packed_forward)
     out = {}
     stats = {case: make_parity.run_case(model, case, inputs[case], out, forward=packed_forward)
              for case in ("plain", "padded", "packed")}
@@ -114,18 +118,24 @@ def main(root: Path):
         "adamw": make_parity.ADAMW, "max_grad_norm": make_parity.MAX_GRAD_NORM,
         "schedule": {"type": "linear", "warmup_steps": make_parity.WARMUP_STEPS,
                      "total_steps": make_parity.TOTAL_STEPS},
-        "train_steps": make_parity.TRAIN_STEPS, "router_aux_loss_coef": None,
+        "train_steps": make_parity.TRAIN_STEPS, "router_aux_loss_coef": coef,
         "cases": ["plain", "padded", "packed", "train"], "attn_implementation": "eager",
         "packed_documents_isolated": True, "packed_mamba": "each document alone (see the script)",
         "seed": make_parity.SEED, "pad_token_id": make_parity.PAD_ID, "num_parameters": count,
     }
     (folder / "parity.json").write_text(json.dumps(meta, indent=2) + "\n")
-    expected = {"num_parameters": count, "architecture": "NemotronHForCausalLM", "dtype": "float32",
+    expected = {"num_parameters": count, "architecture": architecture, "dtype": "float32",
                 "made_with": meta["made_with"]}
     (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
-    print(f"{NAME}: {count} parameters; packed max diff {diff:.2g}; losses "
+    print(f"{name}: {count} parameters; packed max diff {diff:.2g}; losses "
           + "/".join(f"{stats[c]['loss']:.6f}" for c in ("plain", "padded", "packed"))
           + "; train " + "/".join(f"{x:.6f}" for x in losses))
+
+
+def main(root: Path):
+    folder = root / NAME
+    count = build(folder)
+    write_fixture(folder, NAME, "NemotronHForCausalLM", count, modeling_nemotron_h.NemotronHMamba2Mixer)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ DSV2 = dict(BASE, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_si
             first_k_dense_replace=1, num_key_value_heads=4)
 GRANITE_MULTIPLIERS = dict(embedding_multiplier=12.0, attention_multiplier=0.15, residual_multiplier=0.22,
                            logits_scaling=8.0)
+QWEN3_NEXT = dict(BASE, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                  linear_key_head_dim=16, linear_value_head_dim=8, num_experts=6, num_experts_per_tok=2,
+                  moe_intermediate_size=32, shared_expert_intermediate_size=24)
 GRANITE_MOE = dict(BASE, num_local_experts=6, num_experts_per_tok=2, intermediate_size=32)
 GRANITE_HYBRID = dict(GRANITE_MOE, num_local_experts=4, shared_intermediate_size=24, mamba_n_heads=8, mamba_d_state=16,
                       mamba_chunk_size=16, layer_types=["linear_attention", "full_attention", "linear_attention"])
@@ -386,6 +389,19 @@ CASES = [
     ("granitemoehybrid groups biases aux loss tied", "granitemoehybrid",
      dict(GRANITE_HYBRID, **GRANITE_MULTIPLIERS, mamba_n_groups=2, mamba_proj_bias=True, mamba_conv_bias=False,
           mamba_chunk_size=8, attention_bias=True, output_router_logits=True, tie_word_embeddings=True), None),
+    # Qwen3-Next: Gated DeltaNet and gated attention layers (from layer_types, else every full_attention_interval-th
+    # layer full), each followed by the MoE with its gated shared expert or a dense MLP; 1 + weight norms.
+    ("qwen3_next plain", "qwen3_next", dict(QWEN3_NEXT), None),
+    ("qwen3_next interval 2 dense layer biases no renorm aux loss", "qwen3_next",
+     dict(QWEN3_NEXT, full_attention_interval=2, mlp_only_layers=[1], attention_bias=True, norm_topk_prob=False,
+          output_router_logits=True), None),
+    ("qwen3_next one value head a key head half rotary tied sparse step 2", "qwen3_next",
+     dict(QWEN3_NEXT, linear_num_value_heads=2, linear_value_head_dim=16, linear_conv_kernel_dim=3,
+          decoder_sparse_step=2, tie_word_embeddings=True,
+          rope_parameters={"rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": 0.5}), None),
+    ("qwen3_next old layer names no experts", "qwen3_next",
+     dict(QWEN3_NEXT, num_experts=0, layer_types=["linear_attention", "full_attention", "linear_attention",
+                                                  "full_attention"]), "old_layer_names"),
 ]
 
 

@@ -26,6 +26,10 @@ CASES = [
     ("gpt_oss_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("gpt_oss_tiny", ["lora.target_modules=[q_proj]", EXPERTS, "lora.quantize=nf4"]),
     ("nemotron_h_tiny", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj,up_proj,down_proj]"]),
+    # Qwen3-Next: the gated q_proj's LoRA B rows (per head query then gate on disk) in the engine's order; the Gated
+    # DeltaNet's projections are refused by name.
+    ("qwen3_next_tiny", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj]",
+                         EXPERTS]),
     ("glm4_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("glm4_moe_quarter_tied", ["lora.target_modules=[q_proj,k_proj]"]),
     ("glm4_moe_lite_tiny", ["lora.target_modules=all-linear", EXPERTS]),

@@ -30,13 +30,16 @@ std::string sublayer_kind(const model::SublayerSpec& sublayer) {
                        a->qk_head_dim, a->mla->qk_rope_head_dim, a->v_head_dim);
   if (const model::AttentionSpec* a = sublayer.attention())
     return (a->sliding_window ? fmt::format("sliding_attention ({})", *a->sliding_window) : "full_attention") +
-           (a->sinks ? " with sinks" : "");
+           (a->sinks ? " with sinks" : "") + (a->output_gate ? " with output gate" : "");
   if (const model::MlpSpec* m = sublayer.mlp())
     return fmt::format("dense mlp (intermediate {}{}{})", m->intermediate,
                        m->activation == model::Activation::ReluSquared ? ", relu²" : "", gate_note(*m));
   if (const model::Mamba2Spec* m = sublayer.mamba2())
     return fmt::format("mamba2 ({} heads of {}, state {}, {} groups, conv {})", m->num_heads, m->head_dim, m->state_size,
                        m->num_groups, m->conv_kernel);
+  if (const model::GatedDeltaSpec* g = sublayer.gated_delta())
+    return fmt::format("gated deltanet ({} key heads of {}, {} value heads of {}, conv {})", g->num_k_heads,
+                       g->k_head_dim, g->num_v_heads, g->v_head_dim, g->conv_kernel);
   const model::MoeSpec& m = *sublayer.moe();
   std::string text = fmt::format("moe (experts {}, top-{}, moe_intermediate {}", m.router.num_experts, m.router.top_k,
                                  m.experts.intermediate);
@@ -79,7 +82,7 @@ json inspect_model(const std::filesystem::path& folder, int64_t tokens, model::R
                    int64_t lm_head_chunk_rows) {
   const model::ParameterLayout layout = model::parameter_layout(model::load_model_spec_for(folder));
   const model::ModelSpec& c = layout.spec;
-  static const model::AttentionSpec kNoAttention{};  // a model of Mamba2 and feed-forward layers only
+  static const model::AttentionSpec kNoAttention{};  // a model of recurrent and feed-forward layers only
   const model::AttentionSpec* first_attention = nullptr;
   const model::MoeSpec* moe = nullptr;
   int64_t intermediate = 0;

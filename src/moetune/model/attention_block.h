@@ -1,4 +1,5 @@
-// The attention half of a decoder layer: h + o(attention(rope(qk_norm(qkv(rms_norm(h)))))).
+// The attention half of a decoder layer: h + o(attention(rope(qk_norm(qkv(rms_norm(h)))))), the attention's output
+// gated by sigmoid(gate) first where q_proj also gives a gate (Qwen3-Next).
 // Explicit forward and backward; the stash holds what the backward pass needs and nothing else.
 #pragma once
 
@@ -34,7 +35,10 @@ class AttentionBlock {
     Tensor q_raw, k_raw;   // q, k before their RMSNorm (Qwen3) — the norm's input
     Tensor q, k, v;        // as attention saw them (normed, rotated)
     Tensor attended;       // attention output [T, nq, d]
+    Tensor gate;           // AttentionSpec::output_gate: the gate's logits [T, nq · d]
   };
+  // o_proj's input [T, nq · d]: the attention's output, gated by sigmoid(gate) where the spec says.
+  Tensor o_input() const;
   // q's or k's RMSNorm [T, heads, d]: over each head, or over all heads at once (qk_norm_across_heads).
   Tensor qk_norm_forward(const Tensor& x, const Tensor& weight) const;
   Tensor qk_norm_backward(const Tensor& dy, const Tensor& x, const Param& norm) const;

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "moetune/core/tensor.h"
 
@@ -57,6 +59,22 @@ inline void accumulate(const Tensor& into, const Tensor& other) {
   float* o = into.data<float>();
   const float* d = other.data<float>();
   for (int64_t i = 0; i < into.numel(); ++i) o[i] += d[i];
+}
+
+// The rows of `x` [N, width] where `valid` is 0 (padding) set to zero, in place; empty `valid`: none.
+inline void zero_padding(const Tensor& x, const std::vector<uint8_t>& valid) {
+  if (valid.empty()) return;
+  const int64_t width = x.size(1);
+  for (size_t n = 0; n < valid.size(); ++n)
+    if (!valid[n]) std::fill_n(x.data<float>() + int64_t(n) * width, width, 0.0f);
+}
+
+// `x` with its padding rows zeroed, as a new tensor (x itself without padding).
+inline Tensor masked(const Tensor& x, const std::vector<uint8_t>& valid) {
+  if (valid.empty()) return x;
+  Tensor out = x.clone();
+  zero_padding(out, valid);
+  return out;
 }
 
 // Bytes held by the defined tensors among `tensors`: what a stash costs.

@@ -12,6 +12,7 @@
 
 #include "moetune/model/attention_block.h"
 #include "moetune/model/decoder_walk.h"
+#include "moetune/model/gated_delta_block.h"
 #include "moetune/model/language_model.h"
 #include "moetune/model/mamba2_block.h"
 #include "moetune/model/mlp_block.h"
@@ -27,6 +28,7 @@ struct CpuBlocks {
   using Mlp = DenseMlpBlock;
   using Moe = MoeBlock;
   using Mamba2 = Mamba2Block;
+  using GatedDelta = GatedDeltaBlock;
   using Dispatcher = LocalDispatcher;
   using DispatcherBase = TokenDispatcher;
 };

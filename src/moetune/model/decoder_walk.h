@@ -1,7 +1,7 @@
 // The one walk over the model description that both devices' models are built by: a residual sublayer per
 // SublayerSpec, in order, each made of the block its mixer kind maps to on that device. `Blocks` names the
-// device's block types (Attention, Mlp, Moe and the MoE's Dispatcher, and Mamba2 where the device has it); the
-// CPU and GPU CausalLMs differ only there, so a new mixer kind is added to this walk once.
+// device's block types (Attention, Mlp, Moe and the MoE's Dispatcher, Mamba2, GatedDelta: AbsentBlock where the
+// device has none); the CPU and GPU CausalLMs differ only there, so a new mixer kind is added to this walk once.
 #pragma once
 
 #include <fmt/format.h>
@@ -20,8 +20,8 @@
 
 namespace moetune::model {
 
-// The block of a mixer kind a device does not implement: never built, because model/device_support.h refuses
-// such a spec before the model is made.
+// The block of a mixer kind a device does not implement (the GPU's GatedDelta): never built, because
+// model/device_support.h refuses such a spec before the model is made.
 struct AbsentBlock {
   template <typename... Args>
   explicit AbsentBlock(Args&&...) {}
@@ -31,17 +31,7 @@ struct AbsentBlock {
   Tensor backward(const Tensor&, Context&) { fail("this device has no block for this mixer kind"); }
   size_t stash_bytes() const { return 0; }
   void clear_stash() {}
-};
-
-// Blocks::Mamba2 where the device has one, else AbsentBlock.
-template <typename Blocks>
-struct Mamba2BlockOf {
-  using type = AbsentBlock;
-};
-template <typename Blocks>
-  requires requires { typename Blocks::Mamba2; }
-struct Mamba2BlockOf<Blocks> {
-  using type = typename Blocks::Mamba2;
+  std::vector<Tensor> overwritten_gradients() const { return {}; }
 };
 
 template <typename Blocks>
@@ -51,7 +41,8 @@ struct Sublayer {
   std::unique_ptr<typename Blocks::Attention> attention;
   std::unique_ptr<typename Blocks::Mlp> mlp;
   std::unique_ptr<typename Blocks::Moe> moe;
-  std::unique_ptr<typename Mamba2BlockOf<Blocks>::type> mamba2;
+  std::unique_ptr<typename Blocks::Mamba2> mamba2;
+  std::unique_ptr<typename Blocks::GatedDelta> gated_delta;
   // training.recompute (model/recompute.h): the forward pass keeps only the sublayer's input, and the backward
   // pass runs the forward again from it first.
   bool recompute = false;
@@ -63,6 +54,7 @@ struct Sublayer {
     if (attention) return f(*attention);
     if (mlp) return f(*mlp);
     if (mamba2) return f(*mamba2);
+    if (gated_delta) return f(*gated_delta);
     return f(*moe);
   }
 
@@ -105,7 +97,9 @@ std::vector<Sublayer<Blocks>> build_sublayers(const ModelSpec& spec, const Param
       else if (sublayer.mlp())
         b.mlp = std::make_unique<typename Blocks::Mlp>(store, prefix, sublayer, spec.norm_eps);
       else if (sublayer.mamba2())
-        b.mamba2 = std::make_unique<typename Mamba2BlockOf<Blocks>::type>(store, prefix, sublayer, spec.norm_eps);
+        b.mamba2 = std::make_unique<typename Blocks::Mamba2>(store, prefix, sublayer, spec.norm_eps);
+      else if (sublayer.gated_delta())
+        b.gated_delta = std::make_unique<typename Blocks::GatedDelta>(store, prefix, sublayer, spec.norm_eps);
       else {
         const int64_t experts = sublayer.moe()->router.num_experts;
         b.moe = std::make_unique<typename Blocks::Moe>(

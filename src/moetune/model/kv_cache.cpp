@@ -17,16 +17,16 @@ std::pair<Tensor, Tensor> KvCache::append(const Tensor& k, const Tensor& v) {
   return {keys, values};
 }
 
-std::pair<Tensor, Tensor> KvCache::mamba2_state(const Shape& conv_window, const Shape& ssm_state) {
-  if (next_mamba2_ == mamba2_.size()) {
-    MOETUNE_CHECK(tokens_ == 0, "KvCache: a new Mamba2 sublayer after {} tokens", tokens_);
-    mamba2_.emplace_back(Tensor::zeros(conv_window, DType::F32), Tensor::zeros(ssm_state, DType::F32));
+std::pair<Tensor, Tensor> KvCache::recurrent_state(const Shape& conv_window, const Shape& state) {
+  if (next_recurrent_ == recurrent_.size()) {
+    MOETUNE_CHECK(tokens_ == 0, "KvCache: a new recurrent sublayer after {} tokens", tokens_);
+    recurrent_.emplace_back(Tensor::zeros(conv_window, DType::F32), Tensor::zeros(state, DType::F32));
   }
-  const auto& state = mamba2_[next_mamba2_++];
-  MOETUNE_CHECK(state.first.shape() == conv_window && state.second.shape() == ssm_state,
-                "KvCache: Mamba2 sublayer {} holds {} and {} but was asked for {} and {}", next_mamba2_ - 1,
-                state.first.str(), state.second.str(), shape_str(conv_window), shape_str(ssm_state));
-  return state;
+  const auto& held = recurrent_[next_recurrent_++];
+  MOETUNE_CHECK(held.first.shape() == conv_window && held.second.shape() == state,
+                "KvCache: recurrent sublayer {} holds {} and {} but was asked for {} and {}", next_recurrent_ - 1,
+                held.first.str(), held.second.str(), shape_str(conv_window), shape_str(state));
+  return held;
 }
 
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionMask& mask, double scale,

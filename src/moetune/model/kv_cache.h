@@ -1,6 +1,7 @@
 // The keys and values of the tokens a generation has run so far, per attention sublayer, so that each new token
 // runs the model on itself alone: the CPU engine's decode cache (the GPU's is model/cuda/kv_cache.h). Recurrent
-// sublayers (Mamba2) keep their state instead: a conv window and an SSM state, continued by each pass.
+// sublayers (Mamba2, Gated DeltaNet) keep their state instead: a conv window and a recurrent state, continued by each
+// pass.
 #pragma once
 
 #include <utility>
@@ -17,7 +18,7 @@ class KvCache final : public DecodeCache {
   int64_t tokens() const override { return tokens_; }
   // Before a forward pass over `count` new tokens: the attention sublayers take their entries in walk order.
   void start_pass(int64_t count) {
-    next_ = next_mamba2_ = 0;
+    next_ = next_recurrent_ = 0;
     pending_ = count;
   }
   // After it: the new tokens are part of the sequence.
@@ -25,17 +26,18 @@ class KvCache final : public DecodeCache {
   // The sublayer the walk is at appends its new keys and values k, v [n, heads, d] and gets those of the whole
   // sequence, [tokens() + n, heads, d].
   std::pair<Tensor, Tensor> append(const Tensor& k, const Tensor& v);
-  // The Mamba2 sublayer the walk is at: its conv window (F32 [conv_kernel − 1, conv channels], the last rows of
-  // xBC, oldest first; zeros at the sequence's start) and SSM state (F32 [heads, head_dim, state]), which its pass
-  // moves on to the pass's last token (mamba2_mixer_step).
-  std::pair<Tensor, Tensor> mamba2_state(const Shape& conv_window, const Shape& ssm_state);
+  // The recurrent sublayer the walk is at: its conv window (F32 [conv_kernel − 1, conv channels], the last rows of
+  // the conv's input, oldest first; zeros at the sequence's start) and recurrent state (Mamba2's SSM state F32
+  // [heads, head_dim, state], a Gated DeltaNet's [value heads, Dk, Dv]), which its pass moves on to the pass's last
+  // token (mamba2_mixer_step, gated_delta_mixer_step).
+  std::pair<Tensor, Tensor> recurrent_state(const Shape& conv_window, const Shape& state);
   // Every key of the sequence is visible (one document, no padding); the causal limit is the op's.
   ops::AttentionMask mask() const { return {std::vector<int64_t>(size_t(tokens_ + pending_), 0), {}}; }
 
  private:
   std::vector<std::pair<Tensor, Tensor>> layers_;  // per attention sublayer, in walk order
-  std::vector<std::pair<Tensor, Tensor>> mamba2_;  // per Mamba2 sublayer, in walk order
-  size_t next_ = 0, next_mamba2_ = 0;
+  std::vector<std::pair<Tensor, Tensor>> recurrent_;  // per recurrent sublayer, in walk order
+  size_t next_ = 0, next_recurrent_ = 0;
   int64_t tokens_ = 0, pending_ = 0;
 };
 

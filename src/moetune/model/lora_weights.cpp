@@ -37,9 +37,9 @@ std::string leaf_of(const std::string& module) { return module.substr(module.rfi
 // onto qwen2_moe's conversion, mixtral's; qwen2_moe itself is not converted).
 std::vector<std::string> peft_converted_mlp_names(const std::string& family) {
   // (OLMoE and MiniMax-M2 are converted too, but have no such modules outside their experts.)
-  static const std::set<std::string> qwen2_moe_converted = {"qwen3_moe",     "deepseek_v2", "deepseek_v3",
-                                                            "dots1",         "exaone_moe",  "glm4_moe",
-                                                            "glm4_moe_lite", "solar_open",  "ernie4_5_moe"};
+  static const std::set<std::string> qwen2_moe_converted = {
+      "qwen3_moe", "deepseek_v2",   "deepseek_v3", "dots1",        "exaone_moe",
+      "glm4_moe",  "glm4_moe_lite", "solar_open",  "ernie4_5_moe", "qwen3_next"};
   if (qwen2_moe_converted.contains(family)) return {"gate_proj", "up_proj", "down_proj"};
   if (family == "mixtral") return {"w1", "w2", "w3"};
   return {};
@@ -77,17 +77,20 @@ struct Adapter {
   double active_fraction;
   bool interleaved_outputs = false;  // B's rows interleave gate and up on disk (GPT-OSS's gate_up_proj)
   PartialRotary partial_rotary;      // B's rows are partially rotated heads (GLM-4-MoE's q_proj / k_proj)
+  GroupedRows grouped_rows;          // B's rows are grouped (Qwen3-Next's gated q_proj)
 };
 
 // A LoRA B between the adapter file's row order and the engine's: its rows are the adapted piece's outputs, kept
 // in the engine's order as the piece's are (model/piece_transform.h).
 Tensor adapter_rows(const Tensor& b, const HfTensor& piece, bool to_engine) {
   if (!to_engine) {
-    const Tensor rows = reorder_partial_rotary_rows(b, piece.partial_rotary, /*to_engine=*/false);
+    const Tensor rows = reorder_grouped_rows(reorder_partial_rotary_rows(b, piece.partial_rotary, /*to_engine=*/false),
+                                             piece.grouped_rows, /*to_engine=*/false);
     return piece.interleaved_pairs ? reorder_interleaved_rows(rows, /*to_halves=*/false) : rows;
   }
   const Tensor rows = piece.interleaved_pairs ? reorder_interleaved_rows(b, /*to_halves=*/true) : b;
-  return reorder_partial_rotary_rows(rows, piece.partial_rotary, /*to_engine=*/true);
+  return reorder_partial_rotary_rows(reorder_grouped_rows(rows, piece.grouped_rows, /*to_engine=*/true),
+                                     piece.partial_rotary, /*to_engine=*/true);
 }
 
 void append_specs(std::vector<ParameterSpec>& specs, const Adapter& adapter) {
@@ -98,7 +101,8 @@ void append_specs(std::vector<ParameterSpec>& specs, const Adapter& adapter) {
                      shape,
                      ParameterRole::Matmul,
                      {HfTensor{kPeftPrefix + adapter.module + "." + which + ".weight", shape, false,
-                               is_b && adapter.interleaved_outputs, is_b ? adapter.partial_rotary : PartialRotary{}}},
+                               is_b && adapter.interleaved_outputs, is_b ? adapter.partial_rotary : PartialRotary{},
+                               is_b ? adapter.grouped_rows : GroupedRows{}}},
                      "",
                      int64_t(double(shape_numel(shape)) * adapter.active_fraction)});
   }
@@ -177,8 +181,8 @@ std::vector<ParameterSpec> lora_parameters(const ParameterLayout& layout, const 
         }
         if (piece.transposed) fail("LoRA on '{}': transposed checkpoint tensors are not supported yet", piece.name);
         used_modules.insert(module);
-        adapters.push_back(
-            {spec.name, i, module, r, piece.shape[1], piece.shape[0], r, active, false, piece.partial_rotary});
+        adapters.push_back({spec.name, i, module, r, piece.shape[1], piece.shape[0], r, active, false,
+                            piece.partial_rotary, piece.grouped_rows});
       }
     } else if (const std::string parameter = spec.role == ParameterRole::Experts ? fused_expert_parameter(spec) : "";
                !parameter.empty() && config.targets_parameter(parameter)) {

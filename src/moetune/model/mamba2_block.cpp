@@ -15,8 +15,8 @@ Tensor Mamba2Block::forward(const Tensor& h, const StepContext& context) {
     // A cached decode step (one sequence, no padding): the conv and the scan continue from this sublayer's state
     // in the cache, O(1) per token.
     const Mamba2Spec& spec = w_.spec;
-    const auto [window, state] = context.kv_cache->mamba2_state({spec.conv_kernel - 1, spec.conv_channels()},
-                                                                {spec.num_heads, spec.head_dim, spec.state_size});
+    const auto [window, state] = context.kv_cache->recurrent_state({spec.conv_kernel - 1, spec.conv_channels()},
+                                                                   {spec.num_heads, spec.head_dim, spec.state_size});
     return residual_add(h, mamba2_mixer_step(spec, w_.values, normed, window, state));
   }
   input_ = h;

@@ -6,21 +6,6 @@
 namespace moetune::model {
 namespace {
 
-// Rows of padding set to zero, in place.
-void zero_padding(const Tensor& x, const std::vector<uint8_t>& valid) {
-  if (valid.empty()) return;
-  const int64_t width = x.size(1);
-  for (size_t n = 0; n < valid.size(); ++n)
-    if (!valid[n]) std::fill_n(x.data<float>() + int64_t(n) * width, width, 0.0f);
-}
-
-Tensor masked(const Tensor& x, const std::vector<uint8_t>& valid) {
-  if (valid.empty()) return x;
-  Tensor out = x.clone();
-  zero_padding(out, valid);
-  return out;
-}
-
 // The conv output split into the scan's x, B and C, with the dt columns of in_proj's output.
 ops::Mamba2ScanInputs scan_inputs(const Mamba2Spec& spec, const Tensor& projected, const Tensor& conv) {
   const int64_t bc = spec.num_groups * spec.state_size;
@@ -31,6 +16,19 @@ ops::Mamba2ScanInputs scan_inputs(const Mamba2Spec& spec, const Tensor& projecte
 Tensor gate(const Mamba2Spec& spec, const Tensor& projected) { return columns(projected, 0, spec.inner()); }
 
 }  // namespace
+
+Tensor causal_conv_step(const Tensor& conv_window, const Tensor& fresh_rows, const Tensor& weight, const Tensor& bias) {
+  const int64_t fresh = fresh_rows.size(0), kept = conv_window.size(0), channels = fresh_rows.size(1);
+  // The window's rows before the new ones: the conv over them, from a document start at the window's first row,
+  // gives the new rows what the whole sequence's conv gives them (zeros before the sequence's start count as the
+  // conv's own left padding).
+  const Tensor joined = concatenate_rows(conv_window, fresh_rows);
+  ops::DocumentStarts starts(size_t(kept + fresh), 0);
+  starts[0] = 1;
+  const Tensor conv = ops::mamba2_conv_forward(joined, weight, bias, starts).narrow(kept, fresh);
+  std::copy_n(joined.data<float>() + fresh * channels, kept * channels, conv_window.data<float>());
+  return conv;
+}
 
 Mamba2Rows mamba2_rows(const SequenceLayout& layout) {
   Mamba2Rows rows{ops::DocumentStarts(layout.positions.size()), layout.token_valid};
@@ -58,16 +56,10 @@ Tensor mamba2_mixer_forward(const Mamba2Spec& spec, const Mamba2Weights& weights
 
 Tensor mamba2_mixer_step(const Mamba2Spec& spec, const Mamba2Weights& weights, const Tensor& x,
                          const Tensor& conv_window, const Tensor& ssm_state) {
-  const int64_t fresh = x.size(0), kept = conv_window.size(0), channels = spec.conv_channels();
+  const int64_t fresh = x.size(0);
   const Tensor projected = ops::linear_forward(x, weights.in_proj, weights.in_proj_bias);
-  // The window's rows before the new ones: the conv over them, from a document start at the window's first row,
-  // gives the new rows what the whole sequence's conv gives them (zeros before the sequence's start count as the
-  // conv's own left padding).
-  const Tensor joined = concatenate_rows(conv_window, columns(projected, spec.inner(), channels));
-  ops::DocumentStarts starts(size_t(kept + fresh), 0);
-  starts[0] = 1;
-  const Tensor conv = ops::mamba2_conv_forward(joined, weights.conv, weights.conv_bias, starts).narrow(kept, fresh);
-  std::copy_n(joined.data<float>() + fresh * channels, kept * channels, conv_window.data<float>());
+  const Tensor conv = causal_conv_step(conv_window, columns(projected, spec.inner(), spec.conv_channels()),
+                                       weights.conv, weights.conv_bias);
   const Tensor scan =
       ops::mamba2_scan_forward(scan_inputs(spec, projected, conv), {weights.dt_bias, weights.a_log, weights.d},
                                spec.scan(), ops::DocumentStarts(size_t(fresh), 0), ssm_state);

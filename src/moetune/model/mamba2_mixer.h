@@ -31,6 +31,10 @@ struct Mamba2Rows {
 // A document starts where the sequence layout starts one and at each edge between padding and tokens.
 Mamba2Rows mamba2_rows(const SequenceLayout& layout);
 
+// The causal conv + SiLU of generation's new rows `fresh_rows` [n, C], continued from conv_window (F32 [K − 1, C],
+// the rows before them, oldest first), which moves on to the last row. Bias may be undefined.
+Tensor causal_conv_step(const Tensor& conv_window, const Tensor& fresh_rows, const Tensor& weight, const Tensor& bias);
+
 // What the backward pass reads: the masked input, in_proj's output, the masked conv output and the scan's.
 struct Mamba2Stash {
   Tensor input, projected, conv, scan;

@@ -36,7 +36,11 @@ constexpr int64_t kGemmWorkspaceBytes = 32ll << 20;
 }  // namespace
 
 const char* block_kind(const SublayerSpec& sublayer) {
-  return sublayer.attention() ? "attention" : sublayer.mlp() ? "mlp" : sublayer.mamba2() ? "mamba2" : "moe";
+  return sublayer.attention()     ? "attention"
+         : sublayer.mlp()         ? "mlp"
+         : sublayer.mamba2()      ? "mamba2"
+         : sublayer.gated_delta() ? "gated_delta"
+                                  : "moe";
 }
 
 int64_t gpu_experts_pre_activation_width(const MlpSpec& experts) {
@@ -91,6 +95,8 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
     // recomputed in the backward pass).
     return T * (H + m->projection() + m->conv_channels() + m->inner()) * kBf16;
   }
+  if (const GatedDeltaSpec* g = sublayer.gated_delta())  // as Mamba2's: input, in_proj's, the conv's, the rule's
+    return T * (H + g->projection() + g->conv_channels() + g->value_dim()) * kBf16;
   const MoeSpec& m = *sublayer.moe();
   const int64_t k = m.router.top_k, E = m.router.num_experts, rows = T * k, D = m.expert_width(H);
   // input, the norms' tensors, router logits (f32), choices and weights, the dispatcher's plan, the experts' input,
@@ -135,6 +141,8 @@ int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_
   if (const Mamba2Spec* m = sublayer.mamba2())  // at the scan's backward: the recomputed input, the gated norm's
     // output and gradient, d(in_proj's output), d(scan), d(conv) beside the scan's workspace
     return T * (H + 3 * m->inner() + m->projection() + m->conv_channels()) * kBf16 + mamba2_scan_backward_workspace(*m, T);
+  if (const GatedDeltaSpec* g = sublayer.gated_delta())  // the same parts as Mamba2's, without a chunked workspace
+    return T * (H + 3 * g->value_dim() + g->projection() + g->conv_channels()) * kBf16;
   const MoeSpec& moe = *sublayer.moe();
   const int64_t rows = T * moe.router.top_k, D = moe.expert_width(H);
   const int64_t pre = gpu_experts_pre_activation_width(moe.experts);
@@ -163,7 +171,8 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
   const int64_t T = tokens, H = spec.hidden_size;
   const bool keep_outputs = keeps_outputs(recompute, lora);
   ActivationPlan plan;
-  int64_t moe_backward = 0, mlp_backward = 0, mamba2_backward = 0;  // the largest such backward's temporaries (not recomputed)
+  // The largest such backward's temporaries (not recomputed); mamba2_backward: any recurrent mixer's.
+  int64_t moe_backward = 0, mlp_backward = 0, mamba2_backward = 0;
   int64_t recomputed_backward = 0;    // the largest recomputed sublayer's stash (beyond its input) + backward's
   std::string recomputed_kind;
   for (int64_t layer = 0; layer < spec.num_layers(); ++layer)
@@ -183,7 +192,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
         entry->second += stash;
         if (sublayer.moe()) moe_backward = std::max(moe_backward, backward);
         if (sublayer.mlp()) mlp_backward = std::max(mlp_backward, backward);
-        if (sublayer.mamba2()) mamba2_backward = std::max(mamba2_backward, backward);
+        if (sublayer.mamba2() || sublayer.gated_delta()) mamba2_backward = std::max(mamba2_backward, backward);
       }
       if (const MoeSpec* m = sublayer.moe()) entry->second += 2 * m->router.num_experts * kF32;  // counts kept for telemetry
     }
@@ -198,7 +207,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
       {"lm head + loss", 2 * T * H * kBf16 + chunk_rows * spec.vocab_size * kBf16},
       {"moe backward", moe_backward},
       {"mlp backward", mlp_backward},
-      {"mamba2 backward", mamba2_backward},
+      {"recurrent mixer backward", mamba2_backward},
       {"recomputed " + recomputed_kind + " backward", recomputed_backward}};
   for (const auto& [phase, bytes] : candidates)
     if (bytes > plan.transient_bytes) {

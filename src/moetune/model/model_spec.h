@@ -18,6 +18,7 @@
 
 #include "moetune/core/dtype.h"
 #include "moetune/ops/activation.h"
+#include "moetune/ops/gated_delta_rule.h"
 #include "moetune/ops/mamba2.h"
 #include "moetune/ops/rope.h"
 
@@ -57,6 +58,10 @@ struct AttentionSpec {
   bool rope_interleaved = false;
   // Granite's attention_multiplier: the softmax scale itself, in place of 1 / sqrt(qk_head_dim).
   std::optional<double> scaling;
+  // Qwen3-Next's gated attention: q_proj gives each head its query and then as many gate rows, and the attention's
+  // output is multiplied by sigmoid(gate) before o_proj. The engine keeps the gate rows after all the queries
+  // ([q | gate | k | v] in attn.qkv; HfTensor::grouped_rows reorders them on load and back on save).
+  bool output_gate = false;
   double softmax_scale() const;  // scaling, else 1 / sqrt(query_pre_attn_scalar, else qk_head_dim)
 };
 
@@ -131,16 +136,34 @@ struct Mamba2Spec {
   ops::Mamba2Scan scan() const { return {num_heads, head_dim, num_groups, state_size, dt_min, dt_max}; }
 };
 
+// Qwen3-Next's Gated DeltaNet (model/gated_delta_mixer.h): in_proj to [q | k | v | z | b | a] (the engine's order;
+// Qwen3-Next's in_proj_qkvz / in_proj_ba group them per key head on disk, Qwen3.5's four projections do not),
+// causal depthwise conv + activation over [q | k | v], the gated delta rule (ops/gated_delta_rule.h) with value
+// heads sharing key heads as GQA does, the norm-then-gate RMSNorm per value head with z, out_proj.
+struct GatedDeltaSpec {
+  int64_t num_k_heads = 0, num_v_heads = 0, k_head_dim = 0, v_head_dim = 0, conv_kernel = 4;
+  double norm_eps = 1e-6;  // rms_norm_eps, the gated norm's
+  // Qwen3-Next's two fused projections, grouped per key head, or Qwen3.5's four (in_proj_qkv, _z, _b, _a).
+  bool grouped_projections = true;
+
+  int64_t key_dim() const { return num_k_heads * k_head_dim; }
+  int64_t value_dim() const { return num_v_heads * v_head_dim; }
+  int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }
+  int64_t projection() const { return conv_channels() + value_dim() + 2 * num_v_heads; }  // in_proj's rows
+  ops::GatedDeltaShape shape() const { return {num_k_heads, num_v_heads, k_head_dim, v_head_dim}; }
+};
+
 // A residual sublayer: h + mixer(rms_norm(h)). `name` is the engine's prefix for its parameters ("attn", "mlp",
 // "moe", "mamba"); `norm` the engine name of its RMSNorm weight, empty where the mixer reads h itself (OLMo-2);
 // `out_norm`, where set, the engine name of an RMSNorm on the mixer's output before the residual add:
 // h + out_norm(mixer(...)) (OLMo-2's post-norms; attention and dense MLP sublayers only, validate_decoder says).
 struct SublayerSpec {
   std::string norm;
-  std::variant<AttentionSpec, MlpSpec, MoeSpec, Mamba2Spec> mixer;
+  std::variant<AttentionSpec, MlpSpec, MoeSpec, Mamba2Spec, GatedDeltaSpec> mixer;
   std::string out_norm;
-  // Gemma: every RMSNorm of the sublayer (norm, out_norm, attention's q/k norms) scales by 1 + weight, its weight
-  // stored as the offset from 1 (ops/norm.h's weight_offset); 0 elsewhere. Attention and dense MLP sublayers only.
+  // Gemma, Qwen3-Next: every RMSNorm of the sublayer (norm, out_norm, attention's q/k norms) scales by 1 + weight,
+  // its weight stored as the offset from 1 (ops/norm.h's weight_offset); 0 elsewhere. Not a Gated DeltaNet's own
+  // gated norm (plain weight). Not latent attention or Mamba2 sublayers (validate_decoder says).
   float norm_weight_offset = 0.0f;
   // Granite's residual_multiplier: h + residual_scale · out_norm(mixer(...)). Attention (not latent), dense MLP and
   // MoE sublayers only, validate_decoder says.
@@ -150,6 +173,7 @@ struct SublayerSpec {
   const MlpSpec* mlp() const { return std::get_if<MlpSpec>(&mixer); }
   const MoeSpec* moe() const { return std::get_if<MoeSpec>(&mixer); }
   const Mamba2Spec* mamba2() const { return std::get_if<Mamba2Spec>(&mixer); }
+  const GatedDeltaSpec* gated_delta() const { return std::get_if<GatedDeltaSpec>(&mixer); }
 };
 
 struct LayerSpec {

@@ -14,13 +14,15 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
                    std::unique_ptr<TokenDispatcher> dispatcher)
     : spec_(*sublayer.moe()),
       eps_(norm_eps),
+      norm_offset_(sublayer.norm_weight_offset),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
       dispatcher_(std::move(dispatcher)),
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
       shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")),
       correction_bias_(store.find(layer + "moe.router_correction_bias")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, 0.0f, sublayer.residual_scale) {
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset,
+                sublayer.residual_scale) {
   MOETUNE_CHECK(spec_.latent_size.has_value() == p_.latent_in.defined() && p_.latent_in.defined() == p_.latent_out.defined(),
                 "{}: the spec and the parameters disagree on the latent projections", layer);
   refuse_lora_on(store, layer, {"moe.latent_in", "moe.latent_out"}, "the latent MoE projections",
@@ -37,7 +39,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   input_ = h;
   shared_lora_.training = context.training;
   shared_lora_.draw = context.lora_draw;
-  const Tensor normed = input_norm_forward(h, p_.norm, eps_);
+  const Tensor normed = input_norm_forward(h, p_.norm, eps_, norm_offset_);
   const Tensor logits = ops::linear_forward(normed, p_.router.value, p_.router_bias.value);
   routing_ = forced_choices_.empty() ? route(spec_.router, logits, correction_bias_.value)
                                      : route_chosen(spec_.router, logits, forced_choices_);
@@ -74,7 +76,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
 Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
   const Tensor drouter_logits = context.take_drouter_logits();
   const int64_t tokens = dout.size(0);
-  const Tensor normed = input_norm_forward(input_, p_.norm, eps_);  // recomputed, not kept
+  const Tensor normed = input_norm_forward(input_, p_.norm, eps_, norm_offset_);  // recomputed, not kept
   const Tensor dmixed = out_norm_.backward(dout);                   // dout itself without an output norm
   const Tensor drouted = p_.latent_out.defined() ? ops::linear_backward(dmixed, latent_combined_, p_.latent_out.value,
                                                                         p_.latent_out.grad, p_.latent_out_bias.grad)
@@ -105,7 +107,7 @@ Tensor MoeBlock::backward(const Tensor& dout, StepContext& context) {
     dnormed = add(dnormed, swiglu_mlp_backward(dshared, normed, shared_gate_up_, p_.shared, &shared_lora_,
                                                spec_.shared_expert->mlp));
   }
-  return input_norm_backward(dnormed, input_, p_.norm, eps_, dout);
+  return input_norm_backward(dnormed, input_, p_.norm, eps_, dout, norm_offset_);
 }
 
 size_t MoeBlock::stash_bytes() const {

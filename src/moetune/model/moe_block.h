@@ -35,6 +35,7 @@ class MoeBlock {
  private:
   const MoeSpec& spec_;
   double eps_;
+  float norm_offset_;  // SublayerSpec::norm_weight_offset (Qwen3-Next's 1 + weight norms)
   MoeParams p_;
   std::unique_ptr<TokenDispatcher> dispatcher_;
   ExpertLora expert_lora_;  // LoRA adapters on the experts, if any

@@ -35,6 +35,14 @@ struct PartialRotary {
   bool operator==(const PartialRotary&) const = default;
 };
 
+// Dimension 0 as `groups` groups of the `segments`' rows in order, where the engine keeps segment 0 of every group,
+// then segment 1 of every group, and so on: Qwen3-Next's in_proj_qkvz holds per key head its q, k, v and z rows (the
+// engine's in_proj: all q, all k, all v, all z), its gated q_proj per head the query rows, then the gate rows.
+struct GroupedRows {
+  int64_t groups = 0;  // 0: rows as on disk
+  std::vector<int64_t> segments;
+};
+
 struct HfTensor {
   std::string name;  // "model.layers.0.self_attn.q_proj.weight"
   Shape shape;       // as stored on disk
@@ -47,6 +55,9 @@ struct HfTensor {
   bool interleaved_pairs = false;
   // Dimension 0 stacks heads of partial_rotary.head_dim rows, kept in the engine's partial-RoPE order (above).
   PartialRotary partial_rotary;
+  // Dimension 0's groups kept segment by segment (above); applied before partial_rotary on load (which then counts
+  // rows in the engine's order) and after it on save.
+  GroupedRows grouped_rows;
 };
 
 // Buffer: a tensor the checkpoint holds and the model reads but transformers neither counts as a parameter nor

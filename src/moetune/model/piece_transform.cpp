@@ -75,6 +75,31 @@ Tensor reorder_partial_rotary_rows(const Tensor& rows, const PartialRotary& rota
   return out;
 }
 
+Tensor reorder_grouped_rows(const Tensor& rows, const GroupedRows& grouping, bool to_engine) {
+  if (grouping.groups == 0) return rows;
+  int64_t group_rows = 0;
+  for (int64_t segment : grouping.segments) group_rows += segment;
+  const int64_t count = rows.dim() == 0 ? 0 : rows.size(0);
+  MOETUNE_CHECK(group_rows > 0 && count == grouping.groups * group_rows, "grouped rows: {} is not {} groups of {} rows",
+                rows.str(), grouping.groups, group_rows);
+  const size_t row_bytes = size_t(rows.numel() / count) * dtype_size(rows.dtype());
+  Tensor out = Tensor::empty(rows.shape(), rows.dtype());
+  const auto* in = static_cast<const char*>(rows.raw_data());
+  auto* to = static_cast<char*>(out.raw_data());
+  int64_t segment_start = 0;  // where the engine's block of this segment begins
+  int64_t within_group = 0;   // where the segment begins inside a group on disk
+  for (int64_t segment : grouping.segments) {
+    for (int64_t g = 0; g < grouping.groups; ++g) {
+      const int64_t disk = g * group_rows + within_group, engine = segment_start + g * segment;
+      const int64_t from = to_engine ? disk : engine, into = to_engine ? engine : disk;
+      std::memcpy(to + size_t(into) * row_bytes, in + size_t(from) * row_bytes, size_t(segment) * row_bytes);
+    }
+    segment_start += grouping.groups * segment;
+    within_group += segment;
+  }
+  return out;
+}
+
 Tensor reorder_interleaved_rows(const Tensor& matrix, bool to_halves) {
   MOETUNE_CHECK(matrix.dim() == 2, "reorder_interleaved_rows: {} is not a matrix", matrix.str());
   return reorder_pairs(matrix.view({1, matrix.size(0), matrix.size(1)}), to_halves).view(matrix.shape());
@@ -108,12 +133,14 @@ Shape engine_shape(const HfTensor& piece) {
 void piece_to_engine(const Tensor& hf, const HfTensor& piece, const Tensor& destination) {
   const Tensor oriented = piece.transposed ? transpose_last_two(hf) : hf;
   const Tensor paired = piece.interleaved_pairs ? reorder_pairs(oriented, /*to_halves=*/true) : oriented;
-  ops::cast_into(reorder_partial_rotary_rows(paired, piece.partial_rotary, /*to_engine=*/true), destination);
+  const Tensor grouped = reorder_grouped_rows(paired, piece.grouped_rows, /*to_engine=*/true);
+  ops::cast_into(reorder_partial_rotary_rows(grouped, piece.partial_rotary, /*to_engine=*/true), destination);
 }
 
 Tensor piece_to_hf(const Tensor& engine_view, const HfTensor& piece, DType disk_dtype) {
   const Tensor cast = engine_view.dtype() == disk_dtype ? engine_view : ops::cast(engine_view, disk_dtype);
-  const Tensor rows = reorder_partial_rotary_rows(cast, piece.partial_rotary, /*to_engine=*/false);
+  const Tensor rows = reorder_grouped_rows(reorder_partial_rotary_rows(cast, piece.partial_rotary, /*to_engine=*/false),
+                                           piece.grouped_rows, /*to_engine=*/false);
   const Tensor paired = piece.interleaved_pairs ? reorder_pairs(rows, /*to_halves=*/false) : rows;
   return piece.transposed ? transpose_last_two(paired) : paired;
 }

@@ -1,6 +1,7 @@
 // How one HF tensor becomes its piece of an engine parameter and back: a dtype conversion, a transpose of the
-// last two dimensions where the family marks the piece `transposed`, and a de-interleave of dimension 1 where it
-// marks it `interleaved_pairs`. Loading and saving both go through here, so load -> save stays bit-exact.
+// last two dimensions where the family marks the piece `transposed`, a de-interleave of dimension 1 where it
+// marks it `interleaved_pairs`, and reorders of dimension 0's rows (grouped_rows, partial_rotary). Loading and saving
+// both go through here, so load -> save stays bit-exact.
 #pragma once
 
 #include "moetune/model/parameter_layout.h"
@@ -17,6 +18,10 @@ Tensor reorder_interleaved_rows(const Tensor& matrix, bool to_halves);
 // Dimension 0 of `rows` (heads of rotary.head_dim rows each) between the checkpoint's order and the engine's
 // partial-RoPE order (parameter_layout.h's PartialRotary); a copy, any dtype. Identity when rotary is empty.
 Tensor reorder_partial_rotary_rows(const Tensor& rows, const PartialRotary& rotary, bool to_engine);
+
+// Dimension 0 of `rows` between the checkpoint's groups and the engine's segments (parameter_layout.h's
+// GroupedRows); a copy, any dtype. Identity when grouping is empty.
+Tensor reorder_grouped_rows(const Tensor& rows, const GroupedRows& grouping, bool to_engine);
 
 // The piece's shape inside the engine parameter.
 Shape engine_shape(const HfTensor& piece);

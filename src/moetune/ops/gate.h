@@ -1,5 +1,6 @@
 // A per-token sigmoid gate on a branch added to a base: out[t] = base[t] + sigmoid(logit[t]) · y[t] (Qwen2-MoE's
-// shared expert, scaled by sigmoid(shared_expert_gate(x))). The GPU twin is ops/cuda/gate.h.
+// shared expert, scaled by sigmoid(shared_expert_gate(x))). The GPU twin is ops/cuda/gate.h. And the elementwise
+// gate out = y ⊙ sigmoid(logits) (Qwen3-Next's gated attention output; CPU only).
 #pragma once
 
 #include "moetune/core/tensor.h"
@@ -15,5 +16,10 @@ struct SigmoidGateGrads {
 };
 // The gradient that reaches base is dout itself.
 SigmoidGateGrads sigmoid_gated_add_backward(const Tensor& dout, const Tensor& y, const Tensor& logits);
+
+// y, logits: the same shape.
+Tensor sigmoid_gated(const Tensor& y, const Tensor& logits);
+// dy = sigmoid(logits) ⊙ dout, dlogits = sigmoid' ⊙ y ⊙ dout (each the shape of y).
+SigmoidGateGrads sigmoid_gated_backward(const Tensor& dout, const Tensor& y, const Tensor& logits);
 
 }  // namespace moetune::ops

@@ -13,10 +13,9 @@
 #include <vector>
 
 #include "moetune/core/tensor.h"
+#include "moetune/ops/document_starts.h"
 
 namespace moetune::ops {
-
-using DocumentStarts = std::vector<uint8_t>;
 
 // out = silu(bias + Σ_k weight[c, k] · xbc[n - (K-1) + k, c]) over rows of the same document (earlier rows of the
 // window count as zeros, as the conv's left padding does). xbc [N, C], weight [C, K] (conv1d.weight without its
@@ -59,9 +58,15 @@ Mamba2ScanInputs mamba2_scan_backward(const Tensor& dy, const Mamba2ScanInputs& 
                                       const Mamba2Scan& scan, const DocumentStarts& starts,
                                       const Mamba2ScanParams& dparams);
 
-// Zamba2RMSNormGated with norm_before_gate = False: out = weight ⊙ rms_norm(x ⊙ silu(z)) with the statistics per
-// group of `group_size` columns. x, z [N, D], weight [D].
-Tensor gated_rms_norm_forward(const Tensor& x, const Tensor& z, const Tensor& weight, int64_t group_size, double eps);
+// Where the gated RMSNorm applies its gate silu(z). BeforeNorm: Zamba2RMSNormGated / Mamba2's (norm_before_gate =
+// False), out = weight ⊙ rms_norm(x ⊙ silu(z)). AfterNorm: Qwen3NextRMSNormGated (transformers' "norm before gate"),
+// out = weight ⊙ rms_norm(x) ⊙ silu(z).
+enum class GatePlacement { BeforeNorm, AfterNorm };
+
+// The gated RMSNorm with the statistics per group of `group_size` columns (Mamba2: the width / n_groups; Qwen3-Next:
+// one value head). x, z [N, D], weight [D].
+Tensor gated_rms_norm_forward(const Tensor& x, const Tensor& z, const Tensor& weight, int64_t group_size, double eps,
+                              GatePlacement placement = GatePlacement::BeforeNorm);
 
 struct GatedRmsNormGrads {
   Tensor dx, dz;
@@ -69,6 +74,7 @@ struct GatedRmsNormGrads {
 
 // Given dy [N, D]: dx and dz; accumulates dweight unless undefined.
 GatedRmsNormGrads gated_rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& z, const Tensor& weight,
-                                          int64_t group_size, double eps, const Tensor& dweight);
+                                          int64_t group_size, double eps, const Tensor& dweight,
+                                          GatePlacement placement = GatePlacement::BeforeNorm);
 
 }  // namespace moetune::ops

@@ -27,6 +27,7 @@ struct GpuBlocks {
   using Mlp = DenseMlpBlock;
   using Moe = MoeBlock;
   using Mamba2 = Mamba2Block;
+  using GatedDelta = AbsentBlock;  // Qwen3-Next's Gated DeltaNet runs on the CPU only (model/device_support.h)
   using Dispatcher = LocalDispatcher;
   using DispatcherBase = TokenDispatcher;
 };

@@ -399,11 +399,24 @@ void validate_decoder(const ModelSpec& spec) {
                     "{}: a residual multiplier other than 1 is implemented for q/k/v attention, dense MLPs, MoE and "
                     "Mamba2 layers only",
                     spec.architecture);
-      // The blocks that read SublayerSpec::norm_weight_offset (Gemma's 1 + weight norms).
-      MOETUNE_CHECK(
-          sublayer.norm_weight_offset == 0.0f || (sublayer.attention() && !sublayer.attention()->mla) || sublayer.mlp(),
-          "{}: norms scaling by an offset weight are implemented for q/k/v attention and dense MLPs only",
-          spec.architecture);
+      // The blocks that read SublayerSpec::norm_weight_offset (Gemma's and Qwen3-Next's 1 + weight norms).
+      MOETUNE_CHECK(sublayer.norm_weight_offset == 0.0f || (sublayer.attention() && !sublayer.attention()->mla) ||
+                        sublayer.mlp() || sublayer.moe() || sublayer.gated_delta(),
+                    "{}: norms scaling by an offset weight are implemented for q/k/v attention, dense MLPs, MoE and "
+                    "Gated DeltaNet layers only",
+                    spec.architecture);
+      if (const AttentionSpec* a = sublayer.attention(); a && a->output_gate)
+        MOETUNE_CHECK(!a->mla, "{}: a gated latent attention is not implemented", spec.architecture);
+      if (const GatedDeltaSpec* g = sublayer.gated_delta()) {
+        require_in_range(g->num_k_heads, "linear_num_key_heads", kMaxWidth);
+        require_in_range(g->num_v_heads, "linear_num_value_heads", kMaxWidth);
+        require_in_range(g->k_head_dim, "linear_key_head_dim", kMaxWidth);
+        require_in_range(g->v_head_dim, "linear_value_head_dim", kMaxWidth);
+        require_in_range(g->conv_kernel, "linear_conv_kernel_dim", 1024);
+        if (g->num_v_heads % g->num_k_heads != 0)
+          fail("'linear_num_value_heads' ({}) is not a multiple of 'linear_num_key_heads' ({})", g->num_v_heads,
+               g->num_k_heads);
+      }
       if (const MlpSpec* mlp = sublayer.mlp()) require_in_range(mlp->intermediate, "intermediate_size", kMaxWidth);
       if (const MoeSpec* moe = sublayer.moe()) {
         require_in_range(moe->router.num_experts, "num_experts", kMaxExperts);

@@ -61,13 +61,21 @@ struct Builder {
       if (a.qkv_bias)
         out.push_back(whole(engine + "attn.qkv_bias", ParameterRole::Bias, qkv(".bias", {q_rows + k_rows + v_rows})));
     } else {
+      // A gated q_proj (AttentionSpec::output_gate) holds per head its query rows, then its gate rows: the engine
+      // keeps every query, then every gate, and only the queries rotate.
+      const int64_t q_proj_rows = a.output_gate ? 2 * q_rows : q_rows;
+      const auto q_piece = [&](std::string name, Shape shape) {
+        HfTensor piece{std::move(name), std::move(shape), false, false, partial_rotary(a, a.output_gate ? q_rows : 0)};
+        if (a.output_gate) piece.grouped_rows = {a.num_heads, {a.qk_head_dim, a.qk_head_dim}};
+        return piece;
+      };
       out.push_back(concatenated(engine + "attn.qkv", ParameterRole::Matmul,
-                                 {rotated(attn + "q_proj.weight", {q_rows, H}),
+                                 {q_piece(attn + "q_proj.weight", {q_proj_rows, H}),
                                   rotated(attn + "k_proj.weight", {k_rows, H}),
                                   {attn + "v_proj.weight", {v_rows, H}}}));
       if (a.qkv_bias)
         out.push_back(concatenated(engine + "attn.qkv_bias", ParameterRole::Bias,
-                                   {rotated(attn + "q_proj.bias", {q_rows}),
+                                   {q_piece(attn + "q_proj.bias", {q_proj_rows}),
                                     rotated(attn + "k_proj.bias", {k_rows}),
                                     {attn + "v_proj.bias", {v_rows}}}));
     }
@@ -189,6 +197,32 @@ void append_mamba2_parameters(const Mamba2Spec& m, int64_t hidden_size, const st
   if (m.proj_bias) add(engine + "out_proj_bias", ParameterRole::Bias, {hf + "out_proj.bias", {H}});
 }
 
+void append_gated_delta_parameters(const GatedDeltaSpec& g, int64_t hidden_size, const std::string& hf,
+                                   const std::string& engine, std::vector<ParameterSpec>& out) {
+  const int64_t H = hidden_size, Kd = g.key_dim(), Vd = g.value_dim(), Hv = g.num_v_heads;
+  if (g.grouped_projections) {  // Qwen3-Next: per key head [q, k, v, z] and [b, a], its value heads' rows together
+    const int64_t share = Hv / g.num_k_heads, Dk = g.k_head_dim, Dv = g.v_head_dim;
+    HfTensor qkvz{hf + "in_proj_qkvz.weight", {2 * Kd + 2 * Vd, H}};
+    qkvz.grouped_rows = {g.num_k_heads, {Dk, Dk, share * Dv, share * Dv}};
+    HfTensor ba{hf + "in_proj_ba.weight", {2 * Hv, H}};
+    ba.grouped_rows = {g.num_k_heads, {share, share}};
+    out.push_back(concatenated(engine + "in_proj", ParameterRole::Matmul, {qkvz, ba}));
+  } else {  // Qwen3.5: the engine's order already
+    out.push_back(concatenated(engine + "in_proj", ParameterRole::Matmul,
+                               {{hf + "in_proj_qkv.weight", {2 * Kd + Vd, H}},
+                                {hf + "in_proj_z.weight", {Vd, H}},
+                                {hf + "in_proj_b.weight", {Hv, H}},
+                                {hf + "in_proj_a.weight", {Hv, H}}}));
+  }
+  // The conv and the per-head scalars are not matmuls (no NF4, not in the 6·N FLOPs).
+  out.push_back(
+      whole(engine + "conv", ParameterRole::Bias, {hf + "conv1d.weight", {g.conv_channels(), 1, g.conv_kernel}}));
+  out.push_back(whole(engine + "dt_bias", ParameterRole::Bias, {hf + "dt_bias", {Hv}}));
+  out.push_back(whole(engine + "a_log", ParameterRole::Bias, {hf + "A_log", {Hv}}));
+  out.push_back(whole(engine + "norm", ParameterRole::Norm, {hf + "norm.weight", {g.v_head_dim}}));
+  out.push_back(whole(engine + "out_proj", ParameterRole::Matmul, {hf + "out_proj.weight", {H, Vd}}));
+}
+
 ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_name, int64_t experts) {
   ParameterSpec bias = whole(std::move(engine_name), ParameterRole::Buffer, {std::move(hf_name), {experts}});
   bias.trainable = false;
@@ -221,6 +255,8 @@ std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTe
         b.mlp(*m, hf + names.mlp + ".", engine + "mlp.", names.gate_up, names.down);
       if (const Mamba2Spec* m = sublayer.mamba2())
         append_mamba2_parameters(*m, H, hf + "mamba.", engine + "mamba.", b.out);
+      if (const GatedDeltaSpec* g = sublayer.gated_delta())
+        append_gated_delta_parameters(*g, H, hf + "linear_attn.", engine + "delta.", b.out);
       if (const MoeSpec* m = sublayer.moe()) b.moe(*m, moe_names, hf, engine);
       if (!sublayer.out_norm.empty())
         b.out.push_back(

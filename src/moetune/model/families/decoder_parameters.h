@@ -66,6 +66,12 @@ ParameterSpec correction_bias_buffer(std::string engine_name, std::string hf_nam
 void append_mamba2_parameters(const Mamba2Spec& m, int64_t hidden_size, const std::string& hf,
                               const std::string& engine, std::vector<ParameterSpec>& out);
 
+// A Gated DeltaNet's tensors under `hf` (Qwen3-Next's in_proj_qkvz and in_proj_ba, or Qwen3.5's in_proj_qkv, _z, _b
+// and _a; conv1d [C, 1, K], dt_bias, A_log, norm, out_proj), as the engine's `engine` + in_proj ([q | k | v | z | b |
+// a] rows), conv, dt_bias, a_log, norm, out_proj (model/gated_delta_params.h), appended to `out`.
+void append_gated_delta_parameters(const GatedDeltaSpec& g, int64_t hidden_size, const std::string& hf,
+                                   const std::string& engine, std::vector<ParameterSpec>& out);
+
 // Everything for the usual decoder: model.embed_tokens, model.layers.N.{input_layernorm, self_attn or mamba,
 // post_attention_layernorm, mlp}, model.norm, lm_head (unless tied).
 std::vector<ParameterSpec> decoder_parameters(const ModelSpec& spec, const MoeTensorNames& moe_names,

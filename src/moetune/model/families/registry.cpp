@@ -7,7 +7,7 @@ extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily,
     kSmolLM3Family, kOlmoeFamily, kMinistralFamily, kMiniMaxM2Family, kDots1Family, kDeepseekV2Family, kOlmo2Family,
     kOlmo3Family, kSolarOpenFamily, kExaone4Family, kFlexOlmoFamily, kExaoneMoeFamily, kGemmaFamily, kGemma3Family,
     kErnie4_5MoeFamily, kErnie4_5Family, kArceeFamily, kGraniteFamily, kGraniteMoeFamily, kGraniteMoeSharedFamily,
-    kGraniteMoeHybridFamily, kGraniteSwaFamily, kGraniteMoeSwaFamily, kGlm4Family;
+    kGraniteMoeHybridFamily, kGraniteSwaFamily, kGraniteMoeSwaFamily, kGlm4Family, kQwen3NextFamily;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {&kLlamaFamily,
@@ -46,7 +46,8 @@ const std::vector<const Family*>& families() {
                                                  &kGraniteMoeHybridFamily,
                                                  &kGraniteSwaFamily,
                                                  &kGraniteMoeSwaFamily,
-                                                 &kGlm4Family};
+                                                 &kGlm4Family,
+                                                 &kQwen3NextFamily};
   return all;
 }
 

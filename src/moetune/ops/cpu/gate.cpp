@@ -35,4 +35,24 @@ SigmoidGateGrads sigmoid_gated_add_backward(const Tensor& dout, const Tensor& y,
   return g;
 }
 
+Tensor sigmoid_gated(const Tensor& y, const Tensor& logits) {
+  MOETUNE_CHECK(y.numel() == logits.numel(), "sigmoid_gated: y {}, logits {}", y.str(), logits.str());
+  Tensor out = Tensor::empty(y.shape(), DType::F32);
+  for (int64_t i = 0; i < y.numel(); ++i)
+    out.data<float>()[i] = y.data<float>()[i] * float(sigmoid(logits.data<float>()[i]));
+  return out;
+}
+
+SigmoidGateGrads sigmoid_gated_backward(const Tensor& dout, const Tensor& y, const Tensor& logits) {
+  MOETUNE_CHECK(y.numel() == logits.numel() && dout.numel() == y.numel(),
+                "sigmoid_gated_backward: dout {}, y {}, logits {}", dout.str(), y.str(), logits.str());
+  SigmoidGateGrads g{Tensor::empty(y.shape(), DType::F32), Tensor::empty(logits.shape(), DType::F32)};
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double gate = sigmoid(logits.data<float>()[i]), d = dout.data<float>()[i];
+    g.dy.data<float>()[i] = float(gate * d);
+    g.dlogits.data<float>()[i] = float(d * double(y.data<float>()[i]) * gate * (1.0 - gate));
+  }
+  return g;
+}
+
 }  // namespace moetune::ops
