@@ -59,6 +59,10 @@ GRANITE_MULTIPLIERS = dict(embedding_multiplier=12.0, attention_multiplier=0.15,
 QWEN3_NEXT = dict(BASE, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
                   linear_key_head_dim=16, linear_value_head_dim=8, num_experts=6, num_experts_per_tok=2,
                   moe_intermediate_size=32, shared_expert_intermediate_size=24)
+QWEN3_5 = dict(BASE, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+               linear_key_head_dim=16, linear_value_head_dim=8)
+QWEN3_5_MOE = dict(QWEN3_5, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32,
+                   shared_expert_intermediate_size=24)
 GRANITE_MOE = dict(BASE, num_local_experts=6, num_experts_per_tok=2, intermediate_size=32)
 GRANITE_HYBRID = dict(GRANITE_MOE, num_local_experts=4, shared_intermediate_size=24, mamba_n_heads=8, mamba_d_state=16,
                       mamba_chunk_size=16, layer_types=["linear_attention", "full_attention", "linear_attention"])
@@ -402,6 +406,18 @@ CASES = [
     ("qwen3_next old layer names no experts", "qwen3_next",
      dict(QWEN3_NEXT, num_experts=0, layer_types=["linear_attention", "full_attention", "linear_attention",
                                                   "full_attention"]), "old_layer_names"),
+    # Qwen3.5's language models: Qwen3-Next's layers with the Gated DeltaNet's projections as four tensors; a dense
+    # MLP on every layer (Qwen3.5) or the MoE (Qwen3.5-MoE, its router always renormalising); the multimodal RoPE's
+    # keys, which text positions make plain RoPE.
+    ("qwen3_5 plain", "qwen3_5_text", dict(QWEN3_5), None),
+    ("qwen3_5 mrope keys tied interval 2 biases", "qwen3_5_text",
+     dict(QWEN3_5, head_dim=32, full_attention_interval=2, attention_bias=True, tie_word_embeddings=True,
+          rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                           "mrope_section": [2, 1, 1], "mrope_interleaved": True}), None),
+    ("qwen3_5_moe plain", "qwen3_5_moe_text", dict(QWEN3_5_MOE), None),
+    ("qwen3_5_moe aux loss one value head a key head", "qwen3_5_moe_text",
+     dict(QWEN3_5_MOE, output_router_logits=True, router_aux_loss_coef=0.01, linear_num_value_heads=2,
+          linear_value_head_dim=16), None),
 ]
 
 

@@ -68,6 +68,10 @@ CASES = [
     # Granite 4.0's hybrid: Mamba2 layers (their projections take no adapter, as Nemotron-H's) beside attention.
     ("@granitemoehybrid", ["lora.target_modules=[q_proj,v_proj,o_proj,input_linear,output_linear]",
                            "lora.target_parameters=[block_sparse_moe.experts.gate_up_proj]"]),
+    # Qwen3.5 (made here): the gated q_proj's B rows; the dense MLPs (Qwen3.5) and the experts (Qwen3.5-MoE).
+    ("@qwen3_5", ["lora.target_modules=[q_proj,k_proj,o_proj,gate_proj,up_proj,down_proj]"]),
+    ("@qwen3_5_moe", ["lora.target_modules=[q_proj,v_proj]", EXPERTS]),
+    ("@qwen3_5_moe", ["lora.target_modules=[gate_proj,down_proj]"]),
 ]
 
 
@@ -103,9 +107,9 @@ def make_random(model_type: str, **kwargs):
         import torch
         from transformers import AutoConfig
         torch.manual_seed(0)
-        config = AutoConfig.for_model(model_type, vocab_size=96, hidden_size=64, intermediate_size=96,
-                                      num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                                      max_position_embeddings=256, tie_word_embeddings=False, **kwargs)
+        sizes = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+        config = AutoConfig.for_model(model_type, **dict(sizes, **kwargs))
         return save_random(config, folder)
     return make
 
@@ -124,6 +128,12 @@ MADE = {"@gemma3_vl": make_gemma3_vl,
                                        shared_intermediate_size=24, sliding_window=4, layer_rope_theta=[10000.0, 0, 500.0],
                                        residual_multiplier=0.22, logits_scaling=8.0),
         "@glm4": make_random("glm4", head_dim=16, pad_token_id=0),
+        "@qwen3_5": make_random("qwen3_5_text", head_dim=16, num_hidden_layers=4, linear_num_key_heads=2,
+                                linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8),
+        "@qwen3_5_moe": make_random("qwen3_5_moe_text", head_dim=16, num_hidden_layers=4, linear_num_key_heads=2,
+                                    linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+                                    num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32,
+                                    shared_expert_intermediate_size=24),
         "@granitemoehybrid": make_random("granitemoehybrid", num_local_experts=4, num_experts_per_tok=2,
                                          shared_intermediate_size=24, mamba_n_heads=8, mamba_d_state=16,
                                          mamba_chunk_size=16, residual_multiplier=0.22, logits_scaling=8.0,

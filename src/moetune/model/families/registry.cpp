@@ -7,7 +7,8 @@ extern const Family kLlamaFamily, kQwen3Family, kQwen3MoeFamily, kMixtralFamily,
     kSmolLM3Family, kOlmoeFamily, kMinistralFamily, kMiniMaxM2Family, kDots1Family, kDeepseekV2Family, kOlmo2Family,
     kOlmo3Family, kSolarOpenFamily, kExaone4Family, kFlexOlmoFamily, kExaoneMoeFamily, kGemmaFamily, kGemma3Family,
     kErnie4_5MoeFamily, kErnie4_5Family, kArceeFamily, kGraniteFamily, kGraniteMoeFamily, kGraniteMoeSharedFamily,
-    kGraniteMoeHybridFamily, kGraniteSwaFamily, kGraniteMoeSwaFamily, kGlm4Family, kQwen3NextFamily;
+    kGraniteMoeHybridFamily, kGraniteSwaFamily, kGraniteMoeSwaFamily, kGlm4Family, kQwen3NextFamily, kQwen3_5Family,
+    kQwen3_5MoeFamily;
 
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {&kLlamaFamily,
@@ -47,7 +48,9 @@ const std::vector<const Family*>& families() {
                                                  &kGraniteSwaFamily,
                                                  &kGraniteMoeSwaFamily,
                                                  &kGlm4Family,
-                                                 &kQwen3NextFamily};
+                                                 &kQwen3NextFamily,
+                                                 &kQwen3_5Family,
+                                                 &kQwen3_5MoeFamily};
   return all;
 }
 
