@@ -32,7 +32,13 @@ def make_sequences() -> list[list[int]]:
 
 
 def load_reference(folder: Path):
-    """transformers' model of `folder` in fp32, in eval mode."""
+    """transformers' model of `folder` in fp32, in eval mode: the causal LM, or for Qwen3.5's vision-language
+    checkpoints the wrapper itself (the causal-LM auto class would build its text model alone, reading its own tie and
+    dropping the vision tower the folder holds)."""
+    config = json.loads((folder / "config.json").read_text())
+    if config.get("model_type") in ("qwen3_5", "qwen3_5_moe"):
+        from transformers import AutoModelForImageTextToText
+        return AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).float().eval()
     # .float(): a dequantizing MXFP4 load (gpt_oss_mxfp4_tiny) keeps the experts bf16 whatever dtype asks for.
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).float().eval()
 

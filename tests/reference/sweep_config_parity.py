@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
 from check_eval import load_reference, mean_token_loss, no_aux_loss
 
@@ -61,6 +61,11 @@ QWEN3_NEXT = dict(BASE, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2
                   moe_intermediate_size=32, shared_expert_intermediate_size=24)
 QWEN3_5 = dict(BASE, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
                linear_key_head_dim=16, linear_value_head_dim=8)
+QWEN3_5_VL = dict(vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=64,
+                                     patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
+                                     num_position_embeddings=16),
+                  image_token_id=VOCAB - 4, video_token_id=VOCAB - 3, vision_start_token_id=VOCAB - 2,
+                  vision_end_token_id=VOCAB - 1)
 QWEN3_5_MOE = dict(QWEN3_5, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32,
                    shared_expert_intermediate_size=24)
 GRANITE_MOE = dict(BASE, num_local_experts=6, num_experts_per_tok=2, intermediate_size=32)
@@ -415,6 +420,10 @@ CASES = [
           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
                            "mrope_section": [2, 1, 1], "mrope_interleaved": True}), None),
     ("qwen3_5_moe plain", "qwen3_5_moe_text", dict(QWEN3_5_MOE), None),
+    # Qwen3.5's released vision-language checkpoints trained on text: the vision tower carried through unchanged.
+    ("qwen3_5 vision-language", "qwen3_5", dict(QWEN3_5_VL, text_config=dict(QWEN3_5)), None),
+    ("qwen3_5_moe vision-language tied", "qwen3_5_moe",
+     dict(QWEN3_5_VL, text_config=dict(QWEN3_5_MOE), tie_word_embeddings=True), None),
     ("qwen3_5_moe aux loss one value head a key head", "qwen3_5_moe_text",
      dict(QWEN3_5_MOE, output_router_logits=True, router_aux_loss_coef=0.01, linear_num_value_heads=2,
           linear_value_head_dim=16), None),
@@ -497,7 +506,10 @@ def run_case(binary: str, device: str, scratch: Path, data: Path, lines, name, m
     folder = scratch / name.replace(" ", "_")
     torch.manual_seed(0)
     config = AutoConfig.for_model(model_type, **kwargs)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # transformers' causal-LM auto class builds Qwen3.5's text model alone from its vision-language config: the
+    # wrapper itself comes from the image-text auto class.
+    builder = AutoModelForImageTextToText if model_type in ("qwen3_5", "qwen3_5_moe") else AutoModelForCausalLM
+    model = builder.from_config(config, dtype=torch.float32)
     with torch.no_grad():  # weights large enough that every block's mistakes show in the loss
         for key, p in model.named_parameters():
             if p.dim() >= 2 or "bias" in key or "sinks" in key:
@@ -535,7 +547,9 @@ def in_memory(state: dict, key: str):
     # GraniteMoe saves its experts stacked under the names its checkpoints had before v5's experts module.
     granite = (key.replace("experts.gate_up_proj", "input_linear.weight").replace("experts.down_proj", "output_linear.weight")
                .replace("block_sparse_moe.router.weight", "block_sparse_moe.router.layer.weight"))
-    for stored in (key, key.replace("model.", "backbone.", 1), mixtral, wrapped, granite):
+    # Qwen3.5's wrapper saves what its text model holds as model.* under model.language_model.*.
+    qwen3_5_wrapped = key.replace("model.", "model.language_model.", 1)
+    for stored in (key, key.replace("model.", "backbone.", 1), mixtral, wrapped, granite, qwen3_5_wrapped):
         if stored in state:
             return state[stored]
     saved_prefix = mixtral.rpartition(".")[0] + "."
@@ -605,7 +619,7 @@ def tensors_carried_through(folder: Path, final: Path, name: str) -> bool:
     for source, state in ((folder, before), (final, after)):
         for file in sorted(source.glob("*.safetensors")):
             state.update(load_file(file))
-    carried = [k for k in before if "vision_tower." in k or "multi_modal_projector." in k]
+    carried = [k for k in before if "vision_tower." in k or "multi_modal_projector." in k or "visual." in k]
     changed = [k for k in carried if k not in after or not torch.equal(before[k], after[k])]
     if changed:
         print(f"FAIL {name} (carried tensors): {len(changed)} of {len(carried)} not saved back as read, first {changed[0]}")

@@ -10,16 +10,37 @@ namespace {
 
 using nlohmann::json;
 
+// transformers 5.17's spellings: Gemma 3's are conversion_mapping.py's "llava" renamings (save_pretrained writes
+// language_model.model.*, the model holds model.language_model.*); Qwen3.5's wrappers save what they hold.
 const MultimodalWrapper kWrappers[] = {
-    {"Gemma3ForConditionalGeneration", "gemma3", "gemma3_text"},
+    {"Gemma3ForConditionalGeneration",
+     "gemma3",
+     "gemma3_text",
+     "language_model.model.",
+     "language_model.lm_head.",
+     "model.language_model.",
+     "lm_head.",
+     {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."},
+     /*ties_by_default=*/true},
+    {"Qwen3_5ForConditionalGeneration",
+     "qwen3_5",
+     "qwen3_5_text",
+     "model.language_model.",
+     "lm_head.",
+     "model.language_model.",
+     "lm_head.",
+     {"model.visual."},
+     /*ties_by_default=*/false},
+    {"Qwen3_5MoeForConditionalGeneration",
+     "qwen3_5_moe",
+     "qwen3_5_moe_text",
+     "model.language_model.",
+     "lm_head.",
+     "model.language_model.",
+     "lm_head.",
+     {"model.visual."},
+     /*ties_by_default=*/false},
 };
-
-// transformers 5.17's spellings (conversion_mapping.py's "llava" renamings, which Gemma 3 shares): save_pretrained
-// writes the first of each pair, the model holds the second.
-constexpr const char* kDecoderOnDisk = "language_model.model.";
-constexpr const char* kHeadOnDisk = "language_model.lm_head.";
-constexpr const char* kDecoderInMemory = "model.language_model.";
-constexpr const char* kHeadInMemory = "lm_head.";
 
 }  // namespace
 
@@ -52,18 +73,17 @@ ModelSpec describe_text_of_multimodal(const MultimodalWrapper& wrapper, const js
   if (text_type != wrapper.text_model_type)
     fail("'text_config.model_type' is '{}', but {} holds a '{}' language model", text_type.substr(0, 100),
          wrapper.architecture, wrapper.text_model_type);
-  // The wrapper's own field decides the tie (transformers reads the top-level config's tie_word_embeddings, True
-  // by default in Gemma3Config); the dtype is written at the top level only.
-  text["tie_word_embeddings"] = top.boolean("tie_word_embeddings", true);
+  // The wrapper's own field decides the tie (transformers reads the top-level config's tie_word_embeddings: True by
+  // default in Gemma3Config, False in Qwen3.5's); the dtype is written at the top level only.
+  text["tie_word_embeddings"] = top.boolean("tie_word_embeddings", wrapper.ties_by_default);
   for (const char* key : {"dtype", "torch_dtype"})
     if (!text.contains(key) && config.contains(key)) text[key] = config[key];
   ModelSpec spec = with_context("text_config", [&] { return text_family.describe(io::ConfigReader(text)); });
-  spec.checkpoint_names = {
-      .decoder = kDecoderOnDisk,
-      .head = kHeadOnDisk,
-      .carried = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."},
-      .decoder_in_memory = kDecoderInMemory,
-      .head_in_memory = kHeadInMemory};
+  spec.checkpoint_names = {.decoder = wrapper.decoder_on_disk,
+                           .head = wrapper.head_on_disk,
+                           .carried = {wrapper.carried.begin(), wrapper.carried.end()},
+                           .decoder_in_memory = wrapper.decoder_in_memory,
+                           .head_in_memory = wrapper.head_in_memory};
   return spec;
 }
 
