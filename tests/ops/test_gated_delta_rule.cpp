@@ -376,11 +376,11 @@ TEST(GatedDeltaRule, RefusesShapesThatDisagree) {
 
 // Every gradient against central differences of the double recurrence, with packed documents (7 rows: 0..2 and
 // 3..6). dparams start at 0.5: the op accumulates into them.
-void check_backward(const GatedDeltaShape& s) {
-  SCOPED_TRACE(describe(s));
-  const DocumentStarts starts{1, 0, 0, 1, 0, 0, 0};
-  const Problem p = random_problem(s, 7);
-  const Tensor w = random({7, s.num_v_heads * s.v_head_dim});
+void check_backward(const GatedDeltaShape& s, const DocumentStarts& starts = {1, 0, 0, 1, 0, 0, 0}) {
+  SCOPED_TRACE(describe(s) + ", " + std::to_string(starts.size()) + " rows");
+  const int64_t rows = int64_t(starts.size());
+  const Problem p = random_problem(s, rows);
+  const Tensor w = random({rows, s.num_v_heads * s.v_head_dim});
   const GatedDeltaParams dparams{Tensor::empty({s.num_v_heads}, DType::F32),
                                  Tensor::empty({s.num_v_heads}, DType::F32)};
   for (const Tensor& t : {dparams.dt_bias, dparams.a_log}) std::fill_n(t.data<float>(), t.numel(), 0.5f);
@@ -410,6 +410,15 @@ TEST(GatedDeltaRule, BackwardMatchesFiniteDifferences) {
   check_backward({1, 1, 3, 2});
   check_backward({1, 2, 3, 2});  // two value heads share the key head: its gradient sums theirs
   check_backward({2, 8, 4, 3});
+}
+
+// The backward pass recomputes its states a segment of 64 rows at a time from the ones it kept: past several
+// segments, with documents starting inside one and at a segment's first row, its gradients are the whole
+// recurrence's.
+TEST(GatedDeltaRule, BackwardAcrossSegmentsMatchesFiniteDifferences) {
+  DocumentStarts starts(150, 0);
+  for (const size_t start : {0, 40, 64, 100}) starts[start] = 1;
+  check_backward({1, 2, 2, 2}, starts);
 }
 
 // ---- Gated RMSNorm, the gate after the norm (Qwen3NextRMSNormGated) ----

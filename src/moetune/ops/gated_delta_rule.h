@@ -41,8 +41,8 @@ Tensor gated_delta_rule_forward(const GatedDeltaInputs& in, const GatedDeltaPara
 
 // Given dout [N, Hv·Dv]: the inputs' gradients (same shapes as `in`; q's and k's through the l2norm and summed over
 // the value heads sharing a key head), and dt_bias's and A_log's accumulated into `dparams` where defined. Row 0
-// starts from zeros (no `state`: training runs whole documents). The states are recomputed and all held at once
-// (N·Hv·Dk·Dv floats): a reference for tests and small models, not for long sequences of a full-size model.
+// starts from zeros (no `state`: training runs whole documents). The forward pass holds one row's states at a
+// time; the backward pass the state at every 64th row and one 64-row segment's states, recomputed from them.
 GatedDeltaInputs gated_delta_rule_backward(const Tensor& dout, const GatedDeltaInputs& in,
                                            const GatedDeltaParams& params, const GatedDeltaShape& shape,
                                            const DocumentStarts& starts, const GatedDeltaParams& dparams);

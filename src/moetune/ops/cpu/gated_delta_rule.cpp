@@ -127,22 +127,26 @@ void delta_step(const float* previous, const HeadToken& t, int64_t dk, int64_t d
     for (int64_t j = 0; j < dv; ++j) state[i * dv + j] += t.k[i] * delta[j];
 }
 
-// Every state after each token, [N, Hv, Dk, Dv]: what the output and the backward pass read (the oracle keeps it
-// simple). `initial`: the state before row 0 ([Hv, Dk, Dv]), or null for zeros.
-std::vector<float> run_states(const Prepared& p, const Tensor& v, const GatedDeltaShape& shape,
-                              const DocumentStarts& starts, const float* initial) {
-  const int64_t rows = v.size(0), heads = shape.num_v_heads, dk = shape.k_head_dim, dv = shape.v_head_dim;
+// The states after rows [first, first + count), [count, Hv, Dk, Dv], into `out`: the recurrence from `before` (the
+// state after row first − 1, [Hv, Dk, Dv]; null for zeros), restarting where `starts` flags a row.
+void run_states(const Prepared& p, const Tensor& v, const GatedDeltaShape& shape, const DocumentStarts& starts,
+                int64_t first, int64_t count, const float* before, float* out) {
+  const int64_t heads = shape.num_v_heads, dk = shape.k_head_dim, dv = shape.v_head_dim;
   const int64_t per_head = dk * dv, per_row = heads * per_head;
-  std::vector<float> states(size_t(rows * per_row)), delta(static_cast<size_t>(dv));
-  for (int64_t n = 0; n < rows; ++n) {
-    float* state = states.data() + n * per_row;
-    const float* previous = starts[size_t(n)] ? nullptr : n == 0 ? initial : state - per_row;
+  std::vector<float> delta(static_cast<size_t>(dv));
+  for (int64_t n = first; n < first + count; ++n) {
+    float* state = out + (n - first) * per_row;
+    const float* previous = starts[size_t(n)] ? nullptr : n == first ? before : state - per_row;
     for (int64_t h = 0; h < heads; ++h)
       delta_step(previous ? previous + h * per_head : nullptr, head_token(p, v, shape, n, h), dk, dv,
                  state + h * per_head, delta.data());
   }
-  return states;
 }
+
+// The backward pass holds the state at the start of every kSegment rows and recomputes a segment's states when it
+// reaches it: (N / kSegment + kSegment) states instead of N (a 4096-token row of Qwen3-Next's 32 value heads of
+// 128 x 128 would hold 8.6 GB otherwise).
+constexpr int64_t kSegment = 64;
 
 // The per-token gradients the recurrence produces before the chain back to the raw inputs.
 struct StepGrads {
@@ -208,22 +212,33 @@ void step_backward(const float* dout, const float* state, const float* previous,
 StepGrads recurrence_backward(const Tensor& dout, const GatedDeltaInputs& in, const Prepared& p,
                               const GatedDeltaShape& shape, const DocumentStarts& starts, const Tensor& dv) {
   const int64_t rows = in.q.size(0), heads = shape.num_v_heads, dk = shape.k_head_dim, dvd = shape.v_head_dim;
-  const int64_t per_head = dk * dvd, per_row = heads * per_head;
-  const std::vector<float> states = run_states(p, in.v, shape, starts, nullptr);
+  const int64_t per_head = dk * dvd, per_row = heads * per_head, segments = (rows + kSegment - 1) / kSegment;
+  // checkpoints[s]: the state after the row before segment s (segment 0: zeros, never read).
+  std::vector<float> checkpoints(size_t(segments * per_row), 0.0f), segment(size_t(kSegment * per_row));
+  for (int64_t s = 1; s < segments; ++s) {
+    run_states(p, in.v, shape, starts, (s - 1) * kSegment, kSegment, s == 1 ? nullptr : &checkpoints[(s - 1) * per_row],
+               segment.data());
+    std::copy_n(segment.data() + (kSegment - 1) * per_row, per_row, checkpoints.data() + s * per_row);
+  }
   StepGrads grads{std::vector<float>(p.q.size(), 0.0f), std::vector<float>(p.k.size(), 0.0f),
                   std::vector<float>(p.beta.size(), 0.0f), std::vector<float>(p.g.size(), 0.0f)};
   std::vector<float> adjoint(size_t(per_row), 0.0f), scratch(size_t(2 * dvd));
-  for (int64_t n = rows - 1; n >= 0; --n) {
-    const float* state = states.data() + n * per_row;
-    const bool continues = n > 0 && !starts[size_t(n)];
-    for (int64_t h = 0; h < heads; ++h) {
-      const HeadToken t = head_token(p, in.v, shape, n, h);
-      const int64_t key = t.q - p.q.data(), value = n * heads + h;
-      const HeadGrads grad{grads.q.data() + key, grads.k.data() + key, dv.data<float>() + value * dvd,
-                           grads.beta.data() + value, grads.g.data() + value};
-      step_backward(dout.data<float>() + value * dvd, state + h * per_head,
-                    continues ? state - per_row + h * per_head : nullptr, t, dk, dvd, adjoint.data() + h * per_head,
-                    grad, scratch.data());
+  for (int64_t s = segments - 1; s >= 0; --s) {
+    const int64_t first = s * kSegment, count = std::min(kSegment, rows - first);
+    const float* before = s == 0 ? nullptr : &checkpoints[s * per_row];
+    run_states(p, in.v, shape, starts, first, count, before, segment.data());
+    for (int64_t n = first + count - 1; n >= first; --n) {
+      const float* state = segment.data() + (n - first) * per_row;
+      const float* previous = n > 0 && !starts[size_t(n)] ? (n == first ? before : state - per_row) : nullptr;
+      for (int64_t h = 0; h < heads; ++h) {
+        const HeadToken t = head_token(p, in.v, shape, n, h);
+        const int64_t key = t.q - p.q.data(), value = n * heads + h;
+        const HeadGrads grad{grads.q.data() + key, grads.k.data() + key, dv.data<float>() + value * dvd,
+                             grads.beta.data() + value, grads.g.data() + value};
+        step_backward(dout.data<float>() + value * dvd, state + h * per_head,
+                      previous ? previous + h * per_head : nullptr, t, dk, dvd, adjoint.data() + h * per_head, grad,
+                      scratch.data());
+      }
     }
   }
   return grads;
@@ -240,17 +255,22 @@ Tensor gated_delta_rule_forward(const GatedDeltaInputs& in, const GatedDeltaPara
     MOETUNE_CHECK(state.dtype() == DType::F32 && state.device().is_cpu() && state.shape() == Shape({heads, dk, dv}),
                   "gated_delta_rule_forward: state {} must be F32 [{}, {}, {}] on the CPU", state.str(), heads, dk, dv);
   const Prepared p = prepare(in, params, shape);
-  const std::vector<float> states = run_states(p, in.v, shape, starts, state.defined() ? state.data<float>() : nullptr);
-  if (state.defined() && !states.empty()) std::copy(states.end() - per_row, states.end(), state.data<float>());
+  // One row's state at a time, carried from row to row (generation's `state` continues it).
+  std::vector<float> current(size_t(per_row), 0.0f);
+  if (state.defined()) std::copy_n(state.data<float>(), per_row, current.data());
   Tensor out = Tensor::zeros(in.v.shape(), DType::F32);
-  for (int64_t n = 0; n < rows; ++n)
+  for (int64_t n = 0; n < rows; ++n) {
+    const bool from_before = n > 0 || state.defined();
+    run_states(p, in.v, shape, starts, n, 1, from_before ? current.data() : nullptr, current.data());
     for (int64_t h = 0; h < heads; ++h) {
-      const float* s = states.data() + n * per_row + h * dk * dv;
+      const float* s = current.data() + h * dk * dv;
       const float* q = head_token(p, in.v, shape, n, h).q;
       float* o = out.data<float>() + (n * heads + h) * dv;
       for (int64_t i = 0; i < dk; ++i)
         for (int64_t j = 0; j < dv; ++j) o[j] += s[i * dv + j] * q[i];
     }
+  }
+  if (state.defined() && rows > 0) std::copy_n(current.data(), per_row, state.data<float>());
   return out;
 }
 
