@@ -1334,5 +1334,66 @@ TEST(Families, GraniteMoeHybridLayersAndMamba) {
       std::string::npos);
 }
 
+// Qwen3-Next: layer types from full_attention_interval, Gated DeltaNet and gated attention sublayers, 1 + weight norms,
+// the MoE rule, the grouped projections' rows in the engine's order; Qwen3.5 and Qwen3.5-MoE read the same layers
+// with four ungrouped projections; hostile values refused naming their keys.
+TEST(Families, Qwen3NextLayersProjectionsAndRefusals) {
+  const ModelSpec spec = parse(R"({"model_type":"qwen3_next","num_hidden_layers":4,"hidden_size":64,
+    "num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"full_attention_interval":2,"num_experts":4,
+    "num_experts_per_tok":2,"mlp_only_layers":[1],"linear_num_key_heads":2,"linear_num_value_heads":6,
+    "linear_key_head_dim":8,"linear_value_head_dim":4})");
+  ASSERT_EQ(spec.num_layers(), 4);
+  const GatedDeltaSpec* delta = spec.layers[0].sublayers[0].gated_delta();
+  ASSERT_NE(delta, nullptr);
+  EXPECT_TRUE(delta->grouped_projections);
+  EXPECT_EQ(delta->projection(), 2 * 16 + 2 * 24 + 2 * 6);
+  ASSERT_NE(spec.layers[1].sublayers[0].attention(), nullptr);
+  EXPECT_TRUE(attention(spec, 1).output_gate && attention(spec, 1).qk_norm);
+  EXPECT_EQ(ops::rope_rotary_dim(attention(spec, 1).rope, 16), 4);  // partial_rotary_factor 0.25
+  EXPECT_NE(spec.layers[2].sublayers[0].gated_delta(), nullptr);
+  EXPECT_EQ(spec.layers[1].moe(), nullptr);  // mlp_only_layers
+  ASSERT_NE(spec.layers[0].moe(), nullptr);
+  EXPECT_TRUE(spec.layers[0].moe()->router.renormalize && spec.layers[0].moe()->shared_expert->sigmoid_gate);
+  for (const LayerSpec& layer : spec.layers)
+    for (const SublayerSpec& sublayer : layer.sublayers) EXPECT_EQ(sublayer.norm_weight_offset, 1.0f);
+  EXPECT_EQ(spec.final_norm_weight_offset, 1.0f);
+  EXPECT_TRUE(spec.carries_mtp_layers);
+  for (const ParameterSpec& p : parameter_layout(spec).parameters) {
+    if (p.name == "layers.0.delta.in_proj") {
+      ASSERT_EQ(p.pieces.size(), 2u);
+      EXPECT_EQ(p.pieces[0].name, "model.layers.0.linear_attn.in_proj_qkvz.weight");
+      EXPECT_EQ(p.pieces[0].grouped_rows.segments, (std::vector<int64_t>{8, 8, 12, 12}));
+      EXPECT_EQ(p.pieces[1].grouped_rows.segments, (std::vector<int64_t>{3, 3}));
+    }
+    if (p.name == "layers.1.attn.qkv") {
+      EXPECT_EQ(p.pieces[0].shape, Shape({2 * 4 * 16, 64}));  // queries and gates
+      EXPECT_EQ(p.pieces[0].grouped_rows.groups, 4);
+      EXPECT_EQ(p.pieces[0].partial_rotary.rotated_rows, 4 * 16);  // only the queries rotate
+    }
+  }
+  // Qwen3.5: four projections, a dense MLP everywhere; Qwen3.5-MoE: the MoE everywhere, always renormalised.
+  const ModelSpec dense = parse(R"({"model_type":"qwen3_5_text","num_hidden_layers":2,"hidden_size":64,
+    "num_attention_heads":4,"head_dim":16,"intermediate_size":96,"layer_types":["linear_attention","full_attention"]})");
+  EXPECT_FALSE(dense.layers[0].sublayers[0].gated_delta()->grouped_projections);
+  EXPECT_NE(dense.layers[0].sublayers[1].mlp(), nullptr);
+  EXPECT_NE(dense.layers[1].sublayers[1].mlp(), nullptr);
+  const ModelSpec moe = parse(R"({"model_type":"qwen3_5_moe_text","num_hidden_layers":2,"hidden_size":64,
+    "num_attention_heads":4,"head_dim":16,"num_experts":4,"num_experts_per_tok":2,"norm_topk_prob":false,
+    "layer_types":["linear_attention","full_attention"]})");
+  EXPECT_TRUE(moe.layers[0].moe() && moe.layers[1].moe() && moe.layers[1].moe()->router.renormalize);
+  const std::string base =
+      R"("model_type":"qwen3_next","num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,)";
+  EXPECT_NE(error_of("{" + base + R"("layer_types":["linear_attention"]})").find("'layer_types'"), std::string::npos);
+  EXPECT_NE(
+      error_of("{" + base + R"("layer_types":["linear_attention","sliding_attention"]})").find("sliding_attention"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of("{" + base + R"("linear_num_key_heads":4,"linear_num_value_heads":6})").find("linear_num_value_heads"),
+      std::string::npos);
+  EXPECT_NE(error_of("{" + base + R"("full_attention_interval":0})").find("full_attention_interval"),
+            std::string::npos);
+  EXPECT_NE(error_of("{" + base + R"("hidden_act":"gelu"})").find("hidden_act"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace moetune::model
