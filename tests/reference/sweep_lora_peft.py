@@ -26,10 +26,11 @@ CASES = [
     ("gpt_oss_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("gpt_oss_tiny", ["lora.target_modules=[q_proj]", EXPERTS, "lora.quantize=nf4"]),
     ("nemotron_h_tiny", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj,up_proj,down_proj]"]),
-    # Qwen3-Next: the gated q_proj's LoRA B rows (per head query then gate on disk) in the engine's order; the Gated
-    # DeltaNet's projections are refused by name.
-    ("qwen3_next_tiny", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj]",
-                         EXPERTS]),
+    # Qwen3-Next: the gated q_proj's LoRA B rows (per head query then gate on disk) and in_proj_qkvz's / in_proj_ba's
+    # (per key head) in the engine's order.
+    ("qwen3_next_tiny", ["lora.target_modules=[q_proj,k_proj,v_proj,o_proj]", EXPERTS]),
+    ("qwen3_next_tiny", ["lora.target_modules=all-linear", EXPERTS]),
+    ("@qwen3_5", ["lora.target_modules=[in_proj_qkv,in_proj_z,out_proj]", "lora.dropout=0.1"]),
     ("glm4_moe_tiny", ["lora.target_modules=all-linear", EXPERTS]),
     ("glm4_moe_quarter_tied", ["lora.target_modules=[q_proj,k_proj]"]),
     ("glm4_moe_lite_tiny", ["lora.target_modules=all-linear", EXPERTS]),
@@ -70,6 +71,7 @@ CASES = [
                            "lora.target_parameters=[block_sparse_moe.experts.gate_up_proj]"]),
     # Qwen3.5 (made here): the gated q_proj's B rows; the dense MLPs (Qwen3.5) and the experts (Qwen3.5-MoE).
     ("@qwen3_5", ["lora.target_modules=[q_proj,k_proj,o_proj,gate_proj,up_proj,down_proj]"]),
+    ("@qwen3_5", ["lora.target_modules=all-linear"]),
     ("@qwen3_5_moe", ["lora.target_modules=[q_proj,v_proj]", EXPERTS]),
     ("@qwen3_5_moe", ["lora.target_modules=[gate_proj,down_proj]"]),
 ]

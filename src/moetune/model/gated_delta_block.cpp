@@ -8,7 +8,13 @@ namespace moetune::model {
 
 GatedDeltaBlock::GatedDeltaBlock(const ParameterStore& store, const std::string& layer, const SublayerSpec& sublayer,
                                  double norm_eps)
-    : w_(store, layer, sublayer, norm_eps) {}
+    : w_(store, layer, sublayer, norm_eps),
+      in_lora_(LoraLinear::lookup(store, layer + "delta.in_proj")),
+      out_lora_(LoraLinear::lookup(store, layer + "delta.out_proj")) {}
+
+GatedDeltaAdapters GatedDeltaBlock::adapters(const StepContext& context) {
+  return {&in_lora_, &out_lora_, context.training, context.lora_draw};
+}
 
 Tensor GatedDeltaBlock::forward(const Tensor& h, const StepContext& context) {
   const Tensor normed = ops::rms_norm_forward(h, w_.norm.value, w_.eps, w_.norm_offset);
@@ -18,20 +24,22 @@ Tensor GatedDeltaBlock::forward(const Tensor& h, const StepContext& context) {
     const GatedDeltaSpec& spec = w_.spec;
     const auto [window, state] = context.kv_cache->recurrent_state(
         {spec.conv_kernel - 1, spec.conv_channels()}, {spec.num_v_heads, spec.k_head_dim, spec.v_head_dim});
-    return add(h, gated_delta_mixer_step(spec, w_.values, normed, window, state));
+    return add(h, gated_delta_mixer_step(spec, w_.values, normed, window, state, adapters(context)));
   }
   input_ = h;
-  return add(h, gated_delta_mixer_forward(w_.spec, w_.values, normed, mamba2_rows(context.layout), &stash_));
+  return add(h, gated_delta_mixer_forward(w_.spec, w_.values, normed, mamba2_rows(context.layout), &stash_,
+                                          adapters(context)));
 }
 
 Tensor GatedDeltaBlock::backward(const Tensor& dout, const StepContext& context) {
-  const Tensor dnormed =
-      gated_delta_mixer_backward(w_.spec, w_.values, dout, stash_, mamba2_rows(context.layout), w_.grads);
+  const Tensor dnormed = gated_delta_mixer_backward(w_.spec, w_.values, dout, stash_, mamba2_rows(context.layout),
+                                                    w_.grads, adapters(context));
   return add(dout, ops::rms_norm_backward(dnormed, input_, w_.norm.value, w_.eps, w_.norm.grad, w_.norm_offset));
 }
 
 size_t GatedDeltaBlock::stash_bytes() const {
-  return held_bytes({&input_, &stash_.input, &stash_.projected, &stash_.conv, &stash_.core});
+  return held_bytes({&input_, &stash_.input, &stash_.projected, &stash_.conv, &stash_.core}) + in_lora_.stash_bytes() +
+         out_lora_.stash_bytes();
 }
 
 }  // namespace moetune::model

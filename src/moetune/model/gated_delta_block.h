@@ -22,10 +22,15 @@ class GatedDeltaBlock {
   void clear_stash() {
     input_ = Tensor();
     stash_ = {};
+    in_lora_.clear_stash();
+    out_lora_.clear_stash();
   }
 
  private:
+  GatedDeltaAdapters adapters(const StepContext& context);
+
   GatedDeltaBlockWeights w_;
+  LoraLinear in_lora_, out_lora_;  // LoRA adapters on in_proj's pieces and out_proj, if any
   Tensor input_;  // h, the norm's input
   GatedDeltaStash stash_;
 };

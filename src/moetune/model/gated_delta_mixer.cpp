@@ -42,40 +42,56 @@ Tensor gated_norm(const GatedDeltaSpec& spec, const GatedDeltaWeights& w, const 
       .view(core.shape());
 }
 
-Tensor norm_and_project(const GatedDeltaSpec& spec, const GatedDeltaWeights& w, const Tensor& core, const Tensor& z) {
-  return ops::linear_forward(gated_norm(spec, w, core, z), w.out_proj, {});
+// x Wᵀ, with the projection's adapters added where it has any.
+Tensor project(const Tensor& x, const Tensor& weight, LoraLinear* lora, const GatedDeltaAdapters& adapters) {
+  Tensor y = ops::linear_forward(x, weight, {});
+  if (lora && !lora->empty()) lora->forward(x, y, adapters.training, adapters.draw);
+  return y;
+}
+
+// d(x) of project's y, the weight's gradient (where not frozen) and the adapters' accumulated.
+Tensor project_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dweight,
+                        LoraLinear* lora) {
+  Tensor dx = ops::linear_backward(dy, x, weight, dweight, {});
+  if (lora && !lora->empty()) lora->backward(dy, x, dx);
+  return dx;
+}
+
+Tensor norm_and_project(const GatedDeltaSpec& spec, const GatedDeltaWeights& w, const Tensor& core, const Tensor& z,
+                        const GatedDeltaAdapters& lora) {
+  return project(gated_norm(spec, w, core, z), w.out_proj, lora.out_proj, lora);
 }
 
 }  // namespace
 
 Tensor gated_delta_mixer_forward(const GatedDeltaSpec& spec, const GatedDeltaWeights& weights, const Tensor& x,
-                                 const Mamba2Rows& rows, GatedDeltaStash* stash) {
+                                 const Mamba2Rows& rows, GatedDeltaStash* stash, const GatedDeltaAdapters& lora) {
   const Tensor input = masked(x, rows.valid);
-  const Tensor projected = ops::linear_forward(input, weights.in_proj, {});
+  const Tensor projected = project(input, weights.in_proj, lora.in_proj, lora);
   const Tensor conv =
       ops::mamba2_conv_forward(columns(projected, 0, spec.conv_channels()), weights.conv, {}, rows.starts);
   const Tensor core = ops::gated_delta_rule_forward(rule_inputs(spec, projected, conv), rule_params(weights),
                                                     spec.shape(), rows.starts);
   if (stash) *stash = {input, projected, conv, core};
-  return norm_and_project(spec, weights, core, gate(spec, projected));
+  return norm_and_project(spec, weights, core, gate(spec, projected), lora);
 }
 
 Tensor gated_delta_mixer_step(const GatedDeltaSpec& spec, const GatedDeltaWeights& weights, const Tensor& x,
-                              const Tensor& conv_window, const Tensor& state) {
-  const Tensor projected = ops::linear_forward(x, weights.in_proj, {});
+                              const Tensor& conv_window, const Tensor& state, const GatedDeltaAdapters& lora) {
+  const Tensor projected = project(x, weights.in_proj, lora.in_proj, lora);
   const Tensor conv = causal_conv_step(conv_window, columns(projected, 0, spec.conv_channels()), weights.conv, {});
   const Tensor core = ops::gated_delta_rule_forward(rule_inputs(spec, projected, conv), rule_params(weights),
                                                     spec.shape(), ops::DocumentStarts(size_t(x.size(0)), 0), state);
-  return norm_and_project(spec, weights, core, gate(spec, projected));
+  return norm_and_project(spec, weights, core, gate(spec, projected), lora);
 }
 
 Tensor gated_delta_mixer_backward(const GatedDeltaSpec& spec, const GatedDeltaWeights& weights, const Tensor& dy,
-                                  const GatedDeltaStash& stash, const Mamba2Rows& rows,
-                                  const GatedDeltaWeights& grads) {
+                                  const GatedDeltaStash& stash, const Mamba2Rows& rows, const GatedDeltaWeights& grads,
+                                  const GatedDeltaAdapters& lora) {
   const ProjectionColumns at(spec);
   const Tensor z = gate(spec, stash.projected);
   const Tensor normed = gated_norm(spec, weights, stash.core, z);  // recomputed, not kept
-  const Tensor dnormed = ops::linear_backward(dy, normed, weights.out_proj, grads.out_proj, {});
+  const Tensor dnormed = project_backward(dy, normed, weights.out_proj, grads.out_proj, lora.out_proj);
   const ops::GatedRmsNormGrads dnorm =
       ops::gated_rms_norm_backward(per_head(spec, dnormed), per_head(spec, stash.core), per_head(spec, z), weights.norm,
                                    spec.v_head_dim, spec.norm_eps, grads.norm, ops::GatePlacement::AfterNorm);
@@ -93,7 +109,7 @@ Tensor gated_delta_mixer_backward(const GatedDeltaSpec& spec, const GatedDeltaWe
   set_columns(dprojected, at.z, dnorm.dz.view(z.shape()));
   set_columns(dprojected, at.b, drule.b);
   set_columns(dprojected, at.a, drule.a);
-  Tensor dx = ops::linear_backward(dprojected, stash.input, weights.in_proj, grads.in_proj, {});
+  Tensor dx = project_backward(dprojected, stash.input, weights.in_proj, grads.in_proj, lora.in_proj);
   zero_padding(dx, rows.valid);
   return dx;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "moetune/core/tensor.h"
+#include "moetune/model/lora_linear.h"
 #include "moetune/model/mamba2_mixer.h"
 #include "moetune/model/model_spec.h"
 
@@ -18,6 +19,15 @@ struct GatedDeltaWeights {
   Tensor in_proj, conv, dt_bias, a_log, norm, out_proj;
 };
 
+// LoRA on in_proj's pieces and on out_proj (PEFT's adapters on in_proj_qkvz / in_proj_ba or Qwen3.5's four, and
+// out_proj), each empty without; `training` and `draw` as LoraLinear::forward takes them.
+struct GatedDeltaAdapters {
+  LoraLinear* in_proj = nullptr;
+  LoraLinear* out_proj = nullptr;
+  bool training = false;
+  uint64_t draw = 0;
+};
+
 // What the backward pass reads: the masked input, in_proj's output, the conv's output and the rule's.
 struct GatedDeltaStash {
   Tensor input, projected, conv, core;
@@ -26,16 +36,17 @@ struct GatedDeltaStash {
 // x [N, hidden] (normed hidden states) -> [N, hidden]; `rows` as the Mamba2 mixer takes them (document starts at
 // every sequence, packed document and padding edge; padding rows). Fills `stash` when given.
 Tensor gated_delta_mixer_forward(const GatedDeltaSpec& spec, const GatedDeltaWeights& weights, const Tensor& x,
-                                 const Mamba2Rows& rows, GatedDeltaStash* stash);
+                                 const Mamba2Rows& rows, GatedDeltaStash* stash, const GatedDeltaAdapters& lora = {});
 
 // Generation: x [n, hidden] (the normed new rows of one sequence) -> [n, hidden], the conv continued from
 // conv_window (F32 [conv_kernel − 1, conv channels], the rows of [q | k | v] before these, oldest first) and the rule
 // from state (F32 [Hv, Dk, Dv]); both are moved on to the last row.
 Tensor gated_delta_mixer_step(const GatedDeltaSpec& spec, const GatedDeltaWeights& weights, const Tensor& x,
-                              const Tensor& conv_window, const Tensor& state);
+                              const Tensor& conv_window, const Tensor& state, const GatedDeltaAdapters& lora = {});
 
 // Given dy [N, hidden]: accumulates every weight's gradient into `grads` and returns dx.
 Tensor gated_delta_mixer_backward(const GatedDeltaSpec& spec, const GatedDeltaWeights& weights, const Tensor& dy,
-                                  const GatedDeltaStash& stash, const Mamba2Rows& rows, const GatedDeltaWeights& grads);
+                                  const GatedDeltaStash& stash, const Mamba2Rows& rows, const GatedDeltaWeights& grads,
+                                  const GatedDeltaAdapters& lora = {});
 
 }  // namespace moetune::model

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "moetune/model/gated_delta_mixer.h"
-#include "moetune/model/lora_refusal.h"
 #include "moetune/model/parameter_store.h"
 
 namespace moetune::model {
@@ -35,7 +34,7 @@ struct GatedDeltaSublayerParams {
 };
 
 // What a Gated DeltaNet block holds of its sublayer: the spec, the pre-norm (with the sublayer's weight offset), the
-// mixer's weights and their gradients. Refuses LoRA on the projections, which the block does not run.
+// mixer's weights and their gradients.
 struct GatedDeltaBlockWeights {
   const GatedDeltaSpec& spec;
   double eps;
@@ -50,8 +49,6 @@ struct GatedDeltaBlockWeights {
         norm_offset(sublayer.norm_weight_offset),
         norm(store.get(layer + sublayer.norm)) {
     const GatedDeltaSublayerParams p = GatedDeltaSublayerParams::lookup(store, layer);
-    refuse_lora_on(store, layer, {"delta.in_proj", "delta.out_proj"}, "Gated DeltaNet projections",
-                   "in_proj_qkvz / in_proj_ba / in_proj_qkv / in_proj_z / in_proj_b / in_proj_a / out_proj");
     values = p.values();
     grads = p.gradients();
   }
