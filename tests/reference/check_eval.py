@@ -31,12 +31,17 @@ def make_sequences() -> list[list[int]]:
     return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in LENGTHS]
 
 
+# Vision-language model types whose wrapper transformers' AutoModelForCausalLM does not build (it builds Qwen3.5's text
+# model alone, reading its own tie and dropping the vision tower): the image-text auto class builds them.
+IMAGE_TEXT_ONLY = ("qwen3_5", "qwen3_5_moe")
+
+
 def load_reference(folder: Path):
     """transformers' model of `folder` in fp32, in eval mode: the causal LM, or for Qwen3.5's vision-language
     checkpoints the wrapper itself (the causal-LM auto class would build its text model alone, reading its own tie and
     dropping the vision tower the folder holds)."""
     config = json.loads((folder / "config.json").read_text())
-    if config.get("model_type") in ("qwen3_5", "qwen3_5_moe"):
+    if config.get("model_type") in IMAGE_TEXT_ONLY:
         from transformers import AutoModelForImageTextToText
         return AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).float().eval()
     # .float(): a dequantizing MXFP4 load (gpt_oss_mxfp4_tiny) keeps the experts bf16 whatever dtype asks for.

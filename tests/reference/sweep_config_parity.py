@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-from check_eval import load_reference, mean_token_loss, no_aux_loss
+from check_eval import IMAGE_TEXT_ONLY, load_reference, mean_token_loss, no_aux_loss
 
 TOLERANCE = 1e-5  # fp32 against fp32
 GPU_TOLERANCE = 1e-2  # the GPU engine's bf16 against transformers' fp32
@@ -506,9 +506,7 @@ def run_case(binary: str, device: str, scratch: Path, data: Path, lines, name, m
     folder = scratch / name.replace(" ", "_")
     torch.manual_seed(0)
     config = AutoConfig.for_model(model_type, **kwargs)
-    # transformers' causal-LM auto class builds Qwen3.5's text model alone from its vision-language config: the
-    # wrapper itself comes from the image-text auto class.
-    builder = AutoModelForImageTextToText if model_type in ("qwen3_5", "qwen3_5_moe") else AutoModelForCausalLM
+    builder = AutoModelForImageTextToText if model_type in IMAGE_TEXT_ONLY else AutoModelForCausalLM
     model = builder.from_config(config, dtype=torch.float32)
     with torch.no_grad():  # weights large enough that every block's mistakes show in the loss
         for key, p in model.named_parameters():

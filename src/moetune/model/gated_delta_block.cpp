@@ -2,7 +2,7 @@
 
 #include "moetune/model/block_util.h"
 #include "moetune/model/kv_cache.h"
-#include "moetune/ops/norm.h"
+#include "moetune/model/sublayer_norm.h"
 
 namespace moetune::model {
 
@@ -17,7 +17,7 @@ GatedDeltaAdapters GatedDeltaBlock::adapters(const StepContext& context) {
 }
 
 Tensor GatedDeltaBlock::forward(const Tensor& h, const StepContext& context) {
-  const Tensor normed = ops::rms_norm_forward(h, w_.norm.value, w_.eps, w_.norm_offset);
+  const Tensor normed = input_norm_forward(h, w_.norm, w_.eps, w_.norm_offset);
   if (context.kv_cache) {
     // A cached decode step (one sequence, no padding): the conv and the rule continue from this sublayer's state in
     // the cache, O(1) per token.
@@ -34,7 +34,7 @@ Tensor GatedDeltaBlock::forward(const Tensor& h, const StepContext& context) {
 Tensor GatedDeltaBlock::backward(const Tensor& dout, const StepContext& context) {
   const Tensor dnormed = gated_delta_mixer_backward(w_.spec, w_.values, dout, stash_, mamba2_rows(context.layout),
                                                     w_.grads, adapters(context));
-  return add(dout, ops::rms_norm_backward(dnormed, input_, w_.norm.value, w_.eps, w_.norm.grad, w_.norm_offset));
+  return input_norm_backward(dnormed, input_, w_.norm, w_.eps, dout, w_.norm_offset);
 }
 
 size_t GatedDeltaBlock::stash_bytes() const {

@@ -45,7 +45,7 @@ Tensor gated_norm(const GatedDeltaSpec& spec, const GatedDeltaWeights& w, const 
 // x Wᵀ, with the projection's adapters added where it has any.
 Tensor project(const Tensor& x, const Tensor& weight, LoraLinear* lora, const GatedDeltaAdapters& adapters) {
   Tensor y = ops::linear_forward(x, weight, {});
-  if (lora && !lora->empty()) lora->forward(x, y, adapters.training, adapters.draw);
+  if (lora) lora->forward(x, y, adapters.training, adapters.draw);
   return y;
 }
 
@@ -53,7 +53,7 @@ Tensor project(const Tensor& x, const Tensor& weight, LoraLinear* lora, const Ga
 Tensor project_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dweight,
                         LoraLinear* lora) {
   Tensor dx = ops::linear_backward(dy, x, weight, dweight, {});
-  if (lora && !lora->empty()) lora->backward(dy, x, dx);
+  if (lora) lora->backward(dy, x, dx);
   return dx;
 }
 

@@ -171,8 +171,8 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
   const int64_t T = tokens, H = spec.hidden_size;
   const bool keep_outputs = keeps_outputs(recompute, lora);
   ActivationPlan plan;
-  // The largest such backward's temporaries (not recomputed); mamba2_backward: any recurrent mixer's.
-  int64_t moe_backward = 0, mlp_backward = 0, mamba2_backward = 0;
+  // The largest such backward's temporaries (not recomputed); a recurrent mixer's: Mamba2's or a Gated DeltaNet's.
+  int64_t moe_backward = 0, mlp_backward = 0, recurrent_backward = 0;
   int64_t recomputed_backward = 0;    // the largest recomputed sublayer's stash (beyond its input) + backward's
   std::string recomputed_kind;
   for (int64_t layer = 0; layer < spec.num_layers(); ++layer)
@@ -192,7 +192,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
         entry->second += stash;
         if (sublayer.moe()) moe_backward = std::max(moe_backward, backward);
         if (sublayer.mlp()) mlp_backward = std::max(mlp_backward, backward);
-        if (sublayer.mamba2() || sublayer.gated_delta()) mamba2_backward = std::max(mamba2_backward, backward);
+        if (sublayer.mamba2() || sublayer.gated_delta()) recurrent_backward = std::max(recurrent_backward, backward);
       }
       if (const MoeSpec* m = sublayer.moe()) entry->second += 2 * m->router.num_experts * kF32;  // counts kept for telemetry
     }
@@ -207,7 +207,7 @@ ActivationPlan gpu_activation_plan(const ModelSpec& spec, int64_t tokens, Recomp
       {"lm head + loss", 2 * T * H * kBf16 + chunk_rows * spec.vocab_size * kBf16},
       {"moe backward", moe_backward},
       {"mlp backward", mlp_backward},
-      {"recurrent mixer backward", mamba2_backward},
+      {"recurrent mixer backward", recurrent_backward},
       {"recomputed " + recomputed_kind + " backward", recomputed_backward}};
   for (const auto& [phase, bytes] : candidates)
     if (bytes > plan.transient_bytes) {

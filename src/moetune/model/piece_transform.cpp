@@ -49,6 +49,23 @@ int64_t partial_rotary_source_row(int64_t r, const PartialRotary& rotary) {
   return rotary.interleaved ? 2 * within + second : second * rotating + within;             // a rotating row
 }
 
+// Dimension 0's rows between the checkpoint's order and the engine's: the engine keeps checkpoint row disk_row(r) at
+// row r, for the first `count` rows (the rows past them keep their place). A copy, any dtype.
+template <typename DiskRow>
+Tensor move_rows(const Tensor& rows, int64_t count, bool to_engine, DiskRow disk_row) {
+  const int64_t total = rows.size(0);
+  const size_t row_bytes = size_t(rows.numel() / total) * dtype_size(rows.dtype());
+  Tensor out = Tensor::empty(rows.shape(), rows.dtype());
+  const auto* in = static_cast<const char*>(rows.raw_data());
+  auto* to = static_cast<char*>(out.raw_data());
+  std::memcpy(to + size_t(count) * row_bytes, in + size_t(count) * row_bytes, size_t(total - count) * row_bytes);
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t disk = disk_row(r), from = to_engine ? disk : r, into = to_engine ? r : disk;
+    std::memcpy(to + size_t(into) * row_bytes, in + size_t(from) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor reorder_partial_rotary_rows(const Tensor& rows, const PartialRotary& rotary, bool to_engine) {
@@ -59,20 +76,9 @@ Tensor reorder_partial_rotary_rows(const Tensor& rows, const PartialRotary& rota
                     rotary.head_dim % 2 == 0 && rotary.rotary_dim > 0 && rotary.rotary_dim <= rotary.head_dim,
                 "partial RoPE rows: the first {} rows of {} are not a stack of heads of {} rows rotating {} of them",
                 rotated, rows.str(), rotary.head_dim, rotary.rotary_dim);
-  const size_t row_bytes = size_t(rows.numel() / count) * dtype_size(rows.dtype());
-  Tensor out = Tensor::empty(rows.shape(), rows.dtype());
-  const auto* in = static_cast<const char*>(rows.raw_data());
-  auto* to = static_cast<char*>(out.raw_data());
-  const size_t head_rows_bytes = size_t(rotated) * row_bytes;  // the rows past the heads keep their place
-  std::memcpy(to + head_rows_bytes, in + head_rows_bytes, size_t(count - rotated) * row_bytes);
-  for (int64_t head = 0; head < rotated / rotary.head_dim; ++head)
-    for (int64_t r = 0; r < rotary.head_dim; ++r) {
-      const int64_t engine = head * rotary.head_dim + r,
-                    disk = head * rotary.head_dim + partial_rotary_source_row(r, rotary);
-      const int64_t from = to_engine ? disk : engine, into = to_engine ? engine : disk;
-      std::memcpy(to + size_t(into) * row_bytes, in + size_t(from) * row_bytes, row_bytes);
-    }
-  return out;
+  return move_rows(rows, rotated, to_engine, [&](int64_t r) {
+    return r - r % rotary.head_dim + partial_rotary_source_row(r % rotary.head_dim, rotary);
+  });
 }
 
 Tensor reorder_grouped_rows(const Tensor& rows, const GroupedRows& grouping, bool to_engine) {
@@ -82,22 +88,18 @@ Tensor reorder_grouped_rows(const Tensor& rows, const GroupedRows& grouping, boo
   const int64_t count = rows.dim() == 0 ? 0 : rows.size(0);
   MOETUNE_CHECK(group_rows > 0 && count == grouping.groups * group_rows, "grouped rows: {} is not {} groups of {} rows",
                 rows.str(), grouping.groups, group_rows);
-  const size_t row_bytes = size_t(rows.numel() / count) * dtype_size(rows.dtype());
-  Tensor out = Tensor::empty(rows.shape(), rows.dtype());
-  const auto* in = static_cast<const char*>(rows.raw_data());
-  auto* to = static_cast<char*>(out.raw_data());
-  int64_t segment_start = 0;  // where the engine's block of this segment begins
-  int64_t within_group = 0;   // where the segment begins inside a group on disk
-  for (int64_t segment : grouping.segments) {
-    for (int64_t g = 0; g < grouping.groups; ++g) {
-      const int64_t disk = g * group_rows + within_group, engine = segment_start + g * segment;
-      const int64_t from = to_engine ? disk : engine, into = to_engine ? engine : disk;
-      std::memcpy(to + size_t(into) * row_bytes, in + size_t(from) * row_bytes, size_t(segment) * row_bytes);
+  return move_rows(rows, count, to_engine, [&](int64_t r) {
+    int64_t segment_start = 0, within_group = 0;  // the segment's first engine row, its offset in a group on disk
+    for (int64_t segment : grouping.segments) {
+      if (r < segment_start + grouping.groups * segment) {
+        const int64_t offset = r - segment_start;
+        return offset / segment * group_rows + within_group + offset % segment;
+      }
+      segment_start += grouping.groups * segment;
+      within_group += segment;
     }
-    segment_start += grouping.groups * segment;
-    within_group += segment;
-  }
-  return out;
+    return r;  // unreachable: count covers every segment
+  });
 }
 
 Tensor reorder_interleaved_rows(const Tensor& matrix, bool to_halves) {
