@@ -4,8 +4,8 @@
 // blocks of wider tensors, as the mixer uses them; outputs start poisoned. Scan cases put document starts inside
 // chunks, on chunk boundaries and in consecutive rows, lengths not multiples of the chunk, several groups.
 // DISABLED_NanoWidths is the benchmark run.sh prints (seq 4096, batch 2 at Nemotron-3-Nano's widths).
-#include <gtest/gtest.h>
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <functional>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "gpu_timing.h"
 #include "moetune/core/cuda_runtime.h"
 #include "moetune/io/safetensors.h"
 #include "moetune/model/block_util.h"
@@ -33,6 +34,7 @@ using ops::cuda::ColumnBlock;
 using testing::kBf16Tolerance;
 using testing::poisoned;
 using testing::relative_error;
+using testing::time_ms;
 using testing::to_cpu_f32;
 
 class Mamba2Gpu : public testing::GpuTest {
@@ -308,23 +310,6 @@ TEST_F(Mamba2MixerGpu, MatchesCpuMixerOnFixture) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Benchmark: one Mamba2 layer at Nemotron-3-Nano's widths, batch 2 × 4096 tokens (not a test: run.sh runs it).
-
-float time_ms(const std::function<void()>& fn, int reps = 5) {
-  fn();  // warm: kernel attributes, the GEMM heuristic
-  gpu::synchronize();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, gpu::stream());
-  for (int i = 0; i < reps; ++i) fn();
-  cudaEventRecord(stop, gpu::stream());
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / float(reps);
-}
 
 TEST_F(Mamba2Gpu, DISABLED_NanoWidths) {
   model::Mamba2Spec spec;
