@@ -26,8 +26,6 @@ std::filesystem::path fixture(const std::string& name);
 // option set the engine loads, trains and saves back as it read them (gpt_oss_mxfp4_tiny aside: it saves in bf16),
 // each of which the GPU engine trains too.
 const std::vector<std::string>& model_fixtures();
-// model_fixtures() and those of families only the CPU engine runs (qwen3_next_tiny's Gated DeltaNet).
-std::vector<std::string> all_model_fixtures();
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 // A safetensors file's bytes from a header text and a data section, the length prefix computed here.

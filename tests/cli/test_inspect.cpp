@@ -13,7 +13,7 @@ namespace moetune {
 namespace {
 
 TEST(Inspect, ParameterCountsMatchTransformers) {
-  std::vector<std::string> names = testing::all_model_fixtures();
+  std::vector<std::string> names = testing::model_fixtures();
   names.push_back("gpt_oss_mxfp4_tiny");
   for (const std::string& name : names) {
     testing::RunResult result = testing::run_moetune("inspect --json " + testing::fixture(name).string());

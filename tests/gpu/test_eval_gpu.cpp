@@ -62,7 +62,8 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
                                     "gemma_tiny",
                                     "ernie4_5_moe_tiny",
                                     "granitemoehybrid_tiny",
-                                    "granitemoeshared_tiny"}) {
+                                    "granitemoeshared_tiny",
+                                    "qwen3_next_tiny"}) {
     nlohmann::json reports[2];
     for (int gpu = 0; gpu < 2; ++gpu) {
       const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +

@@ -71,7 +71,8 @@ const std::vector<std::string> kGpuFixtures = {"llama_tiny",
                                                "gemma_tiny",
                                                "ernie4_5_moe_tiny",
                                                "granitemoehybrid_tiny",
-                                               "granitemoeshared_tiny"};
+                                               "granitemoeshared_tiny",
+                                               "qwen3_next_tiny"};
 // How many tokens the fixtures without transformers' tokens generate (tests/fixtures/generate has 20 a fixture).
 constexpr int64_t kGreedyTokens = 20;
 // bf16 moves these models' logits by ~1e-2 (tests/gpu/test_model_parity.cpp), so a greedy choice whose top-2 gap

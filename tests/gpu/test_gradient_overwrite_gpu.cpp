@@ -37,8 +37,9 @@ double worst_error(const std::vector<Tensor>& actual, const std::vector<Tensor>&
 }
 
 TEST_F(GradientOverwriteGpu, FirstMicroBatchWritesAndLaterOnesAdd) {
-  for (const char* name : {"qwen3_moe_tiny", "mixtral_tiny", "nemotron_h_tiny", "deepseek_v3_tiny",
-                           "deepseek_v3_qproj_tied", "qwen2_moe_tiny", "gpt_oss_tiny", "llama_tiny"}) {
+  for (const char* name :
+       {"qwen3_moe_tiny", "mixtral_tiny", "nemotron_h_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied",
+        "qwen2_moe_tiny", "gpt_oss_tiny", "llama_tiny", "qwen3_next_tiny"}) {
     SCOPED_TRACE(name);
     auto model = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
     const int64_t vocab = model.spec().vocab_size;

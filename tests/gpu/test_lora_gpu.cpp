@@ -231,19 +231,21 @@ TEST_F(LoraTrainingGpu, GptOssExpertsTrackTheCpuAndTheAdapterResumes) {
 }
 
 // all-linear on Qwen2-MoE takes the shared expert's sigmoid gate (shared_expert_gate, an nn.Linear) with the
-// attention and the shared expert: its adapter trains on the GPU as on the CPU.
-TEST_F(LoraTrainingGpu, Qwen2MoeAllLinearWithTheSharedExpertGateTracksTheCpu) {
-  const auto qwen2_moe = [](const std::string& device) {
-    return std::vector<std::string>{"model=" + testing::fixture("qwen2_moe_tiny").string(),
-                                    "lora.rank=8",
-                                    "lora.alpha=16",
-                                    "lora.target_modules=all-linear",
-                                    "optimizer.lr=2e-3",
-                                    "training.device=" + device};
-  };
-  train::Trainer(recipe("gpu", qwen2_moe("cuda")), {}, false).run();
-  train::Trainer(recipe("cpu", qwen2_moe("cpu")), {}, false).run();
-  expect_close(testing::losses(metrics("gpu")), testing::losses(metrics("cpu")), 0.02);
+// attention and the shared expert; on Qwen3-Next also the Gated DeltaNet's in_proj pieces and out_proj and the gated
+// attention's q_proj (query and gate rows): their adapters train on the GPU as on the CPU.
+TEST_F(LoraTrainingGpu, AllLinearOnGatedFamiliesTracksTheCpu) {
+  for (const char* name : {"qwen2_moe_tiny", "qwen3_next_tiny"}) {
+    SCOPED_TRACE(name);
+    const auto all_linear = [&](const std::string& device) {
+      return std::vector<std::string>{
+          "model=" + testing::fixture(name).string(), "lora.rank=8",       "lora.alpha=16",
+          "lora.target_modules=all-linear",           "optimizer.lr=2e-3", "training.device=" + device};
+    };
+    const std::string gpu = std::string("gpu_") + name, cpu = std::string("cpu_") + name;
+    train::Trainer(recipe(gpu, all_linear("cuda")), {}, false).run();
+    train::Trainer(recipe(cpu, all_linear("cpu")), {}, false).run();
+    expect_close(testing::losses(metrics(gpu)), testing::losses(metrics(cpu)), 0.02);
+  }
 }
 
 // The training state of a GPU LoRA run holds the adapters and their moments (no slot for the frozen base): a

@@ -208,29 +208,50 @@ TEST_F(Mamba2ScanGpu, FullWidthHeadsAndState) {
 
 TEST_F(Mamba2Gpu, GatedRmsNormMatchesCpu) {
   SCOPED_TRACE(seed());
+  // shared_weight: one group's weight for every group (the Gated DeltaNet's, gate after the norm).
   struct Case {
     int64_t rows, width, group;
+    ops::GatePlacement placement = ops::GatePlacement::BeforeNorm;
+    bool shared_weight = false;
   };
-  for (const Case& c : std::vector<Case>{{13, 32, 8}, {40, 1024, 512}, {7, 96, 96}, {5, 30, 3}}) {
-    SCOPED_TRACE(::testing::Message() << c.rows << " rows, width " << c.width << ", group " << c.group);
+  constexpr auto kAfter = ops::GatePlacement::AfterNorm;
+  for (const Case& c : std::vector<Case>{{13, 32, 8},
+                                         {40, 1024, 512},
+                                         {7, 96, 96},
+                                         {5, 30, 3},
+                                         {13, 32, 8, kAfter},
+                                         {11, 256, 64, kAfter, true},
+                                         {300, 48, 16, kAfter, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, width " << c.width << ", group " << c.group << ", gate "
+                                      << (c.placement == kAfter ? "after" : "before") << " the norm"
+                                      << (c.shared_weight ? ", one group's weight" : ""));
     const double eps = 1e-5;
+    const int64_t weight_size = c.shared_weight ? c.group : c.width;
     const ColumnBlock x = random_block(c.rows, c.width, 0), z = random_block(c.rows, c.width, 9);
-    Tensor weight_host = testing::random_normal({c.width}, DType::F32, Device::cpu(), rng(), 0.2f);
-    for (int64_t i = 0; i < c.width; ++i) weight_host.data<float>()[i] += 1.0f;
+    Tensor weight_host = testing::random_normal({weight_size}, DType::F32, Device::cpu(), rng(), 0.2f);
+    for (int64_t i = 0; i < weight_size; ++i) weight_host.data<float>()[i] += 1.0f;
     const Tensor weight = ops::cast(weight_host, DType::BF16).to(Device::cuda());
     const Tensor w32 = to_cpu_f32(weight);
+    // The CPU op takes a [width] weight: one group's repeated.
+    Tensor w32_full = Tensor::empty({c.width}, DType::F32);
+    for (int64_t i = 0; i < c.width; ++i) w32_full.data<float>()[i] = w32.data<float>()[i % weight_size];
     const ColumnBlock y = poisoned_block(c.rows, c.width, 1);
-    ops::cuda::gated_rms_norm_forward(x, z, weight, c.group, eps, y);
-    EXPECT_LT(relative_error(cpu_block(y), ops::gated_rms_norm_forward(cpu_block(x), cpu_block(z), w32, c.group, eps)),
+    ops::cuda::gated_rms_norm_forward(x, z, weight, c.group, eps, y, c.placement);
+    EXPECT_LT(relative_error(cpu_block(y), ops::gated_rms_norm_forward(cpu_block(x), cpu_block(z), w32_full, c.group,
+                                                                       eps, c.placement)),
               kBf16Tolerance);
 
     const ColumnBlock dy = random_block(c.rows, c.width, 2);
-    const Tensor dweight = random_gpu({c.width}, 1.0f, DType::F32);
-    Tensor expected_dweight = to_cpu_f32(dweight);
-    const ops::GatedRmsNormGrads expected =
-        ops::gated_rms_norm_backward(cpu_block(dy), cpu_block(x), cpu_block(z), w32, c.group, eps, expected_dweight);
+    const Tensor dweight = random_gpu({weight_size}, 1.0f, DType::F32);
+    const Tensor dweight_before = to_cpu_f32(dweight);
+    Tensor dweight_full = Tensor::zeros({c.width}, DType::F32);
+    const ops::GatedRmsNormGrads expected = ops::gated_rms_norm_backward(
+        cpu_block(dy), cpu_block(x), cpu_block(z), w32_full, c.group, eps, dweight_full, c.placement);
+    Tensor expected_dweight = dweight_before.clone();
+    for (int64_t i = 0; i < c.width; ++i)
+      expected_dweight.data<float>()[i % weight_size] += dweight_full.data<float>()[i];
     const ColumnBlock dx = poisoned_block(c.rows, c.width, 0), dz = poisoned_block(c.rows, c.width, 4);
-    ops::cuda::gated_rms_norm_backward(dy, x, z, weight, c.group, eps, dx, dz, dweight);
+    ops::cuda::gated_rms_norm_backward(dy, x, z, weight, c.group, eps, dx, dz, dweight, c.placement);
     EXPECT_LT(relative_error(cpu_block(dx), expected.dx), kBf16Tolerance) << "dx";
     EXPECT_LT(relative_error(cpu_block(dz), expected.dz), kBf16Tolerance) << "dz";
     EXPECT_LT(relative_error(dweight, expected_dweight), kBf16Tolerance) << "dweight";

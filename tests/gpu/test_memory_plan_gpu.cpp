@@ -14,8 +14,8 @@ namespace {
 class MemoryPlanGpu : public testing::GpuTest {};
 
 TEST_F(MemoryPlanGpu, BlockStashesAreWhatThePlanDeclares) {
-  for (const char* name : {"qwen3_moe_tiny", "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny", "nemotron_h_tiny",
-                           "deepseek_v3_tiny", "deepseek_v3_qproj_tied"}) {
+  for (const char* name : {"qwen3_moe_tiny", "qwen3_f32", "llama_tiny", "mixtral_tiny", "qwen2_moe_tiny",
+                           "nemotron_h_tiny", "deepseek_v3_tiny", "deepseek_v3_qproj_tied", "qwen3_next_tiny"}) {
     SCOPED_TRACE(name);
     auto model = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
     const model::ModelSpec& spec = model.spec();

@@ -319,7 +319,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
                                            "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "deepseek_v2_grouped",
                                            "dots1_tiny", "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny",
                                            "exaone_moe_tiny", "flex_olmo_tiny", "gemma3_tiny", "gemma_tiny",
-                                           "ernie4_5_moe_tiny", "granitemoeshared_tiny"));
+                                           "ernie4_5_moe_tiny", "granitemoeshared_tiny", "qwen3_next_tiny"));
 
 }  // namespace
 }  // namespace moetune::model

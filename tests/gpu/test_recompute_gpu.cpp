@@ -47,7 +47,8 @@ model::Batch cyclic_batch(int64_t vocab_size) {
 }
 
 TEST_F(RecomputeGpu, SameLossAndGradientsInEveryMode) {
-  for (const char* name : {"qwen3_moe_tiny", "qwen2_moe_tiny", "mixtral_tiny", "qwen3_f32", "nemotron_h_tiny"}) {
+  for (const char* name :
+       {"qwen3_moe_tiny", "qwen2_moe_tiny", "mixtral_tiny", "qwen3_f32", "nemotron_h_tiny", "qwen3_next_tiny"}) {
     SCOPED_TRACE(name);
     auto model = model::cuda::CausalLM::from_pretrained(testing::fixture(name));
     const model::ModelSpec& spec = model.spec();

@@ -27,7 +27,7 @@ void expect_same_tensors(const std::filesystem::path& expected_dir, const std::f
 }
 
 TEST(Checkpoint, RoundTripIsBitExactInTheCheckpointDtype) {
-  for (const std::string& name : testing::all_model_fixtures()) {
+  for (const std::string& name : testing::model_fixtures()) {
     ScratchDir out;
     ModelWeights weights = load_checkpoint(testing::fixture(name));
     save_checkpoint(weights, out.path());
@@ -37,7 +37,7 @@ TEST(Checkpoint, RoundTripIsBitExactInTheCheckpointDtype) {
 }
 
 TEST(Checkpoint, RoundTripThroughF32EngineWeightsIsBitExact) {
-  for (const std::string& name : testing::all_model_fixtures()) {
+  for (const std::string& name : testing::model_fixtures()) {
     ScratchDir out;
     ModelWeights weights = load_checkpoint(testing::fixture(name), LoadOptions{DType::F32});
     for (const Tensor& p : weights.parameters) EXPECT_EQ(p.dtype(), DType::F32);

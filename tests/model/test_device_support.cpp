@@ -26,8 +26,8 @@ void expect_refusal(const std::function<void()>& refuse, std::initializer_list<c
 }
 
 // Every model fixture runs on the GPU, and GPT-OSS's sinks, the sliding-window families' windows, YaRN's scaling,
-// DeepSeek-V3's latent attention and Nemotron-H's Mamba2 mixers run in GPU generation too: generation lacks
-// nothing the GPU engine trains.
+// DeepSeek-V3's latent attention, Nemotron-H's Mamba2 mixers and Qwen3-Next's Gated DeltaNet run in GPU generation
+// too: generation lacks nothing the GPU engine trains.
 TEST(DeviceSupport, GpuTrainsAndGeneratesEveryFixture) {
   for (const std::string& name : testing::model_fixtures()) {
     const ModelSpec spec = load_model_spec(testing::fixture(name) / "config.json");
@@ -36,16 +36,6 @@ TEST(DeviceSupport, GpuTrainsAndGeneratesEveryFixture) {
     EXPECT_NO_THROW(require_gpu_support(spec)) << name;
     EXPECT_NO_THROW(require_gpu_generation_support(spec)) << name;
   }
-}
-
-// Qwen3-Next's Gated DeltaNet, gated attention and 1 + weight norms before its MoE layers run on the CPU engine only:
-// the GPU refuses the model naming each, and points to the CPU.
-TEST(DeviceSupport, GpuRefusesQwen3NextNamingWhatItLacks) {
-  const ModelSpec spec = load_model_spec(testing::fixture("qwen3_next_tiny") / "config.json");
-  EXPECT_EQ(features_missing_on_gpu(spec),
-            (std::vector<std::string>{"Gated DeltaNet layers (linear_attention)", "1 + weight norms before MoE layers",
-                                      "gated attention"}));
-  expect_refusal([&] { require_gpu_support(spec); }, {"Qwen3NextForCausalLM", "Gated DeltaNet", "--device cpu"});
 }
 
 // The GPU routers rank groups one lane a group: DeepSeek-V2's group-limited router past 32 groups is refused by

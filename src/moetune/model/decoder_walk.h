@@ -1,7 +1,7 @@
 // The one walk over the model description that both devices' models are built by: a residual sublayer per
 // SublayerSpec, in order, each made of the block its mixer kind maps to on that device. `Blocks` names the
-// device's block types (Attention, Mlp, Moe and the MoE's Dispatcher, Mamba2, GatedDelta: AbsentBlock where the
-// device has none); the CPU and GPU CausalLMs differ only there, so a new mixer kind is added to this walk once.
+// device's block types (Attention, Mlp, Moe and the MoE's Dispatcher, Mamba2, GatedDelta); the CPU and GPU
+// CausalLMs differ only there, so a new mixer kind is added to this walk once.
 #pragma once
 
 #include <fmt/format.h>
@@ -19,20 +19,6 @@
 #include "moetune/model/parameter_store.h"
 
 namespace moetune::model {
-
-// The block of a mixer kind a device does not implement (the GPU's GatedDelta): never built, because
-// model/device_support.h refuses such a spec before the model is made.
-struct AbsentBlock {
-  template <typename... Args>
-  explicit AbsentBlock(Args&&...) {}
-  template <typename Context>
-  Tensor forward(const Tensor&, Context&) { fail("this device has no block for this mixer kind"); }
-  template <typename Context>
-  Tensor backward(const Tensor&, Context&) { fail("this device has no block for this mixer kind"); }
-  size_t stash_bytes() const { return 0; }
-  void clear_stash() {}
-  std::vector<Tensor> overwritten_gradients() const { return {}; }
-};
 
 template <typename Blocks>
 struct Sublayer {

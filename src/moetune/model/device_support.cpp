@@ -22,9 +22,6 @@ std::vector<std::string> features_missing_on_gpu(const ModelSpec& spec) {
   std::vector<std::string> missing;
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers) {
-      if (sublayer.gated_delta()) note(missing, "Gated DeltaNet layers (linear_attention)");
-      if (const AttentionSpec* a = sublayer.attention(); a && a->output_gate) note(missing, "gated attention");
-      if (sublayer.moe() && sublayer.norm_weight_offset != 0.0f) note(missing, "1 + weight norms before MoE layers");
       if (const MoeSpec* m = sublayer.moe()) {
         if (m->router.score == RouterScore::Sigmoid
                 ? !is_sigmoid_group_limited(m->router)

@@ -81,10 +81,11 @@ int64_t gpu_stash_bytes(const SublayerSpec& sublayer, int64_t hidden, int64_t to
       return T * (H + q_latent + kv_latent + 2 * qk + v_held + v) * kBf16 + T * a->num_heads * kF32 + normed +
              latents_normed;
     }
-    // input, qkv, q, k, v, attended, the softmax statistics.
+    // input, qkv (with an output gate's logits), q, k, v, attended, the softmax statistics.
     const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
-    return T * (H + (q + k + v) + q + k + v + attended) * kBf16 + T * a->num_heads * kF32 + normed + out_normed;
+    const int64_t gate = a->output_gate ? q : 0;
+    return T * (H + (q + gate + k + v) + q + k + v + attended) * kBf16 + T * a->num_heads * kF32 + normed + out_normed;
   }
   // input, pre-activation, and the norm's output and the activation where kept
   if (const MlpSpec* m = sublayer.mlp())
@@ -127,6 +128,17 @@ int64_t mamba2_scan_backward_workspace(const Mamba2Spec& m, int64_t T) {
           2 * T * heads * m.state_size + 3 * chunks * heads) * kF32;
 }
 
+// The recurrent rule's fp32 workspace in its backward pass (ops/cuda/gated_delta_rule.cu's Scratch, its head dims
+// padded as there): the normalized q and k, four floats a row and value head, the state entering every 64th row, u,
+// and per block of 128 value columns the dq and dk partials and two floats a row and value head.
+int64_t gated_delta_backward_workspace(const GatedDeltaSpec& g, int64_t T) {
+  const int64_t dk = g.k_head_dim <= 32 ? 32 : g.k_head_dim <= 64 ? 64 : g.k_head_dim <= 128 ? 128 : 256;
+  const int64_t dv = (g.v_head_dim + 7) / 8 * 8, parts = (dv + 127) / 128, heads = g.num_v_heads;
+  return (2 * T * g.num_k_heads * dk + 4 * T * heads + (T + 63) / 64 * heads * dk * dv + T * heads * dv +
+          parts * (2 * T * heads * dk + 2 * T * heads)) *
+         kF32;
+}
+
 // The temporaries of a sublayer's backward pass at their largest, beyond the stashes: the dense MLP's at the
 // first step of its backward, the MoE's where its experts' gradients meet (beside the incoming gradient and the
 // routing weights' gradient), attention's while its q/k/v gradients and their fused projection's meet.
@@ -135,14 +147,17 @@ int64_t backward_transient_bytes(const SublayerSpec& sublayer, int64_t H, int64_
   if (const AttentionSpec* a = sublayer.attention()) {
     const int64_t q = a->num_heads * a->qk_head_dim, k = a->num_kv_heads * a->qk_head_dim;
     const int64_t v = a->num_kv_heads * a->v_head_dim, attended = a->num_heads * a->v_head_dim;
-    return T * (H + attended + 2 * (q + k + v)) * kBf16 + dmixed;
+    // An output gate: its logits' gradient in dqkv, and the gated output recomputed for o_proj's weight gradient.
+    const int64_t gate = a->output_gate ? q + attended : 0;
+    return T * (H + attended + 2 * (q + k + v) + gate) * kBf16 + dmixed;
   }
   if (const MlpSpec* m = sublayer.mlp()) return T * H * kBf16 + T * (m->intermediate * 3) * kBf16 + dmixed;
   if (const Mamba2Spec* m = sublayer.mamba2())  // at the scan's backward: the recomputed input, the gated norm's
     // output and gradient, d(in_proj's output), d(scan), d(conv) beside the scan's workspace
     return T * (H + 3 * m->inner() + m->projection() + m->conv_channels()) * kBf16 + mamba2_scan_backward_workspace(*m, T);
-  if (const GatedDeltaSpec* g = sublayer.gated_delta())  // the same parts as Mamba2's, without a chunked workspace
-    return T * (H + 3 * g->value_dim() + g->projection() + g->conv_channels()) * kBf16;
+  if (const GatedDeltaSpec* g = sublayer.gated_delta())  // the same parts as Mamba2's, beside the rule's workspace
+    return T * (H + 3 * g->value_dim() + g->projection() + g->conv_channels()) * kBf16 +
+           gated_delta_backward_workspace(*g, T);
   const MoeSpec& moe = *sublayer.moe();
   const int64_t rows = T * moe.router.top_k, D = moe.expert_width(H);
   const int64_t pre = gpu_experts_pre_activation_width(moe.experts);

@@ -6,6 +6,7 @@
 #include "moetune/model/block_util.h"
 #include "moetune/model/cuda/qk_norm_across_heads.h"
 #include "moetune/ops/cuda/attention_sinks.h"
+#include "moetune/ops/cuda/gate.h"
 #include "moetune/ops/cuda/gemm.h"
 #include "moetune/ops/cuda/norm.h"
 #include "moetune/ops/cuda/qkv_rope.h"
@@ -33,6 +34,8 @@ AttentionBlock::AttentionBlock(const ParameterStore& store, const std::string& l
   if (mla_) return;
   MOETUNE_CHECK(norm_offset_ == 0.0f || !spec_.qk_norm_across_heads,
                 "{}: q/k norms across heads scaling by an offset weight are not implemented", layer);
+  MOETUNE_CHECK(!spec_.output_gate || !spec_.qk_norm_across_heads,
+                "{}: an output gate beside q/k norms across heads is not implemented", layer);
   MOETUNE_CHECK(spec_.qk_head_dim == spec_.v_head_dim,
                 "{}: differing q/k and v head dims are not implemented on the GPU outside latent attention", layer);
   MOETUNE_CHECK(spec_.sinks == p_.sinks.defined(), "{}: the spec and the parameters disagree on attention sinks",
@@ -62,13 +65,21 @@ void AttentionBlock::split_qkv(const Tensor& qkv, const DeviceBatch& batch, cons
   const Tensor& inv_freq = inv_freq_.for_positions(batch.layout.positions);
   if (!spec_.qk_norm_across_heads) {
     ops::cuda::qkv_norm_rope_forward(qkv, p_.q_norm.value, p_.k_norm.value, eps_, inv_freq, batch.positions, q, k, v,
-                                     rotated_scale_, norm_offset_);
+                                     rotated_scale_, norm_offset_, gate_heads());
     return;
   }
   const int64_t d = spec_.qk_head_dim;
   const Tensor normed = qkv_normed_across_heads(qkv, p_.q_norm.value, p_.k_norm.value, eps_,
                                                 {spec_.num_heads * d, spec_.num_kv_heads * d});
   ops::cuda::qkv_norm_rope_forward(normed, {}, {}, eps_, inv_freq, batch.positions, q, k, v, rotated_scale_);
+}
+
+Tensor AttentionBlock::o_input(const Tensor& attended, const Tensor& qkv) const {
+  const int64_t tokens = attended.size(0), width = spec_.num_heads * spec_.qk_head_dim;
+  if (!spec_.output_gate) return attended.view({tokens, width});
+  Tensor gated = device_like({tokens, width});
+  ops::cuda::sigmoid_gated(attended, ops::cuda::ColumnBlock(qkv, width, width), gated);
+  return gated;
 }
 
 Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
@@ -80,7 +91,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
   const double eps = eps_;
   stash_.input = h;
   Tensor normed = cuda::input_norm_forward(h, p_.norm, eps, norm_offset_);
-  stash_.qkv = device_like({tokens, (nq + 2 * nkv) * d});
+  stash_.qkv = device_like({tokens, qkv_width()});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, stash_.qkv);
   qkv_lora_.forward(normed, stash_.qkv, context.lora_pass());
   if (context.keep_outputs && p_.norm.defined()) stash_.normed = normed;
@@ -94,7 +105,7 @@ Tensor AttentionBlock::forward(const Tensor& h, const StepContext& context) {
                                                              scores_scale(), stash_.attended, window());
   if (spec_.sinks) ops::cuda::attention_sinks_forward(p_.sinks.value, stash_.attended, stash_.softmax_stats);
   Tensor out = device_like(h.shape());
-  const Tensor attended = stash_.attended.view({tokens, nq * d});
+  const Tensor attended = o_input(stash_.attended, stash_.qkv);
   if (!out_norm_.defined()) {
     ops::cuda::linear_forward_residual(attended, p_.o.value, p_.o_bias.value, h, out);
     o_lora_.forward(attended, out, context.lora_pass());
@@ -115,9 +126,16 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   const double eps = eps_;
   Tensor dattended = device_like({tokens, nq * d});
   const Tensor dmixed = out_norm_.backward(dout);  // dout itself without an output norm
-  ops::cuda::linear_backward(dmixed, stash_.attended.view({tokens, nq * d}), p_.o.value, dattended, p_.o.grad,
-                             p_.o_bias.grad, false, context.overwrite_gradients);
-  o_lora_.backward(dmixed, stash_.attended.view({tokens, nq * d}), dattended);
+  {
+    const Tensor attended = o_input(stash_.attended, stash_.qkv);  // recomputed with a gate
+    ops::cuda::linear_backward(dmixed, attended, p_.o.value, dattended, p_.o.grad, p_.o_bias.grad, false,
+                               context.overwrite_gradients);
+    o_lora_.backward(dmixed, attended, dattended);
+  }
+  Tensor dqkv = device_like({tokens, qkv_width()});
+  if (spec_.output_gate)  // through attended ⊙ sigmoid(gate): the gate's gradient into its columns of dqkv
+    ops::cuda::sigmoid_gated_backward(dattended, stash_.attended, ops::cuda::ColumnBlock(stash_.qkv, nq * d, nq * d),
+                                      dattended, ops::cuda::ColumnBlock(dqkv, nq * d, nq * d));
   Tensor dq = device_like({tokens, nq, d}), dk = device_like({tokens, nkv, d}), dv = device_like({tokens, nkv, d});
   if (spec_.sinks && p_.sinks.grad.defined())
     ops::cuda::attention_sinks_backward(p_.sinks.value, dattended.view({tokens, nq, d}), stash_.attended,
@@ -125,7 +143,6 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   ops::cuda::causal_attention_backward(dattended.view({tokens, nq, d}), stash_.q, stash_.k, stash_.v, stash_.attended,
                                        stash_.softmax_stats, batch.documents, scores_scale(), dq, dk, dv, window());
   dattended = Tensor();
-  Tensor dqkv = device_like({tokens, (nq + 2 * nkv) * d});
   const Tensor& inv_freq = inv_freq_.for_positions(batch.layout.positions);
   if (spec_.qk_norm_across_heads) {  // RoPE's backward alone, then the norms' over whole column blocks
     ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, {}, {}, eps, inv_freq, batch.positions, dqkv, {}, {},
@@ -135,7 +152,7 @@ Tensor AttentionBlock::backward(const Tensor& dout, const StepContext& context) 
   } else {
     ops::cuda::qkv_norm_rope_backward(dq, dk, dv, stash_.qkv, p_.q_norm.value, p_.k_norm.value, eps, inv_freq,
                                       batch.positions, dqkv, p_.q_norm.grad, p_.k_norm.grad, rotated_scale_,
-                                      norm_offset_);
+                                      norm_offset_, gate_heads());
   }
   dq = dk = dv = Tensor();
   Tensor normed = cuda::input_norm_for_backward(stash_.normed, stash_.input, p_.norm, eps, norm_offset_);

@@ -1,7 +1,9 @@
 // The attention half of a decoder layer on the GPU: h + o_proj(flash_attention(rope(norm(q)), rope(norm(k)), v)),
 // with q, k, v from one fused projection of rms_norm(h). GPT-OSS adds a sliding window (in the flash attention),
-// per-head sinks (ops/cuda/attention_sinks.h) and YaRN's attention scaling (folded into the softmax scale). Same structure and stash as the CPU block
-// (model/attention_block.h); the normalised input is recomputed in backward rather than kept.
+// per-head sinks (ops/cuda/attention_sinks.h) and YaRN's attention scaling (folded into the softmax scale); Qwen3-Next
+// a sigmoid gate on the attention's output (AttentionSpec::output_gate: the gate's logits come from the qkv
+// projection, [q | gate | k | v]). Same structure and stash as the CPU block (model/attention_block.h); the
+// normalised input and the gated output are recomputed in backward rather than kept.
 #pragma once
 
 #include <memory>
@@ -41,6 +43,11 @@ class AttentionBlock {
   // then carry m², which the GPU folds in here instead of scaling q and k (the same values and gradients, one
   // pass fewer; the KV cache then holds k unscaled, as the forward pass's k is).
   double scores_scale() const;
+  // The gate's columns of qkv in heads (AttentionSpec::output_gate), between q's and k's; 0 without a gate.
+  int64_t gate_heads() const { return spec_.output_gate ? spec_.num_heads : 0; }
+  int64_t qkv_width() const { return (spec_.num_heads + gate_heads() + 2 * spec_.num_kv_heads) * spec_.qk_head_dim; }
+  // o_proj's input [T, nq·d]: the attention's output, times sigmoid(gate) with an output gate (a new tensor then).
+  Tensor o_input(const Tensor& attended, const Tensor& qkv) const;
   // q, k, v [T, heads, d] from the qkv projection: q/k norms (per head, or across heads) and RoPE.
   void split_qkv(const Tensor& qkv, const DeviceBatch& batch, const Tensor& q, const Tensor& k, const Tensor& v) const;
   // The factor RoPE's kernel scales the rotating pairs by: rope_attention_scaling where some pairs pass unrotated
@@ -62,7 +69,7 @@ class AttentionBlock {
   struct Stash {
     Tensor input;         // h [T, H]
     Tensor normed;        // rms_norm(h), where the step keeps norm outputs (StepContext::keep_outputs)
-    Tensor qkv;           // the fused projection [T, (nq + 2 nkv) d], before norms and rotation
+    Tensor qkv;           // the fused projection [T, (nq + gate + 2 nkv) d], before norms and rotation
     Tensor q, k, v;       // attention's inputs
     Tensor attended;      // [T, nq, d]
     Tensor softmax_stats; // flash attention's log-sum-exp

@@ -23,14 +23,13 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
   const int64_t tokens = h.size(0), d = spec_.qk_head_dim, nq = spec_.num_heads, nkv = spec_.num_kv_heads;
   const int64_t past = cache.tokens();
   Tensor normed = cuda::input_norm_forward(h, p_.norm, eps_, norm_offset_);
-  Tensor qkv = device_like({tokens, (nq + 2 * nkv) * d});
+  Tensor qkv = device_like({tokens, qkv_width()});
   ops::cuda::linear_forward(normed, p_.qkv.value, p_.qkv_bias.value, qkv);
   normed = Tensor();
   const auto [keys, values] = cache.next_layer(nkv, d, d);
   Tensor q = device_like({tokens, nq, d});
   const Tensor k = keys.narrow(past, tokens), v = values.narrow(past, tokens);
   split_qkv(qkv, context.batch, q, k, v);
-  qkv = Tensor();
   // The training forward's scale, window and sinks (GPT-OSS, the sliding-window families, YaRN's m²).
   Tensor attended = device_like({tokens, nq, d});
   if (past == 0) {
@@ -42,7 +41,7 @@ Tensor AttentionBlock::forward_cached(const Tensor& h, const StepContext& contex
                                         scores_scale(), attended, window(), p_.sinks.value);
   }
   Tensor out = device_like(h.shape());
-  ops::cuda::linear_forward(attended.view({tokens, nq * d}), p_.o.value, p_.o_bias.value, out);
+  ops::cuda::linear_forward(o_input(attended, qkv), p_.o.value, p_.o_bias.value, out);
   if (out_norm_.defined())
     out_norm_.forward(out, h, out, /*keep=*/false);  // the norm's output over its input, then + h
   else

@@ -12,12 +12,13 @@
 
 #include "moetune/model/causal_lm.h"
 #include "moetune/model/cuda/attention_block.h"
-#include "moetune/model/decoder_walk.h"
-#include "moetune/model/recompute.h"
 #include "moetune/model/cuda/device_batch.h"
+#include "moetune/model/cuda/gated_delta_block.h"
 #include "moetune/model/cuda/mamba2_block.h"
 #include "moetune/model/cuda/mlp_block.h"
 #include "moetune/model/cuda/moe_block.h"
+#include "moetune/model/decoder_walk.h"
+#include "moetune/model/recompute.h"
 
 namespace moetune::model::cuda {
 
@@ -27,7 +28,7 @@ struct GpuBlocks {
   using Mlp = DenseMlpBlock;
   using Moe = MoeBlock;
   using Mamba2 = Mamba2Block;
-  using GatedDelta = AbsentBlock;  // Qwen3-Next's Gated DeltaNet runs on the CPU only (model/device_support.h)
+  using GatedDelta = GatedDeltaBlock;
   using Dispatcher = LocalDispatcher;
   using DispatcherBase = TokenDispatcher;
 };

@@ -6,7 +6,7 @@ void KvCache::start_pass(int64_t count) {
   if (tokens_ + count > capacity_)
     fail("the KV cache holds {} tokens and {} more do not fit its {} (made for the prompt and --max-new-tokens)",
          tokens_, count, capacity_);
-  next_ = next_mamba2_ = 0;
+  next_ = next_recurrent_ = 0;
   pending_ = count;
 }
 
@@ -25,23 +25,23 @@ std::pair<Tensor, Tensor> KvCache::next_layer(int64_t kv_heads, int64_t key_widt
   return layer;
 }
 
-std::pair<Tensor, Tensor> KvCache::next_mamba2_layer(const Shape& conv_window, const Shape& ssm_state) {
-  if (next_mamba2_ == mamba2_layers_.size()) {
-    MOETUNE_CHECK(tokens_ == 0, "KvCache: a new Mamba2 sublayer after {} tokens", tokens_);
-    mamba2_layers_.emplace_back(Tensor::zeros(conv_window, DType::BF16, Device::cuda()),
-                                Tensor::zeros(ssm_state, DType::F32, Device::cuda()));
+std::pair<Tensor, Tensor> KvCache::next_recurrent_layer(const Shape& conv_window, const Shape& state) {
+  if (next_recurrent_ == recurrent_layers_.size()) {
+    MOETUNE_CHECK(tokens_ == 0, "KvCache: a new recurrent sublayer after {} tokens", tokens_);
+    recurrent_layers_.emplace_back(Tensor::zeros(conv_window, DType::BF16, Device::cuda()),
+                                   Tensor::zeros(state, DType::F32, Device::cuda()));
   }
-  const auto& layer = mamba2_layers_[next_mamba2_++];
-  MOETUNE_CHECK(layer.first.shape() == conv_window && layer.second.shape() == ssm_state,
-                "KvCache: Mamba2 sublayer {} holds {} and {} but was asked for {} and {}", next_mamba2_ - 1,
-                layer.first.str(), layer.second.str(), shape_str(conv_window), shape_str(ssm_state));
+  const auto& layer = recurrent_layers_[next_recurrent_++];
+  MOETUNE_CHECK(layer.first.shape() == conv_window && layer.second.shape() == state,
+                "KvCache: recurrent sublayer {} holds {} and {} but was asked for {} and {}", next_recurrent_ - 1,
+                layer.first.str(), layer.second.str(), shape_str(conv_window), shape_str(state));
   return layer;
 }
 
 size_t KvCache::bytes() const {
   size_t total = 0;
   for (const auto& [k, v] : layers_) total += k.nbytes() + (v.defined() ? v.nbytes() : 0);
-  for (const auto& [window, state] : mamba2_layers_) total += window.nbytes() + state.nbytes();
+  for (const auto& [window, state] : recurrent_layers_) total += window.nbytes() + state.nbytes();
   return total;
 }
 

@@ -29,16 +29,17 @@ class KvCache final : public DecodeCache {
   // value_width]: rows [0, tokens()) hold the sequence so far, the pass writes rows [tokens(), tokens() + count).
   // value_width 0: keys only, the values undefined (latent MLA's rows hold both: mla_attention_block_cached.cpp).
   std::pair<Tensor, Tensor> next_layer(int64_t kv_heads, int64_t key_width, int64_t value_width);
-  // The next Mamba2 sublayer's recurrent state, zeros at the sequence's start: its conv window (BF16 [conv_kernel
-  // − 1, conv channels], the last rows of xBC, oldest first) and its SSM state (F32 [heads, head_dim, state]). A
-  // pass moves both on to the end of its tokens (ops/cuda/mamba2_step.h).
-  std::pair<Tensor, Tensor> next_mamba2_layer(const Shape& conv_window, const Shape& ssm_state);
+  // The next recurrent sublayer's state (Mamba2's, a Gated DeltaNet's), zeros at the sequence's start: its conv
+  // window (BF16 [conv_kernel − 1, conv channels], the last rows of the conv's input, oldest first) and its recurrent
+  // state (F32: Mamba2's SSM state [heads, head_dim, state], the delta rule's [Hv, Dk, Dv]). A pass moves both on to
+  // the end of its tokens (ops/cuda/mamba2_step.h, ops/cuda/gated_delta_rule.h).
+  std::pair<Tensor, Tensor> next_recurrent_layer(const Shape& conv_window, const Shape& state);
   size_t bytes() const;  // allocated so far
 
  private:
   std::vector<std::pair<Tensor, Tensor>> layers_;  // per attention sublayer, in walk order
-  std::vector<std::pair<Tensor, Tensor>> mamba2_layers_;  // per Mamba2 sublayer, in walk order
-  size_t next_ = 0, next_mamba2_ = 0;
+  std::vector<std::pair<Tensor, Tensor>> recurrent_layers_;  // per recurrent sublayer, in walk order
+  size_t next_ = 0, next_recurrent_ = 0;
   int64_t capacity_ = 0, tokens_ = 0, pending_ = 0;
 };
 

@@ -29,9 +29,6 @@ class Mamba2Block {
   }
 
  private:
-  // rms_norm(h), its padding rows zeroed as the mixer's input is.
-  Tensor normed_input(const Tensor& h, const Mamba2GpuRows& rows) const;
-
   Mamba2BlockWeights w_;
   Tensor input_;          // h, the norm's input
   Mamba2GpuStash stash_;  // without its input (recomputed)

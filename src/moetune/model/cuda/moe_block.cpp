@@ -36,13 +36,15 @@ MoeBlock::MoeBlock(const ParameterStore& store, const std::string& layer, const 
                    std::unique_ptr<TokenDispatcher> dispatcher)
     : spec_(*sublayer.moe()),
       eps_(norm_eps),
+      norm_offset_(sublayer.norm_weight_offset),
       p_(MoeParams::lookup(store, layer, sublayer.norm, spec_.shared_expert.has_value())),
       dispatcher_(std::move(dispatcher)),
       correction_bias_(store.find(layer + "moe.router_correction_bias")),
       expert_lora_(ExpertLora::lookup(store, layer)),
       shared_lora_(SwigluLora::lookup(store, layer + "moe.shared_")),
       shared_gate_lora_(LoraLinear::lookup(store, layer + "moe.shared_gate")),
-      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, 0.0f, sublayer.residual_scale) {
+      out_norm_(sublayer_norm(store, layer, sublayer.out_norm), norm_eps, sublayer.norm_weight_offset,
+                sublayer.residual_scale) {
   MOETUNE_CHECK(spec_.router.is_softmax_then_grouped_topk() || spec_.router.is_topk_then_softmax() ||
                     is_sigmoid_group_limited(spec_.router),
                 "{}: this router is not implemented on the GPU", layer);
@@ -155,7 +157,7 @@ Tensor MoeBlock::forward(const Tensor& h, const StepContext& context) {
   PhaseScope phase("moe.router");
   input_ = h;
   shared_lora_.pass = context.lora_pass();
-  normed_ = cuda::input_norm_forward(h, p_.norm, eps_);
+  normed_ = cuda::input_norm_forward(h, p_.norm, eps_, norm_offset_);
   const Tensor& normed = normed_;
   logits_ = router_logits(normed);
   expert_ids_ = device_like({tokens, k}, DType::I32);
@@ -312,7 +314,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
     phase.next("moe.dispatch.bwd");
   }
   dgate_up = dispatched_.rows = Tensor();
-  const Tensor normed = cuda::input_norm_for_backward(normed_, input_, p_.norm, eps_);
+  const Tensor normed = cuda::input_norm_for_backward(normed_, input_, p_.norm, eps_, norm_offset_);
   Tensor dnormed = device_like({tokens, hidden});
   if (p_.latent_in.defined()) {
     Tensor dlatent = device_like({tokens, width});
@@ -355,7 +357,7 @@ Tensor MoeBlock::backward(const Tensor& dout, const StepContext& context) {
                         spec_.shared_expert->mlp, context.overwrite_gradients, shared_activation_);
   }
   Tensor dh = device_like(input_.shape());
-  cuda::input_norm_backward(dnormed, input_, p_.norm, eps_, dh, dout);
+  cuda::input_norm_backward(dnormed, input_, p_.norm, eps_, dh, dout, norm_offset_);
   clear_stash();
   return dh;
 }

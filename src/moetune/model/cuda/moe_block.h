@@ -70,6 +70,7 @@ class MoeBlock {
 
   const MoeSpec& spec_;
   double eps_;
+  float norm_offset_;  // SublayerSpec::norm_weight_offset: Qwen3-Next's input norm scales by 1 + weight
   MoeParams p_;
   std::unique_ptr<TokenDispatcher> dispatcher_;
   Param correction_bias_;    // DeepSeek-V3's sigmoid router: a frozen buffer, read for the choice only

@@ -31,7 +31,7 @@ Tensor MoeBlock::forward_one_token(const Tensor& h) {
   const PhaseScope phase("moe");
   const int64_t k = spec_.router.top_k;
   Tensor normed = device_like(h.shape());
-  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed);
+  ops::cuda::rms_norm_forward(h, p_.norm.value, eps_, normed, norm_offset_);
   Tensor expert_ids = device_like({1, k}, DType::I32), weights = device_like({1, k}, DType::F32);
   route_tokens(router_logits(normed), expert_ids, weights);  // the forward's router, whichever it is
   // Nemotron-H's latent MoE: the experts run in the latent width, between latent_in and latent_out.

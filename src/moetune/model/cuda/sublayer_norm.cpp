@@ -2,6 +2,7 @@
 
 #include "moetune/model/cuda/norm_for_backward.h"
 #include "moetune/ops/cuda/elementwise.h"
+#include "moetune/ops/cuda/mamba2_conv.h"
 #include "moetune/ops/cuda/norm.h"
 
 namespace moetune::model::cuda {
@@ -13,6 +14,13 @@ Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps, float 
   if (!norm.defined()) return h;
   Tensor normed = device_like(h);
   ops::cuda::rms_norm_forward(h, norm.value, eps, normed, weight_offset);
+  return normed;
+}
+
+Tensor masked_input_norm_forward(const Tensor& h, const Param& norm, double eps, float weight_offset,
+                                 const Tensor& valid) {
+  Tensor normed = input_norm_forward(h, norm, eps, weight_offset);
+  if (valid.defined()) ops::cuda::mask_padding_rows(normed, valid, normed);
   return normed;
 }
 

@@ -12,6 +12,10 @@ namespace moetune::model::cuda {
 // rms_norm(h) in a new tensor, or h itself without an input norm (`norm` undefined). weight_offset: SublayerSpec's
 // norm_weight_offset (Gemma's 1 + weight norms).
 Tensor input_norm_forward(const Tensor& h, const Param& norm, double eps, float weight_offset = 0.0f);
+// input_norm_forward with the rows whose `valid` flag is 0 zeroed (U8 [T] on the GPU; undefined: none): the
+// recurrent mixers' input (Mamba2, the Gated DeltaNet), whose conv and state must see zeros at padding.
+Tensor masked_input_norm_forward(const Tensor& h, const Param& norm, double eps, float weight_offset,
+                                 const Tensor& valid);
 // The backward pass's copy: `kept` (the forward's, where the step keeps norm outputs), the norm run again, or h.
 Tensor input_norm_for_backward(const Tensor& kept, const Tensor& h, const Param& norm, double eps,
                                float weight_offset = 0.0f);

@@ -6,24 +6,27 @@
 namespace moetune::ops::cuda {
 namespace {
 
+// The width is x's; the weight covers it or one group.
 GatedRmsNormDims checked_dims(std::string_view op, const ColumnBlock& x, const Tensor& weight, int64_t group_size,
-                              double eps) {
+                              double eps, GatePlacement placement) {
   check_gpu_tensor(op, "weight", weight, {DType::BF16});
   MOETUNE_CHECK(weight.dim() == 1, "{}: weight {} must be one-dimensional", op, weight.str());
-  const int64_t width = weight.size(0);
+  const int64_t width = x.width();
   MOETUNE_CHECK(group_size > 0 && width % group_size == 0,
                 "{}: {} columns do not split into groups of {} (n_groups must divide the mamba width)", op, width,
                 group_size);
+  MOETUNE_CHECK(weight.size(0) == width || weight.size(0) == group_size,
+                "{}: weight {} covers neither the {} columns nor one group of {}", op, weight.str(), width, group_size);
   const int64_t rows = x.tensor.defined() && x.tensor.dim() == 2 ? x.tensor.size(0) : -1;
-  return {rows, width, group_size, float(eps)};
+  return {rows, width, group_size, float(eps), placement == GatePlacement::AfterNorm, weight.size(0) != width};
 }
 
 }  // namespace
 
 void gated_rms_norm_forward(const ColumnBlock& x, const ColumnBlock& z, const Tensor& weight, int64_t group_size,
-                            double eps, const ColumnBlock& y) {
+                            double eps, const ColumnBlock& y, GatePlacement placement) {
   constexpr std::string_view op = "gated_rms_norm_forward";
-  const GatedRmsNormDims d = checked_dims(op, x, weight, group_size, eps);
+  const GatedRmsNormDims d = checked_dims(op, x, weight, group_size, eps, placement);
   const StridedBf16 xs = strided_operand(op, "x", x, d.rows, d.width), zs = strided_operand(op, "z", z, d.rows, d.width);
   const StridedBf16 ys = strided_operand(op, "y", y, d.rows, d.width);
   MOETUNE_CHECK(!overlaps(y.tensor, x.tensor) && !overlaps(y.tensor, z.tensor), "{}: y {} overlaps x or z", op,
@@ -34,9 +37,9 @@ void gated_rms_norm_forward(const ColumnBlock& x, const ColumnBlock& z, const Te
 
 void gated_rms_norm_backward(const ColumnBlock& dy, const ColumnBlock& x, const ColumnBlock& z, const Tensor& weight,
                              int64_t group_size, double eps, const ColumnBlock& dx, const ColumnBlock& dz,
-                             const Tensor& dweight) {
+                             const Tensor& dweight, GatePlacement placement) {
   constexpr std::string_view op = "gated_rms_norm_backward";
-  const GatedRmsNormDims d = checked_dims(op, x, weight, group_size, eps);
+  const GatedRmsNormDims d = checked_dims(op, x, weight, group_size, eps, placement);
   const StridedBf16 xs = strided_operand(op, "x", x, d.rows, d.width), zs = strided_operand(op, "z", z, d.rows, d.width);
   const StridedBf16 gs = strided_operand(op, "dy", dy, d.rows, d.width);
   const StridedBf16 dxs = strided_operand(op, "dx", dx, d.rows, d.width), dzs = strided_operand(op, "dz", dz, d.rows, d.width);

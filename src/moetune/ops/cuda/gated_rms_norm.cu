@@ -1,6 +1,9 @@
-// The gated RMSNorm of the Mamba2 mixer: one warp per (row, group), statistics in fp32. The backward stores each
-// group's 1/rms so that the weight gradient (a column sum over rows, split in a fixed number of parts) can
-// recompute the normalised values without a second reduction.
+// The gated RMSNorm of the Mamba2 mixer and of Qwen3-Next's Gated DeltaNet: one warp per (row, group), statistics
+// in fp32. The backward stores each group's 1/rms so that the weight gradient (a column sum over rows, split in a
+// fixed number of parts) can recompute the normalised values without a second reduction.
+//
+// With p the norm's input (x ⊙ silu(z) with the gate before the norm, x after it), n = p · rstd and f the factor
+// after the norm (1, or silu(z)): y = weight ⊙ n ⊙ f.
 #include "moetune/core/dependent_launch.cuh"
 #include "moetune/ops/cuda/column_sum_kernels.h"
 #include "moetune/ops/cuda/gated_rms_norm_kernels.h"
@@ -22,17 +25,27 @@ __device__ __forceinline__ float at(StridedBf16 m, int64_t row, int64_t col) {
 __device__ __forceinline__ void put(StridedBf16 m, int64_t row, int64_t col, float v) {
   static_cast<bf16*>(m.data)[row * m.ld + col] = from_float<bf16>(v);
 }
-__device__ __forceinline__ float gated(StridedBf16 x, StridedBf16 z, int64_t row, int64_t col) {
-  const float zv = at(z, row, col);
-  return at(x, row, col) * zv * sigmoid(zv);
+__device__ __forceinline__ float silu(float v) { return v * sigmoid(v); }
+__device__ __forceinline__ float weight_at(const GatedRmsNormDims& d, const bf16* weight, int64_t col) {
+  return to_float(weight[d.weight_per_group ? col % d.group : col]);
+}
+// p, what the statistics are taken over.
+__device__ __forceinline__ float norm_input(const GatedRmsNormDims& d, StridedBf16 x, StridedBf16 z, int64_t row,
+                                            int64_t col) {
+  const float xv = at(x, row, col);
+  return d.gate_after_norm ? xv : xv * silu(at(z, row, col));
+}
+// f, what multiplies the normalised value.
+__device__ __forceinline__ float after_factor(const GatedRmsNormDims& d, StridedBf16 z, int64_t row, int64_t col) {
+  return d.gate_after_norm ? silu(at(z, row, col)) : 1.0f;
 }
 
 // 1 / rms of one (row, group), summed by the calling warp.
 __device__ float group_rstd(const GatedRmsNormDims& d, StridedBf16 x, StridedBf16 z, int64_t row, int64_t first) {
   float squares = 0.0f;
   for (int64_t i = threadIdx.x % 32; i < d.group; i += 32) {
-    const float g = gated(x, z, row, first + i);
-    squares += g * g;
+    const float p = norm_input(d, x, z, row, first + i);
+    squares += p * p;
   }
   return rsqrtf(warp_sum(squares) / float(d.group) + d.eps);
 }
@@ -44,11 +57,14 @@ __global__ void gated_forward_kernel(GatedRmsNormDims d, StridedBf16 x, StridedB
   if (unit >= d.rows * groups) return;
   const int64_t row = unit / groups, first = (unit % groups) * d.group;
   const float rstd = group_rstd(d, x, z, row, first);
-  for (int64_t i = threadIdx.x % 32; i < d.group; i += 32)
-    put(y, row, first + i, to_float(weight[first + i]) * gated(x, z, row, first + i) * rstd);
+  for (int64_t i = threadIdx.x % 32; i < d.group; i += 32) {
+    const int64_t col = first + i;
+    put(y, row, col, weight_at(d, weight, col) * norm_input(d, x, z, row, col) * rstd * after_factor(d, z, row, col));
+  }
 }
 
-// With n = gated·rstd and g = dy ⊙ weight: d gated = rstd·(g − n·mean(g ⊙ n)), then through x ⊙ silu(z).
+// With g = dy ⊙ weight ⊙ f: dp = rstd·(g − n·mean(g ⊙ n)), then through p = x ⊙ silu(z) (gate before the norm);
+// after it, dx = dp and dz = dy ⊙ weight ⊙ n ⊙ silu'(z).
 __global__ void gated_backward_kernel(GatedRmsNormDims d, StridedBf16 dy, StridedBf16 x, StridedBf16 z,
                                       const bf16* weight, StridedBf16 dx, StridedBf16 dz, float* rstd_out) {
   gpu::wait_for_previous_kernel();
@@ -57,21 +73,32 @@ __global__ void gated_backward_kernel(GatedRmsNormDims d, StridedBf16 dy, Stride
   const int64_t row = unit / groups, first = (unit % groups) * d.group;
   const float rstd = group_rstd(d, x, z, row, first);
   float dot = 0.0f;
-  for (int64_t i = threadIdx.x % 32; i < d.group; i += 32)
-    dot += at(dy, row, first + i) * to_float(weight[first + i]) * gated(x, z, row, first + i) * rstd;
+  for (int64_t i = threadIdx.x % 32; i < d.group; i += 32) {
+    const int64_t col = first + i;
+    dot += at(dy, row, col) * weight_at(d, weight, col) * after_factor(d, z, row, col) * norm_input(d, x, z, row, col) *
+           rstd;
+  }
   const float mean = warp_sum(dot) / float(d.group);
   for (int64_t i = threadIdx.x % 32; i < d.group; i += 32) {
     const int64_t col = first + i;
     const float xv = at(x, row, col), zv = at(z, row, col), s = sigmoid(zv);
-    const float normed = xv * zv * s * rstd;
-    const float dgated = rstd * (at(dy, row, col) * to_float(weight[col]) - normed * mean);
-    put(dx, row, col, dgated * zv * s);
-    put(dz, row, col, dgated * xv * s * (1.0f + zv * (1.0f - s)));
+    const float silu_slope = s * (1.0f + zv * (1.0f - s));
+    const float scaled = at(dy, row, col) * weight_at(d, weight, col);
+    if (d.gate_after_norm) {
+      const float normed = xv * rstd, gate = zv * s;
+      put(dx, row, col, rstd * (scaled * gate - normed * mean));
+      put(dz, row, col, scaled * normed * silu_slope);
+    } else {
+      const float normed = xv * zv * s * rstd;
+      const float dgated = rstd * (scaled - normed * mean);
+      put(dx, row, col, dgated * zv * s);
+      put(dz, row, col, dgated * xv * silu_slope);
+    }
   }
   if (threadIdx.x % 32 == 0) rstd_out[unit] = rstd;
 }
 
-// Per split of rows, Σ dy ⊙ normed per column into part[split, width]; 32 columns × 8 lanes of rows a block.
+// Per split of rows, Σ dy ⊙ n ⊙ f per column into part[split, width]; 32 columns × 8 lanes of rows a block.
 __global__ void gated_weight_grad_kernel(GatedRmsNormDims d, StridedBf16 dy, StridedBf16 x, StridedBf16 z,
                                          const float* rstd, float* part) {
   gpu::wait_for_previous_kernel();
@@ -83,7 +110,8 @@ __global__ void gated_weight_grad_kernel(GatedRmsNormDims d, StridedBf16 dy, Str
   float acc = 0.0f;
   if (col < d.width)
     for (int64_t row = begin + lane; row < end; row += kLanes)
-      acc += at(dy, row, col) * gated(x, z, row, col) * rstd[row * groups + col / d.group];
+      acc += at(dy, row, col) * norm_input(d, x, z, row, col) * rstd[row * groups + col / d.group] *
+             after_factor(d, z, row, col);
   lanes[lane][threadIdx.x % kColumns] = acc;
   __syncthreads();
   if (lane != 0 || col >= d.width) return;
@@ -121,6 +149,10 @@ cudaError_t launch_gated_rms_norm_backward(const GatedRmsNormDims& d, StridedBf1
   const dim3 grid(unsigned((d.width + kColumns - 1) / kColumns), unsigned(kWeightGradSplits));
   gpu::launch_dependent(gated_weight_grad_kernel, grid, kColumns * kLanes, 0, stream, d, dy, x, z, rstd, part);
   if ((status = cudaGetLastError()) != cudaSuccess) return status;
+  // part [splits, width] is [splits · groups, group] row-major: a weight shared by the groups sums over both.
+  if (d.weight_per_group)
+    return launch_add_column_sums(part, kWeightGradSplits * (d.width / d.group), d.group, d.group, dweight,
+                                  dweight_bf16, stream);
   return launch_add_column_sums(part, kWeightGradSplits, d.width, d.width, dweight, dweight_bf16, stream);
 }
 

@@ -10,18 +10,22 @@ namespace moetune::ops::cuda {
 namespace {
 
 // The shared shape checks of the forward and the backward: q-like [T, nq, d] and k-like [T, nkv, d] tensors fix
-// the shape; qkv-like must be [T, (nq + 2·nkv)·d], v-like [T, nkv, d].
+// the shape; qkv-like must be [T, (nq + gate_heads + 2·nkv)·d], v-like [T, nkv, d].
 QkvShape checked_shape(std::string_view op, const Tensor& q_like, std::string_view q_name, const Tensor& k_like,
                        std::string_view k_name, const Tensor& v_like, std::string_view v_name, const Tensor& qkv_like,
-                       std::string_view qkv_name) {
+                       std::string_view qkv_name, int64_t gate_heads) {
   check_gpu_tensor(op, q_name, q_like, {DType::BF16});
   check_gpu_tensor(op, k_name, k_like, {DType::BF16});
   check_gpu_tensor(op, v_name, v_like, {DType::BF16});
   check_gpu_tensor(op, qkv_name, qkv_like, {DType::BF16});
   MOETUNE_CHECK(q_like.dim() == 3 && k_like.dim() == 3, "{}: {} {} and {} {} must be [T, heads, head_dim]", op,
                 q_name, q_like.str(), k_name, k_like.str());
-  const QkvShape shape{.tokens = q_like.size(0), .q_heads = q_like.size(1), .kv_heads = k_like.size(1),
-                       .head_dim = q_like.size(2)};
+  const QkvShape shape{.tokens = q_like.size(0),
+                       .q_heads = q_like.size(1),
+                       .kv_heads = k_like.size(1),
+                       .head_dim = q_like.size(2),
+                       .gate_heads = gate_heads};
+  MOETUNE_CHECK(gate_heads >= 0, "{}: {} gate heads", op, gate_heads);
   MOETUNE_CHECK(shape.head_dim > 0 && shape.head_dim % 2 == 0, "{}: head_dim {} must be even and positive", op,
                 shape.head_dim);
   MOETUNE_CHECK(shape.head_dim <= 256, "{}: head_dim {} is wider than the kernel supports (256)", op, shape.head_dim);
@@ -29,7 +33,8 @@ QkvShape checked_shape(std::string_view op, const Tensor& q_like, std::string_vi
                 q_name, q_like.str(), k_name, k_like.str());
   check_shape(op, k_name, k_like, {shape.tokens, shape.kv_heads, shape.head_dim});
   check_shape(op, v_name, v_like, {shape.tokens, shape.kv_heads, shape.head_dim});
-  check_shape(op, qkv_name, qkv_like, {shape.tokens, (shape.q_heads + 2 * shape.kv_heads) * shape.head_dim});
+  check_shape(op, qkv_name, qkv_like,
+              {shape.tokens, (shape.q_heads + gate_heads + 2 * shape.kv_heads) * shape.head_dim});
   return shape;
 }
 
@@ -53,9 +58,9 @@ const void* optional_norm(std::string_view op, std::string_view name, const Tens
 
 void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, double eps,
                            const Tensor& inv_freq, const Tensor& positions, const Tensor& q, const Tensor& k,
-                           const Tensor& v, double rotated_scale, float norm_weight_offset) {
+                           const Tensor& v, double rotated_scale, float norm_weight_offset, int64_t gate_heads) {
   constexpr std::string_view op = "qkv_norm_rope_forward";
-  QkvShape shape = checked_shape(op, q, "q", k, "k", v, "v", qkv, "qkv");
+  QkvShape shape = checked_shape(op, q, "q", k, "k", v, "v", qkv, "qkv", gate_heads);
   shape.rotated_scale = float(rotated_scale);
   shape.norm_weight_offset = norm_weight_offset;
   check_rope_inputs(op, inv_freq, positions, shape);
@@ -73,9 +78,9 @@ void qkv_norm_rope_forward(const Tensor& qkv, const Tensor& q_norm, const Tensor
 void qkv_norm_rope_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& qkv,
                             const Tensor& q_norm, const Tensor& k_norm, double eps, const Tensor& inv_freq,
                             const Tensor& positions, const Tensor& dqkv, const Tensor& dq_norm, const Tensor& dk_norm,
-                            double rotated_scale, float norm_weight_offset) {
+                            double rotated_scale, float norm_weight_offset, int64_t gate_heads) {
   constexpr std::string_view op = "qkv_norm_rope_backward";
-  QkvShape shape = checked_shape(op, dq, "dq", dk, "dk", dv, "dv", dqkv, "dqkv");
+  QkvShape shape = checked_shape(op, dq, "dq", dk, "dk", dv, "dv", dqkv, "dqkv", gate_heads);
   shape.rotated_scale = float(rotated_scale);
   shape.norm_weight_offset = norm_weight_offset;
   check_gpu_tensor(op, "qkv", qkv, {DType::BF16});

@@ -29,6 +29,12 @@ struct HeadIndex {
 
 __device__ __forceinline__ HeadIndex head_of(int64_t item, int64_t heads) { return {item / heads, item % heads}; }
 
+// Where a head begins in a qkv row: k's and v's heads after the gate's columns (QkvShape::gate_heads).
+__device__ __forceinline__ int64_t qkv_offset(const QkvShape& shape, HeadIndex at) {
+  const int64_t row_heads = shape.q_heads + shape.gate_heads + 2 * shape.kv_heads;
+  return (at.token * row_heads + at.head + (at.head >= shape.q_heads ? shape.gate_heads : 0)) * shape.head_dim;
+}
+
 // The rotation of pair i at `position`, cos and sin times `scale` where the pair rotates (QkvShape::rotated_scale);
 // no inv_freq (a model without RoPE, Nemotron-H) is the identity, exactly.
 __device__ __forceinline__ void rotation(const float* inv_freq, int64_t i, float position, float scale, float& sine,
@@ -79,7 +85,7 @@ __global__ void qkv_norm_rope_forward_kernel(const bf16* __restrict__ qkv, const
   // `item` is the same for the whole warp, so every branch below is warp-uniform and warp_sum is safe.
   for (int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; item < items; item += warps_in_grid) {
     const HeadIndex at = head_of(item, heads);
-    const bf16* in = qkv + item * d;
+    const bf16* in = qkv + qkv_offset(shape, at);
     if (at.head >= shape.q_heads + shape.kv_heads) {
       copy_head<kVec>(in, v + (at.token * shape.kv_heads + at.head - shape.q_heads - shape.kv_heads) * d, d, lane);
       continue;
@@ -161,7 +167,7 @@ __global__ void qkv_norm_rope_backward_kernel(const bf16* __restrict__ dq, const
   const int64_t warps_in_grid = int64_t(gridDim.x) * kWarpsPerBlock;
   for (int64_t item = int64_t(blockIdx.x) * kWarpsPerBlock + warp; item < items; item += warps_in_grid) {
     const HeadIndex at = head_of(item, heads);
-    bf16* out = dqkv + item * d;
+    bf16* out = dqkv + qkv_offset(shape, at);
     if (at.head >= shape.q_heads + shape.kv_heads) {
       copy_head<kVec>(dv + (at.token * shape.kv_heads + at.head - shape.q_heads - shape.kv_heads) * d, out, d, lane);
       continue;
@@ -200,7 +206,7 @@ __global__ void qkv_norm_rope_backward_kernel(const bf16* __restrict__ dq, const
     }
 
     // y = w ⊙ x·r with r = (mean x² + eps)^-1/2:  dx = r·(w⊙g) − x·r³·⟨w⊙g, x⟩/d,  dw = g ⊙ x·r.
-    const bf16* x = qkv + item * d;
+    const bf16* x = qkv + qkv_offset(shape, at);
     float square_sum = 0.0f, projection = 0.0f;
     for (int64_t i = int64_t(lane) * kVec; i < half; i += 32 * kVec) {
       float xa[kVec], xb[kVec], wa[kVec], wb[kVec];

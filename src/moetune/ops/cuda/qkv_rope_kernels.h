@@ -10,7 +10,9 @@
 
 namespace moetune::ops::cuda {
 
-// The shape of one call: qkv [tokens, (q_heads + 2·kv_heads)·head_dim], heads in the order q, k, v.
+// The shape of one call: qkv [tokens, (q_heads + gate_heads + 2·kv_heads)·head_dim], heads in the order q, k, v,
+// with gate_heads heads' worth of columns between q's and k's that the kernels neither read nor write (gated
+// attention's gate logits).
 struct QkvShape {
   int64_t tokens = 0;
   int64_t q_heads = 0;
@@ -22,6 +24,7 @@ struct QkvShape {
   float rotated_scale = 1.0f;
   // The norms scale by this plus their weight (Gemma's 1; 0 elsewhere).
   float norm_weight_offset = 0.0f;
+  int64_t gate_heads = 0;
 };
 
 // All BF16 but inv_freq (F32 [head_dim/2]) and positions (I32 [tokens]). q_norm / k_norm may be null (no norm).
