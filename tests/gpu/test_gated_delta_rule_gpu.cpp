@@ -28,9 +28,9 @@ namespace {
 
 using ops::cuda::ColumnBlock;
 using testing::kBf16Tolerance;
+using testing::mean_gpu_ms;
 using testing::poisoned;
 using testing::relative_error;
-using testing::time_ms;
 using testing::to_cpu_f32;
 
 struct Case {
@@ -240,9 +240,9 @@ TEST_F(GatedDeltaRuleGpu, DISABLED_QwenNextWidths) {
   const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);
   const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
   const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
-  const float forward =
-      time_ms([&] { ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out); });
-  const float backward = time_ms([&] {
+  const double forward =
+      mean_gpu_ms([&] { ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out); });
+  const double backward = mean_gpu_ms([&] {
     ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
                                          d_a_log);
   });

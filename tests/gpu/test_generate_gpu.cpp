@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -118,9 +119,30 @@ class GenerateGpu : public testing::GpuTest {};
 // logits part from its fp32 ones by 0.278 at deepseek_v2_tiny's step 0 (the GPU: 0.261, H100) and 0.423 at
 // flex_olmo_tiny's step 19 (the GPU: 0.419); solar_open_tiny's worst step is 2.4e-2 there and 5.16e-2 on the GPU
 // (step 12). Their GPU choices are transformers' at every wide-gap step and their eval losses the CPU's.
+// granitemoehybrid_tiny's step 3 and qwen3_next_tiny's step 4 part by 6.2e-2 and 7.1e-2 (H100, session 39), where
+// transformers' own bf16 run parts from its fp32 one by 9.0e-2 (granitemoehybrid_tiny, step 3) and up to 7.9e-2
+// (qwen3_next_tiny, step 6) (bf16_generation_noise.py, session 39): bf16 arithmetic through recurrent state.
 double logits_bound(const std::string& fixture) {
   if (fixture == "deepseek_v2_tiny" || fixture == "flex_olmo_tiny") return 0.5;
-  return fixture == "glm4_moe_quarter_tied" || fixture == "phi4_mini_tiny" || fixture == "solar_open_tiny" ? 0.1 : 5e-2;
+  return fixture == "glm4_moe_quarter_tied" || fixture == "phi4_mini_tiny" || fixture == "solar_open_tiny" ||
+                 fixture == "granitemoehybrid_tiny" || fixture == "qwen3_next_tiny"
+             ? 0.1
+             : 5e-2;
+}
+
+// Where rounding a fixture's weights to bf16 alone moves a step of its greedy sequence across a near-tie: the GPU
+// holds the rounded weights, so from that step on it follows the rounded model, not the fp32 reference, at any gap.
+// qwen3_next_tiny: transformers' fp32 run on its bf16-rounded weights parts from the fp32 fixture by 1.20 at step 16,
+// choosing 93 over 68 where the fp32 top-2 gap is 0.53, then by 0.146 / 0.139 / 0.103 (the Gated DeltaNet's state
+// carries the change); the GPU by 1.22 choosing 93, then 0.154 / 0.142 / 0.098 (H100, session 39;
+// bf16_generation_noise.py --rounded). Its steps before 16 are held to logits_bound and the wide-gap choices.
+struct RoundingFlip {
+  size_t from_step = SIZE_MAX;
+  double bound = 0;
+};
+RoundingFlip rounding_flip(const std::string& fixture) {
+  if (fixture == "qwen3_next_tiny") return {16, 1.3};
+  return {};
 }
 
 // Fed `prompt` and then `tokens` (the reference greedy sequence: transformers' or the CPU engine's; the prompt at
@@ -135,6 +157,7 @@ void expect_gpu_generation_follows(const std::string& name, model::LanguageModel
   std::vector<int64_t> sequence = prompt, feed = prompt;
   double worst_error = 0;
   size_t wide_prefix = tokens.size(), wide_steps = 0;
+  const RoundingFlip flip = rounding_flip(name);
   for (size_t step = 0; step < tokens.size(); ++step) {
     if (model::generation_resets_cache(gpu.spec(), int64_t(sequence.size()), cpu_cache->tokens())) {
       gpu_cache = gpu.new_decode_cache(capacity), cpu_cache = cpu.new_decode_cache(capacity);  // as generate() does
@@ -143,9 +166,12 @@ void expect_gpu_generation_follows(const std::string& name, model::LanguageModel
     const Tensor g = gpu.next_token_logits(feed, *gpu_cache), c = cpu.next_token_logits(feed, *cpu_cache);
     const double error = relative_error(g, c);
     worst_error = std::max(worst_error, error);
-    EXPECT_LT(error, logits_bound(name)) << "step " << step;
+    const bool rounded_away = step >= flip.from_step;
+    EXPECT_LT(error, rounded_away ? flip.bound : logits_bound(name)) << "step " << step;
     EXPECT_EQ(argmax(c), tokens[step]) << "the CPU engine at step " << step;
-    if (top2_gap(c) >= kWideGap) {
+    if (rounded_away) {
+      wide_prefix = std::min(wide_prefix, step);
+    } else if (top2_gap(c) >= kWideGap) {
       ++wide_steps;
       EXPECT_EQ(argmax(g), tokens[step]) << "step " << step << ", CPU top-2 gap " << top2_gap(c);
     } else {

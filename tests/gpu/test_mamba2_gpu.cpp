@@ -32,9 +32,9 @@ namespace {
 
 using ops::cuda::ColumnBlock;
 using testing::kBf16Tolerance;
+using testing::mean_gpu_ms;
 using testing::poisoned;
 using testing::relative_error;
-using testing::time_ms;
 using testing::to_cpu_f32;
 
 class Mamba2Gpu : public testing::GpuTest {
@@ -359,9 +359,10 @@ TEST_F(Mamba2Gpu, DISABLED_NanoWidths) {
   const Tensor x = random_gpu({tokens, hidden}), dy = random_gpu({tokens, hidden}, 0.1f);
 
   model::cuda::Mamba2GpuStash stash;
-  const float mixer_fwd = time_ms([&] { model::cuda::mamba2_mixer_forward_gpu(spec, chunk, w, x, gpu_rows, &stash); });
-  const float mixer_bwd =
-      time_ms([&] { model::cuda::mamba2_mixer_backward_gpu(spec, chunk, w, dy, stash, gpu_rows, grads); });
+  const double mixer_fwd =
+      mean_gpu_ms([&] { model::cuda::mamba2_mixer_forward_gpu(spec, chunk, w, x, gpu_rows, &stash); });
+  const double mixer_bwd =
+      mean_gpu_ms([&] { model::cuda::mamba2_mixer_backward_gpu(spec, chunk, w, dy, stash, gpu_rows, grads); });
 
   const Tensor projected = stash.projected, conv = stash.conv, scan_out = stash.scan;
   const ops::cuda::Mamba2ScanBlocks in{{conv, 0, spec.inner()},
@@ -379,35 +380,34 @@ TEST_F(Mamba2Gpu, DISABLED_NanoWidths) {
                                              {dconv, spec.inner(), spec.num_groups * spec.state_size},
                                              {dconv, spec.inner() + spec.num_groups * spec.state_size,
                                               spec.num_groups * spec.state_size}};
-  const float scan_fwd =
-      time_ms([&] { ops::cuda::mamba2_scan_forward(in, params, spec.scan(), chunk, gpu_rows.starts, y); });
-  const float scan_bwd = time_ms([&] {
+  const double scan_fwd =
+      mean_gpu_ms([&] { ops::cuda::mamba2_scan_forward(in, params, spec.scan(), chunk, gpu_rows.starts, y); });
+  const double scan_bwd = mean_gpu_ms([&] {
     ops::cuda::mamba2_scan_backward(dscan, in, params, spec.scan(), chunk, gpu_rows.starts, dscan_in, dparams);
   });
   const ColumnBlock xbc{projected, spec.inner(), spec.conv_channels()};
-  const float conv_fwd =
-      time_ms([&] { ops::cuda::mamba2_conv_forward(xbc, w.conv, w.conv_bias, gpu_rows.starts, {}, dconv); });
-  const float conv_bwd = time_ms([&] {
+  const double conv_fwd =
+      mean_gpu_ms([&] { ops::cuda::mamba2_conv_forward(xbc, w.conv, w.conv_bias, gpu_rows.starts, {}, dconv); });
+  const double conv_bwd = mean_gpu_ms([&] {
     ops::cuda::mamba2_conv_backward(conv, xbc, w.conv, w.conv_bias, gpu_rows.starts, {},
                                     ColumnBlock{dprojected, spec.inner(), spec.conv_channels()}, grads.conv,
                                     grads.conv_bias);
   });
   const Tensor normed = Tensor::empty(scan_out.shape(), DType::BF16, Device::cuda());
   const ColumnBlock z{projected, 0, spec.inner()};
-  const float norm_fwd = time_ms([&] {
-    ops::cuda::gated_rms_norm_forward(scan_out, z, w.norm, spec.inner() / spec.num_groups, 1e-5, normed);
-  });
-  const float norm_bwd = time_ms([&] {
+  const double norm_fwd = mean_gpu_ms(
+      [&] { ops::cuda::gated_rms_norm_forward(scan_out, z, w.norm, spec.inner() / spec.num_groups, 1e-5, normed); });
+  const double norm_bwd = mean_gpu_ms([&] {
     ops::cuda::gated_rms_norm_backward(dscan, scan_out, z, w.norm, spec.inner() / spec.num_groups, 1e-5, y,
                                        ColumnBlock{dprojected, 0, spec.inner()}, grads.norm);
   });
   const Tensor out = Tensor::empty({tokens, hidden}, DType::BF16, Device::cuda());
-  const float gemm_fwd = time_ms([&] {
+  const double gemm_fwd = mean_gpu_ms([&] {
     ops::cuda::linear_forward(stash.input, w.in_proj, {}, projected);
     ops::cuda::linear_forward(normed, w.out_proj, {}, out);
   });
   const Tensor dx = Tensor::empty({tokens, hidden}, DType::BF16, Device::cuda());
-  const float gemm_bwd = time_ms([&] {
+  const double gemm_bwd = mean_gpu_ms([&] {
     ops::cuda::linear_backward(dy, normed, w.out_proj, y, grads.out_proj);
     ops::cuda::linear_backward(dprojected, stash.input, w.in_proj, dx, grads.in_proj);
   });

@@ -41,8 +41,15 @@ constexpr Tolerances kAgainstCpuOnBf16Weights{5e-2, 2e-2, 1.5e-1};
 // layer 0's q path (q_a_proj, its bias, q_a_layernorm) is 0.15–0.19 off between transformers' own bf16 run and its
 // fp32 run on the same bf16 weights (tests/reference/bf16_same_weights_noise.py, eager attention); the GPU is
 // 0.16–0.22 off there (H100, session 35), within 5.7e-2 on the same fixture's plain and padded batches.
+// And qwen3_next_tiny, whose Gated DeltaNet gradients (in_proj_ba, dt_bias, A_log, the conv, the norms before them)
+// are sums over decays that cancel: transformers' own bf16 run is 0.146 / 0.142 / 0.242 off its fp32 run on the same
+// bf16 weights (plain / padded / packed; bf16_same_weights_noise.py, session 39), and rounding the weights alone moves
+// them by up to 0.114 / 0.099 (plain / padded); the GPU is 0.12 / 0.26 / 0.22 off the CPU engine on the same
+// weights and 0.21 / 0.35 / 0.26 off transformers' fp32 fixture (H100, session 39). Its logits and losses hold the
+// common bounds.
 Tolerances for_batch(Tolerances base, const std::string& fixture, const std::string& batch) {
   if (fixture == "deepseek_v2_grouped" && batch == "packed") base.gradient = 0.3;
+  if (fixture == "qwen3_next_tiny") base.gradient = 0.4;
   return base;
 }
 // Gradients that are short sums of cancelling terms carry the most relative bf16 noise: k_proj.bias's (nearly zero
