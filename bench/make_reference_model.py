@@ -2,7 +2,7 @@
 """Builds the benchmark's reference model: the Qwen3-30B-A3B architecture (or, with --family, gpt-oss-20b's,
 Moonlight-16B-A3B's, DeepSeek-V3's, GLM-4.5-Air's or Nemotron-3-Nano-30B-A3B's) cut to N layers, random weights.
 
-    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|glm4_7_flash|nemotron_h]
+    python3 bench/make_reference_model.py OUT_DIR [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|glm4_7_flash|nemotron_h|qwen3_next]
                                           [--layers 4] [--skew none|hot] [--tiny] [--seed 1234]
 
 --family moonlight / deepseek_v3: Moonlight-16B-A3B's or DeepSeek-V3's widths (the DeepSeek-V3 family: latent
@@ -17,6 +17,11 @@ nano_30b_a3b.json and /work/shared/notes/hf-formats.md quote it: hidden 2688, Ma
 8 groups; 128 relu² experts top-6 of 1856, a shared expert of 3712; attention 32 heads / 2 kv of 128 without
 RoPE; vocab 131072) with the first N letters of its layer pattern "MEMEM*EM..." (8 layers: 4 Mamba2, 3 MoE,
 1 attention). Its routing is not measured (the router returns logits only).
+
+--family qwen3_next: Qwen3-Next-80B-A3B's widths (hidden 2048; Gated DeltaNet layers of 16 key heads and 32 value
+heads of 128, conv 4; gated attention of 16 heads / 2 kv of 256 with RoPE on a quarter of each head; 512 experts
+top-10 of 512 and a gated shared expert of 512; vocab 151936), cut to N layers in its pattern (three Gated DeltaNet
+layers, then one attention layer).
 
 Weights are drawn with transformers' own initialisation (initializer_range 0.02) from a fixed seed, on the
 GPU when there is one (seconds instead of minutes), and saved in bf16 with save_pretrained.
@@ -35,7 +40,7 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, DeepseekV3Config, Glm4MoeConfig, GptOssConfig, NemotronHConfig, Qwen3MoeConfig
-from transformers import Glm4MoeLiteConfig
+from transformers import Glm4MoeLiteConfig, Qwen3NextConfig
 
 
 def reference_config(layers: int, tiny: bool) -> Qwen3MoeConfig:
@@ -155,6 +160,21 @@ def nemotron_h_config(layers: int, tiny: bool) -> NemotronHConfig:
     return config
 
 
+def qwen3_next_config(layers: int) -> Qwen3NextConfig:
+    """Qwen3-Next-80B-A3B's widths with `layers` layers (every 4th full attention, the rest Gated DeltaNet)."""
+    config = Qwen3NextConfig(
+        vocab_size=151936, hidden_size=2048, intermediate_size=5120, num_hidden_layers=layers,
+        num_attention_heads=16, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
+        linear_num_value_heads=32, linear_value_head_dim=128, linear_conv_kernel_dim=4, full_attention_interval=4,
+        num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+        decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, router_aux_loss_coef=0.001,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
+        rms_norm_eps=1e-6, max_position_embeddings=262144, tie_word_embeddings=False, initializer_range=0.02,
+        hidden_act="silu")
+    config.architectures = ["Qwen3NextForCausalLM"]
+    return config
+
+
 def router_of(block):
     """The MoE router module of a decoder layer (Qwen3-MoE's and DeepSeek-V3's mlp.gate, GPT-OSS's mlp.router), or
     None."""
@@ -247,7 +267,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--family", choices=["qwen3_moe", "gpt_oss", "moonlight", "deepseek_v3", "glm4_5_air", "glm4_7_flash",
-                                             "nemotron_h"],
+                                             "nemotron_h", "qwen3_next"],
                         default="qwen3_moe")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--skew", choices=["none", "hot"], default="none")
@@ -275,6 +295,10 @@ def main() -> int:
         if args.skew != "none":
             raise SystemExit("--family nemotron_h takes no --skew")
         config = nemotron_h_config(args.layers, args.tiny)
+    elif args.family == "qwen3_next":
+        if args.tiny or args.skew != "none":
+            raise SystemExit("--family qwen3_next takes neither --tiny nor --skew")
+        config = qwen3_next_config(args.layers)
     else:
         config = (gpt_oss_config if args.family == "gpt_oss" else reference_config)(args.layers, args.tiny)
     torch.manual_seed(args.seed)

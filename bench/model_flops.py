@@ -90,11 +90,42 @@ def nemotron_h_flops_per_token(config: dict, seq: int) -> dict:
     return {"active_matmul_params": active, "flops_per_token": 6 * active + attention_scores}
 
 
+def qwen3_next_flops_per_token(config: dict, seq: int) -> dict:
+    """Qwen3-Next: Gated DeltaNet layers count in_proj (q, k, v, z, b, a) and out_proj (the conv, the rule's state
+    products and the gated norm are not matmuls with parameters, as for Nemotron-H's Mamba2); gated attention's
+    q_proj is twice as wide (a gate per query); Qwen2-MoE's experts with a gated shared expert. Layer kinds from
+    layer_types, else every full_attention_interval-th layer attention."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim = _get(config, "head_dim", default=hidden // heads)
+    kv_heads = _get(config, "num_key_value_heads", default=heads)
+    layers = config["num_hidden_layers"]
+    interval = config.get("full_attention_interval", 4)
+    kinds = config.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                                          for i in range(layers)]
+    key_dim = config["linear_num_key_heads"] * config["linear_key_head_dim"]
+    value_dim = config["linear_num_value_heads"] * config["linear_value_head_dim"]
+    delta = hidden * (2 * key_dim + 2 * value_dim + 2 * config["linear_num_value_heads"]) + value_dim * hidden
+    attention = hidden * heads * head_dim * 3 + hidden * kv_heads * head_dim * 2  # q and its gate, o + k, v
+    active = 0
+    for layer in range(layers):
+        active += attention if kinds[layer] == "full_attention" else delta
+        if is_moe_layer(config, layer):
+            active += (hidden * config["num_experts"] + config["num_experts_per_tok"] * 3 * hidden *
+                       config["moe_intermediate_size"] + 3 * hidden * config["shared_expert_intermediate_size"] + hidden)
+        else:
+            active += 3 * hidden * config["intermediate_size"]
+    active += hidden * config["vocab_size"]
+    attention_scores = 6 * heads * head_dim * seq * kinds[:layers].count("full_attention")
+    return {"active_matmul_params": active, "flops_per_token": 6 * active + attention_scores}
+
+
 def flops_per_token(config: dict, seq: int) -> dict:
     if config.get("model_type") in ("deepseek_v3", "glm4_moe", "glm4_moe_lite"):
         return deepseek_v3_flops_per_token(config, seq)
     if config.get("model_type") == "nemotron_h":
         return nemotron_h_flops_per_token(config, seq)
+    if config.get("model_type") == "qwen3_next":
+        return qwen3_next_flops_per_token(config, seq)
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     kv_heads = _get(config, "num_key_value_heads", default=heads)

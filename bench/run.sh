@@ -3,7 +3,8 @@
 #
 #   bench/run.sh [--quick] [--no-grouped] [--no-compile] [--no-eager] [--no-skew] [--no-hf] [--no-moetune]
 #                [--layers N] [--micro-batch N] [--tiny] [--device cuda|cpu]
-#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|glm4_7_flash|nemotron_h] [--peers] [--pairs N]
+#                [--family qwen3_moe|gpt_oss|moonlight|deepseek_v3|glm4_5_air|glm4_7_flash|nemotron_h|qwen3_next]
+#                [--peers] [--pairs N]
 #
 # --pairs N: N - 1 more (HF grouped_mm, moetune) pairs on the balanced model after the other runs, each HF run
 # followed by moetune's; report.py sets each moetune run against its own pair's HF run and prints the ratios and
@@ -23,6 +24,9 @@
 # GLM-4.7-Flash's widths (bench/make_reference_model.py), models named model_<family>; no skewed runs.
 # --family nemotron_h: Nemotron-3-Nano-30B-A3B's architecture (Mamba2, relu² MoE, attention without RoPE), its
 # first --layers layers, model model_nemotron_h; no skewed runs, no HF eager run (grouped_mm and compile only).
+# --family qwen3_next: Qwen3-Next-80B-A3B's widths (Gated DeltaNet and gated attention, 512 experts top-10), its first
+# --layers layers, model model_qwen3_next; no skewed runs, no HF eager run. transformers runs its Gated DeltaNet with
+# whatever the machine has: FLA's kernels where flash-linear-attention is installed, its torch fallback otherwise.
 # transformers runs its PyTorch Mamba2 path where the mamba_ssm / causal_conv1d kernels are missing:
 # hf_train.py records whether they are installed ("mamba2_kernels_installed"); transformers logs each fallback.
 # Makes the reference model (balanced and skewed routing) and the token data under $BENCH_SCRATCH, then runs,
@@ -87,8 +91,8 @@ case "$family" in
   qwen3_moe) ;;
   gpt_oss) model_name=model_gpt_oss; skew=0; hf_flags+=(--attn eager) ;;
   moonlight|deepseek_v3|glm4_5_air|glm4_7_flash) model_name=model_$family; skew=0 ;;  # the hot-expert calibration is Qwen3-MoE's
-  nemotron_h) model_name=model_$family; skew=0; eager=0 ;;
-  *) echo "run.sh: unknown --family '$family' (qwen3_moe, gpt_oss, moonlight, deepseek_v3, glm4_5_air, glm4_7_flash or nemotron_h)" >&2; exit 2 ;;
+  nemotron_h|qwen3_next) model_name=model_$family; skew=0; eager=0 ;;
+  *) echo "run.sh: unknown --family '$family' (qwen3_moe, gpt_oss, moonlight, deepseek_v3, glm4_5_air, glm4_7_flash, nemotron_h or qwen3_next)" >&2; exit 2 ;;
 esac
 moetune_sets=()
 if [[ $tiny == 1 ]]; then
