@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "column_block_test.h"
 #include "gpu_test_util.h"
 #include "gpu_timing.h"
 #include "moetune/core/cuda_runtime.h"
@@ -27,6 +28,7 @@ namespace moetune {
 namespace {
 
 using ops::cuda::ColumnBlock;
+using testing::cpu_block;
 using testing::kBf16Tolerance;
 using testing::mean_gpu_ms;
 using testing::poisoned;
@@ -40,14 +42,8 @@ struct Case {
   bool frozen = false;  // d(dt_bias) and d(A_log) undefined
 };
 
-Tensor cpu_block(const ColumnBlock& b) { return model::columns(to_cpu_f32(b.tensor), b.first, b.width()); }
-
-class GatedDeltaRuleGpu : public testing::GpuTest {
+class GatedDeltaRuleGpu : public testing::ColumnBlockGpuTest {
  protected:
-  Tensor random_gpu(const Shape& shape, float scale = 1.0f, DType dtype = DType::BF16) {
-    return testing::random_normal(shape, dtype, Device::cuda(), rng(), scale);
-  }
-
   // The op's operands as the mixer holds them: q, k, v side by side in the conv's output (columns offset by `pad`),
   // a and b inside in_proj's output.
   struct Operands {
@@ -93,10 +89,6 @@ class GatedDeltaRuleGpu : public testing::GpuTest {
       if (n < c.rows) o.starts[size_t(n)] = 1;
     o.starts_gpu = ops::cuda::upload_row_flags(o.starts);
     return o;
-  }
-
-  ColumnBlock poisoned_block(int64_t rows, int64_t width, int64_t pad) {
-    return {poisoned({rows, width + pad + 2}, DType::BF16, Device::cuda()), pad, width};
   }
 
   // Gradient blocks laid out as the mixer's: dq, dk, dv side by side, da and db in one in_proj gradient.

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "column_block_test.h"
 #include "gpu_test_util.h"
 #include "gpu_timing.h"
 #include "moetune/core/cuda_runtime.h"
@@ -31,24 +32,15 @@ namespace moetune {
 namespace {
 
 using ops::cuda::ColumnBlock;
+using testing::cpu_block;
 using testing::kBf16Tolerance;
 using testing::mean_gpu_ms;
 using testing::poisoned;
 using testing::relative_error;
 using testing::to_cpu_f32;
 
-class Mamba2Gpu : public testing::GpuTest {
+class Mamba2Gpu : public testing::ColumnBlockGpuTest {
  protected:
-  Tensor random_gpu(const Shape& shape, float scale = 1.0f, DType dtype = DType::BF16) {
-    return testing::random_normal(shape, dtype, Device::cuda(), rng(), scale);
-  }
-  // A [rows, width] operand placed at columns [pad, pad + width) of a wider random tensor, as in the mixer.
-  ColumnBlock random_block(int64_t rows, int64_t width, int64_t pad, float scale = 1.0f) {
-    return {random_gpu({rows, width + 2 * pad + 1}, scale), pad, width};
-  }
-  ColumnBlock poisoned_block(int64_t rows, int64_t width, int64_t pad) {
-    return {poisoned({rows, width + pad + 3}, DType::BF16, Device::cuda()), pad, width};
-  }
   // Document starts at row 0 and where `at` says, as CPU flags.
   static ops::DocumentStarts starts_at(int64_t rows, const std::vector<int64_t>& at) {
     ops::DocumentStarts starts(size_t(rows), 0);
@@ -58,8 +50,6 @@ class Mamba2Gpu : public testing::GpuTest {
     return starts;
   }
 };
-
-Tensor cpu_block(const ColumnBlock& b) { return model::columns(to_cpu_f32(b.tensor), b.first, b.width()); }
 
 // Rows of padding set to 0 in a CPU f32 tensor.
 void zero_rows(const Tensor& t, const std::vector<uint8_t>& valid) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "column_block_test.h"
 #include "gpu_test_util.h"
 #include "moetune/model/block_util.h"
 #include "moetune/ops/cast.h"
@@ -21,6 +22,7 @@ namespace moetune {
 namespace {
 
 using ops::cuda::ColumnBlock;
+using testing::cpu_block;
 using testing::relative_error;
 using testing::to_cpu_f32;
 
@@ -29,21 +31,8 @@ ColumnBlock rows_of(const ColumnBlock& block, int64_t start, int64_t count) {
   return {block.tensor.narrow(start, count), block.first, block.width()};
 }
 
-Tensor cpu_rows(const ColumnBlock& block) {
-  return model::columns(to_cpu_f32(block.tensor), block.first, block.width());
-}
-
-class Mamba2StepGpu : public testing::GpuTest {
+class Mamba2StepGpu : public testing::ColumnBlockGpuTest {
  protected:
-  Tensor random_gpu(const Shape& shape, float scale = 1.0f) {
-    return testing::random_normal(shape, DType::BF16, Device::cuda(), rng(), scale);
-  }
-  ColumnBlock random_block(int64_t rows, int64_t width, int64_t pad, float scale = 1.0f) {
-    return {random_gpu({rows, width + 2 * pad + 1}, scale), pad, width};
-  }
-  ColumnBlock poisoned_block(int64_t rows, int64_t width, int64_t pad) {
-    return {testing::poisoned({rows, width + pad + 3}, DType::BF16, Device::cuda()), pad, width};
-  }
   static std::vector<int64_t> pieces(int64_t rows) {
     std::vector<int64_t> sizes;
     const int64_t pattern[] = {1, 7, 1, 1, 64, 2, 130, 3};
@@ -72,10 +61,10 @@ TEST_F(Mamba2StepGpu, ConvStepsGiveTheWholePassBits) {
       ops::cuda::mamba2_conv_step(rows_of(xbc, at, count), weight, bias, window, rows_of(stepped, at, count));
       at += count;
     }
-    EXPECT_EQ(relative_error(cpu_rows(stepped), cpu_rows(whole)), 0.0) << "kernel " << kernel;
+    EXPECT_EQ(relative_error(cpu_block(stepped), cpu_block(whole)), 0.0) << "kernel " << kernel;
     // The window ends holding the sequence's last K - 1 rows of xbc, oldest first.
     if (kernel > 1) {
-      EXPECT_EQ(relative_error(to_cpu_f32(window), cpu_rows(rows_of(xbc, rows - (kernel - 1), kernel - 1))), 0.0);
+      EXPECT_EQ(relative_error(to_cpu_f32(window), cpu_block(rows_of(xbc, rows - (kernel - 1), kernel - 1))), 0.0);
     }
   }
 }
@@ -117,7 +106,7 @@ TEST_F(Mamba2StepGpu, ScanStepsFollowTheChunkedScan) {
       ops::cuda::mamba2_scan_step(part, params, scan, state, rows_of(stepped, at, count));
       at += count;
     }
-    const double error = relative_error(cpu_rows(stepped), cpu_rows(whole));
+    const double error = relative_error(cpu_block(stepped), cpu_block(whole));
     std::printf("scan steps against the chunked scan: relative error %.2e\n", error);
     EXPECT_LT(error, 1e-2);
 
@@ -136,7 +125,7 @@ TEST_F(Mamba2StepGpu, ScanStepsFollowTheChunkedScan) {
         ops::cuda::mamba2_scan_step(part, params, scan, mixed_state, rows_of(mixed, at, count));
       at += count;
     }
-    const double mixed_error = relative_error(cpu_rows(mixed), cpu_rows(whole));
+    const double mixed_error = relative_error(cpu_block(mixed), cpu_block(whole));
     const double state_error = relative_error(to_cpu_f32(mixed_state), to_cpu_f32(state));
     std::printf("chunked pieces with steps against the whole pass: rows %.2e, end state %.2e\n", mixed_error,
                 state_error);
@@ -169,7 +158,7 @@ TEST_F(Mamba2StepGpu, ChunkedScanWithAStateRestartsAtADocumentStart) {
   const std::vector<uint8_t> later(starts.begin() + split, starts.end());
   ops::cuda::mamba2_scan_forward(part(split, rows - split), params, scan, 64, ops::cuda::upload_row_flags(later),
                                  rows_of(pieces_out, split, rows - split), state);
-  const double error = relative_error(cpu_rows(pieces_out), cpu_rows(whole));
+  const double error = relative_error(cpu_block(pieces_out), cpu_block(whole));
   std::printf("two chunked pieces (a start in the second) against the whole pass: %.2e\n", error);
   EXPECT_LT(error, 1e-2);
   // Past the start, the rows owe nothing to the state that came in: zeroing it changes none of them.
@@ -178,8 +167,8 @@ TEST_F(Mamba2StepGpu, ChunkedScanWithAStateRestartsAtADocumentStart) {
   ops::cuda::mamba2_scan_forward(part(split, rows - split), params, scan, 64, ops::cuda::upload_row_flags(later), again,
                                  fresh);
   const int64_t past = restart - split;
-  EXPECT_EQ(relative_error(cpu_rows(rows_of(again, past, rows - restart)),
-                           cpu_rows(rows_of(pieces_out, restart, rows - restart))),
+  EXPECT_EQ(relative_error(cpu_block(rows_of(again, past, rows - restart)),
+                           cpu_block(rows_of(pieces_out, restart, rows - restart))),
             0.0);
   EXPECT_EQ(relative_error(to_cpu_f32(fresh), to_cpu_f32(state)), 0.0);
 }

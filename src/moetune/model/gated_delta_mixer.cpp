@@ -6,28 +6,16 @@
 namespace moetune::model {
 namespace {
 
-// Where each part of in_proj's output [q | k | v | z | b | a] begins.
-struct ProjectionColumns {
-  int64_t q, k, v, z, b, a;
-  explicit ProjectionColumns(const GatedDeltaSpec& spec)
-      : q(0),
-        k(spec.key_dim()),
-        v(2 * spec.key_dim()),
-        z(spec.conv_channels()),
-        b(spec.conv_channels() + spec.value_dim()),
-        a(b + spec.num_v_heads) {}
-};
-
 // The rule's inputs: q, k and v from the conv's output, a and b from in_proj's.
 ops::GatedDeltaInputs rule_inputs(const GatedDeltaSpec& spec, const Tensor& projected, const Tensor& conv) {
-  const ProjectionColumns at(spec);
+  const GatedDeltaColumns at(spec);
   return {columns(conv, at.q, spec.key_dim()), columns(conv, at.k, spec.key_dim()),
           columns(conv, at.v, spec.value_dim()), columns(projected, at.a, spec.num_v_heads),
           columns(projected, at.b, spec.num_v_heads)};
 }
 
 Tensor gate(const GatedDeltaSpec& spec, const Tensor& projected) {
-  return columns(projected, ProjectionColumns(spec).z, spec.value_dim());
+  return columns(projected, GatedDeltaColumns(spec).z, spec.value_dim());
 }
 
 ops::GatedDeltaParams rule_params(const GatedDeltaWeights& w) { return {w.dt_bias, w.a_log}; }
@@ -88,7 +76,7 @@ Tensor gated_delta_mixer_step(const GatedDeltaSpec& spec, const GatedDeltaWeight
 Tensor gated_delta_mixer_backward(const GatedDeltaSpec& spec, const GatedDeltaWeights& weights, const Tensor& dy,
                                   const GatedDeltaStash& stash, const Mamba2Rows& rows, const GatedDeltaWeights& grads,
                                   const GatedDeltaAdapters& lora) {
-  const ProjectionColumns at(spec);
+  const GatedDeltaColumns at(spec);
   const Tensor z = gate(spec, stash.projected);
   const Tensor normed = gated_norm(spec, weights, stash.core, z);  // recomputed, not kept
   const Tensor dnormed = project_backward(dy, normed, weights.out_proj, grads.out_proj, lora.out_proj);

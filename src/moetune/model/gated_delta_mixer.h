@@ -19,6 +19,19 @@ struct GatedDeltaWeights {
   Tensor in_proj, conv, dt_bias, a_log, norm, out_proj;
 };
 
+// Where each part of in_proj's output [q | k | v | z | b | a] begins, the same in its gradient; the conv's output
+// [q | k | v] (conv_channels wide) keeps q, k and v at the same columns. Both engines' mixers read them here.
+struct GatedDeltaColumns {
+  int64_t q, k, v, z, b, a;
+  explicit GatedDeltaColumns(const GatedDeltaSpec& spec)
+      : q(0),
+        k(spec.key_dim()),
+        v(2 * spec.key_dim()),
+        z(spec.conv_channels()),
+        b(spec.conv_channels() + spec.value_dim()),
+        a(b + spec.num_v_heads) {}
+};
+
 // LoRA on in_proj's pieces and on out_proj (PEFT's adapters on in_proj_qkvz / in_proj_ba or Qwen3.5's four, and
 // out_proj), each empty without; `training` and `draw` as LoraLinear::forward takes them.
 struct GatedDeltaAdapters {

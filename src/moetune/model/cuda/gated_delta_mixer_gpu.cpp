@@ -14,19 +14,18 @@ using ops::cuda::ColumnBlock;
 
 Tensor device_bf16(Shape shape) { return Tensor::empty(std::move(shape), DType::BF16, Device::cuda()); }
 
-// Where each part lies: in_proj's output [q | k | v | z | b | a] (the conv reads its first conv_channels columns)
-// and the conv's [q | k | v]; the same places in their gradients.
+// Column blocks of in_proj's output (or its gradient) and of the conv's, where GatedDeltaColumns says.
 struct Split {
   const GatedDeltaSpec& spec;
-  ColumnBlock qkv(const Tensor& projected) const { return {projected, 0, spec.conv_channels()}; }
-  ColumnBlock z(const Tensor& projected) const { return {projected, spec.conv_channels(), spec.value_dim()}; }
+  GatedDeltaColumns at{spec};
+  ColumnBlock qkv(const Tensor& projected) const { return {projected, at.q, spec.conv_channels()}; }
+  ColumnBlock z(const Tensor& projected) const { return {projected, at.z, spec.value_dim()}; }
   ops::cuda::GatedDeltaBlocks rule(const Tensor& projected, const Tensor& conv) const {
-    const int64_t b = spec.conv_channels() + spec.value_dim();
-    return {{conv, 0, spec.key_dim()},
-            {conv, spec.key_dim(), spec.key_dim()},
-            {conv, 2 * spec.key_dim(), spec.value_dim()},
-            {projected, b + spec.num_v_heads, spec.num_v_heads},
-            {projected, b, spec.num_v_heads}};
+    return {{conv, at.q, spec.key_dim()},
+            {conv, at.k, spec.key_dim()},
+            {conv, at.v, spec.value_dim()},
+            {projected, at.a, spec.num_v_heads},
+            {projected, at.b, spec.num_v_heads}};
   }
 };
 

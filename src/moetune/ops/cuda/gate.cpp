@@ -48,9 +48,8 @@ void sigmoid_gated(const Tensor& y, const ColumnBlock& logits, const Tensor& out
   check_shape(op, "out", outs, ys.shape());
   const StridedBf16 gate = strided_operand(op, "logits", logits, rows, width);
   MOETUNE_CHECK(!overlaps(out, logits.tensor), "{}: out {} overlaps the logits", op, out.str());
-  gpu::check(
-      launch_sigmoid_gated(ys.raw_data(), width, gate.data, gate.ld, outs.raw_data(), rows, width, gpu::stream()),
-      "sigmoid_gated kernel");
+  gpu::check(launch_sigmoid_gated(ys.raw_data(), gate.data, gate.ld, outs.raw_data(), rows, width, gpu::stream()),
+             "sigmoid_gated kernel");
 }
 
 void sigmoid_gated_backward(const Tensor& dout, const Tensor& y, const ColumnBlock& logits, const Tensor& dy,
@@ -64,7 +63,7 @@ void sigmoid_gated_backward(const Tensor& dout, const Tensor& y, const ColumnBlo
   const StridedBf16 dgate = strided_operand(op, "dlogits", dlogits, rows, width);
   MOETUNE_CHECK(!overlaps(dlogits.tensor, dout) && !overlaps(dlogits.tensor, y) && !overlaps(dy, y),
                 "{}: a gradient shares memory with an input it is computed from", op);
-  gpu::check(launch_sigmoid_gated_backward(douts.raw_data(), ys.raw_data(), width, gate.data, gate.ld, dys.raw_data(),
+  gpu::check(launch_sigmoid_gated_backward(douts.raw_data(), ys.raw_data(), gate.data, gate.ld, dys.raw_data(),
                                            dgate.data, dgate.ld, rows, width, gpu::stream()),
              "sigmoid_gated_backward kernel");
 }

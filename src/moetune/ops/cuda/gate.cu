@@ -1,6 +1,6 @@
 // The gate added to a base: one block per token, the gate one scalar per row, so a row is read once and, for the
 // backward pass, its dot product with y reduced in the block (fixed order, deterministic). The elementwise gate: one
-// thread per element, y and the logits read through row strides (the logits sit inside the attention's qkv).
+// thread per element, the logits read through a row stride (they sit inside the attention's qkv).
 #include <algorithm>
 
 #include "moetune/core/dependent_launch.cuh"
@@ -41,24 +41,21 @@ __global__ void gated_add_backward_kernel(const bf16* dout, const bf16* y, const
 
 __device__ __forceinline__ int64_t strided(int64_t i, int64_t width, int64_t ld) { return i / width * ld + i % width; }
 
-__global__ void gated_kernel(const bf16* y, int64_t ld_y, const bf16* logits, int64_t ld_logits, bf16* out,
-                             int64_t rows, int64_t width) {
+__global__ void gated_kernel(const bf16* y, const bf16* logits, int64_t ld_logits, bf16* out, int64_t rows,
+                             int64_t width) {
   gpu::wait_for_previous_kernel();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * width;
        i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = from_float<bf16>(to_float(y[strided(i, width, ld_y)]) *
-                              sigmoid(to_float(logits[strided(i, width, ld_logits)])));
+    out[i] = from_float<bf16>(to_float(y[i]) * sigmoid(to_float(logits[strided(i, width, ld_logits)])));
 }
 
-__global__ void gated_backward_kernel(const bf16* dout, const bf16* y, int64_t ld_y, const bf16* logits,
-                                      int64_t ld_logits, bf16* dy, bf16* dlogits, int64_t ld_dlogits, int64_t rows,
-                                      int64_t width) {
+__global__ void gated_backward_kernel(const bf16* dout, const bf16* y, const bf16* logits, int64_t ld_logits, bf16* dy,
+                                      bf16* dlogits, int64_t ld_dlogits, int64_t rows, int64_t width) {
   gpu::wait_for_previous_kernel();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * width;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float g = to_float(dout[i]), gate = sigmoid(to_float(logits[strided(i, width, ld_logits)]));
-    dlogits[strided(i, width, ld_dlogits)] =
-        from_float<bf16>(g * to_float(y[strided(i, width, ld_y)]) * gate * (1.0f - gate));
+    dlogits[strided(i, width, ld_dlogits)] = from_float<bf16>(g * to_float(y[i]) * gate * (1.0f - gate));
     dy[i] = from_float<bf16>(g * gate);  // after dout is read: dy may be dout
   }
 }
@@ -69,22 +66,21 @@ unsigned element_blocks(int64_t elements) {
 
 }  // namespace
 
-cudaError_t launch_sigmoid_gated(const void* y, int64_t ld_y, const void* logits, int64_t ld_logits, void* out,
-                                 int64_t rows, int64_t width, cudaStream_t stream) {
+cudaError_t launch_sigmoid_gated(const void* y, const void* logits, int64_t ld_logits, void* out, int64_t rows,
+                                 int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return cudaSuccess;
   gpu::launch_dependent(gated_kernel, element_blocks(rows * width), kThreads, 0, stream, static_cast<const bf16*>(y),
-                        ld_y, static_cast<const bf16*>(logits), ld_logits, static_cast<bf16*>(out), rows, width);
+                        static_cast<const bf16*>(logits), ld_logits, static_cast<bf16*>(out), rows, width);
   return cudaGetLastError();
 }
 
-cudaError_t launch_sigmoid_gated_backward(const void* dout, const void* y, int64_t ld_y, const void* logits,
-                                          int64_t ld_logits, void* dy, void* dlogits, int64_t ld_dlogits, int64_t rows,
-                                          int64_t width, cudaStream_t stream) {
+cudaError_t launch_sigmoid_gated_backward(const void* dout, const void* y, const void* logits, int64_t ld_logits,
+                                          void* dy, void* dlogits, int64_t ld_dlogits, int64_t rows, int64_t width,
+                                          cudaStream_t stream) {
   if (rows * width == 0) return cudaSuccess;
   gpu::launch_dependent(gated_backward_kernel, element_blocks(rows * width), kThreads, 0, stream,
-                        static_cast<const bf16*>(dout), static_cast<const bf16*>(y), ld_y,
-                        static_cast<const bf16*>(logits), ld_logits, static_cast<bf16*>(dy),
-                        static_cast<bf16*>(dlogits), ld_dlogits, rows, width);
+                        static_cast<const bf16*>(dout), static_cast<const bf16*>(y), static_cast<const bf16*>(logits),
+                        ld_logits, static_cast<bf16*>(dy), static_cast<bf16*>(dlogits), ld_dlogits, rows, width);
   return cudaGetLastError();
 }
 
