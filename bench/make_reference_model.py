@@ -21,7 +21,7 @@ RoPE; vocab 131072) with the first N letters of its layer pattern "MEMEM*EM..." 
 --family qwen3_next: Qwen3-Next-80B-A3B's widths (hidden 2048; Gated DeltaNet layers of 16 key heads and 32 value
 heads of 128, conv 4; gated attention of 16 heads / 2 kv of 256 with RoPE on a quarter of each head; 512 experts
 top-10 of 512 and a gated shared expert of 512; vocab 151936), cut to N layers in its pattern (three Gated DeltaNet
-layers, then one attention layer).
+layers, then one attention layer); --tiny: the same pattern at small widths (the harness's CPU run).
 
 Weights are drawn with transformers' own initialisation (initializer_range 0.02) from a fixed seed, on the
 GPU when there is one (seconds instead of minutes), and saved in bf16 with save_pretrained.
@@ -160,17 +160,25 @@ def nemotron_h_config(layers: int, tiny: bool) -> NemotronHConfig:
     return config
 
 
-def qwen3_next_config(layers: int) -> Qwen3NextConfig:
-    """Qwen3-Next-80B-A3B's widths with `layers` layers (every 4th full attention, the rest Gated DeltaNet)."""
+def qwen3_next_config(layers: int, tiny: bool) -> Qwen3NextConfig:
+    """Qwen3-Next-80B-A3B's widths with `layers` layers (every 4th full attention, the rest Gated DeltaNet; tiny: the
+    same pattern, small widths, for the harness's CPU run)."""
+    if tiny:
+        sizes = dict(vocab_size=1024, hidden_size=64, intermediate_size=64, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_key_head_dim=16,
+                     linear_num_value_heads=4, linear_value_head_dim=16, num_experts=32, num_experts_per_tok=2,
+                     moe_intermediate_size=32, shared_expert_intermediate_size=32)
+    else:
+        sizes = dict(vocab_size=151936, hidden_size=2048, intermediate_size=5120, num_attention_heads=16,
+                     num_key_value_heads=2, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
+                     linear_num_value_heads=32, linear_value_head_dim=128, num_experts=512, num_experts_per_tok=10,
+                     moe_intermediate_size=512, shared_expert_intermediate_size=512)
     config = Qwen3NextConfig(
-        vocab_size=151936, hidden_size=2048, intermediate_size=5120, num_hidden_layers=layers,
-        num_attention_heads=16, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
-        linear_num_value_heads=32, linear_value_head_dim=128, linear_conv_kernel_dim=4, full_attention_interval=4,
-        num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+        num_hidden_layers=layers, linear_conv_kernel_dim=4, full_attention_interval=4,
         decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, router_aux_loss_coef=0.001,
         rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
         rms_norm_eps=1e-6, max_position_embeddings=262144, tie_word_embeddings=False, initializer_range=0.02,
-        hidden_act="silu")
+        hidden_act="silu", **sizes)
     config.architectures = ["Qwen3NextForCausalLM"]
     return config
 
@@ -291,14 +299,10 @@ def main() -> int:
         if args.tiny or args.skew != "none":
             raise SystemExit("--family glm4_7_flash takes neither --tiny nor --skew")
         config = glm4_7_flash_config(args.layers)
-    elif args.family == "nemotron_h":
+    elif args.family in ("nemotron_h", "qwen3_next"):
         if args.skew != "none":
-            raise SystemExit("--family nemotron_h takes no --skew")
-        config = nemotron_h_config(args.layers, args.tiny)
-    elif args.family == "qwen3_next":
-        if args.tiny or args.skew != "none":
-            raise SystemExit("--family qwen3_next takes neither --tiny nor --skew")
-        config = qwen3_next_config(args.layers)
+            raise SystemExit(f"--family {args.family} takes no --skew")
+        config = (nemotron_h_config if args.family == "nemotron_h" else qwen3_next_config)(args.layers, args.tiny)
     else:
         config = (gpt_oss_config if args.family == "gpt_oss" else reference_config)(args.layers, args.tiny)
     torch.manual_seed(args.seed)
