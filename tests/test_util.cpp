@@ -82,6 +82,16 @@ const std::vector<std::string>& model_fixtures() {
   return names;
 }
 
+const std::vector<std::string>& parity_fixtures() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> fp32;
+    for (const std::string& name : model_fixtures())
+      fp32.push_back(name == "qwen3_tiny" ? "qwen3_f32" : name == "qwen3_moe_tied_bf16" ? "qwen3_moe_tied_f32" : name);
+    return fp32;
+  }();
+  return names;
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream stream(path, std::ios::binary);
   std::stringstream buffer;

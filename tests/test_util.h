@@ -26,6 +26,11 @@ std::filesystem::path fixture(const std::string& name);
 // option set the engine loads, trains and saves back as it read them (gpt_oss_mxfp4_tiny aside: it saves in bf16),
 // each of which the GPU engine trains too.
 const std::vector<std::string>& model_fixtures();
+// The fixtures with transformers' training-parity files (parity.safetensors: logits, losses and every gradient for a
+// plain, a padded and a packed batch, then three AdamW steps): model_fixtures()' fp32 models, qwen3_tiny and
+// qwen3_moe_tied_bf16 (bf16 checkpoints) replaced by their fp32 twins qwen3_f32 and qwen3_moe_tied_f32. The CPU
+// and GPU parity tests, GPU eval and GPU generation all run this one list.
+const std::vector<std::string>& parity_fixtures();
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 // A safetensors file's bytes from a header text and a data section, the length prefix computed here.

@@ -28,42 +28,7 @@ TEST_F(EvalGpu, LossMatchesTheCpuEngine) {
     jsonl += nlohmann::json{{"input_ids", ids}}.dump() + "\n";
   }
   testing::write_file(dir / "data.jsonl", jsonl);
-  for (const std::string fixture : {"qwen3_moe_tiny",
-                                    "qwen3_moe_tied_f32",
-                                    "qwen3_f32",
-                                    "llama_tiny",
-                                    "mixtral_tiny",
-                                    "qwen2_moe_tiny",
-                                    "gpt_oss_tiny",
-                                    "deepseek_v3_tiny",
-                                    "deepseek_v3_qproj_tied",
-                                    "nemotron_h_tiny",
-                                    "mistral_tiny",
-                                    "qwen3_sliding_yarn",
-                                    "mixtral_sliding_dynamic",
-                                    "glm4_moe_tiny",
-                                    "glm4_moe_quarter_tied",
-                                    "glm4_moe_lite_tiny",
-                                    "phi3_tiny",
-                                    "phi4_mini_tiny",
-                                    "smollm3_tiny",
-                                    "olmoe_tiny",
-                                    "minimax_m2_tiny",
-                                    "deepseek_v2_tiny",
-                                    "deepseek_v2_grouped",
-                                    "dots1_tiny",
-                                    "olmo2_tiny",
-                                    "olmo3_tiny",
-                                    "exaone4_tiny",
-                                    "solar_open_tiny",
-                                    "exaone_moe_tiny",
-                                    "flex_olmo_tiny",
-                                    "gemma3_tiny",
-                                    "gemma_tiny",
-                                    "ernie4_5_moe_tiny",
-                                    "granitemoehybrid_tiny",
-                                    "granitemoeshared_tiny",
-                                    "qwen3_next_tiny"}) {
+  for (const std::string& fixture : testing::parity_fixtures()) {
     nlohmann::json reports[2];
     for (int gpu = 0; gpu < 2; ++gpu) {
       const testing::RunResult result = testing::run_moetune("eval " + testing::fixture(fixture).string() + " --data " +

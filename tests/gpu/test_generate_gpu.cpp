@@ -28,52 +28,13 @@ namespace {
 using testing::relative_error;
 using testing::to_cpu_f32;
 
-// The families the GPU engine generates with, as the tiny fixtures hold them; the second line's have sliding
-// windows of 3 to 5 keys (the fixture prompt and its greedy tokens, 26, run well past them), sinks or YaRN:
-// GPT-OSS (sinks, window 4 on layer 0, YaRN), Qwen3 (window 4 on layers 1-2, YaRN), Mistral (window 5 on every
-// layer), Mixtral (window 3, dynamic RoPE), Qwen2 (window 4 on layer 2). The third line's are DeepSeek-V3's latent
-// attention (q_lora_rank with YaRN and interleaved RoPE; q_proj with tied embeddings; its config's nulls), whose
-// narrow heads take the copying q/k/v kernels; random_model.h's wide heads take the in-place ones
-// (LatentAttentionWithInPlaceHeads). The last is Nemotron-H (Mamba2 layers decoded from a cached conv window and
-// SSM state, attention without RoPE, relu² and latent MoE).
-const std::vector<std::string> kGpuFixtures = {"llama_tiny",
-                                               "qwen3_moe_tiny",
-                                               "mixtral_tiny",
-                                               "qwen2_moe_tiny",
-                                               "qwen3_f32",
-                                               "qwen3_moe_tied_f32",
-                                               "glm4_moe_tiny",
-                                               "glm4_moe_quarter_tied",
-                                               "gpt_oss_tiny",
-                                               "qwen3_sliding_yarn",
-                                               "mistral_tiny",
-                                               "mixtral_sliding_dynamic",
-                                               "qwen2_tiny",
-                                               "deepseek_v3_tiny",
-                                               "deepseek_v3_qproj_tied",
-                                               "deepseek_v3_pad_nulls",
-                                               "nemotron_h_tiny",
-                                               "glm4_moe_lite_tiny",
-                                               "phi3_tiny",
-                                               "phi4_mini_tiny",
-                                               "smollm3_tiny",
-                                               "olmoe_tiny",
-                                               "minimax_m2_tiny",
-                                               "deepseek_v2_tiny",
-                                               "deepseek_v2_grouped",
-                                               "dots1_tiny",
-                                               "olmo2_tiny",
-                                               "olmo3_tiny",
-                                               "exaone4_tiny",
-                                               "solar_open_tiny",
-                                               "exaone_moe_tiny",
-                                               "flex_olmo_tiny",
-                                               "gemma3_tiny",
-                                               "gemma_tiny",
-                                               "ernie4_5_moe_tiny",
-                                               "granitemoehybrid_tiny",
-                                               "granitemoeshared_tiny",
-                                               "qwen3_next_tiny"};
+// GPU generation runs every fixture of testing::parity_fixtures(). Among them: sliding windows of 3 to 5 keys (the
+// fixture prompt and its greedy tokens, 26, run well past them), sinks or YaRN (GPT-OSS: sinks, window 4 on layer 0,
+// YaRN; Qwen3: window 4 on layers 1-2, YaRN; Mistral: window 5 on every layer; Mixtral: window 3, dynamic RoPE;
+// Qwen2: window 4 on layer 2); DeepSeek-V3's latent attention (q_lora_rank with YaRN and interleaved RoPE; q_proj
+// with tied embeddings; its config's nulls), whose narrow heads take the copying q/k/v kernels (random_model.h's
+// wide heads take the in-place ones: LatentAttentionWithInPlaceHeads); the recurrent mixers decoded from a cached
+// conv window and state (Nemotron-H's and Granite 4.0's Mamba2, Qwen3-Next's Gated DeltaNet).
 // How many tokens the fixtures without transformers' tokens generate (tests/fixtures/generate has 20 a fixture).
 constexpr int64_t kGreedyTokens = 20;
 // bf16 moves these models' logits by ~1e-2 (tests/gpu/test_model_parity.cpp), so a greedy choice whose top-2 gap
@@ -194,7 +155,7 @@ void expect_gpu_generation_follows(const std::string& name, model::LanguageModel
 TEST_F(GenerateGpu, GreedyTokensEqualTheReferenceWhereTheGapIsWide) {
   const nlohmann::json expected = greedy_fixture();
   const std::vector<int64_t> prompt = expected["prompt"];
-  for (const std::string& name : kGpuFixtures) {
+  for (const std::string& name : testing::parity_fixtures()) {
     SCOPED_TRACE(name);
     const auto gpu = model::load_language_model(testing::fixture(name), "cuda");
     const auto cpu = model::load_language_model(testing::fixture(name), "cpu");
@@ -273,7 +234,7 @@ void expect_cached_logits_equal_the_uncached_forward(const std::string& name, co
 TEST_F(GenerateGpu, CachedLogitsEqualTheUncachedForward) {
   constexpr uint32_t kInputSeed = 20241201;
   std::mt19937 rng(kInputSeed);
-  for (const std::string& name : kGpuFixtures)
+  for (const std::string& name : testing::parity_fixtures())
     expect_cached_logits_equal_the_uncached_forward(name, testing::fixture(name), rng);
 }
 

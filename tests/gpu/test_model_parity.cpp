@@ -316,17 +316,7 @@ TEST_P(ModelParityGpu, PlainBatch) { check_case("plain"); }
 TEST_P(ModelParityGpu, PaddedBatchWithAttentionMask) { check_case("padded"); }
 TEST_P(ModelParityGpu, PackedRowWithRestartingPositions) { check_case("packed"); }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu,
-                         ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny",
-                                           "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny",
-                                           "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls", "nemotron_h_tiny",
-                                           "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny",
-                                           "mistral_tiny", "glm4_moe_tiny", "glm4_moe_quarter_tied",
-                                           "glm4_moe_lite_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny",
-                                           "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "deepseek_v2_grouped",
-                                           "dots1_tiny", "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny",
-                                           "exaone_moe_tiny", "flex_olmo_tiny", "gemma3_tiny", "gemma_tiny",
-                                           "ernie4_5_moe_tiny", "granitemoeshared_tiny", "qwen3_next_tiny"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityGpu, ::testing::ValuesIn(testing::parity_fixtures()));
 
 }  // namespace
 }  // namespace moetune::model

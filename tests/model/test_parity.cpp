@@ -55,6 +55,11 @@ bool is_mamba2_mixer_parameter(const std::string& name) {
 // fp32 runs differ by up to 1.2e-5 in a gradient (its shared_expert_gate's), 2e-6 in logits; moetune sits 1.9e-5 from
 // the chunked reference at most. Every tolerance for such a model is 3 times the others'.
 constexpr double kChunkedRuleScale = 3.0;
+// Granite 4.0 hybrid's reference is itself noisier: transformers' fp32 run of granitemoehybrid_tiny's packed batch
+// sits 1.94e-5 from its fp64 run in layer 1's router weight gradient and 1.8e-5 in layer 0's Mamba2 dt_bias and D
+// (session 40; the plain batch 4.8e-6 at most). moetune is 1.59e-5 from that reference in the router weight, every
+// other tensor within 1e-5. Every tolerance for the family is twice the others'.
+constexpr double kGraniteHybridReferenceScale = 2.0;
 
 double relative_error(const float* actual, const float* expected, int64_t n) {
   double diff = 0, norm = 0;
@@ -80,6 +85,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
     for (const LayerSpec& layer : spec.layers)
       for (const SublayerSpec& sublayer : layer.sublayers)
         if (sublayer.gated_delta()) scale_ = kChunkedRuleScale;
+    if (spec.family == "granitemoehybrid") scale_ = kGraniteHybridReferenceScale;
   }
   Tensor ref(const std::string& name) const { return reference_->tensor(name); }
   double scalar(const std::string& name) const { return ref(name).data<float>()[0]; }
@@ -144,7 +150,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
   }
 
   std::filesystem::path folder_;
-  double scale_ = 1.0;  // every tolerance's factor (kChunkedRuleScale)
+  double scale_ = 1.0;  // every tolerance's factor (kChunkedRuleScale, kGraniteHybridReferenceScale)
   std::unique_ptr<io::SafetensorsFile> reference_;
   nlohmann::json hyper_;
 };
@@ -188,17 +194,7 @@ TEST_P(Parity, AdamWStepsWithClippingAndWarmup) {
   expect_matches(model, model.parameters().values(), "train.param.", /*after_adamw=*/true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Parity,
-                         ::testing::Values("qwen3_moe_tiny", "qwen3_moe_tied_f32", "qwen3_f32", "llama_tiny",
-                                           "mixtral_tiny", "qwen2_moe_tiny", "gpt_oss_tiny", "deepseek_v3_tiny",
-                                           "deepseek_v3_qproj_tied", "deepseek_v3_pad_nulls", "nemotron_h_tiny",
-                                           "qwen3_sliding_yarn", "mixtral_sliding_dynamic", "qwen2_tiny",
-                                           "mistral_tiny", "glm4_moe_tiny", "glm4_moe_quarter_tied",
-                                           "glm4_moe_lite_tiny", "phi3_tiny", "phi4_mini_tiny", "smollm3_tiny",
-                                           "olmoe_tiny", "minimax_m2_tiny", "deepseek_v2_tiny", "deepseek_v2_grouped",
-                                           "dots1_tiny", "olmo2_tiny", "olmo3_tiny", "exaone4_tiny", "solar_open_tiny",
-                                           "flex_olmo_tiny", "exaone_moe_tiny", "gemma3_tiny", "gemma_tiny",
-                                           "ernie4_5_moe_tiny", "granitemoeshared_tiny", "qwen3_next_tiny"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::ValuesIn(testing::parity_fixtures()));
 
 }  // namespace
 }  // namespace moetune::model
