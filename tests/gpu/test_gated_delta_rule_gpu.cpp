@@ -3,7 +3,8 @@
 // in_proj output, as the mixer lays them out; outputs start poisoned. Cases cover Hv = Hk, 2·Hk and 4·Hk, head dims
 // that pad (16, 24, 48) up to 256, documents starting inside the backward's 64-row segments, on their boundaries and
 // in consecutive rows, row counts not multiples of any tile, BF16 and F32 parameters and gradients, frozen ones,
-// generation's state, and bit-equal repeated backward passes. DISABLED_QwenNextWidths prints the timings.
+// generation's state, the backward's column blocks and many 64-row segments, and bit-equal repeated backward passes.
+// DISABLED_QwenNextWidths prints the timings.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -163,6 +164,20 @@ TEST_F(GatedDeltaRuleGpu, WideHeads) {
   check({257, 1, 2, 128, 128, {}});
 }
 
+// The backward's split: the walks' blocks of 32 value columns (4 a head at Dv = 128, 7 with one busy warp in the last
+// at Dv = 200), the segment kernel's 128-column blocks (2 at Dv = 200 and 256, the second partly idle), its 16-row
+// warps (2 at Dk = 32, 16 at Dk = 256), many heads, and sequences of many 64-row segments whose last row ends one
+// (rows a multiple of 64) or not, with documents starting on segment boundaries, on their last rows and inside.
+TEST_F(GatedDeltaRuleGpu, ColumnBlocksAndManySegments) {
+  SCOPED_TRACE(seed());
+  check({150, 2, 4, 64, 200, {63, 64, 127}});
+  check({130, 1, 2, 256, 256, {63}, DType::F32, DType::BF16});
+  check({192, 2, 4, 32, 128, {1, 191}});
+  check({129, 1, 4, 128, 256, {64}});
+  // Many heads and segments (Qwen3-Next's head dims, 8 value heads a key head as in Qwen3.5's widest).
+  check({1100, 2, 16, 128, 128, {64, 500, 501, 1023}});
+}
+
 // Generation's prompt: the GPU forward pass continues a given state (unless row 0 starts a document) and leaves the
 // state after the last row in it, as the CPU op does.
 TEST_F(GatedDeltaRuleGpu, ContinuesFromItsState) {
@@ -187,22 +202,25 @@ TEST_F(GatedDeltaRuleGpu, ContinuesFromItsState) {
 // Two backward passes over the same inputs write the same bits (no atomics; fixed summation orders).
 TEST_F(GatedDeltaRuleGpu, BackwardIsDeterministic) {
   SCOPED_TRACE(seed());
-  const Case c{333, 2, 4, 128, 96, {100, 200}};
-  const Operands o = operands(c);
-  const ColumnBlock dout = random_gpu({c.rows, c.v_heads * c.v_dim});
-  std::vector<std::vector<Tensor>> runs;
-  for (int run = 0; run < 2; ++run) {
-    const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);
-    const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
-    const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
-    ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
-                                         d_a_log);
-    runs.push_back({grads.q.tensor.to(Device::cpu()), grads.a.tensor.to(Device::cpu()), d_dt_bias.to(Device::cpu()),
-                    d_a_log.to(Device::cpu())});
-  }
-  for (size_t i = 0; i < runs[0].size(); ++i) {
-    ASSERT_EQ(runs[0][i].nbytes(), runs[1][i].nbytes());
-    EXPECT_EQ(std::memcmp(runs[0][i].raw_data(), runs[1][i].raw_data(), runs[0][i].nbytes()), 0) << "output " << i;
+  // One 128-column block; then two (Dv = 200) with many segments.
+  for (const Case& c : {Case{333, 2, 4, 128, 96, {100, 200}}, Case{700, 2, 8, 64, 200, {64, 300}}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, value heads of " << c.v_dim);
+    const Operands o = operands(c);
+    const ColumnBlock dout = random_gpu({c.rows, c.v_heads * c.v_dim});
+    std::vector<std::vector<Tensor>> runs;
+    for (int run = 0; run < 2; ++run) {
+      const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);  // dq, dk, dv in one tensor; da, db in another
+      const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
+      const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
+      ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
+                                           d_a_log);
+      runs.push_back({grads.q.tensor.to(Device::cpu()), grads.a.tensor.to(Device::cpu()), d_dt_bias.to(Device::cpu()),
+                      d_a_log.to(Device::cpu())});
+    }
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      ASSERT_EQ(runs[0][i].nbytes(), runs[1][i].nbytes());
+      EXPECT_EQ(std::memcmp(runs[0][i].raw_data(), runs[1][i].raw_data(), runs[0][i].nbytes()), 0) << "output " << i;
+    }
   }
 }
 

@@ -129,13 +129,14 @@ int64_t mamba2_scan_backward_workspace(const Mamba2Spec& m, int64_t T) {
 }
 
 // The recurrent rule's fp32 workspace in its backward pass (ops/cuda/gated_delta_rule.cu's Scratch, its head dims
-// padded as there): the normalized q and k, four floats a row and value head, the state entering every 64th row, u,
-// and per block of 128 value columns the dq and dk partials and two floats a row and value head.
+// padded as there): the normalized q and k, four floats a row and value head, the state S and the gradient G~ at
+// every 64-row segment, u and ddelta, per block of 128 value columns the dq and dk partials and two floats a row and
+// value head, and o·do (one float a row and value head).
 int64_t gated_delta_backward_workspace(const GatedDeltaSpec& g, int64_t T) {
   const int64_t dk = g.k_head_dim <= 32 ? 32 : g.k_head_dim <= 64 ? 64 : g.k_head_dim <= 128 ? 128 : 256;
   const int64_t dv = (g.v_head_dim + 7) / 8 * 8, parts = (dv + 127) / 128, heads = g.num_v_heads;
-  return (2 * T * g.num_k_heads * dk + 4 * T * heads + (T + 63) / 64 * heads * dk * dv + T * heads * dv +
-          parts * (2 * T * heads * dk + 2 * T * heads)) *
+  return (2 * T * g.num_k_heads * dk + 4 * T * heads + 2 * ((T + 63) / 64) * heads * dk * dv + 2 * T * heads * dv +
+          parts * (2 * T * heads * dk + 2 * T * heads) + T * heads) *
          kF32;
 }
 

@@ -5,33 +5,61 @@
 //   u = a·Sᵀk, delta = beta·(v − u), S ← a·S + k ⊗ delta, o = Sᵀq = a·Sᵀq + (k·q)·delta.
 // Column j of S needs only k, q, beta, a and v[j], so the state is spread over warps by columns: a lane owns rows
 // r + 8m (m < Dk/8, r = lane % 8) of 2 columns, 8 columns a warp; Sᵀk and Sᵀq are sums over the 8 lanes of a column
-// (3 shuffle levels) and never leave the warp. Each block walks all N rows of its head serially; tokens are staged
-// in shared memory T at a time by 2 producer warps while the others compute the previous tile.
+// (3 shuffle levels) and never leave the warp. Each block walks all N rows of its (32 columns, head) serially; tokens
+// are staged in shared memory T at a time by 2 producer warps while the others compute the previous tile.
 //
 // Backward, per token (G = dL/dS after the token, G~ = dL/d(a·S_prev)):
 //   G = a_next·G~_next + q ⊗ do, ddelta = Gᵀk, dv = beta·ddelta, du = −beta·ddelta, G~ = G + k ⊗ du,
 //   d(normalized k) = G·delta + a·S_prev·du, d(normalized q) = S·do, dbeta = ddelta·(v − u),
 //   dg = ⟨G~, a·S_prev⟩ = Σ over the document's rows s ≥ n of (o_s·do_s + du_s·u_s − ddelta_s·delta_s)
 // (the last: ⟨G_n, S_n⟩ = o_n·do_n + dg_{n+1} and dg_n = ⟨G_n, S_n⟩ − ddelta·delta + du·u, so no state is needed for
-// it). The terms in dL/dk and dL/dq are sums over columns: per-warp partials reduced in shared memory in warp order,
-// so every sum has a fixed order and two runs give the same bits (no float atomics anywhere). Five kernels:
-//   forward_kernel<for backward> : the forward recurrence saving the state at every 64th row and u per token;
-//   reverse_kernel               : rows in reverse carrying G: dv, du (over u), k's G·delta, dbeta, the dg terms;
-//   segment_kernel               : one block per 64-row segment from its checkpoint: q's S·do, k's a·S_prev·du, o·do;
-//   finish_qk_kernel             : sums over column blocks and value heads of a key head, back through the l2norm;
-//   finish_gates_kernel          : dg's reverse sum per document, back through sigmoid / softplus / exp(A_log).
+// it; and o·do = q·(S·do), the row's dq before the l2norm dotted with q, so it needs no sum over columns either).
 //
-// Cost at Qwen3-Next's widths (N = 8192, Hv = 32, Hk = 16, Dk = Dv = 128). One token of one head is ~4·Dk·Dv fp32
-// FMA-type operations in the forward (two mat-vec reads of S, its decay and rank-1 update), ~5 in the reverse walk,
-// ~7 in the segment kernel: 2.1 GFLOP-ish per 8192·32 tokens·heads per unit, 34 GFLOP forward, ~130 GFLOP backward;
-// at ~50 TFLOP/s of fp32 that is 0.7 ms and 2.6 ms of issue, but the walks are serial in N, so what bounds them is
-// the latency of one token's step (a chain of ~R FMAs, 3 shuffle levels, the update): ~300 cycles, 8192 tokens,
-// ~1.5 ms for the forward (128 blocks of 4 warps: one head's 32 columns each) and ~2-3 ms for the reverse walk
-// (32 blocks of 16 warps, one head each, and a shared-memory reduction of the dk partials every 4 tokens). The
-// segment kernel is parallel over 128 segments × 32 heads. Bytes: the normalized q, k in fp32 (134 MB, L2-friendly
-// since the 2-8 blocks of a key head read them at the same time), v and do once per block; the backward's workspace
-// holds the checkpoints (N/64 · Hv · Dk · Dv · 4 = 256 MB), u/du (134 MB) and the dq, dk partials per value head
-// (2 · 134 MB): ~800 MB at these widths. Expected: forward ~2 ms, backward ~6-8 ms on an H100.
+// The only serial chains are S forward and G backward, and column j of G, like column j of S, needs nothing of the
+// other columns (ddelta_j = G[:, j]ᵀk, du_j = −beta·ddelta_j). Everything summed over columns (G·delta, S·du, S·do,
+// dbeta, the dg terms) is left to a kernel parallel over 64-row segments, which rebuilds S forward from the forward
+// walk's checkpoint and G backward from the reverse walk's, given u and ddelta per token (so it sums nothing over
+// rows and never waits on a shuffle to go on). Six kernels:
+//   prepare_kernel               : normalized q, k and the token scalars (beta, a, q·k, g);
+//   forward_kernel<for backward> : S forward, saving S entering every 64th row and u per token;
+//   reverse_kernel               : G backward for blocks of (32 columns, value head), like the forward walk: dv and
+//                                  ddelta per token, G~ entering (from the end) every 64-row segment; no partials;
+//   segment_kernel               : one block per (64-row segment, 128 columns, value head), 16 state rows a warp and
+//                                  4 columns a lane: G backward over the segment (G·delta) then S forward over it
+//                                  (a·S_prev·du, S·do), row sums over the warp's lanes written straight to the dq / dk
+//                                  partials (one per 128 columns; G·delta waits in shared memory for the S pass),
+//                                  warp 0 the dbeta and dg terms;
+//   finish_qk_kernel             : sums over column blocks and value heads of a key head, back through the l2norm;
+//                                  o·do per (row, value head) from the same sums;
+//   finish_gates_kernel          : dg's reverse sum per document, back through sigmoid / softplus / exp(A_log).
+// Every sum has a fixed order (shuffle trees, loops over parts and heads in index order): two runs give the same
+// bits, and no kernel uses float atomics.
+//
+// Cost at Qwen3-Next's widths (N = 8192 as 2 documents of 4096, Hv = 32, Hk = 16, Dk = Dv = 128), H200 (~1.9 GHz).
+// Measured before this design (CUPTI, per call): forward walk 3.88 ms (≈ 900 cycles a token), the old reverse walk
+// 27.7 ms (32 blocks of 16 warps, one a head: 3.4 µs ≈ 6.5k cycles a token), the old segment kernel 7.7 ms, finish
+// 0.47 ms, prepare 0.09 ms; backward 40.5 ms. Why they were slow: both old kernels staged only 4 tokens a tile, so
+// every 4 tokens cost 2 __syncthreads, a 16-warp shared-memory reduction of [16 warps, 4, 128] dk partials (put with
+// 4-way bank conflicts) and a producer tile of ~5 dependent global round trips plus runtime integer divisions, on SMSPs
+// whose issue the 4 compute warps each already filled (~300 instructions a warp and token: G, Gᵀk, G·delta and its
+// scatter over columns). The segment kernel's 4096 blocks of 576 threads ran one a SM (registers), 31 waves, each
+// walking its 64 rows at the same ~7k cycles a token as the reverse walk: it was the same latency-bound machine, not
+// parallel work. Predicted before this design was run, per call:
+//   reverse_kernel: per token and warp ~64 (G update) + 32 (Gᵀk) + 32 (k ⊗ du) FMA-type, ~34 shared loads, 6 shuffles,
+//     ~20 others ≈ 190 instructions, one compute warp a SMSP (128 blocks); the chain a token: loads ~30, Gᵀk in two
+//     accumulators ~40, 3 shuffle levels ~75, du and the update's head ~20 ≈ 200 cycles; with 16-token tiles and the
+//     forward walk's overheads, ≈ 600-800 cycles a token: 2.5-3.5 ms (the forward walk's 3.88 ms has 2 dots, this 1).
+//   segment_kernel: per token, warp and pass 4 ops an element of its 16 × 4 block (G pass: update 2, G·delta 1,
+//     k ⊗ du 1; S pass: a·S·du 1, update 2, S·do 1) = 512 FMA-type + 3 row sums of 16 shuffles + ~30 selects and
+//     adds each + ~25 shared loads ≈ 720 instructions a warp and token, 8 warps a (token, head): 5.8k; 1986
+//     (token, head) steps a SM / 4 SMSPs → 2.9M issue cycles ≈ 1.5 ms at full issue; 2 blocks a SM (16 warps) and
+//     restaging each 16-token tile per pass: ≈ 2-2.5 ms.
+//   forward walk 3.9 ms (unchanged but for the checkpoints' layout), prepare 0.1 ms, finish ~0.5 ms.
+//   Backward ≈ 0.1 + 3.9 + ~3 + ~2.3 + 0.5 ≈ 10 ms (was 40.5 ms); forward 3.8 ms as before.
+// Measured (H200, session 40, GatedDeltaRuleGpu.DISABLED_QwenNextWidths): backward 12.6 ms, forward 4.05 ms; the
+// per-kernel split is still to be read (the trace summary merged kernels sharing a signature).
+// Workspace of the backward: normalized q, k (134 MB), token scalars (4 MB), S and G checkpoints (2 × 268 MB), u and
+// ddelta (2 × 134 MB), dq and dk partials (2 × 134 MB), dbeta, dg, o·do (3 MB): ~1.21 GB (was ~0.81 GB).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -51,12 +79,13 @@ using pointwise::warp_sum;
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kSegment = 64;         // rows between the backward's checkpoints (the CPU op's segment too)
-constexpr int kForwardTile = 16;     // rows staged at a time by the forward walks
-constexpr int kBackwardTile = 4;     // ... by the backward's, whose per-warp row sums take warps·T·Dk floats
-constexpr int kProducerWarps = 2;    // warps of a walking block that only stage tiles (and reduce partials)
-constexpr int kForwardWarps = 4;     // computing warps of a forward block at most: 32 columns
-constexpr int kBackwardWarps = 16;   // ... of a backward block: 128 columns, one partial per 128 columns
+constexpr int kWalkTile = 16;        // rows staged at a time by the forward and reverse walks
+constexpr int kSegmentTile = 16;     // ... by the segment kernel
+constexpr int kProducerWarps = 2;    // warps of a walking block that only stage tiles
+constexpr int kWalkWarps = 4;        // computing warps of a walking block at most: 32 columns
 constexpr int kWarpCols = 8;         // a lane: rows r + 8m, columns 2c, 2c + 1 of its warp's 8 (lane = 8c + r)
+constexpr int kSegmentCols = 128;    // columns of a segment block: 4 a lane; one dq / dk partial per 128 columns
+constexpr int kSegmentRows = 16;     // state rows of a segment block's warp: Dkp / 16 warps
 constexpr float kL2NormEps = 1e-6f;  // transformers' l2norm: x · rsqrt(Σ x² + eps)
 
 __host__ __device__ inline int64_t padded_k(int64_t dk) {
@@ -65,14 +94,13 @@ __host__ __device__ inline int64_t padded_k(int64_t dk) {
 __host__ __device__ inline int64_t padded_v(int64_t dv) { return (dv + kWarpCols - 1) / kWarpCols * kWarpCols; }
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-__host__ __device__ inline int warps_for(int most, const GatedDeltaDims& d) {
-  return padded_v(d.v_dim) / kWarpCols < most ? int(padded_v(d.v_dim) / kWarpCols) : most;
+// Computing warps of a walking block (forward and reverse): 8 columns each, 4 at most.
+int walk_warps(const GatedDeltaDims& d) {
+  return padded_v(d.v_dim) / kWarpCols < kWalkWarps ? int(padded_v(d.v_dim) / kWarpCols) : kWalkWarps;
 }
-int forward_warps(const GatedDeltaDims& d) { return warps_for(kForwardWarps, d); }
-__host__ __device__ inline int backward_warps(const GatedDeltaDims& d) { return warps_for(kBackwardWarps, d); }
-// Column blocks of the backward's blocks: one set of dk / dq partials each.
+// Column blocks of the segment kernel: one set of dq / dk / dbeta / dg partials each.
 __host__ __device__ inline int64_t backward_parts(const GatedDeltaDims& d) {
-  return ceil_div(padded_v(d.v_dim), kWarpCols * backward_warps(d));
+  return ceil_div(padded_v(d.v_dim), kSegmentCols);
 }
 
 // The scratch, carved from one workspace.
@@ -80,10 +108,12 @@ struct Scratch {
   float *qn, *kn;  // [N, Hk, Dkp]: l2-normalized (q also scaled by Dk^-0.5), zero-padded to Dkp
   float4* tok;     // [N, Hv]: beta, a = exp(g) (0 where the state restarts), q·k, g
   // backward only
-  float* checkpoints;  // [N / 64, Hv, Dvp / 8 warps, R · 2 · 32 lanes]: the state entering every 64th row
-  float* u;            // [N, Hv, Dvp]: a·S_prevᵀk, overwritten by du in the reverse walk
-  float *dq, *dk;      // [parts, N, Hv, Dkp]: d(normalized q / k) per value head and column block
-  float *dbeta, *dg;   // [parts, N, Hv]: dbeta, and the per-row terms of dg's reverse sum
+  float* checkpoints;   // [N / 64, Hv, Dkp, Dvp]: S entering every 64th row (the forward walk's)
+  float* gcheckpoints;  // [N / 64, Hv, Dkp, Dvp]: G~ entering each segment from its end (the reverse walk's)
+  float *u, *dd;        // [N, Hv, Dvp]: a·S_prevᵀk and ddelta = Gᵀk per token
+  float *dq, *dk;       // [parts, N, Hv, Dkp]: d(normalized q / k) per value head and 128-column block
+  float *dbeta, *dg;    // [parts, N, Hv]: dbeta, and the per-row terms du·u − ddelta·delta of dg's reverse sum
+  float* odo;           // [N, Hv]: o·do, dg's last per-row term (finish_qk_kernel's)
 };
 
 size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -103,14 +133,23 @@ Scratch carve(const GatedDeltaDims& d, void* workspace, bool backward, size_t* b
   s.tok = reinterpret_cast<float4*>(take(4 * n * d.v_heads));
   if (backward) {
     s.checkpoints = take(ceil_div(n, kSegment) * d.v_heads * dkp * dvp);
+    s.gcheckpoints = take(ceil_div(n, kSegment) * d.v_heads * dkp * dvp);
     s.u = take(n * d.v_heads * dvp);
+    s.dd = take(n * d.v_heads * dvp);
     s.dq = take(parts * n * d.v_heads * dkp);
     s.dk = take(parts * n * d.v_heads * dkp);
     s.dbeta = take(parts * n * d.v_heads);
     s.dg = take(parts * n * d.v_heads);
+    s.odo = take(n * d.v_heads);
   }
   if (bytes) *bytes = used;
   return s;
+}
+
+// The checkpoints' slot of (segment, head, row, column).
+__device__ __forceinline__ int64_t checkpoint_index(const GatedDeltaDims& d, int64_t segment, int64_t h, int64_t row,
+                                                    int64_t col, int64_t dkp) {
+  return ((segment * d.v_heads + h) * dkp + row) * padded_v(d.v_dim) + col;
 }
 
 __device__ __forceinline__ float param(const void* p, bool is_bf16, int64_t i) {
@@ -128,9 +167,9 @@ __device__ __forceinline__ float softplus(float u) { return u > 20.0f ? u : log1
 __device__ __forceinline__ float softplus_slope(float u) { return u > 20.0f ? 1.0f : sigmoid(u); }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Warp sums of the lane layout (lane = 8c + r: r the row lane, c the column pair)
+// Warp sums
 
-// Each value summed over the 8 row lanes of its columns; every lane gets the totals.
+// Each value summed over the 8 row lanes of its columns (lane = 8c + r); every lane gets the totals.
 template <int kN>
 __device__ __forceinline__ void sum_over_rows(float (&x)[kN]) {
 #pragma unroll
@@ -139,53 +178,48 @@ __device__ __forceinline__ void sum_over_rows(float (&x)[kN]) {
     for (int i = 0; i < kN; ++i) x[i] += __shfl_xor_sync(kFull, x[i], offset);
 }
 
-// A per-lane value summed over the warp's 4 column pairs (lanes of one row lane hold the same value otherwise).
-__device__ __forceinline__ float sum_over_columns(float x) {
-  x += __shfl_xor_sync(kFull, x, 8);
-  return x + __shfl_xor_sync(kFull, x, 16);
+// One level of the halving exchange below: lanes across `kHalf · 2` apart swap halves of the rows they still hold.
+template <int kHalf>
+__device__ __forceinline__ void exchange_half_rows(float (&y)[16], int lane) {
+  const bool upper = lane & (2 * kHalf);  // keeps rows [kHalf, 2·kHalf) of what is left
+#pragma unroll
+  for (int m = 0; m < kHalf; ++m) {
+    const float send = upper ? y[m] : y[m + kHalf], keep = upper ? y[m + kHalf] : y[m];
+    y[m] = keep + __shfl_xor_sync(kFull, send, 2 * kHalf);
+  }
 }
 
-// y[m] (rows r + 8m, this lane's 2 columns summed) summed over the 4 column pairs, scattered: afterwards
-// y[0, R/4) holds the totals of rows scattered_row(r, c, m), a quarter of the rows per column pair (3R/4 shuffles
-// where an all-reduce would take 2R).
-template <int R>
-__device__ __forceinline__ void scatter_sum_over_columns(float (&y)[R], int c) {
-  const bool high = c & 2, odd = c & 1;
-#pragma unroll
-  for (int m = 0; m < R / 2; ++m) {
-    const float send = high ? y[m] : y[m + R / 2], keep = high ? y[m + R / 2] : y[m];
-    y[m] = keep + __shfl_xor_sync(kFull, send, 16);
-  }
-#pragma unroll
-  for (int m = 0; m < R / 4; ++m) {
-    const float send = odd ? y[m] : y[m + R / 4], keep = odd ? y[m + R / 4] : y[m];
-    y[m] = keep + __shfl_xor_sync(kFull, send, 8);
-  }
-}
-template <int R>
-__device__ __forceinline__ int scattered_row(int r, int c, int m) {
-  return r + 8 * ((c >> 1) * (R / 2) + (c & 1) * (R / 4) + m);
+// y[i]: this lane's part of 16 row sums. Returns the sum over the warp's 32 lanes of row lane / 2 (lanes 2i and
+// 2i + 1 both get row i's, the same bits): a halving exchange, 8 + 4 + 2 + 1 + 1 shuffles for the 16 rows.
+__device__ __forceinline__ float sum_16_rows_over_lanes(float (&y)[16], int lane) {
+  exchange_half_rows<8>(y, lane);  // lanes 16 apart: rows 8·(lane bit 4) + [0, 8) left
+  exchange_half_rows<4>(y, lane);  // 8 apart: + 4·(bit 3)
+  exchange_half_rows<2>(y, lane);  // 4 apart: + 2·(bit 2)
+  exchange_half_rows<1>(y, lane);  // 2 apart: + (bit 1), so row lane / 2
+  return y[0] + __shfl_xor_sync(kFull, y[0], 1);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Tiles of tokens in shared memory: [T] float4 token scalars, [T, Dkp] normalized k and q, then `columns` operands
-// of [T, cb] (the block's columns of v, do, u / du).
+// of [T, cb] (the block's columns of its BF16 operands, then of its fp32 ones).
 
 struct TileSources {
   const float *qn, *kn;
   const float4* tok;
-  StridedBf16 v, dout;   // dout.data null: not staged
-  const float* per_col;  // [N, Hv, Dvp] fp32 (u or du), null: not staged
+  StridedBf16 bf[2];    // [N, Hv·Dv] (v, dout), data null: absent; present ones first
+  const float* f32[2];  // [N, Hv, Dvp] (u, ddelta), null: absent; present ones first
 };
 
 __host__ __device__ inline int64_t tile_floats(int tile, int64_t dkp, int64_t cb, int columns) {
   return 4 * tile + 2 * tile * dkp + columns * tile * cb;
 }
 
-// Rows [first, first + T) (those past the end read as zeros) staged by threads [0, threads) of the producers.
-template <int T, int kDkp>
-__device__ void stage_tile(const GatedDeltaDims& d, const TileSources& src, int h, int64_t first, int64_t col0, int cb,
-                           float* buffer, int tid, int threads) {
+// Rows [first, first + T) (those past the end read as zeros, and columns past Dv) staged by threads [0, threads).
+// kCb: the block's columns where known at compile time (0: cb).
+template <int T, int kDkp, int kCb = 0>
+__device__ __forceinline__ void stage_tile(const GatedDeltaDims& d, const TileSources& src, int h, int64_t first,
+                                           int64_t col0, int cb_runtime, float* buffer, int tid, int threads) {
+  const int cb = kCb > 0 ? kCb : cb_runtime;
   const int64_t kh = h / (d.v_heads / d.k_heads), dvp = padded_v(d.v_dim);
   float4* tok = reinterpret_cast<float4*>(buffer);
   float4* kq = reinterpret_cast<float4*>(buffer + 4 * T);  // k then q, [2, T, Dkp / 4]
@@ -209,7 +243,8 @@ __device__ void stage_tile(const GatedDeltaDims& d, const TileSources& src, int 
     for (int u = 0; u < kUnroll; ++u)
       if (base + u * threads < 2 * T * kQuads) kq[base + u * threads] = v[u];
   }
-  const int columns = 1 + (src.dout.data != nullptr) + (src.per_col != nullptr), count = columns * T * cb;
+  const int bf_columns = (src.bf[0].data != nullptr) + (src.bf[1].data != nullptr);
+  const int columns = bf_columns + (src.f32[0] != nullptr) + (src.f32[1] != nullptr), count = columns * T * cb;
   for (int base = tid; base < count; base += threads * kUnroll) {
     float v[kUnroll];
 #pragma unroll
@@ -218,12 +253,11 @@ __device__ void stage_tile(const GatedDeltaDims& d, const TileSources& src, int 
       const int64_t n = first + t, col = col0 + j;
       v[u] = 0.0f;
       if (e < count && n < d.rows && col < d.v_dim) {
-        if (which == 0)
-          v[u] = bf(src.v, n, h * d.v_dim + col);
-        else if (which == 1 && src.dout.data)
-          v[u] = bf(src.dout, n, h * d.v_dim + col);
+        if (which < bf_columns)
+          v[u] = bf(StridedBf16{which == 0 ? src.bf[0].data : src.bf[1].data, which == 0 ? src.bf[0].ld : src.bf[1].ld},
+                    n, h * d.v_dim + col);
         else
-          v[u] = src.per_col[(n * d.v_heads + h) * dvp + col];
+          v[u] = (which == bf_columns ? src.f32[0] : src.f32[1])[(n * d.v_heads + h) * dvp + col];
       }
     }
 #pragma unroll
@@ -305,20 +339,13 @@ __device__ __forceinline__ void update_state(float (&S)[R][2], float a, const fl
   }
 }
 
-// The state's slot of lane `lane`, element (m, x), in the checkpoint layout (warp-major, coalesced per lane).
-template <int R>
-__device__ __forceinline__ int64_t checkpoint_index(const GatedDeltaDims& d, int64_t segment, int64_t h, int64_t warp,
-                                                    int m, int x, int lane) {
-  return (((segment * d.v_heads + h) * (padded_v(d.v_dim) / kWarpCols) + warp) * (R * 2) + m * 2 + x) * 32 + lane;
-}
-
 // The forward walk for blocks of (32 columns, value head). Where kForBackward: no output; the state entering every
-// 64th row goes to the checkpoints and u per token to s.u (the reverse walk's).
+// 64th row goes to the checkpoints and u per token to s.u (the segment kernel's).
 template <int R, bool kForBackward>
-__global__ void __launch_bounds__(32 * (kForwardWarps + kProducerWarps))
+__global__ void __launch_bounds__(32 * (kWalkWarps + kProducerWarps))
     forward_kernel(GatedDeltaDims d, GatedDeltaPointers in, StridedBf16 out, Scratch s) {
   gpu::wait_for_previous_kernel();
-  constexpr int T = kForwardTile, kDkp = 8 * R;
+  constexpr int T = kWalkTile, kDkp = 8 * R;
   extern __shared__ float4 shared4[];
   float* shared = reinterpret_cast<float*>(shared4);
   const int h = blockIdx.y, warps = int(blockDim.x / 32) - kProducerWarps, cb = warps * kWarpCols;
@@ -331,7 +358,7 @@ __global__ void __launch_bounds__(32 * (kForwardWarps + kProducerWarps))
   // A warp past the padded columns (the last block's, where Dv/8 is not a multiple of the block's warps) keeps a
   // zero state and has no checkpoint slot.
   const bool idle = col0 + warp * kWarpCols >= dvp;
-  const TileSources src{s.qn, s.kn, s.tok, in.v, StridedBf16{}, nullptr};
+  const TileSources src{s.qn, s.kn, s.tok, {in.v, StridedBf16{}}, {nullptr, nullptr}};
 
   float S[R][2];
 #pragma unroll
@@ -360,9 +387,8 @@ __global__ void __launch_bounds__(32 * (kForwardWarps + kProducerWarps))
         if (kForBackward && n % kSegment == 0 && !idle)
 #pragma unroll
           for (int m = 0; m < R; ++m)
-#pragma unroll
-            for (int x = 0; x < 2; ++x)
-              s.checkpoints[checkpoint_index<R>(d, n / kSegment, h, col0 / kWarpCols + warp, m, x, lane)] = S[m][x];
+            *reinterpret_cast<float2*>(s.checkpoints + checkpoint_index(d, n / kSegment, h, r + 8 * m, j0, kDkp)) =
+                make_float2(S[m][0], S[m][1]);
         const float4 tk = tok[t];  // beta, a, q·k, g
         float dots[4];             // Sᵀk, Sᵀq for the 2 columns
         partial_state_dots<R>(S, k + t * kDkp, q + t * kDkp, r, dots, [](int) {});
@@ -398,65 +424,25 @@ __global__ void __launch_bounds__(32 * (kForwardWarps + kProducerWarps))
       }
 }
 
-// Per-warp partials of a backward tile in shared memory: row sums [warps, T, Dkp] (one or two) and scalars
-// [warps, T, 2]; reduced in warp order into the global partials once the tile is done.
-template <int T, int kDkp>
-struct Partials {
-  float *rows0, *rows1, *scalars;
-  int warps;
-
-  __device__ Partials(float* base, int warps_, bool two) : warps(warps_) {
-    rows0 = base;
-    rows1 = base + warps * T * kDkp;
-    scalars = base + (two ? 2 : 1) * warps * T * kDkp;
-  }
-  // This lane's scattered row sums of token t into `rows`.
-  template <int R>
-  __device__ void put_rows(float* rows, int warp, int t, int r, int c, const float (&y)[R]) const {
-#pragma unroll
-    for (int m = 0; m < R / 4; ++m) rows[(warp * T + t) * kDkp + scattered_row<R>(r, c, m)] = y[m];
-  }
-  // Σ over warps of rows[.][t][i] for every (t, i), each handed to take(t, i, total) by one thread of the block.
-  template <typename Take>
-  __device__ void reduce_rows(const float* rows, Take take) const {
-    for (int e = threadIdx.x; e < T * kDkp; e += blockDim.x) {
-      float total = 0;
-      for (int w = 0; w < warps; ++w) total += rows[w * T * kDkp + e];
-      take(e / kDkp, e % kDkp, total);
-    }
-  }
-  template <typename Take>
-  __device__ void reduce_scalars(Take take) const {
-    for (int e = threadIdx.x; e < 2 * T; e += blockDim.x) {
-      float total = 0;
-      for (int w = 0; w < warps; ++w) total += scalars[w * 2 * T + e];
-      take(e / 2, e % 2, total);
-    }
-  }
-};
-
-__host__ __device__ inline int64_t partial_floats(int tile, int64_t dkp, int warps, bool two) {
-  return (two ? 2 : 1) * warps * tile * dkp + 2 * warps * tile;
-}
-
-// The reverse walk for blocks of (128 columns, value head), carrying G in registers: dv (written), du (over s.u),
-// k's G·delta (s.dk), dbeta and the row's dg terms du·u − ddelta·delta (s.dbeta, s.dg), per column block p.
+// The reverse walk for blocks of (32 columns, value head), the forward walk's shape, carrying G~ in registers:
+// ddelta = Gᵀk per token (s.dd) and dv = beta·ddelta; G~ entering each 64-row segment from its end (its last row's,
+// or the last row's: zeros) goes to s.gcheckpoints. Columns are independent, so nothing is summed across warps.
 template <int R>
-__global__ void __launch_bounds__(32 * (kBackwardWarps + kProducerWarps))
-    reverse_kernel(GatedDeltaDims d, StridedBf16 v, StridedBf16 dout, StridedBf16 dv, Scratch s) {
+__global__ void __launch_bounds__(32 * (kWalkWarps + kProducerWarps))
+    reverse_kernel(GatedDeltaDims d, StridedBf16 dout, StridedBf16 dv, Scratch s) {
   gpu::wait_for_previous_kernel();
-  constexpr int T = kBackwardTile, kDkp = 8 * R;
+  constexpr int T = kWalkTile, kDkp = 8 * R;
   extern __shared__ float4 shared4[];
   float* shared = reinterpret_cast<float*>(shared4);
-  const int h = blockIdx.y, p = blockIdx.x, warps = int(blockDim.x / 32) - kProducerWarps, cb = warps * kWarpCols;
-  const int64_t col0 = int64_t(p) * cb, dvp = padded_v(d.v_dim);
-  const int64_t buffer = tile_floats(T, kDkp, cb, 3);
-  const Partials<T, kDkp> partials(shared + 2 * buffer, warps, false);
+  const int h = blockIdx.y, warps = int(blockDim.x / 32) - kProducerWarps, cb = warps * kWarpCols;
+  const int64_t col0 = int64_t(blockIdx.x) * cb, dvp = padded_v(d.v_dim);
+  const int64_t buffer = tile_floats(T, kDkp, cb, 1);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane & 7, c = lane >> 3;
   const bool producer = warp >= warps;
   const int local = warp * kWarpCols + 2 * c;
   const int64_t j0 = col0 + local;
-  const TileSources src{s.qn, s.kn, s.tok, v, dout, s.u};
+  const bool idle = col0 + warp * kWarpCols >= dvp;
+  const TileSources src{s.qn, s.kn, s.tok, {dout, StridedBf16{}}, {nullptr, nullptr}};
 
   float G[R][2];
 #pragma unroll
@@ -473,155 +459,187 @@ __global__ void __launch_bounds__(32 * (kBackwardWarps + kProducerWarps))
     } else {
       const float* buf = shared + (step & 1) * buffer;
       const float4* tok = reinterpret_cast<const float4*>(buf);
-      const float *k = buf + 4 * T, *q = k + T * kDkp, *vs = q + T * kDkp, *dos = vs + T * cb, *us = dos + T * cb;
+      const float *k = buf + 4 * T, *q = k + T * kDkp, *dos = q + T * kDkp;
       for (int t = T - 1; t >= 0; --t) {
         const int64_t n = tile * T + t;
         if (n >= d.rows) continue;
+        if ((n % kSegment == kSegment - 1 || n == d.rows - 1) && !idle)
+#pragma unroll
+          for (int m = 0; m < R; ++m)
+            *reinterpret_cast<float2*>(s.gcheckpoints + checkpoint_index(d, n / kSegment, h, r + 8 * m, j0, kDkp)) =
+                make_float2(G[m][0], G[m][1]);
         const float4 tk = tok[t];
-        float dd[2];  // ddelta = Gᵀk
-        dd[0] = dd[1] = 0.0f;
+        const float do0 = dos[t * cb + local], do1 = dos[t * cb + local + 1];
+        float dd[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // Gᵀk, rows of even and odd m (two shorter chains)
 #pragma unroll
         for (int m = 0; m < R; ++m) {
           const float km = k[t * kDkp + r + 8 * m], qm = q[t * kDkp + r + 8 * m];
-#pragma unroll
-          for (int x = 0; x < 2; ++x) {
-            G[m][x] = fmaf(a_next, G[m][x], qm * dos[t * cb + local + x]);
-            dd[x] = fmaf(G[m][x], km, dd[x]);
-          }
+          G[m][0] = fmaf(a_next, G[m][0], qm * do0);
+          G[m][1] = fmaf(a_next, G[m][1], qm * do1);
+          dd[m & 1][0] = fmaf(G[m][0], km, dd[m & 1][0]);
+          dd[m & 1][1] = fmaf(G[m][1], km, dd[m & 1][1]);
         }
-        sum_over_rows(dd);
-        float delta[2], du[2], dbeta = 0.0f, dg = 0.0f;
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          const float vx = vs[t * cb + local + x], ux = us[t * cb + local + x];
-          delta[x] = tk.x * (vx - ux);
-          du[x] = -tk.x * dd[x];
-          dbeta = fmaf(dd[x], vx - ux, dbeta);
-          dg += du[x] * ux - dd[x] * delta[x];
-        }
+        float total[2] = {dd[0][0] + dd[1][0], dd[0][1] + dd[1][1]};
+        sum_over_rows(total);
+        const float du0 = -tk.x * total[0], du1 = -tk.x * total[1];
         if (r == 0)
 #pragma unroll
           for (int x = 0; x < 2; ++x)
             if (j0 + x < d.v_dim) {
-              put(dv, n, h * d.v_dim + j0 + x, tk.x * dd[x]);
-              s.u[(n * d.v_heads + h) * dvp + j0 + x] = du[x];
+              put(dv, n, h * d.v_dim + j0 + x, tk.x * total[x]);
+              s.dd[(n * d.v_heads + h) * dvp + j0 + x] = total[x];
             }
-        dbeta = sum_over_columns(dbeta);
-        dg = sum_over_columns(dg);
-        if (lane == 0) {
-          partials.scalars[(warp * T + t) * 2] = dbeta;
-          partials.scalars[(warp * T + t) * 2 + 1] = dg;
-        }
-        float y[R];  // G·delta
 #pragma unroll
         for (int m = 0; m < R; ++m) {
-          y[m] = fmaf(G[m][0], delta[0], G[m][1] * delta[1]);
           const float km = k[t * kDkp + r + 8 * m];
-#pragma unroll
-          for (int x = 0; x < 2; ++x) G[m][x] = fmaf(km, du[x], G[m][x]);
+          G[m][0] = fmaf(km, du0, G[m][0]);
+          G[m][1] = fmaf(km, du1, G[m][1]);
         }
-        scatter_sum_over_columns<R>(y, c);
-        partials.put_rows<R>(partials.rows0, warp, t, r, c, y);
         a_next = tk.y;
       }
     }
     __syncthreads();
-    const int64_t first = tile * T;
-    partials.reduce_rows(partials.rows0, [&](int t, int i, float total) {
-      if (first + t < d.rows) s.dk[((p * d.rows + first + t) * d.v_heads + h) * kDkp + i] = total;
-    });
-    partials.reduce_scalars([&](int t, int which, float total) {
-      if (first + t < d.rows) (which ? s.dg : s.dbeta)[(p * d.rows + first + t) * d.v_heads + h] = total;
-    });
-    __syncthreads();
   }
 }
 
-// One block per (64-row segment, column block p, value head), from the segment's checkpoint: q's S·do (s.dq), k's
-// a·S_prev·du (added to s.dk) and o·do (added to s.dg).
+// One block per (64-row segment, 128-column block p, value head): 16 state rows a warp (Dkp / 16 warps), 4 columns
+// a lane (4·lane + x), so every sum over columns stays in the warp and nothing is summed across warps. First G
+// backward over the segment from s.gcheckpoints (G_n = a_next·G~ + q ⊗ do, k's G·delta kept in shared memory,
+// G~ = G + k ⊗ du), then S forward from s.checkpoints (k's G·delta + a·S_prev·du into s.dk by the thread that kept
+// the first; S ← a·S + k ⊗ delta; q's S·do into s.dq); warp 0 writes the block's share of dbeta and of the dg terms
+// du·u − ddelta·delta. delta = beta·(v − u) and du = −beta·ddelta come from the walks' u and ddelta, so neither pass
+// sums over rows.
 template <int R>
-__global__ void __launch_bounds__(32 * (kBackwardWarps + kProducerWarps))
+__global__ void __launch_bounds__(16 * R, R <= 16 ? 2 : 1)
     segment_kernel(GatedDeltaDims d, StridedBf16 v, StridedBf16 dout, Scratch s) {
   gpu::wait_for_previous_kernel();
-  constexpr int T = kBackwardTile, kDkp = 8 * R;
+  constexpr int T = kSegmentTile, kDkp = 8 * R, kCols = kSegmentCols;
   extern __shared__ float4 shared4[];
   float* shared = reinterpret_cast<float*>(shared4);
-  const int64_t parts = backward_parts(d), segment = blockIdx.x;
+  const int64_t parts = backward_parts(d), segment = blockIdx.x, dvp = padded_v(d.v_dim);
   const int h = int(blockIdx.y / parts), p = int(blockIdx.y % parts);
-  const int warps = int(blockDim.x / 32) - kProducerWarps, cb = warps * kWarpCols;
-  const int64_t col0 = int64_t(p) * cb;
-  const int64_t buffer = tile_floats(T, kDkp, cb, 3);
-  const Partials<T, kDkp> partials(shared + 2 * buffer, warps, true);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane & 7, c = lane >> 3;
-  const bool producer = warp >= warps;
-  const int local = warp * kWarpCols + 2 * c;
-  const TileSources src{s.qn, s.kn, s.tok, v, dout, s.u};
-
-  const bool idle = col0 + warp * kWarpCols >= padded_v(d.v_dim);  // as in forward_kernel: no checkpoint slot
-  float S[R][2];
-#pragma unroll
-  for (int m = 0; m < R; ++m)
-#pragma unroll
-    for (int x = 0; x < 2; ++x)
-      S[m][x] = producer || idle
-                    ? 0.0f
-                    : s.checkpoints[checkpoint_index<R>(d, segment, h, col0 / kWarpCols + warp, m, x, lane)];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = warp * kSegmentRows;
+  const int64_t col0 = int64_t(p) * kCols, col = col0 + 4 * lane;  // the lane's first column in the head
+  const bool has_cols = col < dvp;                                 // Dvp is a multiple of 8: all 4 or none
   const int64_t begin = segment * kSegment, end = begin + kSegment < d.rows ? begin + kSegment : d.rows;
-  const int64_t tiles = ceil_div(end - begin, T);
-  const int ptid = threadIdx.x - warps * 32, pthreads = kProducerWarps * 32;
-  if (producer) stage_tile<T, kDkp>(d, src, h, begin, col0, cb, shared, ptid, pthreads);
-  __syncthreads();
-  for (int64_t tile = 0; tile < tiles; ++tile) {
-    const int64_t first = begin + tile * T;
-    if (producer) {
-      if (tile + 1 < tiles)
-        stage_tile<T, kDkp>(d, src, h, first + T, col0, cb, shared + ((tile + 1) & 1) * buffer, ptid, pthreads);
-    } else {
-      const float* buf = shared + (tile & 1) * buffer;
-      const float4* tok = reinterpret_cast<const float4*>(buf);
-      const float *k = buf + 4 * T, *q = k + T * kDkp, *vs = q + T * kDkp, *dos = vs + T * cb, *dus = dos + T * cb;
-      for (int t = 0; t < T; ++t) {
-        if (first + t >= end) break;
-        const float4 tk = tok[t];
-        float du[2], dov[2];
+  const int tiles = int(ceil_div(end - begin, T));
+  const TileSources src{s.qn, s.kn, s.tok, {v, dout}, {s.u, s.dd}};
+  const float4* tok = reinterpret_cast<const float4*>(shared);
+  const float *k = shared + 4 * T, *q = k + T * kDkp, *cols = q + T * kDkp;  // cols: v, do, u, ddelta [4, T, 128]
+  float* g_delta = shared + tile_floats(T, kDkp, kCols, 4);  // [64, Dkp]: k's G·delta of the segment's rows
+  const int64_t slot = checkpoint_index(d, segment, h, row0, col, kDkp);  // (row0, col); rows Dvp apart
+  // The row whose totals this lane writes (lanes 2i and 2i + 1 hold row i's; the even one writes).
+  const int64_t out_row = row0 + (lane >> 1);
+  const bool writer = (lane & 1) == 0;
+  auto column4 = [&](int which, int t) {
+    return reinterpret_cast<const float4*>(cols + (which * T + t) * kCols)[lane];
+  };
+  auto rows16 = [&](const float* x, int t, float(&out)[16]) {
 #pragma unroll
-        for (int x = 0; x < 2; ++x) du[x] = dus[t * cb + local + x], dov[x] = dos[t * cb + local + x];
-        float dots[4], y[R];  // y: a·S_prev·du
-        partial_state_dots<R>(S, k + t * kDkp, q + t * kDkp, r, dots,
-                              [&](int m) { y[m] = tk.y * fmaf(S[m][0], du[0], S[m][1] * du[1]); });
-        scatter_sum_over_columns<R>(y, c);
-        partials.put_rows<R>(partials.rows1, warp, t, r, c, y);
-        sum_over_rows(dots);
-        float delta[2], od = 0.0f;
+    for (int i = 0; i < 4; ++i) {
+      const float4 f = reinterpret_cast<const float4*>(x + t * kDkp + row0)[i];
+      out[4 * i] = f.x, out[4 * i + 1] = f.y, out[4 * i + 2] = f.z, out[4 * i + 3] = f.w;
+    }
+  };
+  auto load_state = [&](const float* from, float(&X)[16][4]) {
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          delta[x] = tk.x * (vs[t * cb + local + x] - tk.y * dots[x]);
-          od = fmaf(fmaf(tk.y, dots[2 + x], tk.z * delta[x]), dov[x], od);
+    for (int i = 0; i < 16; ++i) {
+      const float4 f =
+          has_cols ? *reinterpret_cast<const float4*>(from + slot + int64_t(i) * dvp) : make_float4(0, 0, 0, 0);
+      X[i][0] = f.x, X[i][1] = f.y, X[i][2] = f.z, X[i][3] = f.w;
+    }
+  };
+
+  {  // G backward over the segment
+    float G[16][4];
+    load_state(s.gcheckpoints, G);
+    float a_next = end < d.rows ? s.tok[end * d.v_heads + h].y : 0.0f;
+    for (int tile = tiles - 1; tile >= 0; --tile) {
+      const int64_t first = begin + int64_t(tile) * T;
+      __syncthreads();  // the previous tile's readers are done
+      stage_tile<T, kDkp, kCols>(d, src, h, first, col0, kCols, shared, threadIdx.x, blockDim.x);
+      __syncthreads();
+      for (int t = T - 1; t >= 0; --t) {
+        const int64_t n = first + t;
+        if (n >= end) continue;
+        const float4 tk = tok[t], vv = column4(0, t), dov = column4(1, t), uv = column4(2, t), ddv = column4(3, t);
+        const float vx[4] = {vv.x, vv.y, vv.z, vv.w}, dox[4] = {dov.x, dov.y, dov.z, dov.w};
+        const float ux[4] = {uv.x, uv.y, uv.z, uv.w}, ddx[4] = {ddv.x, ddv.y, ddv.z, ddv.w};
+        float delta[4], du[4], qr[16], kr[16], y[16];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) delta[x] = tk.x * (vx[x] - ux[x]), du[x] = -tk.x * ddx[x];
+        rows16(q, t, qr);
+        rows16(k, t, kr);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) G[i][x] = fmaf(a_next, G[i][x], qr[i] * dox[x]);
+          y[i] = fmaf(G[i][0], delta[0], fmaf(G[i][1], delta[1], fmaf(G[i][2], delta[2], G[i][3] * delta[3])));
         }
-        od = sum_over_columns(od);
-        if (lane == 0) partials.scalars[(warp * T + t) * 2] = od;
-        update_state<R>(S, tk.y, k + t * kDkp, r, delta,
-                        [&](int m) { y[m] = fmaf(S[m][0], dov[0], S[m][1] * dov[1]); });  // S·do
-        scatter_sum_over_columns<R>(y, c);
-        partials.put_rows<R>(partials.rows0, warp, t, r, c, y);
+        const float total = sum_16_rows_over_lanes(y, lane);
+        if (writer) g_delta[(n - begin) * kDkp + out_row] = total;  // read back by this thread in the S pass
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) G[i][x] = fmaf(kr[i], du[x], G[i][x]);
+        a_next = tk.y;
       }
     }
-    __syncthreads();
-    partials.reduce_rows(partials.rows0, [&](int t, int i, float total) {
-      if (first + t < end) s.dq[((p * d.rows + first + t) * d.v_heads + h) * kDkp + i] = total;
-    });
-    partials.reduce_rows(partials.rows1, [&](int t, int i, float total) {
-      if (first + t < end) s.dk[((p * d.rows + first + t) * d.v_heads + h) * kDkp + i] += total;
-    });
-    partials.reduce_scalars([&](int t, int which, float total) {
-      if (which == 0 && first + t < end) s.dg[(p * d.rows + first + t) * d.v_heads + h] += total;
-    });
-    __syncthreads();
+  }
+  {  // S forward over the segment
+    float S[16][4];
+    load_state(s.checkpoints, S);
+    for (int tile = 0; tile < tiles; ++tile) {
+      const int64_t first = begin + int64_t(tile) * T;
+      __syncthreads();
+      stage_tile<T, kDkp, kCols>(d, src, h, first, col0, kCols, shared, threadIdx.x, blockDim.x);
+      __syncthreads();
+      for (int t = 0; t < T; ++t) {
+        const int64_t n = first + t;
+        if (n >= end) break;
+        const float4 tk = tok[t], vv = column4(0, t), dov = column4(1, t), uv = column4(2, t), ddv = column4(3, t);
+        const float vx[4] = {vv.x, vv.y, vv.z, vv.w}, dox[4] = {dov.x, dov.y, dov.z, dov.w};
+        const float ux[4] = {uv.x, uv.y, uv.z, uv.w}, ddx[4] = {ddv.x, ddv.y, ddv.z, ddv.w};
+        float delta[4], du[4], kr[16], y[16];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) delta[x] = tk.x * (vx[x] - ux[x]), du[x] = -tk.x * ddx[x];
+        if (warp == 0) {  // the block's columns' share of dbeta and of dg's per-row terms
+          float dbeta = 0.0f, dg = 0.0f;
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            dbeta = fmaf(ddx[x], vx[x] - ux[x], dbeta);
+            dg += du[x] * ux[x] - ddx[x] * delta[x];
+          }
+          dbeta = warp_sum(dbeta);
+          dg = warp_sum(dg);
+          if (lane == 0) {
+            s.dbeta[(p * d.rows + n) * d.v_heads + h] = dbeta;
+            s.dg[(p * d.rows + n) * d.v_heads + h] = dg;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          y[i] = tk.y * fmaf(S[i][0], du[0], fmaf(S[i][1], du[1], fmaf(S[i][2], du[2], S[i][3] * du[3])));
+        const float s_du = sum_16_rows_over_lanes(y, lane);  // a·S_prev·du
+        if (writer)
+          s.dk[((p * d.rows + n) * d.v_heads + h) * kDkp + out_row] = g_delta[(n - begin) * kDkp + out_row] + s_du;
+        rows16(k, t, kr);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) S[i][x] = fmaf(tk.y, S[i][x], kr[i] * delta[x]);
+          y[i] = fmaf(S[i][0], dox[0], fmaf(S[i][1], dox[1], fmaf(S[i][2], dox[2], S[i][3] * dox[3])));
+        }
+        const float s_do = sum_16_rows_over_lanes(y, lane);  // S·do
+        if (writer) s.dq[((p * d.rows + n) * d.v_heads + h) * kDkp + out_row] = s_do;
+      }
+    }
   }
 }
 
-// dq and dk per (row, key head), one warp each: the partials summed over column blocks and the value heads reading
-// the key head (in that order), then back through the l2norm: dx = scale·(inv·dy − x·inv³·(x·dy)).
+// dq and dk per (row, key head), one warp each: the partials summed over value heads reading the key head and, per
+// head, over column blocks (in that order), then back through the l2norm: dx = scale·(inv·dy − x·inv³·(x·dy)). On
+// the way, o·do per value head = q·(S·do) (the normalized q's dot with that head's dq before the l2norm) into s.odo.
 __global__ void finish_qk_kernel(GatedDeltaDims d, GatedDeltaPointers in, GatedDeltaGradPointers grads, Scratch s) {
   gpu::wait_for_previous_kernel();
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -637,12 +655,23 @@ __global__ void finish_qk_kernel(GatedDeltaDims d, GatedDeltaPointers in, GatedD
       const int64_t i = lane + 32 * m;
       x[m] = i < d.k_dim ? bf(x_in, n, kh * d.k_dim + i) : 0.0f;
       dy[m] = 0.0f;
-      for (int64_t p = 0; p < parts; ++p)
-        for (int64_t h = kh * group; h < (kh + 1) * group; ++h)
-          dy[m] += partial[((p * d.rows + n) * d.v_heads + h) * dkp + i];
       squares += x[m] * x[m];
-      dot += x[m] * dy[m];
     }
+    for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
+      float od = 0.0f;
+      for (int m = 0; m < dkp / 32; ++m) {
+        const int64_t i = lane + 32 * m;
+        float head = 0.0f;
+        for (int64_t p = 0; p < parts; ++p) head += partial[((p * d.rows + n) * d.v_heads + h) * dkp + i];
+        dy[m] += head;
+        if (which == 0) od = fmaf(s.qn[warp * dkp + i], head, od);
+      }
+      if (which == 0) {
+        od = warp_sum(od);
+        if (lane == 0) s.odo[n * d.v_heads + h] = od;
+      }
+    }
+    for (int m = 0; m < dkp / 32; ++m) dot += x[m] * dy[m];
     const float inv = rsqrtf(warp_sum(squares) + kL2NormEps), scale = which ? 1.0f : 1.0f / sqrtf(float(d.k_dim));
     const float radial = warp_sum(dot) * inv * inv * inv;
     for (int m = 0; m < dkp / 32; ++m) {
@@ -673,6 +702,7 @@ __global__ void finish_gates_kernel(GatedDeltaDims d, GatedDeltaPointers in, Gat
         x += s.dg[(p * d.rows + n) * d.v_heads + h];
         dbeta += s.dbeta[(p * d.rows + n) * d.v_heads + h];
       }
+      x += s.odo[n * d.v_heads + h];
     }
     // cut: the next row restarts the state (or there is none), so nothing after it reaches this row.
     bool cut = n + 1 >= d.rows || s.tok[(n + 1) * d.v_heads + h].y == 0.0f;
@@ -710,16 +740,14 @@ __global__ void finish_gates_kernel(GatedDeltaDims d, GatedDeltaPointers in, Gat
 // Launch
 
 struct SharedSizes {
-  size_t forward, reverse, segment;
+  size_t walk, segment;  // the forward and reverse walks (one column operand each), the segment kernel
 };
 
 SharedSizes shared_sizes(const GatedDeltaDims& d) {
-  const int64_t dkp = padded_k(d.k_dim), fw = forward_warps(d), bw = backward_warps(d);
+  const int64_t dkp = padded_k(d.k_dim), ww = walk_warps(d);
   const size_t f = sizeof(float);
-  return {
-      size_t(2 * tile_floats(kForwardTile, dkp, 8 * fw, 1)) * f,
-      size_t(2 * tile_floats(kBackwardTile, dkp, 8 * bw, 3) + partial_floats(kBackwardTile, dkp, int(bw), false)) * f,
-      size_t(2 * tile_floats(kBackwardTile, dkp, 8 * bw, 3) + partial_floats(kBackwardTile, dkp, int(bw), true)) * f};
+  return {size_t(2 * tile_floats(kWalkTile, dkp, kWarpCols * ww, 1)) * f,
+          size_t(tile_floats(kSegmentTile, dkp, kSegmentCols, 4) + kSegment * dkp) * f};
 }
 
 // Calls f(std::integral_constant<int, R>) for the rows per lane R = Dkp / 8 the head dim pads to.
@@ -743,17 +771,21 @@ cudaError_t launch_prepare(const GatedDeltaDims& d, const GatedDeltaPointers& in
   return gpu::launch_dependent(prepare_kernel, blocks, 256, 0, stream, d, in, s, continue_row0);
 }
 
+// The walks' grid: (32-column blocks, value heads), the computing warps and the producers.
+dim3 walk_grid(const GatedDeltaDims& d) {
+  return dim3(unsigned(ceil_div(padded_v(d.v_dim), kWarpCols * walk_warps(d))), unsigned(d.v_heads));
+}
+unsigned walk_threads(const GatedDeltaDims& d) { return unsigned(32 * (walk_warps(d) + kProducerWarps)); }
+
 template <bool kForBackward>
 cudaError_t launch_forward_walk(const GatedDeltaDims& d, const GatedDeltaPointers& in, StridedBf16 out,
                                 const Scratch& s, cudaStream_t stream) {
-  const int warps = forward_warps(d);
-  const dim3 grid(unsigned(ceil_div(padded_v(d.v_dim), 8 * warps)), unsigned(d.v_heads));
-  const size_t shared = shared_sizes(d).forward;
+  const size_t shared = shared_sizes(d).walk;
   return with_rows_per_lane(d.k_dim, [&](auto rows) {
     auto* kernel = forward_kernel<decltype(rows)::value, kForBackward>;
     const cudaError_t status = gpu::allow_dynamic_shared_memory(kernel);
     if (status != cudaSuccess) return status;
-    return gpu::launch_dependent(kernel, grid, 32 * (warps + kProducerWarps), shared, stream, d, in, out, s);
+    return gpu::launch_dependent(kernel, walk_grid(d), walk_threads(d), shared, stream, d, in, out, s);
   });
 }
 
@@ -761,7 +793,7 @@ cudaError_t launch_forward_walk(const GatedDeltaDims& d, const GatedDeltaPointer
 
 size_t gated_delta_rule_shared_bytes(const GatedDeltaDims& dims) {
   const SharedSizes s = shared_sizes(dims);
-  return std::max({s.forward, s.reverse, s.segment});
+  return std::max(s.walk, s.segment);
 }
 
 size_t gated_delta_rule_forward_workspace_bytes(const GatedDeltaDims& dims) {
@@ -795,19 +827,18 @@ cudaError_t launch_gated_delta_rule_backward(const GatedDeltaDims& d, const Gate
   cudaError_t status = launch_prepare(d, fresh, s, false, stream);
   if (status != cudaSuccess) return status;
   if ((status = launch_forward_walk<true>(d, fresh, StridedBf16{}, s, stream)) != cudaSuccess) return status;
-  const int warps = backward_warps(d), threads = 32 * (warps + kProducerWarps);
   const unsigned parts = unsigned(backward_parts(d)), heads = unsigned(d.v_heads);
   const SharedSizes shared = shared_sizes(d);
   status = with_rows_per_lane(d.k_dim, [&](auto rows) {
     constexpr int R = decltype(rows)::value;
     cudaError_t st = gpu::allow_dynamic_shared_memory(reverse_kernel<R>);
     if (st != cudaSuccess) return st;
-    st = gpu::launch_dependent(reverse_kernel<R>, dim3(parts, heads), threads, shared.reverse, stream, d, in.v, dout,
-                               grads.v, s);
+    st = gpu::launch_dependent(reverse_kernel<R>, walk_grid(d), walk_threads(d), shared.walk, stream, d, dout, grads.v,
+                               s);
     if (st != cudaSuccess) return st;
     if ((st = gpu::allow_dynamic_shared_memory(segment_kernel<R>)) != cudaSuccess) return st;
-    return gpu::launch_dependent(segment_kernel<R>, dim3(unsigned(ceil_div(d.rows, kSegment)), parts * heads), threads,
-                                 shared.segment, stream, d, in.v, dout, s);
+    return gpu::launch_dependent(segment_kernel<R>, dim3(unsigned(ceil_div(d.rows, kSegment)), parts * heads),
+                                 unsigned(16 * R), shared.segment, stream, d, in.v, dout, s);
   });
   if (status != cudaSuccess) return status;
   const unsigned qk_blocks = unsigned(ceil_div(d.rows * d.k_heads, 8));
