@@ -3,10 +3,12 @@
 // h = 1e-2 give differences accurate to ~1e-4, so the tolerance on ‖a − b‖ / ‖b‖ is 1e-2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
 
+#include "gradcheck_util.h"
 #include "moetune/ops/activation.h"
 #include "moetune/ops/attention.h"
 #include "moetune/ops/embedding.h"
@@ -17,7 +19,6 @@
 #include "moetune/ops/permute.h"
 #include "moetune/ops/rope.h"
 #include "moetune/ops/router.h"
-#include "gradcheck_util.h"
 
 namespace moetune::ops {
 namespace {
@@ -293,6 +294,36 @@ TEST(Router, ChoiceBiasChoosesButDoesNotWeigh) {
   const std::vector<float> dweight = {0.5f, -1.0f};
   EXPECT_TRUE(router_topk_backward(biased, dweight).same_bytes(router_topk_backward(forced, dweight)));
   EXPECT_EQ(router_topk_forward(logits, 2, true).expert, (std::vector<int32_t>{0, 1}));
+}
+
+// GPT-OSS's and Granite's top-k-then-softmax router weighed at given choices: its own choices give the forward's
+// weights bit for bit (and so its backward), and other choices get the softmax over their logits in their order.
+TEST(Router, TopkThenSoftmaxWeighsGivenChoices) {
+  std::mt19937 rng(20261206);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(5 * 7);
+  for (float& v : values) v = normal(rng);
+  const Tensor logits = Tensor::from_vector(values, {5, 7});
+  const Routing own = router_topk_then_softmax_forward(logits, 3);
+  const Routing forced = router_topk_then_softmax_weigh(logits, own.expert, 3);
+  EXPECT_EQ(forced.expert, own.expert);
+  EXPECT_EQ(forced.weight, own.weight);
+  std::vector<float> dweight(own.weight.size());
+  for (float& d : dweight) d = normal(rng);
+  EXPECT_TRUE(
+      router_topk_then_softmax_backward(own, dweight).same_bytes(router_topk_then_softmax_backward(forced, dweight)));
+
+  std::vector<int32_t> other = own.expert;
+  std::swap(other[0], other[2]);  // token 0's choices in another order, then its 3rd replaced by an unchosen expert
+  for (int32_t e = 0; e < 7; ++e)
+    if (std::find(own.expert.begin(), own.expert.begin() + 3, e) == own.expert.begin() + 3) other[2] = e;
+  const Routing weighed = router_topk_then_softmax_weigh(logits, other, 3);
+  const float* l = logits.data<float>();
+  double total = 0;
+  for (int j = 0; j < 3; ++j) total += std::exp(double(l[other[size_t(j)]]));
+  for (int j = 0; j < 3; ++j)
+    EXPECT_NEAR(weighed.weight[size_t(j)], std::exp(double(l[other[size_t(j)]])) / total, 1e-6);
+  EXPECT_THROW(router_topk_then_softmax_weigh(logits, {0, 1}, 3), Error);
 }
 
 }  // namespace

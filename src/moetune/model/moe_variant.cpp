@@ -30,7 +30,8 @@ ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor&
 ops::Routing route_chosen(const RouterSpec& router, const Tensor& logits, const std::vector<int32_t>& chosen) {
   if (router.is_softmax_then_grouped_topk())
     return ops::router_topk_weigh(logits, chosen, router.top_k, router.renormalize, softmax_topk_options(router));
-  MOETUNE_CHECK(is_sigmoid_group_limited(router), "forced routing is not implemented for GPT-OSS's router");
+  if (router.is_topk_then_softmax()) return ops::router_topk_then_softmax_weigh(logits, chosen, router.top_k);
+  MOETUNE_CHECK(is_sigmoid_group_limited(router), "forced routing is not implemented for this router");
   return ops::sigmoid_router_weigh(logits, chosen, group_limited(router));
 }
 

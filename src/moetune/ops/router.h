@@ -44,6 +44,9 @@ Tensor router_topk_backward(const Routing& routing, const std::vector<float>& dw
 // GPT-OSS's router (GptOssTopKRouter): top-k of the raw logits, largest first (ties to the lower expert index),
 // then the weights are the softmax over only those k logits.
 Routing router_topk_then_softmax_forward(const Tensor& logits, int64_t top_k);
+// The same weights for given choices (chosen [T * k], each token's k experts in the order they take): what the forward
+// gives them, bit for bit, where they are its own; for tests that force one engine's choices on another.
+Routing router_topk_then_softmax_weigh(const Tensor& logits, const std::vector<int32_t>& chosen, int64_t top_k);
 // Given d(weight) [T * k]: returns d(logits) [T, E], zero outside each token's k chosen experts.
 Tensor router_topk_then_softmax_backward(const Routing& routing, const std::vector<float>& dweight);
 
