@@ -31,7 +31,7 @@ ops::Routing route_chosen(const RouterSpec& router, const Tensor& logits, const 
   if (router.is_softmax_then_grouped_topk())
     return ops::router_topk_weigh(logits, chosen, router.top_k, router.renormalize, softmax_topk_options(router));
   if (router.is_topk_then_softmax()) return ops::router_topk_then_softmax_weigh(logits, chosen, router.top_k);
-  MOETUNE_CHECK(is_sigmoid_group_limited(router), "forced routing is not implemented for this router");
+  MOETUNE_CHECK(is_sigmoid_group_limited(router), "route_chosen: a router the CPU does not run");
   return ops::sigmoid_router_weigh(logits, chosen, group_limited(router));
 }
 

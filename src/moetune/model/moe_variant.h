@@ -26,8 +26,7 @@ bool cpu_runs_router(const RouterSpec& router);
 // logits [T, E]; correction_bias [E] (DeepSeek-V3's e_score_correction_bias) or undefined.
 ops::Routing route(const RouterSpec& router, const Tensor& logits, const Tensor& correction_bias = Tensor());
 // route() with each token's k experts given (chosen [T·k]) instead of chosen here: the weights route() would give
-// them. The softmax, top-k-then-softmax (GPT-OSS, Granite) and sigmoid routers; for tests that force one engine's
-// choices on another.
+// them, for every router the CPU runs (cpu_runs_router); for tests that force one engine's choices on another.
 ops::Routing route_chosen(const RouterSpec& router, const Tensor& logits, const std::vector<int32_t>& chosen);
 // d(logits) [T, E] from d(routing weights) [T·k].
 Tensor route_backward(const RouterSpec& router, const ops::Routing& routing, const std::vector<float>& dweight);
