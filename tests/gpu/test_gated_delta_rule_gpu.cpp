@@ -55,6 +55,7 @@ class GatedDeltaRuleGpu : public testing::ColumnBlockGpuTest {
     ops::GatedDeltaShape shape;
     ops::DocumentStarts starts;
     Tensor starts_gpu;
+    std::vector<int64_t> split_rows;  // every start: the walks split where the kernels choose
   };
 
   Operands operands(const Case& c) {
@@ -89,6 +90,7 @@ class GatedDeltaRuleGpu : public testing::ColumnBlockGpuTest {
     for (int64_t n : c.starts)
       if (n < c.rows) o.starts[size_t(n)] = 1;
     o.starts_gpu = ops::cuda::upload_row_flags(o.starts);
+    o.split_rows = ops::document_start_rows(o.starts);
     return o;
   }
 
@@ -109,7 +111,7 @@ class GatedDeltaRuleGpu : public testing::ColumnBlockGpuTest {
                                       << c.v_heads << " value heads of " << c.v_dim);
     const Operands o = operands(c);
     const ColumnBlock out = poisoned_block(c.rows, c.v_heads * c.v_dim, 1);
-    ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out);
+    ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out, Tensor(), o.split_rows);
     const Tensor expected = ops::gated_delta_rule_forward(o.cpu, o.cpu_params, o.shape, o.starts);
     EXPECT_LT(relative_error(cpu_block(out), expected), kBf16Tolerance) << "out";
 
@@ -122,7 +124,7 @@ class GatedDeltaRuleGpu : public testing::ColumnBlockGpuTest {
         ops::gated_delta_rule_backward(cpu_block(dout), o.cpu, o.cpu_params, o.shape, o.starts, expected_dparams);
     const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);
     ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
-                                         d_a_log);
+                                         d_a_log, o.split_rows);
     EXPECT_LT(relative_error(cpu_block(grads.q), expected_grads.q), kBf16Tolerance) << "dq";
     EXPECT_LT(relative_error(cpu_block(grads.k), expected_grads.k), kBf16Tolerance) << "dk";
     EXPECT_LT(relative_error(cpu_block(grads.v), expected_grads.v), kBf16Tolerance) << "dv";
@@ -193,7 +195,9 @@ TEST_F(GatedDeltaRuleGpu, ContinuesFromItsState) {
     const Tensor state_cpu = initial.clone(), state_gpu = initial.to(Device::cuda());
     const Tensor expected = ops::gated_delta_rule_forward(o.cpu, o.cpu_params, o.shape, o.starts, state_cpu);
     const ColumnBlock out = poisoned_block(c.rows, c.v_heads * c.v_dim, 0);
-    ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out, state_gpu);
+    // The split rows are given too: a state is carried by one walk whatever they say.
+    ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out, state_gpu,
+                                        ops::document_start_rows(o.starts));
     EXPECT_LT(relative_error(cpu_block(out), expected), kBf16Tolerance) << "out";
     EXPECT_LT(relative_error(to_cpu_f32(state_gpu), state_cpu), 1e-4) << "final state";
   }
@@ -213,13 +217,45 @@ TEST_F(GatedDeltaRuleGpu, BackwardIsDeterministic) {
       const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
       const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
       ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
-                                           d_a_log);
+                                           d_a_log, o.split_rows);
       runs.push_back({grads.q.tensor.to(Device::cpu()), grads.a.tensor.to(Device::cpu()), d_dt_bias.to(Device::cpu()),
                       d_a_log.to(Device::cpu())});
     }
     for (size_t i = 0; i < runs[0].size(); ++i) {
       ASSERT_EQ(runs[0][i].nbytes(), runs[1][i].nbytes());
       EXPECT_EQ(std::memcmp(runs[0][i].raw_data(), runs[1][i].raw_data(), runs[0][i].nbytes()), 0) << "output " << i;
+    }
+  }
+}
+
+// Walks split at document starts compute what one walk over all rows computes, bit for bit: at a start the state
+// is multiplied by a = 0 either way. Documents of every length (one row, across 64-row segments, a start on the last
+// row), more starts than walks (8 at most), forward and every gradient.
+TEST_F(GatedDeltaRuleGpu, SplitWalksGiveTheOneWalksBits) {
+  SCOPED_TRACE(seed());
+  for (const Case& c : {Case{700, 2, 4, 64, 48, {1, 64, 65, 130, 250, 251, 300, 400, 401, 520, 640, 699}},
+                        Case{8192 / 16, 2, 4, 128, 128, {256}}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << c.starts.size() << " starts");
+    const Operands o = operands(c);
+    const ColumnBlock dout = random_gpu({c.rows, c.v_heads * c.v_dim});
+    std::vector<std::vector<Tensor>> runs;
+    for (const bool split : {false, true}) {
+      const std::vector<int64_t> none;
+      const std::vector<int64_t>& rows = split ? o.split_rows : none;
+      const ColumnBlock out = poisoned_block(c.rows, c.v_heads * c.v_dim, 0);
+      ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out, Tensor(), rows);
+      const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);  // dq, dk, dv in one tensor; da, db in another
+      const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
+      const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
+      ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
+                                           d_a_log, rows);
+      runs.push_back({out.tensor.to(Device::cpu()), grads.q.tensor.to(Device::cpu()), grads.a.tensor.to(Device::cpu()),
+                      d_dt_bias.to(Device::cpu()), d_a_log.to(Device::cpu())});
+    }
+    const char* names[] = {"out", "dq, dk, dv", "da, db", "d dt_bias", "d A_log"};
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      ASSERT_EQ(runs[0][i].nbytes(), runs[1][i].nbytes());
+      EXPECT_EQ(std::memcmp(runs[0][i].raw_data(), runs[1][i].raw_data(), runs[0][i].nbytes()), 0) << names[i];
     }
   }
 }
@@ -237,6 +273,14 @@ TEST_F(GatedDeltaRuleGpu, RefusesWhatItCannotRun) {
   // dt_bias BF16, A_log F32.
   const Tensor f32_a_log = to_cpu_f32(o.a_log).to(Device::cuda());
   EXPECT_THROW(ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, f32_a_log, o.shape, o.starts_gpu, out), Error);
+  // Split rows out of order, past the end, or without document starts.
+  const std::vector<int64_t> backwards{5, 3}, past{8}, some{4};
+  for (const std::vector<int64_t>* rows : {&backwards, &past})
+    EXPECT_THROW(
+        ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out, Tensor(), *rows),
+        Error);
+  EXPECT_THROW(ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, Tensor(), out, Tensor(), some),
+               Error);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -250,17 +294,23 @@ TEST_F(GatedDeltaRuleGpu, DISABLED_QwenNextWidths) {
   const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);
   const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
   const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
-  const double forward =
-      mean_gpu_ms([&] { ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out); });
-  const double backward = mean_gpu_ms([&] {
-    ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
-                                         d_a_log);
-  });
-  gpu::synchronize();
   std::printf("GATED_DELTA_BENCH tokens %lld (2 x 4096) key heads %lld x %lld value heads %lld x %lld\n",
               (long long)c.rows, (long long)c.k_heads, (long long)c.k_dim, (long long)c.v_heads, (long long)c.v_dim);
-  std::printf("GATED_DELTA_BENCH fwd %8.3f ms  bwd %8.3f ms  peak GPU memory %.2f GiB\n", forward, backward,
-              double(gpu::memory_stats().peak_in_use) / (1 << 30));
+  // One walk over the 8192 rows, then the two documents' walks side by side (the mixer's way).
+  for (const bool split : {false, true}) {
+    const std::vector<int64_t> none;
+    const std::vector<int64_t>& rows = split ? o.split_rows : none;
+    const double forward = mean_gpu_ms([&] {
+      ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out, Tensor(), rows);
+    });
+    const double backward = mean_gpu_ms([&] {
+      ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
+                                           d_a_log, rows);
+    });
+    gpu::synchronize();
+    std::printf("GATED_DELTA_BENCH %s fwd %8.3f ms  bwd %8.3f ms  peak GPU memory %.2f GiB\n",
+                split ? "2 walks" : "1 walk ", forward, backward, double(gpu::memory_stats().peak_in_use) / (1 << 30));
+  }
 }
 
 }  // namespace

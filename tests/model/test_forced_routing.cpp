@@ -44,8 +44,9 @@ TEST(ForcedRouting, OwnChoicesGiveTheFreeModelsBits) {
     const std::vector<Tensor>& a = free.parameters().grads();
     const std::vector<Tensor>& b = forced.parameters().grads();
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i)
+    for (size_t i = 0; i < a.size(); ++i) {
       if (a[i].defined()) EXPECT_TRUE(a[i].same_bytes(b[i])) << "gradient " << i;
+    }
     ++checked;
     std::printf("forced routing: %s\n", name.c_str());
   }

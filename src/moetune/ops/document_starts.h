@@ -11,4 +11,12 @@ namespace moetune::ops {
 // document, each edge between padding and tokens).
 using DocumentStarts = std::vector<uint8_t>;
 
+// The rows whose flag is set, ascending.
+inline std::vector<int64_t> document_start_rows(const DocumentStarts& starts) {
+  std::vector<int64_t> rows;
+  for (size_t n = 0; n < starts.size(); ++n)
+    if (starts[n]) rows.push_back(int64_t(n));
+  return rows;
+}
+
 }  // namespace moetune::ops

@@ -72,7 +72,8 @@ Tensor gated_delta_mixer_forward_gpu(const GatedDeltaSpec& spec, const GatedDelt
   ops::cuda::mamba2_conv_forward(split.qkv(projected), w.conv, Tensor(), rows.starts, rows.valid, conv);
   phase.next("gated_delta.rule");
   Tensor core = device_bf16({x.size(0), spec.value_dim()});
-  ops::cuda::gated_delta_rule_forward(split.rule(projected, conv), w.dt_bias, w.a_log, spec.shape(), rows.starts, core);
+  ops::cuda::gated_delta_rule_forward(split.rule(projected, conv), w.dt_bias, w.a_log, spec.shape(), rows.starts, core,
+                                      Tensor(), rows.start_rows);
   phase.next("gated_delta.norm+out_proj");
   Tensor out = project(gated_norm(spec, w, core, projected), w.out_proj, lora.out_proj, lora.pass);
   if (stash) *stash = {input, projected, conv, core};
@@ -108,7 +109,8 @@ Tensor gated_delta_mixer_backward_gpu(const GatedDeltaSpec& spec, const GatedDel
   phase.next("gated_delta.rule.bwd");
   Tensor dconv = device_bf16(stash.conv.shape());
   ops::cuda::gated_delta_rule_backward(dcore, split.rule(stash.projected, stash.conv), w.dt_bias, w.a_log, spec.shape(),
-                                       rows.starts, split.rule(dprojected, dconv), grads.dt_bias, grads.a_log);
+                                       rows.starts, split.rule(dprojected, dconv), grads.dt_bias, grads.a_log,
+                                       rows.start_rows);
   // Padding rows of the conv output were zeroed: the conv backward reads their gradient as 0.
   phase.next("gated_delta.conv.bwd");
   ops::cuda::mamba2_conv_backward(dconv, split.qkv(stash.projected), w.conv, Tensor(), rows.starts, rows.valid,

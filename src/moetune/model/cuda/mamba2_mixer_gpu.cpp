@@ -6,6 +6,7 @@
 #include "moetune/ops/cuda/mamba2_conv.h"
 #include "moetune/ops/cuda/mamba2_scan.h"
 #include "moetune/ops/cuda/mamba2_step.h"
+#include "moetune/ops/document_starts.h"
 
 namespace moetune::model::cuda {
 namespace {
@@ -39,7 +40,8 @@ Tensor gated_norm(const Mamba2Spec& spec, const Mamba2Weights& w, const Tensor& 
 }  // namespace
 
 Mamba2GpuRows upload_mamba2_rows(const Mamba2Rows& rows) {
-  return {ops::cuda::upload_row_flags(rows.starts), ops::cuda::upload_row_flags(rows.valid)};
+  return {ops::cuda::upload_row_flags(rows.starts), ops::cuda::upload_row_flags(rows.valid),
+          ops::document_start_rows(rows.starts)};
 }
 
 Tensor mamba2_mixer_forward_gpu(const Mamba2Spec& spec, int64_t chunk_size, const Mamba2Weights& w, const Tensor& x,

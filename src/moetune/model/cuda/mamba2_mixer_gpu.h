@@ -5,15 +5,18 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "moetune/core/tensor.h"
 #include "moetune/model/mamba2_mixer.h"
 
 namespace moetune::model::cuda {
 
-// Mamba2Rows on the GPU: U8 [N] flags; valid undefined when there is no padding.
+// Mamba2Rows on the GPU: U8 [N] flags; valid undefined when there is no padding. start_rows: the host's list of
+// the rows `starts` flags (ops::document_start_rows), where the Gated DeltaNet's kernels may split their walks.
 struct Mamba2GpuRows {
   Tensor starts, valid;
+  std::vector<int64_t> start_rows;
 };
 Mamba2GpuRows upload_mamba2_rows(const Mamba2Rows& rows);
 

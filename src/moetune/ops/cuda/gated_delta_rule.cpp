@@ -1,5 +1,6 @@
 #include "moetune/ops/cuda/gated_delta_rule.h"
 
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -60,11 +61,22 @@ GatedDeltaPointers pointers(std::string_view op, const GatedDeltaBlocks& in, con
   return p;
 }
 
+// Split rows must be rows the flags restart (only the host's copy of the flags can say which: the caller's promise),
+// ascending and inside [0, N): those the checks can see are checked.
+GatedDeltaSplits splits(std::string_view op, const GatedDeltaDims& d, const Tensor& starts,
+                        std::span<const int64_t> rows) {
+  MOETUNE_CHECK(rows.empty() || starts.defined(), "{}: {} split rows given without document starts", op, rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    MOETUNE_CHECK(rows[i] >= 0 && rows[i] < d.rows && (i == 0 || rows[i] > rows[i - 1]),
+                  "{}: split row {} (the {}th) is not ascending inside [0, {})", op, rows[i], i, d.rows);
+  return {rows.data(), int64_t(rows.size())};
+}
+
 }  // namespace
 
 void gated_delta_rule_forward(const GatedDeltaBlocks& in, const Tensor& dt_bias, const Tensor& a_log,
                               const GatedDeltaShape& shape, const Tensor& starts, const ColumnBlock& out,
-                              const Tensor& state) {
+                              const Tensor& state, std::span<const int64_t> split_rows) {
   constexpr std::string_view op = "gated_delta_rule_forward";
   const GatedDeltaDims d = checked_dims(op, in, shape);
   GatedDeltaPointers p = pointers(op, in, dt_bias, a_log, d, starts);
@@ -76,14 +88,16 @@ void gated_delta_rule_forward(const GatedDeltaBlocks& in, const Tensor& dt_bias,
   for (const ColumnBlock* input : {&in.q, &in.k, &in.v, &in.a, &in.b})
     MOETUNE_CHECK(!overlaps(out.tensor, input->tensor), "{}: out {} shares memory with an input", op, out.tensor.str());
   void* workspace = gpu::allocate(gated_delta_rule_forward_workspace_bytes(d));
-  const cudaError_t status = launch_gated_delta_rule_forward(d, p, o, workspace, gpu::stream());
+  const cudaError_t status =
+      launch_gated_delta_rule_forward(d, p, o, splits(op, d, starts, split_rows), workspace, gpu::stream());
   gpu::release(workspace);
   gpu::check(status, "gated_delta_rule_forward kernels");
 }
 
 void gated_delta_rule_backward(const ColumnBlock& dout, const GatedDeltaBlocks& in, const Tensor& dt_bias,
                                const Tensor& a_log, const GatedDeltaShape& shape, const Tensor& starts,
-                               const GatedDeltaBlocks& grads, const Tensor& d_dt_bias, const Tensor& d_a_log) {
+                               const GatedDeltaBlocks& grads, const Tensor& d_dt_bias, const Tensor& d_a_log,
+                               std::span<const int64_t> split_rows) {
   constexpr std::string_view op = "gated_delta_rule_backward";
   const GatedDeltaDims d = checked_dims(op, in, shape);
   const GatedDeltaPointers p = pointers(op, in, dt_bias, a_log, d, starts);
@@ -109,7 +123,8 @@ void gated_delta_rule_backward(const ColumnBlock& dout, const GatedDeltaBlocks& 
     *slots[i] = t.raw_data();
   }
   void* workspace = gpu::allocate(gated_delta_rule_backward_workspace_bytes(d));
-  const cudaError_t status = launch_gated_delta_rule_backward(d, p, g, gp, workspace, gpu::stream());
+  const cudaError_t status =
+      launch_gated_delta_rule_backward(d, p, g, gp, splits(op, d, starts, split_rows), workspace, gpu::stream());
   gpu::release(workspace);
   gpu::check(status, "gated_delta_rule_backward kernels");
 }

@@ -5,8 +5,10 @@
 //   u = a·Sᵀk, delta = beta·(v − u), S ← a·S + k ⊗ delta, o = Sᵀq = a·Sᵀq + (k·q)·delta.
 // Column j of S needs only k, q, beta, a and v[j], so the state is spread over warps by columns: a lane owns rows
 // r + 8m (m < Dk/8, r = lane % 8) of 2 columns, 8 columns a warp; Sᵀk and Sᵀq are sums over the 8 lanes of a column
-// (3 shuffle levels) and never leave the warp. Each block walks all N rows of its (32 columns, head) serially; tokens
-// are staged in shared memory T at a time by 2 producer warps while the others compute the previous tile.
+// (3 shuffle levels) and never leave the warp. Each block walks the rows of its walk for its (32 columns, head)
+// serially; tokens are staged in shared memory T at a time by 2 producer warps while the others compute the previous
+// tile. A walk is a span of rows between two document starts (GatedDeltaSplits): the state restarts there, so walks
+// run side by side (a micro-batch of 2 sequences halves the walks' time; at most kMaxWalks, balanced by rows).
 //
 // Backward, per token (G = dL/dS after the token, G~ = dL/d(a·S_prev)):
 //   G = a_next·G~_next + q ⊗ do, ddelta = Gᵀk, dv = beta·ddelta, du = −beta·ddelta, G~ = G + k ⊗ du,
@@ -87,6 +89,15 @@ constexpr int kWarpCols = 8;         // a lane: rows r + 8m, columns 2c, 2c + 1 
 constexpr int kSegmentCols = 128;    // columns of a segment block: 4 a lane; one dq / dk partial per 128 columns
 constexpr int kSegmentRows = 16;     // state rows of a segment block's warp: Dkp / 16 warps
 constexpr float kL2NormEps = 1e-6f;  // transformers' l2norm: x · rsqrt(Σ x² + eps)
+// Walks side by side at most: (value heads × column blocks) blocks each, 128 at Qwen3-Next's widths, so 8 walks
+// fill the H200's 132 SMs ~4 blocks deep; more would only queue.
+constexpr int kMaxWalks = 8;
+
+// The walks: walk w covers rows [first[w], first[w + 1]).
+struct Walks {
+  int count = 1;
+  int64_t first[kMaxWalks + 1] = {};
+};
 
 __host__ __device__ inline int64_t padded_k(int64_t dk) {
   return dk <= 32 ? 32 : dk <= 64 ? 64 : dk <= 128 ? 128 : 256;
@@ -343,7 +354,7 @@ __device__ __forceinline__ void update_state(float (&S)[R][2], float a, const fl
 // 64th row goes to the checkpoints and u per token to s.u (the segment kernel's).
 template <int R, bool kForBackward>
 __global__ void __launch_bounds__(32 * (kWalkWarps + kProducerWarps))
-    forward_kernel(GatedDeltaDims d, GatedDeltaPointers in, StridedBf16 out, Scratch s) {
+    forward_kernel(GatedDeltaDims d, GatedDeltaPointers in, StridedBf16 out, Scratch s, Walks walks) {
   gpu::wait_for_previous_kernel();
   constexpr int T = kWalkTile, kDkp = 8 * R;
   extern __shared__ float4 shared4[];
@@ -360,6 +371,7 @@ __global__ void __launch_bounds__(32 * (kWalkWarps + kProducerWarps))
   const bool idle = col0 + warp * kWarpCols >= dvp;
   const TileSources src{s.qn, s.kn, s.tok, {in.v, StridedBf16{}}, {nullptr, nullptr}};
 
+  // A generation state is given only with one walk (launch_gated_delta_rule_forward), which then starts from it.
   float S[R][2];
 #pragma unroll
   for (int m = 0; m < R; ++m)
@@ -369,21 +381,23 @@ __global__ void __launch_bounds__(32 * (kWalkWarps + kProducerWarps))
       S[m][x] =
           !kForBackward && in.state && i < d.k_dim && j < d.v_dim ? in.state[(h * d.k_dim + i) * d.v_dim + j] : 0.0f;
     }
-  const int64_t tiles = ceil_div(d.rows, T);
+  const int64_t first = walks.first[blockIdx.z], end = walks.first[blockIdx.z + 1];
+  const int64_t tiles = ceil_div(end - first, T);
   const int ptid = threadIdx.x - warps * 32, pthreads = kProducerWarps * 32;
-  if (producer) stage_tile<T, kDkp>(d, src, h, 0, col0, cb, shared, ptid, pthreads);
+  if (producer) stage_tile<T, kDkp>(d, src, h, first, col0, cb, shared, ptid, pthreads);
   __syncthreads();
   for (int64_t tile = 0; tile < tiles; ++tile) {
     if (producer) {
       if (tile + 1 < tiles)
-        stage_tile<T, kDkp>(d, src, h, (tile + 1) * T, col0, cb, shared + ((tile + 1) & 1) * buffer, ptid, pthreads);
+        stage_tile<T, kDkp>(d, src, h, first + (tile + 1) * T, col0, cb, shared + ((tile + 1) & 1) * buffer, ptid,
+                            pthreads);
     } else {
       const float* buf = shared + (tile & 1) * buffer;
       const float4* tok = reinterpret_cast<const float4*>(buf);
       const float *k = buf + 4 * T, *q = k + T * kDkp, *v = q + T * kDkp;
       for (int t = 0; t < T; ++t) {
-        const int64_t n = tile * T + t;
-        if (n >= d.rows) break;
+        const int64_t n = first + tile * T + t;
+        if (n >= end) break;
         if (kForBackward && n % kSegment == 0 && !idle)
 #pragma unroll
           for (int m = 0; m < R; ++m)
@@ -429,7 +443,7 @@ __global__ void __launch_bounds__(32 * (kWalkWarps + kProducerWarps))
 // or the last row's: zeros) goes to s.gcheckpoints. Columns are independent, so nothing is summed across warps.
 template <int R>
 __global__ void __launch_bounds__(32 * (kWalkWarps + kProducerWarps))
-    reverse_kernel(GatedDeltaDims d, StridedBf16 dout, StridedBf16 dv, Scratch s) {
+    reverse_kernel(GatedDeltaDims d, StridedBf16 dout, StridedBf16 dv, Scratch s, Walks walks) {
   gpu::wait_for_previous_kernel();
   constexpr int T = kWalkTile, kDkp = 8 * R;
   extern __shared__ float4 shared4[];
@@ -447,22 +461,26 @@ __global__ void __launch_bounds__(32 * (kWalkWarps + kProducerWarps))
   float G[R][2];
 #pragma unroll
   for (int m = 0; m < R; ++m) G[m][0] = G[m][1] = 0.0f;
-  float a_next = 0.0f;  // the decay of the row after: G = a_next · G~ + q ⊗ do
-  const int64_t tiles = ceil_div(d.rows, T);
+  // The decay of the row after: G = a_next · G~ + q ⊗ do. Past the walk's end it is 0: the next walk's first row
+  // restarts the state, so nothing of its G reaches this walk.
+  float a_next = 0.0f;
+  const int64_t first = walks.first[blockIdx.z], end = walks.first[blockIdx.z + 1];
+  const int64_t tiles = ceil_div(end - first, T);
   const int ptid = threadIdx.x - warps * 32, pthreads = kProducerWarps * 32;
-  if (producer) stage_tile<T, kDkp>(d, src, h, (tiles - 1) * T, col0, cb, shared, ptid, pthreads);
+  if (producer) stage_tile<T, kDkp>(d, src, h, first + (tiles - 1) * T, col0, cb, shared, ptid, pthreads);
   __syncthreads();
   for (int64_t tile = tiles - 1, step = 0; tile >= 0; --tile, ++step) {
     if (producer) {
       if (tile > 0)
-        stage_tile<T, kDkp>(d, src, h, (tile - 1) * T, col0, cb, shared + ((step + 1) & 1) * buffer, ptid, pthreads);
+        stage_tile<T, kDkp>(d, src, h, first + (tile - 1) * T, col0, cb, shared + ((step + 1) & 1) * buffer, ptid,
+                            pthreads);
     } else {
       const float* buf = shared + (step & 1) * buffer;
       const float4* tok = reinterpret_cast<const float4*>(buf);
       const float *k = buf + 4 * T, *q = k + T * kDkp, *dos = q + T * kDkp;
       for (int t = T - 1; t >= 0; --t) {
-        const int64_t n = tile * T + t;
-        if (n >= d.rows) continue;
+        const int64_t n = first + tile * T + t;
+        if (n >= end) continue;
         if ((n % kSegment == kSegment - 1 || n == d.rows - 1) && !idle)
 #pragma unroll
           for (int m = 0; m < R; ++m)
@@ -771,21 +789,37 @@ cudaError_t launch_prepare(const GatedDeltaDims& d, const GatedDeltaPointers& in
   return gpu::launch_dependent(prepare_kernel, blocks, 256, 0, stream, d, in, s, continue_row0);
 }
 
-// The walks' grid: (32-column blocks, value heads), the computing warps and the producers.
-dim3 walk_grid(const GatedDeltaDims& d) {
-  return dim3(unsigned(ceil_div(padded_v(d.v_dim), kWarpCols * walk_warps(d))), unsigned(d.v_heads));
+// The walks over the splits' rows: cut at a split row once the walk has ~N / kMaxWalks rows, so at most kMaxWalks
+// walks (all but the last hold at least ceil(N / (kMaxWalks − 1)) rows) of similar lengths where the splits allow.
+Walks plan_walks(int64_t rows, GatedDeltaSplits splits) {
+  Walks walks;
+  const int64_t least = ceil_div(rows, kMaxWalks - 1);
+  for (int64_t i = 0; i < splits.count; ++i) {
+    const int64_t row = splits.rows[i];
+    if (row > walks.first[walks.count - 1] && row < rows && row - walks.first[walks.count - 1] >= least &&
+        walks.count < kMaxWalks)
+      walks.first[walks.count++] = row;
+  }
+  walks.first[walks.count] = rows;
+  return walks;
+}
+
+// The walks' grid: (32-column blocks, value heads, walks), the computing warps and the producers.
+dim3 walk_grid(const GatedDeltaDims& d, const Walks& walks) {
+  return dim3(unsigned(ceil_div(padded_v(d.v_dim), kWarpCols * walk_warps(d))), unsigned(d.v_heads),
+              unsigned(walks.count));
 }
 unsigned walk_threads(const GatedDeltaDims& d) { return unsigned(32 * (walk_warps(d) + kProducerWarps)); }
 
 template <bool kForBackward>
 cudaError_t launch_forward_walk(const GatedDeltaDims& d, const GatedDeltaPointers& in, StridedBf16 out,
-                                const Scratch& s, cudaStream_t stream) {
+                                const Scratch& s, const Walks& walks, cudaStream_t stream) {
   const size_t shared = shared_sizes(d).walk;
   return with_rows_per_lane(d.k_dim, [&](auto rows) {
     auto* kernel = forward_kernel<decltype(rows)::value, kForBackward>;
     const cudaError_t status = gpu::allow_dynamic_shared_memory(kernel);
     if (status != cudaSuccess) return status;
-    return gpu::launch_dependent(kernel, walk_grid(d), walk_threads(d), shared, stream, d, in, out, s);
+    return gpu::launch_dependent(kernel, walk_grid(d, walks), walk_threads(d), shared, stream, d, in, out, s, walks);
   });
 }
 
@@ -809,32 +843,35 @@ size_t gated_delta_rule_backward_workspace_bytes(const GatedDeltaDims& dims) {
 }
 
 cudaError_t launch_gated_delta_rule_forward(const GatedDeltaDims& d, const GatedDeltaPointers& in, StridedBf16 out,
-                                            void* workspace, cudaStream_t stream) {
+                                            GatedDeltaSplits splits, void* workspace, cudaStream_t stream) {
   if (d.rows == 0) return cudaSuccess;
   const Scratch s = carve(d, workspace, false, nullptr);
   cudaError_t status = launch_prepare(d, in, s, in.state != nullptr, stream);
   if (status != cudaSuccess) return status;
-  return launch_forward_walk<false>(d, in, out, s, stream);
+  // A generation state goes in at row 0 and comes out after the last row: one walk carries it.
+  const Walks walks = plan_walks(d.rows, in.state ? GatedDeltaSplits{} : splits);
+  return launch_forward_walk<false>(d, in, out, s, walks, stream);
 }
 
 cudaError_t launch_gated_delta_rule_backward(const GatedDeltaDims& d, const GatedDeltaPointers& in, StridedBf16 dout,
-                                             const GatedDeltaGradPointers& grads, void* workspace,
-                                             cudaStream_t stream) {
+                                             const GatedDeltaGradPointers& grads, GatedDeltaSplits splits,
+                                             void* workspace, cudaStream_t stream) {
   if (d.rows == 0) return cudaSuccess;
   const Scratch s = carve(d, workspace, true, nullptr);
+  const Walks walks = plan_walks(d.rows, splits);
   GatedDeltaPointers fresh = in;
   fresh.state = nullptr;  // the backward starts row 0 from zeros
   cudaError_t status = launch_prepare(d, fresh, s, false, stream);
   if (status != cudaSuccess) return status;
-  if ((status = launch_forward_walk<true>(d, fresh, StridedBf16{}, s, stream)) != cudaSuccess) return status;
+  if ((status = launch_forward_walk<true>(d, fresh, StridedBf16{}, s, walks, stream)) != cudaSuccess) return status;
   const unsigned parts = unsigned(backward_parts(d)), heads = unsigned(d.v_heads);
   const SharedSizes shared = shared_sizes(d);
   status = with_rows_per_lane(d.k_dim, [&](auto rows) {
     constexpr int R = decltype(rows)::value;
     cudaError_t st = gpu::allow_dynamic_shared_memory(reverse_kernel<R>);
     if (st != cudaSuccess) return st;
-    st = gpu::launch_dependent(reverse_kernel<R>, walk_grid(d), walk_threads(d), shared.walk, stream, d, dout, grads.v,
-                               s);
+    st = gpu::launch_dependent(reverse_kernel<R>, walk_grid(d, walks), walk_threads(d), shared.walk, stream, d, dout,
+                               grads.v, s, walks);
     if (st != cudaSuccess) return st;
     if ((st = gpu::allow_dynamic_shared_memory(segment_kernel<R>)) != cudaSuccess) return st;
     return gpu::launch_dependent(segment_kernel<R>, dim3(unsigned(ceil_div(d.rows, kSegment)), parts * heads),

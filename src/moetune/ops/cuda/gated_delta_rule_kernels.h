@@ -48,11 +48,20 @@ size_t gated_delta_rule_shared_bytes(const GatedDeltaDims& dims);
 size_t gated_delta_rule_forward_workspace_bytes(const GatedDeltaDims& dims);
 size_t gated_delta_rule_backward_workspace_bytes(const GatedDeltaDims& dims);
 
+// Rows where `starts` is set that the recurrence may be split at: the state walks over the rows between two of
+// them in parallel (a micro-batch's sequences, a packed batch's documents). Any subset of the set rows is correct;
+// none (or a generation state, which one walk carries from row 0 to the end): one walk over all N rows.
+struct GatedDeltaSplits {
+  const int64_t* rows = nullptr;  // ascending, host memory
+  int64_t count = 0;
+};
+
 cudaError_t launch_gated_delta_rule_forward(const GatedDeltaDims& dims, const GatedDeltaPointers& in, StridedBf16 out,
-                                            void* workspace, cudaStream_t stream);
+                                            GatedDeltaSplits splits, void* workspace, cudaStream_t stream);
 
 // Given dout [N, Hv·Dv]: the inputs' gradients and the parameters' (row 0 starts from zeros; in.state is ignored).
 cudaError_t launch_gated_delta_rule_backward(const GatedDeltaDims& dims, const GatedDeltaPointers& in, StridedBf16 dout,
-                                             const GatedDeltaGradPointers& grads, void* workspace, cudaStream_t stream);
+                                             const GatedDeltaGradPointers& grads, GatedDeltaSplits splits,
+                                             void* workspace, cudaStream_t stream);
 
 }  // namespace moetune::ops::cuda
