@@ -48,13 +48,13 @@ constexpr Tolerances kAgainstCpuOnBf16Weights{5e-2, 2e-2, 1.5e-1};
 // weights and 0.21 / 0.35 / 0.26 off transformers' fp32 fixture (H100, session 39). Its logits and losses hold the
 // common bounds.
 // granitemoehybrid_tiny's packed batch routes token 9 of layer 1 on a near-tie: transformers' fp32 logits for its
-// 2nd and 3rd experts are 6.3e-4 apart (up to 4.5 in size: tests/reference/router_gaps.py), far inside bf16's noise,
-// and Granite's top-k-then-softmax router is not forced here (route_chosen weighs it since session 40; forcing it in
-// this test, which would let the CPU follow the flip, is still to be run on a GPU).
-// On the H200 (session 40) that layer's router weight gradient was 0.96 off the CPU engine on the same bf16 weights
-// and every gradient below it 0.2-0.57 off both references, while the logits (4.1e-2, 4.8e-2) and losses held the
-// common bounds and the plain and padded batches (smallest gaps 2.9e-2, 1.8e-2) held every bound. That batch's
-// gradients are printed, not held.
+// 2nd and 3rd experts are 6.3e-4 apart (up to 4.5 in size: tests/reference/router_gaps.py), far inside bf16's noise.
+// On the H200 (session 40, router not forced) that layer's router weight gradient was 0.96 off the CPU engine on the
+// same bf16 weights and every gradient below it 0.2-0.57 off both references, while the logits (4.1e-2, 4.8e-2) and
+// losses held the common bounds and the plain and padded batches (smallest gaps 2.9e-2, 1.8e-2) held every bound.
+// Forced (session 41, H100) the GPU and the CPU choose the same experts for every token and the router gradient is
+// still 0.956 off the CPU (every gradient below it 0.31-0.57 off transformers): not a flip between them, so the
+// cause is still open (a cancelling router gradient, as plain's 0.11 hints, is the guess). Printed, not held.
 Tolerances for_batch(Tolerances base, const std::string& fixture, const std::string& batch) {
   if (fixture == "deepseek_v2_grouped" && batch == "packed") base.gradient = 0.3;
   if (fixture == "qwen3_next_tiny") base.gradient = 0.4;
@@ -88,14 +88,12 @@ constexpr double kNearTieMargin = 2e-2;
 // The softmax routers (Qwen-MoE, Mixtral, OLMoE, DeepSeek-V2's group-limited one) flip near-ties the same way
 // (session 35, H100: deepseek_v2_tiny's padded batch 0.26–0.31 off in its gradients against both references, as
 // far as transformers' own bf16 run is from its fp32 one, tests/reference/bf16_gradient_noise.py), so they are
-// forced too; the top-k-then-softmax routers (GPT-OSS, Granite) are not yet (route_chosen weighs them since session
-// 40).
+// forced too, and so are the top-k-then-softmax routers (GPT-OSS, Granite; route_chosen weighs them since session
+// 40): every router the CPU engine runs (cpu_runs_router).
 bool forces_routing(const ModelSpec& spec) {
   for (const LayerSpec& layer : spec.layers)
     for (const SublayerSpec& sublayer : layer.sublayers)
-      if (const MoeSpec* moe = sublayer.moe();
-          moe && (is_sigmoid_group_limited(moe->router) || moe->router.is_softmax_then_grouped_topk()))
-        return true;
+      if (const MoeSpec* moe = sublayer.moe(); moe && cpu_runs_router(moe->router)) return true;
   return false;
 }
 
