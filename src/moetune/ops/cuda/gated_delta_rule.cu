@@ -58,8 +58,9 @@
 //     restaging each 16-token tile per pass: ≈ 2-2.5 ms.
 //   forward walk 3.9 ms (unchanged but for the checkpoints' layout), prepare 0.1 ms, finish ~0.5 ms.
 //   Backward ≈ 0.1 + 3.9 + ~3 + ~2.3 + 0.5 ≈ 10 ms (was 40.5 ms); forward 3.8 ms as before.
-// Measured (H200, session 40, GatedDeltaRuleGpu.DISABLED_QwenNextWidths): backward 12.6 ms, forward 4.05 ms; the
-// per-kernel split is still to be read (the trace summary merged kernels sharing a signature).
+// Measured (H200, session 40, GatedDeltaRuleGpu.DISABLED_QwenNextWidths): backward 12.6 ms, forward 4.05 ms. Split
+// (H100, session 41, one walk): forward walk 3.9 ms, reverse walk 4.0, segment kernel 3.7, finish 0.9, prepare 0.1.
+// With the two documents' walks side by side (Walks): forward 2.26 ms, backward 9.11 (walks 2.1 and 2.3 ms).
 // Workspace of the backward: normalized q, k (134 MB), token scalars (4 MB), S and G checkpoints (2 × 268 MB), u and
 // ddelta (2 × 134 MB), dq and dk partials (2 × 134 MB), dbeta, dg, o·do (3 MB): ~1.21 GB (was ~0.81 GB).
 #include <algorithm>
