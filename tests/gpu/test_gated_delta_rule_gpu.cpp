@@ -10,9 +10,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "column_block_test.h"
@@ -104,6 +104,27 @@ class GatedDeltaRuleGpu : public testing::ColumnBlockGpuTest {
             {dconv, 2 * qk, vw},
             {dprojected, 2, c.v_heads},
             {dprojected, 2 + c.v_heads, c.v_heads}};
+  }
+
+  // The forward pass and one backward pass into fresh gradients, copied to the CPU for comparing bits: out, dq / dk /
+  // dv (one tensor), da / db (another), d(dt_bias), d(A_log).
+  static constexpr const char* kOutputNames[] = {"out", "dq, dk, dv", "da, db", "d dt_bias", "d A_log"};
+  std::vector<Tensor> pass_outputs(const Case& c, const Operands& o, const ColumnBlock& dout,
+                                   std::span<const int64_t> split_rows) {
+    const ColumnBlock out = poisoned_block(c.rows, c.v_heads * c.v_dim, 0);
+    ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out, Tensor(), split_rows);
+    const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);
+    const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
+    const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
+    ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
+                                         d_a_log, split_rows);
+    return {out.tensor.to(Device::cpu()), grads.q.tensor.to(Device::cpu()), grads.a.tensor.to(Device::cpu()),
+            d_dt_bias.to(Device::cpu()), d_a_log.to(Device::cpu())};
+  }
+
+  static void expect_same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].same_bytes(b[i])) << kOutputNames[i];
   }
 
   void check(const Case& c) {
@@ -203,7 +224,7 @@ TEST_F(GatedDeltaRuleGpu, ContinuesFromItsState) {
   }
 }
 
-// Two backward passes over the same inputs write the same bits (no atomics; fixed summation orders).
+// Two passes over the same inputs write the same bits (no atomics; fixed summation orders).
 TEST_F(GatedDeltaRuleGpu, BackwardIsDeterministic) {
   SCOPED_TRACE(seed());
   // One 128-column block; then two (Dv = 200) with many segments.
@@ -211,20 +232,7 @@ TEST_F(GatedDeltaRuleGpu, BackwardIsDeterministic) {
     SCOPED_TRACE(::testing::Message() << c.rows << " rows, value heads of " << c.v_dim);
     const Operands o = operands(c);
     const ColumnBlock dout = random_gpu({c.rows, c.v_heads * c.v_dim});
-    std::vector<std::vector<Tensor>> runs;
-    for (int run = 0; run < 2; ++run) {
-      const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);  // dq, dk, dv in one tensor; da, db in another
-      const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
-      const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
-      ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
-                                           d_a_log, o.split_rows);
-      runs.push_back({grads.q.tensor.to(Device::cpu()), grads.a.tensor.to(Device::cpu()), d_dt_bias.to(Device::cpu()),
-                      d_a_log.to(Device::cpu())});
-    }
-    for (size_t i = 0; i < runs[0].size(); ++i) {
-      ASSERT_EQ(runs[0][i].nbytes(), runs[1][i].nbytes());
-      EXPECT_EQ(std::memcmp(runs[0][i].raw_data(), runs[1][i].raw_data(), runs[0][i].nbytes()), 0) << "output " << i;
-    }
+    expect_same_bits(pass_outputs(c, o, dout, o.split_rows), pass_outputs(c, o, dout, o.split_rows));
   }
 }
 
@@ -238,25 +246,7 @@ TEST_F(GatedDeltaRuleGpu, SplitWalksGiveTheOneWalksBits) {
     SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << c.starts.size() << " starts");
     const Operands o = operands(c);
     const ColumnBlock dout = random_gpu({c.rows, c.v_heads * c.v_dim});
-    std::vector<std::vector<Tensor>> runs;
-    for (const bool split : {false, true}) {
-      const std::vector<int64_t> none;
-      const std::vector<int64_t>& rows = split ? o.split_rows : none;
-      const ColumnBlock out = poisoned_block(c.rows, c.v_heads * c.v_dim, 0);
-      ops::cuda::gated_delta_rule_forward(o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, out, Tensor(), rows);
-      const ops::cuda::GatedDeltaBlocks grads = poisoned_grads(c);  // dq, dk, dv in one tensor; da, db in another
-      const Tensor d_dt_bias = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
-      const Tensor d_a_log = Tensor::zeros({c.v_heads}, DType::F32, Device::cuda());
-      ops::cuda::gated_delta_rule_backward(dout, o.gpu, o.dt_bias, o.a_log, o.shape, o.starts_gpu, grads, d_dt_bias,
-                                           d_a_log, rows);
-      runs.push_back({out.tensor.to(Device::cpu()), grads.q.tensor.to(Device::cpu()), grads.a.tensor.to(Device::cpu()),
-                      d_dt_bias.to(Device::cpu()), d_a_log.to(Device::cpu())});
-    }
-    const char* names[] = {"out", "dq, dk, dv", "da, db", "d dt_bias", "d A_log"};
-    for (size_t i = 0; i < runs[0].size(); ++i) {
-      ASSERT_EQ(runs[0][i].nbytes(), runs[1][i].nbytes());
-      EXPECT_EQ(std::memcmp(runs[0][i].raw_data(), runs[1][i].raw_data(), runs[0][i].nbytes()), 0) << names[i];
-    }
+    expect_same_bits(pass_outputs(c, o, dout, {}), pass_outputs(c, o, dout, o.split_rows));
   }
 }
 

@@ -790,8 +790,8 @@ cudaError_t launch_prepare(const GatedDeltaDims& d, const GatedDeltaPointers& in
   return gpu::launch_dependent(prepare_kernel, blocks, 256, 0, stream, d, in, s, continue_row0);
 }
 
-// The walks over the splits' rows: cut at a split row once the walk has ~N / kMaxWalks rows, so at most kMaxWalks
-// walks (all but the last hold at least ceil(N / (kMaxWalks − 1)) rows) of similar lengths where the splits allow.
+// The walks over the splits' rows: cut at the first split row that leaves the current walk at least
+// ceil(N / (kMaxWalks − 1)) rows long, so at most kMaxWalks walks, of similar lengths where the splits allow.
 Walks plan_walks(int64_t rows, GatedDeltaSplits splits) {
   Walks walks;
   const int64_t least = ceil_div(rows, kMaxWalks - 1);
