@@ -5,7 +5,9 @@ weights rounded to bf16: the same model, only the bf16 arithmetic differs. This 
 transformers itself (eager attention, as the fixtures were made), so a bound the test widens can cite it.
 
 Usage (repo root): python3 tests/reference/bf16_same_weights_noise.py FIXTURE BATCH [HF parameter names...]
-BATCH is plain, padded or packed (tests/reference/make_parity.py's inputs); without names, the five worst.
+BATCH is plain, padded or packed (tests/reference/make_parity.py's inputs), or packed.0 / packed.1 for one of the
+packed row's documents alone; without names, the five worst. Runs on the GPU where torch has one (the numbers match
+the CPU's to the digits shown for granitemoehybrid_tiny, session 42).
 """
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_parity import make_inputs  # noqa: E402
+from make_parity import PACK_LENGTHS, make_inputs  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -25,9 +27,21 @@ def gradients(name: str, batch: str, round_weights: bool, dtype: torch.dtype) ->
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(p.to(torch.bfloat16).float())
-    model = model.to(dtype)
-    model(**make_inputs(model.config.vocab_size)[batch]).loss.backward()
-    return {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = model.to(device=device, dtype=dtype)
+    model(**{k: v.to(device) for k, v in batch_inputs(model.config.vocab_size, batch).items()}).loss.backward()
+    return {n: p.grad.float().cpu() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def batch_inputs(vocab: int, batch: str) -> dict:
+    """make_parity's batch, or (packed.D) document D of its packed row alone, positions from 0."""
+    inputs = make_inputs(vocab)
+    if not batch.startswith("packed."):
+        return inputs[batch]
+    document = int(batch.split(".")[1])
+    begin = sum(PACK_LENGTHS[:document])
+    end = begin + PACK_LENGTHS[document]
+    return {k: inputs["packed"][k][:, begin:end] for k in ("input_ids", "labels")}
 
 
 def main() -> None:
