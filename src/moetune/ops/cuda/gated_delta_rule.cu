@@ -61,6 +61,14 @@
 // Measured (H200, session 40, GatedDeltaRuleGpu.DISABLED_QwenNextWidths): backward 12.6 ms, forward 4.05 ms. Split
 // (H100, session 41, one walk): forward walk 3.9 ms, reverse walk 4.0, segment kernel 3.7, finish 0.9, prepare 0.1.
 // With the two documents' walks side by side (Walks): forward 2.26 ms, backward 9.11 (walks 2.1 and 2.3 ms).
+// The walks were waiting on their producers (session 42, H100, CUPTI): 2 producer warps staged a 16-row tile in ~3
+// dependent rounds of global loads (8 in flight a thread), slower than the 4 computing warps used it. Measured per
+// call, one walk / two walks, forward and backward: 2 producers and 16-row tiles 3.98 / 2.27 and 12.54 / 9.11 ms;
+// 4 producers 2.81 / 1.91 and 10.61 / 8.76; 4 producers and 32-row tiles (kept) 2.76 / 1.85 and 10.48 / 8.63;
+// 8 producers 2.83 / 2.83 (two walks no faster: 12-warp blocks fit one a SM) and 10.87 / 10.88; 16 loads in flight a
+// thread 3.19 / 2.12 and 11.24 / 9.15 (and the segment kernel 3.68 → 3.90 ms). The segment kernel (3.68 ms) is the
+// backward's largest part now. Issuing the forward walk's 12 shuffles a level at a time (sum_over_rows) alone
+// changed nothing measurable (2.27 → 2.23 ms).
 // Workspace of the backward: normalized q, k (134 MB), token scalars (4 MB), S and G checkpoints (2 × 268 MB), u and
 // ddelta (2 × 134 MB), dq and dk partials (2 × 134 MB), dbeta, dg, o·do (3 MB): ~1.21 GB (was ~0.81 GB).
 #include <algorithm>
@@ -82,9 +90,9 @@ using pointwise::warp_sum;
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kSegment = 64;         // rows between the backward's checkpoints (the CPU op's segment too)
-constexpr int kWalkTile = 16;        // rows staged at a time by the forward and reverse walks
+constexpr int kWalkTile = 32;        // rows staged at a time by the forward and reverse walks
 constexpr int kSegmentTile = 16;     // ... by the segment kernel
-constexpr int kProducerWarps = 2;    // warps of a walking block that only stage tiles
+constexpr int kProducerWarps = 4;    // warps of a walking block that only stage tiles
 constexpr int kWalkWarps = 4;        // computing warps of a walking block at most: 32 columns
 constexpr int kWarpCols = 8;         // a lane: rows r + 8m, columns 2c, 2c + 1 of its warp's 8 (lane = 8c + r)
 constexpr int kSegmentCols = 128;    // columns of a segment block: 4 a lane; one dq / dk partial per 128 columns
@@ -182,12 +190,20 @@ __device__ __forceinline__ float softplus_slope(float u) { return u > 20.0f ? 1.
 // Warp sums
 
 // Each value summed over the 8 row lanes of its columns (lane = 8c + r); every lane gets the totals.
+// All kN shuffles of a level are issued before its adds: written as x[i] += shfl(x[i]), ptxas gave every shuffle the
+// same destination register, so each waited for the add before it (12 shuffles back to back in the forward walk; no
+// measurable cost while the walks waited on their tiles; by the instruction count ~330 cycles a token once they do
+// not).
 template <int kN>
 __device__ __forceinline__ void sum_over_rows(float (&x)[kN]) {
 #pragma unroll
-  for (int offset = 1; offset < 8; offset <<= 1)
+  for (int offset = 1; offset < 8; offset <<= 1) {
+    float other[kN];
 #pragma unroll
-    for (int i = 0; i < kN; ++i) x[i] += __shfl_xor_sync(kFull, x[i], offset);
+    for (int i = 0; i < kN; ++i) other[i] = __shfl_xor_sync(kFull, x[i], offset);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) x[i] += other[i];
+  }
 }
 
 // One level of the halving exchange below: lanes across `kHalf · 2` apart swap halves of the rows they still hold.
