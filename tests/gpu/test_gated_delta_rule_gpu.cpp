@@ -168,6 +168,9 @@ TEST_F(GatedDeltaRuleGpu, SmallHeadsWithDocumentsInsideAndAcrossSegments) {
   check({200, 1, 4, 48, 24, {3, 100, 199}, DType::BF16, DType::BF16});
   // Value columns that leave warps of the last block idle (40: 5 of 8 forward warps).
   check({120, 2, 4, 64, 40, {64}});
+  // Value heads of 18 columns: the tiles' columns are staged 4 at a time, and the group [16, 20) straddles Dv (loaded
+  // element by element, the rest zeros). Added in session 42 after its last GPU call: not yet run on a GPU.
+  check({60, 1, 2, 16, 18, {17}});
   // One row; frozen parameters.
   Case one{1, 1, 1, 16, 16, {}};
   one.frozen = true;
