@@ -1,7 +1,8 @@
 // Qwen3-Next's Gated DeltaNet CPU ops (ops/gated_delta_rule.h) and the gate-after-norm placement of the gated
 // RMSNorm (ops/mamba2.h). The forward against a naive double-precision recurrence written here (key heads shared
 // by 1, 2 and 4 value heads, Dk ≠ Dv, odd sizes, packed documents), against a double port of transformers'
-// chunked algorithm and against a small table transformers itself computed; packed documents and state
+// chunked algorithm (with documents inside its chunks, the layout a chunked kernel will run) and against a small
+// table transformers itself computed; packed documents and state
 // continuation bit for bit; every gradient against central differences of the double recurrence.
 #include <gtest/gtest.h>
 
@@ -109,10 +110,13 @@ void solve_unit_lower(const Matrix& a, Matrix& rhs) {
       for (size_t c = 0; c < rhs[i].size(); ++c) rhs[i][c] -= a[i][j] * rhs[j][c];
 }
 
-// One document, all rows, chunks of `chunk` tokens (the last one shorter: transformers pads it with zero tokens,
-// which neither read nor write anything earlier rows see). `state` as naive_forward's.
+// All rows, chunks of `chunk` tokens (the last one shorter: transformers pads it with zero tokens, which neither read
+// nor write anything earlier rows see). `state` as naive_forward's. transformers' decays within a chunk are
+// exp(cum_r − cum_m) of the cumulative log-decays; here they are the products of exp(g) over the rows between, equal
+// in exact arithmetic, so that a document start (`starts`, its decay 0: the op's restart) cuts everything before it
+// inside a chunk too: how a chunked kernel runs packed rows without cutting its chunks at documents.
 std::vector<double> chunked_forward(const Values& x, const GatedDeltaShape& s, int64_t rows, int64_t chunk,
-                                    std::vector<double>* state = nullptr) {
+                                    std::vector<double>* state = nullptr, const DocumentStarts& starts = {}) {
   const size_t dk = size_t(s.k_head_dim), dv = size_t(s.v_head_dim);
   std::vector<double> out(size_t(rows * s.num_v_heads) * dv), final_state;
   for (int64_t h = 0; h < s.num_v_heads; ++h) {
@@ -123,33 +127,41 @@ std::vector<double> chunked_forward(const Values& x, const GatedDeltaShape& s, i
     for (int64_t first = 0; first < rows; first += chunk) {
       const size_t c = size_t(std::min(chunk, rows - first));
       std::vector<Token> t;
-      std::vector<double> cum(c);  // cumulative log-decay inside the chunk
+      std::vector<double> a(c);  // the rows' decays: exp(g), 0 where a document starts
       Matrix v = matrix(c, dv);
       for (size_t r = 0; r < c; ++r) {
         t.push_back(token(x, s, first + int64_t(r), h));
-        cum[r] = t[r].g + (r ? cum[r - 1] : 0.0);
+        const bool restart = !starts.empty() && starts[size_t(first) + r];
+        a[r] = restart ? 0.0 : std::exp(t[r].g);
         for (size_t j = 0; j < dv; ++j)
           v[r][j] = x.v[(size_t(first) + r) * size_t(s.num_v_heads) * dv + size_t(h) * dv + j];
       }
+      // The decay from after row m to row r (1 when m = r), and from the chunk's start through row r.
+      auto decay = [&](size_t r, size_t m) {
+        double product = 1;
+        for (size_t p = m + 1; p <= r; ++p) product *= a[p];
+        return product;
+      };
+      auto from_start = [&](size_t r) { return a[0] * decay(r, 0); };
       auto dot = [&](const std::vector<double>& p, const std::vector<double>& q) {
         double total = 0;
         for (size_t i = 0; i < dk; ++i) total += p[i] * q[i];
         return total;
       };
-      // ut_system[r][m] = beta_r (k_r · k_m) exp(cum_r − cum_m) below the diagonal; the intra-chunk attention
-      // (q_r · k_m) exp(cum_r − cum_m) on and below it.
+      // ut_system[r][m] = beta_r (k_r · k_m) decay(r, m) below the diagonal; the intra-chunk attention
+      // (q_r · k_m) decay(r, m) on and below it.
       Matrix ut = matrix(c, c), attn = matrix(c, c), new_values = matrix(c, dv), k_cumdecay = matrix(c, dk);
       for (size_t r = 0; r < c; ++r) {
         for (size_t m = 0; m <= r; ++m) {
-          ut[r][m] = t[r].beta * dot(t[r].k, t[m].k) * std::exp(cum[r] - cum[m]);
-          attn[r][m] = dot(t[r].q, t[m].k) * std::exp(cum[r] - cum[m]);
+          ut[r][m] = t[r].beta * dot(t[r].k, t[m].k) * decay(r, m);
+          attn[r][m] = dot(t[r].q, t[m].k) * decay(r, m);
         }
         for (size_t j = 0; j < dv; ++j) new_values[r][j] = v[r][j] * t[r].beta;
-        for (size_t i = 0; i < dk; ++i) k_cumdecay[r][i] = t[r].k[i] * t[r].beta * std::exp(cum[r]);
+        for (size_t i = 0; i < dk; ++i) k_cumdecay[r][i] = t[r].k[i] * t[r].beta * from_start(r);
       }
       solve_unit_lower(ut, new_values);
       solve_unit_lower(ut, k_cumdecay);
-      // v_new = new_values − k_cumdecay · S; out = (q · exp(cum)) · S + attn · v_new.
+      // v_new = new_values − k_cumdecay · S; out = (q · from_start) · S + attn · v_new.
       Matrix v_new = new_values;
       for (size_t r = 0; r < c; ++r)
         for (size_t j = 0; j < dv; ++j)
@@ -157,15 +169,15 @@ std::vector<double> chunked_forward(const Values& x, const GatedDeltaShape& s, i
       for (size_t r = 0; r < c; ++r)
         for (size_t j = 0; j < dv; ++j) {
           double o = 0;
-          for (size_t i = 0; i < dk; ++i) o += t[r].q[i] * std::exp(cum[r]) * S[i][j];
+          for (size_t i = 0; i < dk; ++i) o += t[r].q[i] * from_start(r) * S[i][j];
           for (size_t m = 0; m <= r; ++m) o += attn[r][m] * v_new[m][j];
           out[((size_t(first) + r) * size_t(s.num_v_heads) + size_t(h)) * dv + j] = o;
         }
-      // S = S · exp(cum_last) + (k · exp(cum_last − cum))ᵀ · v_new.
+      // S = S · from_start(last) + (k · decay(last, r))ᵀ · v_new.
       for (size_t i = 0; i < dk; ++i)
         for (size_t j = 0; j < dv; ++j) {
-          S[i][j] *= std::exp(cum[c - 1]);
-          for (size_t r = 0; r < c; ++r) S[i][j] += t[r].k[i] * std::exp(cum[c - 1] - cum[r]) * v_new[r][j];
+          S[i][j] *= from_start(c - 1);
+          for (size_t r = 0; r < c; ++r) S[i][j] += t[r].k[i] * decay(c - 1, r) * v_new[r][j];
         }
     }
     for (const auto& row : S) final_state.insert(final_state.end(), row.begin(), row.end());
@@ -318,6 +330,33 @@ TEST(GatedDeltaRule, MatchesTransformersChunkedAlgorithm) {
     std::vector<double> chunked_state = doubles(initial);
     EXPECT_LT(relative_error(out, chunked_forward(x, s, 11, chunk, &chunked_state)), 2e-6);
     EXPECT_LT(relative_error(state, chunked_state), 2e-6);
+  }
+}
+
+// Packed documents inside the chunks: the chunked algorithm with a start's decay set to 0 (chunked_forward's
+// products) gives the op's restarts, starts on chunk boundaries, right after them, in consecutive rows and on the
+// last row; with and without a state carried in (row 0 continuing it).
+TEST(GatedDeltaRule, ChunkedAlgorithmRestartsInsideChunks) {
+  const GatedDeltaShape s{2, 4, 6, 5};
+  const int64_t rows = 41;
+  const Problem p = random_problem(s, rows);
+  const Values x = values_of(p.in, p.params);
+  DocumentStarts starts(size_t(rows), 0);
+  for (const int64_t n : {5, 6, 8, 17, 24, 33, 40}) starts[size_t(n)] = 1;
+  const Tensor initial = random({4, 6, 5}, 0.5f);
+  for (const bool carried : {false, true}) {
+    const Tensor state = carried ? initial.clone() : Tensor();
+    DocumentStarts op_starts = starts;
+    op_starts[0] = carried ? 0 : 1;
+    const Tensor out = gated_delta_rule_forward(p.in, p.params, s, op_starts, state);
+    for (const int64_t chunk : {4, 8, 64}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + (carried ? ", state carried in" : ""));
+      std::vector<double> chunked_state = carried ? doubles(initial) : std::vector<double>();
+      EXPECT_LT(relative_error(out, chunked_forward(x, s, rows, chunk, &chunked_state, op_starts)), 2e-6);
+      if (carried) {
+        EXPECT_LT(relative_error(state, chunked_state), 2e-6);
+      }
+    }
   }
 }
 
