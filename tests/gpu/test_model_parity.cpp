@@ -18,7 +18,6 @@
 #include "moetune/model/cuda/causal_lm.h"
 #include "moetune/model/moe_variant.h"
 #include "moetune/model/piece_transform.h"
-#include "moetune/ops/cast.h"
 #include "parity_batch.h"
 #include "test_util.h"
 

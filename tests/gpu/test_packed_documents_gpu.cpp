@@ -8,7 +8,6 @@
 // packing fault from a model that is bf16-sensitive on any batch.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -60,10 +59,9 @@ class PackedDocumentsGpu : public testing::GpuTest, public ::testing::WithParamI
     packed_.output_router_logits = false;
   }
 
-  // The GPU's gradients of one batch and the tokens its cross-entropy scored.
-  static Gradients gpu_gradients(cuda::CausalLM& model, const Batch& batch, int64_t* scored) {
-    model.zero_grad();
-    *scored = model.forward_backward(batch).num_tokens;
+  // Either engine's gradients of its trainable parameters, as CPU F32 copies.
+  template <typename Model>
+  static Gradients trainable_gradients(Model& model) {
     Gradients grads;
     const auto& specs = model.weights().layout.parameters;
     for (size_t i = 0; i < specs.size(); ++i)
@@ -71,18 +69,20 @@ class PackedDocumentsGpu : public testing::GpuTest, public ::testing::WithParamI
     return grads;
   }
 
-  // The CPU engine's on the fixture's weights rounded to bf16, routed as the GPU routes the batch.
-  Gradients cpu_gradients(cuda::CausalLM& gpu, const Batch& batch) const {
-    CausalLM cpu = testing::cpu_on_bf16_weights(folder_);
+  // The GPU's gradients of one batch and the tokens its cross-entropy scored.
+  static Gradients gpu_gradients(cuda::CausalLM& model, const Batch& batch, int64_t* scored) {
+    model.zero_grad();
+    *scored = model.forward_backward(batch).num_tokens;
+    return trainable_gradients(model);
+  }
+
+  // The CPU engine's (on the fixture's weights rounded to bf16), routed as the GPU routes the batch.
+  static Gradients cpu_gradients(CausalLM& cpu, cuda::CausalLM& gpu, const Batch& batch) {
     if (testing::forces_routing(cpu.spec())) cpu.force_routing(gpu.routing_choices(batch));
     cpu.zero_grad();
     cpu.forward(batch);
     cpu.backward();
-    Gradients grads;
-    const auto& specs = cpu.weights().layout.parameters;
-    for (size_t i = 0; i < specs.size(); ++i)
-      if (specs[i].trainable) grads.push_back(cpu.parameters().grads()[i].clone());
-    return grads;
+    return trainable_gradients(cpu);
   }
 
   // The worst relative error over the parameters, printed with its name and any above `shown`.
@@ -105,6 +105,7 @@ class PackedDocumentsGpu : public testing::GpuTest, public ::testing::WithParamI
 
 TEST_P(PackedDocumentsGpu, PackedRowGradientsAreItsDocumentsGradients) {
   cuda::CausalLM model = cuda::CausalLM::from_pretrained(folder_);
+  CausalLM cpu = testing::cpu_on_bf16_weights(folder_);
   std::vector<std::string> names;
   for (const auto& spec : model.weights().layout.parameters)
     if (spec.trainable) names.push_back(spec.name);
@@ -127,14 +128,15 @@ TEST_P(PackedDocumentsGpu, PackedRowGradientsAreItsDocumentsGradients) {
       for (int64_t e = 0; e < alone[i].numel(); ++e) to[e] += float(scored) * from[e];
     }
     const std::string label = GetParam() + " document " + std::to_string(d) + " alone, gpu against cpu";
-    worst(label, alone, cpu_gradients(model, documents[d]), names, kPackedAgainstDocuments);
+    worst(label, alone, cpu_gradients(cpu, model, documents[d]), names, kPackedAgainstDocuments);
   }
   ASSERT_EQ(scored_total, packed_scored) << GetParam() << ": the documents score other tokens than the packed row";
   for (Tensor& g : summed) {
     float* to = g.data<float>();
     for (int64_t e = 0; e < g.numel(); ++e) to[e] /= float(packed_scored);
   }
-  worst(GetParam() + " packed, gpu against cpu", packed, cpu_gradients(model, packed_), names, kPackedAgainstDocuments);
+  worst(GetParam() + " packed, gpu against cpu", packed, cpu_gradients(cpu, model, packed_), names,
+        kPackedAgainstDocuments);
   const double error =
       worst(GetParam() + " packed against its documents, gpu", packed, summed, names, kPackedAgainstDocuments);
   EXPECT_LE(error, kPackedAgainstDocuments) << GetParam();

@@ -6,7 +6,7 @@
 // Column j of S needs only k, q, beta, a and v[j], so the state is spread over warps by columns: a lane owns rows
 // r + 8m (m < Dk/8, r = lane % 8) of 2 columns, 8 columns a warp; Sᵀk and Sᵀq are sums over the 8 lanes of a column
 // (3 shuffle levels) and never leave the warp. Each block walks the rows of its walk for its (32 columns, head)
-// serially; tokens are staged in shared memory T at a time by 2 producer warps while the others compute the previous
+// serially; tokens are staged in shared memory T at a time by 4 producer warps while the others compute the previous
 // tile. A walk is a span of rows between two document starts (GatedDeltaSplits): the state restarts there, so walks
 // run side by side (a micro-batch of 2 sequences halves the walks' time; at most kMaxWalks, balanced by rows).
 //
